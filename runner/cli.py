@@ -1,0 +1,85 @@
+"""The ``marathon`` command: parse, call ``runner``/``console`` operations, print.
+
+Each subcommand lives in ``runner/commands/<name>.py`` and exposes ``HELP`` (one line),
+``configure(parser)`` and ``run(args) -> int``. Heavy imports (docker, harbor, textual) happen
+inside ``run`` so that ``marathon --help`` and ``marathon status`` start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from runner.errors import EXIT_USAGE, UserError
+
+# name -> module under runner.commands (dashes become underscores)
+COMMANDS: tuple[str, ...] = (
+    "demo",
+    "run",
+    "status",
+    "report",
+    "health",
+    "net",
+    "cleanup",
+    "kill",
+    "console",
+    "canary",
+    "prebuild",
+    "stage",
+    "verify-envs",
+)
+
+
+def _module(name: str):
+    return importlib.import_module(f"runner.commands.{name.replace('-', '_')}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="marathon",
+        description="Run, watch, repair and report a harness comparison of coding agents with harbor.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            mod = _module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"runner.commands.{name.replace('-', '_')}":
+                raise
+            continue  # not built yet
+        p = sub.add_parser(name, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP))
+        mod.configure(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return EXIT_USAGE
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args._run(args) or 0)
+    except UserError as exc:
+        if args.debug:
+            raise
+        print(f"marathon: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("marathon: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # stdout closed (e.g. piped into head): not an error worth a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,9 @@
+_DATA = {}
+
+
+def put(key, value):
+    _DATA[key] = value
+
+
+def get(key):
+    return _DATA.get(key)
