@@ -1,0 +1,128 @@
+"""The five arms as data: what differs between them, and nothing else.
+
+Every arm drives the same codex binary over the same transport (app-server through
+``docker exec -i``) with the same config, user, workdir, credentials and budgets. What differs is
+written here: the agent class, who owns continuation, the LoopX runtime profile, whether each turn
+needs a fresh turn instance. Deviations from the published design are ``disclosures``: they are
+copied into every receipt and every report automatically (the field's harness left this to hand).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One arm's harness, as data. Frozen: a run cannot change an arm behind the report's back."""
+
+    arm: str
+    agent_import_path: str
+    description: str
+    # Who starts the next turn when one ends: "none" (single turn), "codex" (native goal
+    # continuations), or "driver" (our harness starts a fresh turn each tick).
+    continuation_owner: str
+    uses_goal: bool
+    loopx: bool = False
+    runtime_profile: str | None = None  # LoopX --runtime-profile
+    # How LoopX's body expands the profile: the guard's extra flags.
+    profile_expansion: tuple[str, ...] = ()
+    doctor_agent_type: str | None = None  # loopx doctor --agent-type
+    needs_turn_instance: bool = False  # a new LOOPX_TURN per turn (heartbeat)
+    spend_source: str = "app-server thread/tokenUsage/updated"
+    goal_objective: str | None = None  # fixed objective for the native goal arm
+    notes: str = ""
+    # Disclosed deviations from the design it stands for; empty when it is as designed.
+    disclosures: tuple[str, ...] = field(default_factory=tuple)
+    # The original design's name for what was substituted, when there is one.
+    substitution: str | None = None
+
+    def as_dict(self) -> dict:
+        """Plain data for receipts and reports."""
+        from dataclasses import asdict
+
+        d = asdict(self)
+        d["profile_expansion"] = list(self.profile_expansion)
+        d["disclosures"] = list(self.disclosures)
+        return d
+
+
+PLAIN = Mode(
+    arm="plain",
+    agent_import_path="agents.codex_plain_appserver:CodexPlainAppServer",
+    description="bare codex over app-server: one turn with the task instruction, no goal, no LoopX",
+    continuation_owner="none",
+    uses_goal=False,
+    substitution="codex exec",
+    disclosures=(
+        "plain drives codex through app-server (one turn/start), not the paper's `codex exec`: the field "
+        "saw `codex exec` alone hit HTTP 400 (metadata passthrough) and SSE failures the other arms did "
+        "not, so all five arms share one transport.",
+    ),
+)
+
+GOAL = Mode(
+    arm="goal",
+    agent_import_path="agents.codex_goal_agent:CodexGoalAgent",
+    description="codex native goal over app-server (thread/goal/set), codex owns continuation, no LoopX",
+    continuation_owner="codex",
+    uses_goal=True,
+    goal_objective="Finish the task.",
+)
+
+SSH_GOAL = Mode(
+    arm="ssh-goal",
+    agent_import_path="agents.codex_loopx_agent:CodexLoopxAgent",
+    description="LoopX mode 2: Codex App over SSH; LoopX goal body as the native goal's objective",
+    continuation_owner="codex",
+    uses_goal=True,
+    loopx=True,
+    runtime_profile="codex_app_ssh_goal",
+    profile_expansion=("--begin-turn",),
+    doctor_agent_type="codex-app-ssh",
+)
+
+CODEX_CLI = Mode(
+    arm="codex-cli",
+    agent_import_path="agents.codex_loopx_agent:CodexLoopxAgent",
+    description="LoopX mode 3: Codex CLI with a visible /goal; LoopX goal body as the native goal's objective",
+    continuation_owner="codex",
+    uses_goal=True,
+    loopx=True,
+    runtime_profile="codex_cli",
+    doctor_agent_type="codex-cli",
+)
+
+HEARTBEAT = Mode(
+    arm="heartbeat",
+    agent_import_path="agents.codex_loopx_agent:CodexLoopxAgent",
+    description="LoopX mode 1: heartbeat automation; the driver starts a fresh turn per tick",
+    continuation_owner="driver",
+    uses_goal=False,
+    loopx=True,
+    runtime_profile="generic_cli",
+    profile_expansion=("--turn-instance-id",),
+    doctor_agent_type="codex-cli",
+    needs_turn_instance=True,
+    substitution="codex_app",
+    disclosures=(
+        "heartbeat runs on LoopX's `generic_cli` surface instead of `codex_app`: `codex_app` expects the "
+        "real Codex App to apply automation_update and ACK a stateful backoff, and hangs without it; "
+        "`generic_cli` is upstream's surface for self-built timers.",
+    ),
+)
+
+#: The arms in their canonical order (the default of --arms).
+ARMS: dict[str, Mode] = {m.arm: m for m in (PLAIN, GOAL, SSH_GOAL, CODEX_CLI, HEARTBEAT)}
+DEFAULT_ARMS: tuple[str, ...] = tuple(ARMS)
+
+
+def mode_for(arm: str) -> Mode | None:
+    """The Mode of a known arm; None for a stand-in (oracle, nop, test agents)."""
+    return ARMS.get(arm)
+
+
+def disclosures(arms: list[str] | tuple[str, ...] | None = None) -> dict[str, list[str]]:
+    """Disclosed deviations per arm, for receipts and reports (only arms that have any)."""
+    names = list(arms) if arms is not None else list(ARMS)
+    return {a: list(ARMS[a].disclosures) for a in names if a in ARMS and ARMS[a].disclosures}

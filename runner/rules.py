@@ -1,0 +1,119 @@
+"""The scoring and completion rules: each one function, imported by everything that needs it.
+
+The runner (resume, skip), status, report, health and the console must never disagree about what
+"done" or "partial score" means; in the field two copies of the done rule drifted apart. So the rules
+live here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+#: metrics.json phases that mark a verifier still in progress (a rerun): not a score.
+IN_PROGRESS_PHASES = frozenset({"initialized", "starting"})
+BUILD_FAILED_PHASE = "build_failed"
+
+
+def is_done(stats: Mapping[str, Any] | None) -> bool:
+    """A job (one task x arm attempt) is done when it completed a trial and none errored.
+
+    ``stats`` is the ``stats`` object of harbor's job ``result.json`` (legacy aliases accepted).
+    ``n_errored_trials > 0`` is never done: most likely infrastructure, so it must be rerun.
+    """
+    if not stats:
+        return False
+    completed = stats.get("n_completed_trials", stats.get("n_trials", 0)) or 0
+    errored = stats.get("n_errored_trials", stats.get("n_errors", 0)) or 0
+    return completed >= 1 and errored == 0
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def metrics_is_score(metrics: Mapping[str, Any] | None) -> bool:
+    """False for a metrics file that is not a score yet (``phase: initialized``: a rerun in progress)."""
+    if not isinstance(metrics, Mapping):
+        return False
+    return metrics.get("phase") not in IN_PROGRESS_PHASES
+
+
+def build_failed(metrics: Mapping[str, Any] | None) -> bool:
+    """The verifier could not build the agent's code: a scored 0, never an infrastructure error."""
+    return isinstance(metrics, Mapping) and metrics.get("phase") == BUILD_FAILED_PHASE
+
+
+def partial_score(metrics: Mapping[str, Any] | None) -> float | None:
+    """The continuous score: ``partial_score``, else ``pass_rate``; build_failed is 0; None if no score.
+
+    A ``phase: initialized`` file (a rerun in progress) is not a score and gives None, so it can never
+    fabricate a 0.
+    """
+    if not metrics_is_score(metrics):
+        return None
+    assert metrics is not None
+    if build_failed(metrics):
+        return 0.0
+    for key in ("partial_score", "pass_rate"):
+        v = _num(metrics.get(key))
+        if v is not None:
+            return v
+    return None
+
+
+def test_pass_rate(metrics: Mapping[str, Any] | None) -> float | None:
+    """The fraction of tests that passed, beside the partial score (they diverge on staged tasks).
+
+    From, in order: ``passed``/``total`` (or ``passed + failed``), the per-gate ``pytest`` block summed,
+    ``total_passed``/``total_tests``, ``new_passed``/``new_total``, ``pass_rate``, ``gates_passed``/
+    ``gates_total``. build_failed counts as 0.
+    """
+    if not metrics_is_score(metrics):
+        return None
+    assert metrics is not None
+    if build_failed(metrics):
+        return 0.0
+    passed, failed, total = (_num(metrics.get(k)) for k in ("passed", "failed", "total"))
+    if passed is not None and total:
+        return passed / total
+    if passed is not None and failed is not None and passed + failed > 0:
+        return passed / (passed + failed)
+    block = metrics.get("pytest")
+    if isinstance(block, Mapping):
+        p = t = 0.0
+        for g in block.values():
+            if not isinstance(g, Mapping):
+                continue
+            gp, gf, gt = (_num(g.get(k)) for k in ("passed", "failed", "total"))
+            if gp is None:
+                continue
+            p += gp
+            t += gt if gt is not None else gp + (gf or 0.0)
+        if t > 0:
+            return p / t
+    for pk, tk in (("total_passed", "total_tests"), ("new_passed", "new_total")):
+        p, t = _num(metrics.get(pk)), _num(metrics.get(tk))
+        if p is not None and t:
+            return p / t
+    v = _num(metrics.get("pass_rate"))
+    if v is not None:
+        return v
+    p, t = _num(metrics.get("gates_passed")), _num(metrics.get("gates_total"))
+    if p is not None and t:
+        return p / t
+    return None
+
+
+def reward_of(verifier_result: Mapping[str, Any] | None) -> float | None:
+    """harbor's reward of a trial: ``verifier_result.rewards.reward`` (None when not verified)."""
+    if not isinstance(verifier_result, Mapping):
+        return None
+    rewards = verifier_result.get("rewards")
+    if not isinstance(rewards, Mapping):
+        return None
+    return _num(rewards.get("reward"))
