@@ -80,3 +80,42 @@ def compose_project(trial_name: str) -> str:
     if not re.match(r"^[a-z0-9]", name):
         name = "0" + name
     return re.sub(r"[^a-z0-9_-]", "-", name)
+
+
+def iter_job_dirs(out: Path):
+    """Yield ``(task, arm, arm_dir_name, stamp, job_dir)`` for every job dir of an output tree.
+
+    Exactly depth 4: ``<out>/<task>/<arm dir>/<stamp>/<job name>``. The job name is the arm dir's
+    arm (``<arm>`` or, for the field's ``<arm>-<pid>`` dirs, ``<arm>``). Hidden dirs are skipped.
+    """
+    try:
+        tasks = sorted(p for p in out.iterdir() if p.is_dir() and not is_hidden(p.name))
+    except OSError:
+        return
+    for tdir in tasks:
+        try:
+            arm_dirs = sorted(p for p in tdir.iterdir() if p.is_dir() and not is_hidden(p.name))
+        except OSError:
+            continue
+        for adir in arm_dirs:
+            arm = arm_of_dir(adir.name)
+            try:
+                stamps = sorted(p for p in adir.iterdir() if p.is_dir() and not is_hidden(p.name))
+            except OSError:
+                continue
+            for sdir in stamps:
+                for name in (adir.name, arm):
+                    jdir = sdir / name
+                    if jdir.is_dir():
+                        yield tdir.name, arm, adir.name, sdir.name, jdir
+                        break
+
+
+def iter_trial_dirs(job: Path):
+    """Yield the trial dirs of one job dir (every subdir that is not hidden)."""
+    try:
+        for p in sorted(job.iterdir()):
+            if p.is_dir() and not is_hidden(p.name):
+                yield p
+    except OSError:
+        return
