@@ -1,0 +1,321 @@
+"""Docker address-pool accounting, network classification (ours/foreign/empty) and the start gate.
+
+Why: in the field one exhausted address pool killed 12 trials at once. Every trial's compose
+project takes one bridge network out of the daemon's address pools, and on a shared server other
+people hold many of them. Before starting a trial the runner asks ``may_start``; while it waits it
+reclaims empty networks that are ours (never anyone else's).
+
+"Ours" is decided in exactly one place: ``our_projects(out)`` + ``is_ours(labels, projects)``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runner.dockerapi import COMPOSE_PROJECT, connect, engine_error
+from runner.errors import UserError
+from runner.tree import compose_project, iter_job_dirs, iter_trial_dirs
+
+if TYPE_CHECKING:
+    import docker
+
+# Docker's built-in local-scope default pools, used when `docker info` lists no
+# DefaultAddressPools. Source: moby libnetwork/ipamutils/utils.go (vendored in Docker 20.10,
+# github.com/docker/libnetwork ipamutils `localScopeDefaultNetworks`): each entry is split into
+# subnets of the given size -> 3 + 4 + 4 + 4 = 15 networks of /16 from 172.17-31, plus 16 /20s
+# from 192.168/16 = 31 networks. The default bridge (docker0, 172.17.0.0/16) takes one of them.
+# The global-scope pool (10.0.0.0/8 split into /24) is for swarm overlays and is not counted.
+# Docker 20.10's allocator (ipam/allocator.go getPredefinedPool) skips a predefined subnet only
+# when it overlaps a subnet already allocated in the address space; it does not consult host
+# routes (older libnetwork did, via netutils.CheckRouteOverlaps).
+BUILTIN_LOCAL_POOLS: tuple[tuple[str, int], ...] = (
+    ("172.17.0.0/16", 16),
+    ("172.18.0.0/16", 16),
+    ("172.19.0.0/16", 16),
+    ("172.20.0.0/14", 16),
+    ("172.24.0.0/14", 16),
+    ("172.28.0.0/14", 16),
+    ("192.168.0.0/16", 20),
+)
+
+ENV_CAP = "MARATHON_NET_CAP"
+ENV_MARGIN = "MARATHON_NET_MARGIN"
+DEFAULT_MARGIN = 2
+
+
+# --- "is this compose project ours": the one rule ----------------------------------------
+
+
+def our_projects(
+    out: Path, *, task: str | None = None, arm: str | None = None, trial: str | None = None
+) -> set[str]:
+    """The compose projects of the trials of an output tree (optionally one task, arm or trial)."""
+    projects: set[str] = set()
+    for t, a, _arm_dir, _stamp, job in iter_job_dirs(Path(out)):
+        if task is not None and t != task:
+            continue
+        if arm is not None and a != arm:
+            continue
+        for tdir in iter_trial_dirs(job):
+            if trial is not None and tdir.name != trial:
+                continue
+            projects.add(compose_project(tdir.name))
+    return projects
+
+
+def project_of(labels: Mapping[str, str] | None) -> str | None:
+    return (labels or {}).get(COMPOSE_PROJECT)
+
+
+def is_ours(labels: Mapping[str, str] | None, projects: Iterable[str]) -> bool:
+    """True when the object's compose-project label EXACTLY equals one of our projects."""
+    proj = project_of(labels)
+    return proj is not None and proj in set(projects)
+
+
+# --- pools --------------------------------------------------------------------------------
+
+
+@dataclass
+class Pool:
+    base: str
+    size: int
+    capacity: int  # networks this pool can hand out
+    used: int = 0  # of which taken by existing networks (ours or foreign)
+    source: str = "daemon"  # "daemon" (docker info DefaultAddressPools) or "builtin"
+
+
+@dataclass
+class NetInfo:
+    name: str
+    id: str
+    subnets: list[str]
+    pool: str | None  # base of the pool the subnet came from, None when outside every pool
+    project: str | None
+    ours: bool
+    empty: bool
+    driver: str = ""
+
+
+@dataclass
+class PoolStatus:
+    capacity: int
+    used_ours: int
+    used_foreign: int
+    free: int
+    empty_ours: list[str]  # network names (for display); act on ids from `networks`
+    pools: list[Pool] = field(default_factory=list)
+    networks: list[NetInfo] = field(default_factory=list)
+    pools_source: str = "daemon"
+
+    @property
+    def used(self) -> int:
+        return self.used_ours + self.used_foreign
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["used"] = self.used
+        return d
+
+
+def pools_from_info(info: Mapping) -> list[Pool]:
+    """The daemon's address pools (or Docker's built-in defaults when it lists none)."""
+    configured = info.get("DefaultAddressPools") or []
+    if configured:
+        pools = [(str(p["Base"]), int(p["Size"])) for p in configured]
+        source = "daemon"
+    else:
+        pools = list(BUILTIN_LOCAL_POOLS)
+        source = "builtin"
+    out = []
+    for base, size in pools:
+        net = ipaddress.ip_network(base, strict=False)
+        cap = 2 ** (size - net.prefixlen) if size >= net.prefixlen else 0
+        out.append(Pool(base=str(net), size=size, capacity=cap, source=source))
+    return out
+
+
+def _slots(subnet: ipaddress._BaseNetwork, pool: Pool) -> set[int]:
+    """Indices of the pool's predefined subnets that ``subnet`` overlaps (the allocator skips
+    every predefined subnet overlapping an allocated one)."""
+    base = ipaddress.ip_network(pool.base)
+    if subnet.version != base.version or not subnet.overlaps(base):
+        return set()
+    shift = base.max_prefixlen - pool.size
+    lo = max(int(subnet.network_address), int(base.network_address))
+    hi = min(int(subnet.broadcast_address), int(base.broadcast_address))
+    first = (lo - int(base.network_address)) >> shift
+    last = (hi - int(base.network_address)) >> shift
+    return set(range(first, last + 1))
+
+
+def pool_status(out: Path | None, client: docker.DockerClient | None = None) -> PoolStatus:
+    """Capacity and use of the daemon's address pools, with every network classified."""
+    import docker.errors
+    import requests
+
+    client = client or connect()
+    projects = our_projects(out) if out is not None else set()
+    try:
+        info = client.info()
+        nets = client.networks.list(greedy=True)
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise engine_error(exc, client) from None
+    pools = pools_from_info(info)
+    taken: dict[int, dict[int, bool]] = {i: {} for i in range(len(pools))}  # slot -> ours?
+    infos: list[NetInfo] = []
+    for n in nets:
+        attrs = n.attrs
+        if attrs.get("Scope", "local") != "local":
+            continue
+        labels = attrs.get("Labels") or {}
+        subnets = [c.get("Subnet") for c in (attrs.get("IPAM") or {}).get("Config") or [] if c.get("Subnet")]
+        ours = is_ours(labels, projects)
+        pool_of: str | None = None
+        for s in subnets:
+            try:
+                sn = ipaddress.ip_network(s, strict=False)
+            except ValueError:
+                continue
+            for i, p in enumerate(pools):
+                slots = _slots(sn, p)
+                if slots:
+                    pool_of = pool_of or p.base
+                    for k in slots:
+                        taken[i][k] = taken[i].get(k, False) or ours
+        infos.append(
+            NetInfo(
+                name=attrs.get("Name", ""),
+                id=attrs.get("Id", ""),
+                subnets=subnets,
+                pool=pool_of,
+                project=project_of(labels),
+                ours=ours,
+                empty=not attrs.get("Containers"),
+                driver=attrs.get("Driver", ""),
+            )
+        )
+    used_ours = used_foreign = 0
+    for i, p in enumerate(pools):
+        p.used = len(taken[i])
+        o = sum(1 for v in taken[i].values() if v)
+        used_ours += o
+        used_foreign += p.used - o
+    capacity = sum(p.capacity for p in pools)
+    infos.sort(key=lambda x: (not x.ours, x.name))
+    return PoolStatus(
+        capacity=capacity,
+        used_ours=used_ours,
+        used_foreign=used_foreign,
+        free=capacity - used_ours - used_foreign,
+        empty_ours=[x.name for x in infos if x.ours and x.empty],
+        pools=pools,
+        networks=infos,
+        pools_source=pools[0].source if pools else "daemon",
+    )
+
+
+# --- the gate -----------------------------------------------------------------------------
+
+
+@dataclass
+class GateVerdict:
+    ok: bool
+    reason: str
+    status: PoolStatus
+    cap: int = 0
+    margin: int = 0
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "reason": self.reason, "cap": self.cap, "margin": self.margin}
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        val = int(raw)
+    except ValueError:
+        raise UserError(f"{name}={raw!r} is not a whole number") from None
+    if val < 0:
+        raise UserError(f"{name}={raw!r} must not be negative")
+    return val
+
+
+def gate_limits(cap: int | None = None, margin: int | None = None, *, capacity: int) -> tuple[int, int]:
+    """The effective cap (networks in use we allow at most) and margin: flag, else env, else
+    the daemon's capacity and DEFAULT_MARGIN."""
+    if cap is None:
+        cap = _env_int(ENV_CAP)
+    if margin is None:
+        margin = _env_int(ENV_MARGIN)
+    return (capacity if cap is None else min(cap, capacity)), (DEFAULT_MARGIN if margin is None else margin)
+
+
+def verdict(
+    status: PoolStatus, n: int = 1, *, cap: int | None = None, margin: int | None = None
+) -> GateVerdict:
+    """The gate rule: start ``n`` more networks only if ``used + n <= cap - margin``."""
+    eff_cap, eff_margin = gate_limits(cap, margin, capacity=status.capacity)
+    limit = eff_cap - eff_margin
+    after = status.used + n
+    if after <= limit:
+        reason = f"ok: {status.used} used + {n} <= cap {eff_cap} - margin {eff_margin}"
+        return GateVerdict(True, reason, status, eff_cap, eff_margin)
+    reason = f"wait: {status.used} used + {n} > cap {eff_cap} - margin {eff_margin}"
+    if status.empty_ours:
+        reason += f" ({len(status.empty_ours)} empty network(s) of ours can be reclaimed)"
+    return GateVerdict(False, reason, status, eff_cap, eff_margin)
+
+
+def may_start(
+    n: int = 1,
+    *,
+    out: Path | None,
+    cap: int | None = None,
+    margin: int | None = None,
+    client: docker.DockerClient | None = None,
+) -> GateVerdict:
+    """May the runner start ``n`` more trials (one compose network each) right now?"""
+    return verdict(pool_status(out, client=client), n, cap=cap, margin=margin)
+
+
+def reclaim_empty_ours(out: Path, client: docker.DockerClient | None = None) -> list[str]:
+    """Remove networks that are ours and have no container attached; return their names.
+
+    Each network is re-read just before removal: its label must still be ours and it must still be
+    empty. Foreign networks are never touched. A network that vanished meanwhile is skipped.
+    """
+    import docker.errors
+
+    client = client or connect()
+    projects = our_projects(out)
+    removed: list[str] = []
+    if not projects:
+        return removed
+    status = pool_status(out, client=client)
+    for ni in status.networks:
+        if not (ni.ours and ni.empty):
+            continue
+        try:
+            net = client.networks.get(ni.id)
+            net.reload()
+            if not is_ours(net.attrs.get("Labels"), projects) or net.attrs.get("Containers"):
+                continue
+            net.remove()
+            removed.append(ni.name)
+        except docker.errors.NotFound:
+            continue
+        except docker.errors.APIError as exc:
+            if exc.status_code == 404:
+                continue
+            if "active endpoints" in str(exc):
+                continue  # a container attached meanwhile: no longer empty
+            raise
+    return removed
