@@ -1,0 +1,66 @@
+"""``marathon net``: Docker address-pool capacity, who uses it, and the start gate's verdict."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+HELP = "Docker address pools: capacity, used (ours/foreign), free, empty-and-ours, gate verdict"
+DESCRIPTION = (
+    "Show the Docker daemon's address-pool capacity in networks, how many are used by this run's "
+    "compose projects (ours) and by everyone else (foreign), the empty networks of ours that the "
+    "gate would reclaim, and the gate's verdict. Exit 0 when the gate lets a trial start, 1 when it "
+    "would wait. Cap and margin: flags, else MARATHON_NET_CAP / MARATHON_NET_MARGIN."
+)
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("out", nargs="?", type=Path, help="output tree (to tell our networks from foreign ones)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--net-cap", type=int, metavar="N", help="allow at most N networks in use (default: capacity)"
+    )
+    p.add_argument("--net-margin", type=int, metavar="N", help="keep N networks free for others (default 2)")
+    p.add_argument("-n", type=int, default=1, metavar="N", help="ask the gate about N new trials (default 1)")
+
+
+def render(status, verdict) -> str:
+    lines = [
+        f"address pools ({status.pools_source}): capacity {status.capacity} networks",
+    ]
+    for p in status.pools:
+        lines.append(f"  {p.base:<18} /{p.size:<3} capacity {p.capacity:>5}  used {p.used}")
+    lines.append(
+        f"used {status.used} (ours {status.used_ours}, foreign {status.used_foreign}), free {status.free}"
+    )
+    lines.append(f"empty and ours ({len(status.empty_ours)}): {', '.join(status.empty_ours) or '-'}")
+    lines.append("networks:")
+    for n in status.networks:
+        if not n.subnets:
+            continue
+        who = "ours" if n.ours else "foreign"
+        lines.append(
+            f"  {who:<7} {'empty' if n.empty else 'in use':<6} {n.name:<40} {','.join(n.subnets):<18} "
+            f"pool={n.pool or '-'}"
+        )
+    lines.append(f"gate: {'OK' if verdict.ok else 'WAIT'} -- {verdict.reason}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from runner.docker_pool import pool_status, verdict
+    from runner.errors import UserError
+
+    for flag in ("net_cap", "net_margin"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 0:
+            raise UserError(f"--{flag.replace('_', '-')} must not be negative")
+    if args.out is not None and not args.out.is_dir():
+        raise UserError(f"{args.out} is not a directory (expected a marathon output tree)")
+    status = pool_status(args.out)
+    v = verdict(status, args.n, cap=args.net_cap, margin=args.net_margin)
+    if args.json:
+        print(json.dumps({"status": status.to_json(), "gate": v.to_json()}, indent=1))
+    else:
+        print(render(status, v))
+    return 0 if v.ok else 1
