@@ -1,0 +1,925 @@
+"""The results model: one scanner turns an output tree into cells (task x arm), and keeps them current.
+
+Everything that shows results (status, report, the console, the runner's skip decision) reads this
+one model, so they cannot disagree. The scoring rules come from ``runner.rules``; files become typed
+records in ``runner.results``; paths come from ``runner.tree``.
+
+Public API (stable; other areas build on it):
+
+    RunModel.load(out) -> RunModel          cold scan of the whole tree (and its voided trials)
+    model.update(paths) -> set[(task, arm)] re-read only what the changed paths touch (watchfiles feed)
+    model.refresh() -> set[(task, arm)]     re-scan everything, return the cells that changed
+    model.cells: dict[(task, arm), Cell]    all-time cells; every task x arm seen (or planned) has one
+    model.scoped(scope="run"|"all")         cells counted in the current run only, or all time
+    model.tasks, model.arms                 sorted task names; arms in canonical order (modes.ARMS first)
+    model.excluded: list[Excluded]          dirs left out (leftover dirs of another owner), with reason
+    model.runs: list[Run]; model.run_id     runner starts from <out>/.runner/events.jsonl; the current one
+    model.claims: set[(task, arm)]          pairs with a claim file in <out>/.claims
+    model.unreadable: list[str]             files unreadable at the last read (relative paths)
+    model.is_output_tree / model.n_attempts facts for "not an output tree" / "empty tree" messages
+
+    Cell: task, arm, status (pending|running|done|errored|voided), reward, partial, pass_rate,
+          build_failed, cost_usd, cost_usd_all, n_input_tokens, n_output_tokens, wall_sec,
+          continuations, unblocks, error_events, goal_status, run_id, attempts, scored_by, newer,
+          claimed, unreadable, note
+    Attempt: task, arm, arm_dir, stamp, job_dir, job, trials, voided_trials, status, voided, reason,
+          run_id, and the attempt's own reward/partial/pass_rate/... (``Attempt.figures``)
+
+Rules applied here (each from the issue, none re-implemented from runner.rules):
+- a pair is scored by its latest done attempt; a newer running/errored attempt never replaces it
+  (``Cell.newer`` says it exists);
+- a done attempt whose metrics are not a score yet (``phase: initialized``) does not score: the
+  previous done attempt with a score does, and ``note`` says so;
+- a half-written file never raises and never erases a value: the record keeps its last good value
+  and is marked ``stale``; the cell says ``unreadable``;
+- arm dirs owned by another uid than the tree's owner are excluded (``model.excluded``);
+  ``<arm>-<pid>`` dirs count as ``<arm>``;
+- run scoping uses the runner's own stamps and events, never file mtimes.
+
+Thread-safety: the model is not locked; the console feeds ``update`` from one worker and reads the
+cells it returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from modes.profiles import ARMS
+from runner import results, tree
+from runner.results import JobRecord, TrialRecord
+
+PENDING = "pending"
+RUNNING = "running"
+DONE = "done"
+ERRORED = "errored"
+VOIDED = "voided"
+STATUSES = (PENDING, RUNNING, DONE, ERRORED, VOIDED)
+
+Key = tuple[str, str]  # (task, arm)
+AttemptKey = tuple[str, str, str]  # (task, arm dir, stamp)
+
+
+@dataclass(frozen=True, slots=True)
+class Excluded:
+    path: str
+    reason: str
+    task: str | None = None
+    arm: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One runner start, from ``events.jsonl`` (``{"event": "runner_start", "run_id", "ts", ...}``)."""
+
+    run_id: str
+    started: datetime | None
+    tasks: tuple[str, ...] = ()
+    arms: tuple[str, ...] = ()
+    pid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VoidedTrial:
+    name: str
+    path: str
+    reason: str
+    record: TrialRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """What an attempt (or a cell, from its scoring attempt) shows."""
+
+    reward: float | None = None
+    partial: float | None = None
+    pass_rate: float | None = None
+    build_failed: bool = False
+    cost_usd: float | None = None
+    n_input_tokens: int | None = None
+    n_output_tokens: int | None = None
+    wall_sec: float | None = None
+    continuations: int | None = None
+    unblocks: int | None = None
+    error_events: int | None = None
+    goal_status: str | None = None
+    in_progress_metrics: bool = False  # a trial's metrics say phase initialized/starting
+
+    @property
+    def has_score(self) -> bool:
+        return (self.partial is not None or self.reward is not None) and not self.in_progress_metrics
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One harbor job of a pair: ``<out>/<task>/<arm dir>/<stamp>/<job>``, plus its voided trials."""
+
+    task: str
+    arm: str
+    arm_dir: str
+    stamp: str
+    job_dir: str | None = None
+    job: JobRecord | None = None
+    trials: dict[str, TrialRecord] = field(default_factory=dict)
+    voided_trials: dict[str, VoidedTrial] = field(default_factory=dict)
+    run_id: str | None = None
+    status: str = RUNNING
+    figures: Figures = field(default_factory=Figures)
+    unreadable: tuple[str, ...] = ()
+
+    @property
+    def voided(self) -> bool:
+        return self.status == VOIDED
+
+    @property
+    def reason(self) -> str | None:
+        """Why it is voided (the README), or the exception types of an errored attempt."""
+        if self.voided_trials:
+            return "; ".join(dict.fromkeys(v.reason for v in self.voided_trials.values()))
+        if self.status == ERRORED:
+            types = [t.exception_type for t in self.trials.values() if t.exception_type]
+            if not types and self.job:
+                types = list(self.job.exception_types)
+            return ", ".join(dict.fromkeys(types)) or "errored"
+        return None
+
+    @property
+    def key(self) -> AttemptKey:
+        return (self.task, self.arm_dir, self.stamp)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One task x arm: its status and the figures of the attempt that scores it."""
+
+    task: str
+    arm: str
+    status: str = PENDING
+    reward: float | None = None
+    partial: float | None = None
+    pass_rate: float | None = None
+    build_failed: bool = False
+    cost_usd: float | None = None
+    cost_usd_all: float | None = None  # every attempt's spend, errored and voided ones too
+    n_input_tokens: int | None = None
+    n_output_tokens: int | None = None
+    wall_sec: float | None = None
+    continuations: int | None = None
+    unblocks: int | None = None
+    error_events: int | None = None
+    goal_status: str | None = None
+    run_id: str | None = None
+    attempts: tuple[Attempt, ...] = ()
+    scored_by: str | None = None  # stamp of the scoring attempt
+    newer: str | None = None  # status of a newer attempt that did not replace the score
+    claimed: bool = False
+    unreadable: bool = False
+    note: str = ""
+
+    @property
+    def key(self) -> Key:
+        return (self.task, self.arm)
+
+    @property
+    def n_attempts(self) -> int:
+        return len(self.attempts)
+
+    @property
+    def n_voided(self) -> int:
+        return sum(1 for a in self.attempts if a.voided)
+
+    @property
+    def n_errored(self) -> int:
+        return sum(1 for a in self.attempts if a.status == ERRORED)
+
+
+# --------------------------------------------------------------------------------------- attempts
+
+
+def _mean(vals: list[float]) -> float | None:
+    return sum(vals) / len(vals) if vals else None
+
+
+def _sum_opt(vals: Iterable[float | int | None]):
+    got = [v for v in vals if v is not None]
+    return sum(got) if got else None
+
+
+def _figures(trials: Iterable[TrialRecord]) -> Figures:
+    done = [t for t in trials if t.finished]
+    rewards = [t.reward for t in done if t.reward is not None]
+    partials = [t.partial for t in done if t.metrics.is_score and t.partial is not None]
+    rates = [t.pass_rate for t in done if t.metrics.is_score and t.pass_rate is not None]
+    starts = [results.parse_time(t.started_at) for t in done]
+    ends = [results.parse_time(t.finished_at) for t in done]
+    wall = None
+    if done and all(starts) and all(ends):
+        try:
+            wall = max(0.0, (max(ends) - min(starts)).total_seconds())  # type: ignore[type-var]
+        except TypeError:  # naive vs aware
+            wall = _sum_opt(t.wall_sec for t in done)
+    receipts = [t.receipt for t in done if t.receipt is not None and t.receipt.state == results.OK]
+    status = next((r.final_goal_status for r in reversed(receipts) if r.final_goal_status), None)
+    return Figures(
+        reward=_mean(rewards),
+        partial=_mean(partials),
+        pass_rate=_mean(rates),
+        build_failed=any(t.build_failed for t in done if t.metrics.is_score),
+        cost_usd=_sum_opt(t.cost_usd for t in done),
+        n_input_tokens=_sum_opt(t.n_input_tokens for t in done),
+        n_output_tokens=_sum_opt(t.n_output_tokens for t in done),
+        wall_sec=wall,
+        continuations=_sum_opt(r.continuations for r in receipts),
+        unblocks=_sum_opt(r.unblocks for r in receipts),
+        error_events=_sum_opt(r.error_events for r in receipts),
+        goal_status=status,
+        in_progress_metrics=any(t.metrics.state == results.IN_PROGRESS for t in done),
+    )
+
+
+def _attempt_status(a: Attempt) -> str:
+    live = a.trials
+    if a.voided_trials and not live:
+        return VOIDED
+    job = a.job
+    if job is None or job.state != results.OK and not job.stale:
+        # No readable job result: derive the job's counts from its trials (harbor sums them the same way).
+        if not live:
+            return RUNNING
+        if any(not t.finished for t in live.values()):
+            return RUNNING
+        from runner import rules
+
+        stats = {
+            "n_completed_trials": len(live),
+            "n_errored_trials": sum(1 for t in live.values() if t.errored),
+        }
+        return DONE if rules.is_done(stats) else ERRORED
+    if job.done:
+        return DONE
+    if job.finished:
+        return ERRORED
+    if job.n_running or job.n_pending or any(not t.finished for t in live.values()):
+        return RUNNING
+    if job.n_errored or job.n_cancelled:
+        return ERRORED  # interrupted (no finished_at) after an error or a cancellation
+    return RUNNING
+
+
+def _refresh_attempt(a: Attempt) -> None:
+    a.status = _attempt_status(a)
+    a.figures = _figures(a.trials.values())
+    bad = []
+    if a.job is not None and (a.job.stale or a.job.state in (results.UNREADABLE, results.EMPTY)):
+        bad.append(f"{a.job_dir}/result.json")
+    for t in a.trials.values():
+        if t.stale or t.state in (results.UNREADABLE, results.EMPTY):
+            bad.append(f"{a.job_dir}/{t.name}")
+    a.unreadable = tuple(bad)
+
+
+# ------------------------------------------------------------------------------------------ cells
+
+
+def build_cell(task: str, arm: str, attempts: Iterable[Attempt], claimed: bool = False) -> Cell:
+    """The cell of one pair from its attempts: the latest done attempt with a score scores it."""
+    atts = sorted(attempts, key=lambda a: (a.stamp, a.arm_dir))
+    cost_all = _sum_opt(a.figures.cost_usd for a in atts)
+    unreadable = any(a.unreadable for a in atts)
+    done = [a for a in atts if a.status == DONE]
+    scoring = next((a for a in reversed(done) if a.figures.has_score), None)
+    notes: list[str] = []
+    if done and scoring is not done[-1]:
+        notes.append(f"attempt {done[-1].stamp} has no score yet (metrics in progress)")
+        if scoring is None:
+            scoring = done[-1]
+    if scoring is not None:
+        status = DONE
+        later = [
+            a for a in atts if (a.stamp, a.arm_dir) > (scoring.stamp, scoring.arm_dir) and a.status != DONE
+        ]
+        newer = later[-1].status if later else None
+        if newer:
+            notes.append(f"newer attempt {later[-1].stamp} is {newer}; score kept from {scoring.stamp}")
+        shown = scoring
+    else:
+        newer = None
+        live = [a for a in atts if not a.voided]
+        if live:
+            status = live[-1].status
+            shown = live[-1]
+            if status == ERRORED:
+                notes.append(f"errored: {live[-1].reason}")
+        elif atts:
+            status = VOIDED
+            shown = atts[-1]
+            notes.append(f"voided: {shown.reason}")
+        else:
+            status = RUNNING if claimed else PENDING
+            shown = None
+    if unreadable:
+        notes.append("unreadable: " + ", ".join(f for a in atts for f in a.unreadable))
+    f = shown.figures if shown is not None else Figures()
+    scored = status == DONE
+    return Cell(
+        task=task,
+        arm=arm,
+        status=status,
+        reward=f.reward if scored else None,
+        partial=f.partial if scored and not f.in_progress_metrics else None,
+        pass_rate=f.pass_rate if scored and not f.in_progress_metrics else None,
+        build_failed=f.build_failed if scored else False,
+        cost_usd=f.cost_usd,
+        cost_usd_all=cost_all,
+        n_input_tokens=f.n_input_tokens,
+        n_output_tokens=f.n_output_tokens,
+        wall_sec=f.wall_sec,
+        continuations=f.continuations,
+        unblocks=f.unblocks,
+        error_events=f.error_events,
+        goal_status=f.goal_status,
+        run_id=shown.run_id if shown else None,
+        attempts=tuple(atts),
+        scored_by=scoring.stamp if scoring is not None else None,
+        newer=newer,
+        claimed=claimed,
+        unreadable=unreadable,
+        note="; ".join(notes),
+    )
+
+
+def arm_order(arms: Iterable[str]) -> list[str]:
+    """The five arms in canonical order first, then stand-ins (oracle, nop, test agents) by name."""
+    arms = set(arms)
+    return [a for a in ARMS if a in arms] + sorted(arms - set(ARMS))
+
+
+def _ts(v: Any) -> datetime | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        try:
+            return datetime.fromtimestamp(v, UTC)
+        except (OverflowError, OSError, ValueError):
+            return None
+    if isinstance(v, str):
+        t = results.parse_time(v)
+        if t is not None:
+            return t if t.tzinfo else t.replace(tzinfo=UTC)
+    return None
+
+
+def _strs(v: Any) -> tuple[str, ...]:
+    if isinstance(v, str):
+        v = [x for x in v.replace(",", " ").split() if x]
+    if isinstance(v, (list, tuple)):
+        return tuple(str(x) for x in v if isinstance(x, str))
+    return ()
+
+
+# ------------------------------------------------------------------------------------------ model
+
+
+class RunModel:
+    """The cells of one output tree. Build with ``RunModel.load(out)``; keep current with ``update``."""
+
+    def __init__(self, out: Path | str) -> None:
+        self.out = Path(os.path.abspath(out))
+        self._out_s = str(self.out)
+        self.voided_root = tree.voided_root(self.out)
+        self._voided_s = str(self.voided_root)
+        self._attempts: dict[AttemptKey, Attempt] = {}
+        self._by_pair: dict[Key, set[AttemptKey]] = {}
+        self._excluded: dict[str, Excluded] = {}
+        self._owner: int | None = None
+        self._task_dirs: set[str] = set()
+        self.cells: dict[Key, Cell] = {}
+        self.claims: set[Key] = set()
+        self.runs: list[Run] = []
+        self._events_pos = 0
+        self._event_stamp_run: dict[AttemptKey | tuple[str, str, str], str] = {}
+        self._scoped_cache: dict[str, dict[Key, Cell]] = {}
+        self.markers: set[str] = set()
+
+    # ---------------------------------------------------------------- public
+
+    @classmethod
+    def load(cls, out: Path | str) -> RunModel:
+        m = cls(out)
+        m._scan_all()
+        return m
+
+    @property
+    def tasks(self) -> list[str]:
+        return sorted({k[0] for k in self.cells})
+
+    @property
+    def arms(self) -> list[str]:
+        return arm_order(k[1] for k in self.cells)
+
+    @property
+    def excluded(self) -> list[Excluded]:
+        return sorted(self._excluded.values(), key=lambda e: e.path)
+
+    @property
+    def run_id(self) -> str | None:
+        return self.runs[-1].run_id if self.runs else None
+
+    @property
+    def current_run(self) -> Run | None:
+        return self.runs[-1] if self.runs else None
+
+    @property
+    def n_attempts(self) -> int:
+        return len(self._attempts)
+
+    @property
+    def is_output_tree(self) -> bool:
+        """Has marathon's markers (.runner, .claims, .driver_env) or at least one job dir."""
+        return bool(self.markers) or bool(self._attempts) or bool(self._excluded)
+
+    @property
+    def unreadable(self) -> list[str]:
+        return [f for c in self.cells.values() for a in c.attempts for f in a.unreadable]
+
+    def attempts(self) -> list[Attempt]:
+        return sorted(self._attempts.values(), key=lambda a: a.key)
+
+    def scoped(self, scope: str = "run") -> dict[Key, Cell]:
+        """Cells counted in the current run (``"run"``) or over all time (``"all"``).
+
+        In the run scope a cell sees only the attempts of the current run; the pairs are those the
+        runner planned (its ``runner_start`` event's tasks x arms) plus any it ran. Without any runner
+        start recorded, the run scope is all time.
+        """
+        if scope == "all" or not self.runs:
+            return self.cells
+        cached = self._scoped_cache.get(scope)
+        if cached is not None:
+            return cached
+        run = self.runs[-1]
+        keys: set[Key] = {(t, a) for t in run.tasks for a in run.arms}
+        per: dict[Key, list[Attempt]] = {}
+        for att in self._attempts.values():
+            if att.run_id == run.run_id:
+                per.setdefault((att.task, att.arm), []).append(att)
+                keys.add((att.task, att.arm))
+        cells = {k: build_cell(k[0], k[1], per.get(k, ()), k in self.claims) for k in sorted(keys)}
+        self._scoped_cache[scope] = cells
+        return cells
+
+    def refresh(self) -> set[Key]:
+        """Re-scan the whole tree; the cells that changed."""
+        before = self.cells
+        fresh = RunModel(self.out)
+        fresh._prev = self  # keep last good values of files that are unreadable now
+        fresh._scan_all()
+        self.__dict__.update({k: v for k, v in fresh.__dict__.items() if k != "_prev"})
+        return {k for k in set(before) | set(self.cells) if before.get(k) != self.cells.get(k)}
+
+    def update(self, paths: Iterable[Path | str]) -> set[Key]:
+        """Re-read only what the changed ``paths`` touch; return the (task, arm) cells that changed.
+
+        Feed it watchfiles' changed paths (added, modified or deleted). A trial file re-reads that
+        trial; a job result re-reads the job record; a new or removed dir re-lists just that dir;
+        ``.runner/events.jsonl`` re-reads the new lines and re-scopes; ``.claims`` updates claims.
+        """
+        pairs: set[Key] = set()
+        rescope = False
+        for p in paths:
+            ap = os.path.abspath(p)
+            if ap == self._out_s or ap.startswith(self._out_s + os.sep):
+                rel = ap[len(self._out_s) + 1 :]
+                parts = tuple(x for x in rel.split(os.sep) if x)
+                r = self._update_main(parts, pairs)
+                rescope = rescope or r
+            elif ap == self._voided_s or ap.startswith(self._voided_s + os.sep):
+                rel = ap[len(self._voided_s) + 1 :]
+                parts = tuple(x for x in rel.split(os.sep) if x)
+                self._update_voided(parts, pairs)
+        if rescope:
+            self._assign_runs()
+            pairs |= set(self.cells)
+        return self._rebuild(pairs)
+
+    # --------------------------------------------------------------- scanning
+
+    def _scan_all(self) -> None:
+        self.markers = {
+            n for n in (tree.RUNNER_DIR, tree.CLAIMS_DIR, tree.DRIVER_ENV) if os.path.exists(self.out / n)
+        }
+        try:
+            self._owner = os.stat(self._out_s).st_uid
+        except OSError:
+            self._owner = None
+        self._read_events()
+        self._read_claims()
+        for task in tree.list_dirs(self._out_s):
+            self._scan_task(task)
+        self._scan_voided()
+        self._assign_runs()
+        self._rebuild(None)
+
+    def _scan_task(self, task: str) -> None:
+        self._task_dirs.add(task)
+        tdir = os.path.join(self._out_s, task)
+        for arm_dir in tree.list_dirs(tdir):
+            self._scan_arm(task, arm_dir)
+
+    def _arm_excluded(self, task: str, arm_dir: str, adir: str) -> bool:
+        try:
+            uid = os.stat(adir).st_uid
+        except OSError:
+            return True
+        if self._owner is not None and uid != self._owner:
+            self._excluded[adir] = Excluded(
+                path=os.path.relpath(adir, self._out_s),
+                reason=f"owned by uid {uid}, not the tree's owner uid {self._owner} (leftover of an earlier round)",
+                task=task,
+                arm=tree.arm_of_dir(arm_dir),
+            )
+            return True
+        self._excluded.pop(adir, None)
+        return False
+
+    def _scan_arm(self, task: str, arm_dir: str) -> None:
+        adir = os.path.join(self._out_s, task, arm_dir)
+        if self._arm_excluded(task, arm_dir, adir):
+            for k in [k for k in self._attempts if k[0] == task and k[1] == arm_dir]:
+                self._drop_attempt(k)
+            return
+        stamps = tree.list_dirs(adir)
+        for k in [k for k in self._attempts if k[0] == task and k[1] == arm_dir and k[2] not in stamps]:
+            if not self._attempts[k].voided_trials:
+                self._drop_attempt(k)
+        for stamp in stamps:
+            self._scan_stamp(task, arm_dir, stamp)
+
+    def _get_attempt(self, task: str, arm_dir: str, stamp: str) -> Attempt:
+        """The attempt to modify: a copy, so cells already handed out keep their own (copy on write)."""
+        key = (task, arm_dir, stamp)
+        a = self._attempts.get(key)
+        if a is None:
+            arm = tree.arm_of_dir(arm_dir)
+            a = self._attempts[key] = Attempt(task=task, arm=arm, arm_dir=arm_dir, stamp=stamp)
+            self._by_pair.setdefault((task, arm), set()).add(key)
+            return a
+        a = self._attempts[key] = replace(a, trials=dict(a.trials), voided_trials=dict(a.voided_trials))
+        return a
+
+    def _drop_attempt(self, key: AttemptKey) -> None:
+        a = self._attempts.pop(key, None)
+        if a is not None:
+            self._by_pair.get((a.task, a.arm), set()).discard(key)
+
+    def _scan_stamp(self, task: str, arm_dir: str, stamp: str) -> None:
+        sdir = os.path.join(self._out_s, task, arm_dir, stamp)
+        name = tree.job_name_in(sdir, arm_dir)
+        if name is None:
+            key = (task, arm_dir, stamp)
+            a = self._attempts.get(key)
+            if a is not None and not a.voided_trials:
+                self._drop_attempt(key)
+            elif a is not None:
+                a = self._get_attempt(task, arm_dir, stamp)
+                a.job_dir, a.job, a.trials = None, None, {}
+            return
+        a = self._get_attempt(task, arm_dir, stamp)
+        a.job_dir = os.path.join(sdir, name)
+        self._read_job(a)
+        names = tree.list_dirs(a.job_dir)
+        old = a.trials
+        a.trials = {}
+        for n in names:
+            a.trials[n] = self._read_trial(os.path.join(a.job_dir, n), old.get(n) or self._prev_trial(a, n))
+
+    def _prev_trial(self, a: Attempt, name: str) -> TrialRecord | None:
+        prev = getattr(self, "_prev", None)
+        if prev is None:
+            return None
+        pa = prev._attempts.get(a.key)
+        return pa.trials.get(name) if pa else None
+
+    def _read_job(self, a: Attempt) -> None:
+        assert a.job_dir is not None
+        rec = results.read_job(a.job_dir)
+        old = a.job
+        if old is None:
+            prev = getattr(self, "_prev", None)
+            pa = prev._attempts.get(a.key) if prev is not None else None
+            old = pa.job if pa else None
+        if rec.state in (results.UNREADABLE, results.EMPTY) and old is not None and old.state == results.OK:
+            rec = replace(old, stale=True, error=rec.error)
+        a.job = rec
+
+    @staticmethod
+    def _read_trial(tdir: str, old: TrialRecord | None) -> TrialRecord:
+        rec = results.read_trial(tdir)
+        if old is None:
+            return rec
+        stale = False
+        if rec.state in (results.UNREADABLE, results.EMPTY) and old.state == results.OK:
+            rec = replace(old, metrics=rec.metrics, receipt=rec.receipt, error=rec.error)
+            stale = True
+        m_old, m_new = old.metrics, rec.metrics
+        if m_old.is_score and m_new.state in (results.UNREADABLE, results.EMPTY):
+            rec = replace(rec, metrics=replace(m_old, error=m_new.error))
+            stale = True
+        if stale:
+            rec = replace(rec, stale=True)
+        return rec
+
+    # ---------------------------------------------------------------- voided
+
+    def _scan_voided(self) -> None:
+        root = self._voided_s
+        for task in tree.list_dirs(root):
+            for arm_dir in tree.list_dirs(os.path.join(root, task)):
+                for stamp in tree.list_dirs(os.path.join(root, task, arm_dir)):
+                    self._scan_voided_stamp(task, arm_dir, stamp)
+
+    def _scan_voided_stamp(self, task: str, arm_dir: str, stamp: str) -> None:
+        sdir = os.path.join(self._voided_s, task, arm_dir, stamp)
+        found: dict[str, VoidedTrial] = {}
+        for job in tree.list_dirs(sdir):
+            jdir = os.path.join(sdir, job)
+            for trial in tree.list_dirs(jdir):
+                tdir = os.path.join(jdir, trial)
+                reason = _void_reason(tdir, jdir, sdir)
+                found[trial] = VoidedTrial(trial, tdir, reason, results.read_trial(tdir))
+        key = (task, arm_dir, stamp)
+        if found:
+            a = self._get_attempt(task, arm_dir, stamp)
+            a.voided_trials = found
+        elif key in self._attempts:
+            a = self._get_attempt(task, arm_dir, stamp)
+            a.voided_trials = {}
+            if a.job_dir is None:
+                self._drop_attempt(key)
+
+    def _update_voided(self, parts: tuple[str, ...], pairs: set[Key]) -> None:
+        if len(parts) < 3:
+            # The voided root or a task/arm dir of it appeared or went: re-scan the voided side.
+            for k in [k for k, a in self._attempts.items() if a.voided_trials]:
+                pairs.add((k[0], tree.arm_of_dir(k[1])))
+            self._scan_voided()
+            return
+        task, arm_dir, stamp = parts[:3]
+        self._scan_voided_stamp(task, arm_dir, stamp)
+        pairs.add((task, tree.arm_of_dir(arm_dir)))
+
+    # ---------------------------------------------------------- incremental
+
+    def _update_main(self, parts: tuple[str, ...], pairs: set[Key]) -> bool:
+        """Apply one changed path under ``out``; True when run scoping must be recomputed."""
+        if not parts:
+            self.markers = {
+                n for n in (tree.RUNNER_DIR, tree.CLAIMS_DIR, tree.DRIVER_ENV) if os.path.exists(self.out / n)
+            }
+            present = set(tree.list_dirs(self._out_s))
+            for task in present - self._task_dirs:
+                self._scan_task(task)
+                pairs.update(k for k in self._by_pair if k[0] == task)
+            for task in self._task_dirs - present:
+                self._drop_task(task, pairs)
+            return True
+        head = parts[0]
+        if head == tree.RUNNER_DIR:
+            self.markers.add(head)
+            if parts[1:] == (tree.EVENTS_FILE,) or len(parts) == 1:
+                self._read_events()
+                return True
+            return False
+        if head == tree.CLAIMS_DIR:
+            self.markers.add(head)
+            before = set(self.claims)
+            self._read_claims()
+            pairs.update(before ^ self.claims)
+            return False
+        if head.startswith("."):
+            if head == tree.DRIVER_ENV:
+                self.markers.add(head)
+            return False
+        if len(parts) == 1:
+            if os.path.isdir(os.path.join(self._out_s, head)):
+                before = {k for k in self._by_pair if k[0] == head}
+                self._scan_task(head)
+                pairs.update(before | {k for k in self._by_pair if k[0] == head})
+            else:
+                self._drop_task(head, pairs)
+            return True
+        task, arm_dir = parts[0], parts[1]
+        if arm_dir.startswith("."):
+            return False
+        arm = tree.arm_of_dir(arm_dir)
+        pairs.add((task, arm))
+        self._task_dirs.add(task)
+        if len(parts) == 2:
+            self._scan_arm(task, arm_dir)
+            return True
+        adir = os.path.join(self._out_s, task, arm_dir)
+        if adir in self._excluded:
+            return False
+        stamp = parts[2]
+        if stamp.startswith("."):
+            return False
+        if len(parts) <= 4:
+            self._scan_stamp(task, arm_dir, stamp)
+            return True
+        key = (task, arm_dir, stamp)
+        a = self._attempts.get(key)
+        job = parts[3]
+        if a is None or a.job_dir is None or os.path.basename(a.job_dir) != job:
+            self._scan_stamp(task, arm_dir, stamp)
+            return True
+        a = self._get_attempt(task, arm_dir, stamp)
+        name = parts[4]
+        if len(parts) == 5 and name in tree.JOB_FILES:
+            if name == results.RESULT_JSON:
+                self._read_job(a)
+                _refresh_attempt(a)
+            return False
+        if name.startswith("."):
+            return False
+        tdir = os.path.join(a.job_dir, name)
+        rest = parts[5:]
+        if len(parts) == 5 or name not in a.trials:
+            if os.path.isdir(tdir):
+                a.trials[name] = self._read_trial(tdir, a.trials.get(name))
+            else:
+                a.trials.pop(name, None)
+        elif rest in tree.TRIAL_FILES or len(rest) == 1 and rest[0] in ("verifier", "agent"):
+            a.trials[name] = self._read_trial(tdir, a.trials.get(name))
+        else:
+            return False  # trial.log, sessions, test output: nothing the model shows
+        _refresh_attempt(a)
+        return False
+
+    def _drop_task(self, task: str, pairs: set[Key]) -> None:
+        self._task_dirs.discard(task)
+        for k in [k for k in self._attempts if k[0] == task]:
+            if not self._attempts[k].voided_trials:
+                self._drop_attempt(k)
+            else:
+                a = self._get_attempt(*k)
+                a.job_dir, a.job, a.trials = None, None, {}
+        for p in [p for p in self._excluded.values() if p.task == task]:
+            self._excluded.pop(os.path.join(self._out_s, p.path), None)
+        pairs.update(k for k in self._by_pair if k[0] == task)
+
+    # ------------------------------------------------------------- claims, events, runs
+
+    def _read_claims(self) -> None:
+        claims: set[Key] = set()
+        try:
+            with os.scandir(self.out / tree.CLAIMS_DIR) as it:
+                for e in it:
+                    k = tree.claim_key(e.name)
+                    if k:
+                        claims.add(k)
+        except OSError:
+            pass
+        self.claims = claims
+
+    def _read_events(self) -> None:
+        """Read new lines of events.jsonl (incrementally; a partial last line is read next time)."""
+        path = tree.events_path(self.out)
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            return
+        if size < self._events_pos:  # truncated or replaced: start over
+            self._events_pos = 0
+            self.runs = []
+            self._event_stamp_run = {}
+        try:
+            with open(path, "rb") as f:
+                f.seek(self._events_pos)
+                chunk = f.read()
+        except OSError:
+            return
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return
+        self._events_pos += end + 1
+        for line in chunk[: end + 1].splitlines():
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(ev, dict):
+                self._apply_event(ev)
+
+    def _apply_event(self, ev: dict) -> None:
+        run_id = ev.get("run_id")
+        if not isinstance(run_id, str) or not run_id:
+            return
+        if ev.get("event") == "runner_start":
+            self.runs.append(
+                Run(
+                    run_id=run_id,
+                    started=_ts(ev.get("ts")),
+                    tasks=_strs(ev.get("tasks")),
+                    arms=_strs(ev.get("arms")),
+                    pid=ev.get("pid") if isinstance(ev.get("pid"), int) else None,
+                )
+            )
+            return
+        task, stamp = ev.get("task"), ev.get("stamp")
+        arm = ev.get("arm_dir") or ev.get("arm")
+        if isinstance(task, str) and isinstance(arm, str) and isinstance(stamp, str):
+            self._event_stamp_run[(task, arm, stamp)] = run_id
+            self._event_stamp_run[(task, tree.arm_of_dir(arm), stamp)] = run_id
+
+    def _run_of(self, a: Attempt) -> str | None:
+        if not self.runs and not self._event_stamp_run:
+            return None
+        rid = self._event_stamp_run.get((a.task, a.arm_dir, a.stamp)) or self._event_stamp_run.get(
+            (a.task, a.arm, a.stamp)
+        )
+        if rid:
+            return rid
+        t = tree.stamp_time(a.stamp)
+        if t is None:
+            return None
+        best = None
+        for r in self.runs:  # the last runner start at or before the stamp (both the runner's clock)
+            if r.started is not None and r.started <= t:
+                best = r.run_id
+        return best
+
+    def _assign_runs(self) -> None:
+        for k, a in self._attempts.items():
+            rid = self._run_of(a)
+            if rid != a.run_id:
+                self._attempts[k] = replace(a, run_id=rid)
+
+    def _rebuild(self, pairs: set[Key] | None) -> set[Key]:
+        """Recompute the cells of ``pairs`` (all when None); return those that changed."""
+        self._scoped_cache.clear()
+        old = dict(self.cells)
+        full = pairs is None
+        if pairs is None:
+            pairs = set(self._by_pair) | set(self.cells)
+            self.cells = {}
+        changed: set[Key] = set()
+        for k in pairs:
+            atts = []
+            for ak in self._by_pair.get(k, ()):
+                a = self._attempts.get(ak)
+                if a is None:
+                    continue
+                if not full:  # a cold load assigned runs already (_assign_runs)
+                    rid = self._run_of(a)
+                    if rid != a.run_id:
+                        a = self._attempts[ak] = replace(a, run_id=rid)
+                _refresh_attempt(a)
+                atts.append(a)
+            if not atts:
+                self.cells.pop(k, None)  # the matrix fill below adds it back as pending if it belongs
+                continue
+            self.cells[k] = build_cell(k[0], k[1], atts, k in self.claims)
+        self._fill_matrix()
+        for k in set(old) | set(self.cells):
+            if old.get(k) != self.cells.get(k):
+                changed.add(k)
+        return changed
+
+    def _fill_matrix(self) -> None:
+        """Every task x arm seen or planned has a cell; a pair with no attempt is pending (or claimed)."""
+        with_attempts = {k for k, v in self._by_pair.items() if v}
+        tasks = {k[0] for k in with_attempts} | self._task_dirs | {k[0] for k in self.claims}
+        arms = {k[1] for k in with_attempts} | {k[1] for k in self.claims}
+        if self.runs:
+            tasks |= set(self.runs[-1].tasks)
+            arms |= set(self.runs[-1].arms)
+        for k in [k for k, c in self.cells.items() if not c.attempts]:
+            if k[0] not in tasks or k[1] not in arms:
+                del self.cells[k]
+        for t in tasks:
+            for a in arms:
+                k = (t, a)
+                c = self.cells.get(k)
+                if c is None or (not c.attempts and c.claimed != (k in self.claims)):
+                    self.cells[k] = build_cell(t, a, (), k in self.claims)
+
+
+def _void_reason(*dirs: str) -> str:
+    """The first meaningful line of the README next to a voided trial (trial, job or stamp dir)."""
+    for d in dirs:
+        try:
+            with open(os.path.join(d, tree.VOID_README), encoding="utf-8", errors="replace") as f:
+                text = f.read(4096)
+        except OSError:
+            continue
+        for line in text.splitlines():
+            line = line.strip().lstrip("#").strip()
+            if line and line.lower() not in ("voided", "voided trial"):
+                return line[:200]
+        return "voided (README empty)"
+    return "voided (no README)"

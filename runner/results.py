@@ -1,0 +1,382 @@
+"""Typed records read from harbor, verifier and receipt files: each file becomes a record once, here.
+
+Every reader here is total: a missing, empty, half-written (harbor's writes are not atomic) or
+corrupt file gives a record that says so (``state``), never an exception. The scoring rules are
+``runner.rules``; this module only feeds them.
+
+Files read:
+    <job>/result.json               -> JobRecord      (harbor JobResult, ``stats`` block)
+    <trial>/result.json             -> TrialRecord    (harbor TrialResult)
+    <trial>/verifier/metrics.json   -> Metrics        (task convention; partial score, pass rate)
+    <trial>/agent/goal_receipt.json -> Receipt        (marathon's arms: continuations, unblocks, ...)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from runner import rules
+
+RESULT_JSON = "result.json"
+METRICS_JSON = ("verifier", "metrics.json")
+RECEIPT_JSON = ("agent", "goal_receipt.json")
+EXCEPTION_TXT = "exception.txt"
+
+# File states.
+OK = "ok"
+MISSING = "missing"
+EMPTY = "empty"
+UNREADABLE = "unreadable"  # truncated mid-write, corrupt, not an object, or a permission error
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A JSON file read without raising: its object (or None) and what state it was in."""
+
+    data: dict | None
+    state: str
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.state == OK
+
+
+def load_json(path: Path | str) -> Loaded:
+    """Read a JSON object file; never raises. Non-objects count as unreadable."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return Loaded(None, MISSING)
+    except NotADirectoryError:
+        return Loaded(None, MISSING)
+    except OSError as exc:
+        return Loaded(None, UNREADABLE, f"{type(exc).__name__}: {exc.strerror or exc}")
+    if not raw.strip():
+        return Loaded(None, EMPTY, "empty file")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        # JSONDecodeError and UnicodeDecodeError are ValueErrors.
+        return Loaded(None, UNREADABLE, f"{type(exc).__name__}: {str(exc)[:120]}")
+    if not isinstance(data, dict):
+        return Loaded(None, UNREADABLE, f"not a JSON object ({type(data).__name__})")
+    return Loaded(data, OK)
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def _int(v: Any) -> int:
+    f = _num(v)
+    return int(f) if f is not None else 0
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def parse_time(v: Any) -> datetime | None:
+    """harbor timestamps: ISO 8601, trial ones with ``Z``; job ``started_at`` is naive local time."""
+    if not isinstance(v, str) or not v:
+        return None
+    try:
+        return datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _span_sec(start: Any, end: Any) -> float | None:
+    a, b = parse_time(start), parse_time(end)
+    if a is None or b is None or (a.tzinfo is None) != (b.tzinfo is None):
+        return None
+    return max(0.0, (b - a).total_seconds())
+
+
+# ---------------------------------------------------------------------------------------------- job
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """The harbor job ``result.json`` of one attempt (one task x arm x stamp)."""
+
+    state: str
+    error: str = ""
+    job_id: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    n_total_trials: int = 0
+    n_completed: int = 0
+    n_errored: int = 0
+    n_running: int = 0
+    n_pending: int = 0
+    n_cancelled: int = 0
+    n_retries: int = 0
+    cost_usd: float | None = None
+    n_input_tokens: int | None = None
+    n_output_tokens: int | None = None
+    exception_types: tuple[str, ...] = ()
+    done: bool = False  # runner.rules.is_done(stats)
+    stale: bool = False  # the file is unreadable now; these are its last good values
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_at is not None
+
+
+def read_job(job_dir: Path | str) -> JobRecord:
+    loaded = load_json(os.path.join(job_dir, RESULT_JSON))
+    if not loaded.ok:
+        return JobRecord(state=loaded.state, error=loaded.error)
+    return job_from_dict(loaded.data or {})
+
+
+def job_from_dict(d: Mapping[str, Any]) -> JobRecord:
+    stats = d.get("stats")
+    if not isinstance(stats, Mapping):
+        stats = {}
+    exc_types: list[str] = []
+    evals = stats.get("evals")
+    if isinstance(evals, Mapping):
+        for ev in evals.values():
+            es = ev.get("exception_stats") if isinstance(ev, Mapping) else None
+            if isinstance(es, Mapping):
+                exc_types.extend(str(k) for k in es)
+    tok_in, tok_out = _num(stats.get("n_input_tokens")), _num(stats.get("n_output_tokens"))
+    return JobRecord(
+        state=OK,
+        job_id=_str(d.get("id")),
+        started_at=_str(d.get("started_at")),
+        finished_at=_str(d.get("finished_at")),
+        n_total_trials=_int(d.get("n_total_trials")),
+        n_completed=_int(stats.get("n_completed_trials", stats.get("n_trials"))),
+        n_errored=_int(stats.get("n_errored_trials", stats.get("n_errors"))),
+        n_running=_int(stats.get("n_running_trials")),
+        n_pending=_int(stats.get("n_pending_trials")),
+        n_cancelled=_int(stats.get("n_cancelled_trials")),
+        n_retries=_int(stats.get("n_retries")),
+        cost_usd=_num(stats.get("cost_usd")),
+        n_input_tokens=int(tok_in) if tok_in is not None else None,
+        n_output_tokens=int(tok_out) if tok_out is not None else None,
+        exception_types=tuple(sorted(set(exc_types))),
+        done=rules.is_done(stats),
+    )
+
+
+# ------------------------------------------------------------------------------------------ metrics
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    """``verifier/metrics.json`` through the rules: the two measures side by side, and the flags."""
+
+    state: str  # ok | missing | empty | unreadable | in_progress
+    error: str = ""
+    partial: float | None = None  # rules.partial_score
+    pass_rate: float | None = None  # rules.test_pass_rate
+    build_failed: bool = False
+    phase: str | None = None
+
+    @property
+    def is_score(self) -> bool:
+        return self.state == OK
+
+
+IN_PROGRESS = "in_progress"
+
+
+def metrics_from_dict(d: Mapping[str, Any]) -> Metrics:
+    phase = _str(d.get("phase"))
+    if not rules.metrics_is_score(d):
+        return Metrics(state=IN_PROGRESS, phase=phase)
+    return Metrics(
+        state=OK,
+        partial=rules.partial_score(d),
+        pass_rate=rules.test_pass_rate(d),
+        build_failed=rules.build_failed(d),
+        phase=phase,
+    )
+
+
+def read_metrics(trial_dir: Path | str) -> Metrics:
+    loaded = load_json(os.path.join(trial_dir, *METRICS_JSON))
+    if not loaded.ok:
+        return Metrics(state=loaded.state, error=loaded.error)
+    return metrics_from_dict(loaded.data or {})
+
+
+# ------------------------------------------------------------------------------------------ receipt
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """The figures of ``agent/goal_receipt.json`` that status, report and console show.
+
+    Field names accepted (the arms' receipt writer is agents/receipt.py): ``continuations`` (int or
+    list), ``unblocks`` (int or list; the field harness's ``_unblock_count`` too), ``errors`` /
+    ``error_events`` (list or int), ``final_goal_status`` (or ``goal_status``/``final_status``),
+    ``timed_out``, ``turns``.
+    """
+
+    state: str
+    error: str = ""
+    continuations: int | None = None
+    unblocks: int | None = None
+    error_events: int | None = None
+    final_goal_status: str | None = None
+    turns: int | None = None
+    timed_out: bool | None = None
+    arm: str | None = None
+
+
+def _count(d: Mapping[str, Any], *keys: str) -> int | None:
+    for k in keys:
+        if k not in d:
+            continue
+        v = d[k]
+        if isinstance(v, (list, tuple)):
+            return len(v)
+        n = _num(v)
+        if n is not None:
+            return int(n)
+    return None
+
+
+def receipt_from_dict(d: Mapping[str, Any]) -> Receipt:
+    goal = d.get("goal") if isinstance(d.get("goal"), Mapping) else {}
+    status = None
+    for k in ("final_goal_status", "goal_status", "final_status"):
+        status = _str(d.get(k))
+        if status:
+            break
+    if status is None:
+        status = _str(goal.get("status")) if goal else None
+    timed_out = d.get("timed_out")
+    return Receipt(
+        state=OK,
+        continuations=_count(d, "continuations", "n_continuations", "continuation_count"),
+        unblocks=_count(d, "unblocks", "n_unblocks", "unblock_count", "_unblock_count"),
+        error_events=_count(d, "errors", "error_events", "n_errors", "n_error_events"),
+        final_goal_status=status,
+        turns=_count(d, "turns", "n_turns"),
+        timed_out=timed_out if isinstance(timed_out, bool) else None,
+        arm=_str(d.get("arm")),
+    )
+
+
+def read_receipt(trial_dir: Path | str) -> Receipt | None:
+    """None when the trial has no receipt (harbor's own agents write none)."""
+    loaded = load_json(os.path.join(trial_dir, *RECEIPT_JSON))
+    if loaded.state == MISSING:
+        return None
+    if not loaded.ok:
+        return Receipt(state=loaded.state, error=loaded.error)
+    return receipt_from_dict(loaded.data or {})
+
+
+# -------------------------------------------------------------------------------------------- trial
+
+
+@dataclass(frozen=True, slots=True)
+class TrialRecord:
+    """One harbor trial: its result (when finished), metrics and receipt, as far as readable.
+
+    ``state`` is the state of ``result.json``: missing means still running (or a dead harness);
+    unreadable means half-written or corrupt.
+    """
+
+    name: str
+    state: str
+    error: str = ""
+    task_name: str | None = None
+    errored: bool = False
+    exception_type: str | None = None
+    exception_message: str | None = None
+    reward: float | None = None
+    cost_usd: float | None = None
+    n_input_tokens: int | None = None
+    n_output_tokens: int | None = None
+    n_cache_tokens: int | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    wall_sec: float | None = None
+    agent_sec: float | None = None
+    metrics: Metrics = field(default_factory=lambda: Metrics(state=MISSING))
+    receipt: Receipt | None = None
+    stale: bool = False  # result.json or metrics.json unreadable now; showing last good values
+
+    @property
+    def finished(self) -> bool:
+        return self.state == OK
+
+    @property
+    def partial(self) -> float | None:
+        return self.metrics.partial
+
+    @property
+    def pass_rate(self) -> float | None:
+        return self.metrics.pass_rate
+
+    @property
+    def build_failed(self) -> bool:
+        return self.metrics.build_failed
+
+
+def trial_from_dict(
+    name: str, d: Mapping[str, Any], metrics: Metrics, receipt: Receipt | None
+) -> TrialRecord:
+    exc = d.get("exception_info")
+    exc = exc if isinstance(exc, Mapping) else None
+    ar = d.get("agent_result")
+    ar = ar if isinstance(ar, Mapping) else {}
+    ae = d.get("agent_execution")
+    ae = ae if isinstance(ae, Mapping) else {}
+
+    def _opt_int(v: Any) -> int | None:
+        n = _num(v)
+        return int(n) if n is not None else None
+
+    return TrialRecord(
+        name=name,
+        state=OK,
+        task_name=_str(d.get("task_name")),
+        errored=exc is not None,
+        exception_type=_str(exc.get("exception_type")) if exc else None,
+        exception_message=_str(exc.get("exception_message")) if exc else None,
+        reward=rules.reward_of(d.get("verifier_result")),
+        cost_usd=_num(ar.get("cost_usd")),
+        n_input_tokens=_opt_int(ar.get("n_input_tokens")),
+        n_output_tokens=_opt_int(ar.get("n_output_tokens")),
+        n_cache_tokens=_opt_int(ar.get("n_cache_tokens")),
+        started_at=_str(d.get("started_at")),
+        finished_at=_str(d.get("finished_at")),
+        wall_sec=_span_sec(d.get("started_at"), d.get("finished_at")),
+        agent_sec=_span_sec(ae.get("started_at"), ae.get("finished_at")),
+        metrics=metrics,
+        receipt=receipt,
+    )
+
+
+def read_trial(trial_dir: Path | str) -> TrialRecord:
+    """Read one trial dir (result, metrics, receipt); never raises."""
+    name = os.path.basename(os.fspath(trial_dir).rstrip("/"))
+    metrics = read_metrics(trial_dir)
+    receipt = read_receipt(trial_dir)
+    loaded = load_json(os.path.join(trial_dir, RESULT_JSON))
+    if not loaded.ok:
+        return TrialRecord(
+            name=name, state=loaded.state, error=loaded.error, metrics=metrics, receipt=receipt
+        )
+    return trial_from_dict(name, loaded.data or {}, metrics, receipt)
