@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,9 +31,10 @@ if TYPE_CHECKING:
 # subnets of the given size -> 3 + 4 + 4 + 4 = 15 networks of /16 from 172.17-31, plus 16 /20s
 # from 192.168/16 = 31 networks. The default bridge (docker0, 172.17.0.0/16) takes one of them.
 # The global-scope pool (10.0.0.0/8 split into /24) is for swarm overlays and is not counted.
-# Docker 20.10's allocator (ipam/allocator.go getPredefinedPool) skips a predefined subnet only
-# when it overlaps a subnet already allocated in the address space; it does not consult host
-# routes (older libnetwork did, via netutils.CheckRouteOverlaps).
+# The allocator (libnetwork ipam/allocator.go getPredefinedPool) skips a predefined subnet that
+# overlaps an allocated one, and -- verified on Docker 20.10.24 with a bridge route in the daemon's
+# network namespace -- one that overlaps a host route (netutils.CheckRouteOverlaps). So routes
+# (VPNs, other daemons' bridges) count as "blocked" and reduce what is free.
 BUILTIN_LOCAL_POOLS: tuple[tuple[str, int], ...] = (
     ("172.17.0.0/16", 16),
     ("172.18.0.0/16", 16),
@@ -87,6 +89,7 @@ class Pool:
     size: int
     capacity: int  # networks this pool can hand out
     used: int = 0  # of which taken by existing networks (ours or foreign)
+    blocked: int = 0  # of which not taken but overlapping a host route
     source: str = "daemon"  # "daemon" (docker info DefaultAddressPools) or "builtin"
 
 
@@ -107,11 +110,12 @@ class PoolStatus:
     capacity: int
     used_ours: int
     used_foreign: int
-    free: int
+    free: int  # capacity - used - blocked: what the daemon will still hand out
     empty_ours: list[str]  # network names (for display); act on ids from `networks`
     pools: list[Pool] = field(default_factory=list)
     networks: list[NetInfo] = field(default_factory=list)
     pools_source: str = "daemon"
+    blocked: int = 0  # pool subnets no network holds but a host route overlaps (the daemon skips them)
 
     @property
     def used(self) -> int:
@@ -154,8 +158,38 @@ def _slots(subnet: ipaddress._BaseNetwork, pool: Pool) -> set[int]:
     return set(range(first, last + 1))
 
 
-def pool_status(out: Path | None, client: docker.DockerClient | None = None) -> PoolStatus:
-    """Capacity and use of the daemon's address pools, with every network classified."""
+def host_routes(pid: int | str = "self") -> list[str]:
+    """IPv4 destinations of the main routing table in the network namespace of ``pid``
+    (default: ours), without the default route -- what the daemon checks new subnets against."""
+    routes = []
+    try:
+        lines = Path(f"/proc/{pid}/net/route").read_text().splitlines()[1:]
+    except OSError:
+        return routes
+    for line in lines:
+        f = line.split()
+        if len(f) < 8:
+            continue
+        dest, mask = int(f[1], 16), int(f[7], 16)
+        if mask == 0:
+            continue
+        addr = ipaddress.IPv4Address(int.from_bytes(dest.to_bytes(4, "little"), "big"))
+        bits = bin(mask).count("1")
+        routes.append(str(ipaddress.ip_network(f"{addr}/{bits}", strict=False)))
+    return sorted(set(routes))
+
+
+def pool_status(
+    out: Path | None,
+    client: docker.DockerClient | None = None,
+    *,
+    routes: Iterable[str] | None = None,
+) -> PoolStatus:
+    """Capacity and use of the daemon's address pools, with every network classified.
+
+    ``routes``: the host routes of the daemon's network namespace (default: this process's,
+    which is the daemon's when marathon runs on the Docker host).
+    """
     import docker.errors
     import requests
 
@@ -200,19 +234,25 @@ def pool_status(out: Path | None, client: docker.DockerClient | None = None) -> 
                 driver=attrs.get("Driver", ""),
             )
         )
-    used_ours = used_foreign = 0
+    used_ours = used_foreign = blocked = 0
     for i, p in enumerate(pools):
         p.used = len(taken[i])
         o = sum(1 for v in taken[i].values() if v)
         used_ours += o
         used_foreign += p.used - o
+        routed: set[int] = set()
+        for r in host_routes() if routes is None else routes:
+            routed |= _slots(ipaddress.ip_network(r, strict=False), p)
+        p.blocked = len(routed - set(taken[i]))
+        blocked += p.blocked
     capacity = sum(p.capacity for p in pools)
     infos.sort(key=lambda x: (not x.ours, x.name))
     return PoolStatus(
         capacity=capacity,
         used_ours=used_ours,
         used_foreign=used_foreign,
-        free=capacity - used_ours - used_foreign,
+        free=capacity - used_ours - used_foreign - blocked,
+        blocked=blocked,
         empty_ours=[x.name for x in infos if x.ours and x.empty],
         pools=pools,
         networks=infos,
@@ -261,14 +301,17 @@ def gate_limits(cap: int | None = None, margin: int | None = None, *, capacity: 
 def verdict(
     status: PoolStatus, n: int = 1, *, cap: int | None = None, margin: int | None = None
 ) -> GateVerdict:
-    """The gate rule: start ``n`` more networks only if ``used + n <= cap - margin``."""
+    """The gate rule: start ``n`` more networks only if ``occupied + n <= cap - margin``, where
+    occupied = capacity - free (networks of anyone, plus subnets blocked by host routes)."""
     eff_cap, eff_margin = gate_limits(cap, margin, capacity=status.capacity)
+    occupied = status.capacity - status.free
     limit = eff_cap - eff_margin
-    after = status.used + n
-    if after <= limit:
-        reason = f"ok: {status.used} used + {n} <= cap {eff_cap} - margin {eff_margin}"
-        return GateVerdict(True, reason, status, eff_cap, eff_margin)
-    reason = f"wait: {status.used} used + {n} > cap {eff_cap} - margin {eff_margin}"
+    what = f"{occupied} occupied + {n} new"
+    if occupied + n <= limit:
+        return GateVerdict(
+            True, f"ok: {what} <= cap {eff_cap} - margin {eff_margin}", status, eff_cap, eff_margin
+        )
+    reason = f"wait: {what} > cap {eff_cap} - margin {eff_margin}"
     if status.empty_ours:
         reason += f" ({len(status.empty_ours)} empty network(s) of ours can be reclaimed)"
     return GateVerdict(False, reason, status, eff_cap, eff_margin)
@@ -281,9 +324,39 @@ def may_start(
     cap: int | None = None,
     margin: int | None = None,
     client: docker.DockerClient | None = None,
+    routes: Iterable[str] | None = None,
 ) -> GateVerdict:
     """May the runner start ``n`` more trials (one compose network each) right now?"""
-    return verdict(pool_status(out, client=client), n, cap=cap, margin=margin)
+    return verdict(pool_status(out, client=client, routes=routes), n, cap=cap, margin=margin)
+
+
+def wait_for_gate(
+    n: int = 1,
+    *,
+    out: Path,
+    cap: int | None = None,
+    margin: int | None = None,
+    client: docker.DockerClient | None = None,
+    poll_sec: float = 10.0,
+    timeout_sec: float | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_wait: Callable[[GateVerdict, list[str]], None] = lambda v, reclaimed: None,
+) -> GateVerdict:
+    """Block until the gate opens (or timeout / should_stop); while waiting, reclaim empty
+    networks of ours (never foreign ones) and tell ``on_wait`` the verdict and what was reclaimed."""
+    client = client or connect()
+    deadline = None if timeout_sec is None else time.monotonic() + timeout_sec
+    while True:
+        v = may_start(n, out=out, cap=cap, margin=margin, client=client)
+        if v.ok:
+            return v
+        reclaimed = reclaim_empty_ours(out, client=client) if v.status.empty_ours else []
+        on_wait(v, reclaimed)
+        if reclaimed:
+            continue
+        if should_stop() or (deadline is not None and time.monotonic() >= deadline):
+            return v
+        time.sleep(poll_sec)
 
 
 def reclaim_empty_ours(out: Path, client: docker.DockerClient | None = None) -> list[str]:

@@ -30,9 +30,12 @@ def render(status, verdict) -> str:
         f"address pools ({status.pools_source}): capacity {status.capacity} networks",
     ]
     for p in status.pools:
-        lines.append(f"  {p.base:<18} /{p.size:<3} capacity {p.capacity:>5}  used {p.used}")
+        lines.append(
+            f"  {p.base:<18} /{p.size:<3} capacity {p.capacity:>5}  used {p.used}  blocked {p.blocked}"
+        )
     lines.append(
-        f"used {status.used} (ours {status.used_ours}, foreign {status.used_foreign}), free {status.free}"
+        f"used {status.used} (ours {status.used_ours}, foreign {status.used_foreign}), "
+        f"blocked by host routes {status.blocked}, free {status.free}"
     )
     lines.append(f"empty and ours ({len(status.empty_ours)}): {', '.join(status.empty_ours) or '-'}")
     lines.append("networks:")

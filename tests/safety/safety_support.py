@@ -1,0 +1,63 @@
+"""Helpers for the safety tests (imported by conftest and the test modules)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BASE_IMAGE = "marathon-base:bookworm"
+REQUIRE_DOCKER = os.environ.get("CI") == "true" or os.environ.get("MARATHON_REQUIRE_DOCKER") == "1"
+
+
+def marathon(*args: str, env: dict | None = None, timeout: float = 120, prefix: list[str] | None = None):
+    """Run the real CLI as a subprocess (``python -m runner.cli``)."""
+    cmd = [*(prefix or []), sys.executable, "-m", "runner.cli", *args]
+    return subprocess.run(
+        cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
+
+
+@dataclass
+class PrivateDaemon:
+    host: str  # unix://... for DOCKER_HOST / docker-py base_url
+    pid: int  # dockerd's PID (also the holder of its network namespace)
+    pool_base: str
+    pool_size: int
+    client: object
+
+    @property
+    def expected_capacity(self) -> int:
+        import ipaddress
+
+        return 2 ** (self.pool_size - ipaddress.ip_network(self.pool_base).prefixlen)
+
+    def nsenter(self, *cmd: str) -> subprocess.CompletedProcess:
+        """Run a command in the daemon's network namespace (never the host's)."""
+        return subprocess.run(
+            ["nsenter", "-t", str(self.pid), "-n", *cmd], capture_output=True, text=True, check=True
+        )
+
+
+def need(cond: bool, why: str) -> None:
+    if cond:
+        return
+    if REQUIRE_DOCKER:
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+def make_tree(
+    root: Path, trials: dict[tuple[str, str], list[str]], stamp: str = "2026-01-01__00-00-00"
+) -> Path:
+    """An output tree with job dirs and (empty) trial dirs: {(task, arm): [trial names]}."""
+    for (task, arm), names in trials.items():
+        job = root / task / arm / stamp / arm
+        for n in names:
+            (job / n).mkdir(parents=True, exist_ok=True)
+    return root
