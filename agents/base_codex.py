@@ -1,0 +1,354 @@
+"""The harbor agent base for every codex arm: one transport, one config, one evidence path.
+
+Subclasses set ``ARM`` (a key of ``modes.profiles.ARMS``), ``name()``, and implement
+``drive(session, instruction)``; everything else is shared so that only the harness differs
+between arms:
+
+- preflight before any turn: the staged codex is mounted (``/opt/codex``), ``codex-code-mode-host``
+  sits next to ``bin/codex``, ``codex --version`` matches, the credential variable is set;
+- config.toml written in one piece (agents.codex_config) into ``CODEX_HOME`` inside the container;
+- ``codex app-server --strict-config`` through ``docker exec -i`` (agents.transport) in the
+  container's workdir, as the task's user, with the credential forwarded by name;
+- the deadline (``GOAL_TIMEOUT_SEC``, env or kwarg ``goal_timeout_sec``) ends the agent phase
+  shortly before harbor's own timeout; it is recognised by message and ``run()`` returns normally,
+  so the verifier scores the partial work and the trial is not errored;
+- evidence in a ``finally`` that also runs under cancellation (synchronous copies): session
+  rollouts, the goals sqlite, raw app-server stdout/stderr, the scripted model's request log when
+  present, ``agent/goal_receipt.json``, ``agent/trajectory.json`` (ATIF via harbor's codex
+  converter); token counts go into harbor's AgentContext as they arrive.
+
+Agent kwargs (``--ak``): ``provider_base_url`` (default: the scripted model on the container's own
+127.0.0.1), ``api_key_var`` (name of the credential variable, default ``OPENAI_API_KEY``; its value
+comes from the host environment or ``--ae``), ``model`` (default: ``-m`` without an ``openai/``
+prefix), ``goal_timeout_sec``, ``codex_version``, ``codex_bin``, ``request_max_retries``,
+``stream_max_retries``, ``zero_token_limit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from harbor.agents.base import BaseAgent
+from harbor.environments.base import BaseEnvironment
+from harbor.models.agent.context import AgentContext
+
+from agents.appserver import AppServerClient
+from agents.codex_config import PROVIDER_ID, ProviderSettings, build_config, render
+from agents.receipt import Receipt, utc_now
+from agents.session import DEADLINE_MESSAGE, ArmFailure, CodexSession, is_deadline
+from agents.staging import CONTAINER_CODEX_BIN, DEFAULT_CODEX_VERSION, SIDECAR
+from agents.transport import Transport, UnsupportedEnvironment, transport_for
+from modes.profiles import mode_for
+
+#: The scripted model listens here inside every mini-benchmark container.
+SCRIPTED_BASE_URL = "http://127.0.0.1:18080/v1"
+SCRIPTED_LOG = "/var/log/scripted/requests.jsonl"
+CODEX_HOME = "/var/tmp/marathon-codex"
+DEFAULT_KEY_VAR = "OPENAI_API_KEY"
+TIMEOUT_ENV = "GOAL_TIMEOUT_SEC"
+
+__all__ = ["CodexAppServerAgent", "ArmFailure", "DEADLINE_MESSAGE", "is_deadline", "CodexSession"]
+
+
+class CodexAppServerAgent(BaseAgent):
+    ARM: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        logs_dir: Path,
+        model_name: str | None = None,
+        *,
+        provider_base_url: str = SCRIPTED_BASE_URL,
+        api_key_var: str = DEFAULT_KEY_VAR,
+        model: str | None = None,
+        goal_timeout_sec: float | None = None,
+        codex_version: str = DEFAULT_CODEX_VERSION,
+        codex_bin: str = CONTAINER_CODEX_BIN,
+        request_max_retries: int = 2,
+        stream_max_retries: int = 2,
+        zero_token_limit: int = 3,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(logs_dir, model_name, **kwargs)
+        self.provider_base_url = provider_base_url
+        self.api_key_var = api_key_var
+        self.codex_model = model or self._model_from_name(model_name)
+        self.codex_version = str(codex_version)
+        self.codex_bin = codex_bin
+        self.request_max_retries = int(request_max_retries)
+        self.stream_max_retries = int(stream_max_retries)
+        self.zero_token_limit = int(zero_token_limit)
+        self.goal_timeout_sec = self._resolve_timeout(goal_timeout_sec)
+        self.mode = mode_for(self.ARM)
+        self.receipt: Receipt | None = None
+
+    # --- harbor API ----------------------------------------------------------------------------------
+
+    def version(self) -> str | None:
+        return self.codex_version
+
+    async def setup(self, environment: BaseEnvironment) -> None:
+        """Nothing to install: codex comes from the read-only staged mount, checked in run()."""
+
+    async def drive(self, session: CodexSession, instruction: str) -> None:
+        raise NotImplementedError
+
+    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        t0 = time.monotonic()
+        deadline = t0 + self.goal_timeout_sec if self.goal_timeout_sec else None
+        receipt = self.receipt = self._new_receipt()
+        receipt.mark("started")
+        transport: Transport | None = None
+        client: AppServerClient | None = None
+        session: CodexSession | None = None
+        deferred: ArmFailure | None = None
+        try:
+            transport = transport_for(environment, self._trial_name())
+            receipt.transport = transport.describe()
+            secret = self._preflight(transport)
+            receipt.mark("preflight_done")
+            client = await self._start_appserver(transport, secret)
+            session = CodexSession(
+                client,
+                receipt,
+                transport.workdir,
+                deadline=deadline,
+                zero_token_limit=self.zero_token_limit,
+                on_usage=lambda total: self._usage_to_context(total, context),
+            )
+            await self.drive(session, instruction)
+            if receipt.stop_reason is None:
+                receipt.stop_reason = "completed"
+            await client.close()
+        except asyncio.CancelledError:
+            receipt.stop_reason = "cancelled"
+            receipt.errors.append("cancelled by harbor (agent timeout or SIGTERM)")
+            raise
+        except Exception as exc:
+            if is_deadline(exc):
+                receipt.stop_reason = "deadline"
+                receipt.deadline_hit = True
+                if session is not None:
+                    await session.wind_down()
+                if client is not None:
+                    await client.close(grace=3)
+                return  # normal budget exhaustion: the verifier scores the partial work
+            receipt.stop_reason = "error"
+            receipt.errors.append(f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            if client is not None:
+                client.kill()
+                receipt.noise_lines = client.noise_lines[:50]
+                receipt.server_requests = client.server_requests[:200]
+            deferred = self._save_evidence(transport, receipt, context)
+            receipt.mark("finished")
+            receipt.timings["duration_sec"] = round(time.monotonic() - t0, 3)
+            receipt.write(self.logs_dir)
+        if deferred is not None:
+            raise deferred
+
+    # --- pieces ----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _model_from_name(model_name: str | None) -> str:
+        if not model_name:
+            return "scripted/solve"
+        return model_name.removeprefix("openai/")
+
+    def _resolve_timeout(self, value: float | None) -> float | None:
+        raw = value if value is not None else self._extra_env.get(TIMEOUT_ENV) or os.environ.get(TIMEOUT_ENV)
+        if raw in (None, "", "0"):
+            return None
+        return float(raw)
+
+    def _trial_name(self) -> str:
+        return Path(self.logs_dir).resolve().parent.name  # logs_dir = <trial>/agent
+
+    def _new_receipt(self) -> Receipt:
+        return Receipt(
+            arm=self.ARM,
+            mode=self.mode.as_dict() if self.mode else None,
+            disclosures=list(self.mode.disclosures) if self.mode else [],
+            agent=self.name(),
+            codex_version=self.codex_version,
+            model=self.codex_model,
+            provider={
+                "id": PROVIDER_ID,
+                "base_url": self.provider_base_url,
+                "api_key_var": self.api_key_var,
+                "wire_api": "responses",
+            },
+            goal_timeout_sec=self.goal_timeout_sec,
+        )
+
+    def _credential(self) -> dict[str, str]:
+        value = self._extra_env.get(self.api_key_var) or os.environ.get(self.api_key_var)
+        if not value:
+            raise ArmFailure(
+                f"credential variable {self.api_key_var} is not set in the harness environment; set it "
+                "(the arms forward it into the container by name) before any turn is spent"
+            )
+        return {self.api_key_var: value}
+
+    def _preflight(self, transport: Transport) -> dict[str, str]:
+        """Everything that would otherwise fail silently later, checked before the first turn."""
+        secret = self._credential()
+        bin_dir = os.path.dirname(self.codex_bin)
+        script = (
+            f"test -x {shlex.quote(self.codex_bin)} || {{ echo 'missing: {self.codex_bin}'; exit 3; }}; "
+            f"test -f {shlex.quote(bin_dir)}/{SIDECAR} || {{ echo 'missing: {bin_dir}/{SIDECAR}'; exit 4; }}; "
+            f"{shlex.quote(self.codex_bin)} --version"
+        )
+        res = transport.run(["sh", "-c", script], timeout=60)
+        out = (res.stdout + res.stderr).decode(errors="replace").strip()
+        if res.returncode == 3:
+            raise ArmFailure(
+                f"codex is not mounted in the trial container ({out}); stage it with "
+                "`marathon stage codex` and mount it read-only at /opt/codex (harbor --mounts)"
+            )
+        if res.returncode == 4:
+            raise ArmFailure(
+                f"staged codex is incomplete: {out} (codex spawns {SIDECAR} next to itself; "
+                "without it every tool call fails silently). Re-stage the whole vendor tree."
+            )
+        if res.returncode != 0:
+            raise ArmFailure(f"codex --version failed in the container (exit {res.returncode}): {out[-300:]}")
+        if self.codex_version not in out:
+            raise ArmFailure(f"mounted codex reports {out!r}, expected version {self.codex_version}")
+        self.receipt.extra["codex_version_in_container"] = out
+        config = render(build_config(self._provider_settings(), transport.workdir))
+        (self.logs_dir / "codex-config.toml").write_text(config)  # no secret in it: env_key is a name
+        write = transport.run(
+            [
+                "sh",
+                "-c",
+                'mkdir -p "$1" && cat > "$1/config.toml.tmp" && mv "$1/config.toml.tmp" "$1/config.toml"',
+                "sh",
+                CODEX_HOME,
+            ],
+            stdin=config.encode(),
+        )
+        if write.returncode != 0:
+            raise ArmFailure(f"writing {CODEX_HOME}/config.toml failed: {write.stderr.decode()[-300:]}")
+        return secret
+
+    def _provider_settings(self) -> ProviderSettings:
+        return ProviderSettings(
+            base_url=self.provider_base_url,
+            api_key_var=self.api_key_var,
+            model=self.codex_model,
+            request_max_retries=self.request_max_retries,
+            stream_max_retries=self.stream_max_retries,
+        )
+
+    async def _start_appserver(self, transport: Transport, secret: dict[str, str]) -> AppServerClient:
+        argv = [self.codex_bin, "app-server", "--strict-config"]
+        proc = await transport.spawn(argv, {"CODEX_HOME": CODEX_HOME}, secret)
+        client = AppServerClient(
+            proc, self.logs_dir / "appserver.stdout.jsonl", self.logs_dir / "appserver.stderr.log"
+        )
+        await client.start()
+        try:
+            await client.initialize("marathon", "0.1.0")
+        except Exception as exc:
+            client.kill()
+            stderr = self.logs_dir / "appserver.stderr.log"
+            tail = stderr.read_text(errors="replace")[-500:] if stderr.exists() else ""
+            raise ArmFailure(f"codex app-server did not initialize: {exc}; stderr: {tail}") from exc
+        return client
+
+    @staticmethod
+    def _usage_to_context(total: dict, context: AgentContext) -> None:
+        """Keep harbor's context current, so a timeout or cancellation keeps the counts."""
+        context.n_input_tokens = int(total.get("inputTokens") or 0)
+        context.n_cache_tokens = int(total.get("cachedInputTokens") or 0)
+        context.n_output_tokens = int(total.get("outputTokens") or 0)
+
+    def _save_evidence(
+        self, transport: Transport | None, receipt: Receipt, context: AgentContext
+    ) -> ArmFailure | None:
+        """Synchronous copies (safe under cancellation); returns a failure the rollouts reveal, if any."""
+        if transport is None:
+            return None
+        copies = {
+            f"{CODEX_HOME}/sessions": self.logs_dir,
+            SCRIPTED_LOG: self.logs_dir / "scripted-model",
+        }
+        for src, dest in copies.items():
+            try:
+                if transport.copy_out(src, dest):
+                    receipt.evidence.append(str((dest / os.path.basename(src)).relative_to(self.logs_dir)))
+            except Exception as exc:  # noqa: BLE001 - evidence is best effort, never masks the result
+                receipt.warnings.append(f"evidence copy of {src} failed: {exc}")
+        try:
+            res = transport.run(["sh", "-c", 'cd "$1" 2>/dev/null && ls', "sh", CODEX_HOME], user="0")
+            state = [n for n in res.stdout.decode().split() if ".sqlite" in n]
+            for name in state:
+                if name.startswith(("goals_", "state_")) and transport.copy_out(
+                    f"{CODEX_HOME}/{name}", self.logs_dir / "codex-state"
+                ):
+                    receipt.evidence.append(f"codex-state/{name}")
+        except Exception as exc:  # noqa: BLE001
+            receipt.warnings.append(f"evidence copy of codex state failed: {exc}")
+        for name in ("appserver.stdout.jsonl", "appserver.stderr.log", "codex-config.toml"):
+            if (self.logs_dir / name).exists():
+                receipt.evidence.append(name)
+        failure = self._scan_rollouts(receipt)
+        self._write_trajectory(receipt, context)
+        return failure
+
+    def _scan_rollouts(self, receipt: Receipt) -> ArmFailure | None:
+        """Tool outputs the model saw: 'unsupported call' or a failed code-mode spawn is a loud failure."""
+        for path in sorted((self.logs_dir / "sessions").rglob("rollout-*.jsonl")):
+            for line in path.read_text(errors="replace").splitlines():
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue
+                payload = ev.get("payload") or {}
+                if payload.get("type") not in ("function_call_output", "custom_tool_call_output"):
+                    continue
+                out = json.dumps(payload.get("output")).lower()
+                if "unsupported call" in out or "failed to spawn code-mode host" in out:
+                    msg = f"tool output in {path.name}: {out[:200]}"
+                    receipt.errors.append(msg)
+                    if receipt.stop_reason not in ("error", "cancelled"):
+                        receipt.stop_reason = "error"
+                        return ArmFailure(msg)
+        return None
+
+    def _write_trajectory(self, receipt: Receipt, context: AgentContext) -> None:
+        """ATIF trajectory.json through harbor's own codex rollout converter."""
+        try:
+            from harbor.agents.installed.codex import Codex
+            from harbor.utils.trajectory_utils import format_trajectory_json
+
+            conv = Codex(logs_dir=self.logs_dir, model_name=self.model_name or self.codex_model)
+            traj = conv.convert_trajectory(self.logs_dir)
+            if traj is None:
+                return
+            (self.logs_dir / "trajectory.json").write_text(format_trajectory_json(traj.to_json_dict()))
+            receipt.evidence.append("trajectory.json")
+            if traj.final_metrics and traj.final_metrics.total_cost_usd is not None:
+                context.cost_usd = traj.final_metrics.total_cost_usd
+        except Exception as exc:  # noqa: BLE001 - a converter bug must not hide the run's own result
+            receipt.warnings.append(f"trajectory conversion failed: {type(exc).__name__}: {exc}")
+        if context.cost_usd is None:
+            context.cost_usd = 0.0 if self.provider_base_url == SCRIPTED_BASE_URL else None
+        context.metadata = {
+            **(context.metadata or {}),
+            "arm": self.ARM,
+            "receipt": "agent/goal_receipt.json",
+            "stop_reason": receipt.stop_reason,
+            "finished_at": utc_now(),
+        }
+
+
+__all__ += ["UnsupportedEnvironment"]

@@ -1,0 +1,1 @@
+"""The scripted Responses-API model (tests and `marathon demo`): server, image, scenarios."""

@@ -1,0 +1,294 @@
+"""One codex thread driven over app-server: turns, goals, token usage and the silent-failure guards.
+
+Shared by every codex arm (plain, goal, and helper E's LoopX arms). API:
+
+    s = CodexSession(client, receipt, workdir, deadline=..., on_usage=fn)
+    await s.skills_list()                       # works before thread/start (LoopX gate)
+    await s.thread_start()
+    await s.goal_set("objective", status=None)  # thread/goal/set; auto-starts a goal turn
+    await s.goal_resume()                       # blocked/paused -> active; counts an unblock
+    tid = await s.turn_start("text")            # our turn (merges into an auto-started goal turn)
+    turn = await s.wait_turn_end(tid)           # the completed turn (dict)
+    status = await s.follow_goal()              # codex-owned continuations until not active
+    await s.wind_down()                         # deadline: interrupt the running turn, bounded
+
+Every wait raises ``RuntimeError(DEADLINE_MESSAGE)`` when the deadline passes. Callers recognise it
+with ``is_deadline(exc)`` -- by message, never by class: the field lost a night of three arms to two
+same-named exception classes, one of which was caught and one not.
+
+Guards (raise ArmFailure): a ``warning`` about the code-mode host; an item mentioning an
+"unsupported call" or a failed code-mode host spawn; a failed turn; ``zero_token_limit`` consecutive
+turns that used no tokens (the field saw 17,945 empty goal turns in 1.5 h).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+
+from agents.appserver import AppServerClient, AppServerError, DeadlineReached
+from agents.receipt import Receipt
+
+DEADLINE_MESSAGE = "goal_timeout_before_terminal"
+CODE_MODE_MARKERS = ("code-mode host", "code mode is unavailable", "failed to spawn code-mode host")
+UNSUPPORTED_MARKER = "unsupported call"
+ACTIVE = "active"
+
+
+def is_deadline(exc: BaseException) -> bool:
+    """The deadline, recognised by its message (any RuntimeError class may carry it)."""
+    return isinstance(exc, RuntimeError) and str(exc) == DEADLINE_MESSAGE
+
+
+class ArmFailure(RuntimeError):
+    """A loud failure of the harness or the codex install; never an empty 'successful' run."""
+
+
+class CodexSession:
+    def __init__(
+        self,
+        client: AppServerClient,
+        receipt: Receipt,
+        workdir: str,
+        *,
+        deadline: float | None = None,
+        zero_token_limit: int = 3,
+        on_usage: Callable[[dict], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.receipt = receipt
+        self.workdir = workdir
+        self.deadline = deadline
+        self.zero_token_limit = zero_token_limit
+        self.on_usage = on_usage
+        self.thread_id: str | None = None
+        self.goal: dict | None = None
+        self.active_turn: str | None = None
+        self.turn_ids: list[str] = []
+        self.our_turn_ids: set[str] = set()
+        self.completed: dict[str, dict] = {}
+        self.total_tokens = 0
+        self._tokens_at_turn_start: dict[str, int] = {}
+        self._zero_token_streak = 0
+        self.fatal: ArmFailure | None = None
+        client.add_listener(self._on_notification)
+
+    # --- bookkeeping (runs for every notification, in order) ----------------------------------------
+
+    @property
+    def goal_status(self) -> str | None:
+        return (self.goal or {}).get("status")
+
+    def _on_notification(self, method: str, p: dict) -> None:
+        r = self.receipt
+        if method == "turn/started":
+            tid = (p.get("turn") or {}).get("id")
+            if tid and tid not in self.turn_ids:
+                self.turn_ids.append(tid)
+                self._tokens_at_turn_start[tid] = self.total_tokens
+            self.active_turn = tid
+            r.turns = len(self.turn_ids)
+            r.continuations = len([t for t in self.turn_ids if t not in self.our_turn_ids])
+        elif method == "turn/completed":
+            turn = p.get("turn") or {}
+            tid = turn.get("id")
+            self.completed[tid] = turn
+            if self.active_turn == tid:
+                self.active_turn = None
+        elif method == "thread/tokenUsage/updated":
+            total = (p.get("tokenUsage") or {}).get("total") or {}
+            self.total_tokens = int(total.get("totalTokens") or 0)
+            r.token_usage = total
+            if self.on_usage:
+                self.on_usage(total)
+        elif method == "thread/goal/updated":
+            self.goal = p.get("goal") or self.goal
+            r.goal_status_final = self.goal_status
+        elif method == "thread/goal/cleared":
+            r.goal_status_final = "cleared"
+        elif method in ("warning", "configWarning"):
+            msg = str(p.get("message") or p.get("summary") or json.dumps(p))[:1000]
+            r.warnings.append(msg)
+            if any(m in msg.lower() for m in CODE_MODE_MARKERS):
+                self._fail(f"code-mode host unavailable, tool calls would fail silently: {msg}")
+        elif method == "error":
+            err = p.get("error") or {}
+            r.errors.append(f"error notification (willRetry={p.get('willRetry')}): {err.get('message')}")
+        elif method == "item/completed":
+            item = p.get("item") or {}
+            if item.get("type") == "commandExecution":
+                r.command_executions += 1
+            blob = json.dumps(item).lower()
+            if UNSUPPORTED_MARKER in blob or "failed to spawn code-mode host" in blob:
+                self._fail(
+                    f"tool call failed silently ({item.get('type')} {item.get('id')}): unsupported call"
+                )
+
+    def _fail(self, message: str) -> None:
+        self.receipt.errors.append(message)
+        if self.fatal is None:
+            self.fatal = ArmFailure(message)
+
+    def _check(self) -> None:
+        if self.fatal is not None:
+            raise self.fatal
+
+    async def _next(self):
+        try:
+            note = await self.client.next_notification(self.deadline)
+        except DeadlineReached:
+            raise RuntimeError(DEADLINE_MESSAGE) from None
+        self._check()
+        return note
+
+    async def request(self, method: str, params: dict, timeout: float = 120):
+        """A request bounded by the deadline as well as ``timeout``."""
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(DEADLINE_MESSAGE)
+            if left < timeout:
+                try:
+                    return await self.client.request(method, params, timeout=left)
+                except AppServerError as exc:
+                    if "no response within" in str(exc) and time.monotonic() >= self.deadline:
+                        raise RuntimeError(DEADLINE_MESSAGE) from None
+                    raise
+        return await self.client.request(method, params, timeout=timeout)
+
+    # --- thread, goal, turns -------------------------------------------------------------------------
+
+    async def skills_list(self, cwds: list[str] | None = None, force_reload: bool = True) -> dict:
+        return await self.request(
+            "skills/list", {"cwds": cwds or [self.workdir], "forceReload": force_reload}
+        )
+
+    async def thread_start(self, **extra) -> dict:
+        params = {"cwd": self.workdir, "approvalPolicy": "never", "sandbox": "danger-full-access", **extra}
+        res = await self.request("thread/start", params)
+        self.thread_id = res["thread"]["id"]
+        self.receipt.extra.setdefault("thread_id", self.thread_id)
+        self.receipt.extra.setdefault("rollout_path", res["thread"].get("path"))
+        return res
+
+    async def goal_set(
+        self, objective: str | None = None, status: str | None = None, token_budget: int | None = None
+    ) -> dict:
+        params: dict = {"threadId": self.thread_id, "origin": "user"}
+        if objective is not None:
+            params["objective"] = objective
+            self.receipt.goal_objective = objective if len(objective) <= 200 else objective[:200] + "..."
+            self.receipt.extra["goal_objective_chars"] = len(objective)
+        if status is not None:
+            params["status"] = status
+        if token_budget is not None:
+            params["tokenBudget"] = token_budget
+        res = await self.request("thread/goal/set", params)
+        self.goal = res.get("goal") or self.goal
+        self.receipt.goal_status_final = self.goal_status
+        return res
+
+    async def goal_get(self) -> dict | None:
+        res = await self.request("thread/goal/get", {"threadId": self.thread_id})
+        if res.get("goal") is not None:
+            self.goal = res["goal"]
+            self.receipt.goal_status_final = self.goal_status
+        return res.get("goal")
+
+    async def goal_resume(self) -> dict:
+        """The harness plays the operator: set a blocked/paused goal active again (an unblock)."""
+        res = await self.goal_set(status=ACTIVE)
+        self.receipt.unblocks += 1
+        return res
+
+    async def goal_clear(self) -> bool:
+        res = await self.request("thread/goal/clear", {"threadId": self.thread_id, "origin": "user"})
+        return bool(res.get("cleared"))
+
+    async def turn_start(self, text: str, **extra) -> str:
+        params = {
+            "threadId": self.thread_id,
+            "input": [{"type": "text", "text": text, "text_elements": []}],
+            **extra,
+        }
+        res = await self.request("turn/start", params)
+        tid = res["turn"]["id"]
+        self.our_turn_ids.add(tid)
+        self.receipt.our_turns = len(self.our_turn_ids)
+        self.receipt.continuations = len([t for t in self.turn_ids if t not in self.our_turn_ids])
+        if "first_turn" not in self.receipt.timings:
+            self.receipt.mark("first_turn")
+        return tid
+
+    async def turn_interrupt(self, turn_id: str | None = None) -> None:
+        tid = turn_id or self.active_turn
+        if tid and self.thread_id:
+            await self.client.request(
+                "turn/interrupt", {"threadId": self.thread_id, "turnId": tid}, timeout=10
+            )
+
+    def _after_turn(self, turn: dict) -> None:
+        """Per-turn guards: failed turns and zero-token turnover."""
+        tid = turn.get("id")
+        status = turn.get("status")
+        used = self.total_tokens - self._tokens_at_turn_start.get(tid, self.total_tokens)
+        if status == "failed":
+            err = (
+                (turn.get("error") or {}).get("message")
+                if isinstance(turn.get("error"), dict)
+                else turn.get("error")
+            )
+            self._fail(f"turn {tid} failed: {err}")
+            self._check()
+        self._zero_token_streak = self._zero_token_streak + 1 if used <= 0 else 0
+        if self._zero_token_streak >= self.zero_token_limit:
+            self._fail(f"stopped: {self._zero_token_streak} consecutive turns used zero tokens")
+            self._check()
+
+    async def wait_turn_end(self, turn_id: str | None = None) -> dict:
+        """Wait until ``turn_id`` (default: the active turn) completes; returns the turn."""
+        tid = turn_id or self.active_turn
+        while tid not in self.completed:
+            note = await self._next()
+            if tid is None and note.method == "turn/completed":
+                tid = (note.params.get("turn") or {}).get("id")
+        turn = self.completed[tid]
+        self._after_turn(turn)
+        return turn
+
+    async def follow_goal(self, idle_poll_sec: float = 5.0) -> str | None:
+        """Let codex own continuation: return once the goal is no longer active and no turn runs."""
+        seen_done: set[str] = set()
+        while True:
+            for tid, turn in list(self.completed.items()):
+                if tid not in seen_done:
+                    seen_done.add(tid)
+                    self._after_turn(turn)
+            if self.goal_status != ACTIVE and self.active_turn is None:
+                return self.goal_status
+            try:
+                wait_until = time.monotonic() + idle_poll_sec
+                if self.deadline is not None:
+                    wait_until = min(wait_until, self.deadline)
+                note = await self.client.next_notification(wait_until)
+                self._check()
+                del note
+            except DeadlineReached:
+                if self.deadline is not None and time.monotonic() >= self.deadline:
+                    raise RuntimeError(DEADLINE_MESSAGE) from None
+                if self.active_turn is None:
+                    await self.goal_get()  # quiet and idle: refresh the goal status from the source
+
+    async def wind_down(self, timeout: float = 5.0) -> None:
+        """After the deadline: interrupt the running turn (bounded); the verifier scores what exists."""
+        try:
+            await asyncio.wait_for(self.turn_interrupt(), timeout)
+        except (AppServerError, TimeoutError, OSError):
+            pass
+        if self.goal_status == ACTIVE and self.thread_id:
+            try:
+                await asyncio.wait_for(self.goal_get(), timeout)
+            except (AppServerError, TimeoutError, OSError, RuntimeError):
+                pass

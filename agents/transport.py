@@ -1,0 +1,195 @@
+"""How the app-server client reaches codex inside a trial: an interface and its Docker implementation.
+
+``docker exec -i`` because harbor's own ``environment.exec`` gives no stdin (and app-server speaks
+JSON-RPC over stdio). Every arm goes through the same transport, the same workdir (read from the
+container, never assumed to be ``/app``), the same user (task.toml ``[agent].user``) and the same
+credentials, forwarded by NAME only: ``-e NAME`` with the value in the docker client's own
+environment, so a secret never appears in any command line.
+
+Under any other harbor environment the arms fail fast with a message naming what is missing; the
+route for cloud sandboxes (a driver inside the sandbox) is in the README.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import tarfile
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.tree import compose_project
+
+COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
+COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
+MAIN_SERVICE = "main"
+#: app-server stdout lines can be long (aggregated command output); asyncio's default is 64 KiB.
+STREAM_LIMIT = 64 * 1024 * 1024
+
+
+class UnsupportedEnvironment(RuntimeError):
+    """The trial's environment has no transport the codex arms can use."""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+class Transport(ABC):
+    """Runs processes inside the trial's main container as the agent user, in the agent workdir."""
+
+    workdir: str
+    user: str | None
+
+    @abstractmethod
+    async def spawn(
+        self, argv: Sequence[str], env: Mapping[str, str], secret_env: Mapping[str, str]
+    ) -> asyncio.subprocess.Process:
+        """Start ``argv`` with pipes for stdin/stdout/stderr.
+
+        ``env`` values are not secret (they may appear in a command line); ``secret_env`` values are
+        passed by name only.
+        """
+
+    @abstractmethod
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        user: str | None = None,
+        timeout: float = 60,
+    ) -> ExecResult:
+        """Run a short command to completion, synchronously (also usable under cancellation)."""
+
+    @abstractmethod
+    def copy_out(self, container_path: str, host_dir: Path) -> bool:
+        """Copy a file or dir from the container into ``host_dir`` (synchronous); False if absent."""
+
+    @abstractmethod
+    def describe(self) -> dict:
+        """Plain data for the receipt."""
+
+
+def _docker(*args: str, timeout: float = 60, stdin: bytes | None = None, env=None) -> ExecResult:
+    proc = subprocess.run(["docker", *args], input=stdin, capture_output=True, timeout=timeout, env=env)
+    return ExecResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def find_main_container(project: str) -> str:
+    """The running ``main`` service container of compose project ``project`` (labels compared exactly)."""
+    res = _docker(
+        "ps",
+        "-q",
+        "--no-trunc",
+        "--filter",
+        f"label={COMPOSE_PROJECT_LABEL}={project}",
+        "--filter",
+        f"label={COMPOSE_SERVICE_LABEL}={MAIN_SERVICE}",
+    )
+    ids = res.stdout.decode().split()
+    # docker's label filter is exact on key=value; re-check anyway so no prefix match slips through
+    for cid in ids:
+        labels = json.loads(_docker("inspect", "--format", "{{json .Config.Labels}}", cid).stdout or b"{}")
+        if labels.get(COMPOSE_PROJECT_LABEL) == project and labels.get(COMPOSE_SERVICE_LABEL) == MAIN_SERVICE:
+            return cid
+    raise UnsupportedEnvironment(
+        f"no running container with {COMPOSE_PROJECT_LABEL}={project} and service {MAIN_SERVICE}"
+    )
+
+
+def container_workdir(cid: str) -> str:
+    res = _docker("inspect", "--format", "{{.Config.WorkingDir}}", cid)
+    return res.stdout.decode().strip() or "/"
+
+
+class DockerExecTransport(Transport):
+    """``docker exec -i`` into the trial's main container."""
+
+    def __init__(self, container_id: str, workdir: str, user: str | None) -> None:
+        self.container_id = container_id
+        self.workdir = workdir
+        self.user = user
+
+    def _exec_args(self, env: Mapping[str, str], secret_names: Sequence[str], user: str | None) -> list[str]:
+        args = ["exec", "-i", "-w", self.workdir]
+        if user:
+            args += ["-u", user]
+        for k, v in env.items():
+            args += ["-e", f"{k}={v}"]
+        for name in secret_names:
+            args += ["-e", name]  # by name: docker reads the value from its own environment
+        return args + [self.container_id]
+
+    async def spawn(self, argv, env, secret_env):
+        proc_env = {**os.environ, **secret_env}
+        return await asyncio.create_subprocess_exec(
+            "docker",
+            *self._exec_args(env, list(secret_env), self.user),
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=proc_env,
+            limit=STREAM_LIMIT,
+        )
+
+    def run(self, argv, *, env=None, stdin=None, user=None, timeout=60):
+        args = self._exec_args(env or {}, [], user if user is not None else self.user)
+        if stdin is None:
+            args.remove("-i")
+        return _docker(*args, *argv, stdin=stdin, timeout=timeout)
+
+    def copy_out(self, container_path: str, host_dir: Path) -> bool:
+        """tar out of the container (runs as root so the agent user's files are readable)."""
+        host_dir.mkdir(parents=True, exist_ok=True)
+        parent, name = os.path.split(container_path.rstrip("/"))
+        try:
+            res = _docker(
+                "exec", "-u", "0", self.container_id, "tar", "cf", "-", "-C", parent or "/", name, timeout=120
+            )
+        except subprocess.TimeoutExpired:
+            return False
+        if res.returncode != 0:
+            return False
+        with tempfile.TemporaryFile() as fh:
+            fh.write(res.stdout)
+            fh.seek(0)
+            with tarfile.open(fileobj=fh) as tf:
+                tf.extractall(host_dir, filter="data")
+        return True
+
+    def describe(self) -> dict:
+        return {
+            "kind": "docker-exec",
+            "container": self.container_id[:12],
+            "workdir": self.workdir,
+            "user": self.user,
+        }
+
+
+def transport_for(environment, trial_name: str) -> Transport:
+    """The transport for a harbor environment; fails fast for environments we cannot drive."""
+    from harbor.environments.docker.docker import DockerEnvironment
+
+    if not isinstance(environment, DockerEnvironment):
+        kind = type(environment).__name__
+        raise UnsupportedEnvironment(
+            f"the codex arms need a local Docker environment (docker exec -i into the trial container); "
+            f"{kind} has no stdin-capable exec. Missing: a transport for {kind}. For cloud sandboxes run "
+            "the driver inside the sandbox (see README, 'Cloud sandboxes')."
+        )
+    cid = find_main_container(compose_project(trial_name))
+    cfg = getattr(environment, "task_env_config", None)
+    workdir = getattr(cfg, "workdir", None) or container_workdir(cid)
+    user = getattr(environment, "default_user", None)
+    return DockerExecTransport(cid, workdir, str(user) if user not in (None, "") else None)
