@@ -29,6 +29,14 @@ class Mode:
     profile_expansion: tuple[str, ...] = ()
     doctor_agent_type: str | None = None  # loopx doctor --agent-type
     needs_turn_instance: bool = False  # a new LOOPX_TURN per turn (heartbeat)
+    # Where the LoopX body goes: "goal_objective" (thread/goal/set; the task instruction is the turn
+    # input) or "turn_input" (each driver tick's turn carries the body, then the instruction).
+    body_role: str | None = None
+    # The body tells the agent to block the goal after three identical blocked turns (only a user
+    # resumes it); the harness then plays the operator when ``ungated`` (see CodexLoopxAgent).
+    self_lock: bool = False
+    # What paces the driver's ticks when the driver owns continuation.
+    pacing: str | None = None
     spend_source: str = "app-server thread/tokenUsage/updated"
     goal_objective: str | None = None  # fixed objective for the native goal arm
     notes: str = ""
@@ -80,6 +88,10 @@ SSH_GOAL = Mode(
     runtime_profile="codex_app_ssh_goal",
     profile_expansion=("--begin-turn",),
     doctor_agent_type="codex-app-ssh",
+    body_role="goal_objective",
+    self_lock=True,
+    notes="body rendered by `loopx heartbeat-prompt --thin --runtime-profile codex_app_ssh_goal`; its quota "
+    "guard carries --begin-turn (a `quota should-run` flag LoopX adds for this profile)",
 )
 
 CODEX_CLI = Mode(
@@ -91,6 +103,9 @@ CODEX_CLI = Mode(
     loopx=True,
     runtime_profile="codex_cli",
     doctor_agent_type="codex-cli",
+    body_role="goal_objective",
+    self_lock=True,
+    notes="body identical to ssh-goal except the guard line (`--runtime-profile codex_cli`, no --begin-turn)",
 )
 
 HEARTBEAT = Mode(
@@ -104,6 +119,10 @@ HEARTBEAT = Mode(
     profile_expansion=("--turn-instance-id",),
     doctor_agent_type="codex-cli",
     needs_turn_instance=True,
+    body_role="turn_input",
+    pacing="LoopX generic_cli scheduler_hint (quota should-run --dry-run --include-detail scheduler)",
+    notes="every tick: a fresh turn on the same thread whose input is the body rendered with a new turn "
+    "instance id (LOOPX_TURN), then the task instruction",
     substitution="codex_app",
     disclosures=(
         "heartbeat runs on LoopX's `generic_cli` surface instead of `codex_app`: `codex_app` expects the "
