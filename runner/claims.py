@@ -1,0 +1,157 @@
+"""Claims: ``<out>/.claims/<task>__<arm>.claim``, one per (task, arm) being worked on.
+
+Why: a restart (or a second runner) must never start a second job for a pair that is running, and
+must never lose a pair whose runner died. A claim names its holder (runner PID + create time +
+host) and, once started, the harbor job (PID + create time + stamp). It is created with
+O_CREAT|O_EXCL, so two live holders are impossible. States:
+
+- ``live``: the holder runner is alive;
+- ``orphan``: the holder is gone but its harbor job still runs (a ``kill -9`` of the runner) --
+  the next runner adopts the job and waits for it instead of starting a duplicate;
+- ``stale``: holder and job are gone; the claim may be taken over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from runner.lock import Holder, create_exclusive, dir_mutex, read_holder
+from runner.procs import create_time_of, same_start
+from runner.tree import CLAIMS_DIR, claim_path
+
+LIVE, ORPHAN, STALE = "live", "orphan", "stale"
+
+
+@dataclass(frozen=True)
+class JobRef:
+    pid: int
+    create_time: float
+    stamp: str
+
+    def is_live(self, host: str) -> bool:
+        if host != socket.gethostname():
+            return True
+        return same_start(create_time_of(self.pid), self.create_time)
+
+
+@dataclass(frozen=True)
+class Claim:
+    task: str
+    arm: str
+    holder: Holder
+    job: JobRef | None = None
+
+    @property
+    def state(self) -> str:
+        if self.holder.is_live():
+            return LIVE
+        if self.job is not None and self.job.is_live(self.holder.host):
+            return ORPHAN
+        return STALE
+
+    def to_json(self) -> dict:
+        return {
+            "task": self.task,
+            "arm": self.arm,
+            **asdict(self.holder),
+            "job": asdict(self.job) if self.job else None,
+        }
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    acquired: bool
+    claim: Claim | None  # ours when acquired, else the one that blocks us
+    replaced: Claim | None = None  # the stale/orphan claim we took over
+
+
+def read_claim(path: Path) -> Claim | None:
+    holder = read_holder(path)
+    if holder is None:
+        return None
+    try:
+        d = json.loads(path.read_text())
+        j = d.get("job")
+        job = JobRef(int(j["pid"]), float(j["create_time"]), str(j["stamp"])) if j else None
+        return Claim(str(d["task"]), str(d["arm"]), holder, job)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write(path: Path, claim: Claim) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(claim.to_json()) + "\n")
+    os.replace(tmp, path)
+
+
+def try_claim(out: Path, task: str, arm: str, holder: Holder, *, adopt: bool = False) -> ClaimResult:
+    """Claim (task, arm) for ``holder``.
+
+    A live claim of another holder blocks. A stale claim is taken over. An orphan claim (job still
+    running) is taken over only with ``adopt=True`` -- the caller then owns waiting for that job --
+    and otherwise blocks.
+    """
+    path = claim_path(out, task, arm)
+    mine = Claim(task, arm, holder)
+    if create_exclusive(path, mine.to_json()):
+        return ClaimResult(True, mine)
+    with dir_mutex(path.parent):
+        current = read_claim(path)
+        if current is None:  # unreadable or vanished: replace it
+            _write(path, mine)
+            return ClaimResult(True, mine)
+        if current.holder.pid == holder.pid and same_start(current.holder.create_time, holder.create_time):
+            return ClaimResult(True, current)
+        state = current.state
+        if state == LIVE or (state == ORPHAN and not adopt):
+            return ClaimResult(False, current)
+        took = Claim(task, arm, holder, current.job if state == ORPHAN else None)
+        _write(path, took)
+        return ClaimResult(True, took, replaced=current)
+
+
+def set_job(out: Path, claim: Claim, job: JobRef) -> Claim:
+    """Record the harbor job started under our claim."""
+    new = Claim(claim.task, claim.arm, claim.holder, job)
+    path = claim_path(out, claim.task, claim.arm)
+    with dir_mutex(path.parent):
+        current = read_claim(path)
+        if current is not None and current.holder != claim.holder:
+            raise RuntimeError(f"claim {path} is no longer ours ({current.holder.describe()})")
+        _write(path, new)
+    return new
+
+
+def release(out: Path, claim: Claim) -> bool:
+    """Remove the claim file if it is still held by ``claim.holder``."""
+    path = claim_path(out, claim.task, claim.arm)
+    with dir_mutex(path.parent):
+        current = read_claim(path)
+        if current is None or current.holder != claim.holder:
+            return False
+        path.unlink(missing_ok=True)
+        return True
+
+
+def list_claims(out: Path) -> list[Claim]:
+    d = Path(out) / CLAIMS_DIR
+    try:
+        files = sorted(p for p in d.iterdir() if p.suffix == ".claim")
+    except OSError:
+        return []
+    return [c for c in (read_claim(p) for p in files) if c is not None]
+
+
+def remove_stale(out: Path, claim: Claim) -> bool:
+    """Remove a claim only if it is still exactly this one and still stale (health --fix)."""
+    path = claim_path(out, claim.task, claim.arm)
+    with dir_mutex(path.parent):
+        current = read_claim(path)
+        if current != claim or current.state != STALE:
+            return False
+        path.unlink(missing_ok=True)
+        return True

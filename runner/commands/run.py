@@ -1,0 +1,113 @@
+"""``marathon run [OUT] --tasks-dir DIR``: run every (task, arm) pair until done, resumably."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+HELP = "run the comparison headless: every (task, arm) pair until done (resumable)"
+DESCRIPTION = (
+    "Run every (task, arm) pair of the tasks dir with harbor, one job per pair, skipping pairs that "
+    "are done. Each knob is a flag and an environment variable; the effective configuration is "
+    "written to OUT/.driver_env and reused by --resume and `marathon health --fix`. "
+    "Precedence: flag > .driver_env (with --resume) > environment > default."
+)
+DEFAULT_OUT = "marathon-out"
+
+
+def default_out() -> str:
+    return os.environ.get("MARATHON_OUT") or DEFAULT_OUT
+
+
+def add_knobs(p: argparse.ArgumentParser) -> None:
+    """The knob flags (shared with canary/demo where they apply)."""
+    from runner.config import KNOB_BY_ATTR as K
+
+    def h(attr: str) -> str:
+        k = K[attr]
+        return f"{k.help} [${k.env}; default {k.default if k.default not in ((), None) else '-'}]"
+
+    p.add_argument("--tasks-dir", dest="tasks_dir", help=h("tasks_dir"))
+    p.add_argument("--tasks", help=h("tasks"))
+    p.add_argument("--arms", help=h("arms") + "; also oracle, nop, name=module:Class")
+    p.add_argument("--concurrency", type=int, help=h("concurrency"))
+    p.add_argument("--goal-timeout-sec", dest="goal_timeout_sec", type=int, help=h("goal_timeout_sec"))
+    p.add_argument(
+        "--agent-timeout-mult", dest="agent_timeout_mult", type=float, help=h("agent_timeout_mult")
+    )
+    p.add_argument("--verifier-mult", dest="verifier_mult", type=float, help=h("verifier_mult"))
+    order = p.add_mutually_exclusive_group()
+    order.add_argument("--arm-major", dest="arm_major", action="store_const", const="1", help=h("arm_major"))
+    order.add_argument(
+        "--task-major", dest="arm_major", action="store_const", const="0", help="order by task (default)"
+    )
+    p.add_argument("--net-cap", dest="net_cap", type=int, help=h("net_cap"))
+    p.add_argument("--net-margin", dest="net_margin", type=int, help=h("net_margin"))
+    p.add_argument("--max-passes", dest="max_passes", type=int, help=h("max_passes"))
+    p.add_argument("--model", "-m", help=h("model"))
+    p.add_argument("--env", "-e", help=h("env"))
+    p.add_argument(
+        "--build-network", dest="build_network", choices=("host", "default"), help=h("build_network")
+    )
+    p.add_argument(
+        "--ae", dest="agent_env", action="append", metavar="KEY=${VAR}",
+        help="agent env passed to harbor by reference (KEY alone means KEY=${KEY}) [$MARATHON_AGENT_ENV, JSON list]",
+    )  # fmt: skip
+    p.add_argument(
+        "--ak", dest="agent_kwargs", action="append", metavar="K=V", help="agent kwarg for every arm"
+    )
+    p.add_argument(
+        "--allow-modified", dest="allow_modified", action="store_true", default=None, help=h("allow_modified")
+    )
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "out", nargs="?", default=None, help=f"output tree [$MARATHON_OUT; default ./{DEFAULT_OUT}]"
+    )
+    add_knobs(p)
+    p.add_argument(
+        "--resume", action="store_true", help="reuse OUT/.driver_env (flags given now override it)"
+    )
+    p.add_argument(
+        "--detach", action="store_true", help="run in its own session; output to OUT/.runner/runner.log"
+    )
+    view = p.add_mutually_exclusive_group()
+    view.add_argument("--json-events", action="store_true", help="print every event as a JSON line")
+    view.add_argument("--plain", action="store_true", help="timestamped lines even on a terminal")
+
+
+def flags_of(args: argparse.Namespace) -> dict:
+    from runner.config import KNOBS
+
+    flags = {k.attr: getattr(args, k.attr, None) for k in KNOBS}
+    for attr in ("tasks", "arms"):
+        if flags.get(attr) is not None:
+            flags[attr] = [x for x in flags[attr].split(",") if x.strip()]
+    return flags
+
+
+def run(args: argparse.Namespace) -> int:
+    from runner.config import resolve, with_changes, write_driver_env
+    from runner.driver import Driver, start_detached
+    from runner.progress import Progress
+
+    out = Path(args.out or default_out())
+    cfg = resolve(out, flags_of(args), resume=args.resume)
+    if args.detach:
+        d = Driver(cfg)
+        tasks = d.preflight()
+        modified = d.check_dataset(tasks)
+        if modified:
+            cfg = with_changes(cfg, modified_tasks=tuple(modified))
+        cfg.out.mkdir(parents=True, exist_ok=True)
+        write_driver_env(cfg)
+        pid = start_detached(cfg.out)
+        print(f"runner started in the background: PID {pid}")
+        print(f"  log:    {cfg.out / '.runner' / 'runner.log'}")
+        print(f"  events: {cfg.out / '.runner' / 'events.jsonl'}")
+        print(f"  watch:  marathon status {cfg.out}    stop: marathon kill {cfg.out}")
+        return 0
+    mode = "json" if args.json_events else ("plain" if args.plain else None)
+    return Driver(cfg, listeners=[Progress(mode)], resumed=args.resume).run()

@@ -1,0 +1,317 @@
+"""The runner's effective configuration: flags > (on --resume) ``<out>/.driver_env`` > env vars > defaults.
+
+Why: a day-long run is restarted by hand, by ``health --fix`` and by the console; every restart
+must use exactly the configuration the run started with. The effective values are written to
+``<out>/.driver_env`` as shell-style ``NAME=value`` lines (the runbook's knob names, so the file
+can be read by eye or ``source``d) and read back from there.
+
+Secrets never land here: ``--ae`` values are references (``KEY=${KEY}``) that harbor resolves from
+its environment; a literal value for a sensitive name is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from modes.profiles import DEFAULT_ARMS, mode_for
+from runner.errors import UserError
+from runner.tree import driver_env_path
+
+HARBOR_BUILTIN_STANDINS = ("oracle", "nop")
+# harbor's own notion of a sensitive env name (trial secret scrubbing, harbor.md section 3.1)
+_SENSITIVE = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL|AUTH", re.I)
+_REF = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}$")
+
+
+@dataclass(frozen=True)
+class Knob:
+    attr: str
+    env: str
+    flag: str
+    default: Any
+    kind: str  # int, float, str, bool, list, json
+    help: str
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob("tasks_dir", "MARATHON_TASKS_DIR", "--tasks-dir", None, "str", "harbor dataset dir holding the task dirs"),
+    Knob("tasks", "MARATHON_TASKS", "--tasks", (), "list", "comma list of task dir names (default: all)"),
+    Knob("arms", "MARATHON_ARMS", "--arms", DEFAULT_ARMS, "list", "comma list of arms, in order"),
+    Knob("concurrency", "MARATHON_CONCURRENCY", "--concurrency", 4, "int", "(task, arm) jobs at once"),
+    Knob("goal_timeout_sec", "GOAL_TIMEOUT_SEC", "--goal-timeout-sec", 5340, "int", "the arms' own deadline"),
+    Knob(
+        "agent_timeout_mult",
+        "MARATHON_AGENT_TIMEOUT_MULT",
+        "--agent-timeout-mult",
+        1.0,
+        "float",
+        "harbor agent timeout = task budget x this",
+    ),
+    Knob("verifier_mult", "MARATHON_VERIFIER_MULT", "--verifier-mult", 4.0, "float", "verifier timeout multiplier"),
+    Knob("arm_major", "MARATHON_ARM_MAJOR", "--arm-major", False, "bool", "1 = order by arm, 0 = by task"),
+    Knob("net_cap", "MARATHON_NET_CAP", "--net-cap", None, "int", "networks in use allowed at most"),
+    Knob("net_margin", "MARATHON_NET_MARGIN", "--net-margin", None, "int", "networks kept free below the cap"),
+    Knob("max_passes", "MARATHON_MAX_PASSES", "--max-passes", 3, "int", "sweeps over pairs not done"),
+    Knob("model", "MARATHON_MODEL", "--model", None, "str", "harbor -m for every arm"),
+    Knob("env", "MARATHON_ENV", "--env", "docker", "str", "harbor environment type (-e)"),
+    Knob(
+        "build_network",
+        "MARATHON_BUILD_NETWORK",
+        "--build-network",
+        "host",
+        "str",
+        "network of image builds (host|default); must match prebuild",
+    ),
+    Knob("agent_env", "MARATHON_AGENT_ENV", "--ae", (), "json", "agent env KEY=${VAR} (references only)"),
+    Knob("agent_kwargs", "MARATHON_AGENT_KWARGS", "--ak", (), "json", "agent kwargs key=value"),
+    Knob("allow_modified", "MARATHON_ALLOW_MODIFIED", "--allow-modified", False, "bool", "run modified tasks"),
+    Knob("modified_tasks", "MARATHON_MODIFIED_TASKS", "", (), "list", "(recorded) tasks that differ from dataset.toml"),
+)
+KNOB_BY_ATTR = {k.attr: k for k in KNOBS}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    out: Path
+    tasks_dir: Path | None = None
+    tasks: tuple[str, ...] = ()
+    arms: tuple[str, ...] = DEFAULT_ARMS
+    concurrency: int = 4
+    goal_timeout_sec: int = 5340
+    agent_timeout_mult: float = 1.0
+    verifier_mult: float = 4.0
+    arm_major: bool = False
+    net_cap: int | None = None
+    net_margin: int | None = None
+    max_passes: int = 3
+    model: str | None = None
+    env: str = "docker"
+    build_network: str = "host"
+    agent_env: tuple[str, ...] = ()
+    agent_kwargs: tuple[str, ...] = ()
+    allow_modified: bool = False
+    modified_tasks: tuple[str, ...] = ()
+    extra: dict = field(default_factory=dict)
+
+    def arm_specs(self) -> list[ArmSpec]:
+        return [parse_arm(a) for a in self.arms]
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """An arm: its name (the job name and output dir) and the harbor agent that plays it."""
+
+    name: str
+    agent: str  # harbor -a value: builtin name or module:Class
+    builtin: bool  # a harbor built-in stand-in (oracle, nop): takes no marathon kwargs
+    real: bool  # one of the five arms of modes.profiles
+
+
+_ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def parse_arm(text: str) -> ArmSpec:
+    """``plain`` (a real arm), ``oracle``/``nop`` (harbor stand-ins) or ``name=module:Class``."""
+    text = text.strip()
+    name, sep, agent = text.partition("=")
+    if not _ARM_NAME.match(name):
+        raise UserError(f"bad arm name {name!r}: use letters, digits, '.', '_' and '-'")
+    if sep:
+        if ":" not in agent and agent not in HARBOR_BUILTIN_STANDINS:
+            raise UserError(f"arm {text!r}: the agent must be module:Class or a harbor stand-in (oracle, nop)")
+        return ArmSpec(name, agent, agent in HARBOR_BUILTIN_STANDINS, False)
+    mode = mode_for(name)
+    if mode is not None:
+        return ArmSpec(name, mode.agent_import_path, False, True)
+    if name in HARBOR_BUILTIN_STANDINS:
+        return ArmSpec(name, name, True, False)
+    raise UserError(
+        f"unknown arm {name!r}: use one of {', '.join(DEFAULT_ARMS)}, a stand-in "
+        f"({', '.join(HARBOR_BUILTIN_STANDINS)}) or name=module:Class"
+    )
+
+
+def check_agent_env(items: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """Normalise ``--ae`` items: ``KEY`` means ``KEY=${KEY}``; sensitive names must be references."""
+    outl = []
+    for item in items:
+        key, sep, val = item.partition("=")
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise UserError(f"--ae {item!r}: expected KEY=${{VAR}} or KEY")
+        if not sep:
+            val = "${" + key + "}"
+        if not _REF.match(val) and _SENSITIVE.search(key):
+            raise UserError(
+                f"--ae {key}=...: pass secrets by reference, e.g. --ae {key}='${{{key}}}' with {key} exported; "
+                "a literal value would land in argv and .driver_env"
+            )
+        outl.append(f"{key}={val}")
+    return tuple(outl)
+
+
+def missing_env_refs(items: tuple[str, ...]) -> list[str]:
+    """Names referenced by ``--ae`` values (``${VAR}`` without default) that are not set here."""
+    missing = []
+    for item in items:
+        val = item.partition("=")[2]
+        m = _REF.match(val)
+        if m and not m.group(1):
+            name = val[2:-1]
+            if name not in os.environ:
+                missing.append(name)
+    return missing
+
+
+# --- conversion -------------------------------------------------------------------------------
+
+
+def _convert(knob: Knob, raw: Any, source: str) -> Any:
+    if raw is None:
+        return None
+    try:
+        if knob.kind == "int":
+            v = int(raw)
+            if v < 0:
+                raise ValueError
+            return v
+        if knob.kind == "float":
+            v = float(raw)
+            if not v > 0:
+                raise ValueError
+            return v
+        if knob.kind == "bool":
+            if isinstance(raw, bool):
+                return raw
+            s = str(raw).strip().lower()
+            if s in ("1", "true", "yes", "on"):
+                return True
+            if s in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError
+        if knob.kind == "list":
+            if isinstance(raw, (list, tuple)):
+                return tuple(str(x).strip() for x in raw if str(x).strip())
+            return tuple(x.strip() for x in str(raw).split(",") if x.strip())
+        if knob.kind == "json":
+            if isinstance(raw, (list, tuple)):
+                return tuple(str(x) for x in raw)
+            v = json.loads(raw) if str(raw).strip() else []
+            if not isinstance(v, list):
+                raise ValueError
+            return tuple(str(x) for x in v)
+        return str(raw) if str(raw) != "" else None
+    except (TypeError, ValueError):
+        raise UserError(f"{source}={raw!r} is not a valid {knob.kind} for {knob.flag or knob.env}") from None
+
+
+def _serialise(knob: Knob, value: Any) -> str:
+    if value is None:
+        return ""
+    if knob.kind == "bool":
+        return "1" if value else "0"
+    if knob.kind == "list":
+        return ",".join(value)
+    if knob.kind == "json":
+        return json.dumps(list(value))
+    return str(value)
+
+
+def write_driver_env(cfg: RunConfig) -> Path:
+    path = driver_env_path(cfg.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [
+        "# marathon runner: effective configuration (read by `marathon run --resume` and `marathon health --fix`)",
+        f"MARATHON_OUT={shlex.quote(str(cfg.out))}",
+    ]
+    for k in KNOBS:
+        lines.append(f"{k.env}={shlex.quote(_serialise(k, getattr(cfg, k.attr)))}")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_driver_env(out: Path) -> dict[str, str]:
+    """The raw ``NAME=value`` pairs of ``<out>/.driver_env`` ({} when absent)."""
+    try:
+        text = driver_env_path(out).read_text()
+    except FileNotFoundError:
+        return {}
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        name, _, raw = line.partition("=")
+        try:
+            parts = shlex.split(raw)
+        except ValueError:
+            raise UserError(f"{driver_env_path(out)}: cannot parse line {line!r}") from None
+        values[name.strip()] = parts[0] if parts else ""
+    return values
+
+
+def resolve(
+    out: Path,
+    flags: Mapping[str, Any],
+    *,
+    resume: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> RunConfig:
+    """The effective configuration. ``flags`` maps knob attrs to values given on the command line
+    (None = not given). Precedence: flag > .driver_env (resume only) > environment > default."""
+    environ = os.environ if environ is None else environ
+    out = Path(out).resolve()
+    stored = read_driver_env(out) if resume else {}
+    if resume and not stored:
+        raise UserError(f"nothing to resume: {driver_env_path(out)} does not exist (start with `marathon run`)")
+    values: dict[str, Any] = {}
+    for k in KNOBS:
+        v = flags.get(k.attr)
+        if v is not None and v != () and v is not False:
+            values[k.attr] = _convert(k, v, k.flag)
+        elif k.env in stored:
+            values[k.attr] = _convert(k, stored[k.env], f"{driver_env_path(out)}:{k.env}")
+        elif k.env in environ and k.attr != "modified_tasks":
+            values[k.attr] = _convert(k, environ[k.env], k.env)
+        else:
+            values[k.attr] = k.default
+        if values[k.attr] is None and k.kind in ("list", "json"):
+            values[k.attr] = ()
+    if values["tasks_dir"] is None:
+        raise UserError("no tasks dir: pass --tasks-dir DIR (or set MARATHON_TASKS_DIR)")
+    values["tasks_dir"] = Path(values["tasks_dir"]).resolve()
+    if values["concurrency"] < 1:
+        raise UserError("--concurrency must be at least 1")
+    if values["max_passes"] < 1:
+        raise UserError("--max-passes must be at least 1")
+    if values["build_network"] not in ("host", "default"):
+        raise UserError("--build-network must be host or default")
+    values["agent_env"] = check_agent_env(values["agent_env"])
+    cfg = RunConfig(out=out, **values)
+    names = [s.name for s in cfg.arm_specs()]
+    if len(set(names)) != len(names):
+        raise UserError(f"duplicate arm in --arms: {','.join(names)}")
+    return cfg
+
+
+def with_changes(cfg: RunConfig, **changes: Any) -> RunConfig:
+    return replace(cfg, **changes)
+
+
+def as_dict(cfg: RunConfig) -> dict[str, Any]:
+    """Plain data for the ``runner_start`` event (no secrets: --ae holds references only)."""
+    d: dict[str, Any] = {}
+    for f in fields(cfg):
+        if f.name == "extra":
+            continue
+        v = getattr(cfg, f.name)
+        d[f.name] = str(v) if isinstance(v, Path) else (list(v) if isinstance(v, tuple) else v)
+    return d

@@ -1,0 +1,734 @@
+"""``marathon run``: the queue of (task, arm) pairs, claims, the network gate, passes and voiding.
+
+Why: a full run is 15-20 tasks x 5 arms for a day, up to 12 jobs at once. The driver must be
+restartable at any moment without losing or duplicating work, treat every arm the same way, and
+keep infrastructure failures from posing as differences in capability. So, per pair and pass:
+
+  done?  (runner.rules.is_done on the job result.json)        -> skip
+  claim  (O_CREAT|O_EXCL; stale taken over; orphan job adopted) -> else skip
+  gate   (runner.docker_pool.verdict; reclaim while waiting)   -> wait, with events
+  start  harbor run ... in its own session, registered          -> one job = one trial
+  after: done -> next; infrastructure -> void + retry next pass; other error -> retry next pass
+
+Every step is an event in ``<out>/.runner/events.jsonl``. On SIGTERM/SIGINT/SIGHUP the driver stops
+starting, TERMs its harbor jobs (harbor cancels and tears its environments down), removes what is
+left of this run's compose projects, voids the cancelled attempts, releases its claims, exits 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from modes.profiles import mode_for
+from runner import claims as claimsmod
+from runner.config import ArmSpec, RunConfig, as_dict, missing_env_refs, write_driver_env
+from runner.errors import UserError
+from runner.events import EventLog, new_run_id
+from runner.lock import RunnerLock, me
+from runner.procs import Registry, create_time_of, same_start
+from runner.rules import is_done
+from runner.tree import arm_of_dir, compose_project, is_hidden, iter_trial_dirs, job_dir, jobs_dir, runner_dir
+from runner.void import Verdict, act_void, classify_job, plan_void, read_json
+
+HARBOR_LOG = "harbor-run.log"
+BUILD_OVERLAY = "compose-build-network-host.yaml"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+ROLE_HARBOR = "harbor"
+
+
+def harbor_bin() -> str:
+    """The ``harbor`` of this interpreter's environment (the pinned 0.25.0), else PATH's."""
+    cand = Path(sys.executable).with_name("harbor")
+    if cand.exists():
+        return str(cand)
+    found = shutil.which("harbor")
+    if not found:
+        raise UserError("harbor is not installed in this environment (uv sync)")
+    return found
+
+
+def new_stamp(arm_dir: Path) -> str:
+    """A fresh jobs-dir name under ``<out>/<task>/<arm>``: UTC time, unique."""
+    base = datetime.now(UTC).strftime("%Y-%m-%d__%H-%M-%S")
+    stamp, n = base, 1
+    while (arm_dir / stamp).exists():
+        n += 1
+        stamp = f"{base}-{n}"
+    return stamp
+
+
+def pair_done(out: Path, task: str, arm: str) -> bool:
+    """True when some attempt of (task, arm) in the tree is done (the one rule, runner.rules.is_done)."""
+    tdir = out / task
+    try:
+        arm_dirs = [
+            p for p in tdir.iterdir() if p.is_dir() and not is_hidden(p.name) and arm_of_dir(p.name) == arm
+        ]
+    except OSError:
+        return False
+    for adir in arm_dirs:
+        try:
+            stamps = [p for p in adir.iterdir() if p.is_dir() and not is_hidden(p.name)]
+        except OSError:
+            continue
+        for s in stamps:
+            for name in (adir.name, arm):
+                res = read_json(s / name / "result.json")
+                if res is not None and is_done(res.get("stats")):
+                    return True
+    return False
+
+
+def list_tasks(tasks_dir: Path) -> list[str]:
+    try:
+        return sorted(p.name for p in tasks_dir.iterdir() if (p / "task.toml").is_file())
+    except OSError:
+        return []
+
+
+def builds_from_dockerfile(task_dir: Path) -> bool:
+    """harbor builds this task's image with compose's build file (no prebuilt ``docker_image``)."""
+    import tomllib
+
+    if not (task_dir / "environment" / "Dockerfile").is_file():
+        return False
+    try:
+        cfg = tomllib.loads((task_dir / "task.toml").read_text())
+    except (OSError, ValueError):
+        return True
+    return not (cfg.get("environment") or {}).get("docker_image")
+
+
+def build_overlay(out: Path) -> Path:
+    """The compose overlay that makes harbor build with the host network, exactly as prebuild does
+    (the network mode is part of BuildKit's cache key; proxy build args are not)."""
+    path = runner_dir(out) / BUILD_OVERLAY
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("services:\n  main:\n    build:\n      network: host\n")
+    return path
+
+
+def harbor_argv(cfg: RunConfig, task: str, arm: ArmSpec, jdir: Path) -> list[str]:
+    """The ``harbor run`` command of one (task, arm) job. No secret is ever in it: --ae values are
+    ``${VAR}`` references that harbor resolves from its environment."""
+    assert cfg.tasks_dir is not None
+    argv = [
+        harbor_bin(), "run",
+        "-p", str(cfg.tasks_dir / task),
+        "-a", arm.agent,
+        "-o", str(jdir),
+        "--job-name", arm.name,
+        "-n", "1",
+        "-y",
+        "-e", cfg.env,
+        "--agent-timeout-multiplier", str(cfg.agent_timeout_mult),
+        "--verifier-timeout-multiplier", str(cfg.verifier_mult),
+    ]  # fmt: skip
+    if cfg.env == "docker":
+        argv += ["--ek", "auto_mounting=true"]
+        if cfg.build_network == "host" and builds_from_dockerfile(cfg.tasks_dir / task):
+            argv += ["--extra-docker-compose", str(build_overlay(cfg.out))]
+    if cfg.model:
+        argv += ["-m", cfg.model]
+    for item in cfg.agent_env:
+        argv += ["--ae", item]
+    if not arm.builtin:
+        argv += ["--ak", f"goal_timeout_sec={cfg.goal_timeout_sec}"]
+        mode = mode_for(arm.name) if arm.real else None
+        if mode is not None and mode.loopx:
+            argv += ["--ak", f"mode={arm.name}"]
+    for item in cfg.agent_kwargs:
+        argv += ["--ak", item]
+    return argv
+
+
+def check_agents(specs: list[ArmSpec]) -> None:
+    """Every arm's agent module must be importable before the first trial (not 60 trials later)."""
+    for s in specs:
+        if s.builtin:
+            continue
+        module = s.agent.split(":", 1)[0]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise UserError(
+                f"arm {s.name}: agent module {module} is not importable; "
+                "use stand-ins (--arms oracle,nop) until the arms exist, or fix PYTHONPATH"
+            )
+
+
+@dataclass
+class Job:
+    task: str
+    arm: ArmSpec
+    stamp: str
+    pid: int
+    create_time: float
+    claim: claimsmod.Claim
+    started: float  # monotonic
+    proc: subprocess.Popen | None = None  # None for an adopted job (started by a dead runner)
+    returncode: int | None = None
+    terminated: bool = False
+
+    claim_out: str = ""
+
+    @property
+    def stamp_dir(self) -> Path:
+        return jobs_dir(Path(self.claim_out), self.task, self.arm.name, self.stamp)
+
+    def poll(self) -> bool:
+        """True once the harbor process has exited."""
+        if self.proc is not None:
+            self.returncode = self.proc.poll()
+            return self.returncode is not None
+        try:
+            p = psutil.Process(self.pid)
+            if not same_start(p.create_time(), self.create_time):
+                return True
+            return p.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    def signal(self, sig: signal.Signals, group: bool = False) -> None:
+        """Signal our harbor process (identity re-checked); ``group`` = its whole session group."""
+        if not same_start(create_time_of(self.pid), self.create_time):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if group and os.getpgid(self.pid) == self.pid:
+                os.killpg(self.pid, sig)
+            else:
+                os.kill(self.pid, sig)
+
+
+@dataclass
+class Stats:
+    started: int = 0
+    done: int = 0
+    voided: int = 0
+    errored: int = 0
+    gate_waits: int = 0
+    reclaimed: list[str] = field(default_factory=list)
+
+
+class Driver:
+    """One run over an output tree. ``run()`` returns the process exit code."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        *,
+        listeners: list | None = None,
+        poll_sec: float = 0.2,
+        gate_recheck_sec: float = 2.0,
+        stop_grace_sec: float = 120.0,
+        resumed: bool = False,
+    ) -> None:
+        self.cfg = cfg
+        self.out = cfg.out
+        self.run_id = new_run_id()
+        self.log = EventLog(self.out, self.run_id)
+        self.log.listeners.extend(listeners or [])
+        self.poll_sec = poll_sec
+        self.gate_recheck_sec = gate_recheck_sec
+        self.stop_grace_sec = stop_grace_sec
+        self.resumed = resumed
+        self.holder = me(self.run_id)
+        self.registry = Registry(self.out)
+        self.running: list[Job] = []
+        self.finished: list[Job] = []
+        self.stop_reason: str | None = None
+        self.stats = Stats()
+        self.specs = {s.name: s for s in cfg.arm_specs()}
+        self._gate_waiting_since: float | None = None
+        self._gate_next_check = 0.0
+        self._job_env = self._make_job_env()
+
+    # --- setup ---------------------------------------------------------------------------------
+
+    def _make_job_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no start-up fetch of the cost map
+        env.setdefault("HARBOR_TELEMETRY", "0")  # harbor 0.25.0 posts to PostHog at exit otherwise
+        paths = [str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        return env
+
+    def tasks(self) -> list[str]:
+        assert self.cfg.tasks_dir is not None
+        available = list_tasks(self.cfg.tasks_dir)
+        if not self.cfg.tasks:
+            return available
+        unknown = [t for t in self.cfg.tasks if t not in available]
+        if unknown:
+            raise UserError(f"unknown task(s) in {self.cfg.tasks_dir}: {', '.join(unknown)}")
+        return list(self.cfg.tasks)
+
+    def pairs(self, tasks: list[str]) -> list[tuple[str, str]]:
+        arms = list(self.specs)
+        if self.cfg.arm_major:
+            return [(t, a) for a in arms for t in tasks]
+        return [(t, a) for t in tasks for a in arms]
+
+    def preflight(self) -> list[str]:
+        """Everything that can be refused before touching the tree."""
+        td = self.cfg.tasks_dir
+        if td is None or not td.is_dir():
+            raise UserError(f"tasks dir {td} does not exist")
+        tasks = self.tasks()
+        if not tasks:
+            raise UserError(f"no harbor tasks (dirs with task.toml) in {td}")
+        try:
+            if self.out.resolve().is_relative_to(td.resolve()):
+                raise UserError(
+                    f"the output dir {self.out} is inside the tasks dir {td}: the runner never writes there"
+                )
+        except OSError:
+            pass
+        check_agents(list(self.specs.values()))
+        missing = missing_env_refs(self.cfg.agent_env)
+        if missing:
+            raise UserError(
+                f"--ae refers to unset environment variable(s): {', '.join(missing)}; export them first"
+            )
+        return tasks
+
+    def check_dataset(self, tasks: list[str]) -> list[str]:
+        """Digests of the selected tasks against dataset.toml; refuse modified ones unless allowed."""
+        from runner.digest import check_dataset, task_name
+
+        td = self.cfg.tasks_dir
+        assert td is not None
+        if not (td / "dataset.toml").is_file():
+            return []
+        names = {task_name(td / t): t for t in tasks}
+        bad = [m for m in check_dataset(td) if m.task in names]
+        modified = sorted(names[m.task] for m in bad)
+        if modified and not self.cfg.allow_modified:
+            raise UserError(
+                f"task(s) differ from {td / 'dataset.toml'}: {', '.join(modified)} -- this is no longer the "
+                "benchmark; rerun with --allow-modified to run anyway (every report will say so)"
+            )
+        return modified
+
+    # --- main loop -------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        tasks = self.preflight()
+        modified = self.check_dataset(tasks)
+        self.out.mkdir(parents=True, exist_ok=True)
+        lock = RunnerLock(self.out, self.run_id)
+        lock.acquire()
+        old_handlers = self._install_signals()
+        try:
+            if modified:
+                from runner.config import with_changes
+
+                self.cfg = with_changes(self.cfg, modified_tasks=tuple(modified))
+            write_driver_env(self.cfg)
+            self.registry.register(os.getpid(), "runner", list(sys.argv))
+            all_pairs = self.pairs(tasks)
+            already = {a: [t for t in tasks if pair_done(self.out, t, a)] for a in self.specs}
+            self.log.emit(
+                "runner_start",
+                pid=os.getpid(),
+                host=self.holder.host,
+                resumed=self.resumed,
+                took_over_lock=lock.took_over.describe() if lock.took_over else None,
+                arms=list(self.specs),
+                tasks=tasks,
+                n_pairs=len(all_pairs),
+                pairs_per_arm={a: len(tasks) for a in self.specs},
+                already_done=already,
+                concurrency=self.cfg.concurrency,
+                config=as_dict(self.cfg),
+            )
+            if modified:
+                self.log.emit("dataset_modified", tasks=modified, allow_modified=True)
+            self._adopt_orphans(set(all_pairs))
+            reason = self._passes(all_pairs)
+            return self._shutdown(reason, all_pairs)
+        finally:
+            for sig, h in old_handlers.items():
+                signal.signal(sig, h)
+            with contextlib.suppress(Exception):
+                self.registry.unregister(os.getpid())
+            lock.release()
+
+    def _install_signals(self) -> dict:
+        old = {}
+
+        def handler(signum, _frame):
+            if self.stop_reason is None:
+                self.stop_reason = signal.Signals(signum).name
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            old[sig] = signal.signal(sig, handler)
+        return old
+
+    def _passes(self, all_pairs: list[tuple[str, str]]) -> str:
+        for pass_no in range(1, self.cfg.max_passes + 1):
+            queue = [p for p in all_pairs if not pair_done(self.out, *p) and not self._is_running(p)]
+            if not queue and not self.running:
+                return "all pairs done"
+            self.log.emit("pass_start", pass_no=pass_no, n_pairs=len(queue))
+            failed: list[tuple[str, str, str]] = []
+            while (queue or self.running) and self.stop_reason is None:
+                failed += self._reap()
+                self._fill(queue)
+                if self.stop_reason is None and (queue or self.running):
+                    time.sleep(self.poll_sec)
+            if self.stop_reason is not None:
+                return f"stopped by {self.stop_reason}"
+            left = [p for p in all_pairs if not pair_done(self.out, *p)]
+            self.log.emit("pass_end", pass_no=pass_no, done=len(all_pairs) - len(left), left=len(left))
+            for task, arm, why in failed:
+                if pass_no < self.cfg.max_passes:
+                    self.log.emit("retry", task=task, arm=arm, next_pass=pass_no + 1, reason=why)
+            if not left:
+                return "all pairs done"
+        return f"max passes ({self.cfg.max_passes}) reached"
+
+    def _is_running(self, pair: tuple[str, str]) -> bool:
+        return any((j.task, j.arm.name) == pair for j in self.running)
+
+    # --- starting ---------------------------------------------------------------------------------
+
+    def _fill(self, queue: list[tuple[str, str]]) -> None:
+        while queue and len(self.running) < self.cfg.concurrency and self.stop_reason is None:
+            task, arm = queue[0]
+            if pair_done(self.out, task, arm):
+                queue.pop(0)
+                self.log.emit("skip_done", task=task, arm=arm)
+                continue
+            if not self._gate_ok():
+                return
+            res = claimsmod.try_claim(self.out, task, arm, self.holder)
+            queue.pop(0)
+            if not res.acquired:
+                assert res.claim is not None
+                self.log.emit(
+                    "claim_held",
+                    task=task,
+                    arm=arm,
+                    holder=res.claim.holder.describe(),
+                    state=res.claim.state,
+                )
+                continue
+            assert res.claim is not None
+            if res.replaced is not None:
+                self.log.emit("claim_takeover", task=task, arm=arm, was=res.replaced.holder.describe())
+            self._start(task, self.specs[arm], res.claim)
+
+    def _start(self, task: str, arm: ArmSpec, claim: claimsmod.Claim) -> None:
+        adir = self.out / task / arm.name
+        stamp = new_stamp(adir)
+        jdir = jobs_dir(self.out, task, arm.name, stamp)
+        jdir.mkdir(parents=True)
+        argv = harbor_argv(self.cfg, task, arm, jdir)
+        with open(jdir / HARBOR_LOG, "ab") as logfh:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=logfh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=str(self.out),
+                env=self._job_env,
+            )
+        ct = create_time_of(proc.pid) or 0.0
+        with contextlib.suppress(ProcessLookupError):
+            self.registry.register(proc.pid, ROLE_HARBOR, argv, task=task, arm=arm.name)
+        claim = claimsmod.set_job(self.out, claim, claimsmod.JobRef(proc.pid, ct, stamp))
+        job = Job(task, arm, stamp, proc.pid, ct, claim, time.monotonic(), proc, claim_out=str(self.out))
+        self.running.append(job)
+        self.stats.started += 1
+        self.log.emit("job_start", task=task, arm=arm.name, stamp=stamp, pid=proc.pid, argv=argv)
+
+    def _adopt_orphans(self, pairs: set[tuple[str, str]]) -> None:
+        """A dead runner's harbor jobs that still run: wait for them instead of starting duplicates."""
+        for c in claimsmod.list_claims(self.out):
+            if (c.task, c.arm) not in pairs or c.state != claimsmod.ORPHAN or c.job is None:
+                continue
+            res = claimsmod.try_claim(self.out, c.task, c.arm, self.holder, adopt=True)
+            if not res.acquired or res.claim is None or res.claim.job is None:
+                continue
+            j = res.claim.job
+            job = Job(
+                c.task,
+                self.specs[c.arm],
+                j.stamp,
+                j.pid,
+                j.create_time,
+                res.claim,
+                time.monotonic(),
+                claim_out=str(self.out),
+            )
+            self.running.append(job)
+            self.log.emit("adopt", task=c.task, arm=c.arm, stamp=j.stamp, pid=j.pid, was=c.holder.describe())
+
+    # --- the network gate -----------------------------------------------------------------------
+
+    def _pending_networks(self, status: Any) -> int:
+        """Our running jobs whose compose network does not exist yet (still building/starting)."""
+        have = {n.project for n in status.networks if n.project}
+        pending = 0
+        for j in self.running:
+            trials = list(iter_trial_dirs(job_dir(self.out, j.task, j.arm.name, j.stamp)))
+            if not trials or not any(compose_project(t.name) in have for t in trials):
+                pending += 1
+        return pending
+
+    def _gate_ok(self) -> bool:
+        if self.cfg.env != "docker":
+            return True
+        now = time.monotonic()
+        if self._gate_waiting_since is not None and now < self._gate_next_check:
+            return False
+        from runner.docker_pool import pool_status, reclaim_empty_ours, verdict
+
+        try:
+            status = pool_status(self.out)
+            v = verdict(
+                status, 1 + self._pending_networks(status), cap=self.cfg.net_cap, margin=self.cfg.net_margin
+            )
+        except UserError as exc:
+            self._gate_wait_start(now)
+            self.log.emit("gate_error", error=str(exc))
+            return False
+        if v.ok:
+            if self._gate_waiting_since is not None:
+                self.log.emit(
+                    "gate_open", waited_sec=round(now - self._gate_waiting_since, 1), reason=v.reason
+                )
+                self._gate_waiting_since = None
+            return True
+        if self._gate_waiting_since is None:
+            self.stats.gate_waits += 1
+            self.log.emit(
+                "gate_wait",
+                reason=v.reason,
+                used=status.used,
+                used_ours=status.used_ours,
+                cap=v.cap,
+                margin=v.margin,
+            )
+        self._gate_wait_start(now)
+        if status.empty_ours:
+            try:
+                removed = reclaim_empty_ours(self.out)
+            except UserError as exc:
+                self.log.emit("gate_error", error=str(exc))
+                removed = []
+            if removed:
+                self.stats.reclaimed += removed
+                self.log.emit("reclaim", networks=removed)
+        return False
+
+    def _gate_wait_start(self, now: float) -> None:
+        if self._gate_waiting_since is None:
+            self._gate_waiting_since = now
+        self._gate_next_check = now + self.gate_recheck_sec
+
+    # --- finishing ----------------------------------------------------------------------------------
+
+    def _reap(self) -> list[tuple[str, str, str]]:
+        """Handle every job that exited; return the pairs to retry next pass with the reason."""
+        failed = []
+        for job in [j for j in self.running if j.poll()]:
+            self.running.remove(job)
+            why = self._finish(job)
+            if why is not None:
+                failed.append((job.task, job.arm.name, why))
+        return failed
+
+    def _finish(self, job: Job, *, stopping: bool = False) -> str | None:
+        """Record the outcome of one ended job; void it if infrastructure. Returns a retry reason or None."""
+        self.finished.append(job)
+        with contextlib.suppress(Exception):
+            self.registry.unregister(job.pid)
+        jdir = job_dir(self.out, job.task, job.arm.name, job.stamp)
+        res = read_json(jdir / "result.json")
+        stats = res.get("stats") if res else None
+        elapsed = round(time.monotonic() - job.started, 1)
+        retry: str | None = None
+        if is_done(stats):
+            self.stats.done += 1
+            detail = self._score_detail(jdir)
+            self.log.emit("job_finish", task=job.task, arm=job.arm.name, stamp=job.stamp, status="done",
+                          elapsed_sec=elapsed, returncode=job.returncode, detail=detail)  # fmt: skip
+        else:
+            v = classify_job(jdir, job.stamp_dir / HARBOR_LOG)
+            if stopping and v.kind != "done":
+                v = Verdict(
+                    "infra", f"stopped by the runner ({self.stop_reason}): {v.reason}", v.evidence, v.trial
+                )
+            status = "void" if v.kind == "infra" else "errored"
+            self.log.emit("job_finish", task=job.task, arm=job.arm.name, stamp=job.stamp, status=status,
+                          elapsed_sec=elapsed, returncode=job.returncode, detail=v.reason)  # fmt: skip
+            if v.kind == "infra":
+                self._void(job, v)
+            else:
+                self.stats.errored += 1
+            retry = v.reason
+        if claimsmod.release(self.out, job.claim):
+            self.log.emit("claim_release", task=job.task, arm=job.arm.name)
+        return retry
+
+    def _score_detail(self, jdir: Path) -> str:
+        from runner.rules import build_failed, partial_score, reward_of
+
+        for t in iter_trial_dirs(jdir):
+            r = read_json(t / "result.json") or {}
+            m = read_json(t / "verifier" / "metrics.json")
+            parts = [f"reward={reward_of(r.get('verifier_result'))}"]
+            p = partial_score(m)
+            if p is not None:
+                parts.append(f"partial={p}")
+            if build_failed(m):
+                parts.append("BUILD FAILED (scored)")
+            return " ".join(parts)
+        return ""
+
+    def _void(self, job: Job, v: Verdict) -> None:
+        """Remove leftovers of the trial (so they do not vanish from cleanup's view), then move it aside."""
+        jdir = job_dir(self.out, job.task, job.arm.name, job.stamp)
+        self._cleanup(trials={t.name for t in iter_trial_dirs(jdir)})
+        if not job.stamp_dir.exists():
+            return
+        plan = plan_void(self.out, jdir, v.reason, v.evidence)  # one trial per job: the whole attempt
+        dest = act_void(plan, run_id=self.run_id)
+        self.stats.voided += 1
+        self.log.emit("void", task=job.task, arm=job.arm.name, stamp=job.stamp, reason=v.reason, dest=str(dest),
+                      evidence=v.evidence[:6])  # fmt: skip
+
+    def _cleanup(self, trials: set[str]) -> None:
+        """Remove this run's leftover containers/networks of the given trials (plan, then act)."""
+        if self.cfg.env != "docker" or not trials:
+            return
+        from runner.cleanup import CleanupPlan, act_cleanup, plan_cleanup
+
+        projects = {compose_project(t) for t in trials}
+        try:
+            full = plan_cleanup(self.out)
+        except UserError as exc:
+            self.log.emit("cleanup_error", error=str(exc))
+            return
+        plan = CleanupPlan(
+            out=full.out,
+            scope={"trials": ",".join(sorted(trials))},
+            projects=sorted(projects & set(full.projects)),
+            containers=[c for c in full.containers if c.project in projects],
+            networks=[n for n in full.networks if n.project in projects],
+        )
+        if plan.empty:
+            return
+        self.log.emit("cleanup_plan", plan=plan.render())
+        try:
+            report = act_cleanup(plan)
+        except UserError as exc:
+            self.log.emit("cleanup_error", error=str(exc))
+            return
+        self.log.emit(
+            "cleanup",
+            containers=len(report.removed_containers),
+            networks=len(report.removed_networks),
+            removed=report.removed_containers + report.removed_networks,
+        )
+
+    # --- stopping -----------------------------------------------------------------------------------
+
+    def _shutdown(self, reason: str, all_pairs: list[tuple[str, str]]) -> int:
+        if self.stop_reason is not None and self.running:
+            self.log.emit("stop_requested", signal=self.stop_reason, n_running=len(self.running))
+            for job in self.running:
+                job.terminated = True
+                job.signal(signal.SIGTERM)  # harbor maps SIGTERM to cancellation + environment teardown
+            deadline = time.monotonic() + self.stop_grace_sec
+            while any(not j.poll() for j in self.running) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            for job in self.running:
+                if not job.poll():
+                    self.log.emit("job_kill", task=job.task, arm=job.arm.name, pid=job.pid)
+                    job.signal(signal.SIGKILL, group=True)
+            deadline = time.monotonic() + 10
+            while any(not j.poll() for j in self.running) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            ended = list(self.running)
+            self.running.clear()
+            trials = set()
+            for job in ended:
+                trials |= {
+                    t.name for t in iter_trial_dirs(job_dir(self.out, job.task, job.arm.name, job.stamp))
+                }
+            self._cleanup(trials)
+            for job in ended:
+                self._finish(job, stopping=True)
+        done = sum(1 for p in all_pairs if pair_done(self.out, *p))
+        self.log.emit(
+            "runner_exit",
+            reason=reason,
+            done=done,
+            total=len(all_pairs),
+            started=self.stats.started,
+            voided=self.stats.voided,
+            errored=self.stats.errored,
+            gate_waits=self.stats.gate_waits,
+        )
+        return 0
+
+
+# --- detached start (used by `run --detach`, `health --fix` and the console) -----------------------
+
+RUNNER_LOG = "runner.log"
+
+
+def start_detached(out: Path, *, wait_sec: float = 15.0) -> int:
+    """Start ``marathon run OUT --resume`` in its own session (survives the terminal and ssh hanging
+    up), stdin from /dev/null, output appended to ``<out>/.runner/runner.log``. The configuration
+    comes from ``<out>/.driver_env``. Returns the runner's PID once it holds the lock."""
+    from runner.lock import lock_holder
+
+    out = Path(out).resolve()
+    held = lock_holder(out)
+    if held is not None:
+        from runner.errors import Busy
+
+        raise Busy(f"{out} already has a runner: {held.describe()}")
+    log = runner_dir(out) / RUNNER_LOG
+    log.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "runner.cli", "run", str(out), "--resume", "--plain"]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        dict.fromkeys([str(PROJECT_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
+    )
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+            start_new_session=True, cwd=str(PROJECT_ROOT), env=env, close_fds=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + wait_sec
+    while time.monotonic() < deadline:
+        h = lock_holder(out)
+        if h is not None and h.pid == proc.pid:
+            return proc.pid
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace").splitlines()[-5:]
+            raise UserError(f"the runner exited at once (code {proc.returncode}): {' | '.join(tail)}")
+        time.sleep(0.1)
+    return proc.pid

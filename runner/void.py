@@ -1,0 +1,205 @@
+"""Infrastructure failures: the one classifier, and voiding (move aside with a README, never delete).
+
+Why: a failure that hits one arm more than another reverses the comparison's conclusion (runbook
+pitfall 1). An environment that never started, an exhausted address pool, a Docker error or an
+agent that could not even be set up says nothing about the agent: such a trial is moved under
+``voided_root(out)`` with the reason and the evidence, and the pair is run again. A build failure
+in the verifier (``BUILD FAILED``, ``phase: build_failed``) is the agent's code failing to build:
+it is a scored result and is never voided (runbook pitfall 4).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from runner.events import utc_now
+from runner.tree import VOID_README, iter_trial_dirs, voided_root
+
+# harbor 0.25.0 models/trial/error_policy.py: causes that are the sandbox's or harbor's, not the agent's
+_INFRA_CAUSES = {"sandbox_failed", "harbor_failed", "cancelled"}
+# Words of Docker/compose failures (in exception_message / exception.txt)
+_INFRA_WORDS = (
+    "all predefined address pools have been fully subnetted",
+    "could not find an available, non-overlapping ipv4 address pool",
+    "docker compose command failed",
+    "cannot connect to the docker daemon",
+    "error response from daemon",
+    "is the docker daemon running",
+    "no such container",
+)
+VOID_JSON = "void.json"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a finished job's trials say: ``done``, ``infra`` (void and rerun) or ``errored`` (scored
+    attempt that is not done, e.g. the agent crashed; kept, rerun in the next pass)."""
+
+    kind: str
+    reason: str
+    evidence: list[str] = field(default_factory=list)
+    trial: str | None = None
+
+
+def read_json(path: Path) -> dict | None:
+    """harbor writes JSON non-atomically: retry a torn read a few times; None when absent/corrupt."""
+    for _ in range(5):
+        try:
+            d = json.loads(path.read_text())
+            return d if isinstance(d, dict) else None
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            time.sleep(0.05)
+    return None
+
+
+def _tail(path: Path, n: int = 15) -> list[str]:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return lines[-n:]
+
+
+def classify_trial(trial_dir: Path) -> Verdict:
+    """The one rule for "is this failure infrastructure?", from the trial's result and exception.
+
+    Infrastructure when harbor's own policy says sandbox/harbor failure or cancellation; when the
+    agent never started running (environment start or agent setup failed); or when the message is a
+    Docker/compose failure. A verifier ``BUILD FAILED`` is not an exception at all, so it never
+    reaches here as an error.
+    """
+    res = read_json(trial_dir / "result.json")
+    if res is None:
+        return Verdict(
+            "infra", "trial has no result.json: harbor ended before the trial finished", trial=trial_dir.name
+        )
+    exc = res.get("exception_info")
+    if not exc:
+        return Verdict("done", "finished without exception", trial=trial_dir.name)
+    etype = str(exc.get("exception_type") or "")
+    msg = str(exc.get("exception_message") or "")
+    evidence = [f"exception_type: {etype}", f"exception_message: {msg[:2000]}"]
+    evidence += [f"exception.txt: {ln}" for ln in _tail(trial_dir / "exception.txt", 8)]
+    try:
+        from harbor.models.trial.error_policy import policy_for
+
+        cause = str(policy_for(etype).cause.value)
+    except Exception:  # noqa: BLE001 - harbor missing or changed: fall back to the other signals
+        cause = ""
+    evidence.append(f"harbor failure cause: {cause or 'unknown'}")
+    text = (msg + "\n" + "\n".join(_tail(trial_dir / "exception.txt", 60))).lower()
+    if cause in _INFRA_CAUSES:
+        return Verdict("infra", f"{etype}: harbor classifies it as {cause}", evidence, trial_dir.name)
+    if res.get("agent_execution") is None:
+        phase = "agent setup" if res.get("agent_setup") else "environment start"
+        return Verdict("infra", f"{etype} before the agent ran ({phase} failed)", evidence, trial_dir.name)
+    for w in _INFRA_WORDS:
+        if w in text:
+            return Verdict("infra", f"{etype}: Docker failure ({w})", evidence, trial_dir.name)
+    return Verdict("errored", f"{etype}: {msg[:200]}", evidence, trial_dir.name)
+
+
+def classify_job(job_dir: Path, log_path: Path | None = None) -> Verdict:
+    """Classify a finished harbor job (one trial per job in marathon's layout)."""
+    verdicts = [classify_trial(t) for t in iter_trial_dirs(job_dir)]
+    infra = [v for v in verdicts if v.kind == "infra"]
+    if infra:
+        return infra[0]
+    errored = [v for v in verdicts if v.kind == "errored"]
+    if errored:
+        return errored[0]
+    if not verdicts:
+        ev = [f"harbor output: {ln}" for ln in (_tail(log_path, 20) if log_path else [])]
+        return Verdict("infra", "harbor ended without starting a trial", ev)
+    return Verdict("done", "all trials finished without exception")
+
+
+# --- voiding ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VoidPlan:
+    """Move ``source`` (a job's stamp dir, or one trial dir) to ``dest`` with a README."""
+
+    out: str
+    source: str
+    dest: str
+    task: str
+    arm: str
+    stamp: str
+    trial: str | None
+    reason: str
+    evidence: list[str]
+
+    def render(self) -> str:
+        return f"void {self.source}\n  -> {self.dest}\n  reason: {self.reason}"
+
+
+def plan_void(out: Path, trial_or_job: Path, reason: str, evidence: list[str] | None = None) -> VoidPlan:
+    """Plan voiding a trial dir (or a job dir) of ``out``.
+
+    When the job holds only this trial, the whole stamp dir (job result.json, harbor log) moves, so
+    the pair no longer shows the errored attempt; otherwise only the trial dir moves.
+    """
+    out = Path(out).resolve()
+    p = Path(trial_or_job).resolve()
+    rel = p.relative_to(out).parts
+    if len(rel) not in (4, 5):
+        raise ValueError(f"{p} is not a job or trial dir of {out}")
+    task, arm_dir, stamp = rel[0], rel[1], rel[2]
+    trial = rel[4] if len(rel) == 5 else None
+    job = out / task / arm_dir / stamp / rel[3]
+    if trial is not None:
+        if not (p / "result.json").exists():
+            raise ValueError(f"{p} is still running (no result.json): stop it before voiding")
+        siblings = [t.name for t in iter_trial_dirs(job)]
+        whole = siblings == [trial]
+    else:
+        whole = True
+    src = out / task / arm_dir / stamp if whole else p
+    dest = voided_root(out) / task / arm_dir / stamp
+    if not whole:
+        dest = dest / rel[3] / trial
+    if dest.exists():
+        dest = dest.with_name(dest.name + f"-{os.getpid()}")
+    return VoidPlan(str(out), str(src), str(dest), task, arm_dir, stamp, trial, reason, list(evidence or []))
+
+
+def act_void(plan: VoidPlan, *, run_id: str | None = None) -> Path:
+    """Move the source aside and write README.md + void.json next to it. Never deletes."""
+    src, dest = Path(plan.source), Path(plan.dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(src), str(dest))
+    record = asdict(plan) | {"voided_at": utc_now(), "run_id": run_id}
+    (dest / VOID_JSON).write_text(json.dumps(record, indent=1) + "\n")
+    lines = [
+        f"# Voided: {plan.task} / {plan.arm} / {plan.stamp}" + (f" / {plan.trial}" if plan.trial else ""),
+        "",
+        f"- voided at: {record['voided_at']}" + (f" (run {run_id})" if run_id else ""),
+        f"- moved from: `{plan.source}`",
+        f"- reason: {plan.reason}",
+        "",
+        "This attempt failed for a reason outside the agent (infrastructure), so it is not a result",
+        "of the arm. It was moved here, not deleted; the pair is run again.",
+        "",
+        "## Evidence",
+        "",
+        "```",
+        *plan.evidence,
+        "```",
+        "",
+    ]
+    (dest / VOID_README).write_text("\n".join(lines))
+    return dest
+
+
+def void_trial(out: Path, trial_or_job: Path, reason: str, evidence: list[str] | None = None, **kw) -> Path:
+    """Plan and act in one call (the console's "void and rerun" and the runner use this)."""
+    return act_void(plan_void(out, trial_or_job, reason, evidence), **kw)
