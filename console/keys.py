@@ -1,0 +1,93 @@
+"""The one table of key bindings: it feeds the App's bindings, the help screen and the README.
+
+Destructive actions sit on capital letters that cannot be mistaken for navigation or filter keys
+(k9s's complaints #21 and #87), and every one of them asks for confirmation first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Key:
+    keys: str  # textual key names, comma separated
+    action: str
+    help: str
+    where: str = "grid"
+    destructive: bool = False
+    show: bool = True  # shown in the footer
+    short: str = ""  # footer label
+
+    @property
+    def key_label(self) -> str:
+        names = {"question_mark": "?", "slash": "/", "escape": "Esc", "enter": "Enter", "ctrl+p": "Ctrl+P"}
+        return " ".join(names.get(k, k) for k in self.keys.split(","))
+
+
+KEYS: tuple[Key, ...] = (
+    Key(
+        "enter",
+        "open",
+        "drill down into the selected pair (trials, trajectory, verifier, logs)",
+        show=False,
+        short="Open",
+    ),
+    Key("slash", "filter", "filter rows by name (!text inverts); Esc clears", short="Filter"),
+    Key(
+        "s",
+        "sort",
+        "cycle sort: name, partial, reward, pass rate, cost, status (by the cursor's column)",
+        short="Sort",
+    ),
+    Key("t", "transpose", "toggle task-major / arm-major grid", short="Transpose"),
+    Key("a", "scope", "toggle counting: this run / all time", show=False, short="Scope"),
+    Key("r", "rescan", "rescan the whole tree now", show=False, short="Rescan"),
+    Key("p", "pause", "pause / resume screen updates (data keeps flowing)", show=False, short="Pause"),
+    Key(
+        "R", "start_runner", "start the runner (detached, from .driver_env)", destructive=True, short="Start"
+    ),
+    Key(
+        "T",
+        "stop_runner",
+        "stop the runner gracefully (SIGTERM; it stops its trials and cleans up)",
+        destructive=True,
+        short="Stop",
+    ),
+    Key(
+        "K",
+        "kill",
+        "kill: stop runner and trials, then remove this run's containers and networks",
+        destructive=True,
+        short="Kill",
+    ),
+    Key(
+        "C",
+        "cleanup",
+        "cleanup only: remove this run's containers and compose networks",
+        destructive=True,
+        short="Cleanup",
+    ),
+    Key(
+        "V",
+        "void",
+        "void the selected trial and rerun the pair (drill-down)",
+        where="drill-down",
+        destructive=True,
+        short="Void",
+    ),
+    Key("question_mark,f1", "help", "this help", short="Help"),
+    Key("ctrl+p", "command_palette", "command palette", show=False),
+    Key("q", "quit", "quit the console (the runner keeps running)", short="Quit"),
+    Key("escape", "back", "back / close", where="any", show=False),
+    Key(
+        "tab",
+        "",
+        "switch file (trajectory, verifier, metrics, reward, trial.log, exception, receipt)",
+        where="drill-down",
+        show=False,
+    ),
+    Key("slash", "", "search in the file; n / N next / previous match", where="file view", show=False),
+    Key("f", "", "follow the end of the file (live tail)", where="file view", show=False),
+    Key("g,G", "", "top / end of the file", where="file view", show=False),
+)

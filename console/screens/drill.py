@@ -1,0 +1,298 @@
+"""Drill-down: the trials of one (task, arm) across attempts, voided ones included, and their files.
+
+The trial list comes from the cell the App already holds (records, not files). Opening a file,
+indexing it, searching and tailing run in workers that post messages; the file view only renders.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static, Tab, Tabs
+
+from console import actions, view
+from console.feeds import list_trials
+from console.fileindex import LineSource
+from console.widgets.fileview import FileView
+
+#: the files of a trial, in tab order: (tab id, label, candidate paths relative to the trial dir)
+FILES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "trajectory",
+        "trajectory",
+        ("agent/trajectory.json", "@sessions", "agent/codex.txt", "agent/oracle.txt"),
+    ),
+    ("stdout", "test-stdout", ("verifier/test-stdout.txt",)),
+    ("metrics", "metrics", ("verifier/metrics.json",)),
+    ("reward", "reward", ("verifier/reward.txt", "verifier/reward.json")),
+    ("log", "trial.log", ("trial.log",)),
+    ("exception", "exception", ("exception.txt",)),
+    ("receipt", "receipt", ("agent/goal_receipt.json",)),
+    ("result", "result", ("result.json",)),
+)
+TAIL_SEC = 0.5
+FIRST_CHUNK = 1 << 20
+
+
+def resolve_file(trial_dir: Path, candidates: tuple[str, ...]) -> Path:
+    """The first candidate that exists (``@sessions``: the newest codex session JSONL), else the first."""
+    for c in candidates:
+        if c == "@sessions":
+            sessions = sorted(
+                (trial_dir / "agent" / "sessions").rglob("*.jsonl"), key=lambda p: p.stat().st_mtime
+            )
+            if sessions:
+                return sessions[-1]
+            continue
+        p = trial_dir / c
+        if p.exists():
+            return p
+    return trial_dir / candidates[0]
+
+
+@dataclass
+class FileOpened(Message):
+    source: LineSource
+    path: Path
+    follow: bool
+
+
+@dataclass
+class FileGrew(Message):
+    source: LineSource
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, FileGrew) and message.source is self.source
+
+
+@dataclass
+class SearchDone(Message):
+    query: str
+    line: int | None
+
+
+class DrillScreen(Screen):
+    BINDINGS = [
+        Binding("escape,q", "back", "Back"),
+        Binding("tab", "next_file", "Next file"),
+        Binding("shift+tab", "prev_file", "Prev file", show=False),
+        Binding("slash", "search", "Search"),
+        Binding("V", "void", "Void+rerun", id="void"),
+        Binding("question_mark,f1", "app.help", "Help"),
+    ]
+
+    def __init__(self, out: Path, task: str, arm: str, cell: Any) -> None:
+        super().__init__()
+        self.out, self.pair_task, self.pair_arm = out, task, arm
+        self.cell = cell
+        self.trials: list[dict] = []
+        self.trial: dict | None = None
+        self.file_id = FILES[0][0]
+        self.source: LineSource | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="drill-title")
+        yield DataTable(id="trials", cursor_type="row")
+        yield Tabs(*[Tab(label, id=fid) for fid, label, _ in FILES], id="files")
+        yield Static(id="file-status")
+        yield FileView(id="fileview")
+        yield Input(placeholder="search (lowercase ignores case) — Enter finds, Esc closes", id="search")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#search", Input).display = False
+        title = Text(f"{self.pair_task} × {self.pair_arm}", style="bold")
+        title.append(f"   {view.cell_detail(self.pair_task, self.pair_arm, self.cell)}", style="dim")
+        self.query_one("#drill-title", Static).update(title)
+        table = self.query_one("#trials", DataTable)
+        table.add_columns("attempt", "trial", "status", "reward", "partial", "pass", "time", "note")
+        self.load_trials(self.cell)
+        table.focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "void" and self.app.readonly:
+            return False
+        return True
+
+    # -- trials ----------------------------------------------------------------------------------
+    def load_trials(self, cell: Any) -> None:
+        self.cell = cell
+        cells = {(self.pair_task, self.pair_arm): cell} if cell is not None else {}
+        self.trials = list_trials(cells, self.pair_task, self.pair_arm)
+        table = self.query_one("#trials", DataTable)
+        keep = self.trial["path"] if self.trial else None
+        table.clear()
+        for t in self.trials:
+            rec = t["record"]
+            if t["voided"]:
+                status = "voided"
+            elif view.get(rec, "state") != "ok":
+                status = "running" if view.get(rec, "state") == "missing" else view.get(rec, "state")
+            else:
+                status = "errored" if view.get(rec, "errored") else "done"
+            style = view.STATUS_STYLE.get(status, "")
+            note = t["reason"] or view.get(rec, "exception_type") or ""
+            table.add_row(
+                t["stamp"],
+                t["trial"],
+                Text(f"{view.STATUS_GLYPH.get(status, '?')} {status}", style=style),
+                view.num(view.get(rec, "reward")),
+                view.num(view.get(rec, "partial")) + (" B" if view.get(rec, "build_failed") else ""),
+                view.pct(view.get(rec, "pass_rate")),
+                view.duration(view.get(rec, "wall_sec")),
+                str(note)[:40],
+                key=t["path"],
+            )
+        if self.trials:
+            idx = next((i for i, t in enumerate(self.trials) if t["path"] == keep), 0)
+            table.move_cursor(row=idx)
+            if self.trial is None or self.trial["path"] != self.trials[idx]["path"]:
+                self.select_trial(self.trials[idx])
+        else:
+            self.query_one("#file-status", Static).update("no trials yet for this pair")
+
+    @on(DataTable.RowHighlighted, "#trials")
+    def trial_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        path = event.row_key.value if event.row_key else None
+        t = next((t for t in self.trials if t["path"] == path), None)
+        if t is not None and (self.trial is None or t["path"] != self.trial["path"]):
+            self.select_trial(t)
+
+    def select_trial(self, trial: dict) -> None:
+        self.trial = trial
+        self.open_current()
+
+    # -- files -----------------------------------------------------------------------------------
+    @on(Tabs.TabActivated, "#files")
+    def tab_activated(self, event: Tabs.TabActivated) -> None:
+        if event.tab.id and event.tab.id != self.file_id:
+            self.file_id = event.tab.id
+            self.open_current()
+
+    def action_next_file(self) -> None:
+        self.query_one("#files", Tabs).action_next_tab()
+
+    def action_prev_file(self) -> None:
+        self.query_one("#files", Tabs).action_previous_tab()
+
+    def open_current(self) -> None:
+        if self.trial is None:
+            return
+        candidates = next(c for fid, _, c in FILES if fid == self.file_id)
+        running = not self.trial["voided"] and view.get(self.trial["record"], "state") == "missing"
+        self.query_one("#file-status", Static).update(Text("opening…", style="dim"))
+        self.open_worker(Path(self.trial["path"]), candidates, running)
+
+    @work(thread=True, group="file-open", exclusive=True, exit_on_error=False)
+    def open_worker(self, trial_dir: Path, candidates: tuple[str, ...], follow: bool) -> None:
+        path = resolve_file(trial_dir, candidates)
+        source = LineSource(path)
+        source.index_more(FIRST_CHUNK)
+        self.post_message(FileOpened(source, path, follow))
+
+    def on_file_opened(self, msg: FileOpened) -> None:
+        if self.source is not None and self.source is not msg.source:
+            self.source.close()
+        self.source = msg.source
+        view_ = self.query_one(FileView)
+        view_.set_source(msg.source, follow=msg.follow)
+        self._show_status()
+        self.tail_worker(msg.source)
+
+    @work(thread=True, group="file-tail", exclusive=True, exit_on_error=False)
+    def tail_worker(self, source: LineSource) -> None:
+        """Index the rest of the file in chunks, then follow it while it grows (a running trial)."""
+        from textual.worker import get_current_worker
+
+        worker = get_current_worker()
+        while not worker.is_cancelled:
+            if source.index_more():
+                self.post_message(FileGrew(source))
+                continue
+            self.post_message(FileGrew(source))
+            while not worker.is_cancelled and not source.refresh():
+                time.sleep(TAIL_SEC)
+                if worker.is_cancelled or self.app._stop.is_set():
+                    return
+
+    def on_file_grew(self, msg: FileGrew) -> None:
+        if msg.source is self.source:
+            self.query_one(FileView).grew()
+            self._show_status()
+
+    def _show_status(self) -> None:
+        s = self.source
+        if s is None:
+            return
+        rel = s.path
+        try:
+            rel = s.path.relative_to(self.out.parent)
+        except ValueError:
+            pass
+        t = Text()
+        if self.query_one(FileView).follow:
+            t.append("following ", style="green")
+        if s.error:
+            t.append("not written yet ", style="yellow")
+        else:
+            done = "" if s.complete else f" indexing {100 * s.scanned // max(1, s.size)}%"
+            t.append(f"{s.line_count:,} lines {s.size:,} B{done} ", style="dim")
+        t.append(str(rel), style="bold")
+        self.query_one("#file-status", Static).update(t)
+
+    # -- search ----------------------------------------------------------------------------------
+    def action_search(self) -> None:
+        box = self.query_one("#search", Input)
+        box.display = True
+        box.focus()
+
+    @on(Input.Submitted, "#search")
+    def search_submitted(self, event: Input.Submitted) -> None:
+        fv = self.query_one(FileView)
+        fv.query = event.value
+        fv.focus()
+        event.input.display = False
+        if event.value:
+            self.search_worker(event.value, fv.top_line, False)
+
+    @on(FileView.SearchRequested)
+    def search_requested(self, msg: FileView.SearchRequested) -> None:
+        self.search_worker(msg.query, msg.start_line, msg.backwards)
+
+    @work(thread=True, group="search", exclusive=True, exit_on_error=False)
+    def search_worker(self, query: str, start: int, backwards: bool) -> None:
+        source = self.source
+        line = source.search(query, start, backwards) if source else None
+        self.post_message(SearchDone(query, line))
+
+    def on_search_done(self, msg: SearchDone) -> None:
+        if msg.line is None:
+            self.notify(f"not found: {msg.query}", severity="warning")
+            return
+        self.query_one(FileView).goto(msg.line, msg.query)
+
+    # -- actions ---------------------------------------------------------------------------------
+    def action_back(self) -> None:
+        box = self.query_one("#search", Input)
+        if box.display:
+            box.display = False
+            self.query_one(FileView).focus()
+            return
+        if self.source is not None:
+            self.source.close()
+        self.dismiss() if self.is_modal else self.app.pop_screen()
+
+    def action_void(self) -> None:
+        if self.trial is None or self.trial["voided"]:
+            self.notify("select a trial that is not voided", severity="warning")
+            return
+        self.app.request(actions.VOID, trial_path=self.trial["path"])

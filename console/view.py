@@ -1,0 +1,197 @@
+"""How a cell, a summary and an event read on screen: pure formatting, no IO, no widgets.
+
+The cell records come from ``runner.model`` (helper A). Fields are read with defaults so that a
+record missing a figure shows a dash instead of crashing the console.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from rich.text import Text
+
+STATUS_GLYPH = {
+    "done": "✓",
+    "running": "▶",
+    "errored": "✗",
+    "pending": "·",
+    "voided": "⊘",
+    "unreadable": "?",
+}
+STATUS_STYLE = {
+    "done": "green",
+    "running": "yellow",
+    "errored": "bold red",
+    "pending": "dim",
+    "voided": "magenta",
+    "unreadable": "red",
+}
+#: order used when sorting by status (most urgent first)
+STATUS_RANK = {"errored": 0, "unreadable": 1, "running": 2, "voided": 3, "pending": 4, "done": 5}
+
+SORT_KEYS = ("name", "partial", "reward", "pass_rate", "cost", "status")
+
+
+def get(obj: Any, name: str, default: Any = None) -> Any:
+    if obj is None:
+        return default
+    if isinstance(obj, Mapping):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def status_of(cell: Any) -> str:
+    s = get(cell, "status", "pending")
+    return str(getattr(s, "value", s) or "pending")
+
+
+def num(v: Any, digits: int = 2) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return str(v)
+    return f"{v:.{digits}f}"
+
+
+def pct(v: Any) -> str:
+    if v is None:
+        return "-"
+    return f"{round(float(v) * 100):d}%"
+
+
+def duration(sec: Any) -> str:
+    if sec is None:
+        return "-"
+    sec = int(sec)
+    if sec < 60:
+        return f"{sec}s"
+    if sec < 3600:
+        return f"{sec // 60}m"
+    return f"{sec // 3600}h{(sec % 3600) // 60:02d}"
+
+
+def money(v: Any) -> str:
+    return "-" if v is None else f"${v:.2f}"
+
+
+def cell_text(cell: Any, wide: bool = False) -> Text:
+    """One grid cell: status glyph, partial, pass rate, build-failure mark (+ more when wide)."""
+    status = status_of(cell)
+    glyph = STATUS_GLYPH.get(status, "?")
+    style = STATUS_STYLE.get(status, "")
+    if cell is None:
+        return Text("·", style="dim")
+    partial = get(cell, "partial")
+    rate = get(cell, "pass_rate")
+    bf = "B" if get(cell, "build_failed") else " "
+    body = f"{glyph}{num(partial):>4} {pct(rate):>4}{bf}"
+    if wide:
+        body += f" r{num(get(cell, 'reward'), 1)} {money(get(cell, 'cost_usd'))}"
+        body += f" {elapsed_text(cell)}"
+    text = Text(body, style=style)
+    if get(cell, "newer_attempt") or get(cell, "unreadable"):
+        text.append("*", style="bold")
+    return text
+
+
+def elapsed_text(cell: Any) -> str:
+    wall = get(cell, "wall_sec")
+    budget = get(cell, "budget_sec")
+    if wall is None and budget is None:
+        return "-"
+    return f"{duration(wall)}/{duration(budget)}" if budget else duration(wall)
+
+
+def cell_detail(task: str, arm: str, cell: Any) -> str:
+    """The one-line description of the cell under the cursor."""
+    if cell is None:
+        return f"{task} × {arm}: no attempt yet"
+    parts = [
+        f"{task} × {arm}: {status_of(cell)}",
+        f"reward {num(get(cell, 'reward'))}",
+        f"partial {num(get(cell, 'partial'))}",
+        f"pass {pct(get(cell, 'pass_rate'))}",
+    ]
+    if get(cell, "build_failed"):
+        parts.append("BUILD FAILED")
+    parts.append(f"time {elapsed_text(cell)}")
+    parts.append(f"cost {money(get(cell, 'cost_usd'))}")
+    tin, tout = get(cell, "n_input_tokens"), get(cell, "n_output_tokens")
+    if tin is not None or tout is not None:
+        parts.append(f"tok {num(tin)}/{num(tout)}")
+    attempts = get(cell, "attempts")
+    if attempts:
+        n = attempts if isinstance(attempts, int) else len(attempts)
+        parts.append(f"attempts {n}")
+    if get(cell, "newer_attempt"):
+        parts.append("newer attempt in progress")
+    if get(cell, "unreadable"):
+        parts.append("a file is unreadable (last good value kept)")
+    return " · ".join(parts)
+
+
+def sort_value(cell: Any, key: str) -> tuple:
+    """Sort key for a row by one cell: missing values last, best first for scores."""
+    if key == "status":
+        return (STATUS_RANK.get(status_of(cell), 9),)
+    field = {"partial": "partial", "reward": "reward", "pass_rate": "pass_rate", "cost": "cost_usd"}[key]
+    v = get(cell, field)
+    if v is None:
+        return (1, 0.0)
+    return (0, -float(v)) if key != "cost" else (0, float(v))
+
+
+def matches(filter_text: str, *names: str) -> bool:
+    """Case-insensitive substring filter over row/column names; ``!x`` inverts (as in k9s)."""
+    f = filter_text.strip().lower()
+    if not f:
+        return True
+    invert = f.startswith("!")
+    if invert:
+        f = f[1:]
+    hit = any(f in n.lower() for n in names)
+    return hit != invert
+
+
+def age_text(scanned_at: float | None, now: float | None = None) -> str:
+    if scanned_at is None:
+        return "no data yet"
+    age = max(0.0, (now if now is not None else time.time()) - scanned_at)
+    return f"data {duration(age)} old" if age >= 2 else "data live"
+
+
+def event_line(ev: Mapping[str, Any]) -> str:
+    """One events.jsonl record as a short line: time, kind, task/arm, the rest."""
+    ts = ev.get("ts") or ev.get("time") or ev.get("at") or ""
+    if isinstance(ts, (int, float)):
+        ts = time.strftime("%H:%M:%S", time.localtime(ts))
+    elif isinstance(ts, str) and "T" in ts:
+        ts = ts.split("T", 1)[1][:8]
+    kind = ev.get("event") or ev.get("kind") or ev.get("type") or "?"
+    where = "/".join(str(ev[k]) for k in ("task", "arm") if ev.get(k))
+    skip = {"ts", "time", "at", "event", "kind", "type", "task", "arm"}
+    rest = " ".join(f"{k}={v}" for k, v in ev.items() if k not in skip and not isinstance(v, (dict, list)))
+    return " ".join(x for x in (str(ts), str(kind), where, rest) if x)
+
+
+def summary_line(arm: str, s: Any) -> str:
+    """The per-arm summary under an arm column: n done, mean partial, build failures."""
+    if s is None:
+        return "-"
+    n = get(s, "n", 0)
+    return f"n{n} {num(get(s, 'partial'))} {pct(get(s, 'pass_rate'))}"
+
+
+def receipts_of(cells: Iterable[Any]) -> tuple[int, int, int]:
+    """Summed receipt figures (continuations, unblocks, error events) over cells."""
+    c = u = e = 0
+    for cell in cells:
+        c += get(cell, "continuations", 0) or 0
+        u += get(cell, "unblocks", 0) or 0
+        e += get(cell, "error_events", 0) or 0
+    return c, u, e
