@@ -264,6 +264,8 @@ def plan_stop(
 
     def add_tree(p: psutil.Process, why: str) -> None:
         add(p, why)
+        if p.pid in prot:
+            return  # an ancestor's other descendants (the caller's siblings) are not selected through it
         for d in _descendants(p):
             add(d, f"descendant of {p.pid} ({why})")
 
