@@ -175,6 +175,8 @@ def missing_env_refs(items: tuple[str, ...]) -> list[str]:
 def _convert(knob: Knob, raw: Any, source: str) -> Any:
     if raw is None:
         return None
+    if knob.kind in ("int", "float") and isinstance(raw, str) and raw.strip() == "":
+        return None  # an unset optional knob, as _serialise writes it to .driver_env
     try:
         if knob.kind == "int":
             v = int(raw)
