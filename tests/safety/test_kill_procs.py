@@ -243,3 +243,62 @@ def test_registry_roundtrip_and_runner_entry(spawn, tmp_path):
     runner.wait()
     assert reg.runner_entry() is None  # exited: no live runner, whatever the file says
     assert [x.pid for x in reg.prune()] == [runner.pid] and reg.entries() == []
+
+
+@pytest.mark.slow
+def test_kill_a_real_harbor_run_leaves_nothing(spawn, tmp_path):
+    """A registered `harbor run` mid-trial: `marathon kill --yes` stops it and its compose project
+    (containers and network) is gone afterwards, whether harbor's own `compose down` ran or not."""
+    import shutil
+
+    import docker
+
+    from runner.dockerapi import COMPOSE_PROJECT
+    from runner.tree import compose_project, iter_job_dirs, iter_trial_dirs
+
+    task = tmp_path / "tasks" / "sleepy"
+    shutil.copytree(REPO / "runner/demo/tasks/calc-partial", task)
+    solve = task / "solution" / "solve.sh"
+    solve.write_text(solve.read_text().replace("set -e\n", "set -e\nsleep 300\n", 1))
+    out = tmp_path / "out"
+    jobs = out / "sleepy" / "oracle" / "2026-01-01__00-00-00"
+    harbor = spawn(
+        [str(REPO / ".venv/bin/harbor"), "run", "-p", str(task), "-a", "oracle", "-o", str(jobs),
+         "--job-name", "oracle", "-y"],
+        group=True, cwd=REPO, env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )  # fmt: skip
+    Registry(out).register(harbor.pid, "harbor", harbor.args, task="sleepy", arm="oracle")
+    client = docker.from_env()
+    project = None
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline and harbor.poll() is None:
+            trials = [t.name for *_, job in iter_job_dirs(out) for t in iter_trial_dirs(job)]
+            if trials:
+                project = compose_project(trials[0])
+                flt = {"label": f"{COMPOSE_PROJECT}={project}", "status": "running"}
+                if client.containers.list(filters=flt):
+                    break
+            time.sleep(0.5)
+        assert project and harbor.poll() is None, "harbor never got its trial container running"
+        r = marathon("kill", str(out), "--yes", "--json", "--grace", "30", timeout=300)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+        res = json.loads(r.stdout)
+        assert harbor.pid in {t["pid"] for t in res["stop_plan"]["targets"]}
+        assert harbor.wait(30) is not None
+        flt = {"label": f"{COMPOSE_PROJECT}={project}"}
+        assert client.containers.list(all=True, filters=flt) == []
+        assert client.networks.list(filters=flt) == []
+    finally:
+        if project:
+            flt = {"label": f"{COMPOSE_PROJECT}={project}"}
+            for c in client.containers.list(all=True, filters=flt):
+                if c.labels.get(COMPOSE_PROJECT) == project:
+                    c.remove(force=True, v=True)
+            for n in client.networks.list(filters=flt):
+                if (n.attrs.get("Labels") or {}).get(COMPOSE_PROJECT) == project:
+                    n.remove()
+            try:
+                client.images.remove(f"{project}-main")  # exact reference; harbor's --rmi local may have run
+            except docker.errors.APIError:
+                pass
