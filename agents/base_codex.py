@@ -87,6 +87,7 @@ class CodexAppServerAgent(BaseAgent):
         self.goal_timeout_sec = self._resolve_timeout(goal_timeout_sec)
         self.mode = mode_for(self.ARM)
         self.receipt: Receipt | None = None
+        self.codex_home = CODEX_HOME  # the LoopX arms use their profile's codex-home
 
     # --- harbor API ----------------------------------------------------------------------------------
 
@@ -98,6 +99,13 @@ class CodexAppServerAgent(BaseAgent):
 
     async def drive(self, session: CodexSession, instruction: str) -> None:
         raise NotImplementedError
+
+    async def prepare(self, transport: Transport) -> None:
+        """Hook before the preflight (LoopX arms install their profile here); no-op by default."""
+
+    def appserver_env(self) -> dict[str, str]:
+        """Non-secret environment of ``codex app-server`` (LoopX arms add their profile env)."""
+        return {"CODEX_HOME": self.codex_home}
 
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
         t0 = time.monotonic()
@@ -111,6 +119,7 @@ class CodexAppServerAgent(BaseAgent):
         try:
             transport = transport_for(environment, self._trial_name())
             receipt.transport = transport.describe()
+            await self.prepare(transport)
             secret = self._preflight(transport)
             receipt.mark("preflight_done")
             client = await self._start_appserver(transport, secret)
@@ -231,12 +240,12 @@ class CodexAppServerAgent(BaseAgent):
                 "-c",
                 'mkdir -p "$1" && cat > "$1/config.toml.tmp" && mv "$1/config.toml.tmp" "$1/config.toml"',
                 "sh",
-                CODEX_HOME,
+                self.codex_home,
             ],
             stdin=config.encode(),
         )
         if write.returncode != 0:
-            raise ArmFailure(f"writing {CODEX_HOME}/config.toml failed: {write.stderr.decode()[-300:]}")
+            raise ArmFailure(f"writing {self.codex_home}/config.toml failed: {write.stderr.decode()[-300:]}")
         return secret
 
     def _provider_settings(self) -> ProviderSettings:
@@ -250,7 +259,7 @@ class CodexAppServerAgent(BaseAgent):
 
     async def _start_appserver(self, transport: Transport, secret: dict[str, str]) -> AppServerClient:
         argv = [self.codex_bin, "app-server", "--strict-config"]
-        proc = await transport.spawn(argv, {"CODEX_HOME": CODEX_HOME}, secret)
+        proc = await transport.spawn(argv, self.appserver_env(), secret)
         client = AppServerClient(
             proc, self.logs_dir / "appserver.stdout.jsonl", self.logs_dir / "appserver.stderr.log"
         )
@@ -278,7 +287,7 @@ class CodexAppServerAgent(BaseAgent):
         if transport is None:
             return None
         copies = {
-            f"{CODEX_HOME}/sessions": self.logs_dir,
+            f"{self.codex_home}/sessions": self.logs_dir,
             SCRIPTED_LOG: self.logs_dir / "scripted-model",
         }
         for src, dest in copies.items():
@@ -288,11 +297,11 @@ class CodexAppServerAgent(BaseAgent):
             except Exception as exc:  # noqa: BLE001 - evidence is best effort, never masks the result
                 receipt.warnings.append(f"evidence copy of {src} failed: {exc}")
         try:
-            res = transport.run(["sh", "-c", 'cd "$1" 2>/dev/null && ls', "sh", CODEX_HOME], user="0")
+            res = transport.run(["sh", "-c", 'cd "$1" 2>/dev/null && ls', "sh", self.codex_home], user="0")
             state = [n for n in res.stdout.decode().split() if ".sqlite" in n]
             for name in state:
                 if name.startswith(("goals_", "state_")) and transport.copy_out(
-                    f"{CODEX_HOME}/{name}", self.logs_dir / "codex-state"
+                    f"{self.codex_home}/{name}", self.logs_dir / "codex-state"
                 ):
                     receipt.evidence.append(f"codex-state/{name}")
         except Exception as exc:  # noqa: BLE001

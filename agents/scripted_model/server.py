@@ -12,6 +12,9 @@ traffic never leaves the container. The scenario is the model name codex sends:
                          resumed it solves like ``solve``
   scripted/block-always  in a goal turn, always block
   scripted/noise         ``solve`` with SSE noise: comments, unknown events, one-char deltas
+  scripted/loopx         first run every LoopX quota guard command found in the turn's input (the goal
+                         body: goal objective or user text; a ``LOOPX_TURN=`` line before it is kept),
+                         so the real LoopX CLI executes in the container; then ``solve``
 
 Any request that carries ``internal_chat_message_metadata_passthrough`` gets HTTP 400
 ``unknown_parameter``, as some gateways do. Every request is recorded as one JSON line in the log
@@ -37,7 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PASSTHROUGH = "internal_chat_message_metadata_passthrough"
 CALL_PREFIX = "call_scr_"
-SCENARIOS = ("solve", "never-finish", "block", "block-always", "noise")
+SCENARIOS = ("solve", "never-finish", "block", "block-always", "noise", "loopx")
 
 _lock = threading.Lock()
 _count = 0
@@ -173,9 +176,52 @@ def _answered_block_in_this_turn(body: dict) -> bool:
     return not any(i.get("type") == "message" and i.get("role") == "assistant" for i in items[last + 1 :])
 
 
+def _texts(body: dict) -> list[str]:
+    """Texts codex was given (user/developer messages, goal objective outputs), not our tool outputs."""
+    out = []
+    for item in body.get("input") or []:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "message" and item.get("role") in ("user", "developer"):
+            for c in item.get("content") or []:
+                if isinstance(c, dict) and isinstance(c.get("text"), str):
+                    out.append(c["text"])
+        elif item.get("type") == "function_call_output" and isinstance(item.get("output"), str):
+            if not str(item.get("call_id", "")).startswith(CALL_PREFIX):
+                out.append(item["output"])
+    return out
+
+
+def loopx_guards(body: dict) -> list[str]:
+    """The distinct LoopX quota guard commands in the input, in order (with a LOOPX_TURN line)."""
+    guards: list[str] = []
+    for text in _texts(body):
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            cmd = line.strip().strip("`").strip()
+            if " quota should-run " not in cmd or not cmd.startswith("/"):
+                continue
+            prev = lines[i - 1].strip() if i else ""
+            if prev.startswith("LOOPX_TURN="):
+                cmd = f"{prev}\n{cmd}"
+            if cmd not in guards:
+                guards.append(cmd)
+    return guards
+
+
 def decide(scenario: str, body: dict, headers, plan: dict) -> tuple[str, dict]:
     """("call", {call_id, name, args}) or ("message", {text}) for one request."""
     done = _our_outputs(body)
+    if scenario == "loopx":
+        guards = loopx_guards(body)
+        ran = sum(1 for c in done if c.startswith(CALL_PREFIX + "guard_"))
+        if ran < len(guards):
+            return "call", {
+                "call_id": f"{CALL_PREFIX}guard_{ran}",
+                "name": "exec_command",
+                "args": {"cmd": guards[ran], "yield_time_ms": 30000},
+            }
+        scenario = "solve"
     steps = list(plan.get("steps") or [])
     answer = plan.get("answer") or "Done."
     goal = _is_goal_turn(body, headers)
