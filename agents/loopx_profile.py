@@ -369,3 +369,20 @@ async def setup_goal(
         registry=registry,
         state_file=f"{workdir.rstrip('/')}/.loopx/goals/{goal_id}/ACTIVE_GOAL_STATE.md",
     )
+
+
+def transport_exec(transport) -> ContainerExec:
+    """A ContainerExec over the codex arms' Transport (agents.transport): ``bash -c`` via docker exec."""
+
+    async def run(command, env=None, user=None, timeout_sec=None) -> ExecResult:
+        def call() -> ExecResult:
+            r = transport.run(
+                ["bash", "-c", command], env=dict(env or {}), user=user, timeout=timeout_sec or 300
+            )
+            return ExecResult(
+                r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+            )
+
+        return await asyncio.to_thread(call)
+
+    return run

@@ -1,0 +1,383 @@
+"""The three LoopX arms (ssh-goal, codex-cli, heartbeat): one class, the differences are Mode data.
+
+Same codex, transport, config, user, workdir, credentials and deadline as the codex arms (it is a
+``CodexAppServerAgent``); what it adds is the LoopX harness:
+
+- ``prepare``: the LoopX profile from staged offline parts (agents.loopx_profile), gates 1 and 2
+  (agents.loopx_gates), the LoopX goal bootstrapped in the workdir, the body rendered by LoopX for
+  the mode (agents.loopx_body). codex runs with the profile's CODEX_HOME and environment.
+- ``drive``: gate 3 (app-server ``skills/list`` before ``thread/start``), then by ``Mode.body_role``:
+  ``goal_objective`` (ssh-goal, codex-cli): the body is the native goal's objective, the instruction
+  the first turn, and codex owns continuation; ``turn_input`` (heartbeat): the driver owns
+  continuation, each tick a fresh turn whose input is the body rendered with a new turn instance id
+  (``LOOPX_TURN``) and the instruction, paced by LoopX's generic_cli ``scheduler_hint``.
+- self-lock: the goal bodies tell the agent to block the goal after three identical blocked turns;
+  only a user resumes it. With ``ungated`` (default, for benchmark runs) the harness plays that user:
+  it resumes, counts (``receipt.unblocks``) and records each event; without it a blocked goal ends
+  the run as blocked.
+- evidence: the LoopX project registry and goal state (``.loopx/``, with ACTIVE_GOAL_STATE.md) and
+  the runtime root (SQLite todo authority) are copied into ``agent/loopx/``; the body into
+  ``agent/loopx-body.txt``; all LoopX facts into ``receipt.extra["loopx"]``.
+
+Agent kwargs (``--ak``) beyond the codex arms': ``mode`` (ssh-goal | codex-cli | heartbeat; or env
+``WEN_MODE`` for compatibility), ``ungated`` (bool, default true), ``max_unblocks`` (default 10),
+``goal_id``, ``agent_id``, ``loopx_version``, ``node_version``, ``heartbeat_max_ticks`` (default 30),
+``heartbeat_max_wait_sec`` (cap on a LoopX-recommended wait, default 180), ``heartbeat_idle_ticks``
+(consecutive ticks with no work besides LoopX calls that end the run, default 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from agents.base_codex import CodexAppServerAgent
+from agents.loopx_body import GoalBody, render_body
+from agents.loopx_gates import (
+    GateFailure,
+    gate_doctor,
+    gate_skills,
+    required_skill_ids,
+    skills_list_verdict,
+)
+from agents.loopx_profile import (
+    DEFAULT_PROFILE_ROOT,
+    GoalSetup,
+    InstalledProfile,
+    ProfileError,
+    install_profile,
+    loopx_argv,
+    profile_paths,
+    run_loopx_json,
+    setup_goal,
+    transport_exec,
+)
+from agents.loopx_staging import (
+    CONTAINER_PARTS_ROOT,
+    DEFAULT_LOOPX_VERSION,
+    DEFAULT_NODE_VERSION,
+    StagingError,
+    load_staged,
+)
+from agents.session import ArmFailure, CodexSession
+from agents.transport import Transport
+from modes.profiles import ARMS
+
+MODE_ENV = "WEN_MODE"
+LOOPX_ARMS = tuple(a for a, m in ARMS.items() if m.loopx)
+
+
+def resolve_arm(mode: str | None, extra_env: dict | None) -> str:
+    """The arm from the ``mode`` kwarg, else ``WEN_MODE`` (agent env, then host env)."""
+    arm = mode or (extra_env or {}).get(MODE_ENV) or os.environ.get(MODE_ENV)
+    if arm not in LOOPX_ARMS:
+        raise ValueError(
+            f"CodexLoopxAgent needs mode= one of {', '.join(LOOPX_ARMS)} (--ak mode=... or {MODE_ENV}); got {arm!r}"
+        )
+    return arm
+
+
+def _objective(instruction: str) -> str:
+    """LoopX's goal objective: the instruction's first paragraph (the whole text goes into the turn)."""
+    first = instruction.strip().split("\n\n", 1)[0].strip()
+    return (first[:400] + "...") if len(first) > 400 else (first or "Finish the task.")
+
+
+class CodexLoopxAgent(CodexAppServerAgent):
+    def __init__(
+        self,
+        logs_dir: Path,
+        model_name: str | None = None,
+        *,
+        mode: str | None = None,
+        ungated: bool = True,
+        max_unblocks: int = 10,
+        goal_id: str = "marathon-goal",
+        agent_id: str = "marathon-agent",
+        loopx_version: str = DEFAULT_LOOPX_VERSION,
+        node_version: str = DEFAULT_NODE_VERSION,
+        heartbeat_max_ticks: int = 30,
+        heartbeat_max_wait_sec: float = 180,
+        heartbeat_idle_ticks: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        self.ARM = resolve_arm(mode, kwargs.get("extra_env"))
+        super().__init__(logs_dir, model_name, **kwargs)
+        self.ungated = ungated if isinstance(ungated, bool) else str(ungated).lower() in ("1", "true", "yes")
+        self.max_unblocks = int(max_unblocks)
+        self.goal_id = goal_id
+        self.agent_id = agent_id
+        self.loopx_version = str(loopx_version)
+        self.node_version = str(node_version)
+        self.heartbeat_max_ticks = int(heartbeat_max_ticks)
+        self.heartbeat_max_wait_sec = float(heartbeat_max_wait_sec)
+        self.heartbeat_idle_ticks = int(heartbeat_idle_ticks)
+        self.paths = profile_paths(DEFAULT_PROFILE_ROOT)
+        self.profile: InstalledProfile | None = None
+        self.goal: GoalSetup | None = None
+        self.body: GoalBody | None = None
+        self.required: tuple[str, ...] = ()
+        self._instruction = ""
+        self._transport: Transport | None = None
+        self.loopx: dict[str, Any] = {"ungated": self.ungated, "gates": [], "unblock_events": [], "ticks": []}
+
+    @staticmethod
+    def name() -> str:
+        return "codex-loopx"
+
+    async def run(self, instruction, environment, context) -> None:
+        self._instruction = instruction
+        await super().run(instruction, environment, context)
+
+    # --- prepare: profile, gates 1-2, goal, body (before codex starts) -------------------------------
+
+    def _parts(self, transport: Transport) -> tuple[dict[str, str], str]:
+        """Staged parts in the container: the read-only mount, else copied in (and said so)."""
+        probe = transport.run(["test", "-f", f"{CONTAINER_PARTS_ROOT}/staged.json"], user="0")
+        try:
+            staged = load_staged(self.loopx_version, self.node_version)
+        except StagingError as exc:
+            if probe.returncode == 0:
+                raise ArmFailure(f"LoopX parts are mounted but not staged on this host: {exc}") from exc
+            raise ArmFailure(str(exc)) from exc
+        if probe.returncode == 0:
+            return staged.container_paths(), "mounted"
+        cid = getattr(transport, "container_id", None)
+        if not cid:
+            raise ArmFailure(f"LoopX parts are not mounted at {CONTAINER_PARTS_ROOT} and cannot be copied in")
+        cp = subprocess.run(
+            ["docker", "cp", f"{staged.root}/.", f"{cid}:{CONTAINER_PARTS_ROOT}"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if cp.returncode != 0:
+            raise ArmFailure(f"copying LoopX parts into the container failed: {cp.stderr.strip()[-300:]}")
+        self.receipt.warnings.append(
+            f"LoopX parts were copied into the container (no read-only mount at {CONTAINER_PARTS_ROOT})"
+        )
+        return staged.container_paths(), "copied"
+
+    def _gate(self, result) -> None:
+        self.loopx["gates"].append(result.as_dict())
+        self.receipt.extra["loopx"] = self.loopx
+        result.require()
+
+    async def prepare(self, transport: Transport) -> None:
+        self._transport = transport
+        self.receipt.extra["loopx"] = self.loopx
+        run = transport_exec(transport)
+        try:
+            parts, delivery = self._parts(transport)
+            self.loopx["parts"] = {"delivery": delivery, **parts}
+            self.profile = await install_profile(run, parts, self.paths, owner=transport.user)
+            self.codex_home = self.paths.codex_home
+            self.loopx["profile"] = {
+                "root": self.paths.root,
+                "codex_home": self.paths.codex_home,
+                "cli_bin": self.paths.cli_bin,
+                "python": self.profile.python_version,
+                "node": self.profile.node_version,
+                "loopx": self.profile.loopx_version,
+                "install_seconds": self.profile.install_seconds,
+                "env": self.profile.env,
+            }
+            self.required = await required_skill_ids(run, self.profile)
+            self.loopx["required_skills"] = list(self.required)
+            self._gate(await gate_skills(run, self.profile, self.required))
+            self._gate(await gate_doctor(run, self.profile, str(self.mode.doctor_agent_type)))
+            self.goal = await setup_goal(
+                run,
+                self.profile,
+                transport.workdir,
+                self.goal_id,
+                self.agent_id,
+                _objective(self._instruction),
+                user=transport.user,
+            )
+            self.loopx["goal"] = {
+                "goal_id": self.goal.goal_id,
+                "agent_id": self.goal.agent_id,
+                "registry": self.goal.registry,
+                "state_file": self.goal.state_file,
+                "runtime_root": self.paths.runtime_root,
+            }
+            if self.mode.body_role == "goal_objective":
+                self.body = await render_body(run, self.profile, self.mode, self.goal, user=transport.user)
+                self._record_body(self.body)
+        except GateFailure as exc:
+            self.loopx["failed_gate"] = exc.result.gate
+            raise ArmFailure(str(exc)) from exc
+        except ProfileError as exc:
+            self.loopx["failed_step"] = str(exc)
+            raise ArmFailure(f"LoopX profile: {exc}") from exc
+        self.receipt.mark("loopx_ready")
+
+    def _record_body(self, body: GoalBody) -> None:
+        self.loopx.setdefault("bodies", []).append(body.receipt())
+        self.loopx["body"] = body.receipt()
+        name = (
+            "loopx-body.txt" if body.turn_instance_id is None else f"loopx-body-{body.turn_instance_id}.txt"
+        )
+        (self.logs_dir / name).write_text(body.text)
+
+    def appserver_env(self) -> dict[str, str]:
+        env = dict(self.profile.env) if self.profile else {}
+        env["CODEX_HOME"] = self.codex_home
+        return env
+
+    # --- drive ---------------------------------------------------------------------------------------
+
+    async def drive(self, session: CodexSession, instruction: str) -> None:
+        res = await session.skills_list([session.workdir])
+        try:
+            self._gate(skills_list_verdict(res, self.required, session.workdir))
+        except GateFailure as exc:
+            self.loopx["failed_gate"] = exc.result.gate
+            raise ArmFailure(str(exc)) from exc
+        await session.thread_start()
+        if self.mode.body_role == "goal_objective":
+            await self._drive_goal(session, instruction)
+        else:
+            await self._drive_heartbeat(session, instruction)
+
+    async def _drive_goal(self, session: CodexSession, instruction: str) -> None:
+        await session.goal_set(self.body.text)
+        await session.turn_start(instruction)
+        while True:
+            status = await session.follow_goal()
+            if status == "blocked" and self.ungated and session.receipt.unblocks < self.max_unblocks:
+                event = {
+                    "n": session.receipt.unblocks + 1,
+                    "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "turns_before": session.receipt.turns,
+                    "tokens_before": session.total_tokens,
+                }
+                await session.goal_resume()
+                self.loopx["unblock_events"].append(event)
+                if session.active_turn is None:
+                    # resuming an idle thread's goal starts codex's continuation; if it did not, nudge
+                    # with the operator's own words from the body ("rerun quota after resume")
+                    await asyncio.sleep(0.5)
+                    if session.active_turn is None and session.goal_status == "active":
+                        await session.turn_start(
+                            "/goal resume: the operator resumed the goal; rerun quota after resume."
+                        )
+                continue
+            if status == "blocked" and self.ungated:
+                self.receipt.warnings.append(
+                    f"goal still blocked after {self.max_unblocks} unblocks; ending as blocked"
+                )
+            self.receipt.stop_reason = f"goal_{status}"
+            return
+
+    async def _drive_heartbeat(self, session: CodexSession, instruction: str) -> None:
+        run = transport_exec(self._transport)
+        counts = {"loopx": 0, "work": 0}
+
+        def on_item(method: str, p: dict) -> None:
+            item = p.get("item") or {}
+            if method == "item/completed" and item.get("type") == "commandExecution":
+                key = "loopx" if self.paths.cli_bin in str(item.get("command")) else "work"
+                counts[key] += 1
+
+        session.client.add_listener(on_item)
+        idle = 0
+        for n in range(1, self.heartbeat_max_ticks + 1):
+            turn_instance = f"marathon-tick-{n}-{uuid.uuid4().hex[:8]}"
+            body = await render_body(
+                run,
+                self.profile,
+                self.mode,
+                self.goal,
+                turn_instance_id=turn_instance,
+                user=self._transport.user,
+            )
+            self._record_body(body)
+            before = dict(counts)
+            tid = await session.turn_start(f"{body.text}\n\n---\n\n{instruction}")
+            turn = await session.wait_turn_end(tid)
+            tick = {
+                "n": n,
+                "loopx_turn": turn_instance,
+                "turn_id": tid,
+                "status": turn.get("status"),
+                "work_commands": counts["work"] - before["work"],
+                "loopx_commands": counts["loopx"] - before["loopx"],
+                "body_sha256": body.sha256,
+            }
+            idle = idle + 1 if tick["work_commands"] == 0 else 0
+            if idle >= self.heartbeat_idle_ticks:
+                self.loopx["ticks"].append(tick)
+                self.receipt.stop_reason = "heartbeat_idle"
+                return
+            tick["wait_sec"] = await self._pace(run, session)
+            self.loopx["ticks"].append(tick)
+        self.receipt.stop_reason = "heartbeat_max_ticks"
+
+    async def _pace(self, run, session: CodexSession) -> float:
+        """LoopX's generic_cli scheduling hint: run_now -> next tick at once; else its interval, capped."""
+        try:
+            q = await run_loopx_json(
+                run,
+                self.profile,
+                loopx_argv(
+                    self.paths,
+                    self.goal.registry,
+                    "quota",
+                    "should-run",
+                    "--goal-id",
+                    self.goal.goal_id,
+                    "--agent-id",
+                    self.goal.agent_id,
+                    "--runtime-profile",
+                    "generic_cli",
+                    "--dry-run",
+                    "--include-detail",
+                    "scheduler",
+                ),
+                "loopx quota should-run (pacing)",
+                user=self._transport.user,
+                cwd=self.goal.project,
+            )
+        except ProfileError as exc:
+            self.receipt.warnings.append(f"heartbeat pacing probe failed, next tick at once: {exc}")
+            return 0.0
+        hint = q.get("scheduler_hint") or {}
+        action = hint.get("action")
+        wait = 0.0
+        if action != "run_now":
+            local = ((hint.get("cold_path_detail") or {}).get("local_scheduler")) or {}
+            wait = float(local.get("recommended_interval_minutes") or 0) * 60
+            wait = min(wait, self.heartbeat_max_wait_sec)
+            if session.deadline is not None:
+                wait = min(wait, max(0.0, session.deadline - time.monotonic()))
+        self.loopx.setdefault("pacing", []).append(
+            {"action": action, "should_run": q.get("should_run"), "wait_sec": wait}
+        )
+        if wait > 0:
+            await asyncio.sleep(wait)
+        return wait
+
+    # --- evidence ------------------------------------------------------------------------------------
+
+    def _save_evidence(self, transport, receipt, context):
+        if transport is not None and self.goal is not None:
+            dest = self.logs_dir / "loopx"
+            for src, sub in (
+                (f"{self.goal.project.rstrip('/')}/.loopx", "project"),
+                (self.paths.runtime_root, ""),
+            ):
+                try:
+                    if transport.copy_out(src, dest / sub if sub else dest):
+                        receipt.evidence.append(f"loopx/{sub + '/' if sub else ''}{os.path.basename(src)}")
+                except Exception as exc:  # noqa: BLE001 - evidence is best effort
+                    receipt.warnings.append(f"evidence copy of {src} failed: {exc}")
+        receipt.extra["loopx"] = json.loads(json.dumps(self.loopx, default=str))
+        return super()._save_evidence(transport, receipt, context)
