@@ -1,0 +1,106 @@
+"""Helpers for the runner tests: start ``marathon`` as a real process, read its events, and remove
+every Docker object of a test's output trees by exact compose-project label."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from runner.events import read_events
+from runner.tree import compose_project, iter_job_dirs, iter_trial_dirs, voided_root
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_TASKS = REPO / "runner" / "demo" / "tasks"
+AGENTS = "tests.runner.runner_agents"
+
+
+def env(**extra: str) -> dict[str, str]:
+    e = dict(os.environ)
+    e["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    e["HARBOR_TELEMETRY"] = "0"
+    e["PYTHONPATH"] = str(REPO)
+    e.update(extra)
+    return e
+
+
+def marathon_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "runner.cli", *args]
+
+
+def run_marathon(*args: str, timeout: float = 900, **extra_env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        marathon_argv(*args), cwd=REPO, env=env(**extra_env), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def start_marathon(*args: str, log: Path, **extra_env: str) -> subprocess.Popen:
+    fh = open(log, "ab")
+    return subprocess.Popen(
+        marathon_argv(*args), cwd=REPO, env=env(**extra_env), stdout=fh, stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+
+
+def events(out: Path, kind: str | None = None) -> list[dict]:
+    return [e for e in read_events(out) if kind is None or e["event"] == kind]
+
+
+def wait_for(pred, timeout: float, what: str, step: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def trial_names(out: Path) -> set[str]:
+    """Every trial name of the tree and of its voided attempts."""
+    names = set()
+    for root in (out, voided_root(out)):
+        for *_, job in iter_job_dirs(root):
+            names |= {t.name for t in iter_trial_dirs(job)}
+    return names
+
+
+def docker_objects(projects: set[str]) -> dict[str, list[str]]:
+    """Containers and networks whose compose-project label equals one of ``projects`` (exactly)."""
+    found: dict[str, list[str]] = {"containers": [], "networks": []}
+    for p in sorted(projects):
+        flt = f"label=com.docker.compose.project={p}"
+        c = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", flt], capture_output=True, text=True
+        ).stdout.split()
+        n = subprocess.run(["docker", "network", "ls", "-q", "--filter", flt], capture_output=True, text=True)
+        found["containers"] += c
+        found["networks"] += n.stdout.split()
+    return found
+
+
+def remove_objects_of(out: Path) -> None:
+    """Teardown: remove containers, then networks, of the tree's trials (exact label match)."""
+    objs = docker_objects({compose_project(t) for t in trial_names(out)})
+    if objs["containers"]:
+        subprocess.run(["docker", "rm", "-fv", *objs["containers"]], capture_output=True)
+    for n in objs["networks"]:
+        subprocess.run(["docker", "network", "rm", n], capture_output=True)
+
+
+def done_jobs(out: Path) -> dict[tuple[str, str], list[Path]]:
+    """(task, arm) -> the job dirs whose result.json is done (runner.rules.is_done)."""
+    from runner.rules import is_done
+
+    res: dict[tuple[str, str], list[Path]] = {}
+    for task, arm, _ad, _stamp, job in iter_job_dirs(out):
+        try:
+            stats = json.loads((job / "result.json").read_text()).get("stats")
+        except (OSError, ValueError):
+            continue
+        if is_done(stats):
+            res.setdefault((task, arm), []).append(job)
+    return res
