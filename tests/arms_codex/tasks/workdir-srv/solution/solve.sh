@@ -1,0 +1,3 @@
+#!/bin/bash
+pwd > where.txt
+echo here > answer.txt
