@@ -923,3 +923,35 @@ def _void_reason(*dirs: str) -> str:
                 return line[:200]
         return "voided (README empty)"
     return "voided (no README)"
+
+
+def open_tree(out: Path | str) -> RunModel:
+    """Load the model of an output tree for a command, or raise a one-line ``UserError``.
+
+    Bad input never modifies anything: a missing path, a file, an unreadable dir, an empty dir, a
+    dir that is not an output tree (with a hint when it is a harbor jobs/job dir inside one).
+    """
+    from runner.errors import NotAnOutputTree, UserError
+
+    p = Path(out)
+    if not p.exists():
+        raise UserError(f"{p}: no such directory (give the output tree, e.g. `marathon status OUT`)")
+    if not p.is_dir():
+        raise NotAnOutputTree(f"{p}: not a directory; give the output tree's root dir")
+    try:
+        with os.scandir(p) as it:
+            names = [e.name for e in it]
+    except OSError as exc:
+        raise UserError(f"{p}: cannot read it ({exc.strerror or exc})") from None
+    if not names and not tree.voided_root(p).is_dir():
+        raise UserError(f"{p}: empty directory: no results yet (start a run with `marathon run {p}`)")
+    if "result.json" in names or "config.json" in names:
+        raise NotAnOutputTree(
+            f"{p}: this is a harbor job dir; give the output tree root (the dir above <task>/<arm>/<stamp>/<arm>)"
+        )
+    model = RunModel.load(p)
+    if not model.is_output_tree:
+        raise NotAnOutputTree(
+            f"{p}: not a marathon output tree (expected <task>/<arm>/<stamp>/<arm>/result.json or .runner/)"
+        )
+    return model

@@ -1,0 +1,54 @@
+"""``marathon report``: the task x arm matrix, per-arm summary, paired comparisons, bias alarm."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+HELP = "the comparison report: matrix, per-arm summary, paired comparisons, bias alarm (md/json/csv/html)"
+DESCRIPTION = (
+    "Read an output tree (never writes to it) and render the task x arm matrix with reward, partial "
+    "score and test pass rate side by side and build failures marked; the per-arm summary (means over "
+    "done cells, build failures as 0); paired comparisons on the tasks both arms completed, with n; "
+    "the infrastructure-bias alarm (Fisher's exact test on errored+voided attempts); and the arms' "
+    "disclosed deviations. Exit 0; 2 on bad input (not an output tree, --out inside the tree)."
+)
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    from runner.report import FORMATS
+
+    p.add_argument("out", nargs="?", type=Path, help="output tree (default $MARATHON_OUT or ./marathon-full)")
+    p.add_argument("--format", choices=FORMATS, default="md", help="output format (default md)")
+    p.add_argument(
+        "--out", dest="out_file", type=Path, metavar="FILE", help="write to FILE instead of stdout"
+    )
+    p.add_argument("--run", action="store_true", help="only the current run (default: all time)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from runner import tree
+    from runner.errors import UserError
+    from runner.model import open_tree
+    from runner.report import build_report, render
+
+    out = args.out or tree.default_out()
+    model = open_tree(out)
+    if args.out_file is not None:
+        target = os.path.abspath(args.out_file)
+        if target == str(model.out) or target.startswith(str(model.out) + os.sep):
+            raise UserError(f"--out {args.out_file}: inside the output tree; write the report elsewhere")
+        if os.path.isdir(target):
+            raise UserError(f"--out {args.out_file}: is a directory; give a file name")
+    text = render(build_report(model, "run" if args.run else "all"), args.format)
+    if args.out_file is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        Path(args.out_file).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"--out {args.out_file}: cannot write it ({exc.strerror or exc})") from None
+    print(f"wrote {args.out_file} ({args.format}, {len(text)} bytes)", file=sys.stderr)
+    return 0

@@ -1,0 +1,130 @@
+"""``marathon status``: progress of the current run per arm, and the scores so far."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+HELP = "per-arm progress of the current run (done/running/pending/errored/voided) and scores so far"
+DESCRIPTION = (
+    "Read an output tree (never writes to it) and print, per arm, the pairs done, running, pending, "
+    "errored and voided in the current run (the last runner start in OUT/.runner/events.jsonl; "
+    "--all for all time), the mean reward, partial score and test pass rate over done pairs, build "
+    "failures, and receipt events (continuations, unblocks, error events). Excluded leftover dirs "
+    "and unreadable files are listed, never silently skipped. Exit 0; 2 when OUT is not an output "
+    "tree."
+)
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("out", nargs="?", type=Path, help="output tree (default $MARATHON_OUT or ./marathon-full)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--all", action="store_true", help="count all runs, not only the current one")
+
+
+def _f(v, nd: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+def status_data(model, scope: str) -> dict:
+    from runner.report import arm_summary, cell_dict
+
+    cells = model.scoped(scope)
+    arms = [a for a in model.arms if any(k[1] == a for k in cells)]
+    per_arm = {a: arm_summary([c for k, c in cells.items() if k[1] == a]) for a in arms}
+    all_cells = model.scoped("all")
+    return {
+        "out": str(model.out),
+        "scope": scope if model.runs else "all",
+        "run_id": model.run_id,
+        "run_started": model.current_run.started.isoformat()
+        if model.current_run and model.current_run.started
+        else None,
+        "arms": arms,
+        "per_arm": per_arm,
+        "total": arm_summary(list(cells.values())),
+        "all_time_done": sum(1 for c in all_cells.values() if c.status == "done"),
+        "all_time_pairs": len(all_cells),
+        "claims": sorted(f"{t}__{a}" for t, a in model.claims),
+        "excluded": [{"path": e.path, "reason": e.reason} for e in model.excluded],
+        "unreadable": model.unreadable,
+        "notes": [
+            {
+                "task": c.task,
+                "arm": c.arm,
+                **{k: v for k, v in cell_dict(c).items() if k in ("status", "note")},
+            }
+            for c in sorted(cells.values(), key=lambda c: (c.arm, c.task))
+            if c.note
+        ],
+    }
+
+
+def render(d: dict) -> str:
+    head = f"marathon status {d['out']}"
+    if d["scope"] == "run":
+        head += f"  run {d['run_id']} (started {d['run_started'] or '?'})"
+        head += f"; all time: {d['all_time_done']}/{d['all_time_pairs']} pairs done"
+    else:
+        head += "  (all time)"
+    cols = (
+        "arm",
+        "done",
+        "run",
+        "pend",
+        "err",
+        "void",
+        "reward",
+        "partial",
+        "pass",
+        "build✗",
+        "cont",
+        "unbl",
+        "errev",
+        "cost$",
+    )
+    widths = (max([len("arm"), 5] + [len(a) for a in d["arms"]]), 4, 4, 4, 4, 4, 7, 7, 7, 6, 5, 5, 5, 9)
+    lines = [
+        head,
+        "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cols, widths, strict=True))),
+    ]
+
+    def row(name: str, s: dict) -> str:
+        vals = (
+            name, s["done"], s["running"], s["pending"], s["errored"], s["voided"],
+            _f(s["reward"]), _f(s["partial"]), _f(s["pass_rate"]), s["build_failed"],
+            _f(s["continuations"]), _f(s["unblocks"]), _f(s["error_events"]), _f(s["cost_usd"], 4),
+        )  # fmt: skip
+        return "  ".join(
+            str(v).rjust(w) if i else str(v).ljust(w)
+            for i, (v, w) in enumerate(zip(vals, widths, strict=True))
+        )
+
+    for a in d["arms"]:
+        lines.append(row(a, d["per_arm"][a]))
+    if len(d["arms"]) > 1:
+        lines.append(row("total", d["total"]))
+    if not d["arms"]:
+        lines.append("no pairs yet")
+    for e in d["excluded"]:
+        lines.append(f"excluded: {e['path']}: {e['reason']}")
+    for u in d["unreadable"]:
+        lines.append(f"unreadable now (last good value kept): {u}")
+    for n in d["notes"]:
+        lines.append(f"note: {n['task']} x {n['arm']}: {n['note']}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from runner import tree
+    from runner.model import open_tree
+
+    model = open_tree(args.out or tree.default_out())
+    d = status_data(model, "all" if args.all else "run")
+    print(json.dumps(d, indent=2, ensure_ascii=False) if args.json else render(d))
+    return 0
