@@ -111,6 +111,7 @@ class ConsoleApp(App[int]):
         self.busy: str | None = None
         self.last_change_at: float | None = None  # monotonic time of the last applied cell change
         self._dirty: set[tuple[str, str]] = set()
+        self.pending_events: list[dict] = []
         self._rebuild = True
         self._flush_pending = False
         self._offered = False
@@ -216,7 +217,9 @@ class ConsoleApp(App[int]):
                         last_full = t0
                         self.post_message(TreeData(**vars(self._feed.rescan())))
                     if self._feed.watch_roots() != roots:
-                        break  # the voided root appeared: watch it too
+                        # the voided root appeared (a trial was voided): watch it too, and read it
+                        self.post_message(TreeData(**vars(self._feed.rescan())))
+                        break
             except OSError as exc:
                 # e.g. the inotify watch limit: fall back to polling and say so
                 self.poll = True
@@ -283,7 +286,13 @@ class ConsoleApp(App[int]):
             self.action_start_runner()
 
     def on_events_data(self, msg: EventsData) -> None:
-        self.screen_main().query_one(EventTail).add(msg.events)
+        self.pending_events.extend(msg.events)
+        try:
+            tail = self.screen_main().query_one(EventTail)
+        except RuntimeError:
+            return
+        tail.add(self.pending_events)
+        self.pending_events.clear()
 
     def on_pool_data(self, msg: PoolData) -> None:
         self.pool_status, self.pool_error = msg.status, msg.error
@@ -304,10 +313,11 @@ class ConsoleApp(App[int]):
 
     # -------------------------------------------------------------------------------- painting
     def screen_main(self) -> MainScreen:
+        """The main screen once its widgets exist (messages can arrive before it is composed)."""
         for s in self.screen_stack:
-            if isinstance(s, MainScreen):
+            if isinstance(s, MainScreen) and s.is_mounted and s.query(Grid):
                 return s
-        raise RuntimeError("main screen missing")
+        raise RuntimeError("main screen not ready")
 
     def _schedule_flush(self) -> None:
         if self._flush_pending or self.paused:
@@ -319,7 +329,11 @@ class ConsoleApp(App[int]):
         self._flush_pending = False
         if self.paused:
             return
-        main = self.screen_main()
+        try:
+            main = self.screen_main()
+        except RuntimeError:
+            self.set_timer(FLUSH_SEC, self._schedule_flush)
+            return
         grid = main.query_one(Grid)
         with self.batch_update():
             if self._rebuild:
@@ -328,6 +342,9 @@ class ConsoleApp(App[int]):
                 if not grid.patch(self.cells, self._dirty, self.summary):
                     self._rebuild_grid(grid, main)
             self._dirty.clear()
+            if self.pending_events:
+                main.query_one(EventTail).add(self.pending_events)
+                self.pending_events.clear()
             self._paint_detail()
             self._paint_panels()
             self._paint_topbar()
@@ -386,7 +403,10 @@ class ConsoleApp(App[int]):
         main.set_topbar(f"marathon {self.out.name}", right)
 
     def _paint_detail(self) -> None:
-        main = self.screen_main()
+        try:
+            main = self.screen_main()
+        except RuntimeError:
+            return
         from textual.widgets import Static
 
         if self.selected:

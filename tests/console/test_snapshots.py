@@ -8,9 +8,9 @@ run with fixed timestamps, the clock is injected, and Docker pool polling is off
 from __future__ import annotations
 
 import pytest
+from console_support import check_snapshot, normalise, run_async, wait_for
 
 from console.app import make_app, screen_text
-from tests.console.conftest import check_snapshot, normalise, run_async, wait_for
 
 pytestmark = [pytest.mark.docker]
 

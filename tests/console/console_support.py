@@ -1,0 +1,143 @@
+"""Helpers for the console tests: real trees, a real runner, real Docker; driving the App."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEMO_TASKS = REPO_ROOT / "runner" / "demo" / "tasks"
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+UPDATE = os.environ.get("MARATHON_UPDATE_SNAPSHOTS") == "1"
+FIXED_TS = "2026-01-01T00:00:00.000000Z"
+
+
+def marathon(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(REPO_ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "runner.cli", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def write_config(out: Path, *tasks: str, arms: str = "oracle,nop", concurrency: int = 4) -> None:
+    """Write ``<out>/.driver_env`` with the runner's own functions (as ``marathon run`` would)."""
+    from runner.config import resolve, write_driver_env
+
+    flags = {
+        "tasks_dir": str(DEMO_TASKS),
+        "arms": arms.split(","),
+        "concurrency": concurrency,
+        "max_passes": 2,
+    }
+    if tasks:
+        flags["tasks"] = list(tasks)
+    out.mkdir(parents=True, exist_ok=True)
+    write_driver_env(resolve(out, flags, resume=False))
+
+
+def normalise(src: Path, dst: Path) -> Path:
+    """Copy a real tree and pin its clock-dependent fields, so a screen of it is deterministic."""
+    shutil.copytree(src, dst, symlinks=True)
+    for res in dst.rglob("result.json"):
+        try:
+            d = json.loads(res.read_text())
+        except ValueError:
+            continue
+        for k in ("started_at", "finished_at"):
+            if k in d and d[k]:
+                d[k] = "2026-01-01T00:00:00.000000" if k == "started_at" else "2026-01-01T00:00:10.000000"
+        for sub in ("agent_execution", "agent_setup", "environment_setup", "verifier"):
+            if isinstance(d.get(sub), dict):
+                d[sub]["started_at"] = "2026-01-01T00:00:01.000000"
+                d[sub]["finished_at"] = "2026-01-01T00:00:09.000000"
+        res.write_text(json.dumps(d))
+    ev = dst / ".runner" / "events.jsonl"
+    if ev.exists():
+        lines = []
+        for raw in ev.read_text().splitlines():
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                continue
+            rec["ts"] = FIXED_TS
+            lines.append(json.dumps(rec))
+        ev.write_text("\n".join(lines) + "\n")
+    for p in (dst / ".runner" / "registry.json", dst / ".runner" / "lock"):
+        p.unlink(missing_ok=True)
+    return dst
+
+
+def check_snapshot(name: str, text: str) -> None:
+    """Compare a screen capture with tests/console/snapshots/<name>.txt (MARATHON_UPDATE_SNAPSHOTS=1 rewrites)."""
+    path = SNAPSHOTS / f"{name}.txt"
+    if UPDATE or not path.exists():
+        if not UPDATE and os.environ.get("CI") == "true":
+            pytest.fail(f"snapshot {path.name} missing (run with MARATHON_UPDATE_SNAPSHOTS=1 and commit it)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return
+    expected = path.read_text()
+    if text != expected:
+        (path.parent / f"{name}.actual.txt").write_text(text)
+        pytest.fail(
+            f"screen differs from {path} (actual written next to it)\n--- expected\n{expected}\n--- actual\n{text}"
+        )
+
+
+def run_async(fn: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(fn())
+
+
+async def wait_for(
+    pilot, predicate: Callable[[], bool], timeout: float = 60.0, what: str = "condition"
+) -> None:
+    """Let the app process messages until ``predicate()`` holds (never a bare sleep)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await pilot.pause(0.2)
+
+
+def runner_pid(out: Path) -> int | None:
+    from runner.procs import Registry
+
+    e = Registry(out).runner_entry()
+    return e.pid if e else None
+
+
+def stop_runner_if_alive(out: Path) -> None:
+    """Teardown: stop what a test started (registered PIDs only) and remove its Docker objects."""
+    from runner.cleanup import act_cleanup, plan_cleanup
+    from runner.procs import act_stop, plan_stop
+
+    plan = plan_stop(out)
+    if plan.targets:
+        act_stop(plan, grace_sec=30)
+    try:
+        clean = plan_cleanup(out)
+        if not clean.empty:
+            act_cleanup(clean)
+    except Exception:  # noqa: BLE001 - best effort in teardown; the test asserts emptiness itself
+        pass
+
+
+def docker_leftovers(out: Path) -> list[str]:
+    from runner.cleanup import plan_cleanup
+
+    plan = plan_cleanup(out)
+    return [o.name for o in plan.containers + plan.networks]
