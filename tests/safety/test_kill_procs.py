@@ -19,6 +19,11 @@ from runner.procs import Registry, act_stop, plan_stop, protected_pids, registry
 pytestmark = pytest.mark.docker  # `kill --yes` ends with a Docker cleanup of the run
 
 
+@pytest.fixture(autouse=True)
+def _engine(docker_engine):
+    """`kill --yes` exits 0 only when its Docker cleanup succeeded too."""
+
+
 class Spawner:
     """Starts processes for a test; at teardown kills what is left, by the PIDs/groups it made."""
 
@@ -178,6 +183,7 @@ def test_really_recycled_pid_is_not_signalled(spawn, tmp_path):
     for _ in range(100):
         first = spawn(["sleep", "600"])
         reg.register(first.pid, "harbor", first.args)
+        time.sleep(0.05)  # create times tick in 1/100 s: a reuse inside one tick is indistinguishable
         first.kill()
         first.wait()
         try:
@@ -191,6 +197,8 @@ def test_really_recycled_pid_is_not_signalled(spawn, tmp_path):
         reg.unregister(first.pid)
     if reused is None:
         pytest.skip("another process took the PID every time (busy machine)")
+    (entry,) = [e for e in reg.entries() if e.pid == reused.pid]
+    assert entry.create_time != psutil.Process(reused.pid).create_time()
     plan = plan_stop(out)
     assert reused.pid not in {t.pid for t in plan.targets}
     assert any(s.pid == reused.pid and "PID reused" in s.why for s in plan.skipped)

@@ -212,7 +212,10 @@ def test_permission_denied_names_the_socket(docker_engine):
     if os.geteuid() != 0:
         pytest.skip("needs root to drop to an unprivileged user")
     code = (
+        # import everything first: after dropping to nobody, the interpreter's stdlib under /root
+        # may no longer be readable
         "import os, sys, json, docker, requests, runner.cli, runner.commands.net, runner.docker_pool;"
+        "runner.cli.build_parser();"
         "os.setgroups([]); os.setgid(65534); os.setuid(65534);"
         "sys.exit(runner.cli.main(['net']))"
     )
