@@ -82,8 +82,23 @@ def docker_objects(projects: set[str]) -> dict[str, list[str]]:
     return found
 
 
+def stop_runner(out: Path, timeout: float = 180) -> None:
+    """Teardown: a runner a test started for ``out`` (e.g. detached by health --fix) is stopped by
+    the PID + create time in its lock, gracefully (SIGTERM), so it tears its jobs down."""
+    import signal
+
+    from runner.lock import lock_holder
+
+    h = lock_holder(out)
+    if h is None:
+        return
+    os.kill(h.pid, signal.SIGTERM)
+    wait_for(lambda: lock_holder(out) is None, timeout, f"runner {h.pid} to stop")
+
+
 def remove_objects_of(out: Path) -> None:
-    """Teardown: remove containers, then networks, of the tree's trials (exact label match)."""
+    """Teardown: stop the tree's runner, then remove containers and networks of its trials (exact label)."""
+    stop_runner(out)
     objs = docker_objects({compose_project(t) for t in trial_names(out)})
     if objs["containers"]:
         subprocess.run(["docker", "rm", "-fv", *objs["containers"]], capture_output=True)

@@ -1,0 +1,38 @@
+"""``marathon health [OUT] [--fix] [--json]``: runner alive, stale claims, budgets, leaks, unvoided errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+HELP = "check a run (runner alive, stale claims, trials past budget, leaked networks, errors not voided)"
+DESCRIPTION = (
+    "Check an output tree: is its runner alive (by its PID registry, never by a process pattern), "
+    "stale claims, trials past their budget, leaked containers/networks of ended trials, "
+    "infrastructure-errored jobs not yet voided. --fix clears what is stale, voids, cleans up and "
+    "restarts a dead runner from OUT/.driver_env, printing each fix. Exit 0 when healthy (or fixed), 1 otherwise."
+)
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    from runner.commands.run import DEFAULT_OUT
+
+    p.add_argument(
+        "out", nargs="?", default=None, help=f"output tree [$MARATHON_OUT; default ./{DEFAULT_OUT}]"
+    )
+    p.add_argument("--fix", action="store_true", help="fix what can be fixed, printing each fix")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+
+
+def run(args: argparse.Namespace) -> int:
+    from runner.commands.run import default_out
+    from runner.health import check, fix
+
+    out = Path(args.out or default_out())
+    rep = fix(out) if args.fix else check(out)[0]
+    print(json.dumps(rep.to_json(), indent=1) if args.json else rep.render())
+    if args.fix:
+        unfixed = [f for f in rep.findings if not f.fixable]
+        return 0 if not unfixed else 1
+    return 0 if rep.ok else 1

@@ -1,0 +1,264 @@
+"""``marathon health``: is the run healthy, and ``--fix`` what is not.
+
+Why: in the field the health check scanned the wrong directory and reported "OK" all night while
+three arms were down. Every check here reads the same files the runner writes, through the same
+functions: the runner by its registry/lock (PID + create time, never a process pattern), claims
+through ``runner.claims``, done through ``runner.rules.is_done``, infrastructure through the one
+classifier in ``runner.void``, ours-or-not through ``runner.docker_pool``/``runner.cleanup``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from runner import claims as claimsmod
+from runner.config import RunConfig, read_driver_env, resolve
+from runner.errors import NotAnOutputTree, UserError
+from runner.lock import lock_holder
+from runner.procs import Registry
+from runner.rules import is_done
+from runner.tree import claim_path, compose_project, driver_env_path, iter_job_dirs, iter_trial_dirs
+from runner.void import act_void, classify_job, plan_void, read_json
+
+SLACK_SEC = 600  # build, setup and teardown on top of the agent and verifier budgets
+
+
+@dataclass
+class Finding:
+    kind: str  # runner_dead, stale_claim, orphan_job, past_budget, leak, errored_not_voided
+    what: str
+    fixable: bool = False
+    data: dict = field(default_factory=dict)
+
+
+@dataclass
+class HealthReport:
+    out: str
+    runner: str  # "alive" | "not running" | "never started"
+    runner_pid: int | None
+    pairs_total: int
+    pairs_done: int
+    running_trials: int
+    findings: list[Finding] = field(default_factory=list)
+    fixes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def to_json(self) -> dict:
+        return asdict(self) | {"ok": self.ok}
+
+    def render(self) -> str:
+        pid = f" (PID {self.runner_pid})" if self.runner_pid else ""
+        lines = [
+            f"health of {self.out}",
+            f"  runner: {self.runner}{pid}",
+            f"  pairs:  {self.pairs_done}/{self.pairs_total} done, {self.running_trials} trial(s) running",
+        ]
+        if not self.findings:
+            lines.append("  OK: nothing to fix")
+        for f in self.findings:
+            lines.append(f"  {f.kind:<19} {f.what}")
+        for fx in self.fixes:
+            lines.append(f"  FIXED: {fx}")
+        return "\n".join(lines)
+
+
+def _task_budget_sec(cfg: RunConfig, task: str) -> float:
+    """Longest a healthy trial of ``task`` can take: agent budget + verifier + slack."""
+    assert cfg.tasks_dir is not None
+    try:
+        t = tomllib.loads((cfg.tasks_dir / task / "task.toml").read_text())
+    except (OSError, ValueError):
+        t = {}
+    agent = (t.get("agent") or {}).get("timeout_sec")
+    agent_budget = (
+        min(cfg.goal_timeout_sec, agent * cfg.agent_timeout_mult) if agent else cfg.goal_timeout_sec
+    )
+    verifier = float((t.get("verifier") or {}).get("timeout_sec") or 600) * cfg.verifier_mult
+    return agent_budget + verifier + SLACK_SEC
+
+
+def _stamp_age_sec(stamp: str) -> float | None:
+    """The runner's stamps are UTC start times (never file mtimes: NFS clocks lag)."""
+    try:
+        t = datetime.strptime(stamp[:20], "%Y-%m-%d__%H-%M-%S").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return (datetime.now(UTC) - t).total_seconds()
+
+
+def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
+    out = Path(out).resolve()
+    if not out.is_dir():
+        raise NotAnOutputTree(f"{out} is not a directory (expected a marathon output tree)")
+    cfg: RunConfig | None = None
+    if read_driver_env(out):
+        try:
+            cfg = resolve(out, {}, resume=True, environ={})
+        except UserError:
+            cfg = None
+    runner = Registry(out).runner_entry()
+    holder = lock_holder(out)
+    if runner is not None:
+        state, pid = "alive", runner.pid
+    elif holder is not None:
+        state, pid = "alive", holder.pid
+    else:
+        state, pid = ("not running" if driver_env_path(out).exists() else "never started"), None
+    claims = claimsmod.list_claims(out)
+    live_pairs = {(c.task, c.arm) for c in claims if c.state != claimsmod.STALE}
+
+    tasks = list(cfg.tasks) if cfg and cfg.tasks else []
+    if cfg and not tasks and cfg.tasks_dir:
+        from runner.driver import list_tasks
+
+        tasks = list_tasks(cfg.tasks_dir)
+    arms = [s.name for s in cfg.arm_specs()] if cfg else []
+    done_pairs: set[tuple[str, str]] = set()
+    findings: list[Finding] = []
+    running = 0
+    finished_trials: set[str] = set()
+    running_trials: set[str] = set()
+    unclaimed_running: set[str] = set()  # unfinished trials of pairs nobody (runner or orphan job) holds
+    for task, arm, _adir, stamp, job in iter_job_dirs(out):
+        res = read_json(job / "result.json")
+        stats = res.get("stats") if res else None
+        if is_done(stats):
+            done_pairs.add((task, arm))
+        trials = list(iter_trial_dirs(job))
+        for t in trials:
+            (finished_trials if (t / "result.json").exists() else running_trials).add(t.name)
+            if not (t / "result.json").exists() and (task, arm) not in live_pairs:
+                unclaimed_running.add(t.name)
+        unfinished = [t for t in trials if not (t / "result.json").exists()]
+        if unfinished and (task, arm) in live_pairs:
+            running += len(unfinished)
+            age = _stamp_age_sec(stamp)
+            if cfg and age is not None and age > _task_budget_sec(cfg, task):
+                findings.append(
+                    Finding(
+                        "past_budget",
+                        f"{task}/{arm} stamp {stamp}: running {age / 60:.0f} min",
+                        False,
+                        {"task": task, "arm": arm, "stamp": stamp, "age_sec": round(age)},
+                    )  # fmt: skip
+                )
+        elif stats and not is_done(stats) and (stats.get("n_errored_trials") or 0) > 0 and not unfinished:
+            v = classify_job(job)
+            if v.kind == "infra" and (task, arm) not in live_pairs:
+                findings.append(
+                    Finding(
+                        "errored_not_voided",
+                        f"{task}/{arm} stamp {stamp}: {v.reason}",
+                        True,
+                        {"job": str(job), "reason": v.reason, "evidence": v.evidence},
+                    )  # fmt: skip
+                )
+    for c in claims:
+        st = c.state
+        if st == claimsmod.STALE:
+            findings.append(
+                Finding(
+                    "stale_claim",
+                    f"{c.task}/{c.arm} held by dead {c.holder.describe()}",
+                    True,
+                    {"claim": c.to_json()},
+                )  # fmt: skip
+            )
+        elif st == claimsmod.ORPHAN and state != "alive":
+            findings.append(
+                Finding(
+                    "orphan_job",
+                    f"{c.task}/{c.arm}: harbor PID {c.job.pid if c.job else '?'} runs without a "
+                    "runner (a restarted runner adopts it)",
+                    True,
+                    {"claim": c.to_json()},
+                )  # fmt: skip
+            )
+    # leaked compose projects: containers/networks of trials that are finished (harbor tears down
+    # before it writes result.json) or unfinished with no live claim (a dead harness)
+    # an unfinished trial is dead only when no live runner and no live harbor job holds its pair
+    dead_trials = unclaimed_running if state != "alive" else set()
+    leak_trials = finished_trials | dead_trials
+    if leak_trials and (cfg is None or cfg.env == "docker"):
+        plan = _leak_plan(out, leak_trials)
+        if plan is not None and not plan.empty:
+            names = [c.name for c in plan.containers] + [n.name for n in plan.networks]
+            findings.append(
+                Finding(
+                    "leak",
+                    f"{len(plan.containers)} container(s), {len(plan.networks)} network(s) of "
+                    f"ended trials: {', '.join(names[:6])}",
+                    True,
+                    {"plan": plan.to_json()},
+                )  # fmt: skip
+            )
+    total = len(tasks) * len(arms)
+    done = sum(1 for t in tasks for a in arms if (t, a) in done_pairs)
+    if state != "alive" and cfg is not None and done < total:
+        findings.insert(
+            0, Finding("runner_dead", f"no live runner and {total - done} pair(s) not done", True)
+        )
+    rep = HealthReport(str(out), state, pid, total, done, running, findings)
+    return rep, cfg
+
+
+def _leak_plan(out: Path, trials: set[str]):
+    from runner.cleanup import CleanupPlan, plan_cleanup
+
+    projects = {compose_project(t) for t in trials}
+    full = plan_cleanup(out)
+    return CleanupPlan(
+        out=full.out,
+        scope={"trials": "ended"},
+        projects=sorted(projects & set(full.projects)),
+        containers=[c for c in full.containers if c.project in projects],
+        networks=[n for n in full.networks if n.project in projects],
+    )
+
+
+def fix(out: Path) -> HealthReport:
+    """Fix what ``check`` found, printing each fix in the report; the runner is restarted last."""
+    rep, cfg = check(out)
+    out = Path(rep.out)
+    for f in rep.findings:
+        if f.kind == "stale_claim":
+            c = claimsmod.read_claim(claim_path(out, f.data["claim"]["task"], f.data["claim"]["arm"]))
+            if c is not None and claimsmod.remove_stale(out, c):
+                rep.fixes.append(f"removed stale claim {c.task}/{c.arm} ({c.holder.describe()})")
+        elif f.kind == "leak":
+            from runner.cleanup import act_cleanup
+
+            plan = _leak_plan(out, _trials_of_plan(f.data["plan"]))
+            if not plan.empty:
+                r = act_cleanup(plan)
+                rep.fixes.append(
+                    f"removed {len(r.removed_containers)} container(s), {len(r.removed_networks)} network(s) of ended trials"
+                )
+        elif f.kind == "errored_not_voided":
+            dest = act_void(plan_void(out, Path(f.data["job"]), f.data["reason"], f.data["evidence"]))
+            rep.fixes.append(f"voided {f.what.split(':')[0]} -> {dest}")
+    if any(f.kind == "runner_dead" for f in rep.findings):
+        from runner.driver import start_detached
+
+        pid = start_detached(out)
+        rep.fixes.append(f"restarted the runner from {driver_env_path(out)}: PID {pid}")
+        n_orphans = sum(1 for f in rep.findings if f.kind == "orphan_job")
+        if n_orphans:
+            rep.fixes.append(f"the restarted runner adopts the {n_orphans} harbor job(s) still running")
+    return rep
+
+
+def _trials_of_plan(plan: dict) -> set[str]:
+    """Trial names whose compose projects a serialised leak plan named (re-planned before acting)."""
+    wanted = set(plan.get("projects") or [])
+    out = Path(plan["out"])
+    names = set()
+    for *_, job in iter_job_dirs(out):
+        names |= {t.name for t in iter_trial_dirs(job) if compose_project(t.name) in wanted}
+    return names
