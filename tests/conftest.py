@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -52,37 +53,57 @@ def harbor_bin() -> str:
     return str(cand) if cand.exists() else "harbor"
 
 
-def run_harbor_jobs(out: Path, jobs: list[tuple[str, str]], *extra: str, stamp: str | None = None) -> str:
-    """Run one real harbor job per (task, arm) concurrently, in the output-tree layout; return the stamp.
+TEST_AGENTS = {
+    "crash": "tests.harbor_agents:CrashAgent",
+    "sleeper": "tests.harbor_agents:SleepAgent",
+    "exit1": "tests.harbor_agents:ExitAgent",
+    "partial": "tests.harbor_agents:PartialAgent",
+}
+
+
+def start_harbor_jobs(out: Path, jobs: list[tuple[str, str]], *extra: str, stamp: str | None = None):
+    """Start one real harbor job per (task, arm), concurrently, in the output-tree layout.
 
     Each job: jobs dir ``<out>/<task>/<arm>/<stamp>``, job name ``<arm>``, one task (``-p <task dir>``),
-    live logs (``--ek auto_mounting=true``). ``arm`` is a harbor agent name or ``tests.harbor_agents``
-    class (``crash``/``sleeper``/``exit1``/``partial`` map to it). Runs from the repo root with it on
-    PYTHONPATH so harbor can import the test agents.
+    live logs (``--ek auto_mounting=true``). ``arm`` is a harbor agent name or a ``tests.harbor_agents``
+    stand-in (``crash``/``sleeper``/``exit1``/``partial``). Runs from the repo root with it on PYTHONPATH
+    so harbor can import the test agents. Returns a handle for ``wait_harbor_jobs``.
     """
     stamp = stamp or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    agents = {
-        "crash": "tests.harbor_agents:CrashAgent",
-        "sleeper": "tests.harbor_agents:SleepAgent",
-        "exit1": "tests.harbor_agents:ExitAgent",
-        "partial": "tests.harbor_agents:PartialAgent",
-    }
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), LITELLM_LOCAL_MODEL_COST_MAP="True", HARBOR_TELEMETRY="0")
+    env = dict(
+        os.environ, PYTHONPATH=str(REPO_ROOT), LITELLM_LOCAL_MODEL_COST_MAP="True", HARBOR_TELEMETRY="0"
+    )
     procs = []
     for task, arm in jobs:
-        cmd = [harbor_bin(), "run", "-p", str(DEMO_TASKS / task), "-a", agents.get(arm, arm)]
+        cmd = [harbor_bin(), "run", "-p", str(DEMO_TASKS / task), "-a", TEST_AGENTS.get(arm, arm)]
         cmd += ["-o", str(out / task / arm / stamp), "--job-name", arm, "-n", "1", "-y"]
         cmd += ["--ek", "auto_mounting=true", *extra]
         log = (out.parent / f"harbor-{task}-{arm}-{stamp}.log").open("wb")
         procs.append((task, arm, log, subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=log)))
+    return stamp, procs
+
+
+def wait_harbor_jobs(handle) -> str:
+    """Wait for the jobs of ``start_harbor_jobs``; fail the test session if any harbor run failed."""
+    stamp, procs = handle
     failed = []
     for task, arm, log, p in procs:
-        if p.wait(timeout=600) != 0:
-            failed.append(f"{task}/{arm}: exit {p.returncode} (see {log.name})")
+        try:
+            rc = p.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            p.kill()  # our own child, by its Popen handle
+            rc = p.wait()
+        if rc != 0:
+            failed.append(f"{task}/{arm}: exit {rc} (see {log.name})")
         log.close()
     if failed:
         pytest.fail("harbor run failed: " + "; ".join(failed))
     return stamp
+
+
+def run_harbor_jobs(out: Path, jobs: list[tuple[str, str]], *extra: str, stamp: str | None = None) -> str:
+    """``start_harbor_jobs`` then ``wait_harbor_jobs``; returns the stamp."""
+    return wait_harbor_jobs(start_harbor_jobs(out, jobs, *extra, stamp=stamp))
 
 
 @pytest.fixture(scope="session")
@@ -97,3 +118,9 @@ def mini_tree(docker_engine, tmp_path_factory) -> Path:
     out.mkdir()
     run_harbor_jobs(out, [(t, a) for a in ("oracle", "nop") for t in DEMO_TASK_NAMES])
     return out
+
+
+@pytest.fixture(scope="session")
+def harbor_jobs() -> SimpleNamespace:
+    """``start``/``wait``/``run`` of real harbor jobs in the output-tree layout, for any area's fixtures."""
+    return SimpleNamespace(start=start_harbor_jobs, wait=wait_harbor_jobs, run=run_harbor_jobs)
