@@ -45,6 +45,9 @@ from runner.void import Verdict, act_void, classify_job, plan_void, read_json
 
 HARBOR_LOG = "harbor-run.log"
 BUILD_OVERLAY = "compose-build-network-host.yaml"
+#: compose overlay: build ``main`` on the host network. BuildKit's cache key includes the network
+#: mode (proxy build args are exempt), so prebuild and harbor's own build must both use it.
+BUILD_OVERLAY_TEXT = "services:\n  main:\n    build:\n      network: host\n"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ROLE_HARBOR = "harbor"
 
@@ -118,7 +121,7 @@ def build_overlay(out: Path) -> Path:
     path = runner_dir(out) / BUILD_OVERLAY
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("services:\n  main:\n    build:\n      network: host\n")
+        path.write_text(BUILD_OVERLAY_TEXT)
     return path
 
 

@@ -1,0 +1,66 @@
+"""``marathon prebuild --tasks-dir DIR [--proxy URL]``: build task images, proxy only at build time."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+HELP = "build the task images once, with a proxy only at build time (never in running containers)"
+DESCRIPTION = (
+    "Build every task image of DIR the way harbor does (docker compose with harbor's build file), "
+    "giving --proxy only to the build: as HTTP(S)_PROXY build args taken from the environment (never "
+    "in argv) and with the host network. Never uses ~/.docker/config.json proxies, which would also "
+    "reach running containers. harbor's later per-trial build reuses the layers (run the runner "
+    "with the same --build-network, default host)."
+)
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tasks-dir", dest="tasks_dir", default=os.environ.get("MARATHON_TASKS_DIR"), help="tasks dir"
+    )
+    p.add_argument("--tasks", help="comma list of task dir names (default: all)")
+    p.add_argument(
+        "--proxy", default=os.environ.get("MARATHON_BUILD_PROXY"), help="proxy URL for the build only"
+    )
+    p.add_argument("--no-proxy", dest="no_proxy", default=None, help="NO_PROXY for the build")
+    p.add_argument("--build-network", dest="build_network", choices=("host", "default"), default="host")
+    p.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from runner.errors import UserError
+    from runner.prebuild import DEFAULT_NO_PROXY, docker_config_proxies, prebuild, redact
+
+    if not args.tasks_dir:
+        raise UserError("no tasks dir: pass --tasks-dir DIR (or set MARATHON_TASKS_DIR)")
+    if args.proxy and args.build_network != "host":
+        print("note: with --build-network default the build reaches the proxy through the bridge network")
+    if docker_config_proxies():
+        print(
+            "WARNING: ~/.docker/config.json has a proxies section: Docker also injects it into running "
+            "containers (egress for no-network tasks). Remove it; use --proxy here instead."
+        )
+    if not args.json:
+        via = f"proxy {redact(args.proxy)} (build only)" if args.proxy else "no proxy"
+        print(f"prebuilding tasks of {args.tasks_dir}: {via}, build network {args.build_network}")
+
+    def show(r) -> None:
+        if args.json:
+            return
+        state = "ok " if r.ok else "FAILED"
+        print(f"  {state} {r.task:<28} {r.image:<44} {r.seconds:>6}s  {r.cached}/{r.steps} steps cached")
+        if r.error:
+            print("       " + r.error.replace("\n", "\n       "))
+
+    tasks = [t for t in (args.tasks or "").split(",") if t] or None
+    results = prebuild(
+        Path(args.tasks_dir), tasks, proxy=args.proxy, no_proxy=args.no_proxy or DEFAULT_NO_PROXY,
+        build_network=args.build_network, on_result=show,
+    )  # fmt: skip
+    if args.json:
+        print(json.dumps([r.to_json() for r in results], indent=1))
+    return 0 if all(r.ok for r in results) else 1

@@ -1,0 +1,163 @@
+"""``marathon prebuild``: build the task images once, with a proxy only at build time.
+
+Why: task Dockerfiles often need the network to build (apt-get). A proxy in
+``~/.docker/config.json`` would also be injected into every running container and open an egress
+path for no-network tasks (runbook, "prebuild_images"). Here the proxy is given only to the build:
+as build args (taken from this process's environment, so it is never in a command line) and with
+the host network for the build. The later build that harbor does for each trial then hits the
+layer cache: BuildKit keeps the predefined proxy args out of its cache key, and the runner gives
+harbor's build the same host network (``--build-network host``, the network mode IS in the key).
+
+The build mirrors harbor 0.25.0's (environments/docker/docker.py ``start``): ``docker compose
+--project-directory <task>/environment -f <harbor's docker-compose-build.yaml> [-f the task's
+docker-compose.yaml] build`` with ``CONTEXT_DIR`` set; our overlay adds ``build.network: host``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from runner.errors import Unavailable, UserError
+
+PROXY_ARGS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+NO_PROXY_ARGS = ("NO_PROXY", "no_proxy")
+DEFAULT_NO_PROXY = "localhost,127.0.0.1,::1"
+PROJECT_PREFIX = "marathon-prebuild-"
+
+
+@dataclass
+class BuildResult:
+    task: str
+    image: str
+    ok: bool
+    seconds: float
+    steps: int = 0
+    cached: int = 0
+    error: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def harbor_build_file() -> Path:
+    import harbor.environments.docker as hd
+
+    return Path(hd.__file__).parent / "docker-compose-build.yaml"
+
+
+def project_name(task: str) -> str:
+    """Compose project of a prebuild (image ``<project>-main``); sanitised like harbor's names."""
+    name = (PROJECT_PREFIX + task).lower()
+    return re.sub(r"[^a-z0-9_-]", "-", name)
+
+
+def redact(url: str) -> str:
+    """A proxy URL without its user:password part, for printing."""
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        if parts.port:
+            host += f":{parts.port}"
+        return urlunsplit((parts.scheme, "***@" + host, parts.path, parts.query, parts.fragment))
+    return url
+
+
+def docker_config_proxies() -> dict | None:
+    """The ``proxies`` section of ~/.docker/config.json, if any (it leaks into running containers)."""
+    cfg = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
+    try:
+        return json.loads(cfg.read_text()).get("proxies") or None
+    except (OSError, ValueError):
+        return None
+
+
+def build_command(
+    task_dir: Path, overlay: Path | None, proxy: str | None, no_proxy: str
+) -> tuple[list[str], dict[str, str]]:
+    """argv and env of one task's build. Build-arg VALUES travel in the env, never in argv."""
+    env_dir = (task_dir / "environment").resolve()
+    argv = [
+        "docker",
+        "compose",
+        "--project-name",
+        project_name(task_dir.name),
+        "--project-directory",
+        str(env_dir),
+    ]
+    argv += ["-f", str(harbor_build_file())]
+    if (env_dir / "docker-compose.yaml").is_file():
+        argv += ["-f", str(env_dir / "docker-compose.yaml")]
+    if overlay is not None:
+        argv += ["-f", str(overlay)]
+    argv += ["build"]
+    env = dict(os.environ)
+    env["CONTEXT_DIR"] = str(env_dir)
+    for k in PROXY_ARGS + NO_PROXY_ARGS:
+        env.pop(k, None)
+    if proxy:
+        for k in PROXY_ARGS:
+            env[k] = proxy
+            argv += ["--build-arg", k]
+        for k in NO_PROXY_ARGS:
+            env[k] = no_proxy
+            argv += ["--build-arg", k]
+    return argv, env
+
+
+def prebuild(
+    tasks_dir: Path,
+    tasks: list[str] | None = None,
+    *,
+    proxy: str | None = None,
+    no_proxy: str = DEFAULT_NO_PROXY,
+    build_network: str = "host",
+    on_result=None,
+) -> list[BuildResult]:
+    """Build each task's image (tasks with a Dockerfile and no prebuilt ``docker_image``)."""
+    from runner.driver import BUILD_OVERLAY_TEXT, builds_from_dockerfile, list_tasks
+
+    tasks_dir = Path(tasks_dir).resolve()
+    names = list(tasks) if tasks else list_tasks(tasks_dir)
+    unknown = [t for t in names if not (tasks_dir / t / "task.toml").is_file()]
+    if unknown:
+        raise UserError(f"unknown task(s) in {tasks_dir}: {', '.join(unknown)}")
+    try:
+        subprocess.run(["docker", "compose", "version"], capture_output=True, check=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        raise Unavailable("`docker compose` is not available: install the Compose v2 plugin") from None
+    results = []
+    with tempfile.TemporaryDirectory(prefix="marathon-prebuild-") as tmp:
+        overlay = None
+        if build_network == "host":
+            overlay = Path(tmp) / "build-network-host.yaml"
+            overlay.write_text(BUILD_OVERLAY_TEXT)
+        for t in names:
+            if not builds_from_dockerfile(tasks_dir / t):
+                continue
+            argv, env = build_command(tasks_dir / t, overlay, proxy, no_proxy)
+            t0 = time.monotonic()
+            p = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp)
+            text = p.stdout + p.stderr
+            step_ids = set(re.findall(r"^#(\d+) \[main\s+\d+/\d+\]", text, re.M))
+            cached_ids = set(re.findall(r"^#(\d+) CACHED", text, re.M)) & step_ids
+            r = BuildResult(
+                task=t,
+                image=project_name(t) + "-main",
+                ok=p.returncode == 0,
+                seconds=round(time.monotonic() - t0, 1),
+                steps=len(step_ids),
+                cached=len(cached_ids),
+                error="" if p.returncode == 0 else "\n".join(text.strip().splitlines()[-8:]),
+            )
+            results.append(r)
+            if on_result:
+                on_result(r)
+    return results
