@@ -630,6 +630,8 @@ class RunModel:
         if m_old.is_score and m_new.state in (results.UNREADABLE, results.EMPTY):
             rec = replace(rec, metrics=replace(m_old, error=m_new.error))
             stale = True
+        elif m_old.is_score and m_new.state == results.IN_PROGRESS:
+            rec = replace(rec, metrics=m_old)  # a verifier rerun started: not a score, keep the last one
         if stale:
             rec = replace(rec, stale=True)
         return rec

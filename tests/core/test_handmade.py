@@ -1,0 +1,267 @@
+"""Cases real runs cannot easily produce, made by copying real harbor trial files and editing them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from runner import cli, tree
+from runner.model import DONE, ERRORED, PENDING, RUNNING, VOIDED, RunModel
+
+pytestmark = pytest.mark.docker
+
+LATER = "20991231T235959Z"  # a stamp later than any real run's
+
+
+def attempt_dir(out: Path, task: str, arm: str) -> Path:
+    """The stamp dir of a pair's original (real) attempt: the earliest stamp."""
+    return out / task / arm / tree.list_dirs(out / task / arm)[0]
+
+
+def trial_of(stamp_dir: Path, job: str) -> Path:
+    (trial,) = tree.list_dirs(stamp_dir / job)
+    return stamp_dir / job / trial
+
+
+def clone(out: Path, task: str, arm: str, stamp: str = LATER, to_arm_dir: str | None = None) -> Path:
+    """Copy a pair's attempt to a new stamp (optionally under another arm dir); return the trial dir."""
+    src = attempt_dir(out, task, arm)
+    dst = out / task / (to_arm_dir or arm) / stamp
+    shutil.copytree(src, dst, symlinks=True)
+    return trial_of(dst, arm)
+
+
+def edit_json(path: Path, **changes) -> None:
+    d = json.loads(path.read_text())
+    for k, v in changes.items():
+        if "." in k:
+            a, b = k.split(".")
+            d[a][b] = v
+        else:
+            d[k] = v
+    path.write_text(json.dumps(d))
+
+
+INITIALIZED = {"phase": "initialized", "passed": 0, "partial_score": 0.0}
+
+
+def test_rerun_with_initialized_metrics_keeps_previous_score(tree_copy):
+    trial = clone(tree_copy, "calc-partial", "nop")
+    (trial / "verifier/metrics.json").write_text(json.dumps(INITIALIZED))
+    c = RunModel.load(tree_copy).cells[("calc-partial", "nop")]
+    assert c.status == DONE and c.partial == pytest.approx(0.2)  # never a fabricated 0
+    assert c.scored_by != LATER and "no score yet" in c.note
+
+
+def test_initialized_metrics_written_over_a_read_score_keeps_it(tree_copy):
+    m = RunModel.load(tree_copy)
+    metrics = trial_of(attempt_dir(tree_copy, "calc-partial", "nop"), "nop") / "verifier/metrics.json"
+    metrics.write_text(json.dumps(INITIALIZED))
+    m.update([metrics])
+    assert m.cells[("calc-partial", "nop")].partial == pytest.approx(0.2)
+
+
+def test_two_stage_overwrite_keeps_the_pass_rate_beside_a_zero_partial(tree_copy):
+    metrics = trial_of(attempt_dir(tree_copy, "two-stage", "nop"), "nop") / "verifier/metrics.json"
+    s3 = {
+        "stage": "correctness",
+        "pytest": {
+            "auth": {"passed": 12, "failed": 0, "total": 12},
+            "objects": {"passed": 38, "failed": 7, "total": 45},
+        },
+        "gates_passed": 16,
+        "gates_total": 22,
+        "partial_score": 0.0,
+        "partial_score_formula": "0.5 * unit_tests_score + 0.5 * cua_rubric_score",
+    }
+    metrics.write_text(json.dumps(s3))
+    c = RunModel.load(tree_copy).cells[("two-stage", "nop")]
+    assert c.partial == 0.0 and c.pass_rate == pytest.approx(50 / 57)
+
+
+def test_newer_running_attempt_never_replaces_a_done_score(tree_copy):
+    trial = clone(tree_copy, "calc-partial", "nop")
+    (trial / "result.json").unlink()
+    edit_json(
+        trial.parent / "result.json",
+        finished_at=None,
+        **{"stats.n_completed_trials": 0, "stats.n_running_trials": 1},
+    )
+    c = RunModel.load(tree_copy).cells[("calc-partial", "nop")]
+    assert (c.status, c.newer) == (DONE, RUNNING) and c.partial == pytest.approx(0.2)
+    assert c.n_attempts == 2 and "newer attempt" in c.note
+
+
+def test_newer_errored_attempt_never_replaces_a_done_score(tree_copy):
+    trial = clone(tree_copy, "calc-partial", "nop")
+    exc = {
+        "exception_type": "RuntimeError",
+        "exception_message": "x",
+        "exception_traceback": "",
+        "occurred_at": None,
+    }
+    edit_json(trial / "result.json", exception_info=exc)
+    edit_json(trial.parent / "result.json", **{"stats.n_errored_trials": 1})
+    c = RunModel.load(tree_copy).cells[("calc-partial", "nop")]
+    assert (c.status, c.newer, c.scored_by) == (
+        DONE,
+        ERRORED,
+        attempt_dir(tree_copy, "calc-partial", "nop").name,
+    )
+    assert c.n_errored == 1
+
+
+def test_leftover_dir_of_another_owner_is_excluded_and_arm_pid_counts_as_arm(tree_copy, capsys):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to chown a leftover dir to another uid")
+    task = tree_copy / "calc-partial"
+    os.rename(task / "nop", task / "nop-4242")  # the field's driver: "<arm>" was not writable
+    shutil.copytree(task / "oracle", task / "nop")  # leftover of an earlier round: reward 1 inside
+    (stamp,) = tree.list_dirs(task / "nop")
+    os.rename(task / "nop" / stamp / "oracle", task / "nop" / stamp / "nop")
+    for dirpath, dirnames, filenames in os.walk(task / "nop"):
+        for n in [dirpath, *(os.path.join(dirpath, x) for x in dirnames + filenames)]:
+            os.lchown(n, 12345, 12345)
+    m = RunModel.load(tree_copy)
+    c = m.cells[("calc-partial", "nop")]
+    assert c.status == DONE and c.reward == 0.0 and c.partial == pytest.approx(0.2)
+    assert [a.arm_dir for a in c.attempts] == ["nop-4242"]
+    (ex,) = m.excluded
+    assert ex.path == "calc-partial/nop" and "uid 12345" in ex.reason
+    assert "nop-4242" not in m.arms
+    assert cli.main(["status", str(tree_copy)]) == 0
+    assert "excluded: calc-partial/nop: owned by uid 12345" in capsys.readouterr().out
+
+
+def test_json_truncated_mid_write_never_raises_and_keeps_the_last_good_value(tree_copy):
+    m = RunModel.load(tree_copy)
+    stamp_dir = attempt_dir(tree_copy, "build-gate", "oracle")
+    result = trial_of(stamp_dir, "oracle") / "result.json"
+    good = result.read_bytes()
+    result.write_bytes(good[: len(good) // 2])
+    assert m.update([result]) == {("build-gate", "oracle")}
+    c = m.cells[("build-gate", "oracle")]
+    assert c.reward == 1.0 and c.unreadable and "unreadable" in c.note
+    result.write_bytes(good)
+    m.update([result])
+    assert not m.cells[("build-gate", "oracle")].unreadable
+    # cold load of a truncated trial and job result: no exception, the cell says so
+    result.write_bytes(good[:100])
+    job = stamp_dir / "oracle" / "result.json"
+    job.write_bytes(job.read_bytes()[:50])
+    c = RunModel.load(tree_copy).cells[("build-gate", "oracle")]
+    assert c.unreadable and c.reward is None and c.status == RUNNING
+
+
+def test_empty_files_are_not_scores(tree_copy):
+    trial = trial_of(attempt_dir(tree_copy, "calc-partial", "oracle"), "oracle")
+    (trial / "verifier/metrics.json").write_text("")
+    c = RunModel.load(tree_copy).cells[("calc-partial", "oracle")]
+    assert c.status == DONE and c.reward == 1.0 and c.partial is None
+    (trial / "result.json").write_text("")
+    (trial.parent / "result.json").write_text("")
+    c = RunModel.load(tree_copy).cells[("calc-partial", "oracle")]
+    assert c.unreadable and c.partial is None
+
+
+@pytest.mark.parametrize("fmt", ["md", "json", "csv", "html"])
+def test_unicode_task_names_in_status_and_every_report_format(tree_copy, capsys, fmt):
+    name = "calc-部分-é"
+    os.rename(tree_copy / "calc-partial", tree_copy / name)
+    m = RunModel.load(tree_copy)
+    assert m.cells[(name, "nop")].partial == pytest.approx(0.2)
+    assert cli.main(["report", str(tree_copy), "--format", fmt]) == 0
+    assert name in capsys.readouterr().out
+    assert cli.main(["status", str(tree_copy)]) == 0
+
+
+def test_voided_trials_show_as_voided_attempts_with_their_reason(tree_copy):
+    stamp_dir = attempt_dir(tree_copy, "calc-partial", "crash")
+    trial = trial_of(stamp_dir, "crash")
+    dst = tree.voided_trial_dir(tree_copy, "calc-partial", "crash", stamp_dir.name, "crash", trial.name)
+    m = RunModel.load(tree_copy)
+    dst.parent.mkdir(parents=True)
+    os.rename(trial, dst)
+    (dst / "README.md").write_text(
+        "# Voided\n\nenvironment start failed: all predefined address pools have been fully subnetted\n"
+    )
+    changed = m.update([trial, dst])
+    assert ("calc-partial", "crash") in changed
+    c = m.cells[("calc-partial", "crash")]
+    assert c.status == VOIDED and c.n_voided == 1 and "address pools" in c.note
+    assert RunModel.load(tree_copy).cells[("calc-partial", "crash")] == c
+    # the pair is rerun and done: done, the voided attempt still listed
+    shutil.copytree(attempt_dir(tree_copy, "calc-partial", "nop"), tree_copy / "calc-partial/crash" / LATER)
+    os.rename(
+        tree_copy / "calc-partial/crash" / LATER / "nop", tree_copy / "calc-partial/crash" / LATER / "crash"
+    )
+    m.update([tree_copy / "calc-partial/crash" / LATER])
+    c = m.cells[("calc-partial", "crash")]
+    assert c.status == DONE and [a.status for a in c.attempts] == [VOIDED, DONE]
+
+
+def test_counts_are_scoped_to_the_current_run_by_stamps_and_events_never_mtimes(tree_copy):
+    clone(tree_copy, "calc-partial", "nop", stamp="20991231T235900Z")
+    events = tree.events_path(tree_copy)
+    events.parent.mkdir()
+    lines = [
+        {"ts": "2000-01-01T00:00:00Z", "event": "runner_start", "run_id": "r1"},
+        {
+            "ts": "2099-12-31T23:58:00Z",
+            "event": "runner_start",
+            "run_id": "r2",
+            "tasks": ["calc-partial", "two-stage"],
+            "arms": ["nop"],
+        },
+    ]
+    events.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    m = RunModel.load(tree_copy)
+    run = m.scoped("run")
+    assert m.run_id == "r2"
+    assert set(run) == {("calc-partial", "nop"), ("two-stage", "nop")}
+    assert run[("calc-partial", "nop")].status == DONE and run[("two-stage", "nop")].status == PENDING
+    assert m.scoped("all")[("two-stage", "nop")].status == DONE
+    # file times say nothing: push every mtime far into the future and the past
+    for i, (dirpath, dirnames, filenames) in enumerate(os.walk(tree_copy)):
+        for n in dirnames + filenames:
+            t = 4102444800 if i % 2 else 946684800
+            os.utime(os.path.join(dirpath, n), (t, t))
+    assert {k: c.status for k, c in RunModel.load(tree_copy).scoped("run").items()} == {
+        k: c.status for k, c in run.items()
+    }
+    # an explicit job event wins over the stamp's time; a new runner start re-scopes on update
+    with events.open("a") as f:
+        f.write(
+            json.dumps(
+                {
+                    "ts": 1,
+                    "event": "job_start",
+                    "run_id": "r1",
+                    "task": "calc-partial",
+                    "arm": "nop",
+                    "stamp": "20991231T235900Z",
+                }
+            )
+            + "\n"
+        )
+    m.update([events])
+    assert m.scoped("run")[("calc-partial", "nop")].status == PENDING
+
+
+def test_a_new_attempt_is_followed_file_by_file(tree_copy):
+    m = RunModel.load(tree_copy)
+    src = trial_of(attempt_dir(tree_copy, "words-passrate", "sleeper"), "sleeper")
+    job = tree_copy / "words-passrate/sleeper" / LATER / "sleeper"
+    job.mkdir(parents=True)
+    assert m.update([job.parent]) == {("words-passrate", "sleeper")}
+    assert m.cells[("words-passrate", "sleeper")].status == RUNNING
+    shutil.copytree(attempt_dir(tree_copy, "words-passrate", "nop") / "nop", job, dirs_exist_ok=True)
+    (trial,) = tree.list_dirs(job)
+    m.update([job / "result.json", job / trial])
+    c = m.cells[("words-passrate", "sleeper")]
+    assert c.status == DONE and c.pass_rate == pytest.approx(0.4) and c.n_errored == 1
+    assert src.exists()
