@@ -180,11 +180,11 @@ def act_void(plan: VoidPlan, *, run_id: str | None = None) -> Path:
     record = asdict(plan) | {"voided_at": utc_now(), "run_id": run_id}
     (dest / VOID_JSON).write_text(json.dumps(record, indent=1) + "\n")
     lines = [
-        f"# Voided: {plan.task} / {plan.arm} / {plan.stamp}" + (f" / {plan.trial}" if plan.trial else ""),
+        f"# Voided: {plan.reason}",
         "",
+        f"- attempt: {plan.task} / {plan.arm} / {plan.stamp}" + (f" / {plan.trial}" if plan.trial else ""),
         f"- voided at: {record['voided_at']}" + (f" (run {run_id})" if run_id else ""),
         f"- moved from: `{plan.source}`",
-        f"- reason: {plan.reason}",
         "",
         "This attempt failed for a reason outside the agent (infrastructure), so it is not a result",
         "of the arm. It was moved here, not deleted; the pair is run again.",
