@@ -2,10 +2,13 @@
 
 Why: ``docker rm -f`` on a trial's containers leaves its compose network behind, and leaked
 networks exhausted the address pool in the field. A trial killed hard (SIGKILL) never runs
-harbor's ``compose down``. Cleanup selects containers and networks whose
+harbor's ``compose down``. Cleanup selects containers, networks and images whose
 ``com.docker.compose.project`` label exactly equals the compose project of one of the trials of
-the output tree -- never by name, substring or regex -- removes containers first (force, anonymous
-volumes) and then the networks, re-reading each object's labels right before deleting it.
+the output tree -- never by name, substring or regex. It removes the containers first (force,
+anonymous volumes), then the networks, then the images compose built for those projects (Compose
+labels them with the project too; harbor's ``down --rmi local`` never ran for a killed trial),
+re-reading each object's labels right before deleting it. Images are never forced: one that
+another tag or a container still uses stays.
 """
 
 from __future__ import annotations
@@ -15,7 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.docker_pool import is_ours, our_projects, project_of
-from runner.dockerapi import COMPOSE_PROJECT, connect, engine_error
+from runner.dockerapi import (
+    COMPOSE_PROJECT,
+    call_engine,
+    connect,
+    list_containers,
+    list_images,
+    list_networks,
+)
 from runner.errors import NotAnOutputTree
 
 if TYPE_CHECKING:
@@ -24,11 +34,11 @@ if TYPE_CHECKING:
 
 @dataclass
 class DockerObj:
-    kind: str  # "container" | "network"
+    kind: str  # "container" | "network" | "image"
     id: str
     name: str
     project: str
-    state: str = ""  # container state, or "N attached" for networks
+    state: str = ""  # container state, "N attached" for networks, size for images
 
 
 @dataclass
@@ -38,10 +48,11 @@ class CleanupPlan:
     projects: list[str]
     containers: list[DockerObj] = field(default_factory=list)
     networks: list[DockerObj] = field(default_factory=list)
+    images: list[DockerObj] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return not self.containers and not self.networks
+        return not self.containers and not self.networks and not self.images
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -57,6 +68,11 @@ class CleanupPlan:
         lines.append(f"  networks to remove (after the containers): {len(self.networks)}")
         for n in self.networks:
             lines.append(f"    {n.id[:12]}  {n.name:<40} {n.state:<10} project={n.project}")
+        lines.append(f"  images compose built for them (last, never forced): {len(self.images)}")
+        for i in self.images:
+            lines.append(
+                f"    {i.id.removeprefix('sha256:')[:12]}  {i.name:<40} {i.state:<10} project={i.project}"
+            )
         lines.append('  selected by exact label "com.docker.compose.project" = a trial\'s compose project')
         return "\n".join(lines)
 
@@ -65,8 +81,9 @@ class CleanupPlan:
 class CleanupReport:
     removed_containers: list[str] = field(default_factory=list)
     removed_networks: list[str] = field(default_factory=list)
+    removed_images: list[str] = field(default_factory=list)
     vanished: list[str] = field(default_factory=list)  # gone before we got to them: not an error
-    skipped: list[str] = field(default_factory=list)  # label changed since the plan
+    skipped: list[str] = field(default_factory=list)  # no longer ours, or an image still in use
     failed: list[str] = field(default_factory=list)
 
     @property
@@ -80,11 +97,12 @@ class CleanupReport:
         lines = [
             f"  removed {len(self.removed_containers)} container(s): {', '.join(self.removed_containers) or '-'}",
             f"  removed {len(self.removed_networks)} network(s): {', '.join(self.removed_networks) or '-'}",
+            f"  removed {len(self.removed_images)} image(s): {', '.join(self.removed_images) or '-'}",
         ]
         if self.vanished:
             lines.append(f"  already gone: {', '.join(self.vanished)}")
         if self.skipped:
-            lines.append(f"  skipped (label changed since the plan): {', '.join(self.skipped)}")
+            lines.append(f"  left alone (no longer ours, or image still in use): {', '.join(self.skipped)}")
         for f in self.failed:
             lines.append(f"  FAILED: {f}")
         return "\n".join(lines)
@@ -98,10 +116,7 @@ def plan_cleanup(
     trial: str | None = None,
     client: docker.DockerClient | None = None,
 ) -> CleanupPlan:
-    """List the containers and networks of the output tree's trials (or one task/arm/trial)."""
-    import docker.errors
-    import requests
-
+    """List the containers, networks and built images of the tree's trials (or one task/arm/trial)."""
     out = Path(out)
     if not out.is_dir():
         raise NotAnOutputTree(f"{out} is not a directory (expected a marathon output tree)")
@@ -113,80 +128,88 @@ def plan_cleanup(
         return plan
     client = client or connect()
     has_label = {"label": COMPOSE_PROJECT}  # key only; the value is compared exactly below
-    try:
-        containers = client.containers.list(all=True, filters=has_label)
-        networks = client.networks.list(filters=has_label, greedy=True)
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        raise engine_error(exc, client) from None
-    for c in containers:
-        labels = c.attrs.get("Config", {}).get("Labels") or c.labels
+    for c in call_engine(client, list_containers, has_label):
+        labels = c.get("Labels") or {}
         if is_ours(labels, projects):
-            plan.containers.append(DockerObj("container", c.id, c.name, project_of(labels) or "", c.status))
-    for n in networks:
-        labels = n.attrs.get("Labels") or {}
-        if is_ours(labels, projects):
-            attached = len(n.attrs.get("Containers") or {})
-            plan.networks.append(
-                DockerObj("network", n.id, n.name, project_of(labels) or "", f"{attached} attached")
+            name = (c.get("Names") or ["/" + c["Id"][:12]])[0].lstrip("/")
+            plan.containers.append(
+                DockerObj("container", c["Id"], name, project_of(labels) or "", c.get("State", ""))
             )
-    plan.containers.sort(key=lambda o: (o.project, o.name))
-    plan.networks.sort(key=lambda o: (o.project, o.name))
+    for n in call_engine(client, list_networks, has_label):
+        labels = n.get("Labels") or {}
+        if is_ours(labels, projects):
+            attached = f"{len(n.get('Containers') or {})} attached"
+            plan.networks.append(
+                DockerObj("network", n["Id"], n.get("Name", ""), project_of(labels) or "", attached)
+            )
+    for i in call_engine(client, list_images, has_label):
+        labels = i.get("Labels") or {}
+        if is_ours(labels, projects):
+            tags = [t for t in i.get("RepoTags") or [] if t != "<none>:<none>"]
+            name = tags[0] if tags else i["Id"].removeprefix("sha256:")[:12]
+            size = f"{(i.get('Size') or 0) / 1e6:.0f}MB"
+            plan.images.append(DockerObj("image", i["Id"], name, project_of(labels) or "", size))
+    for objs in (plan.containers, plan.networks, plan.images):
+        objs.sort(key=lambda o: (o.project, o.name))
     return plan
 
 
-def _is_not_found(exc: Exception) -> bool:
+def _labels(client: docker.DockerClient, obj: DockerObj) -> dict:
+    """The object's labels as the engine has them now (raises NotFound when it is gone)."""
+    if obj.kind == "container":
+        return client.api.inspect_container(obj.id)["Config"].get("Labels") or {}
+    if obj.kind == "network":
+        return client.api.inspect_network(obj.id).get("Labels") or {}
+    return client.api.inspect_image(obj.id)["Config"].get("Labels") or {}
+
+
+def _remove(client: docker.DockerClient, obj: DockerObj) -> None:
+    if obj.kind == "container":
+        client.api.remove_container(obj.id, force=True, v=True)
+    elif obj.kind == "network":
+        client.api.remove_network(obj.id)
+    else:
+        client.api.remove_image(obj.id)  # never forced: other tags or containers keep it
+
+
+def _act(
+    client: docker.DockerClient, projects: set[str], objs: list[DockerObj], report: CleanupReport
+) -> list[str]:
     import docker.errors
 
-    if isinstance(exc, docker.errors.NotFound):
-        return True
-    return isinstance(exc, docker.errors.APIError) and exc.status_code == 404
+    removed = []
+    for obj in objs:
+        try:
+            if not is_ours(_labels(client, obj), projects):
+                report.skipped.append(obj.name)
+                continue
+            _remove(client, obj)
+            removed.append(obj.name)
+        except docker.errors.APIError as exc:
+            msg = str(exc.explanation or exc)
+            if exc.status_code == 404:
+                report.vanished.append(obj.name)
+            elif obj.kind == "container" and exc.status_code == 409 and "already in progress" in msg:
+                report.vanished.append(obj.name)  # someone (compose down) is removing it right now
+            elif obj.kind == "image" and exc.status_code == 409:
+                report.skipped.append(f"{obj.name} (still used: {msg})")
+            else:
+                report.failed.append(f"{obj.kind} {obj.name}: {msg}")
+    return removed
 
 
 def act_cleanup(plan: CleanupPlan, client: docker.DockerClient | None = None) -> CleanupReport:
-    """Remove the plan's containers (force, anonymous volumes), then its networks.
+    """Remove the plan's containers (force, anonymous volumes), then its networks, then its images.
 
     Each object is re-read right before deletion and removed only if its project label still
     exactly equals a project of the plan. Objects that vanished meanwhile are reported, not errors.
     """
-    import docker.errors
-    import requests
-
     report = CleanupReport()
     if plan.empty:
         return report
     client = client or connect()
     projects = set(plan.projects)
-    try:
-        for obj in plan.containers:
-            try:
-                c = client.containers.get(obj.id)
-                if not is_ours(c.attrs.get("Config", {}).get("Labels"), projects):
-                    report.skipped.append(obj.name)
-                    continue
-                c.remove(force=True, v=True)
-                report.removed_containers.append(obj.name)
-            except docker.errors.APIError as exc:
-                if _is_not_found(exc):
-                    report.vanished.append(obj.name)
-                elif exc.status_code == 409 and "already in progress" in str(exc):
-                    report.vanished.append(obj.name)  # someone else (compose down) is removing it
-                else:
-                    report.failed.append(f"container {obj.name}: {exc.explanation or exc}")
-        for obj in plan.networks:
-            try:
-                n = client.networks.get(obj.id)
-                if not is_ours(n.attrs.get("Labels"), projects):
-                    report.skipped.append(obj.name)
-                    continue
-                n.remove()
-                report.removed_networks.append(obj.name)
-            except docker.errors.APIError as exc:
-                if _is_not_found(exc):
-                    report.vanished.append(obj.name)
-                else:
-                    report.failed.append(f"network {obj.name}: {exc.explanation or exc}")
-    except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
-        if isinstance(exc, docker.errors.APIError):
-            raise
-        raise engine_error(exc, client) from None
+    report.removed_containers = call_engine(client, _act, projects, plan.containers, report)
+    report.removed_networks = call_engine(client, _act, projects, plan.networks, report)
+    report.removed_images = call_engine(client, _act, projects, plan.images, report)
     return report

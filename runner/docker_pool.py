@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.dockerapi import COMPOSE_PROJECT, connect, engine_error
+from runner.dockerapi import COMPOSE_PROJECT, call_engine, connect, list_networks
 from runner.errors import UserError
 from runner.tree import compose_project, iter_job_dirs, iter_trial_dirs
 
@@ -190,21 +190,14 @@ def pool_status(
     ``routes``: the host routes of the daemon's network namespace (default: this process's,
     which is the daemon's when marathon runs on the Docker host).
     """
-    import docker.errors
-    import requests
-
     client = client or connect()
     projects = our_projects(out) if out is not None else set()
-    try:
-        info = client.info()
-        nets = client.networks.list(greedy=True)
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        raise engine_error(exc, client) from None
+    info = call_engine(client, lambda c: c.info())
+    nets = call_engine(client, list_networks)
     pools = pools_from_info(info)
     taken: dict[int, dict[int, bool]] = {i: {} for i in range(len(pools))}  # slot -> ours?
     infos: list[NetInfo] = []
-    for n in nets:
-        attrs = n.attrs
+    for attrs in nets:
         if attrs.get("Scope", "local") != "local":
             continue
         labels = attrs.get("Labels") or {}
@@ -365,30 +358,29 @@ def reclaim_empty_ours(out: Path, client: docker.DockerClient | None = None) -> 
     Each network is re-read just before removal: its label must still be ours and it must still be
     empty. Foreign networks are never touched. A network that vanished meanwhile is skipped.
     """
-    import docker.errors
-
     client = client or connect()
     projects = our_projects(out)
-    removed: list[str] = []
     if not projects:
-        return removed
-    status = pool_status(out, client=client)
-    for ni in status.networks:
-        if not (ni.ours and ni.empty):
-            continue
+        return []
+    candidates = [n for n in pool_status(out, client=client).networks if n.ours and n.empty]
+    return call_engine(client, _remove_if_still_empty_and_ours, candidates, projects)
+
+
+def _remove_if_still_empty_and_ours(
+    client: docker.DockerClient, nets: list[NetInfo], projects: set[str]
+) -> list[str]:
+    import docker.errors
+
+    removed = []
+    for ni in nets:
         try:
-            net = client.networks.get(ni.id)
-            net.reload()
-            if not is_ours(net.attrs.get("Labels"), projects) or net.attrs.get("Containers"):
+            now = client.api.inspect_network(ni.id)
+            if not is_ours(now.get("Labels"), projects) or now.get("Containers"):
                 continue
-            net.remove()
+            client.api.remove_network(ni.id)
             removed.append(ni.name)
-        except docker.errors.NotFound:
-            continue
         except docker.errors.APIError as exc:
-            if exc.status_code == 404:
-                continue
-            if "active endpoints" in str(exc):
-                continue  # a container attached meanwhile: no longer empty
+            if exc.status_code == 404 or "active endpoints" in str(exc):
+                continue  # gone meanwhile, or a container attached meanwhile: no longer empty
             raise
     return removed

@@ -78,3 +78,44 @@ def engine_error(exc: BaseException, client: docker.DockerClient | None = None) 
     """A mid-operation connection loss, as the same one-line error."""
     host = getattr(getattr(client, "api", None), "base_url", None) or docker_host()
     return unavailable(exc, str(host).replace("http+docker://localhost", docker_host()))
+
+
+# --- listing that tolerates other people's objects vanishing mid-listing --------------------
+# docker-py's high-level list(greedy=True) / images.list() inspect each object after listing and
+# fail on the first one removed in between -- on a shared daemon that happens all the time.
+
+
+def list_containers(client: docker.DockerClient, filters: dict | None = None) -> list[dict]:
+    """Container summaries (Id, Names, Labels, State, Status): one call, no per-object inspect."""
+    return client.api.containers(all=True, filters=filters)
+
+
+def list_images(client: docker.DockerClient, filters: dict | None = None) -> list[dict]:
+    """Image summaries (Id, RepoTags, Labels, Size): one call, no per-object inspect."""
+    return client.api.images(filters=filters)
+
+
+def list_networks(client: docker.DockerClient, filters: dict | None = None) -> list[dict]:
+    """Networks with their attached containers (an inspect each); one removed meanwhile is skipped."""
+    import docker.errors
+
+    out = []
+    for summary in client.api.networks(filters=filters):
+        try:
+            out.append(client.api.inspect_network(summary["Id"]))
+        except docker.errors.NotFound:
+            continue
+    return out
+
+
+def call_engine(client: docker.DockerClient, fn, *args, **kw):
+    """Run one engine call; a lost connection becomes the one-line ``Unavailable``."""
+    import docker.errors
+    import requests
+
+    try:
+        return fn(client, *args, **kw)
+    except docker.errors.APIError as exc:
+        raise Unavailable(f"Docker engine ({docker_host()}) refused: {exc.explanation or exc}") from None
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        raise engine_error(exc, client) from None

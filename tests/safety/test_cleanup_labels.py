@@ -188,9 +188,11 @@ def test_a_real_harbor_trial_is_ours(docker_engine, tmp_path):
         plan = plan_cleanup(out)
         assert {c.id for c in plan.containers} == {c.id for c in cs}
         assert [n.id for n in plan.networks] == [ns[0].id]
+        assert [i.name for i in plan.images] == [f"{project}-main:latest"]  # compose labels what it builds
         r = marathon("cleanup", str(out), "--yes")
         assert r.returncode == 0, r.stderr
         assert _by_label(client, project) == ([], [])
+        assert client.images.list(filters={"label": f"{COMPOSE_PROJECT}={project}"}) == []
     finally:
         for c in _by_label(client, project)[0]:
             c.remove(force=True, v=True)

@@ -297,6 +297,7 @@ def test_kill_a_real_harbor_run_leaves_nothing(spawn, tmp_path):
         flt = {"label": f"{COMPOSE_PROJECT}={project}"}
         assert client.containers.list(all=True, filters=flt) == []
         assert client.networks.list(filters=flt) == []
+        assert client.images.list(filters=flt) == []
     finally:
         if project:
             flt = {"label": f"{COMPOSE_PROJECT}={project}"}
