@@ -16,15 +16,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shlex
 import subprocess
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
 
+log = logging.getLogger(__name__)
+
 DEFAULT_PROFILE_ROOT = "/opt/lxprofile"
 #: LoopX's default release id for a native Codex profile (``install_native_codex_profile``).
 DEFAULT_RELEASE_ID = "native-goal-profile"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: LoopX gives its Node control plane a fixed 15 s to start (``STARTUP_READY_TIMEOUT_SECONDS``); on a
+#: loaded machine that can pass once. The call is retried on exactly this message, nothing else.
+RUNTIME_STARTUP_TIMEOUT = "did not become ready before the startup deadline"
+RUNTIME_STARTUP_RETRIES = 2
 #: Marker the in-container scripts print before a failure message (parsed into ProfileError).
 FAIL_MARK = "MARATHON_LOOPX_FAIL:"
 
@@ -282,14 +289,18 @@ async def run_loopx_json(
 ) -> dict:
     """Run one LoopX CLI call in the profile env; its JSON answer, or ProfileError naming ``step``."""
     full = f"cd {shlex.quote(cwd)} && {command}" if cwd else command
-    r = await run(full, profile.env, user, timeout_sec)
-    try:
-        payload = json.loads(r.stdout)
-    except json.JSONDecodeError:
-        payload = None
-    if r.return_code != 0 or not isinstance(payload, dict):
-        raise _failure(step, r)
-    return payload
+    for attempt in range(1 + RUNTIME_STARTUP_RETRIES):
+        r = await run(full, profile.env, user, timeout_sec)
+        try:
+            payload = json.loads(r.stdout)
+        except json.JSONDecodeError:
+            payload = None
+        if r.return_code == 0 and isinstance(payload, dict):
+            return payload
+        if RUNTIME_STARTUP_TIMEOUT not in r.stdout + r.stderr or attempt == RUNTIME_STARTUP_RETRIES:
+            break
+        log.warning("%s: LoopX Effect runtime startup timed out (loaded machine); retrying", step)
+    raise _failure(step, r)
 
 
 @dataclass(frozen=True)

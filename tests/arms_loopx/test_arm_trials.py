@@ -1,0 +1,136 @@
+"""The three LoopX arms in real harbor trials (real Docker, codex, LoopX, Node 22; scripted model).
+
+All jobs run once per session, concurrently (conftest.loopx_runs).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runner.rules import partial_score
+
+pytestmark = pytest.mark.docker
+
+MODES = ("ssh-goal", "codex-cli", "heartbeat")
+
+
+def _guard_runs(o) -> list[dict]:
+    return [c for c in o.commands() if " quota should-run " in c["command"]]
+
+
+@pytest.mark.parametrize("arm", MODES)
+def test_each_mode_solves_a_mini_task_running_the_loopx_guard_in_the_container(loopx_runs, arm):
+    o = loopx_runs[arm]
+    res = o.result()
+    assert res["exception_info"] is None, res["exception_info"]
+    assert res["verifier_result"]["rewards"]["reward"] == 1.0
+    rec = o.receipt()
+    lx = rec["extra"]["loopx"]
+    assert (
+        rec["arm"] == arm
+        and rec["mode"]["runtime_profile"]
+        == {"ssh-goal": "codex_app_ssh_goal", "codex-cli": "codex_cli", "heartbeat": "generic_cli"}[arm]
+    )
+    assert [g["gate"] for g in lx["gates"]] == ["skills", "doctor", "skills/list"]
+    assert all(g["ok"] for g in lx["gates"])
+    assert lx["parts"]["delivery"] == "mounted" and lx["profile"]["node"] >= "v22.22.3"
+    # the real LoopX CLI ran inside the container, through codex's own shell, and answered ok
+    guards = _guard_runs(o)
+    assert guards and all(g["exitCode"] == 0 for g in guards)
+    assert all('"ok":true' in (g.get("aggregatedOutput") or "").replace(" ", "") for g in guards)
+    assert lx["body"]["chars"] > 1000 and len(lx["body"]["sha256"]) == 64
+    # LoopX evidence survives the container
+    goal_dir = o.trial / "agent" / "loopx" / "project" / ".loopx"
+    assert (goal_dir / "registry.json").is_file()
+    state = (goal_dir / "goals" / "marathon-goal" / "ACTIVE_GOAL_STATE.md").read_text()
+    assert state.startswith("---\nstatus: active") and "calc.py" in state
+    assert (o.trial / "agent" / "loopx" / "runtime").is_dir()
+    if arm == "heartbeat":
+        assert rec["stop_reason"] == "heartbeat_idle"
+        ticks = lx["ticks"]
+        assert len(ticks) >= 2 and ticks[0]["work_commands"] >= 3 and ticks[-1]["work_commands"] == 0
+        assert len({t["loopx_turn"] for t in ticks}) == len(ticks)  # a new turn instance per tick
+        assert all(
+            "LOOPX_TURN=" + t["loopx_turn"] in g["command"] for t, g in zip(ticks, guards, strict=True)
+        )
+        assert lx["pacing"][0]["action"]  # LoopX's scheduler hint was read between ticks
+        assert rec["goal_status_final"] is None and rec["our_turns"] == len(ticks)
+    else:
+        assert rec["stop_reason"] == "goal_complete" and rec["goal_status_final"] == "complete"
+        assert rec["extra"]["goal_objective_chars"] == lx["body"]["chars"]  # the body is the objective
+        assert (
+            "--runtime-profile codex_app_ssh_goal --begin-turn" in guards[0]["command"]
+            if arm == "ssh-goal"
+            else True
+        )
+
+
+def test_body_digest_matches_the_saved_body(loopx_runs):
+    import hashlib
+
+    o = loopx_runs["ssh-goal"]
+    body = (o.trial / "agent" / "loopx-body.txt").read_text()
+    lx = o.receipt()["extra"]["loopx"]
+    assert (
+        hashlib.sha256(body.encode()).hexdigest() == lx["body"]["sha256"] and len(body) == lx["body"]["chars"]
+    )
+
+
+@pytest.mark.parametrize(
+    "key,names",
+    [
+        ("no-node", "node missing"),
+        ("old-node", "LoopX gate 'doctor' failed"),
+        ("future-skill", "LoopX gate 'skills' failed"),
+    ],
+)
+def test_broken_profile_fails_before_the_first_model_request(loopx_runs, key, names):
+    o = loopx_runs[key]
+    res = o.result()
+    assert res["exception_info"] is not None and names in res["exception_info"]["exception_message"]
+    assert res["verifier_result"] is None
+    rec = o.receipt()
+    assert rec["stop_reason"] == "error" and rec["turns"] == 0
+    assert o.requests() == []  # the scripted model ran and recorded not a single request
+    lx = rec["extra"]["loopx"]
+    if key == "future-skill":
+        assert lx["failed_gate"] == "skills" and "loopx-future-skill" in lx["gates"][0]["data"]["missing"]
+    if key == "old-node":
+        assert (
+            lx["failed_gate"] == "doctor" and "typescript_effect_runtime_ready" in lx["gates"][-1]["detail"]
+        )
+
+
+def test_blocked_goal_is_resumed_and_counted_when_ungated(loopx_runs):
+    o = loopx_runs["block-ungated"]
+    res = o.result()
+    assert res["exception_info"] is None and res["verifier_result"]["rewards"]["reward"] == 1.0
+    rec = o.receipt()
+    assert rec["unblocks"] == 1 and rec["stop_reason"] == "goal_complete"
+    events = rec["extra"]["loopx"]["unblock_events"]
+    assert len(events) == 1 and events[0]["n"] == 1 and events[0]["turns_before"] >= 1
+    assert rec["extra"]["loopx"]["ungated"] is True
+
+
+def test_blocked_goal_ends_the_run_as_blocked_when_gated(loopx_runs):
+    o = loopx_runs["block-gated"]
+    res = o.result()
+    assert res["exception_info"] is None
+    rec = o.receipt()
+    assert rec["unblocks"] == 0 and rec["extra"]["loopx"]["unblock_events"] == []
+    assert rec["goal_status_final"] == "blocked" and rec["stop_reason"] == "goal_blocked"
+    assert rec["extra"]["loopx"]["ungated"] is False
+
+
+@pytest.mark.parametrize("key", ["never-ssh-goal", "never-heartbeat"])
+def test_deadline_scores_partial_progress_like_the_codex_arms(loopx_runs, key):
+    o = loopx_runs[key]
+    res = o.result()
+    assert res["exception_info"] is None, res["exception_info"]
+    metrics = json.loads((o.trial / "verifier" / "metrics.json").read_text())
+    assert partial_score(metrics) == pytest.approx(0.4)  # add (given) + sub (the plan's first step)
+    rec = o.receipt()
+    assert rec["deadline_hit"] is True and rec["stop_reason"] == "deadline" and rec["errors"] == []
+    assert (o.trial / "agent" / "loopx" / "project" / ".loopx" / "registry.json").is_file()
