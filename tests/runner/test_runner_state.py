@@ -1,0 +1,160 @@
+"""Claims, the runner lock, the configuration file and the infrastructure classifier, with real
+processes as holders (a live child, an exited child, this test process) and no Docker."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from runner import claims
+from runner.config import read_driver_env, resolve, write_driver_env
+from runner.errors import UserError
+from runner.lock import Holder, RunnerLock, me
+from runner.tree import claim_path
+from runner.void import classify_trial
+
+
+def _holder_of(p: subprocess.Popen) -> Holder:
+    return Holder(p.pid, psutil.Process(p.pid).create_time(), socket.gethostname(), "t", "other-run")
+
+
+@pytest.fixture
+def live_other():
+    p = subprocess.Popen(["sleep", "60"])
+    try:
+        yield p
+    finally:
+        p.kill()
+        p.wait()
+
+
+@pytest.fixture
+def dead_other():
+    p = subprocess.Popen(["sleep", "0.1"])
+    h = _holder_of(p)
+    p.wait()
+    return h
+
+
+def test_claim_is_exclusive_between_live_holders(tmp_path, live_other):
+    other = _holder_of(live_other)
+    assert claims.try_claim(tmp_path, "t1", "plain", other).acquired
+    r = claims.try_claim(tmp_path, "t1", "plain", me("mine"))
+    assert not r.acquired and r.claim is not None and r.claim.holder.pid == live_other.pid
+    assert claims.read_claim(claim_path(tmp_path, "t1", "plain")).holder == other
+
+
+def test_stale_claim_is_taken_over_and_released(tmp_path, dead_other):
+    assert claims.try_claim(tmp_path, "t1", "goal", dead_other).acquired
+    mine = me("mine")
+    r = claims.try_claim(tmp_path, "t1", "goal", mine)
+    assert r.acquired and r.replaced is not None and r.replaced.holder == dead_other
+    assert claims.release(tmp_path, r.claim)
+    assert not claim_path(tmp_path, "t1", "goal").exists()
+
+
+def test_orphan_job_blocks_until_adopted(tmp_path, dead_other, live_other):
+    c = claims.try_claim(tmp_path, "t1", "goal", dead_other).claim
+    job = claims.JobRef(live_other.pid, psutil.Process(live_other.pid).create_time(), "stamp1")
+    claims.set_job(tmp_path, c, job)
+    orphan = claims.read_claim(claim_path(tmp_path, "t1", "goal"))
+    assert orphan.state == claims.ORPHAN
+    assert not claims.try_claim(tmp_path, "t1", "goal", me("mine")).acquired
+    r = claims.try_claim(tmp_path, "t1", "goal", me("mine"), adopt=True)
+    assert r.acquired and r.claim.job == job
+
+
+def test_second_runner_is_refused_with_the_holder(tmp_path):
+    first = RunnerLock(tmp_path, "run-a")
+    first.acquire()
+    code = (
+        "import sys; from pathlib import Path; from runner.lock import RunnerLock; from runner.errors import Busy\n"
+        "try:\n    RunnerLock(Path(sys.argv[1]), 'run-b').acquire()\nexcept Busy as e:\n    print(e); sys.exit(4)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 4 and f"PID {first.holder.pid}" in r.stdout and "run-a" in r.stdout
+    first.release()
+    assert not (tmp_path / ".runner" / "lock").exists()
+
+
+def test_stale_lock_is_taken_over(tmp_path, dead_other):
+    path = tmp_path / ".runner" / "lock"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(dead_other.__dict__))
+    lock = RunnerLock(tmp_path, "run-c")
+    lock.acquire()
+    assert lock.took_over == dead_other
+    lock.release()
+
+
+def test_config_precedence_and_round_trip(tmp_path):
+    env = {"MARATHON_CONCURRENCY": "7", "GOAL_TIMEOUT_SEC": "100", "MARATHON_ARMS": "oracle,nop"}
+    cfg = resolve(tmp_path, {"tasks_dir": str(tmp_path), "concurrency": 3}, environ=env)
+    assert (cfg.concurrency, cfg.goal_timeout_sec, cfg.arms, cfg.verifier_mult) == (
+        3,
+        100,
+        ("oracle", "nop"),
+        4.0,
+    )
+    write_driver_env(cfg)
+    # --resume: the file beats the environment; a flag given now beats the file
+    again = resolve(tmp_path, {"max_passes": 5}, resume=True, environ={"MARATHON_CONCURRENCY": "9"})
+    assert (again.concurrency, again.goal_timeout_sec, again.max_passes) == (3, 100, 5)
+    assert again.tasks_dir == cfg.tasks_dir and again.arms == cfg.arms
+
+
+def test_agent_env_secrets_only_by_reference(tmp_path):
+    with pytest.raises(UserError, match="by reference"):
+        resolve(
+            tmp_path, {"tasks_dir": str(tmp_path), "agent_env": ["OPENAI_API_KEY=sk-live-123"]}, environ={}
+        )
+    cfg = resolve(
+        tmp_path, {"tasks_dir": str(tmp_path), "agent_env": ["OPENAI_API_KEY", "WEN_MODE=x"]}, environ={}
+    )
+    assert cfg.agent_env == ("OPENAI_API_KEY=${OPENAI_API_KEY}", "WEN_MODE=x")
+    write_driver_env(cfg)
+    assert (
+        read_driver_env(tmp_path)["MARATHON_AGENT_ENV"]
+        == '["OPENAI_API_KEY=${OPENAI_API_KEY}", "WEN_MODE=x"]'
+    )
+
+
+def test_bad_arm_and_missing_resume_are_one_line_errors(tmp_path):
+    with pytest.raises(UserError, match="unknown arm"):
+        resolve(tmp_path, {"tasks_dir": str(tmp_path), "arms": ["bogus"]}, environ={})
+    with pytest.raises(UserError, match="nothing to resume"):
+        resolve(tmp_path / "nope", {}, resume=True, environ={})
+
+
+def _trial(tmp_path, exc_type, agent_ran=True, msg="x"):
+    t = tmp_path / "task__abc"
+    t.mkdir()
+    res = {
+        "exception_info": {"exception_type": exc_type, "exception_message": msg},
+        "agent_setup": {"started_at": "a"},
+    }
+    res["agent_execution"] = {"started_at": "a", "finished_at": "b"} if agent_ran else None
+    (t / "result.json").write_text(json.dumps(res))
+    return t
+
+
+@pytest.mark.parametrize(
+    ("etype", "ran", "msg", "kind"),
+    [
+        ("EnvironmentStartTimeoutError", False, "x", "infra"),  # harbor: sandbox_failed
+        ("RuntimeError", False, "Docker compose command failed ... fully subnetted", "infra"),
+        ("RuntimeError", False, "Agent install failed", "infra"),  # setup failed: the agent never ran
+        ("RuntimeError", True, "Error response from daemon: container not running", "infra"),
+        ("CancelledError", True, "", "infra"),
+        ("RuntimeError", True, "boom in the agent", "errored"),
+        ("AgentTimeoutError", True, "timed out", "errored"),
+        ("ApiRateLimitError", True, "429", "errored"),
+    ],
+)
+def test_infrastructure_classifier(tmp_path, etype, ran, msg, kind):
+    assert classify_trial(_trial(tmp_path, etype, ran, msg)).kind == kind
