@@ -40,7 +40,9 @@ def metrics_is_score(metrics: Mapping[str, Any] | None) -> bool:
     """False for a metrics file that is not a score yet (``phase: initialized``: a rerun in progress)."""
     if not isinstance(metrics, Mapping):
         return False
-    return metrics.get("phase") not in IN_PROGRESS_PHASES
+    phase = metrics.get("phase")
+    # a non-string phase (a list, a dict) is no known phase; `in` on a frozenset would raise for it
+    return not (isinstance(phase, str) and phase in IN_PROGRESS_PHASES)
 
 
 def build_failed(metrics: Mapping[str, Any] | None) -> bool:

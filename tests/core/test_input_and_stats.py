@@ -1,0 +1,129 @@
+"""Bad input for status/report, the textual-free import, and the exact tests behind the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner import cli, stats
+from runner.errors import EXIT_USAGE
+from runner.model import DONE, ERRORED, Attempt, build_cell
+from runner.report import infrastructure, paired
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_runner_imports_without_textual_in_a_fresh_interpreter():
+    code = (
+        "import sys, runner, runner.model, runner.report, runner.results, runner.stats, runner.cli;"
+        "import runner.commands.status, runner.commands.report;"
+        "runner.cli.build_parser();"
+        "print('textual' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False"
+
+
+def _listing(p: Path) -> list[tuple[str, int]]:
+    return sorted((str(q), q.stat().st_mtime_ns) for q in p.rglob("*"))
+
+
+@pytest.mark.parametrize("command", ["status", "report"])
+@pytest.mark.parametrize("case", ["missing", "file", "empty", "not_a_tree", "job_dir"])
+def test_bad_input_gives_one_line_and_exit_2_and_modifies_nothing(tmp_path, capsys, command, case):
+    target = tmp_path / "x"
+    if case == "file":
+        target.write_text("hello")
+    elif case == "empty":
+        target.mkdir()
+    elif case == "not_a_tree":
+        (target / "src" / "pkg").mkdir(parents=True)
+        (target / "README.md").write_text("a project")
+    elif case == "job_dir":
+        target.mkdir()
+        (target / "result.json").write_text("{}")
+        (target / "config.json").write_text("{}")
+    before = _listing(tmp_path)
+    assert cli.main([command, str(target)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("marathon: ") and err.count("\n") == 1, err
+    assert _listing(tmp_path) == before
+
+
+def test_report_refuses_to_write_into_the_tree(tmp_path, capsys):
+    out = tmp_path / "out"
+    (out / ".runner").mkdir(parents=True)
+    assert cli.main(["report", str(out), "--out", str(out / "r.md")]) == EXIT_USAGE
+    assert "inside the output tree" in capsys.readouterr().err
+    assert not (out / "r.md").exists()
+
+
+def test_a_tree_with_only_a_runner_start_is_all_pending(tmp_path, capsys):
+    out = tmp_path / "out"
+    (out / ".runner").mkdir(parents=True)
+    ev = {"ts": 1, "event": "runner_start", "run_id": "r1", "tasks": ["a", "b"], "arms": ["plain", "goal"]}
+    (out / ".runner/events.jsonl").write_text(json.dumps(ev) + "\n")
+    assert cli.main(["status", str(out), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["arms"] == ["plain", "goal"] and d["per_arm"]["plain"]["pending"] == 2
+
+
+def test_fisher_exact_matches_published_values():
+    # R: fisher.test(matrix(c(3,1,1,3),2))$p.value = 0.4857; the tea-tasting table.
+    assert stats.fisher_exact(3, 1, 1, 3) == pytest.approx(0.485714, abs=1e-6)
+    # R: fisher.test(matrix(c(1,11,9,3),2))$p.value = 0.002759 (Wikipedia's example)
+    assert stats.fisher_exact(1, 9, 11, 3) == pytest.approx(0.002759, abs=1e-6)
+    assert stats.fisher_exact(0, 0, 0, 0) == 1.0
+    assert stats.fisher_exact(5, 0, 0, 5) == pytest.approx(0.007937, abs=1e-6)
+
+
+def test_sign_test():
+    assert stats.sign_test(0, 0) == 1.0
+    assert stats.sign_test(8, 0) == pytest.approx(2 / 256)
+    assert stats.sign_test(3, 3) == 1.0
+
+
+def _att(task: str, arm: str, stamp: str, status: str) -> Attempt:
+    return Attempt(task=task, arm=arm, arm_dir=arm, stamp=stamp, status=status)
+
+
+def test_bias_alarm_fires_when_one_arm_errors_much_more():
+    cells = {}
+    for i in range(10):
+        t = f"t{i}"
+        for arm in ("goal", "heartbeat", "codex-cli"):
+            cells[(t, arm)] = build_cell(t, arm, [_att(t, arm, "s1", DONE)])
+        # plain errors on 7 tasks before it gets through
+        atts = [_att(t, "plain", "s0", ERRORED)] if i < 7 else []
+        cells[(t, "plain")] = build_cell(t, "plain", atts + [_att(t, "plain", "s1", DONE)])
+    rows = {r["arm"]: r for r in infrastructure(cells, ["plain", "goal", "heartbeat", "codex-cli"])}
+    assert rows["plain"]["alarm"] and rows["plain"]["p_value"] < 0.001
+    assert "suspect infrastructure before capability" in rows["plain"]["message"]
+    assert not any(rows[a]["alarm"] for a in ("goal", "heartbeat", "codex-cli"))
+
+
+def test_paired_uses_only_cells_both_arms_completed():
+    cells = {
+        ("t1", "a"): build_cell("t1", "a", [_att("t1", "a", "s", DONE)]),
+        ("t1", "b"): build_cell("t1", "b", [_att("t1", "b", "s", ERRORED)]),
+        ("t2", "a"): build_cell("t2", "a", [_att("t2", "a", "s", DONE)]),
+        ("t2", "b"): build_cell("t2", "b", [_att("t2", "b", "s", DONE)]),
+    }
+    (row,) = paired(cells, ["a", "b"], ["t1", "t2"])
+    assert row["n"] == 1 and row["tasks"] == ["t2"]
+
+
+def test_status_json_of_an_empty_runner_tree_is_valid(tmp_path, capsys):
+    out = tmp_path / "out"
+    (out / ".claims").mkdir(parents=True)
+    (out / ".claims" / "t1__plain.claim").write_text(str(os.getpid()))
+    assert cli.main(["status", str(out), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["per_arm"]["plain"]["running"] == 1 and d["claims"] == ["t1__plain"]
