@@ -57,7 +57,9 @@ def main() -> None:
 
     def listener(ev: dict) -> None:
         if ev["event"] == "job_start":
-            starts.append(datetime.strptime(ev["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp())
+            starts.append(
+                datetime.strptime(ev["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+            )
             threading.Thread(target=watch, args=(ev["pid"],), daemon=True).start()
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

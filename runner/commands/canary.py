@@ -87,7 +87,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = resolve(out, flags, environ={})
     flags["concurrency"] = len(cfg.arms)
     cfg = resolve(out, flags, environ={})
-    print(f"canary: {', '.join(s.name for s in cfg.arm_specs())} on {task}, goal budget {cfg.goal_timeout_sec}s -> {cfg.out}")
+    print(
+        f"canary: {', '.join(s.name for s in cfg.arm_specs())} on {task}, goal budget {cfg.goal_timeout_sec}s -> {cfg.out}"
+    )
     Driver(cfg, listeners=[Progress("json" if args.json_events else "plain")]).run()
     rows = check_arms(cfg.out, task, [s.name for s in cfg.arm_specs()], cfg.goal_timeout_sec)
     print(

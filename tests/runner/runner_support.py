@@ -119,3 +119,17 @@ def done_jobs(out: Path) -> dict[tuple[str, str], list[Path]]:
         if is_done(stats):
             res.setdefault((task, arm), []).append(job)
     return res
+
+
+def dead_holder():
+    """A claim/lock holder whose process really existed and has exited (PID + create time)."""
+    import socket
+
+    import psutil
+
+    from runner.lock import Holder
+
+    p = subprocess.Popen(["sleep", "0.1"])
+    ct = psutil.Process(p.pid).create_time()
+    p.wait()
+    return Holder(p.pid, ct, socket.gethostname(), "2026-01-01T00:00:00Z", "dead-run")

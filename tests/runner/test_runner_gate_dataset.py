@@ -6,28 +6,18 @@ events), and goes on when they are removed."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import uuid
 
-import psutil
 import pytest
-from runner_support import DEMO_TASKS, done_jobs, events, run_marathon, start_marathon, wait_for
+from runner_support import DEMO_TASKS, dead_holder, done_jobs, events, run_marathon, start_marathon, wait_for
 
 from runner import claims
 from runner.config import read_driver_env
 from runner.digest import task_digest
 from runner.docker_pool import pool_status, verdict
-from runner.lock import Holder
 
 pytestmark = [pytest.mark.docker]
-
-
-def _dead_holder() -> Holder:
-    p = subprocess.Popen(["sleep", "0.1"])
-    ct = psutil.Process(p.pid).create_time()
-    p.wait()
-    return Holder(p.pid, ct, socket.gethostname(), "2026-01-01T00:00:00Z", "dead-run")
 
 
 @pytest.fixture
@@ -80,7 +70,7 @@ def test_modified_dataset_stale_claim_and_pool_pressure(docker_engine, out_tree,
     assert "calc-partial" in refused.stderr and "--allow-modified" in refused.stderr
     assert not out.exists()
 
-    assert claims.try_claim(out, "calc-partial", "oracle", _dead_holder()).acquired
+    assert claims.try_claim(out, "calc-partial", "oracle", dead_holder()).acquired
     # fill the pool with foreign networks up to (and one past) a cap set from today's use
     cap = pool_status(None).used + 3
     while verdict(pool_status(None), 0, cap=cap, margin=0).ok:

@@ -21,7 +21,7 @@ def _task(root, name):
     (t / "tests").mkdir()
     (t / "task.toml").write_text(
         f'schema_version = "1.4"\n[task]\nname = "marathon-test/{name}"\n[agent]\ntimeout_sec = 120.0\n'
-        '[verifier]\ntimeout_sec = 60.0\n[environment]\nbuild_timeout_sec = 300.0\n'
+        "[verifier]\ntimeout_sec = 60.0\n[environment]\nbuild_timeout_sec = 300.0\n"
     )
     (t / "instruction.md").write_text("Nothing to do.\n")
     (t / "environment" / "Dockerfile").write_text(

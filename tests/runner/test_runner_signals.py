@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import subprocess
 import time
 
 import psutil
@@ -16,6 +14,7 @@ import pytest
 from runner_support import (
     AGENTS,
     DEMO_TASKS,
+    dead_holder,
     docker_objects,
     done_jobs,
     events,
@@ -26,7 +25,6 @@ from runner_support import (
 )
 
 from runner import claims
-from runner.lock import Holder
 from runner.tree import claim_path, compose_project
 
 pytestmark = [pytest.mark.docker]
@@ -64,13 +62,6 @@ def test_sigterm_stops_jobs_and_leaves_no_container_or_network(docker_engine, ou
     assert not [p for p in harbor_pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
 
 
-def _dead_holder() -> Holder:
-    p = subprocess.Popen(["sleep", "0.1"])
-    ct = psutil.Process(p.pid).create_time()
-    p.wait()
-    return Holder(p.pid, ct, socket.gethostname(), "2026-01-01T00:00:00Z", "dead-run")
-
-
 def test_kill9_then_health_fix_resumes_same_config_without_duplicates(docker_engine, out_tree, tmp_path):
     out = out_tree
     tasks = ["calc-partial", "words-passrate"]
@@ -103,7 +94,7 @@ def test_kill9_then_health_fix_resumes_same_config_without_duplicates(docker_eng
         (t, a) for t in tasks for a in arms if (t, a) not in fin_before and (t, a) not in running_before
     ]
     stale_pair = not_started[-1]
-    assert claims.try_claim(out, *stale_pair, _dead_holder()).acquired
+    assert claims.try_claim(out, *stale_pair, dead_holder()).acquired
 
     health = run_marathon("health", str(out), "--json")
     assert health.returncode == 1

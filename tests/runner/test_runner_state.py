@@ -158,3 +158,29 @@ def _trial(tmp_path, exc_type, agent_ran=True, msg="x"):
 )
 def test_infrastructure_classifier(tmp_path, etype, ran, msg, kind):
     assert classify_trial(_trial(tmp_path, etype, ran, msg)).kind == kind
+
+
+def test_progress_plain_lines_json_and_tty_bars():
+    import io
+
+    from runner.progress import Progress
+
+    start = {"ts": "2026-11-29T08:00:00.000000Z", "event": "runner_start", "run_id": "r", "arms": ["oracle", "nop"],
+             "pairs_per_arm": {"oracle": 2, "nop": 2}, "already_done": {"oracle": ["a"]}, "n_pairs": 4, "concurrency": 2}  # fmt: skip
+    gate = {
+        "ts": "2026-11-29T08:00:01.000000Z",
+        "event": "gate_wait",
+        "run_id": "r",
+        "reason": "wait: 9 used + 1 > cap 9",
+    }
+    plain, js, tty = io.StringIO(), io.StringIO(), io.StringIO()
+    for mode, s in (("plain", plain), ("json", js), ("tty", tty)):
+        p = Progress(mode, s)
+        p(start)
+        p(gate)
+    assert (
+        plain.getvalue().splitlines()[1]
+        == "2026-11-29 08:00:01Z network gate: waiting (wait: 9 used + 1 > cap 9)"
+    )
+    assert [json.loads(ln)["event"] for ln in js.getvalue().splitlines()] == ["runner_start", "gate_wait"]
+    assert "oracle [" in tty.getvalue() and "1/2 done" in tty.getvalue() and "\x1b[" in tty.getvalue()

@@ -1,0 +1,188 @@
+"""Benchmark of the results model on a 10,000-trial tree made of real harbor trial files.
+
+Measures, side by side in one run:
+  1. cold load of the whole tree into the model (``RunModel.load``);
+  2. re-reading one changed trial (``model.update([path])``);
+  3. the way a user would otherwise do it: parse every job and trial ``result.json`` with harbor's
+     own pydantic models (``JobResult``, ``TrialResult``) and read each ``metrics.json``.
+Targets (issue 2): (1) <= 1.0 s and >= 3x faster than (3); (2) <= 5 ms.
+
+    uv run python benchmarks/bench_model.py [--source OUT] [--trials 10000] [--keep DIR]
+
+Without --source it first makes a real tree with harbor's oracle and nop on the mini-benchmark
+(needs Docker; about a minute). Figures are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from runner import tree  # noqa: E402
+from runner.model import RunModel  # noqa: E402
+
+
+def make_source(dst: Path) -> Path:
+    """A real output tree: oracle and nop on the 4 demo tasks (one harbor job per pair)."""
+    out = dst / "source"
+    env = dict(os.environ, HARBOR_TELEMETRY="0", LITELLM_LOCAL_MODEL_COST_MAP="True")
+    harbor = str(Path(sys.executable).parent / "harbor")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    procs = []
+    for arm in ("oracle", "nop"):
+        for task in tree.list_dirs(REPO / "runner/demo/tasks"):
+            cmd = [harbor, "run", "-p", str(REPO / "runner/demo/tasks" / task), "-a", arm, "-o"]
+            cmd += [str(out / task / arm / stamp), "--job-name", arm, "-n", "1", "-y"]
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    if any(p.wait() != 0 for p in procs):
+        sys.exit("harbor run failed while making the source tree")
+    return out
+
+
+def source_trials(src: Path) -> list[tuple[Path, Path]]:
+    """(job dir, trial dir) of every finished trial in a real tree."""
+    found = []
+    for _task, _arm, _arm_dir, _stamp, job in tree.iter_job_dirs(src):
+        for trial in tree.iter_trial_dirs(job):
+            if (trial / "result.json").exists():
+                found.append((job, trial))
+    if not found:
+        sys.exit(f"{src}: no finished harbor trials to replicate")
+    return found
+
+
+def build(src: Path, out: Path, n: int) -> int:
+    """Replicate real trials into ``n`` jobs of one trial: 50 tasks x 5 arms x n/250 stamps."""
+    trials = source_trials(src)
+    arms = ["plain", "goal", "ssh-goal", "codex-cli", "heartbeat"]
+    n_tasks = 50
+    per = max(1, n // (n_tasks * len(arms)))
+    made = 0
+    for s in range(per):
+        stamp = f"20261129T{s // 60:02d}{s % 60:02d}00Z"
+        for t in range(n_tasks):
+            for arm in arms:
+                job_src, trial_src = trials[made % len(trials)]
+                job = out / f"task-{t:02d}" / arm / stamp / arm
+                job.mkdir(parents=True)
+                shutil.copy2(job_src / "result.json", job / "result.json")
+                shutil.copytree(trial_src, job / trial_src.name, symlinks=True)
+                made += 1
+    return made
+
+
+def naive(out: Path) -> int:
+    """What a user would otherwise write: harbor's pydantic models over every result.json."""
+    from harbor.models.job.result import JobResult
+    from harbor.models.trial.result import TrialResult
+
+    n = 0
+    for p in out.glob("*/*/*/*/result.json"):
+        JobResult.model_validate_json(p.read_bytes())
+        n += 1
+    for p in out.glob("*/*/*/*/*/result.json"):
+        TrialResult.model_validate_json(p.read_bytes())
+        m = p.parent / "verifier" / "metrics.json"
+        if m.exists():
+            json.loads(m.read_bytes())
+        n += 1
+    return n
+
+
+def timed(fn, repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--source", type=Path, help="a real output tree to replicate (default: make one)")
+    ap.add_argument("--trials", type=int, default=10_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--keep", type=Path, help="build the tree here and keep it")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-model-"))
+    try:
+        src = args.source or make_source(tmp)
+        out = args.keep or tmp / "out"
+        if not (out.exists() and any(out.iterdir())):
+            t = time.perf_counter()
+            made = build(src, out, args.trials)
+            print(
+                f"built {made} trials from {len(source_trials(src))} real ones in {time.perf_counter() - t:.1f} s"
+            )
+        RunModel.load(out)  # warm the page cache: every measure below reads the same warm files
+
+        cold = timed(lambda: RunModel.load(out), args.repeat)
+        model = RunModel.load(out)
+        n_trials = sum(len(a.trials) for a in model.attempts())
+        keys = sorted(model.cells)
+        rng = random.Random(7)
+        upd = []
+        for _ in range(200):
+            task, arm = rng.choice(keys)
+            att = model.cells[(task, arm)].attempts[-1]
+            (trial,) = att.trials
+            metrics = Path(att.job_dir) / trial / "verifier" / "metrics.json"
+            metrics.write_text(
+                json.dumps({"passed": rng.randint(0, 5), "total": 5, "partial_score": rng.random()})
+            )
+            t = time.perf_counter()
+            changed = model.update([metrics])
+            upd.append(time.perf_counter() - t)
+            assert changed == {(task, arm)}, changed
+        nv = timed(lambda: naive(out), args.repeat)
+
+        best_cold, best_naive = min(cold), min(nv)
+        upd_ms = sorted(x * 1000 for x in upd)
+        rows = [
+            ("cold load into the model", f"{best_cold:.3f} s", "<= 1.0 s", best_cold <= 1.0),
+            ("naive: harbor pydantic models", f"{best_naive:.3f} s", "", None),
+            ("speed-up over naive", f"{best_naive / best_cold:.1f}x", ">= 3x", best_naive / best_cold >= 3),
+            (
+                "one-trial update, median",
+                f"{statistics.median(upd_ms):.2f} ms",
+                "<= 5 ms",
+                statistics.median(upd_ms) <= 5,
+            ),
+            ("one-trial update, p95", f"{upd_ms[int(len(upd_ms) * 0.95)]:.2f} ms", "", None),
+        ]
+        print(
+            f"\ntree: {n_trials} trials in {len(model.attempts())} jobs, {len(model.cells)} cells; best of {args.repeat}"
+        )
+        print(
+            f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}, "
+            f"load avg {os.getloadavg()[0]:.1f}"
+        )
+        print(f"{'measure':<32} {'figure':>10}  {'target':<9} ok")
+        for name, fig, target, ok in rows:
+            print(f"{name:<32} {fig:>10}  {target:<9} {'' if ok is None else ('yes' if ok else 'NO')}")
+        print(
+            f"(cold runs: {', '.join(f'{x:.3f}' for x in cold)} s; naive runs: {', '.join(f'{x:.3f}' for x in nv)} s)"
+        )
+    finally:
+        if args.keep is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
