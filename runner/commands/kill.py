@@ -20,7 +20,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", nargs="?", type=Path, default=Path("."), help="output tree (default: .)")
     p.add_argument("--yes", action="store_true", help="act on the plan")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--grace", type=float, default=10.0, metavar="SEC", help="seconds between TERM and KILL")
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        metavar="SEC",
+        help="seconds between TERM and KILL (default 30: harbor needs ~12 s to take its trial down)",
+    )
     p.add_argument(
         "--argv",
         action="append",
