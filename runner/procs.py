@@ -26,6 +26,8 @@ from runner.tree import runner_dir
 REGISTRY_FILE = "registry.json"
 REGISTRY_LOCK = "registry.lock"
 ROLE_RUNNER = "runner"
+# harbor 0.25.0 needs ~12 s after TERM to cancel its trial and `compose down` (measured)
+DEFAULT_GRACE_SEC = 30.0
 # psutil derives create times from clock ticks (1/100 s); anything closer is the same process.
 _SAME_START_SEC = 0.005
 
@@ -179,6 +181,8 @@ class StopTarget:
     pgid: int | None
     argv: list[str]
     why: str
+    user: str = ""
+    runner: bool = False  # the run's runner (or its descendant): signalled first, so it starts nothing new
 
 
 @dataclass
@@ -203,7 +207,8 @@ class StopPlan:
     def render(self) -> str:
         lines = [f"stop plan for {self.out}: {len(self.targets)} process(es)"]
         for t in self.targets:
-            lines.append(f"  pid {t.pid:>7}  pgid {t.pgid}  {t.why}")
+            started = time.strftime("%H:%M:%S", time.localtime(t.create_time))
+            lines.append(f"  pid {t.pid:>7}  pgid {t.pgid}  user {t.user}  started {started}  {t.why}")
             lines.append(f"      argv {json.dumps(t.argv)}")
         for s in self.skipped:
             lines.append(f"  skip {s.pid:>7}  {s.why}  argv {json.dumps(s.argv)}")
@@ -248,7 +253,7 @@ def plan_stop(
     plan = StopPlan(out=str(out), protected=sorted(prot))
     chosen: dict[int, StopTarget] = {}
 
-    def add(p: psutil.Process, why: str) -> None:
+    def add(p: psutil.Process, why: str, runner: bool = False) -> None:
         if p.pid in chosen:
             return
         argv = _argv(p)
@@ -260,14 +265,18 @@ def plan_stop(
             ct = p.create_time()
         except psutil.NoSuchProcess:
             return
-        chosen[p.pid] = StopTarget(p.pid, ct, _pgid(p.pid), argv, why)
+        try:
+            user = p.username()
+        except (psutil.Error, KeyError):
+            user = "?"
+        chosen[p.pid] = StopTarget(p.pid, ct, _pgid(p.pid), argv, why, user, runner)
 
-    def add_tree(p: psutil.Process, why: str) -> None:
-        add(p, why)
+    def add_tree(p: psutil.Process, why: str, runner: bool = False) -> None:
+        add(p, why, runner)
         if p.pid in prot:
             return  # an ancestor's other descendants (the caller's siblings) are not selected through it
         for d in _descendants(p):
-            add(d, f"descendant of {p.pid} ({why})")
+            add(d, f"descendant of {p.pid} ({why})", runner)
 
     for e in Registry(out).entries():
         if e.role == ROLE_RUNNER and not include_runner:
@@ -289,7 +298,7 @@ def plan_stop(
                 )
             )
             continue
-        add_tree(p, label)
+        add_tree(p, label, runner=e.role == ROLE_RUNNER)
 
     wanted = [list(a) for a in expected_argvs]
     if wanted:
@@ -298,7 +307,7 @@ def plan_stop(
             if argv and argv in wanted:
                 add_tree(p, "argv equals an expected argv")
 
-    plan.targets = sorted(chosen.values(), key=lambda t: t.pid)
+    plan.targets = sorted(chosen.values(), key=lambda t: (not t.runner, t.pid))
     return plan
 
 
@@ -418,7 +427,7 @@ def _signal_all(
     return list(reached.values())
 
 
-def act_stop(plan: StopPlan, grace_sec: float = 10.0) -> StopReport:
+def act_stop(plan: StopPlan, grace_sec: float = DEFAULT_GRACE_SEC) -> StopReport:
     """TERM the planned processes (by group where safe), wait ``grace_sec``, KILL what is left."""
     prot = protected_pids()
     report = StopReport()

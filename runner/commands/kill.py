@@ -23,7 +23,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--grace",
         type=float,
-        default=30.0,
+        default=None,
         metavar="SEC",
         help="seconds between TERM and KILL (default 30: harbor needs ~12 s to take its trial down)",
     )
@@ -54,10 +54,12 @@ def _argvs(raw: list[str]) -> list[list[str]]:
 def run(args: argparse.Namespace) -> int:
     from runner.cleanup import act_cleanup, plan_cleanup
     from runner.errors import NotAnOutputTree, Unavailable, UserError
-    from runner.procs import act_stop, plan_stop
+    from runner.procs import DEFAULT_GRACE_SEC, act_stop, plan_stop
 
     if not args.out.is_dir():
         raise NotAnOutputTree(f"{args.out} is not a directory (expected a marathon output tree)")
+    if args.grace is None:
+        args.grace = DEFAULT_GRACE_SEC
     if args.grace < 0:
         raise UserError("--grace must not be negative")
     stop_plan = plan_stop(args.out, expected_argvs=_argvs(args.argv))

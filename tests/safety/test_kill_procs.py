@@ -311,3 +311,18 @@ def test_kill_a_real_harbor_run_leaves_nothing(spawn, tmp_path):
                 client.images.remove(f"{project}-main")  # exact reference; harbor's --rmi local may have run
             except docker.errors.APIError:
                 pass
+
+
+def test_the_runner_is_signalled_first(spawn, tmp_path):
+    """So it starts nothing new while its harbor processes are being stopped."""
+    out = tmp_path / "out"
+    harbor = spawn(["sleep", "600"], group=True)  # started first: the lower PID (barring wrap-around)
+    runner = spawn(["sleep", "601"], group=True)
+    reg = Registry(out)
+    reg.register(harbor.pid, "harbor", harbor.args)
+    reg.register(runner.pid, "runner", runner.args)
+    plan = plan_stop(out)
+    assert [t.pid for t in plan.targets] == [runner.pid, harbor.pid]
+    report = act_stop(plan, grace_sec=5)
+    assert [s.pid for s in report.signalled] == [runner.pid, harbor.pid]
+    assert runner.wait(10) == -signal.SIGTERM and harbor.wait(10) == -signal.SIGTERM
