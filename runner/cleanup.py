@@ -13,6 +13,7 @@ another tag or a container still uses stays.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -114,16 +115,19 @@ def plan_cleanup(
     task: str | None = None,
     arm: str | None = None,
     trial: str | None = None,
+    trials: Iterable[str] | None = None,
     client: docker.DockerClient | None = None,
 ) -> CleanupPlan:
-    """List the containers, networks and built images of the tree's trials (or one task/arm/trial)."""
+    """List the containers, networks and built images of the tree's trials (or one task, arm,
+    trial, or set of trial dir names)."""
     out = Path(out)
     if not out.is_dir():
         raise NotAnOutputTree(f"{out} is not a directory (expected a marathon output tree)")
-    projects = our_projects(out, task=task, arm=arm, trial=trial)
-    plan = CleanupPlan(
-        out=str(out), scope={"task": task, "arm": arm, "trial": trial}, projects=sorted(projects)
-    )
+    projects = our_projects(out, task=task, arm=arm, trial=trial, trials=trials)
+    scope = {"task": task, "arm": arm, "trial": trial}
+    if trials is not None:
+        scope["trials"] = ",".join(sorted(trials))
+    plan = CleanupPlan(out=str(out), scope=scope, projects=sorted(projects))
     if not projects:
         return plan
     client = client or connect()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -54,9 +55,16 @@ DEFAULT_MARGIN = 2
 
 
 def our_projects(
-    out: Path, *, task: str | None = None, arm: str | None = None, trial: str | None = None
+    out: Path,
+    *,
+    task: str | None = None,
+    arm: str | None = None,
+    trial: str | None = None,
+    trials: Iterable[str] | None = None,
 ) -> set[str]:
-    """The compose projects of the trials of an output tree (optionally one task, arm or trial)."""
+    """The compose projects of the trials of an output tree (optionally one task, arm, trial, or
+    set of trial dir names)."""
+    wanted = None if trials is None else set(trials)
     projects: set[str] = set()
     for t, a, _arm_dir, _stamp, job in iter_job_dirs(Path(out)):
         if task is not None and t != task:
@@ -65,6 +73,8 @@ def our_projects(
             continue
         for tdir in iter_trial_dirs(job):
             if trial is not None and tdir.name != trial:
+                continue
+            if wanted is not None and tdir.name not in wanted:
                 continue
             projects.add(compose_project(tdir.name))
     return projects
@@ -103,6 +113,7 @@ class NetInfo:
     ours: bool
     empty: bool
     driver: str = ""
+    created: str = ""  # the engine's RFC 3339 creation time
 
 
 @dataclass
@@ -224,6 +235,7 @@ def pool_status(
                 project=project_of(labels),
                 ours=ours,
                 empty=not attrs.get("Containers"),
+                created=attrs.get("Created", ""),
                 driver=attrs.get("Driver", ""),
             )
         )
@@ -352,8 +364,29 @@ def wait_for_gate(
         time.sleep(poll_sec)
 
 
-def reclaim_empty_ours(out: Path, client: docker.DockerClient | None = None) -> list[str]:
-    """Remove networks that are ours and have no container attached; return their names.
+# compose creates a trial's network a moment before it attaches the first container: a network
+# younger than this may be about to be used, so it is never reclaimed.
+RECLAIM_MIN_AGE_SEC = 120.0
+
+
+def age_sec(created: str, now: float | None = None) -> float | None:
+    """Seconds since an engine timestamp like 2026-11-29T08:27:03.123456789Z (None if unparsable)."""
+    import datetime as dt
+
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$", created or "")
+    if not m:
+        return None
+    frac = (m.group(2) or ".0")[:7]
+    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
+    when = dt.datetime.fromisoformat(m.group(1) + frac + tz).timestamp()
+    return (time.time() if now is None else now) - when
+
+
+def reclaim_empty_ours(
+    out: Path, client: docker.DockerClient | None = None, *, min_age_sec: float = RECLAIM_MIN_AGE_SEC
+) -> list[str]:
+    """Remove networks that are ours, have no container attached and are older than
+    ``min_age_sec``; return their names.
 
     Each network is re-read just before removal: its label must still be ours and it must still be
     empty. Foreign networks are never touched. A network that vanished meanwhile is skipped.
@@ -362,7 +395,11 @@ def reclaim_empty_ours(out: Path, client: docker.DockerClient | None = None) -> 
     projects = our_projects(out)
     if not projects:
         return []
-    candidates = [n for n in pool_status(out, client=client).networks if n.ours and n.empty]
+    candidates = []
+    for n in pool_status(out, client=client).networks:
+        age = age_sec(n.created)
+        if n.ours and n.empty and age is not None and age >= min_age_sec:
+            candidates.append(n)
     return call_engine(client, _remove_if_still_empty_and_ours, candidates, projects)
 
 

@@ -203,3 +203,15 @@ def test_a_real_harbor_trial_is_ours(docker_engine, tmp_path):
                 client.images.remove(ref)
             except docker.errors.APIError:
                 pass
+
+
+def test_plan_for_a_set_of_trials(compose, tmp_path, uid):
+    """The runner cleans up after the trials of one finished job: only those projects are planned."""
+    a, b = f"calc__{uid}S1", f"calc__{uid}S2"
+    out = make_tree(tmp_path / "out", {("calc", "codex"): [a, b]})
+    for t in (a, b):
+        compose.up(compose_project(t))
+    plan = plan_cleanup(out, trials={a})
+    assert plan.projects == [compose_project(a)]
+    assert {c.project for c in plan.containers} == {n.project for n in plan.networks} == {compose_project(a)}
+    assert plan.scope["trials"] == a
