@@ -125,8 +125,6 @@ class ConsoleApp(App[int]):
         return MainScreen()
 
     def on_mount(self) -> None:
-        if os.environ.get("NO_COLOR") is not None:
-            self.theme = "textual-ansi"
         self.tree_worker()
         self.runner_worker()
         if self.docker:
@@ -335,6 +333,8 @@ class ConsoleApp(App[int]):
             self.set_timer(FLUSH_SEC, self._schedule_flush)
             return
         grid = main.query_one(Grid)
+        grid.budget = view.get(self.runner_info, "budget_sec")
+        grid.now = self.clock()
         with self.batch_update():
             if self._rebuild:
                 self._rebuild_grid(grid, main)
@@ -379,7 +379,14 @@ class ConsoleApp(App[int]):
         rows, cols = self.visible_rows_cols()
         width = main.size.width or 80
         grid.show(
-            rows, cols, self.cells, self.summary, arm_major=self.arm_major, wide=width >= 120, width=width
+            rows,
+            cols,
+            self.cells,
+            self.summary,
+            arm_major=self.arm_major,
+            wide=width >= 120,
+            width=width,
+            keep=self.selected,
         )
 
     def _paint_topbar(self) -> None:
@@ -411,7 +418,9 @@ class ConsoleApp(App[int]):
 
         if self.selected:
             t, a = self.selected
-            line = view.cell_detail(t, a, self.cells.get(self.selected))
+            line = view.cell_detail(
+                t, a, self.cells.get(self.selected), view.get(self.runner_info, "budget_sec"), self.clock()
+            )
         else:
             line = f"{len(self.tasks)} tasks × {len(self.arms)} arms" + (
                 f" · {'; '.join(self.notes)}" if self.notes else ""
@@ -557,7 +566,7 @@ class ConsoleApp(App[int]):
             if k.where == "drill-down":
                 continue
             yield SystemCommand(
-                k.help.split(":")[0].capitalize(), f"key {k.key_label}", getattr(self, f"action_{k.action}")
+                f"{k.short or k.action}: {k.help}", f"key {k.key_label}", getattr(self, f"action_{k.action}")
             )
 
 

@@ -31,6 +31,7 @@ class RunnerInfo:
     config_line: str = ""
     has_config: bool = False
     run_id: str | None = None
+    budget_sec: float | None = None
 
 
 def read_runner_info(out: Path, events: EventTailReader | None = None) -> RunnerInfo:
@@ -82,6 +83,7 @@ def read_runner_info(out: Path, events: EventTailReader | None = None) -> Runner
         config_line=" · ".join(cfg),
         has_config=bool(env),
         run_id=st.get("run_id"),
+        budget_sec=as_int("GOAL_TIMEOUT_SEC"),
     )
 
 
@@ -234,18 +236,18 @@ class TreeFeed:
 
 
 def arm_summary(model: Any, scope: str) -> tuple[dict[str, Any], str | None]:
-    """Per-arm summary and the infrastructure-bias alarm, from ``runner.report`` (helper A)."""
+    """Per-arm summary and the infrastructure-bias alarm, computed by ``runner.report``."""
+    from runner import report
+    from runner.model import arm_order
+
+    cells = model.scoped(scope)
+    arms = arm_order(k[1] for k in cells)
     try:
-        from runner import report
-    except ImportError:
-        return {}, None
-    try:
-        return report.console_summary(model, scope)  # type: ignore[attr-defined]
-    except AttributeError:
-        pass
+        summary = {arm: report.arm_summary([c for k, c in cells.items() if k[1] == arm]) for arm in arms}
+        alarms = [r["message"] for r in report.infrastructure(cells, arms) if r.get("alarm")]
     except Exception as exc:  # noqa: BLE001 - a summary bug must not take the grid down
         return {}, f"summary unavailable: {exc}"
-    return {}, None
+    return summary, "; ".join(alarms) or None
 
 
 def list_trials(model_cells: dict, task: str, arm: str) -> list[dict]:

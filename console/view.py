@@ -79,7 +79,7 @@ def money(v: Any) -> str:
     return "-" if v is None else f"${v:.2f}"
 
 
-def cell_text(cell: Any, wide: bool = False) -> Text:
+def cell_text(cell: Any, wide: bool = False, budget: float | None = None, now: float | None = None) -> Text:
     """One grid cell: status glyph, partial, pass rate, build-failure mark (+ more when wide)."""
     status = status_of(cell)
     glyph = STATUS_GLYPH.get(status, "?")
@@ -92,22 +92,43 @@ def cell_text(cell: Any, wide: bool = False) -> Text:
     body = f"{glyph}{num(partial):>4} {pct(rate):>4}{bf}"
     if wide:
         body += f" r{num(get(cell, 'reward'), 1)} {money(get(cell, 'cost_usd'))}"
-        body += f" {elapsed_text(cell)}"
+        body += f" {elapsed_text(cell, budget, now)}"
     text = Text(body, style=style)
-    if get(cell, "newer_attempt") or get(cell, "unreadable"):
+    if get(cell, "newer") or get(cell, "unreadable"):
         text.append("*", style="bold")
     return text
 
 
-def elapsed_text(cell: Any) -> str:
+def elapsed_sec(cell: Any, now: float | None = None) -> float | None:
+    """Wall time of the scoring attempt; for a running pair, time since its job started."""
     wall = get(cell, "wall_sec")
-    budget = get(cell, "budget_sec")
-    if wall is None and budget is None:
+    if status_of(cell) == "running" or wall is None:
+        attempts = get(cell, "attempts") or ()
+        if attempts and now is not None:
+            job = get(attempts[-1], "job")
+            started = get(job, "started_at")
+            if isinstance(started, str):
+                from datetime import datetime, timezone
+
+                try:
+                    t = datetime.fromisoformat(started.replace("Z", "+00:00"))
+                    if t.tzinfo is None:
+                        t = t.replace(tzinfo=timezone.utc)
+                    return max(0.0, now - t.timestamp())
+                except ValueError:
+                    pass
+    return wall
+
+
+def elapsed_text(cell: Any, budget: float | None = None, now: float | None = None) -> str:
+    """Elapsed against the budget (the arms' goal timeout), e.g. ``12m/1h29``."""
+    wall = elapsed_sec(cell, now)
+    if wall is None and not budget:
         return "-"
     return f"{duration(wall)}/{duration(budget)}" if budget else duration(wall)
 
 
-def cell_detail(task: str, arm: str, cell: Any) -> str:
+def cell_detail(task: str, arm: str, cell: Any, budget: float | None = None, now: float | None = None) -> str:
     """The one-line description of the cell under the cursor."""
     if cell is None:
         return f"{task} × {arm}: no attempt yet"
@@ -119,7 +140,7 @@ def cell_detail(task: str, arm: str, cell: Any) -> str:
     ]
     if get(cell, "build_failed"):
         parts.append("BUILD FAILED")
-    parts.append(f"time {elapsed_text(cell)}")
+    parts.append(f"time {elapsed_text(cell, budget, now)}")
     parts.append(f"cost {money(get(cell, 'cost_usd'))}")
     tin, tout = get(cell, "n_input_tokens"), get(cell, "n_output_tokens")
     if tin is not None or tout is not None:
@@ -128,8 +149,14 @@ def cell_detail(task: str, arm: str, cell: Any) -> str:
     if attempts:
         n = attempts if isinstance(attempts, int) else len(attempts)
         parts.append(f"attempts {n}")
-    if get(cell, "newer_attempt"):
-        parts.append("newer attempt in progress")
+    if get(cell, "continuations") is not None:
+        parts.append(
+            f"receipt cont {get(cell, 'continuations')} unbl {get(cell, 'unblocks')} err {get(cell, 'error_events')}"
+        )
+    if get(cell, "newer"):
+        parts.append(f"newer attempt {get(cell, 'newer')}")
+    if get(cell, "note"):
+        parts.append(str(get(cell, "note")))
     if get(cell, "unreadable"):
         parts.append("a file is unreadable (last good value kept)")
     return " · ".join(parts)

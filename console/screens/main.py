@@ -36,6 +36,10 @@ class MainScreen(Screen):
         self.query_one("#filter", Input).display = False
         self.query_one(Grid).focus()
 
+    def on_resize(self) -> None:
+        # big terminals: taller panels (more events, receipts); 80x24 keeps the grid usable
+        self.query_one("#panels").styles.height = 7 if self.size.height < 40 else 14
+
     def set_topbar(self, left: str, right: Text) -> None:
         t = Text(left, style="bold")
         pad = max(1, self.size.width - t.cell_len - right.cell_len)

@@ -102,12 +102,12 @@ class FileView(ScrollView, can_focus=True):
             self._highlight(text, line)
         if index == self.match_line:
             text.stylize(CURRENT_STYLE)
-        content_width = text.cell_length + gutter
+        content_width = text.cell_len + gutter
         if content_width > self._width:
             self._width = min(content_width, MAX_LINE_BYTES + gutter)
             self.call_after_refresh(self.grew)
         number = Segment(f"{index + 1:>{gutter - 1}} ", Style(dim=True))
-        body = Strip(list(text.render(self.app.console)), text.cell_length)
+        body = Strip(list(text.render(self.app.console)), text.cell_len)
         body = body.crop(int(scroll_x), int(scroll_x) + max(0, width - gutter))
         strip = Strip([number, *body], gutter + body.cell_length)
         return strip.extend_cell_length(width).apply_style(self.rich_style)

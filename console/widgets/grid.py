@@ -12,7 +12,13 @@ from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.widgets import DataTable
-from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowKey
+from textual.widgets.data_table import (
+    CellDoesNotExist,
+    ColumnDoesNotExist,
+    ColumnKey,
+    RowDoesNotExist,
+    RowKey,
+)
 
 from console import view
 
@@ -37,6 +43,9 @@ class Grid(DataTable):
         self.rows_order: list[str] = []
         self.cols_order: list[str] = []
         self.wide = False
+        self.restoring: tuple[str, str] | None = None  # the pair to keep the cursor on across a rebuild
+        self.budget: float | None = None  # the arms' goal timeout, for "elapsed against budget"
+        self.now: float | None = None  # the App's clock at the last update
 
     # -- attributes down -------------------------------------------------------------------------
     def show(
@@ -49,9 +58,10 @@ class Grid(DataTable):
         arm_major: bool,
         wide: bool,
         width: int = 80,
+        keep: tuple[str, str] | None = None,
     ) -> None:
         """Rebuild the table (new names, sort, filter, transpose), keeping the cursor on its pair."""
-        keep = self.current_pair()
+        keep = keep or self.restoring or self.current_pair()
         self.arm_major, self.wide = arm_major, wide
         self.rows_order, self.cols_order = rows, cols
         self.clear(columns=True)
@@ -64,7 +74,9 @@ class Grid(DataTable):
         if arm_major:
             self.add_column("mean", key=SUMMARY, width=cw)
         for r in rows:
-            values = [Text(r)] + [view.cell_text(cells.get(self._pair(r, c)), wide) for c in cols]
+            values = [Text(r)] + [
+                view.cell_text(cells.get(self._pair(r, c)), wide, self.budget, self.now) for c in cols
+            ]
             if arm_major:
                 values.append(Text(view.summary_line(r, summary.get(r)), style="bold"))
             self.add_row(*values, key=r)
@@ -73,8 +85,10 @@ class Grid(DataTable):
                 Text(view.summary_line(c, summary.get(c)), style="bold") for c in cols
             ]
             self.add_row(*values, key=SUMMARY)
-        if keep:
+        if keep and keep[0 if not arm_major else 1] in rows:
+            self.restoring = keep
             self.move_to(*keep)
+            self.call_after_refresh(self._restore)
         elif rows and cols:
             self.cursor_coordinate = Coordinate(0, 1)
 
@@ -83,7 +97,9 @@ class Grid(DataTable):
         for task, arm in keys:
             r, c = (arm, task) if self.arm_major else (task, arm)
             try:
-                self.update_cell(r, c, view.cell_text(cells.get((task, arm)), self.wide))
+                self.update_cell(
+                    r, c, view.cell_text(cells.get((task, arm)), self.wide, self.budget, self.now)
+                )
             except CellDoesNotExist:
                 if r in self.rows_order and c in self.cols_order:
                     return False
@@ -121,11 +137,19 @@ class Grid(DataTable):
             self.cursor_coordinate = Coordinate(
                 self.get_row_index(RowKey(r)), self.get_column_index(ColumnKey(c))
             )
-        except (CellDoesNotExist, KeyError):
+        except (CellDoesNotExist, RowDoesNotExist, ColumnDoesNotExist, KeyError):
             pass
+
+    def _restore(self) -> None:
+        keep, self.restoring = self.restoring, None
+        if keep:
+            self.move_to(*keep)
+            self.post_message(self.Selected(*keep))
 
     def on_data_table_cell_highlighted(self, event: DataTable.CellHighlighted) -> None:
         event.stop()
+        if self.restoring is not None:
+            return  # highlights caused by the rebuild itself
         pair = self.current_pair()
         self.post_message(self.Selected(*(pair or (None, None))))
 

@@ -18,23 +18,20 @@ class RunnerPanel(Static):
     def show(self, info: Any, readonly: bool) -> None:
         t = Text()
         if info is None:
-            t.append("runner: ?", style="dim")
+            t.append("runner: ?\n", style="dim")
         elif view.get(info, "alive"):
             t.append("runner ● alive", style="bold green")
             t.append(f" pid {view.get(info, 'pid')}\n")
         else:
-            t.append("runner ○ not running", style="bold yellow")
-            t.append("\n")
+            t.append("runner ○ not running\n", style="bold yellow")
         if info is not None:
             t.append(f"pass {view.get(info, 'pass_no') or '-'}/{view.get(info, 'max_passes') or '-'}")
-            t.append(f" conc {view.get(info, 'running', 0)}/{view.get(info, 'concurrency') or '-'}\n")
-            t.append(f"gate waits {view.get(info, 'gate_waits', 0)}")
-            t.append(f" claims {view.get(info, 'claims', 0)}\n")
+            t.append(f" run {view.get(info, 'running', 0)}/{view.get(info, 'concurrency') or '-'}")
+            t.append(f" gate {view.get(info, 'gate_waits', 0)}\n")
             cfg = view.get(info, "config_line")
-            if cfg:
-                t.append(cfg, style="dim")
+            t.append(cfg or "no .driver_env", style="dim")
         if readonly:
-            t.append("\nREADONLY", style="bold reverse")
+            t.append(" READONLY", style="bold reverse")
         self.update(t)
 
 

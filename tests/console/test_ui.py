@@ -1,0 +1,255 @@
+"""The console's screens and keys through a Pilot, on copies of a real harbor tree (no runner needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from console_support import REPO_ROOT, run_async, wait_for
+
+from console.app import make_app, screen_text
+from console.screens.drill import DrillScreen
+from console.screens.help import HelpScreen
+from console.widgets.fileview import FileView
+from console.widgets.grid import Grid
+
+pytestmark = [pytest.mark.docker]
+SIZE = (100, 30)
+
+
+@pytest.fixture
+def tree(mini_tree, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    return out
+
+
+def _app(out, **kw):
+    kw.setdefault("docker", False)
+    kw.setdefault("offer_start", False)
+    return make_app(out, **kw)
+
+
+async def _ready(pilot, app):
+    await wait_for(pilot, lambda: bool(app.cells) and app.last_change_at is not None, 30, "first grid")
+    await pilot.pause()
+
+
+def test_grid_shows_both_metrics_and_build_failure(tree):
+    async def go():
+        app = _app(tree)
+        async with app.run_test(size=SIZE) as pilot:
+            await _ready(pilot, app)
+            text = screen_text(app)
+            assert "calc-partial" in text and "oracle" in text and "nop" in text
+            grid = app.screen.query_one(Grid)
+            row = grid.get_row("build-gate")
+            nop_col = grid.get_column_index("nop")
+            assert "B" in str(row[nop_col])  # build failure marked
+            assert "0.20" in str(grid.get_row("calc-partial")[nop_col])  # partial
+            assert "56%" in str(grid.get_row("two-stage")[nop_col])  # pass rate beside a 0 partial
+            assert "mean" in text
+
+    run_async(go)
+
+
+def test_filter_sort_and_transpose_keep_the_cursor_on_its_pair(tree):
+    async def go():
+        app = _app(tree)
+        async with app.run_test(size=SIZE) as pilot:
+            await _ready(pilot, app)
+            grid = app.screen.query_one(Grid)
+            grid.move_to("two-stage", "nop")
+            await pilot.pause()
+            assert app.selected == ("two-stage", "nop")
+            await pilot.press("slash", *"stage", "enter")
+            await pilot.pause(0.3)
+            assert grid.rows_order == ["two-stage"]
+            assert app.selected == ("two-stage", "nop")
+            await pilot.press("escape")  # clears the filter
+            await pilot.pause(0.3)
+            assert len(grid.rows_order) == 4
+            # typing in the filter never triggers actions: K inside the filter is just a letter
+            await pilot.press("slash", "K", "escape")
+            await pilot.pause(0.3)
+            assert not app.busy and app.screen is app.screen_main()
+            await pilot.press("s")  # sort by partial in the cursor's column (nop): best first
+            await pilot.pause(0.3)
+            assert app.sort_key == "partial"
+            assert grid.rows_order[0] == "words-passrate"  # nop partial 0.40 is the best
+            assert app.selected == ("two-stage", "nop")
+            await pilot.press("t")
+            await pilot.pause(0.3)
+            assert (
+                app.arm_major and grid.rows_order == ["oracle", "nop"] or grid.rows_order == ["nop", "oracle"]
+            )
+            assert app.selected == ("two-stage", "nop")
+            await pilot.press("t")
+            await pilot.pause(0.3)
+            assert not app.arm_major
+
+    run_async(go)
+
+
+def test_help_screen_and_command_palette(tree):
+    async def go():
+        app = _app(tree)
+        async with app.run_test(size=SIZE) as pilot:
+            await _ready(pilot, app)
+            await pilot.press("question_mark")
+            await pilot.pause(0.3)
+            assert isinstance(app.screen, HelpScreen)
+            text = screen_text(app)
+            assert "kill" in text.lower() and "filter" in text.lower()
+            await pilot.press("escape")
+            await pilot.pause(0.2)
+            await pilot.press("ctrl+p")
+            await pilot.pause(0.3)
+            await pilot.press(*"transpose")
+            await pilot.pause(0.5)
+            await pilot.press("enter")
+            await pilot.pause(0.5)
+            assert app.arm_major
+
+    run_async(go)
+
+
+def test_drill_down_lists_trials_opens_files_and_searches(tree):
+    async def go():
+        app = _app(tree)
+        async with app.run_test(size=SIZE) as pilot:
+            await _ready(pilot, app)
+            app.screen.query_one(Grid).move_to("calc-partial", "nop")
+            await pilot.pause()
+            await pilot.press("enter")
+            await wait_for(
+                pilot,
+                lambda: isinstance(app.screen, DrillScreen) and app.screen.source is not None,
+                10,
+                "drill",
+            )
+            drill = app.screen
+            assert len(drill.trials) == 1 and drill.trials[0]["trial"].startswith("calc-partial__")
+            await pilot.press("tab")  # test-stdout
+            await wait_for(
+                pilot, lambda: drill.source and drill.source.path.name == "test-stdout.txt", 10, "stdout"
+            )
+            await wait_for(pilot, lambda: drill.source.line_count > 0, 10, "stdout lines")
+            fv = drill.query_one(FileView)
+            first = drill.source.get_line(0)
+            assert first and first.split()[0] in screen_text(app)
+            await pilot.press("slash", *"div_zero", "enter")
+            await wait_for(pilot, lambda: fv.match_line is not None, 10, "search hit")
+            assert "div_zero" in drill.source.get_line(fv.match_line)
+            assert fv.match_line == next(
+                i for i in range(drill.source.line_count) if "div_zero" in drill.source.get_line(i)
+            )
+            await pilot.press("tab")  # metrics.json
+            await wait_for(pilot, lambda: drill.source.path.name == "metrics.json", 10, "metrics")
+            await wait_for(pilot, lambda: "partial" in screen_text(app), 10, "metrics shown")
+            await pilot.press("escape")
+            await pilot.pause(0.2)
+            assert not isinstance(app.screen, DrillScreen)
+
+    run_async(go)
+
+
+def test_a_file_change_updates_its_cell_live(tree):
+    """Rewriting a trial's metrics.json (atomically, as a verifier rerun would) updates the cell."""
+    trial = next(p for p in (tree / "calc-partial" / "nop").rglob("metrics.json"))
+
+    async def go():
+        app = _app(tree)
+        async with app.run_test(size=SIZE) as pilot:
+            await _ready(pilot, app)
+            await pilot.pause(0.5)  # watcher running
+            d = json.loads(trial.read_text())
+            d["partial_score"] = 0.6
+            tmp = trial.with_suffix(".tmp")
+            tmp.write_text(json.dumps(d))
+            os.replace(tmp, trial)
+            grid = app.screen.query_one(Grid)
+            col = grid.get_column_index("nop")
+            await wait_for(
+                pilot, lambda: "0.60" in str(grid.get_row("calc-partial")[col]), 20, "cell updated"
+            )
+            assert app.cells[("calc-partial", "nop")].partial == pytest.approx(0.6)
+
+    run_async(go)
+
+
+def test_huge_trajectory_opens_at_once_and_is_indexed_in_the_background(tree):
+    trial_dir = next((tree / "calc-partial" / "oracle").rglob("calc-partial__*"))
+    traj = trial_dir / "agent" / "trajectory.json"
+    line = json.dumps({"step": 1, "message": "x" * 200}) + "\n"
+    with open(traj, "w") as fh:
+        for _ in range(40):
+            fh.write(line * 10_000)  # ~90 MB
+        fh.write('{"needle": "FINDME"}\n')
+
+    async def go():
+        app = _app(tree)
+        async with app.run_test(size=SIZE) as pilot:
+            await _ready(pilot, app)
+            app.screen.query_one(Grid).move_to("calc-partial", "oracle")
+            await pilot.pause()
+            t0 = time.monotonic()
+            await pilot.press("enter")
+            await wait_for(
+                pilot,
+                lambda: isinstance(app.screen, DrillScreen) and app.screen.source is not None,
+                10,
+                "open",
+            )
+            assert time.monotonic() - t0 < 5
+            drill = app.screen
+            assert '"step": 1' in screen_text(app)
+            await wait_for(pilot, lambda: drill.source.complete, 60, "indexing")
+            assert drill.source.line_count == 400_001
+            await pilot.press("slash", *"findme", "enter")
+            fv = drill.query_one(FileView)
+            await wait_for(pilot, lambda: fv.match_line == 400_000, 30, "search to the end")
+
+    run_async(go)
+
+
+def test_no_color_is_honoured(tree, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+
+    async def go():
+        app = _app(tree)
+        async with app.run_test(size=SIZE) as pilot:
+            await _ready(pilot, app)
+            assert app.no_color
+            from textual.filter import Monochrome, NoColor
+
+            assert any(isinstance(f, Monochrome | NoColor) for f in app.get_line_filters())
+            # status never rests on colour alone: glyphs carry it
+            assert "✓" in screen_text(app)
+
+    run_async(go)
+
+
+def test_console_command_imports_textual_only_when_run():
+    code = "import sys, runner.cli, runner.commands.console; print('textual' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert r.stdout.strip() == "False", r.stderr
+
+
+def test_console_command_bad_input_is_one_line():
+    r = subprocess.run(
+        [sys.executable, "-m", "runner.cli", "console", "/nonexistent/tree"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        r.returncode == 2
+        and r.stderr.strip().startswith("marathon: ")
+        and len(r.stderr.strip().splitlines()) == 1
+    )
