@@ -307,7 +307,8 @@ def plan_stop(
             if argv and argv in wanted:
                 add_tree(p, "argv equals an expected argv")
 
-    plan.targets = sorted(chosen.values(), key=lambda t: (not t.runner, t.pid))
+    # tree order (each registered process, then its descendants), the runner's tree first
+    plan.targets = sorted(chosen.values(), key=lambda t: not t.runner)
     return plan
 
 
@@ -389,7 +390,8 @@ def _signal_all(
     member, else alone. Returns every process that was reached (for waiting)."""
     reached: dict[int, psutil.Process] = {}
     done_groups: set[int] = set()
-    for t in targets:
+    # group leaders first: their group signal reaches their members, which then need nothing alone
+    for t in sorted(targets, key=lambda t: (not t.runner, t.pgid != t.pid)):
         if t.pid in prot:
             continue  # plan_stop never selects these; re-checked because the plan is data
         if t.pgid is not None and t.pgid in done_groups and t.pgid != t.pid:
