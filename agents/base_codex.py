@@ -56,6 +56,33 @@ TIMEOUT_ENV = "GOAL_TIMEOUT_SEC"
 __all__ = ["CodexAppServerAgent", "ArmFailure", "DEADLINE_MESSAGE", "is_deadline", "CodexSession"]
 
 
+def deadline_margin_sec(harbor_timeout_sec: float) -> float:
+    """How long before harbor's agent timeout our deadline ends the phase (room to wind down)."""
+    return max(5.0, min(60.0, 0.05 * harbor_timeout_sec))
+
+
+def harbor_agent_timeout_sec(trial_dir: Path) -> float | None:
+    """harbor's effective agent timeout for this trial, computed as harbor 0.25.0 does
+    (``trial.py:_compute_agent_timeout_sec``) from the trial's config.json and task.toml."""
+    try:
+        from harbor.models.task.config import TaskConfig
+        from harbor.models.trial.config import TrialConfig
+
+        cfg = TrialConfig.model_validate_json((trial_dir / "config.json").read_text())
+        task = TaskConfig.model_validate_toml((cfg.task.get_local_path() / "task.toml").read_text())
+        base = cfg.agent.override_timeout_sec or task.agent.timeout_sec
+        if base is None:
+            return None
+        mult = (
+            cfg.agent_timeout_multiplier
+            if cfg.agent_timeout_multiplier is not None
+            else cfg.timeout_multiplier
+        )
+        return min(base, cfg.agent.max_timeout_sec or float("inf")) * mult
+    except Exception:  # noqa: BLE001 - unknown layout: fall back to GOAL_TIMEOUT_SEC alone
+        return None
+
+
 class CodexAppServerAgent(BaseAgent):
     ARM: ClassVar[str] = ""
 
@@ -109,8 +136,11 @@ class CodexAppServerAgent(BaseAgent):
 
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
         t0 = time.monotonic()
-        deadline = t0 + self.goal_timeout_sec if self.goal_timeout_sec else None
+        deadline_sec, source = self._effective_deadline_sec()
+        deadline = t0 + deadline_sec if deadline_sec else None
         receipt = self.receipt = self._new_receipt()
+        receipt.goal_timeout_sec = deadline_sec
+        receipt.extra["deadline_source"] = source
         receipt.mark("started")
         transport: Transport | None = None
         client: AppServerClient | None = None
@@ -120,17 +150,8 @@ class CodexAppServerAgent(BaseAgent):
             transport = transport_for(environment, self._trial_name())
             receipt.transport = transport.describe()
             await self.prepare(transport)
-            secret = self._preflight(transport)
-            receipt.mark("preflight_done")
-            client = await self._start_appserver(transport, secret)
-            session = CodexSession(
-                client,
-                receipt,
-                transport.workdir,
-                deadline=deadline,
-                zero_token_limit=self.zero_token_limit,
-                on_usage=lambda total: self._usage_to_context(total, context),
-            )
+            session = await self.open_session(transport, deadline=deadline, context=context)
+            client = session.client
             await self.drive(session, instruction)
             if receipt.stop_reason is None:
                 receipt.stop_reason = "completed"
@@ -149,7 +170,8 @@ class CodexAppServerAgent(BaseAgent):
                     await client.close(grace=3)
                 return  # normal budget exhaustion: the verifier scores the partial work
             receipt.stop_reason = "error"
-            receipt.errors.append(f"{type(exc).__name__}: {exc}")
+            if str(exc) not in receipt.errors:
+                receipt.errors.append(f"{type(exc).__name__}: {exc}")
             raise
         finally:
             if client is not None:
@@ -162,6 +184,25 @@ class CodexAppServerAgent(BaseAgent):
             receipt.write(self.logs_dir)
         if deferred is not None:
             raise deferred
+
+    async def open_session(
+        self, transport: Transport, *, deadline: float | None = None, context: AgentContext | None = None
+    ) -> CodexSession:
+        """Preflight, config.toml, ``codex app-server --strict-config``, initialize: a ready session.
+
+        Needs ``self.receipt`` (run() creates it; a direct caller sets ``self.receipt = self._new_receipt()``).
+        """
+        secret = self._preflight(transport)
+        self.receipt.mark("preflight_done")
+        client = await self._start_appserver(transport, secret)
+        return CodexSession(
+            client,
+            self.receipt,
+            transport.workdir,
+            deadline=deadline,
+            zero_token_limit=self.zero_token_limit,
+            on_usage=(lambda total: self._usage_to_context(total, context)) if context is not None else None,
+        )
 
     # --- pieces ----------------------------------------------------------------------------------------
 
@@ -176,6 +217,20 @@ class CodexAppServerAgent(BaseAgent):
         if raw in (None, "", "0"):
             return None
         return float(raw)
+
+    def _effective_deadline_sec(self) -> tuple[float | None, str]:
+        """Our deadline: GOAL_TIMEOUT_SEC, clamped to end shortly before harbor's own agent timeout.
+
+        Without GOAL_TIMEOUT_SEC the deadline is harbor's timeout minus the margin, so harbor's
+        timeout (an errored trial) is never what ends a codex arm.
+        """
+        harbor_sec = harbor_agent_timeout_sec(Path(self.logs_dir).resolve().parent)
+        limit = None if harbor_sec is None else max(1.0, harbor_sec - deadline_margin_sec(harbor_sec))
+        if self.goal_timeout_sec is None:
+            return limit, "harbor agent timeout minus margin" if limit else "none"
+        if limit is not None and limit < self.goal_timeout_sec:
+            return limit, "GOAL_TIMEOUT_SEC clamped below harbor agent timeout"
+        return self.goal_timeout_sec, "GOAL_TIMEOUT_SEC"
 
     def _trial_name(self) -> str:
         return Path(self.logs_dir).resolve().parent.name  # logs_dir = <trial>/agent
@@ -273,12 +328,26 @@ class CodexAppServerAgent(BaseAgent):
             raise ArmFailure(f"codex app-server did not initialize: {exc}; stderr: {tail}") from exc
         return client
 
-    @staticmethod
-    def _usage_to_context(total: dict, context: AgentContext) -> None:
-        """Keep harbor's context current, so a timeout or cancellation keeps the counts."""
+    def _usage_to_context(self, total: dict, context: AgentContext) -> None:
+        """Keep harbor's context current, so a timeout or cancellation keeps the counts.
+
+        app-server's ``thread/tokenUsage/updated`` is the one spend source (the Mode says so); we
+        also fill ``model_usage`` so harbor does not backfill it from the rollout converter, whose
+        count differed from app-server's in our runs.
+        """
+        from harbor.models.agent.context import ModelUsage
+
         context.n_input_tokens = int(total.get("inputTokens") or 0)
         context.n_cache_tokens = int(total.get("cachedInputTokens") or 0)
         context.n_output_tokens = int(total.get("outputTokens") or 0)
+        context.model_usage = {
+            self.codex_model: ModelUsage(
+                n_input_tokens=context.n_input_tokens,
+                n_cache_tokens=context.n_cache_tokens,
+                n_output_tokens=context.n_output_tokens,
+                cost_usd=context.cost_usd,
+            )
+        }
 
     def _save_evidence(
         self, transport: Transport | None, receipt: Receipt, context: AgentContext
@@ -351,6 +420,8 @@ class CodexAppServerAgent(BaseAgent):
             receipt.warnings.append(f"trajectory conversion failed: {type(exc).__name__}: {exc}")
         if context.cost_usd is None:
             context.cost_usd = 0.0 if self.provider_base_url == SCRIPTED_BASE_URL else None
+        for usage in (context.model_usage or {}).values():
+            usage.cost_usd = context.cost_usd
         context.metadata = {
             **(context.metadata or {}),
             "arm": self.ARM,

@@ -12,6 +12,10 @@ traffic never leaves the container. The scenario is the model name codex sends:
                          resumed it solves like ``solve``
   scripted/block-always  in a goal turn, always block
   scripted/noise         ``solve`` with SSE noise: comments, unknown events, one-char deltas
+  scripted/two-turns     ``solve``, but the first goal turn ends without ``update_goal`` (codex starts a
+                         continuation turn by itself, which completes the goal)
+  scripted/zero-usage    answer every request at once, reporting zero tokens, never finishing a goal
+                         (the empty-turn loop the harness must stop)
   scripted/loopx         first run every LoopX quota guard command found in the turn's input (the goal
                          body: goal objective or user text; a ``LOOPX_TURN=`` line before it is kept),
                          so the real LoopX CLI executes in the container; then ``solve``
@@ -40,7 +44,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PASSTHROUGH = "internal_chat_message_metadata_passthrough"
 CALL_PREFIX = "call_scr_"
-SCENARIOS = ("solve", "never-finish", "block", "block-always", "noise", "loopx")
+SCENARIOS = ("solve", "never-finish", "block", "block-always", "noise", "loopx", "two-turns", "zero-usage")
 
 _lock = threading.Lock()
 _count = 0
@@ -209,9 +213,18 @@ def loopx_guards(body: dict) -> list[str]:
     return guards
 
 
+def _has_assistant_message(body: dict) -> bool:
+    return any(
+        isinstance(i, dict) and i.get("type") == "message" and i.get("role") == "assistant"
+        for i in body.get("input") or []
+    )
+
+
 def decide(scenario: str, body: dict, headers, plan: dict) -> tuple[str, dict]:
     """("call", {call_id, name, args}) or ("message", {text}) for one request."""
     done = _our_outputs(body)
+    if scenario == "zero-usage":
+        return "message", {"text": "Nothing to do."}
     if scenario == "loopx":
         guards = loopx_guards(body)
         ran = sum(1 for c in done if c.startswith(CALL_PREFIX + "guard_"))
@@ -258,6 +271,8 @@ def decide(scenario: str, body: dict, headers, plan: dict) -> tuple[str, dict]:
             "name": "exec_command",
             "args": {"cmd": steps[n_steps], "yield_time_ms": 10000},
         }
+    if scenario == "two-turns" and goal and not _has_assistant_message(body):
+        return "message", {"text": "First pass done; I will check again."}
     if goal and not any(c.startswith(CALL_PREFIX + "complete") for c in done):
         return "call", {
             "call_id": f"{CALL_PREFIX}complete",
@@ -354,6 +369,8 @@ class Handler(BaseHTTPRequestHandler):
             }
         )
         usage = _usage(len(raw))
+        if scenario == "zero-usage":
+            usage = {k: ({kk: 0 for kk in v} if isinstance(v, dict) else 0) for k, v in usage.items()}
         if kind == "call":
             sse = _function_call(f"resp_{n}", what["call_id"], what["name"], what["args"], usage)
         else:

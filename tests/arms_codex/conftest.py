@@ -34,6 +34,8 @@ PLAIN = "agents.codex_plain_appserver:CodexPlainAppServer"
 GOAL = "agents.codex_goal_agent:CodexGoalAgent"
 KEY_VAR = "MARATHON_TEST_MODEL_KEY"
 MAX_PARALLEL_JOBS = 5
+#: GOAL_TIMEOUT_SEC of the never-finish trials: long enough for the first plan step on a loaded machine
+DEADLINE_SEC = 20
 
 
 @dataclass
@@ -117,9 +119,27 @@ def _mounts(root: Path) -> str:
 
 def _run_job(job: Job, out: Path, staged: StagedCodex, env: dict) -> JobOutcome:
     jobs_dir = out / job.key
-    cmd = [harbor_bin(), "run", "-p", str(job.path), "-a", job.agent, "-m", job.model, "-o", str(jobs_dir),
-           "--job-name", "job", "-n", str(job.n), "-y", "--mounts", _mounts(job.codex_root or staged.root),
-           "--ak", f"api_key_var={KEY_VAR}"]
+    cmd = [
+        harbor_bin(),
+        "run",
+        "-p",
+        str(job.path),
+        "-a",
+        job.agent,
+        "-m",
+        job.model,
+        "-o",
+        str(jobs_dir),
+        "--job-name",
+        "job",
+        "-n",
+        str(job.n),
+        "-y",
+        "--mounts",
+        _mounts(job.codex_root or staged.root),
+        "--ak",
+        f"api_key_var={KEY_VAR}",
+    ]
     for k, v in job.ae.items():
         cmd += ["--ae", f"{k}={v}"]
     for k, v in job.ak.items():
@@ -188,14 +208,34 @@ def arm_runs(docker_engine, demo_image, staged_codex, tmp_path_factory):
         Job("cancel-plain", PLAIN, calc, model="scripted/never-finish", cancel_when_turn_started=True),
         Job("plain-mini", PLAIN, DEMO_TASKS, n=2),
         Job("goal-mini", GOAL, DEMO_TASKS, n=2),
-        Job("never-plain", PLAIN, calc, model="scripted/never-finish", ae={"GOAL_TIMEOUT_SEC": "8"}),
-        Job("never-goal", GOAL, calc, model="scripted/never-finish", ae={"GOAL_TIMEOUT_SEC": "8"}),
+        Job(
+            "never-plain",
+            PLAIN,
+            calc,
+            model="scripted/never-finish",
+            ae={"GOAL_TIMEOUT_SEC": str(DEADLINE_SEC)},
+        ),
+        Job(
+            "never-goal",
+            GOAL,
+            calc,
+            model="scripted/never-finish",
+            ae={"GOAL_TIMEOUT_SEC": str(DEADLINE_SEC)},
+        ),
         Job("special-plain", PLAIN, TEST_TASKS, n=2),
         Job("special-goal", GOAL, TEST_TASKS, n=2),
-        Job("noise-plain", PLAIN, calc, model="scripted/noise", codex_root=noisy,
-            ak={"codex_bin": "/opt/codex/bin/codex-noisy"}),
+        Job(
+            "noise-plain",
+            PLAIN,
+            calc,
+            model="scripted/noise",
+            codex_root=noisy,
+            ak={"codex_bin": "/opt/codex/bin/codex-noisy"},
+        ),
         Job("no-sidecar", PLAIN, calc, codex_root=no_sidecar),
         Job("block-goal", GOAL, calc, model="scripted/block-always"),
+        Job("continue-goal", GOAL, calc, model="scripted/two-turns"),
+        Job("zero-goal", GOAL, calc, model="scripted/zero-usage", ae={"GOAL_TIMEOUT_SEC": "60"}),
     ]
     watcher = CmdlineWatcher(secret)
     watcher.start()
