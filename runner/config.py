@@ -41,7 +41,14 @@ class Knob:
 
 
 KNOBS: tuple[Knob, ...] = (
-    Knob("tasks_dir", "MARATHON_TASKS_DIR", "--tasks-dir", None, "str", "harbor dataset dir holding the task dirs"),
+    Knob(
+        "tasks_dir",
+        "MARATHON_TASKS_DIR",
+        "--tasks-dir",
+        None,
+        "str",
+        "harbor dataset dir holding the task dirs",
+    ),
     Knob("tasks", "MARATHON_TASKS", "--tasks", (), "list", "comma list of task dir names (default: all)"),
     Knob("arms", "MARATHON_ARMS", "--arms", DEFAULT_ARMS, "list", "comma list of arms, in order"),
     Knob("concurrency", "MARATHON_CONCURRENCY", "--concurrency", 4, "int", "(task, arm) jobs at once"),
@@ -54,10 +61,19 @@ KNOBS: tuple[Knob, ...] = (
         "float",
         "harbor agent timeout = task budget x this",
     ),
-    Knob("verifier_mult", "MARATHON_VERIFIER_MULT", "--verifier-mult", 4.0, "float", "verifier timeout multiplier"),
+    Knob(
+        "verifier_mult",
+        "MARATHON_VERIFIER_MULT",
+        "--verifier-mult",
+        4.0,
+        "float",
+        "verifier timeout multiplier",
+    ),
     Knob("arm_major", "MARATHON_ARM_MAJOR", "--arm-major", False, "bool", "1 = order by arm, 0 = by task"),
     Knob("net_cap", "MARATHON_NET_CAP", "--net-cap", None, "int", "networks in use allowed at most"),
-    Knob("net_margin", "MARATHON_NET_MARGIN", "--net-margin", None, "int", "networks kept free below the cap"),
+    Knob(
+        "net_margin", "MARATHON_NET_MARGIN", "--net-margin", None, "int", "networks kept free below the cap"
+    ),
     Knob("max_passes", "MARATHON_MAX_PASSES", "--max-passes", 3, "int", "sweeps over pairs not done"),
     Knob("model", "MARATHON_MODEL", "--model", None, "str", "harbor -m for every arm"),
     Knob("env", "MARATHON_ENV", "--env", "docker", "str", "harbor environment type (-e)"),
@@ -71,8 +87,17 @@ KNOBS: tuple[Knob, ...] = (
     ),
     Knob("agent_env", "MARATHON_AGENT_ENV", "--ae", (), "json", "agent env KEY=${VAR} (references only)"),
     Knob("agent_kwargs", "MARATHON_AGENT_KWARGS", "--ak", (), "json", "agent kwargs key=value"),
-    Knob("allow_modified", "MARATHON_ALLOW_MODIFIED", "--allow-modified", False, "bool", "run modified tasks"),
-    Knob("modified_tasks", "MARATHON_MODIFIED_TASKS", "", (), "list", "(recorded) tasks that differ from dataset.toml"),
+    Knob(
+        "allow_modified", "MARATHON_ALLOW_MODIFIED", "--allow-modified", False, "bool", "run modified tasks"
+    ),
+    Knob(
+        "modified_tasks",
+        "MARATHON_MODIFIED_TASKS",
+        "",
+        (),
+        "list",
+        "(recorded) tasks that differ from dataset.toml",
+    ),
 )
 KNOB_BY_ATTR = {k.attr: k for k in KNOBS}
 
@@ -125,7 +150,9 @@ def parse_arm(text: str) -> ArmSpec:
         raise UserError(f"bad arm name {name!r}: use letters, digits, '.', '_' and '-'")
     if sep:
         if ":" not in agent and agent not in HARBOR_BUILTIN_STANDINS:
-            raise UserError(f"arm {text!r}: the agent must be module:Class or a harbor stand-in (oracle, nop)")
+            raise UserError(
+                f"arm {text!r}: the agent must be module:Class or a harbor stand-in (oracle, nop)"
+            )
         return ArmSpec(name, agent, agent in HARBOR_BUILTIN_STANDINS, False)
     mode = mode_for(name)
     if mode is not None:
@@ -273,7 +300,9 @@ def resolve(
     out = Path(out).resolve()
     stored = read_driver_env(out) if resume else {}
     if resume and not stored:
-        raise UserError(f"nothing to resume: {driver_env_path(out)} does not exist (start with `marathon run`)")
+        raise UserError(
+            f"nothing to resume: {driver_env_path(out)} does not exist (start with `marathon run`)"
+        )
     values: dict[str, Any] = {}
     for k in KNOBS:
         v = flags.get(k.attr)

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -487,6 +488,9 @@ class Driver:
 
     # --- the network gate -----------------------------------------------------------------------
 
+    def _job_dir(self, j: Job) -> Path:
+        return job_dir(self.out, j.task, j.arm.name, j.stamp)
+
     def _pending_networks(self, status: Any) -> int:
         """Our running jobs whose compose network does not exist yet (still building/starting)."""
         have = {n.project for n in status.networks if n.project}
@@ -532,7 +536,10 @@ class Driver:
                 margin=v.margin,
             )
         self._gate_wait_start(now)
-        if status.empty_ours:
+        running = {compose_project(t.name) for j in self.running for t in iter_trial_dirs(self._job_dir(j))}
+        empty = {n.project for n in status.networks if n.ours and n.empty}
+        # an empty network of a running trial may be one compose is about to attach to: leave them all
+        if empty and not (empty & running):
             try:
                 removed = reclaim_empty_ours(self.out)
             except UserError as exc:
@@ -555,7 +562,14 @@ class Driver:
         failed = []
         for job in [j for j in self.running if j.poll()]:
             self.running.remove(job)
-            why = self._finish(job)
+            try:
+                why = self._finish(job)
+            except Exception as exc:  # noqa: BLE001 - one job's bookkeeping must not stop the run
+                why = f"runner error while finishing the job: {type(exc).__name__}: {exc}"
+                self.log.emit("internal_error", task=job.task, arm=job.arm.name, stamp=job.stamp,
+                              error=why, traceback=traceback.format_exc()[-4000:])  # fmt: skip
+                with contextlib.suppress(Exception):
+                    claimsmod.release(self.out, job.claim)
             if why is not None:
                 failed.append((job.task, job.arm.name, why))
         return failed
@@ -621,31 +635,20 @@ class Driver:
                       evidence=v.evidence[:6])  # fmt: skip
 
     def _cleanup(self, trials: set[str]) -> None:
-        """Remove this run's leftover containers/networks of the given trials (plan, then act)."""
+        """Remove this run's leftover containers/networks of the given trials (plan, then act).
+        A failure here is reported as an event and never stops the runner."""
         if self.cfg.env != "docker" or not trials:
             return
-        from runner.cleanup import CleanupPlan, act_cleanup, plan_cleanup
+        from runner.cleanup import act_cleanup, plan_cleanup
 
-        projects = {compose_project(t) for t in trials}
         try:
-            full = plan_cleanup(self.out)
-        except UserError as exc:
-            self.log.emit("cleanup_error", error=str(exc))
-            return
-        plan = CleanupPlan(
-            out=full.out,
-            scope={"trials": ",".join(sorted(trials))},
-            projects=sorted(projects & set(full.projects)),
-            containers=[c for c in full.containers if c.project in projects],
-            networks=[n for n in full.networks if n.project in projects],
-        )
-        if plan.empty:
-            return
-        self.log.emit("cleanup_plan", plan=plan.render())
-        try:
+            plan = plan_cleanup(self.out, trials=trials)
+            if plan.empty:
+                return
+            self.log.emit("cleanup_plan", plan=plan.render())
             report = act_cleanup(plan)
-        except UserError as exc:
-            self.log.emit("cleanup_error", error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - Docker down, a safety-module change: report, go on
+            self.log.emit("cleanup_error", error=f"{type(exc).__name__}: {exc}")
             return
         self.log.emit(
             "cleanup",
@@ -681,7 +684,17 @@ class Driver:
                 }
             self._cleanup(trials)
             for job in ended:
-                self._finish(job, stopping=True)
+                try:
+                    self._finish(job, stopping=True)
+                except Exception as exc:  # noqa: BLE001 - finish the others, release every claim
+                    self.log.emit(
+                        "internal_error",
+                        task=job.task,
+                        arm=job.arm.name,
+                        error=f"{type(exc).__name__}: {exc}",
+                    )
+                    with contextlib.suppress(Exception):
+                        claimsmod.release(self.out, job.claim)
         done = sum(1 for p in all_pairs if pair_done(self.out, *p))
         self.log.emit(
             "runner_exit",

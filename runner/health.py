@@ -209,17 +209,9 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
 
 
 def _leak_plan(out: Path, trials: set[str]):
-    from runner.cleanup import CleanupPlan, plan_cleanup
+    from runner.cleanup import plan_cleanup
 
-    projects = {compose_project(t) for t in trials}
-    full = plan_cleanup(out)
-    return CleanupPlan(
-        out=full.out,
-        scope={"trials": "ended"},
-        projects=sorted(projects & set(full.projects)),
-        containers=[c for c in full.containers if c.project in projects],
-        networks=[n for n in full.networks if n.project in projects],
-    )
+    return plan_cleanup(out, trials=trials)
 
 
 def fix(out: Path) -> HealthReport:

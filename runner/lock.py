@@ -54,7 +54,9 @@ def read_holder(path: Path) -> Holder | None:
     """The holder recorded in a lock/claim file; None when missing or unreadable."""
     try:
         d = json.loads(path.read_text())
-        return Holder(int(d["pid"]), float(d["create_time"]), str(d["host"]), d.get("since", ""), d.get("run_id", ""))
+        return Holder(
+            int(d["pid"]), float(d["create_time"]), str(d["host"]), d.get("since", ""), d.get("run_id", "")
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -121,7 +123,9 @@ class RunnerLock:
     def release(self) -> None:
         with dir_mutex(self.path.parent):
             current = read_holder(self.path)
-            if current is not None and current.pid == self.holder.pid and same_start(
-                current.create_time, self.holder.create_time
+            if (
+                current is not None
+                and current.pid == self.holder.pid
+                and same_start(current.create_time, self.holder.create_time)
             ):
                 self.path.unlink(missing_ok=True)
