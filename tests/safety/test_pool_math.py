@@ -1,0 +1,57 @@
+"""Properties of the pure parts of the safety rules, checked against independent computations."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from harbor.environments.docker.docker import _sanitize_docker_compose_project_name
+from hypothesis import given
+from hypothesis import strategies as st
+
+from runner.docker_pool import Pool, _slots, is_ours, pools_from_info
+from runner.dockerapi import COMPOSE_PROJECT
+from runner.tree import compose_project
+
+nets = st.builds(
+    lambda addr, plen: ipaddress.ip_network(f"{ipaddress.IPv4Address(addr)}/{plen}", strict=False),
+    st.integers(0, 2**32 - 1),
+    st.integers(8, 30),
+)
+pools = st.builds(
+    lambda base, extra: Pool(base=str(base), size=min(base.prefixlen + extra, 30), capacity=0),
+    st.builds(
+        lambda a, p: ipaddress.ip_network(f"{ipaddress.IPv4Address(a)}/{p}", strict=False),
+        st.integers(0, 2**32 - 1),
+        st.integers(12, 24),
+    ),
+    st.integers(0, 6),
+)
+
+
+@given(nets, pools)
+def test_slots_are_exactly_the_overlapping_predefined_subnets(subnet, pool):
+    base = ipaddress.ip_network(pool.base)
+    brute = {i for i, s in enumerate(base.subnets(new_prefix=pool.size)) if s.overlaps(subnet)}
+    assert _slots(subnet, pool) == brute
+
+
+@given(st.text(min_size=1, max_size=40))
+def test_our_compose_project_is_harbors(trial_name):
+    """The label we compare against is the one harbor 0.25.0 itself gives the trial's project."""
+    assert compose_project(trial_name) == _sanitize_docker_compose_project_name(f"{trial_name}__env")
+
+
+@given(st.text(min_size=1, max_size=30), st.text(min_size=1, max_size=3))
+def test_ours_is_exact_equality(project, noise):
+    assert is_ours({COMPOSE_PROJECT: project}, {project})
+    for other in (project + noise, noise + project, project.upper() if project.upper() != project else None):
+        if other is not None and other != project:
+            assert not is_ours({COMPOSE_PROJECT: other}, {project})
+    assert not is_ours({"name": project}, {project}) and not is_ours(None, {project})
+
+
+def test_builtin_pools_hold_31_networks():
+    assert sum(p.capacity for p in pools_from_info({})) == 31
+    assert [
+        p.capacity for p in pools_from_info({"DefaultAddressPools": [{"Base": "10.10.0.0/16", "Size": 24}]})
+    ] == [256]
