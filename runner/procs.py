@@ -384,7 +384,7 @@ def _wait(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
 
 
 def _signal_all(
-    targets: list[StopTarget], sig: signal.Signals, report: StopReport, prot: set[int]
+    targets: list[StopTarget], sig: signal.Signals, report: StopReport, prot: set[int], by_group: bool = True
 ) -> list[psutil.Process]:
     """Signal each still-verified target: by group when it leads a group with no protected
     member, else alone. Returns every process that was reached (for waiting)."""
@@ -402,7 +402,7 @@ def _signal_all(
                 report.skipped.append(StopSkip(t.pid, t.argv, "already exited or PID reused before signal"))
             continue
         pgid = _pgid(t.pid)
-        if pgid == t.pid and pgid not in done_groups:
+        if by_group and pgid == t.pid and pgid not in done_groups:
             members = _group_members(pgid)
             if not any(m.pid in prot for m in members):
                 # re-check identity right before the signal (PID reuse)
@@ -429,17 +429,18 @@ def _signal_all(
     return list(reached.values())
 
 
-def act_stop(plan: StopPlan, grace_sec: float = DEFAULT_GRACE_SEC) -> StopReport:
-    """TERM the planned processes (by group where safe), wait ``grace_sec``, KILL what is left."""
+def act_stop(plan: StopPlan, grace_sec: float = DEFAULT_GRACE_SEC, *, by_group: bool = True) -> StopReport:
+    """TERM the planned processes (by group where safe; ``by_group=False``: each process alone,
+    e.g. "the runner only"), wait ``grace_sec``, KILL what is left."""
     prot = protected_pids()
     report = StopReport()
-    reached = _signal_all(plan.targets, signal.SIGTERM, report, prot)
+    reached = _signal_all(plan.targets, signal.SIGTERM, report, prot, by_group)
     alive = _wait(reached, grace_sec)
     if alive:
         alive_pids = {p.pid for p in alive}
         leftovers = [t for t in plan.targets if t.pid in alive_pids]
         # group members not in the plan (orphans of a group we led) are reached via their leader
-        reached += _signal_all(leftovers, signal.SIGKILL, report, prot)
+        reached += _signal_all(leftovers, signal.SIGKILL, report, prot, by_group)
         for p in alive:
             if p.pid not in {t.pid for t in leftovers} and p.pid not in prot and not _gone(p):
                 try:

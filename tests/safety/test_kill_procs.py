@@ -326,3 +326,19 @@ def test_the_runner_is_signalled_first(spawn, tmp_path):
     report = act_stop(plan, grace_sec=5)
     assert [s.pid for s in report.signalled] == [runner.pid, harbor.pid]
     assert runner.wait(10) == -signal.SIGTERM and harbor.wait(10) == -signal.SIGTERM
+
+
+def test_by_group_false_signals_only_the_planned_process(spawn, tmp_path):
+    """The console's "stop the runner only": the runner's group mates are not signalled."""
+    out = tmp_path / "out"
+    runner = spawn(["bash", "-c", "sleep 600 & wait"], group=True)
+    time.sleep(0.3)
+    (mate,) = psutil.Process(runner.pid).children()
+    Registry(out).register(runner.pid, "runner", runner.args)
+    plan = plan_stop(out)
+    plan.targets = [t for t in plan.targets if t.pid == runner.pid]
+    report = act_stop(plan, grace_sec=5, by_group=False)
+    assert [(s.pid, s.how) for s in report.signalled] == [(runner.pid, "process")]
+    assert runner.wait(10) == -signal.SIGTERM
+    assert _alive(mate)
+    mate.kill()  # the test's own leftover, by the psutil handle (PID + create time)
