@@ -159,7 +159,7 @@ def _slots(subnet: ipaddress._BaseNetwork, pool: Pool) -> set[int]:
     """Indices of the pool's predefined subnets that ``subnet`` overlaps (the allocator skips
     every predefined subnet overlapping an allocated one)."""
     base = ipaddress.ip_network(pool.base)
-    if subnet.version != base.version or not subnet.overlaps(base):
+    if subnet.version != base.version or pool.size < base.prefixlen or not subnet.overlaps(base):
         return set()
     shift = base.max_prefixlen - pool.size
     lo = max(int(subnet.network_address), int(base.network_address))
@@ -239,6 +239,9 @@ def pool_status(
                 driver=attrs.get("Driver", ""),
             )
         )
+    route_nets = [
+        ipaddress.ip_network(r, strict=False) for r in (host_routes() if routes is None else routes)
+    ]
     used_ours = used_foreign = blocked = 0
     for i, p in enumerate(pools):
         p.used = len(taken[i])
@@ -246,8 +249,8 @@ def pool_status(
         used_ours += o
         used_foreign += p.used - o
         routed: set[int] = set()
-        for r in host_routes() if routes is None else routes:
-            routed |= _slots(ipaddress.ip_network(r, strict=False), p)
+        for r in route_nets:
+            routed |= _slots(r, p)
         p.blocked = len(routed - set(taken[i]))
         blocked += p.blocked
     capacity = sum(p.capacity for p in pools)
