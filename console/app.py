@@ -306,6 +306,7 @@ class ConsoleApp(App[int]):
     def grid_selected(self, msg: Grid.Selected) -> None:
         self.selected = (msg.task, msg.arm) if msg.task else None
         self._paint_detail()
+        self._paint_panels()
         if msg.open and self.selected:
             self.action_open()
 

@@ -20,6 +20,10 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("escape,n", "cancel", "Cancel"),
         Binding("y", "confirm", "Yes, do it"),
         Binding("left,right,tab", "app.focus_next", "Switch", show=False),
+        Binding("up,k", "scroll(-1)", "Scroll plan", show=False),
+        Binding("down,j", "scroll(1)", "Scroll plan", show=False),
+        Binding("pageup", "scroll(-10)", "", show=False),
+        Binding("pagedown", "scroll(10)", "", show=False),
     ]
 
     def __init__(self, title: str, plan_text: str, confirm_label: str = "Do it") -> None:
@@ -46,6 +50,9 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def action_cancel(self) -> None:
         self.dismiss(False)
+
+    def action_scroll(self, lines: int) -> None:
+        self.query_one("#confirm-plan", VerticalScroll).scroll_relative(y=lines, animate=False)
 
     def action_confirm(self) -> None:
         self.dismiss(True)
