@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Mapping
+from datetime import UTC
 from typing import Any
 
 from rich.text import Text
@@ -108,12 +109,12 @@ def elapsed_sec(cell: Any, now: float | None = None) -> float | None:
             job = get(attempts[-1], "job")
             started = get(job, "started_at")
             if isinstance(started, str):
-                from datetime import datetime, timezone
+                from datetime import datetime
 
                 try:
                     t = datetime.fromisoformat(started.replace("Z", "+00:00"))
                     if t.tzinfo is None:
-                        t = t.replace(tzinfo=timezone.utc)
+                        t = t.replace(tzinfo=UTC)
                     return max(0.0, now - t.timestamp())
                 except ValueError:
                     pass
