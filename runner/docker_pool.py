@@ -10,6 +10,7 @@ reclaims empty networks that are ours (never anyone else's).
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
 import re
@@ -53,6 +54,41 @@ DEFAULT_MARGIN = 2
 
 # --- "is this compose project ours": the one rule ----------------------------------------
 
+# harbor/trial/trial.py _MAX_VERIFIER_ENV_SESSION_ID_LEN
+_MAX_VERIFIER_SESSION_LEN = 63
+# harbor/trial/single_step.py: a single-step task's separate verifier environment uses this key;
+# multi-step tasks use the step name (their trial dir has steps/<name>/).
+SINGLE_STEP_VERIFIER_KEY = "trial"
+
+
+def verifier_session_id(trial_name: str, key: str) -> str:
+    """harbor 0.25.0 ``Trial._separate_verifier_session_id``: the session id of a trial's separate
+    verifier environment (chars outside alnum and "-._" become "_"; over 63 chars: cut + sha1)."""
+    raw = f"{trial_name}__verifier__{key}"
+    safe = "".join(ch if ch.isalnum() or ch in "-._" else "_" for ch in raw)
+    if len(safe) <= _MAX_VERIFIER_SESSION_LEN:
+        return safe
+    suffix = "__" + hashlib.sha1(safe.encode()).hexdigest()[:8]
+    return safe[: _MAX_VERIFIER_SESSION_LEN - len(suffix)].rstrip("-._") + suffix
+
+
+def verifier_compose_project(trial_name: str, key: str) -> str:
+    """The compose project of a trial's separate verifier environment. Uses the one sanitizer in
+    ``runner.tree.compose_project`` (which appends "__env", all valid chars, so it strips off)."""
+    return compose_project(verifier_session_id(trial_name, key)).removesuffix("__env")
+
+
+def trial_projects(trial_dir: Path) -> set[str]:
+    """Every compose project harbor may create for one trial: its environment, and the separate
+    verifier environments (single-step key, and one per step dir)."""
+    name = trial_dir.name
+    keys = {SINGLE_STEP_VERIFIER_KEY}
+    try:
+        keys |= {d.name for d in (trial_dir / "steps").iterdir() if d.is_dir()}
+    except OSError:
+        pass
+    return {compose_project(name)} | {verifier_compose_project(name, k) for k in keys}
+
 
 def our_projects(
     out: Path,
@@ -76,7 +112,7 @@ def our_projects(
                 continue
             if wanted is not None and tdir.name not in wanted:
                 continue
-            projects.add(compose_project(tdir.name))
+            projects |= trial_projects(tdir)
     return projects
 
 

@@ -28,6 +28,7 @@ from runner.docker_pool import (
 )
 from runner.dockerapi import COMPOSE_PROJECT, connect
 from runner.errors import UserError
+from runner.tree import compose_project
 
 pytestmark = pytest.mark.docker
 
@@ -48,8 +49,8 @@ def test_fill_until_daemon_refuses(private_dockerd, tmp_path, uid):
     pd = private_dockerd
     client = pd.client
     out = make_tree(tmp_path / "out", {("calc", "codex"): [f"calc__{uid}A", f"calc__{uid}B"]})
-    ours = sorted(our_projects(out))
-    assert len(ours) == 2
+    ours = sorted(compose_project(t) for t in (f"calc__{uid}A", f"calc__{uid}B"))
+    assert set(ours) <= our_projects(out)
     foreign = _one_char_off(ours[0])
 
     routed = list(ipaddress.ip_network(pd.pool_base).subnets(new_prefix=pd.pool_size))[1]
@@ -131,7 +132,8 @@ def test_reclaim_keeps_networks_with_containers_and_foreign_ones(private_dockerd
     """An empty network of ours is reclaimed; a foreign empty one and the private daemon's others stay."""
     client = private_dockerd.client
     out = make_tree(tmp_path / "out", {("t", "a"): [f"t__{uid}"]})
-    (ours,) = our_projects(out)
+    ours = compose_project(f"t__{uid}")
+    assert ours in our_projects(out)
     mine = client.networks.create(f"{ours}_default", labels={COMPOSE_PROJECT: ours})
     other = client.networks.create(f"x{ours}_default", labels={COMPOSE_PROJECT: f"x{ours}"})
     unlabelled = client.networks.create(f"{ours}_default_copy")

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import ipaddress
+from types import SimpleNamespace
 
 from harbor.environments.docker.docker import _sanitize_docker_compose_project_name
-from hypothesis import given
+from harbor.trial.trial import Trial
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.docker_pool import Pool, _slots, is_ours, pools_from_info
+from runner.docker_pool import (
+    Pool,
+    _slots,
+    is_ours,
+    our_projects,
+    pools_from_info,
+    verifier_compose_project,
+    verifier_session_id,
+)
 from runner.dockerapi import COMPOSE_PROJECT
 from runner.tree import compose_project
 
@@ -28,6 +38,7 @@ pools = st.builds(
 )
 
 
+@settings(deadline=None)  # a shared, loaded machine: no per-example time limit
 @given(nets, pools)
 def test_slots_are_exactly_the_overlapping_predefined_subnets(subnet, pool):
     base = ipaddress.ip_network(pool.base)
@@ -35,12 +46,14 @@ def test_slots_are_exactly_the_overlapping_predefined_subnets(subnet, pool):
     assert _slots(subnet, pool) == brute
 
 
+@settings(deadline=None)  # a shared, loaded machine: no per-example time limit
 @given(st.text(min_size=1, max_size=40))
 def test_our_compose_project_is_harbors(trial_name):
     """The label we compare against is the one harbor 0.25.0 itself gives the trial's project."""
     assert compose_project(trial_name) == _sanitize_docker_compose_project_name(f"{trial_name}__env")
 
 
+@settings(deadline=None)  # a shared, loaded machine: no per-example time limit
 @given(st.text(min_size=1, max_size=30), st.text(min_size=1, max_size=3))
 def test_ours_is_exact_equality(project, noise):
     assert is_ours({COMPOSE_PROJECT: project}, {project})
@@ -55,3 +68,27 @@ def test_builtin_pools_hold_31_networks():
     assert [
         p.capacity for p in pools_from_info({"DefaultAddressPools": [{"Base": "10.10.0.0/16", "Size": 24}]})
     ] == [256]
+
+
+@settings(deadline=None)  # a shared, loaded machine: no per-example time limit
+@given(st.text(min_size=1, max_size=60), st.text(min_size=1, max_size=30))
+def test_verifier_projects_are_harbors(trial_name, key):
+    """A trial's separate verifier environment: harbor's own session id and sanitizer, called on
+    a stand-in trial holding only the name (the method reads nothing else)."""
+    session = Trial._separate_verifier_session_id(
+        SimpleNamespace(config=SimpleNamespace(trial_name=trial_name)), key
+    )
+    assert verifier_session_id(trial_name, key) == session
+    assert verifier_compose_project(trial_name, key) == _sanitize_docker_compose_project_name(session)
+
+
+def test_our_projects_include_verifier_environments(tmp_path):
+    job = tmp_path / "out" / "calc" / "codex" / "s1" / "codex"
+    (job / "calc__AbC" / "steps" / "build").mkdir(parents=True)
+    (job / "calc__AbC" / "steps" / "grade").mkdir()
+    assert our_projects(tmp_path / "out") == {
+        "calc__abc__env",
+        "calc__abc__verifier__trial",
+        "calc__abc__verifier__build",
+        "calc__abc__verifier__grade",
+    }
