@@ -17,6 +17,8 @@ Public API (stable; other areas build on it):
     model.claims: set[(task, arm)]          pairs with a claim file in <out>/.claims
     model.unreadable: list[str]             files unreadable at the last read (relative paths)
     model.is_output_tree / model.n_attempts facts for "not an output tree" / "empty tree" messages
+    pair_done(out, task, arm) -> bool       the runner's skip test, same dirs and exclusions as the model
+    open_tree(out) -> RunModel              load for a command; one-line UserError on bad input
 
     Cell: task, arm, status (pending|running|done|errored|voided), reward, partial, pass_rate,
           build_failed, cost_usd, cost_usd_all, n_input_tokens, n_output_tokens, wall_sec,
@@ -34,7 +36,10 @@ Rules applied here (each from the issue, none re-implemented from runner.rules):
   and is marked ``stale``; the cell says ``unreadable``;
 - arm dirs owned by another uid than the tree's owner are excluded (``model.excluded``);
   ``<arm>-<pid>`` dirs count as ``<arm>``;
-- run scoping uses the runner's own stamps and events, never file mtimes.
+- run scoping uses the runner's own stamps and events, never file mtimes: the current run is the
+  last ``{"event": "runner_start", "run_id", "ts", "tasks", "arms"}`` of ``.runner/events.jsonl``;
+  an attempt belongs to the run whose event names its ``(task, arm, stamp)`` (``job_start`` etc.),
+  else to the last runner start at or before its stamp's time (both written by the runner's clock).
 
 Thread-safety: the model is not locked; the console feeds ``update`` from one worker and reads the
 cells it returns.
@@ -42,6 +47,7 @@ cells it returns.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from collections.abc import Iterable
@@ -210,8 +216,33 @@ def _sum_opt(vals: Iterable[float | int | None]):
     return sum(got) if got else None
 
 
+_NO_FIGURES = Figures()
+
+
 def _figures(trials: Iterable[TrialRecord]) -> Figures:
     done = [t for t in trials if t.finished]
+    if not done:
+        return _NO_FIGURES
+    if len(done) == 1:  # the usual shape (one task per job, one attempt): no aggregation needed
+        t = done[0]
+        m, r = t.metrics, t.receipt
+        score = m.state == results.OK
+        r = r if r is not None and r.state == results.OK else None
+        return Figures(
+            reward=t.reward,
+            partial=m.partial if score else None,
+            pass_rate=m.pass_rate if score else None,
+            build_failed=m.build_failed if score else False,
+            cost_usd=t.cost_usd,
+            n_input_tokens=t.n_input_tokens,
+            n_output_tokens=t.n_output_tokens,
+            wall_sec=t.wall_sec,
+            continuations=r.continuations if r else None,
+            unblocks=r.unblocks if r else None,
+            error_events=r.error_events if r else None,
+            goal_status=r.final_goal_status if r else None,
+            in_progress_metrics=m.state == results.IN_PROGRESS,
+        )
     rewards = [t.reward for t in done if t.reward is not None]
     partials = [t.partial for t in done if t.metrics.is_score and t.partial is not None]
     rates = [t.pass_rate for t in done if t.metrics.is_score and t.pass_rate is not None]
@@ -405,13 +436,22 @@ class RunModel:
         self._event_stamp_run: dict[AttemptKey | tuple[str, str, str], str] = {}
         self._scoped_cache: dict[str, dict[Key, Cell]] = {}
         self.markers: set[str] = set()
+        self._prev: RunModel | None = None  # during refresh(): the model whose last good values to keep
 
     # ---------------------------------------------------------------- public
 
     @classmethod
     def load(cls, out: Path | str) -> RunModel:
         m = cls(out)
-        m._scan_all()
+        # Tens of thousands of small records and no cycles among them: the cyclic GC would only
+        # re-walk them again and again during the scan.
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            m._scan_all()
+        finally:
+            if was:
+                gc.enable()
         return m
 
     @property
@@ -519,8 +559,15 @@ class RunModel:
             self._owner = None
         self._read_events()
         self._read_claims()
+        todo: list[tuple[str, str, str]] = []
         for task in tree.list_dirs(self._out_s):
-            self._scan_task(task)
+            self._task_dirs.add(task)
+            for arm_dir in tree.list_dirs(f"{self._out_s}/{task}"):
+                adir = f"{self._out_s}/{task}/{arm_dir}"
+                if not self._arm_excluded(task, arm_dir, adir):
+                    todo.extend((task, arm_dir, stamp) for stamp in tree.list_dirs(adir))
+        for key, got in zip(todo, _read_stamps(self._out_s, todo), strict=True):
+            self._scan_stamp(*key, pre=got)
         self._scan_voided()
         self._assign_runs()
         self._rebuild(None)
@@ -577,10 +624,10 @@ class RunModel:
         if a is not None:
             self._by_pair.get((a.task, a.arm), set()).discard(key)
 
-    def _scan_stamp(self, task: str, arm_dir: str, stamp: str) -> None:
-        sdir = os.path.join(self._out_s, task, arm_dir, stamp)
-        name = tree.job_name_in(sdir, arm_dir)
-        if name is None:
+    def _scan_stamp(self, task: str, arm_dir: str, stamp: str, pre: _Stamp | None | bool = False) -> None:
+        sdir = f"{self._out_s}/{task}/{arm_dir}/{stamp}"
+        got = _read_stamp(sdir, arm_dir) if pre is False else pre
+        if got is None:
             key = (task, arm_dir, stamp)
             a = self._attempts.get(key)
             if a is not None and not a.voided_trials:
@@ -589,29 +636,28 @@ class RunModel:
                 a = self._get_attempt(task, arm_dir, stamp)
                 a.job_dir, a.job, a.trials = None, None, {}
             return
+        name, job, trials = got
         a = self._get_attempt(task, arm_dir, stamp)
-        a.job_dir = os.path.join(sdir, name)
-        self._read_job(a)
-        names = tree.list_dirs(a.job_dir)
+        a.job_dir = f"{sdir}/{name}"
+        self._set_job(a, job)
         old = a.trials
-        a.trials = {}
-        for n in names:
-            a.trials[n] = self._read_trial(os.path.join(a.job_dir, n), old.get(n) or self._prev_trial(a, n))
+        a.trials = {n: _merge_trial(t, old.get(n) or self._prev_trial(a, n)) for n, t in trials.items()}
 
     def _prev_trial(self, a: Attempt, name: str) -> TrialRecord | None:
-        prev = getattr(self, "_prev", None)
-        if prev is None:
+        if self._prev is None:
             return None
-        pa = prev._attempts.get(a.key)
+        pa = self._prev._attempts.get(a.key)
         return pa.trials.get(name) if pa else None
 
     def _read_job(self, a: Attempt) -> None:
         assert a.job_dir is not None
-        rec = results.read_job(a.job_dir)
+        self._set_job(a, results.read_job(a.job_dir))
+
+    def _set_job(self, a: Attempt, rec: JobRecord) -> None:
+        """Set the job record; one unreadable now keeps the last good one (marked stale)."""
         old = a.job
         if old is None:
-            prev = getattr(self, "_prev", None)
-            pa = prev._attempts.get(a.key) if prev is not None else None
+            pa = self._prev._attempts.get(a.key) if self._prev is not None else None
             old = pa.job if pa else None
         if rec.state in (results.UNREADABLE, results.EMPTY) and old is not None and old.state == results.OK:
             rec = replace(old, stale=True, error=rec.error)
@@ -619,22 +665,7 @@ class RunModel:
 
     @staticmethod
     def _read_trial(tdir: str, old: TrialRecord | None) -> TrialRecord:
-        rec = results.read_trial(tdir)
-        if old is None:
-            return rec
-        stale = False
-        if rec.state in (results.UNREADABLE, results.EMPTY) and old.state == results.OK:
-            rec = replace(old, metrics=rec.metrics, receipt=rec.receipt, error=rec.error)
-            stale = True
-        m_old, m_new = old.metrics, rec.metrics
-        if m_old.is_score and m_new.state in (results.UNREADABLE, results.EMPTY):
-            rec = replace(rec, metrics=replace(m_old, error=m_new.error))
-            stale = True
-        elif m_old.is_score and m_new.state == results.IN_PROGRESS:
-            rec = replace(rec, metrics=m_old)  # a verifier rerun started: not a score, keep the last one
-        if stale:
-            rec = replace(rec, stale=True)
-        return rec
+        return _merge_trial(results.read_trial(tdir), old)
 
     # ---------------------------------------------------------------- voided
 
@@ -921,10 +952,76 @@ def _void_reason(*dirs: str) -> str:
             continue
         for line in text.splitlines():
             line = line.strip().lstrip("#").strip()
+            if line.lower().startswith("voided:"):  # runner.void writes "# Voided: <reason>"
+                line = line[len("voided:") :].strip()
             if line and line.lower() not in ("voided", "voided trial"):
                 return line[:200]
         return "voided (README empty)"
     return "voided (no README)"
+
+
+_Stamp = tuple[str, JobRecord, dict[str, TrialRecord]]
+
+
+def _merge_trial(rec: TrialRecord, old: TrialRecord | None) -> TrialRecord:
+    """The fresh record, except that a file unreadable now keeps its last good value (marked stale)."""
+    if old is None:
+        return rec
+    stale = False
+    if rec.state in (results.UNREADABLE, results.EMPTY) and old.state == results.OK:
+        rec = replace(old, metrics=rec.metrics, receipt=rec.receipt, error=rec.error)
+        stale = True
+    m_old, m_new = old.metrics, rec.metrics
+    if m_old.is_score and m_new.state in (results.UNREADABLE, results.EMPTY):
+        rec = replace(rec, metrics=replace(m_old, error=m_new.error))
+        stale = True
+    elif m_old.is_score and m_new.state == results.IN_PROGRESS:
+        rec = replace(rec, metrics=m_old)  # a verifier rerun started: not a score, keep the last one
+    if stale:
+        rec = replace(rec, stale=True)
+    return rec
+
+
+def _read_stamp(sdir: str, arm_dir: str) -> _Stamp | None:
+    """Read one attempt's job dir (job record and trials) without touching the model; None if no job dir."""
+    name = tree.job_name_in(sdir, arm_dir)
+    if name is None:
+        return None
+    jdir = f"{sdir}/{name}"
+    return name, results.read_job(jdir), {n: results.read_trial(f"{jdir}/{n}") for n in tree.list_dirs(jdir)}
+
+
+def _read_stamps(out: str, todo: list[tuple[str, str, str]]) -> list[_Stamp | None]:
+    """``_read_stamp`` for many attempts. One thread: reader threads were measured slower (GIL)."""
+    return [_read_stamp(f"{out}/{t}/{a}/{s}", a) for t, a, s in todo]
+
+
+def pair_done(out: Path | str, task: str, arm: str) -> bool:
+    """True when some attempt of (task, arm) is done, read the way the model reads it.
+
+    For the runner's skip decision without loading the whole tree: the same dirs count (``<arm>``
+    and ``<arm>-<pid>``), leftover arm dirs owned by another uid than the tree's owner do not, and
+    done is ``runner.rules.is_done`` of the job's stats (via ``results.read_job``).
+    """
+    base = os.path.abspath(out)
+    try:
+        owner = os.stat(base).st_uid
+    except OSError:
+        return False
+    for arm_dir in tree.list_dirs(f"{base}/{task}"):
+        if tree.arm_of_dir(arm_dir) != arm:
+            continue
+        adir = f"{base}/{task}/{arm_dir}"
+        try:
+            if os.stat(adir).st_uid != owner:
+                continue
+        except OSError:
+            continue
+        for stamp in tree.list_dirs(adir):
+            name = tree.job_name_in(f"{adir}/{stamp}", arm_dir)
+            if name is not None and results.read_job(f"{adir}/{stamp}/{name}").done:
+                return True
+    return False
 
 
 def open_tree(out: Path | str) -> RunModel:

@@ -271,6 +271,8 @@ def render_md(rep: dict[str, Any]) -> str:
     )
     lines.append("|---" * 10 + "|")
     for p in rep["paired"]:
+        if not p["n"]:
+            continue  # no task both completed: nothing to compare (still listed in the JSON)
         lines.append(
             f"| {p['a']} | {p['b']} | {p['n']} | {_f(p['partial_a'])} | {_f(p['partial_b'])} | {_f(p['partial_diff'])} | "
             f"{p['wins']}/{p['losses']}/{p['ties']} | {_f(p['sign_test_p'], 4)} | {_f(p['reward_a'])} | {_f(p['reward_b'])} |"
@@ -342,7 +344,7 @@ def render_html(rep: dict[str, Any]) -> str:
     parts.append("</table><h2>Paired comparisons</h2><table><tr>")
     heads = ["a", "b", "n", "partial a", "partial b", "diff", "W/L/T", "sign p"]
     parts += [f"<th>{h}</th>" for h in heads] + ["</tr>"]
-    for p in rep["paired"]:
+    for p in (p for p in rep["paired"] if p["n"]):
         vals = [p["a"], p["b"], p["n"], _f(p["partial_a"]), _f(p["partial_b"]), _f(p["partial_diff"])]
         vals += [f"{p['wins']}/{p['losses']}/{p['ties']}", _f(p["sign_test_p"], 4)]
         parts.append("<tr>" + "".join(f"<td>{e(str(v))}</td>" for v in vals) + "</tr>")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -49,23 +50,42 @@ class Loaded:
         return self.state == OK
 
 
+_CHUNK = 1 << 18
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """A whole small file with the fewest syscalls (open, read, close): the scanner's hot path."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, _CHUNK)
+        if len(data) == _CHUNK:  # a big file: read the rest
+            parts = [data]
+            while chunk := os.read(fd, _CHUNK):
+                parts.append(chunk)
+            data = b"".join(parts)
+        return data
+    finally:
+        os.close(fd)
+
+
 def load_json(path: Path | str) -> Loaded:
     """Read a JSON object file; never raises. Non-objects count as unreadable."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        return Loaded(None, MISSING)
-    except NotADirectoryError:
+        raw = read_bytes(path)
+    except (FileNotFoundError, NotADirectoryError):
         return Loaded(None, MISSING)
     except OSError as exc:
         return Loaded(None, UNREADABLE, f"{type(exc).__name__}: {exc.strerror or exc}")
-    if not raw.strip():
-        return Loaded(None, EMPTY, "empty file")
+    return _parse_json(raw)
+
+
+def _parse_json(raw: bytes) -> Loaded:
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         # JSONDecodeError and UnicodeDecodeError are ValueErrors.
+        if not raw.strip():
+            return Loaded(None, EMPTY, "empty file")
         return Loaded(None, UNREADABLE, f"{type(exc).__name__}: {str(exc)[:120]}")
     if not isinstance(data, dict):
         return Loaded(None, UNREADABLE, f"not a JSON object ({type(data).__name__})")
@@ -73,15 +93,22 @@ def load_json(path: Path | str) -> Loaded:
 
 
 def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
+    """A finite JSON number as float, else None (bools are not numbers). ``type`` checks: hot path."""
+    t = type(v)
+    if t is float:
+        return v if math.isfinite(v) else None
+    if t is int:
+        return float(v)
+    return None
 
 
 def _int(v: Any) -> int:
-    f = _num(v)
-    return int(f) if f is not None else 0
+    t = type(v)
+    if t is int:
+        return v
+    if t is float and math.isfinite(v):
+        return int(v)
+    return 0
 
 
 def _str(v: Any) -> str | None:
@@ -137,7 +164,7 @@ class JobRecord:
 
 
 def read_job(job_dir: Path | str) -> JobRecord:
-    loaded = load_json(os.path.join(job_dir, RESULT_JSON))
+    loaded = load_json(f"{os.fspath(job_dir)}/{RESULT_JSON}")
     if not loaded.ok:
         return JobRecord(state=loaded.state, error=loaded.error)
     return job_from_dict(loaded.data or {})
@@ -145,14 +172,14 @@ def read_job(job_dir: Path | str) -> JobRecord:
 
 def job_from_dict(d: Mapping[str, Any]) -> JobRecord:
     stats = d.get("stats")
-    if not isinstance(stats, Mapping):
+    if not isinstance(stats, dict):
         stats = {}
     exc_types: list[str] = []
     evals = stats.get("evals")
-    if isinstance(evals, Mapping):
+    if isinstance(evals, dict):
         for ev in evals.values():
-            es = ev.get("exception_stats") if isinstance(ev, Mapping) else None
-            if isinstance(es, Mapping):
+            es = ev.get("exception_stats") if isinstance(ev, dict) else None
+            if isinstance(es, dict):
                 exc_types.extend(str(k) for k in es)
     tok_in, tok_out = _num(stats.get("n_input_tokens")), _num(stats.get("n_output_tokens"))
     return JobRecord(
@@ -211,7 +238,7 @@ def metrics_from_dict(d: Mapping[str, Any]) -> Metrics:
 
 
 def read_metrics(trial_dir: Path | str) -> Metrics:
-    loaded = load_json(os.path.join(trial_dir, *METRICS_JSON))
+    loaded = load_json(f"{os.fspath(trial_dir)}/verifier/metrics.json")
     if not loaded.ok:
         return Metrics(state=loaded.state, error=loaded.error)
     return metrics_from_dict(loaded.data or {})
@@ -278,7 +305,7 @@ def receipt_from_dict(d: Mapping[str, Any]) -> Receipt:
 
 def read_receipt(trial_dir: Path | str) -> Receipt | None:
     """None when the trial has no receipt (harbor's own agents write none)."""
-    loaded = load_json(os.path.join(trial_dir, *RECEIPT_JSON))
+    loaded = load_json(f"{os.fspath(trial_dir)}/agent/goal_receipt.json")
     if loaded.state == MISSING:
         return None
     if not loaded.ok:
@@ -338,11 +365,11 @@ def trial_from_dict(
     name: str, d: Mapping[str, Any], metrics: Metrics, receipt: Receipt | None
 ) -> TrialRecord:
     exc = d.get("exception_info")
-    exc = exc if isinstance(exc, Mapping) else None
+    exc = exc if isinstance(exc, dict) else None
     ar = d.get("agent_result")
-    ar = ar if isinstance(ar, Mapping) else {}
+    ar = ar if isinstance(ar, dict) else {}
     ae = d.get("agent_execution")
-    ae = ae if isinstance(ae, Mapping) else {}
+    ae = ae if isinstance(ae, dict) else {}
 
     def _opt_int(v: Any) -> int | None:
         n = _num(v)
@@ -369,12 +396,45 @@ def trial_from_dict(
     )
 
 
+# harbor writes TrialResult with indent=4 and a fixed key order; everything the model needs comes
+# after "agent_info", while the bulky "config" block comes before it. A raw newline cannot occur
+# inside a JSON string, so this marker can only be the top-level key.
+_TAIL_MARK = b'\n    "agent_info":'
+_TASK_NAME = re.compile(rb'^\s*"task_name":\s*("(?:[^"\\\n]|\\.)*")', re.MULTILINE)
+
+
+def _load_trial_result(path: str) -> Loaded:
+    """``load_json`` for a trial result.json that skips parsing the ``config`` block when it can."""
+    try:
+        raw = read_bytes(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return Loaded(None, MISSING)
+    except OSError as exc:
+        return Loaded(None, UNREADABLE, f"{type(exc).__name__}: {exc.strerror or exc}")
+    i = raw.find(_TAIL_MARK)
+    if i > 0:
+        try:
+            data = json.loads(b"{" + raw[i + 1 :])
+        except (ValueError, RecursionError):
+            data = None
+        if isinstance(data, dict):
+            m = _TASK_NAME.search(raw, 0, i)
+            if m:
+                try:
+                    data["task_name"] = json.loads(m.group(1))
+                except ValueError:
+                    pass
+            return Loaded(data, OK)
+    return _parse_json(raw)
+
+
 def read_trial(trial_dir: Path | str) -> TrialRecord:
     """Read one trial dir (result, metrics, receipt); never raises."""
-    name = os.path.basename(os.fspath(trial_dir).rstrip("/"))
-    metrics = read_metrics(trial_dir)
-    receipt = read_receipt(trial_dir)
-    loaded = load_json(os.path.join(trial_dir, RESULT_JSON))
+    d = os.fspath(trial_dir).rstrip("/")
+    name = os.path.basename(d)
+    metrics = read_metrics(d)
+    receipt = read_receipt(d)
+    loaded = _load_trial_result(f"{d}/{RESULT_JSON}")
     if not loaded.ok:
         return TrialRecord(
             name=name, state=loaded.state, error=loaded.error, metrics=metrics, receipt=receipt

@@ -119,8 +119,9 @@ def _entry_is_dir(e: os.DirEntry) -> bool:
 
 def job_name_in(stamp_dir: str | os.PathLike, arm_dir_name: str) -> str | None:
     """The job dir name under a stamp dir: ``<arm dir>`` or (for ``<arm>-<pid>`` dirs) ``<arm>``."""
-    for name in dict.fromkeys((arm_dir_name, arm_of_dir(arm_dir_name))):
-        if os.path.isdir(os.path.join(stamp_dir, name)):
+    arm = arm_of_dir(arm_dir_name)
+    for name in (arm_dir_name,) if arm == arm_dir_name else (arm_dir_name, arm):
+        if os.path.isdir(f"{os.fspath(stamp_dir)}/{name}"):
             return name
     return None
 

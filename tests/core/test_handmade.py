@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import cli, tree
+from runner import cli, model, tree
 from runner.model import DONE, ERRORED, PENDING, RUNNING, VOIDED, RunModel
 
 pytestmark = pytest.mark.docker
@@ -135,6 +135,11 @@ def test_leftover_dir_of_another_owner_is_excluded_and_arm_pid_counts_as_arm(tre
     assert "nop-4242" not in m.arms
     assert cli.main(["status", str(tree_copy)]) == 0
     assert "excluded: calc-partial/nop: owned by uid 12345" in capsys.readouterr().out
+    # the runner's skip test agrees: a done result only in a leftover dir is not done
+    assert model.pair_done(tree_copy, "calc-partial", "nop")
+    os.rename(task / "nop-4242", tree_copy / "nop-4242-moved-away")
+    assert not model.pair_done(tree_copy, "calc-partial", "nop")
+    assert model.pair_done(tree_copy, "calc-partial", "oracle")
 
 
 def test_json_truncated_mid_write_never_raises_and_keeps_the_last_good_value(tree_copy):
