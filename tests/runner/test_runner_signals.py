@@ -66,23 +66,25 @@ def test_kill9_then_health_fix_resumes_same_config_without_duplicates(docker_eng
     out = out_tree
     tasks = ["calc-partial", "words-passrate"]
     arms = ["oracle", "slow"]
-    proc = start_marathon(
+    # started with --detach: its own session, stdin /dev/null, output in OUT/.runner/runner.log
+    r = run_marathon(
         "run", str(out), "--tasks-dir", str(DEMO_TASKS), "--tasks", ",".join(tasks), "--arms", f"oracle,{SLOW}",
-        "--goal-timeout-sec", "30", "--concurrency", "2", "--max-passes", "2", "--plain", log=tmp_path / "r1.log",
+        "--goal-timeout-sec", "30", "--concurrency", "2", "--max-passes", "2", "--detach", timeout=120,
     )  # fmt: skip
-    try:
+    assert r.returncode == 0, r.stdout + r.stderr
+    pid = int(r.stdout.split("PID ")[1].split()[0])
+    assert os.getsid(pid) == pid != os.getsid(0)  # a session of its own: a hang-up of ours cannot reach it
+    assert os.readlink(f"/proc/{pid}/fd/0") == "/dev/null"
+    assert os.readlink(f"/proc/{pid}/fd/1") == str(out.resolve() / ".runner" / "runner.log")
 
-        def mid_run():
-            fin = {(e["task"], e["arm"]) for e in events(out, "job_finish")}
-            running = [e for e in events(out, "job_start") if (e["task"], e["arm"]) not in fin]
-            return fin and any(e["arm"] == "slow" for e in running)
+    def mid_run():
+        fin = {(e["task"], e["arm"]) for e in events(out, "job_finish")}
+        running = [e for e in events(out, "job_start") if (e["task"], e["arm"]) not in fin]
+        return fin and any(e["arm"] == "slow" for e in running)
 
-        wait_for(mid_run, 300, "a finished pair and a running slow job")
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    wait_for(mid_run, 300, "a finished pair and a running slow job")
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", 30, "the kill")
     fin_before = {(e["task"], e["arm"]) for e in events(out, "job_finish")}
     running_before = {
         (e["task"], e["arm"]): e["pid"]
