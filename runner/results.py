@@ -68,15 +68,20 @@ def read_bytes(path: str | os.PathLike) -> bytes:
         os.close(fd)
 
 
-def load_json(path: Path | str) -> Loaded:
-    """Read a JSON object file; never raises. Non-objects count as unreadable."""
+def _read(path: Path | str) -> bytes | Loaded:
+    """The file's bytes, or the ``Loaded`` that says why there are none (missing, unreadable)."""
     try:
-        raw = read_bytes(path)
+        return read_bytes(path)
     except (FileNotFoundError, NotADirectoryError):
         return Loaded(None, MISSING)
     except OSError as exc:
         return Loaded(None, UNREADABLE, f"{type(exc).__name__}: {exc.strerror or exc}")
-    return _parse_json(raw)
+
+
+def load_json(path: Path | str) -> Loaded:
+    """Read a JSON object file; never raises. Non-objects count as unreadable."""
+    raw = _read(path)
+    return raw if isinstance(raw, Loaded) else _parse_json(raw)
 
 
 def _parse_json(raw: bytes) -> Loaded:
@@ -405,12 +410,9 @@ _TASK_NAME = re.compile(rb'^\s*"task_name":\s*("(?:[^"\\\n]|\\.)*")', re.MULTILI
 
 def _load_trial_result(path: str) -> Loaded:
     """``load_json`` for a trial result.json that skips parsing the ``config`` block when it can."""
-    try:
-        raw = read_bytes(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return Loaded(None, MISSING)
-    except OSError as exc:
-        return Loaded(None, UNREADABLE, f"{type(exc).__name__}: {exc.strerror or exc}")
+    raw = _read(path)
+    if isinstance(raw, Loaded):
+        return raw
     i = raw.find(_TAIL_MARK)
     if i > 0:
         try:
