@@ -184,3 +184,24 @@ def test_progress_plain_lines_json_and_tty_bars():
     )
     assert [json.loads(ln)["event"] for ln in js.getvalue().splitlines()] == ["runner_start", "gate_wait"]
     assert "oracle [" in tty.getvalue() and "1/2 done" in tty.getvalue() and "\x1b[" in tty.getvalue()
+
+
+def test_health_flags_a_trial_past_its_budget(tmp_path, live_other):
+    """A running trial (no result.json) whose pair is held by a live claim, started (by its UTC stamp)
+    longer ago than goal budget + verifier x mult + slack, is reported; a fresh one is not."""
+    from runner.health import check
+
+    tasks = tmp_path / "tasks"
+    (tasks / "t1").mkdir(parents=True)
+    (tasks / "t1" / "task.toml").write_text("[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 10.0\n")
+    out = tmp_path / "out"
+    write_driver_env(
+        resolve(out, {"tasks_dir": str(tasks), "arms": ["nop"], "goal_timeout_sec": 30}, environ={})
+    )
+    for stamp in ("2020-01-01__00-00-00", "2999-01-01__00-00-00"):
+        (out / "t1" / "nop" / stamp / "nop" / "t1__abcdefg").mkdir(parents=True)
+    claims.try_claim(out, "t1", "nop", _holder_of(live_other))
+    rep, _ = check(out)
+    past = [f for f in rep.findings if f.kind == "past_budget"]
+    assert [f.data["stamp"] for f in past] == ["2020-01-01__00-00-00"]
+    assert rep.running_trials == 2 and not rep.ok
