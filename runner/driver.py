@@ -305,6 +305,12 @@ class Driver:
         except OSError:
             pass
         check_agents(list(self.specs.values()))
+        if self.cfg.env == "docker":
+            from runner.docker_pool import pool_status
+
+            pool_status(
+                None
+            )  # the engine must answer now: one clear line (exit 3) instead of a day of gate errors
         missing = missing_env_refs(self.cfg.agent_env)
         if missing:
             raise UserError(

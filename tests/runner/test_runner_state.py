@@ -205,3 +205,17 @@ def test_health_flags_a_trial_past_its_budget(tmp_path, live_other):
     past = [f for f in rep.findings if f.kind == "past_budget"]
     assert [f.data["stamp"] for f in past] == ["2020-01-01__00-00-00"]
     assert rep.running_trials == 2 and not rep.ok
+
+
+def test_unreachable_engine_is_one_line_exit_3_and_nothing_written(tmp_path):
+    import os
+
+    from runner_support import DEMO_TASKS, run_marathon
+
+    out = tmp_path / "out"
+    r = run_marathon(
+        "run", str(out), "--tasks-dir", str(DEMO_TASKS), "--arms", "nop", timeout=60,
+        DOCKER_HOST=f"unix://{tmp_path}/no-such.sock", PATH=os.environ["PATH"],
+    )  # fmt: skip
+    assert r.returncode == 3 and r.stderr.count("\n") == 1 and "no Docker engine" in r.stderr
+    assert not out.exists()
