@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import json
 import os
 import re
 import time
@@ -78,9 +79,22 @@ def verifier_compose_project(trial_name: str, key: str) -> str:
     return compose_project(verifier_session_id(trial_name, key)).removesuffix("__env")
 
 
+def is_harbor_trial(trial_dir: Path) -> bool:
+    """True when the dir holds harbor's trial ``config.json`` naming this very trial. harbor writes
+    it first thing in ``Trial.run`` (``_init_result``), before any container exists, so a dir
+    without it has no Docker objects -- and a mistyped OUT never makes other people's objects ours."""
+    try:
+        cfg = json.loads((trial_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(cfg, dict) and cfg.get("trial_name") == trial_dir.name
+
+
 def trial_projects(trial_dir: Path) -> set[str]:
     """Every compose project harbor may create for one trial: its environment, and the separate
-    verifier environments (single-step key, and one per step dir)."""
+    verifier environments (single-step key, and one per step dir). Empty if it is no harbor trial."""
+    if not is_harbor_trial(trial_dir):
+        return set()
     name = trial_dir.name
     keys = {SINGLE_STEP_VERIFIER_KEY}
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -55,9 +56,18 @@ def need(cond: bool, why: str) -> None:
 def make_tree(
     root: Path, trials: dict[tuple[str, str], list[str]], stamp: str = "2026-01-01__00-00-00"
 ) -> Path:
-    """An output tree with job dirs and (empty) trial dirs: {(task, arm): [trial names]}."""
+    """An output tree with job dirs and trial dirs holding harbor's trial config.json (what makes
+    a dir a trial): {(task, arm): [trial names]}."""
     for (task, arm), names in trials.items():
         job = root / task / arm / stamp / arm
         for n in names:
-            (job / n).mkdir(parents=True, exist_ok=True)
+            write_trial_config(job / n)
     return root
+
+
+def write_trial_config(trial_dir: Path) -> Path:
+    """What harbor's Trial.run writes first into a trial dir (the fields that matter here)."""
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    cfg = {"task": {"path": "/tasks/x"}, "trial_name": trial_dir.name, "trials_dir": str(trial_dir.parent)}
+    (trial_dir / "config.json").write_text(json.dumps(cfg, indent=4))
+    return trial_dir

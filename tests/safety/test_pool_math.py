@@ -9,6 +9,7 @@ from harbor.environments.docker.docker import _sanitize_docker_compose_project_n
 from harbor.trial.trial import Trial
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from safety_support import write_trial_config
 
 from runner.docker_pool import (
     Pool,
@@ -84,8 +85,12 @@ def test_verifier_projects_are_harbors(trial_name, key):
 
 def test_our_projects_include_verifier_environments(tmp_path):
     job = tmp_path / "out" / "calc" / "codex" / "s1" / "codex"
+    write_trial_config(job / "calc__AbC")
     (job / "calc__AbC" / "steps" / "build").mkdir(parents=True)
     (job / "calc__AbC" / "steps" / "grade").mkdir()
+    (job / "calc__NoCfg").mkdir()  # no harbor config.json: not a trial
+    write_trial_config(job / "calc__Other")
+    (job / "calc__Other" / "config.json").write_text('{"trial_name": "calc__Different"}')
     assert our_projects(tmp_path / "out") == {
         "calc__abc__env",
         "calc__abc__verifier__trial",
