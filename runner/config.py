@@ -88,6 +88,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("agent_env", "MARATHON_AGENT_ENV", "--ae", (), "json", "agent env KEY=${VAR} (references only)"),
     Knob("agent_kwargs", "MARATHON_AGENT_KWARGS", "--ak", (), "json", "agent kwargs key=value"),
     Knob(
+        "mounts", "MARATHON_MOUNTS", "--mounts", None, "str", "harbor --mounts JSON (e.g. the staged codex)"
+    ),
+    Knob(
         "allow_modified", "MARATHON_ALLOW_MODIFIED", "--allow-modified", False, "bool", "run modified tasks"
     ),
     Knob(
@@ -121,6 +124,7 @@ class RunConfig:
     build_network: str = "host"
     agent_env: tuple[str, ...] = ()
     agent_kwargs: tuple[str, ...] = ()
+    mounts: str | None = None
     allow_modified: bool = False
     modified_tasks: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
@@ -326,6 +330,14 @@ def resolve(
     if values["build_network"] not in ("host", "default"):
         raise UserError("--build-network must be host or default")
     values["agent_env"] = check_agent_env(values["agent_env"])
+    if values["mounts"]:
+        try:
+            if not isinstance(json.loads(values["mounts"]), list):
+                raise ValueError
+        except ValueError:
+            raise UserError(
+                '--mounts must be a JSON array, e.g. [{"type":"bind","source":"/abs","target":"/opt/x"}]'
+            ) from None
     cfg = RunConfig(out=out, **values)
     names = [s.name for s in cfg.arm_specs()]
     if len(set(names)) != len(names):

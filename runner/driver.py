@@ -148,6 +148,8 @@ def harbor_argv(cfg: RunConfig, task: str, arm: ArmSpec, jdir: Path) -> list[str
             argv += ["--extra-docker-compose", str(build_overlay(cfg.out))]
     if cfg.model:
         argv += ["-m", cfg.model]
+    if cfg.mounts:
+        argv += ["--mounts", cfg.mounts]
     for item in cfg.agent_env:
         argv += ["--ae", item]
     if not arm.builtin:
