@@ -437,6 +437,8 @@ class RunModel:
         self._scoped_cache: dict[str, dict[Key, Cell]] = {}
         self.markers: set[str] = set()
         self._prev: RunModel | None = None  # during refresh(): the model whose last good values to keep
+        self._dirty: set[AttemptKey] = set()  # attempts (re)read since the last rebuild
+        self._filled: set[Key] = set()  # pending cells the last matrix fill added
 
     # ---------------------------------------------------------------- public
 
@@ -615,8 +617,10 @@ class RunModel:
             arm = tree.arm_of_dir(arm_dir)
             a = self._attempts[key] = Attempt(task=task, arm=arm, arm_dir=arm_dir, stamp=stamp)
             self._by_pair.setdefault((task, arm), set()).add(key)
+            self._dirty.add(key)
             return a
         a = self._attempts[key] = replace(a, trials=dict(a.trials), voided_trials=dict(a.voided_trials))
+        self._dirty.add(key)
         return a
 
     def _drop_attempt(self, key: AttemptKey) -> None:
@@ -770,27 +774,25 @@ class RunModel:
         if a is None or a.job_dir is None or os.path.basename(a.job_dir) != job:
             self._scan_stamp(task, arm_dir, stamp)
             return True
-        a = self._get_attempt(task, arm_dir, stamp)
         name = parts[4]
         if len(parts) == 5 and name in tree.JOB_FILES:
             if name == results.RESULT_JSON:
-                self._read_job(a)
-                _refresh_attempt(a)
+                self._read_job(self._get_attempt(task, arm_dir, stamp))
             return False
         if name.startswith("."):
             return False
-        tdir = os.path.join(a.job_dir, name)
+        tdir = f"{a.job_dir}/{name}"
         rest = parts[5:]
         if len(parts) == 5 or name not in a.trials:
+            a = self._get_attempt(task, arm_dir, stamp)
             if os.path.isdir(tdir):
                 a.trials[name] = self._read_trial(tdir, a.trials.get(name))
             else:
                 a.trials.pop(name, None)
         elif rest in tree.TRIAL_FILES or len(rest) == 1 and rest[0] in ("verifier", "agent"):
+            a = self._get_attempt(task, arm_dir, stamp)
             a.trials[name] = self._read_trial(tdir, a.trials.get(name))
-        else:
-            return False  # trial.log, sessions, test output: nothing the model shows
-        _refresh_attempt(a)
+        # else: trial.log, sessions, test output: nothing the model shows
         return False
 
     def _drop_task(self, task: str, pairs: set[Key]) -> None:
@@ -891,6 +893,7 @@ class RunModel:
             rid = self._run_of(a)
             if rid != a.run_id:
                 self._attempts[k] = replace(a, run_id=rid)
+                self._dirty.add(k)
 
     def _rebuild(self, pairs: set[Key] | None) -> set[Key]:
         """Recompute the cells of ``pairs`` (all when None); return those that changed."""
@@ -911,15 +914,19 @@ class RunModel:
                     rid = self._run_of(a)
                     if rid != a.run_id:
                         a = self._attempts[ak] = replace(a, run_id=rid)
-                _refresh_attempt(a)
+                        self._dirty.add(ak)
+                if full or ak in self._dirty:  # only attempts re-read since the last rebuild
+                    _refresh_attempt(a)
                 atts.append(a)
             if not atts:
                 self.cells.pop(k, None)  # the matrix fill below adds it back as pending if it belongs
                 continue
             self.cells[k] = build_cell(k[0], k[1], atts, k in self.claims)
+        self._dirty.clear()
         self._fill_matrix()
-        for k in set(old) | set(self.cells):
-            if old.get(k) != self.cells.get(k):
+        for k in pairs | (set(old) ^ set(self.cells)) | self._filled:
+            o, n = old.get(k), self.cells.get(k)
+            if o is not n and o != n:
                 changed.add(k)
         return changed
 
@@ -934,12 +941,14 @@ class RunModel:
         for k in [k for k, c in self.cells.items() if not c.attempts]:
             if k[0] not in tasks or k[1] not in arms:
                 del self.cells[k]
+        self._filled = set()
         for t in tasks:
             for a in arms:
                 k = (t, a)
                 c = self.cells.get(k)
                 if c is None or (not c.attempts and c.claimed != (k in self.claims)):
                     self.cells[k] = build_cell(t, a, (), k in self.claims)
+                    self._filled.add(k)
 
 
 def _void_reason(*dirs: str) -> str:
