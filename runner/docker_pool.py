@@ -245,14 +245,18 @@ def pool_status(
     client: docker.DockerClient | None = None,
     *,
     routes: Iterable[str] | None = None,
+    projects: set[str] | None = None,
 ) -> PoolStatus:
     """Capacity and use of the daemon's address pools, with every network classified.
 
     ``routes``: the host routes of the daemon's network namespace (default: this process's,
     which is the daemon's when marathon runs on the Docker host).
+    ``projects``: the tree's compose projects when the caller already has them (the console keeps
+    them current from its model instead of walking a 10,000-trial tree every few seconds).
     """
     client = client or connect()
-    projects = our_projects(out) if out is not None else set()
+    if projects is None:
+        projects = our_projects(out) if out is not None else set()
     info = call_engine(client, lambda c: c.info())
     nets = call_engine(client, list_networks)
     pools = pools_from_info(info)
