@@ -21,7 +21,7 @@ Agent kwargs (``--ak``): ``provider_base_url`` (default: the scripted model on t
 127.0.0.1), ``api_key_var`` (name of the credential variable, default ``OPENAI_API_KEY``; its value
 comes from the host environment or ``--ae``), ``model`` (default: ``-m`` without an ``openai/``
 prefix), ``goal_timeout_sec``, ``codex_version``, ``codex_bin``, ``request_max_retries``,
-``stream_max_retries``, ``zero_token_limit``.
+``stream_max_retries``, ``zero_token_limit``, ``model_catalog_json``.
 """
 
 from __future__ import annotations
@@ -100,6 +100,7 @@ class CodexAppServerAgent(BaseAgent):
         request_max_retries: int = 2,
         stream_max_retries: int = 2,
         zero_token_limit: int = 3,
+        model_catalog_json: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(logs_dir, model_name, **kwargs)
@@ -111,6 +112,7 @@ class CodexAppServerAgent(BaseAgent):
         self.request_max_retries = int(request_max_retries)
         self.stream_max_retries = int(stream_max_retries)
         self.zero_token_limit = int(zero_token_limit)
+        self.model_catalog_json = model_catalog_json
         self.goal_timeout_sec = self._resolve_timeout(goal_timeout_sec)
         self.mode = mode_for(self.ARM)
         self.receipt: Receipt | None = None
@@ -288,6 +290,7 @@ class CodexAppServerAgent(BaseAgent):
             raise ArmFailure(f"mounted codex reports {out!r}, expected version {self.codex_version}")
         self.receipt.extra["codex_version_in_container"] = out
         config = render(build_config(self._provider_settings(), transport.workdir))
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
         (self.logs_dir / "codex-config.toml").write_text(config)  # no secret in it: env_key is a name
         write = transport.run(
             [
@@ -310,6 +313,7 @@ class CodexAppServerAgent(BaseAgent):
             model=self.codex_model,
             request_max_retries=self.request_max_retries,
             stream_max_retries=self.stream_max_retries,
+            model_catalog_json=self.model_catalog_json,
         )
 
     async def _start_appserver(self, transport: Transport, secret: dict[str, str]) -> AppServerClient:

@@ -27,6 +27,9 @@ class ProviderSettings:
     request_max_retries: int = 2
     stream_max_retries: int = 2
     stream_idle_timeout_ms: int | None = None
+    #: codex model catalog (same format as ``codex debug models --bundled``), path in the container;
+    #: declaring a custom slug there removes codex's fallback-metadata warning and sets its tool mode
+    model_catalog_json: str | None = None
 
 
 def build_config(provider: ProviderSettings, workdir: str) -> dict:
@@ -41,7 +44,8 @@ def build_config(provider: ProviderSettings, workdir: str) -> dict:
     }
     if provider.stream_idle_timeout_ms is not None:
         prov["stream_idle_timeout_ms"] = provider.stream_idle_timeout_ms
-    return {
+    root: dict = {"model_catalog_json": provider.model_catalog_json} if provider.model_catalog_json else {}
+    return root | {
         "model": provider.model,
         "model_provider": PROVIDER_ID,
         "approval_policy": "never",

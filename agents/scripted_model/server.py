@@ -14,6 +14,8 @@ traffic never leaves the container. The scenario is the model name codex sends:
   scripted/noise         ``solve`` with SSE noise: comments, unknown events, one-char deltas
   scripted/two-turns     ``solve``, but the first goal turn ends without ``update_goal`` (codex starts a
                          continuation turn by itself, which completes the goal)
+  scripted/unsupported   call a tool codex no longer has (``shell_command``), then answer: codex replies
+                         "unsupported call" and still completes the turn (a silent failure)
   scripted/zero-usage    answer every request at once, reporting zero tokens, never finishing a goal
                          (the empty-turn loop the harness must stop)
   scripted/loopx         first run every LoopX quota guard command found in the turn's input (the goal
@@ -44,7 +46,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PASSTHROUGH = "internal_chat_message_metadata_passthrough"
 CALL_PREFIX = "call_scr_"
-SCENARIOS = ("solve", "never-finish", "block", "block-always", "noise", "loopx", "two-turns", "zero-usage")
+SCENARIOS = (
+    "solve",
+    "never-finish",
+    "block",
+    "block-always",
+    "noise",
+    "loopx",
+    "two-turns",
+    "zero-usage",
+    "unsupported",
+)
 
 _lock = threading.Lock()
 _count = 0
@@ -225,6 +237,14 @@ def decide(scenario: str, body: dict, headers, plan: dict) -> tuple[str, dict]:
     done = _our_outputs(body)
     if scenario == "zero-usage":
         return "message", {"text": "Nothing to do."}
+    if scenario == "unsupported":
+        if not done:
+            return "call", {
+                "call_id": f"{CALL_PREFIX}legacy",
+                "name": "shell_command",
+                "args": {"command": "echo hello > out.txt"},
+            }
+        return "message", {"text": "Done."}
     if scenario == "loopx":
         guards = loopx_guards(body)
         ran = sum(1 for c in done if c.startswith(CALL_PREFIX + "guard_"))

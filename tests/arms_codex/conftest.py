@@ -235,6 +235,7 @@ def arm_runs(docker_engine, demo_image, staged_codex, tmp_path_factory):
         Job("no-sidecar", PLAIN, calc, codex_root=no_sidecar),
         Job("block-goal", GOAL, calc, model="scripted/block-always"),
         Job("continue-goal", GOAL, calc, model="scripted/two-turns"),
+        Job("unsupported-plain", PLAIN, calc, model="scripted/unsupported"),
         Job("zero-goal", GOAL, calc, model="scripted/zero-usage", ae={"GOAL_TIMEOUT_SEC": "60"}),
     ]
     watcher = CmdlineWatcher(secret)

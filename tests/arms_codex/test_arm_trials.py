@@ -157,3 +157,15 @@ def test_zero_token_goal_loop_is_stopped_and_reported(arm_runs):
     # three empty turns trip the guard; codex may already have started a fourth when we stop it
     assert rec["turns"] in (3, 4) and rec["token_usage"].get("totalTokens", 0) == 0
     assert 3 <= len(o.requests(trial)) <= 4  # stopped at once, not 17,945 turns later
+
+
+def test_unsupported_call_tool_output_fails_loudly(arm_runs):
+    """codex answers a retired tool with 'unsupported call' and still completes the turn: the arm
+    must not report that as a clean run."""
+    o = arm_runs[0]["unsupported-plain"]
+    (trial,) = o.trials()
+    res = o.result(trial)
+    assert "unsupported call" in res["exception_info"]["exception_message"]
+    rec = o.receipt(trial)
+    assert rec["stop_reason"] == "error" and any("unsupported call" in e for e in rec["errors"])
+    assert _rollouts(trial)

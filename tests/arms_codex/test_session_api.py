@@ -15,7 +15,8 @@ import time
 import pytest
 
 from agents.codex_goal_agent import CodexGoalAgent
-from agents.session import is_deadline
+from agents.session import ArmFailure, is_deadline
+from agents.staging import SIDECAR
 from agents.transport import DockerExecTransport
 
 pytestmark = pytest.mark.docker
@@ -24,17 +25,34 @@ KEY_VAR = "MARATHON_TEST_MODEL_KEY"
 PLAN = {"steps": ["echo one > one.txt", "echo two > two.txt"], "answer": "done", "partial_steps": 1}
 
 
-@pytest.fixture
-def container(docker_engine, demo_image, staged_codex):
-    cid = subprocess.run(
+def _start(root, image: str) -> str:
+    return subprocess.run(
         ["docker", "run", "-d", "--label", "org.marathon.test=arms-codex-session", "-w", "/work",
-         "-v", f"{staged_codex.root}:/opt/codex:ro", demo_image, "sleep", "infinity"],
+         "-v", f"{root}:/opt/codex:ro", image, "sleep", "infinity"],
         check=True, capture_output=True, text=True,
     ).stdout.strip()  # fmt: skip
-    subprocess.run(["docker", "exec", "-i", cid, "sh", "-c", "cat > /opt/scripted/plan.json"],
-                   input=json.dumps(PLAN).encode(), check=True)  # fmt: skip
-    yield cid
-    subprocess.run(["docker", "rm", "-f", cid], capture_output=True)  # by the exact id we created
+
+
+@pytest.fixture
+def container_factory(docker_engine, demo_image):
+    """Containers of the demo image with a codex tree mounted; removed by the exact ids we created."""
+    made: list[str] = []
+
+    def make(root) -> str:
+        cid = _start(root, demo_image)
+        made.append(cid)
+        subprocess.run(["docker", "exec", "-i", cid, "sh", "-c", "cat > /opt/scripted/plan.json"],
+                       input=json.dumps(PLAN).encode(), check=True)  # fmt: skip
+        return cid
+
+    yield make
+    for cid in made:
+        subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+
+
+@pytest.fixture
+def container(container_factory, staged_codex) -> str:
+    return container_factory(staged_codex.root)
 
 
 def _agent(tmp_path, model: str, monkeypatch) -> CodexGoalAgent:
@@ -100,3 +118,45 @@ def test_deadline_is_raised_by_message(container, tmp_path, monkeypatch):
     assert exc is not None and is_deadline(exc)
     assert type(exc) is RuntimeError  # any RuntimeError class with the message counts, by design
     assert len(_requests(container)) >= 3
+
+
+def test_code_mode_host_failure_at_runtime_fails_loudly(
+    container_factory, staged_codex, tmp_path, monkeypatch
+):
+    """The preflight is fooled (a file named like the sidecar sits next to a wrapper), the real codex
+    has no sidecar, and the model is code-mode-only: codex only warns and its turn would 'complete';
+    the session must fail loudly instead."""
+    broken = tmp_path / "codex-no-sidecar"
+    subprocess.run(["cp", "-al", str(staged_codex.root), str(broken)], check=True)
+    (broken / "bin" / SIDECAR).unlink()
+    cid = container_factory(broken)
+    catalog = json.loads(subprocess.run([str(staged_codex.binary), "debug", "models", "--bundled"],
+                                        capture_output=True, text=True, check=True).stdout)  # fmt: skip
+    entry = next(m for m in catalog["models"] if m.get("tool_mode") == "code_mode_only")
+    entry = {**entry, "slug": "scripted/solve", "display_name": "scripted/solve"}
+    setup = (
+        "mkdir -p /opt/wrap/bin && printf '#!/bin/sh\\nexec /opt/codex/bin/codex \"$@\"\\n' > /opt/wrap/bin/codex"
+        f" && chmod +x /opt/wrap/bin/codex && touch /opt/wrap/bin/{SIDECAR} && cat > /opt/wrap/catalog.json"
+    )
+    subprocess.run(["docker", "exec", "-i", cid, "sh", "-c", setup],
+                   input=json.dumps({"models": [entry]}).encode(), check=True)  # fmt: skip
+    monkeypatch.setenv(KEY_VAR, "sk-session-test")
+    agent = CodexGoalAgent(logs_dir=tmp_path / "logs", model_name="scripted/solve", api_key_var=KEY_VAR,
+                           codex_bin="/opt/wrap/bin/codex", model_catalog_json="/opt/wrap/catalog.json")  # fmt: skip
+    agent.receipt = agent._new_receipt()
+
+    async def scenario():
+        session = await agent.open_session(
+            DockerExecTransport(cid, "/work", None), deadline=time.monotonic() + 60
+        )
+        try:
+            await session.thread_start()
+            await session.wait_turn_end(await session.turn_start("write one.txt"))
+        except ArmFailure as exc:
+            return exc
+        finally:
+            await session.client.close()
+        return None
+
+    exc = asyncio.run(scenario())
+    assert exc is not None and "code-mode host unavailable" in str(exc), agent.receipt.errors
