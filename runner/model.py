@@ -98,7 +98,7 @@ class VoidedTrial:
     record: TrialRecord
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen (hot path: one per attempt); treat as read-only
 class Figures:
     """What an attempt (or a cell, from its scoring attempt) shows."""
 
@@ -993,11 +993,20 @@ def _merge_trial(rec: TrialRecord, old: TrialRecord | None) -> TrialRecord:
 
 def _read_stamp(sdir: str, arm_dir: str) -> _Stamp | None:
     """Read one attempt's job dir (job record and trials) without touching the model; None if no job dir."""
-    name = tree.job_name_in(sdir, arm_dir)
-    if name is None:
-        return None
-    jdir = f"{sdir}/{name}"
-    return name, results.read_job(jdir), {n: results.read_trial(f"{jdir}/{n}") for n in tree.list_dirs(jdir)}
+    arm = tree.arm_of_dir(arm_dir)
+    for name in (arm_dir,) if arm == arm_dir else (arm_dir, arm):
+        jdir = f"{sdir}/{name}"
+        loaded = results.load_json(f"{jdir}/{results.RESULT_JSON}")
+        if loaded.state == results.MISSING and not os.path.isdir(jdir):
+            continue  # (a stat only when the job result is missing)
+        job = results.job_from_loaded(loaded)
+        # A finished one-trial job summarises its trial (harbor's own stats): skip listing the job
+        # dir and parsing the trial's result.json. Incremental updates read the trial in full.
+        summary = results.trial_from_job_summary(loaded.data, jdir) if loaded.data is not None else None
+        if summary is not None:
+            return name, job, {summary.name: summary}
+        return name, job, {n: results.read_trial(f"{jdir}/{n}") for n in tree.list_dirs(jdir)}
+    return None
 
 
 def _read_stamps(out: str, todo: list[tuple[str, str, str]]) -> list[_Stamp | None]:

@@ -9,6 +9,10 @@ Files read:
     <trial>/result.json             -> TrialRecord    (harbor TrialResult)
     <trial>/verifier/metrics.json   -> Metrics        (task convention; partial score, pass rate)
     <trial>/agent/goal_receipt.json -> Receipt        (marathon's arms: continuations, unblocks, ...)
+
+Records are slotted dataclasses, deliberately not frozen: a frozen ``__init__`` was measured ~7x
+slower, and a 10,000-trial tree builds ~40,000 records on a cold load. Treat them as read-only; the
+model replaces records (``dataclasses.replace``) instead of changing them.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ EMPTY = "empty"
 UNREADABLE = "unreadable"  # truncated mid-write, corrupt, not an object, or a permission error
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see the module docstring
 class Loaded:
     """A JSON file read without raising: its object (or None) and what state it was in."""
 
@@ -140,7 +144,7 @@ def _span_sec(start: Any, end: Any) -> float | None:
 # ---------------------------------------------------------------------------------------------- job
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see the module docstring
 class JobRecord:
     """The harbor job ``result.json`` of one attempt (one task x arm x stamp)."""
 
@@ -169,7 +173,10 @@ class JobRecord:
 
 
 def read_job(job_dir: Path | str) -> JobRecord:
-    loaded = load_json(f"{os.fspath(job_dir)}/{RESULT_JSON}")
+    return job_from_loaded(load_json(f"{os.fspath(job_dir)}/{RESULT_JSON}"))
+
+
+def job_from_loaded(loaded: Loaded) -> JobRecord:
     if not loaded.ok:
         return JobRecord(state=loaded.state, error=loaded.error)
     return job_from_dict(loaded.data or {})
@@ -210,7 +217,7 @@ def job_from_dict(d: Mapping[str, Any]) -> JobRecord:
 # ------------------------------------------------------------------------------------------ metrics
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see the module docstring
 class Metrics:
     """``verifier/metrics.json`` through the rules: the two measures side by side, and the flags."""
 
@@ -252,14 +259,15 @@ def read_metrics(trial_dir: Path | str) -> Metrics:
 # ------------------------------------------------------------------------------------------ receipt
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see the module docstring
 class Receipt:
     """The figures of ``agent/goal_receipt.json`` that status, report and console show.
 
-    Field names accepted (the arms' receipt writer is agents/receipt.py): ``continuations`` (int or
-    list), ``unblocks`` (int or list; the field harness's ``_unblock_count`` too), ``errors`` /
-    ``error_events`` (list or int), ``final_goal_status`` (or ``goal_status``/``final_status``),
-    ``timed_out``, ``turns``.
+    Field names accepted: those of agents/receipt.py (``continuations``, ``unblocks``, ``errors`` as a
+    list, ``goal_status_final``, ``deadline_hit``, ``turns``), plus older spellings (the field
+    harness's ``_unblock_count``, ``error_events``, ``final_goal_status``, ``timed_out``). The
+    runbook's monitor read ``unblock_count`` and reported "0 unblocks" forever: a test writes a
+    receipt with agents/receipt.py and reads it back here.
     """
 
     state: str
@@ -289,13 +297,13 @@ def _count(d: Mapping[str, Any], *keys: str) -> int | None:
 def receipt_from_dict(d: Mapping[str, Any]) -> Receipt:
     goal = d.get("goal") if isinstance(d.get("goal"), Mapping) else {}
     status = None
-    for k in ("final_goal_status", "goal_status", "final_status"):
+    for k in ("goal_status_final", "final_goal_status", "goal_status", "final_status"):
         status = _str(d.get(k))
         if status:
             break
     if status is None:
         status = _str(goal.get("status")) if goal else None
-    timed_out = d.get("timed_out")
+    timed_out = d.get("deadline_hit", d.get("timed_out"))
     return Receipt(
         state=OK,
         continuations=_count(d, "continuations", "n_continuations", "continuation_count"),
@@ -321,7 +329,7 @@ def read_receipt(trial_dir: Path | str) -> Receipt | None:
 # -------------------------------------------------------------------------------------------- trial
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see the module docstring
 class TrialRecord:
     """One harbor trial: its result (when finished), metrics and receipt, as far as readable.
 
@@ -348,6 +356,10 @@ class TrialRecord:
     metrics: Metrics = field(default_factory=lambda: Metrics(state=MISSING))
     receipt: Receipt | None = None
     stale: bool = False  # result.json or metrics.json unreadable now; showing last good values
+    # Built from the finished job's summary (reward/exception/tokens from harbor's job stats, wall
+    # time from the job's timestamps) instead of the trial's own result.json: see
+    # trial_from_job_summary. exception_message, agent_sec and task_name are then unknown.
+    from_summary: bool = False
 
     @property
     def finished(self) -> bool:
@@ -442,3 +454,73 @@ def read_trial(trial_dir: Path | str) -> TrialRecord:
             name=name, state=loaded.state, error=loaded.error, metrics=metrics, receipt=receipt
         )
     return trial_from_dict(name, loaded.data or {}, metrics, receipt)
+
+
+def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | None:
+    """The one trial of a finished one-trial job, from the job ``result.json`` alone; else None.
+
+    harbor's job stats of a finished job sum its trials exactly (tokens, cost) and name each trial
+    in ``reward_stats`` / ``exception_stats``, so for the usual shape (one task per job, one attempt)
+    the trial's own result.json adds nothing the model shows. The metrics and receipt are still read
+    from the trial dir. Anything unexpected (more trials, running, a trial named twice or not at
+    all, its dir gone) gives None and the caller reads the trial dir itself.
+    """
+    stats = d.get("stats")
+    if d.get("finished_at") is None or d.get("n_total_trials") != 1 or not isinstance(stats, dict):
+        return None
+    if stats.get("n_completed_trials") != 1 or stats.get("n_running_trials") or stats.get("n_pending_trials"):
+        return None
+    evals = stats.get("evals")
+    if not isinstance(evals, dict) or len(evals) != 1:
+        return None
+    ev = next(iter(evals.values()))
+    rs = ev.get("reward_stats") if isinstance(ev, dict) else None
+    es = ev.get("exception_stats") if isinstance(ev, dict) else None
+    if not isinstance(rs, dict) or not isinstance(es, dict) or len(es) > 1:
+        return None
+    names: set = set()
+    reward = None
+    for key, by_value in rs.items():
+        if not isinstance(by_value, dict):
+            return None
+        for value, trials in by_value.items():
+            if not isinstance(trials, list):
+                return None
+            names.update(trials)
+            if key == "reward":
+                try:
+                    reward = _num(float(value))
+                except (TypeError, ValueError):
+                    return None
+    exc_type = None
+    for et, trials in es.items():
+        if not isinstance(trials, list):
+            return None
+        names.update(trials)
+        exc_type = et
+    if len(names) != 1:
+        return None
+    name = names.pop()
+    if not isinstance(name, str) or not name or "/" in name or name[0] == ".":
+        return None
+    tdir = f"{job_dir}/{name}"
+    metrics = read_metrics(tdir)
+    if metrics.state == MISSING and not os.path.isdir(tdir):
+        return None  # moved away (voided) or never there: let the caller list the job dir
+    tok_in, tok_out = _num(stats.get("n_input_tokens")), _num(stats.get("n_output_tokens"))
+    tok_cache = _num(stats.get("n_cache_tokens"))
+    return TrialRecord(
+        name=name,
+        state=OK,
+        errored=exc_type is not None,
+        exception_type=exc_type,
+        reward=reward,
+        cost_usd=_num(stats.get("cost_usd")),
+        n_input_tokens=int(tok_in) if tok_in is not None else None,
+        n_output_tokens=int(tok_out) if tok_out is not None else None,
+        n_cache_tokens=int(tok_cache) if tok_cache is not None else None,
+        wall_sec=_span_sec(d.get("started_at"), d.get("finished_at")),
+        metrics=metrics,
+        receipt=read_receipt(tdir),
+        from_summary=True,
+    )

@@ -127,3 +127,16 @@ def test_status_json_of_an_empty_runner_tree_is_valid(tmp_path, capsys):
     assert cli.main(["status", str(out), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["per_arm"]["plain"]["running"] == 1 and d["claims"] == ["t1__plain"]
+
+
+def test_receipt_written_by_the_arms_is_read_with_every_figure(tmp_path):
+    from agents.receipt import Receipt
+    from runner.results import read_receipt
+
+    r = Receipt(arm="goal", mode=None, disclosures=[], agent="x", codex_version="0", model="m", provider={})
+    r.continuations, r.unblocks, r.turns, r.goal_status_final = 3, 2, 5, "complete"
+    r.errors, r.deadline_hit = ["e1", "e2"], True
+    r.write(tmp_path / "agent")
+    got = read_receipt(tmp_path)
+    assert (got.continuations, got.unblocks, got.error_events, got.final_goal_status) == (3, 2, 2, "complete")
+    assert (got.turns, got.timed_out, got.arm) == (5, True, "goal")
