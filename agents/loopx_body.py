@@ -52,6 +52,7 @@ class GoalBody:
     guard_command: str
     turn_instance_id: str | None
     placeholders_replaced: tuple[str, ...]
+    interface_budget: dict
 
     def receipt(self) -> dict:
         """Receipt fields (the text itself is saved as a file next to the receipt)."""
@@ -108,8 +109,15 @@ async def render_body(
     )
     if payload.get("ok") is not True:
         raise BodyError(f"heartbeat-prompt for {mode.runtime_profile} not ok")
-    if (payload.get("interface_budget") or {}).get("within_budget") is not True:
-        raise BodyError(f"heartbeat-prompt for {mode.runtime_profile}: interface budget exceeded")
+    budget = payload.get("interface_budget") or {}
+    if budget.get("within_budget") is not True:
+        # LoopX's own goal-prompt renderer refuses an over-budget body for the native goal; a
+        # heartbeat body is turn input (no objective cap), so there it is recorded, not fatal.
+        if mode.body_role == "goal_objective":
+            raise BodyError(
+                f"heartbeat-prompt for {mode.runtime_profile}: interface budget exceeded {budget}"
+            )
+        log.warning("LoopX body for %s is over LoopX's interface budget: %s", mode.runtime_profile, budget)
     text = payload.get("task_body")
     if not isinstance(text, str) or not text.strip():
         raise BodyError(f"heartbeat-prompt for {mode.runtime_profile} returned no task_body")
@@ -132,6 +140,7 @@ async def render_body(
         guard_command=guard,
         turn_instance_id=turn_instance_id,
         placeholders_replaced=replaced,
+        interface_budget=dict(budget),
     )
     log.info(
         "LoopX goal body rendered (%d chars, sha256=%s, arm=%s, profile=%s, goal_id=%s)",

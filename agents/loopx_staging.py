@@ -248,3 +248,20 @@ def stage_loopx(
                 shutil.rmtree(root)
             tree.rename(root)
         return StagedLoopx(loopx_version=loopx_version, node_version=node_version, root=root)
+
+
+def mounts_for_arm(arm: str, cache: Path | None = None) -> list[dict]:
+    """harbor ``--mounts`` entries an arm needs: the staged codex, plus the LoopX parts for LoopX arms.
+
+    StagingError (naming ``marathon stage ...``) when a part is not staged.
+    """
+    from agents.staging import load_staged as load_codex
+    from modes.profiles import mode_for
+
+    mode = mode_for(arm)
+    if mode is None:
+        return []
+    mounts = [load_codex(cache=cache).mount()]
+    if mode.loopx:
+        mounts.append(load_staged(cache=cache).mount())
+    return mounts

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from modes.profiles import ARMS
 from runner.rules import partial_score
 
 pytestmark = pytest.mark.docker
@@ -47,7 +48,9 @@ def test_each_mode_solves_a_mini_task_running_the_loopx_guard_in_the_container(l
     state = (goal_dir / "goals" / "marathon-goal" / "ACTIVE_GOAL_STATE.md").read_text()
     assert state.startswith("---\nstatus: active") and "calc.py" in state
     assert (o.trial / "agent" / "loopx" / "runtime").is_dir()
+    assert rec["disclosures"] == list(ARMS[arm].disclosures)  # heartbeat's substitution travels along
     if arm == "heartbeat":
+        assert rec["disclosures"] and rec["mode"]["substitution"] == "codex_app"
         assert rec["stop_reason"] == "heartbeat_idle"
         ticks = lx["ticks"]
         assert len(ticks) >= 2 and ticks[0]["work_commands"] >= 3 and ticks[-1]["work_commands"] == 0
@@ -129,8 +132,13 @@ def test_deadline_scores_partial_progress_like_the_codex_arms(loopx_runs, key):
     o = loopx_runs[key]
     res = o.result()
     assert res["exception_info"] is None, res["exception_info"]
-    metrics = json.loads((o.trial / "verifier" / "metrics.json").read_text())
-    assert partial_score(metrics) == pytest.approx(0.4)  # add (given) + sub (the plan's first step)
+    assert res["verifier_result"] is not None
     rec = o.receipt()
     assert rec["deadline_hit"] is True and rec["stop_reason"] == "deadline" and rec["errors"] == []
+    # the deadline hit while the model was working (not during the LoopX install) ...
+    assert len(o.requests()) >= 2 and rec["timings"]["loopx_ready"] < rec["timings"]["first_turn"]
+    # ... and the verifier scored exactly the work that landed: add (given) + sub (the plan's first step)
+    sub_done = any("def sub" in c["command"] and c["exitCode"] == 0 for c in o.commands())
+    metrics = json.loads((o.trial / "verifier" / "metrics.json").read_text())
+    assert sub_done and partial_score(metrics) == pytest.approx(0.4)
     assert (o.trial / "agent" / "loopx" / "project" / ".loopx" / "registry.json").is_file()

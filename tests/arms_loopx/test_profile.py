@@ -144,3 +144,16 @@ def test_missing_node_fails_the_install_and_doctor_names_the_runtime(
 
     verdict = doctor_verdict(json.loads(r.stdout), "codex-app-ssh")
     assert not verdict.ok and "typescript_effect_runtime_ready" in verdict.detail
+
+
+def test_mounts_for_arm_gives_loopx_arms_the_parts_and_every_arm_codex(staged_loopx):
+    from agents.loopx_staging import mounts_for_arm
+    from agents.staging import stage_codex
+
+    stage_codex()
+    targets = {arm: [m["target"] for m in mounts_for_arm(arm)] for arm in ARMS}
+    assert targets["plain"] == targets["goal"] == ["/opt/codex"]
+    for arm in LOOPX_ARMS:
+        assert targets[arm] == ["/opt/codex", "/opt/marathon-loopx"]
+    assert all(m["read_only"] for m in mounts_for_arm("heartbeat"))
+    assert mounts_for_arm("oracle") == []
