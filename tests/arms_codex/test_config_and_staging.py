@@ -59,3 +59,18 @@ def test_stage_from_an_empty_cache_keeps_the_whole_vendor_tree(tmp_path):
         raise AssertionError("a tree without the sidecar passed the check")
     finally:
         shutil.rmtree(tmp_path / "cache", ignore_errors=True)  # 450 MB: do not keep it in pytest's tmp
+
+
+def test_other_environments_fail_fast_naming_what_is_missing():
+    """Anything but harbor's Docker environment has no stdin-capable exec: fail before any turn."""
+    from agents.transport import UnsupportedEnvironment, transport_for
+
+    class CloudSandbox:  # stands for a non-Docker harbor environment (Modal, Daytona, ...)
+        pass
+
+    try:
+        transport_for(CloudSandbox(), "calc-partial__abc1234")
+    except UnsupportedEnvironment as exc:
+        assert "Missing: a transport for CloudSandbox" in str(exc) and "driver inside the sandbox" in str(exc)
+    else:
+        raise AssertionError("a non-Docker environment was accepted")
