@@ -261,14 +261,7 @@ class CodexLoopxAgent(CodexAppServerAgent):
                 }
                 await session.goal_resume()
                 self.loopx["unblock_events"].append(event)
-                if session.active_turn is None:
-                    # resuming an idle thread's goal starts codex's continuation; if it did not, nudge
-                    # with the operator's own words from the body ("rerun quota after resume")
-                    await asyncio.sleep(0.5)
-                    if session.active_turn is None and session.goal_status == "active":
-                        await session.turn_start(
-                            "/goal resume: the operator resumed the goal; rerun quota after resume."
-                        )
+                # codex starts the goal's continuation turn itself once the goal is active again
                 continue
             if status == "blocked" and self.ungated:
                 self.receipt.warnings.append(
