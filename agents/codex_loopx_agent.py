@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import time
@@ -68,6 +69,8 @@ from agents.loopx_staging import (
 from agents.session import ArmFailure, CodexSession
 from agents.transport import Transport
 from modes.profiles import ARMS
+
+log = logging.getLogger(__name__)
 
 MODE_ENV = "WEN_MODE"
 LOOPX_ARMS = tuple(a for a, m in ARMS.items() if m.loopx)
@@ -192,6 +195,13 @@ class CodexLoopxAgent(CodexAppServerAgent):
             self.loopx["required_skills"] = list(self.required)
             self._gate(await gate_skills(run, self.profile, self.required))
             self._gate(await gate_doctor(run, self.profile, str(self.mode.doctor_agent_type)))
+            log.info(
+                "LoopX profile ready (%d skills + CLI + doctor ok; %s, node %s, %.1fs install)",
+                len(self.required),
+                self.profile.loopx_version,
+                self.profile.node_version,
+                self.profile.install_seconds,
+            )
             self.goal = await setup_goal(
                 run,
                 self.profile,
