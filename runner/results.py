@@ -460,15 +460,17 @@ def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | 
     """The one trial of a finished one-trial job, from the job ``result.json`` alone; else None.
 
     harbor's job stats of a finished job sum its trials exactly (tokens, cost) and name each trial
-    in ``reward_stats`` / ``exception_stats``, so for the usual shape (one task per job, one attempt)
-    the trial's own result.json adds nothing the model shows. The metrics and receipt are still read
+    in ``reward_stats``, so for the usual shape (one task per job, one attempt, no exception) the
+    trial's own result.json adds nothing the model shows. The metrics and receipt are still read
     from the trial dir. Anything unexpected (more trials, running, a trial named twice or not at
     all, its dir gone) gives None and the caller reads the trial dir itself.
     """
     stats = d.get("stats")
     if d.get("finished_at") is None or d.get("n_total_trials") != 1 or not isinstance(stats, dict):
         return None
-    if stats.get("n_completed_trials") != 1 or stats.get("n_running_trials") or stats.get("n_pending_trials"):
+    if stats.get("n_completed_trials") != 1 or stats.get("n_errored_trials"):
+        return None
+    if stats.get("n_running_trials") or stats.get("n_pending_trials"):
         return None
     evals = stats.get("evals")
     if not isinstance(evals, dict) or len(evals) != 1:
@@ -476,8 +478,8 @@ def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | 
     ev = next(iter(evals.values()))
     rs = ev.get("reward_stats") if isinstance(ev, dict) else None
     es = ev.get("exception_stats") if isinstance(ev, dict) else None
-    if not isinstance(rs, dict) or not isinstance(es, dict) or len(es) > 1:
-        return None
+    if not isinstance(rs, dict) or not isinstance(es, dict) or es:
+        return None  # errored trials are few and worth their full record (exception message)
     names: set = set()
     reward = None
     for key, by_value in rs.items():
@@ -492,12 +494,6 @@ def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | 
                     reward = _num(float(value))
                 except (TypeError, ValueError):
                     return None
-    exc_type = None
-    for et, trials in es.items():
-        if not isinstance(trials, list):
-            return None
-        names.update(trials)
-        exc_type = et
     if len(names) != 1:
         return None
     name = names.pop()
@@ -512,8 +508,6 @@ def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | 
     return TrialRecord(
         name=name,
         state=OK,
-        errored=exc_type is not None,
-        exception_type=exc_type,
         reward=reward,
         cost_usd=_num(stats.get("cost_usd")),
         n_input_tokens=int(tok_in) if tok_in is not None else None,

@@ -168,3 +168,23 @@ def test_one_changed_trial_is_reread_without_rescanning(tree_copy):
     assert all(m.cells[k] is before[k] for k in before if k != ("calc-partial", "nop"))
     # a file the model does not show changes nothing
     assert m.update([metrics.parent.parent / "trial.log"]) == set()
+
+
+def test_job_summary_reading_agrees_with_reading_each_trial(core_tree):
+    """The cold load's shortcut (a finished one-trial job read from its summary) loses no figure."""
+    from runner import results
+
+    m = RunModel.load(core_tree)
+    summarised = 0
+    for c in m.cells.values():
+        for att in c.attempts:
+            for name, rec in att.trials.items():
+                full = results.read_trial(f"{att.job_dir}/{name}")
+                assert not full.from_summary
+                summarised += rec.from_summary
+                for f in ("name", "state", "errored", "reward", "partial", "pass_rate", "build_failed"):
+                    assert getattr(rec, f) == getattr(full, f), (f, att.job_dir)
+                for f in ("cost_usd", "n_input_tokens", "n_output_tokens", "receipt"):
+                    assert getattr(rec, f) == getattr(full, f), (f, att.job_dir)
+                assert rec.wall_sec >= full.wall_sec - 1.0  # the job's span holds its trial's
+    assert summarised == 9  # every finished, unerrored one-trial job; the errored ones were read in full
