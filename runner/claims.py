@@ -19,8 +19,8 @@ import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from runner.lock import Holder, create_exclusive, dir_mutex, read_holder
-from runner.procs import create_time_of, same_start
+from runner.lock import Holder, alive, create_exclusive, dir_mutex, read_holder
+from runner.procs import same_start
 from runner.tree import CLAIMS_DIR, claim_path
 
 LIVE, ORPHAN, STALE = "live", "orphan", "stale"
@@ -35,7 +35,7 @@ class JobRef:
     def is_live(self, host: str) -> bool:
         if host != socket.gethostname():
             return True
-        return same_start(create_time_of(self.pid), self.create_time)
+        return alive(self.pid, self.create_time)
 
 
 @dataclass(frozen=True)

@@ -445,7 +445,16 @@ class Driver:
             assert res.claim is not None
             if res.replaced is not None:
                 self.log.emit("claim_takeover", task=task, arm=arm, was=res.replaced.holder.describe())
-            self._start(task, self.specs[arm], res.claim)
+            try:
+                self._start(task, self.specs[arm], res.claim)
+            except Exception as exc:  # noqa: BLE001 - e.g. disk full: release, retry next pass, go on
+                self.log.emit(
+                    "internal_error",
+                    task=task,
+                    arm=arm,
+                    error=f"could not start: {type(exc).__name__}: {exc}",
+                )
+                claimsmod.release(self.out, res.claim)
 
     def _start(self, task: str, arm: ArmSpec, claim: claimsmod.Claim) -> None:
         adir = self.out / task / arm.name
@@ -522,9 +531,9 @@ class Driver:
             v = verdict(
                 status, 1 + self._pending_networks(status), cap=self.cfg.net_cap, margin=self.cfg.net_margin
             )
-        except UserError as exc:
+        except Exception as exc:  # noqa: BLE001 - engine down or a bad answer: wait and say so, never crash
             self._gate_wait_start(now)
-            self.log.emit("gate_error", error=str(exc))
+            self.log.emit("gate_error", error=f"{type(exc).__name__}: {exc}")
             return False
         if v.ok:
             if self._gate_waiting_since is not None:

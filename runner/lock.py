@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import psutil
+
 from runner.errors import Busy
 from runner.events import utc_now
 from runner.procs import create_time_of, same_start
@@ -39,10 +41,21 @@ class Holder:
         """Alive as far as this host can tell. Another host's holder is assumed alive."""
         if self.host != socket.gethostname():
             return True
-        return same_start(create_time_of(self.pid), self.create_time)
+        return alive(self.pid, self.create_time)
 
     def describe(self) -> str:
         return f"PID {self.pid} on {self.host} (since {self.since or '?'}, run {self.run_id or '?'})"
+
+
+def alive(pid: int, create_time: float) -> bool:
+    """The process with this PID and create time is running (a zombie is not: it has exited and
+    only waits to be reaped, e.g. by a subreaper, after a ``kill -9``)."""
+    if not same_start(create_time_of(pid), create_time):
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def me(run_id: str = "") -> Holder:

@@ -219,3 +219,22 @@ def test_unreachable_engine_is_one_line_exit_3_and_nothing_written(tmp_path):
     )  # fmt: skip
     assert r.returncode == 3 and r.stderr.count("\n") == 1 and "no Docker engine" in r.stderr
     assert not out.exists()
+
+
+def test_a_zombie_holder_is_dead(tmp_path):
+    """After kill -9 a runner can linger as a zombie until a subreaper reaps it: its claims are stale."""
+    import time
+
+    p = subprocess.Popen(["true"])  # not waited for: a zombie once it exits
+    ct = psutil.Process(p.pid).create_time()
+    deadline = time.monotonic() + 10
+    while psutil.Process(p.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        holder = Holder(p.pid, ct, socket.gethostname(), "t", "zombie-run")
+        assert not holder.is_live()
+        assert claims.try_claim(tmp_path, "t1", "nop", holder).acquired
+        r = claims.try_claim(tmp_path, "t1", "nop", me("mine"))
+        assert r.acquired and r.replaced is not None and r.replaced.holder == holder
+    finally:
+        p.wait()
