@@ -153,4 +153,11 @@ def test_random_trees_and_mangled_json_never_raise(first, events, second):
         changed = write_tree(out, second, None)
         m.update(changed + [p.parent for p in changed] + [out])
         assert all(c.status in STATUSES for c in m.cells.values())
-        assert {k for k, c in m.cells.items() if c.attempts} <= set(RunModel.load(out).cells)
+        fresh = RunModel.load(out)
+        assert {k for k, c in m.cells.items() if c.attempts} <= set(fresh.cells)
+        m.refresh()  # a full re-scan that keeps last good values: lands on the fresh load's cells
+        assert set(m.cells) == set(fresh.cells)
+        stale = {k for k, c in m.cells.items() if c.unreadable}  # kept last good values on purpose
+        assert {k: c.status for k, c in m.cells.items() if k not in stale} == {
+            k: c.status for k, c in fresh.cells.items() if k not in stale
+        }
