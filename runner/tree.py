@@ -24,8 +24,8 @@ RUNNER_DIR = ".runner"
 EVENTS_FILE = "events.jsonl"
 VOIDED_DIR = "marathon-voided"
 VOID_README = "README.md"
-#: The output tree when none is given (the field's name for it).
-DEFAULT_OUT = "marathon-full"
+#: The output tree when none is given (the same as `marathon run`).
+DEFAULT_OUT = "marathon-out"
 #: Files harbor writes at the job level (everything else in a job dir is a trial dir).
 JOB_FILES = frozenset({"result.json", "config.json", "lock.json", "job.log"})
 #: Files inside a trial dir that the results model reads (relative parts).
@@ -91,7 +91,7 @@ def compose_project(trial_name: str) -> str:
 
 
 def default_out() -> Path:
-    """``$MARATHON_OUT`` or ``./marathon-full``."""
+    """``$MARATHON_OUT`` or ``./marathon-out`` (as `marathon run`)."""
     return Path(os.environ.get("MARATHON_OUT") or DEFAULT_OUT)
 
 

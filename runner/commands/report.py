@@ -20,7 +20,7 @@ DESCRIPTION = (
 def configure(p: argparse.ArgumentParser) -> None:
     from runner.report import FORMATS
 
-    p.add_argument("out", nargs="?", type=Path, help="output tree (default $MARATHON_OUT or ./marathon-full)")
+    p.add_argument("out", nargs="?", type=Path, help="output tree (default $MARATHON_OUT or ./marathon-out)")
     p.add_argument("--format", choices=FORMATS, default="md", help="output format (default md)")
     p.add_argument(
         "--out", dest="out_file", type=Path, metavar="FILE", help="write to FILE instead of stdout"
