@@ -44,7 +44,7 @@ WATCH_STEP_MS = 40
 WATCH_DEBOUNCE_MS = 250
 #: heartbeat of the watcher when nothing changes (also how often a quit or a new voided root is seen)
 WATCH_TIMEOUT_MS = 2000
-POLL_DELAY_MS = 1000  # --poll (NFS): how often the tree is polled
+POLL_DELAY_MS = 2000  # --poll (NFS): how often the tree is polled (a stat of every file)
 GRID_ONLY = frozenset({"filter", "sort", "transpose", "open", "scope", "pause"})
 
 
@@ -72,9 +72,9 @@ class ConsoleApp(App[int]):
         readonly: bool = False,
         poll: bool = False,
         watch: bool = True,
-        rescan_sec: float = 60.0,
+        rescan_sec: float = 300.0,
         runner_sec: float = 2.0,
-        pool_sec: float = 10.0,
+        pool_sec: float = 15.0,
         docker: bool = True,
         offer_start: bool = True,
         clock=time.time,
@@ -117,6 +117,7 @@ class ConsoleApp(App[int]):
         self._offered = False
         self._stop = threading.Event()
         self._rescan_now = threading.Event()
+        self._pool_wake = threading.Event()
         self._feed = TreeFeed(self.out)
         self._ppid = os.getppid()
 
@@ -138,10 +139,12 @@ class ConsoleApp(App[int]):
 
     def exit(self, *args, **kwargs) -> None:  # noqa: D102 - stop workers promptly before Textual's exit
         self._stop.set()
+        self._pool_wake.set()
         super().exit(*args, **kwargs)
 
     def on_unmount(self) -> None:
         self._stop.set()
+        self._pool_wake.set()
 
     def _install_hangup_guard(self) -> None:
         """Exit cleanly when the terminal goes away (ssh dropped, tmux closed): never spin on a dead tty."""
@@ -154,6 +157,7 @@ class ConsoleApp(App[int]):
 
     def _terminal_gone(self) -> None:
         self._stop.set()
+        self._pool_wake.set()
         # the terminal is gone: restoring it would block or fail; leave at once, cleanly
         threading.Timer(3.0, lambda: os._exit(0)).start()
         self.exit(0)
@@ -184,7 +188,10 @@ class ConsoleApp(App[int]):
             return
         from watchfiles import watch
 
-        last_full = time.monotonic()
+        last_full = last_projects = time.monotonic()
+        rescan_every = self.rescan_sec
+        if self.docker:
+            self._feed.update_projects()
         while not self._stop.is_set():
             roots = self._feed.watch_roots()
             try:
@@ -206,17 +213,29 @@ class ConsoleApp(App[int]):
                         payload = self._feed.update([p for _, p in changes])
                         if payload is not None:
                             self.post_message(TreeData(**vars(payload), changed_at=t0))
+                            if self.docker and self._feed.update_projects(payload.history.values()):
+                                self._pool_wake.set()  # a new trial: its networks are ours from now on
                         else:
                             self.post_message(Heartbeat(time.time()))
                     else:
                         self.post_message(Heartbeat(time.time()))
-                    if self._rescan_now.is_set() or t0 - last_full >= self.rescan_sec:
+                    if self._rescan_now.is_set() or t0 - last_full >= rescan_every:
+                        full = self._rescan_now.is_set()
                         self._rescan_now.clear()
-                        last_full = t0
-                        self.post_message(TreeData(**vars(self._feed.rescan())))
+                        payload = self._feed.rescan(full=full)
+                        last_full = time.monotonic()
+                        # a safety net, not a poll: on a huge tree keep it under ~0.5 % of a core
+                        rescan_every = max(self.rescan_sec, 200 * (last_full - t0))
+                        if payload is not None:
+                            self.post_message(TreeData(**vars(payload)))
+                    if self.docker and time.monotonic() - last_projects >= self.pool_sec / 2:
+                        self._feed.update_projects()
+                        last_projects = time.monotonic()
                     if self._feed.watch_roots() != roots:
                         # the voided root appeared (a trial was voided): watch it too, and read it
-                        self.post_message(TreeData(**vars(self._feed.rescan())))
+                        payload = self._feed.rescan()
+                        if payload is not None:
+                            self.post_message(TreeData(**vars(payload)))
                         break
             except OSError as exc:
                 # e.g. the inotify watch limit: fall back to polling and say so
@@ -244,12 +263,15 @@ class ConsoleApp(App[int]):
     def pool_worker(self) -> None:
         """Docker address-pool accounting, sparingly (lazydocker's CPU lesson)."""
         last = None
+        while self._feed.projects is None and not self._stop.wait(0.2):
+            pass  # the tree worker computes the tree's compose projects once, then keeps them current
         while not self._stop.is_set():
-            status, error = read_pool(self.out)
+            status, error = read_pool(self.out, self._feed.projects)
             if (status, error) != last:
                 last = (status, error)
                 self.post_message(PoolData(status, error))
-            self._stop.wait(self.pool_sec)
+            self._pool_wake.wait(self.pool_sec)
+            self._pool_wake.clear()
 
     # ------------------------------------------------------------------------------- messages
     def on_tree_data(self, msg: TreeData) -> None:
@@ -279,9 +301,9 @@ class ConsoleApp(App[int]):
         self.runner_info = msg.info
         self._paint_panels()
         info = msg.info
-        if self.offer_start and not self._offered and not info.alive and info.has_config:
-            self._offered = True
-            self.action_start_runner()
+        first, self._offered = not self._offered, True
+        if first and self.offer_start and not info.alive and info.has_config:
+            self.action_start_runner()  # attach, or offer to start one: only when the console opens
 
     def on_events_data(self, msg: EventsData) -> None:
         self.pending_events.extend(msg.events)
@@ -475,7 +497,7 @@ class ConsoleApp(App[int]):
 
     def action_scope(self) -> None:
         self.scope = "all" if self.scope == "run" else "run"
-        self._feed.scope = self.scope
+        self._feed.scope = self.scope  # applied by the next (full) rescan, in the tree worker
         self._rescan_now.set()
         self.notify(f"scope: {self.scope}")
 

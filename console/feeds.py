@@ -138,12 +138,12 @@ class EventTailReader:
 
 
 # -- docker pool ---------------------------------------------------------------------------------
-def read_pool(out: Path) -> tuple[Any, str | None]:
+def read_pool(out: Path, projects: set[str] | None = None) -> tuple[Any, str | None]:
     """Address-pool accounting with the gate's cap, or a one-line reason it is unavailable."""
     try:
         from runner import docker_pool
 
-        status = docker_pool.pool_status(out)
+        status = docker_pool.pool_status(out, projects=projects)
         cap, _margin = docker_pool.gate_limits(capacity=status.capacity)
         d = status.to_json()
         d["gate_cap"] = cap
@@ -180,6 +180,9 @@ class TreeFeed:
         self.out = Path(out)
         self.scope = scope
         self.model: Any = None
+        self._trial_projects: dict[str, set[str]] = {}
+        #: the tree's compose projects (for the pool gauge), replaced whole so other threads may read it
+        self.projects: frozenset[str] | None = None
 
     def load(self) -> TreePayload:
         from runner.model import RunModel
@@ -187,11 +190,36 @@ class TreeFeed:
         self.model = RunModel.load(self.out)
         return self._payload(None)
 
-    def rescan(self) -> TreePayload:
+    def rescan(self, full: bool = False) -> TreePayload | None:
+        """Re-read everything; a payload of only the cells that changed (None when nothing did)."""
         if self.model is None:
             return self.load()
-        self.model.refresh()
-        return self._payload(None)
+        before = (self.model.tasks, self.model.arms)
+        changed = self.model.refresh()
+        if full or before != (self.model.tasks, self.model.arms):
+            return self._payload(None)
+        return self._payload(changed) if changed else None
+
+    def update_projects(self, cells: Any = None) -> bool:
+        """Keep the compose projects of the tree's trials current, reading only trials not seen yet
+        (of the given cells, or of the whole model); True when the set changed."""
+        from runner.docker_pool import trial_projects
+
+        if self.model is None:
+            return False
+        attempts = self.model.attempts() if cells is None else [a for c in cells if c for a in c.attempts]
+        before = self.projects
+        for att in attempts:
+            if not att.job_dir:
+                continue
+            for name in att.trials:
+                tdir = os.path.join(att.job_dir, name)
+                if tdir not in self._trial_projects:
+                    found = trial_projects(Path(tdir))
+                    if found:  # a trial without harbor's config.json yet is looked at again next time
+                        self._trial_projects[tdir] = found
+        self.projects = frozenset().union(*self._trial_projects.values())
+        return self.projects != before
 
     def update(self, paths) -> TreePayload | None:
         if self.model is None:

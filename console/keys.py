@@ -45,7 +45,12 @@ KEYS: tuple[Key, ...] = (
     Key("r", "rescan", "rescan the whole tree now", show=False, short="Rescan"),
     Key("p", "pause", "pause / resume screen updates (data keeps flowing)", show=False, short="Pause"),
     Key(
-        "R", "start_runner", "start the runner (detached, from .driver_env)", destructive=True, short="Start"
+        "R",
+        "start_runner",
+        "start the runner (detached, from .driver_env)",
+        destructive=True,
+        short="Start",
+        where="any",
     ),
     Key(
         "T",
@@ -53,6 +58,7 @@ KEYS: tuple[Key, ...] = (
         "stop the runner gracefully (SIGTERM; it stops its trials and cleans up)",
         destructive=True,
         short="Stop",
+        where="any",
     ),
     Key(
         "K",
@@ -60,6 +66,7 @@ KEYS: tuple[Key, ...] = (
         "kill: stop runner and trials, then remove this run's containers and networks",
         destructive=True,
         short="Kill",
+        where="any",
     ),
     Key(
         "C",
@@ -67,17 +74,18 @@ KEYS: tuple[Key, ...] = (
         "cleanup only: remove this run's containers and compose networks",
         destructive=True,
         short="Cleanup",
+        where="any",
     ),
     Key(
         "V",
         "void",
-        "void the selected trial and rerun the pair (drill-down)",
+        "void the selected trial and rerun the pair",
         where="drill-down",
         destructive=True,
         short="Void",
     ),
-    Key("question_mark,f1", "help", "this help", short="Help"),
-    Key("ctrl+p", "command_palette", "command palette", show=False),
+    Key("question_mark,f1", "help", "this help", short="Help", where="any"),
+    Key("ctrl+p", "command_palette", "command palette", show=False, where="any"),
     Key("q", "quit", "quit the console (the runner keeps running)", short="Quit"),
     Key("escape", "back", "back / close", where="any", show=False),
     Key(

@@ -33,6 +33,9 @@ STATUS_STYLE = {
 #: order used when sorting by status (most urgent first)
 STATUS_RANK = {"errored": 0, "unreadable": 1, "running": 2, "voided": 3, "pending": 4, "done": 5}
 
+#: data younger than this reads "live" (the watcher confirms the tree every 2 s when idle)
+LIVE_SEC = 5.0
+
 SORT_KEYS = ("name", "partial", "reward", "pass_rate", "cost", "status")
 
 
@@ -190,7 +193,7 @@ def age_text(scanned_at: float | None, now: float | None = None) -> str:
     if scanned_at is None:
         return "no data yet"
     age = max(0.0, (now if now is not None else time.time()) - scanned_at)
-    return f"data {duration(age)} old" if age >= 2 else "data live"
+    return f"data {duration(age)} old" if age >= LIVE_SEC else "data live"
 
 
 def event_line(ev: Mapping[str, Any]) -> str:
@@ -202,17 +205,24 @@ def event_line(ev: Mapping[str, Any]) -> str:
         ts = ts.split("T", 1)[1][:8]
     kind = ev.get("event") or ev.get("kind") or ev.get("type") or "?"
     where = "/".join(str(ev[k]) for k in ("task", "arm") if ev.get(k))
-    skip = {"ts", "time", "at", "event", "kind", "type", "task", "arm"}
+    skip = {"ts", "time", "at", "event", "kind", "type", "task", "arm", "run_id"}
     rest = " ".join(f"{k}={v}" for k, v in ev.items() if k not in skip and not isinstance(v, (dict, list)))
     return " ".join(x for x in (str(ts), str(kind), where, rest) if x)
 
 
-def summary_line(arm: str, s: Any) -> str:
-    """The per-arm summary under an arm column: n done, mean partial, build failures."""
+def summary_line(arm: str, s: Any, wide: bool = False) -> str:
+    """The per-arm summary under an arm column: mean partial and pass rate over done cells (+ n,
+    reward, build failures and cost when wide)."""
     if s is None:
         return "-"
-    n = get(s, "n", 0)
-    return f"n{n} {num(get(s, 'partial'))} {pct(get(s, 'pass_rate'))}"
+    line = f"{num(get(s, 'partial'))} {pct(get(s, 'pass_rate')):>4}"
+    if wide:
+        line += f" n{get(s, 'n', 0)} r{num(get(s, 'reward'))}"
+        if get(s, "build_failed"):
+            line += f" B{get(s, 'build_failed')}"
+        if get(s, "cost_usd") is not None:
+            line += f" {money(get(s, 'cost_usd'))}"
+    return line
 
 
 def receipts_of(cells: Iterable[Any]) -> tuple[int, int, int]:

@@ -38,8 +38,8 @@ class ConfirmScreen(ModalScreen[bool]):
             with VerticalScroll(id="confirm-plan"):
                 yield Static(self.plan_text, markup=False)
             with Horizontal(id="confirm-buttons"):
-                yield Button("Cancel [n/esc]", id="cancel", variant="primary")
-                yield Button(f"{self.confirm_label} [y]", id="confirm", variant="error")
+                yield Button("Cancel (n/Esc)", id="cancel", variant="primary")
+                yield Button(f"{self.confirm_label} (y)", id="confirm", variant="error")
 
     def on_mount(self) -> None:
         self.query_one("#cancel", Button).focus()
@@ -74,7 +74,7 @@ class MessageScreen(ModalScreen[None]):
             with VerticalScroll(id="confirm-plan"):
                 yield Static(self.text, markup=False)
             with Horizontal(id="confirm-buttons"):
-                yield Button("Close [enter]", id="close", variant="primary")
+                yield Button("Close (Enter)", id="close", variant="primary")
 
     def on_mount(self) -> None:
         self.query_one("#close", Button).focus()

@@ -217,6 +217,7 @@ class DrillScreen(Screen):
         while not worker.is_cancelled:
             if source.index_more():
                 self.post_message(FileGrew(source))
+                time.sleep(0.005)  # leave the GIL to the UI between chunks
                 continue
             self.post_message(FileGrew(source))
             while not worker.is_cancelled and not source.refresh():

@@ -17,6 +17,7 @@ class MainScreen(Screen):
     """Layout only; the App pushes state into these widgets (attributes down)."""
 
     BINDINGS = [Binding("escape", "clear_filter", "Clear filter", show=False)]
+    _topbar_plain = ""
 
     def compose(self) -> ComposeResult:
         yield Static(id="topbar")
@@ -45,7 +46,9 @@ class MainScreen(Screen):
         pad = max(1, self.size.width - t.cell_len - right.cell_len)
         t.append(" " * pad)
         t.append_text(right)
-        self.query_one("#topbar", Static).update(t)
+        if t.plain != self._topbar_plain:  # repaint only when it reads differently (idle = no work)
+            self._topbar_plain = t.plain
+            self.query_one("#topbar", Static).update(t)
 
     # filter input ---------------------------------------------------------------------------------
     def open_filter(self, current: str) -> None:

@@ -69,28 +69,30 @@ class Grid(DataTable):
         self.add_column("arm" if arm_major else "task", key="__label__", width=label_w)
         ncols = len(cols) + (1 if arm_major else 0)
         cw = 11 if not wide else max(11, min(32, (width - label_w - 4) // max(1, ncols) - 2))
-        for c in cols:
-            self.add_column(c[:cw], key=c, width=cw)
+        # the per-arm summary stays in sight: first row (task-major) or second column (arm-major), fixed
         if arm_major:
             self.add_column("mean", key=SUMMARY, width=cw)
-        for r in rows:
-            values = [Text(r)] + [
-                view.cell_text(cells.get(self._pair(r, c)), wide, self.budget, self.now) for c in cols
-            ]
-            if arm_major:
-                values.append(Text(view.summary_line(r, summary.get(r)), style="bold"))
-            self.add_row(*values, key=r)
+        for c in cols:
+            self.add_column(c[:cw], key=c, width=cw)
+        self.fixed_columns = 2 if arm_major else 1
+        self.fixed_rows = 1 if rows and not arm_major else 0  # the summary row exists only with rows
         if not arm_major and rows:
             values = [Text("mean", style="bold")] + [
-                Text(view.summary_line(c, summary.get(c)), style="bold") for c in cols
+                Text(view.summary_line(c, summary.get(c), wide), style="bold") for c in cols
             ]
             self.add_row(*values, key=SUMMARY)
+        for r in rows:
+            values = [Text(r)]
+            if arm_major:
+                values.append(Text(view.summary_line(r, summary.get(r), wide), style="bold"))
+            values += [view.cell_text(cells.get(self._pair(r, c)), wide, self.budget, self.now) for c in cols]
+            self.add_row(*values, key=r)
         if keep and keep[0 if not arm_major else 1] in rows:
             self.restoring = keep
             self.move_to(*keep)
             self.call_after_refresh(self._restore)
         elif rows and cols:
-            self.cursor_coordinate = Coordinate(0, 1)
+            self.cursor_coordinate = Coordinate(0, 2) if arm_major else Coordinate(1, 1)
 
     def patch(self, cells: dict[tuple[str, str], Any], keys, summary: dict[str, Any]) -> bool:
         """Update the given (task, arm) cells in place; False when a rebuild is needed."""
@@ -107,9 +109,9 @@ class Grid(DataTable):
         for arm, s in summary.items():
             try:
                 if self.arm_major:
-                    self.update_cell(arm, SUMMARY, Text(view.summary_line(arm, s), style="bold"))
+                    self.update_cell(arm, SUMMARY, Text(view.summary_line(arm, s, self.wide), style="bold"))
                 else:
-                    self.update_cell(SUMMARY, arm, Text(view.summary_line(arm, s), style="bold"))
+                    self.update_cell(SUMMARY, arm, Text(view.summary_line(arm, s, self.wide), style="bold"))
             except CellDoesNotExist:
                 pass
         return True

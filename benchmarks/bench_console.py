@@ -1,0 +1,228 @@
+"""Benchmark of the operator console on a 10,000-trial tree made of real harbor trial files.
+
+Measures (targets from issue 7; printed, never asserted):
+  1. console start to a full grid                          <= 2 s
+  2. file change (metrics.json rewritten) to updated cell   <= 300 ms p95
+  3. idle CPU of the console over 60 s                      <= 1 % of one core
+  4. resident memory                                         <= 300 MB
+  5. first screen of a 1 GB trajectory                       <= 1 s
+
+(1), (2) and (5) drive the real App headless in this process (Textual's run_test); (3) and (4) run
+the real `marathon console` in a real terminal (a private tmux server, 160x48) and read its
+process with psutil. The tree is built with benchmarks/bench_model.py's builder.
+
+    uv run python benchmarks/bench_console.py [--source OUT] [--keep DIR] [--idle-sec 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from bench_model import build, make_source, source_trials  # noqa: E402
+
+from runner.model import RunModel  # noqa: E402
+
+SIZE = (160, 48)
+
+
+def scoring_metrics(out: Path, task: str, arm: str) -> Path:
+    """metrics.json of the trial that scores (task, arm): the latest done attempt's."""
+    cell = RunModel.load(out).cells[(task, arm)]
+    att = next(a for a in cell.attempts if a.stamp == cell.scored_by)
+    (trial,) = att.trials
+    return Path(att.job_dir) / trial / "verifier" / "metrics.json"
+
+
+def make_gigabyte(path: Path, size: int = 1 << 30) -> None:
+    line = (json.dumps({"type": "response_item", "payload": {"text": "lorem ipsum " * 20}}) + "\n").encode()
+    block = line * 8192
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        while fh.tell() < size:
+            fh.write(block)
+
+
+async def in_process(out: Path, task: str, arm: str, big_task: str, big_arm: str, n_changes: int) -> dict:
+    from console.app import make_app
+    from console.screens.drill import DrillScreen
+    from console.widgets.fileview import FileView
+    from console.widgets.grid import Grid
+
+    res: dict = {}
+    t0 = time.perf_counter()
+    app = make_app(out, docker=False, offer_start=False)
+    async with app.run_test(size=SIZE) as pilot:
+        while app.last_change_at is None:
+            await asyncio.sleep(0.005)
+        grid = app.screen.query_one(Grid)
+        res["start_to_grid"] = time.perf_counter() - t0
+        res["rows"] = grid.row_count
+        await pilot.pause(3.0)  # let the watcher settle (inotify watches on the whole tree)
+
+        metrics = scoring_metrics(out, task, arm)
+        base = json.loads(metrics.read_text())
+        col = grid.get_column_index(arm)
+        lat = []
+        for i in range(n_changes):
+            value = round(0.01 + 0.97 * ((i * 37) % 97) / 97, 2)
+            if f"{value:.2f}" in str(grid.get_row(task)[col]):
+                value = round(value + 0.005, 3) if value < 0.9 else round(value - 0.005, 3)
+            d = dict(base, partial_score=value)
+            tmp = metrics.with_suffix(".tmp")
+            tmp.write_text(json.dumps(d))
+            t = time.perf_counter()
+            os.replace(tmp, metrics)
+            want = f"{value:.2f}"
+            deadline = t + 5
+            while want not in str(grid.get_row(task)[col]) and time.perf_counter() < deadline:
+                await asyncio.sleep(0.002)
+            lat.append(time.perf_counter() - t)
+            await pilot.pause(0.15)
+        metrics.write_text(json.dumps(base))
+        res["latency"] = lat
+
+        grid.move_to(big_task, big_arm)
+        await pilot.pause(0.3)
+        t = time.perf_counter()
+        await pilot.press("enter")
+        while not (isinstance(app.screen, DrillScreen) and app.screen.source is not None):
+            await asyncio.sleep(0.002)
+        drill = app.screen
+        fv = drill.query_one(FileView)
+        while drill.source.path.name != "trajectory.json" or fv.virtual_size.height == 0:
+            await asyncio.sleep(0.002)
+        await pilot.pause()
+        res["first_screen_1gb"] = time.perf_counter() - t
+        res["first_line"] = drill.source.get_line(0)[:60]
+        while not drill.source.complete:
+            await asyncio.sleep(0.05)
+        res["index_1gb"] = time.perf_counter() - t
+        res["lines_1gb"] = drill.source.line_count
+        import psutil
+
+        res["rss_in_process_mb"] = psutil.Process().memory_info().rss / 2**20
+    return res
+
+
+def in_terminal(out: Path, idle_sec: float) -> dict:
+    """The real `marathon console` in a tmux terminal: idle CPU and RSS of its process."""
+    import psutil
+
+    sock = f"bench-console-{os.getpid()}"
+    env = f"LITELLM_LOCAL_MODEL_COST_MAP=True PYTHONPATH={REPO} TERM=xterm-256color"
+    cmd = f"cd {REPO} && exec env {env} {sys.executable} -m runner.cli console {out} --readonly"
+    tmux = ["tmux", "-L", sock]
+    t0 = time.perf_counter()
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-s", "b", "-x", str(SIZE[0]), "-y", str(SIZE[1]), cmd], check=True
+    )
+    try:
+        pid = int(
+            subprocess.run([*tmux, "list-panes", "-F", "#{pane_pid}"], capture_output=True, text=True).stdout
+        )
+        while True:
+            screen = subprocess.run([*tmux, "capture-pane", "-p"], capture_output=True, text=True).stdout
+            if " × " in screen:  # the selected cell's line: grid loaded and painted
+                break
+            if time.perf_counter() - t0 > 60:
+                raise SystemExit("console did not show its grid in a terminal within 60 s:\n" + screen)
+            time.sleep(0.02)
+        start = time.perf_counter() - t0
+        proc = psutil.Process(pid)
+        time.sleep(
+            5
+        )  # past the start-up work (inotify watches, first pool read is off: --readonly keeps Docker reads)
+        c0, w0 = proc.cpu_times(), time.perf_counter()
+        time.sleep(idle_sec)
+        c1, w1 = proc.cpu_times(), time.perf_counter()
+        cpu = (c1.user - c0.user + c1.system - c0.system) / (w1 - w0)
+        rss = proc.memory_info().rss / 2**20
+        return {"terminal_start_to_grid": start, "idle_cpu": cpu, "rss_mb": rss, "screen": screen}
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--source", type=Path, help="a real output tree to replicate (default: make one)")
+    ap.add_argument("--trials", type=int, default=10_000)
+    ap.add_argument("--keep", type=Path, help="build the tree here and keep it")
+    ap.add_argument("--idle-sec", type=float, default=60.0)
+    ap.add_argument("--changes", type=int, default=40)
+    ap.add_argument("--screen", type=Path, help="write the terminal capture of the main screen here")
+    args = ap.parse_args()
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-console-"))
+    try:
+        src = args.source or make_source(tmp)
+        out = args.keep or tmp / "out"
+        if not (out.exists() and any(out.iterdir())):
+            t = time.perf_counter()
+            made = build(src, out, args.trials)
+            print(
+                f"built {made} trials from {len(source_trials(src))} real ones in {time.perf_counter() - t:.1f} s"
+            )
+        model = RunModel.load(out)  # also warms the page cache
+        n_trials = sum(len(a.trials) for a in model.attempts())
+        task, arm = "task-00", "plain"
+        big_task, big_arm = "task-01", "goal"
+        cell = model.cells[(big_task, big_arm)]
+        att = next(a for a in cell.attempts if a.stamp == cell.scored_by)
+        (trial,) = att.trials
+        traj = Path(att.job_dir) / trial / "agent" / "trajectory.json"
+        t = time.perf_counter()
+        make_gigabyte(traj)
+        print(f"wrote a {traj.stat().st_size / 2**30:.2f} GB trajectory in {time.perf_counter() - t:.1f} s")
+
+        r = asyncio.run(in_process(out, task, arm, big_task, big_arm, args.changes))
+        term = in_terminal(out, args.idle_sec)
+        traj.unlink()
+
+        lat = sorted(x * 1000 for x in r["latency"])
+        p95 = lat[min(len(lat) - 1, int(len(lat) * 0.95))]
+        rows = [
+            ("console start to full grid (headless)", f"{r['start_to_grid']:.2f} s", "<= 2 s", r["start_to_grid"] <= 2),
+            ("console start to full grid (tmux)", f"{term['terminal_start_to_grid']:.2f} s", "<= 2 s",
+             term["terminal_start_to_grid"] <= 2),
+            ("file change to updated cell, median", f"{statistics.median(lat):.0f} ms", "", None),
+            ("file change to updated cell, p95", f"{p95:.0f} ms", "<= 300 ms", p95 <= 300),
+            (f"idle CPU over {args.idle_sec:.0f} s (tmux)", f"{term['idle_cpu'] * 100:.2f} %", "<= 1 %",
+             term["idle_cpu"] <= 0.01),
+            ("resident memory (tmux)", f"{term['rss_mb']:.0f} MB", "<= 300 MB", term["rss_mb"] <= 300),
+            ("first screen of a 1 GB trajectory", f"{r['first_screen_1gb'] * 1000:.0f} ms", "<= 1 s",
+             r["first_screen_1gb"] <= 1),
+            ("  (whole 1 GB indexed in the background)", f"{r['index_1gb']:.1f} s", "", None),
+        ]  # fmt: skip
+        print(f"\ntree: {n_trials} trials, {len(model.cells)} cells ({r['rows']} grid rows); "
+              f"{len(lat)} changes; 1 GB file: {r['lines_1gb']:,} lines")  # fmt: skip
+        print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cpus, Python "
+              f"{platform.python_version()}, load avg {os.getloadavg()[0]:.1f}")  # fmt: skip
+        print(f"{'measure':<44} {'figure':>10}  {'target':<10} ok")
+        for name, fig, target, ok in rows:
+            print(f"{name:<44} {fig:>10}  {target:<10} {'' if ok is None else ('yes' if ok else 'NO')}")
+        if args.screen:
+            args.screen.write_text(term["screen"])
+    finally:
+        if args.keep is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
