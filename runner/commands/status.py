@@ -31,6 +31,10 @@ def _f(v, nd: int = 3) -> str:
     return str(v)
 
 
+def _iso(t) -> str | None:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ") if t is not None else None
+
+
 def status_data(model, scope: str) -> dict:
     from runner.report import arm_summary, cell_dict
 
@@ -42,9 +46,7 @@ def status_data(model, scope: str) -> dict:
         "out": str(model.out),
         "scope": scope if model.runs else "all",
         "run_id": model.run_id,
-        "run_started": model.current_run.started.isoformat()
-        if model.current_run and model.current_run.started
-        else None,
+        "run_started": _iso(model.current_run.started) if model.current_run else None,
         "arms": arms,
         "per_arm": per_arm,
         "total": arm_summary(list(cells.values())),
