@@ -140,3 +140,34 @@ def test_receipt_written_by_the_arms_is_read_with_every_figure(tmp_path):
     got = read_receipt(tmp_path)
     assert (got.continuations, got.unblocks, got.error_events, got.final_goal_status) == (3, 2, 2, "complete")
     assert (got.turns, got.timed_out, got.arm) == (5, True, "goal")
+
+
+def _write_done_pair(out: Path, task: str, arm: str, partial: float) -> None:
+    """A minimal finished harbor job (the fields harbor 0.25.0 writes that the model reads)."""
+    job = out / task / arm / "20261129T080000Z" / arm
+    trial = job / f"{task}__abcdefg"
+    (trial / "verifier").mkdir(parents=True)
+    stats = {"n_completed_trials": 1, "n_errored_trials": 0, "n_running_trials": 0, "n_pending_trials": 0}
+    (job / "result.json").write_text(
+        json.dumps({"finished_at": "2026-11-29T08:01:00", "n_total_trials": 1, "stats": stats})
+    )
+    res = {"verifier_result": {"rewards": {"reward": 0.0}}, "exception_info": None}
+    (trial / "result.json").write_text(json.dumps(res))
+    (trial / "verifier" / "metrics.json").write_text(json.dumps({"partial_score": partial}))
+
+
+def test_report_discloses_the_arms_deviations_automatically(tmp_path, capsys):
+    from modes.profiles import ARMS
+
+    out = tmp_path / "out"
+    for arm, p in (("plain", 0.5), ("heartbeat", 0.25), ("goal", 0.75)):
+        _write_done_pair(out, "t1", arm, p)
+    assert cli.main(["report", str(out), "--format", "json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["arms"] == ["plain", "goal", "heartbeat"]  # canonical order
+    assert rep["disclosures"] == {a: list(ARMS[a].disclosures) for a in ("plain", "heartbeat")}
+    assert rep["stand_ins"] == []
+    assert cli.main(["report", str(out), "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    assert "generic_cli" in md and "codex exec" in md
+    assert rep["cells"]["t1"]["goal"]["partial"] == 0.75
