@@ -39,9 +39,10 @@ from runner.config import ArmSpec, RunConfig, as_dict, missing_env_refs, write_d
 from runner.errors import UserError
 from runner.events import EventLog, new_run_id
 from runner.lock import RunnerLock, me
+from runner.model import pair_done  # the model's reading of done: the runner never disagrees with status
 from runner.procs import Registry, create_time_of, same_start
 from runner.rules import is_done
-from runner.tree import arm_of_dir, compose_project, is_hidden, iter_trial_dirs, job_dir, jobs_dir, runner_dir
+from runner.tree import compose_project, iter_trial_dirs, job_dir, jobs_dir, runner_dir
 from runner.void import Verdict, act_void, classify_job, plan_void, read_json
 
 HARBOR_LOG = "harbor-run.log"
@@ -74,28 +75,6 @@ def new_stamp(arm_dir: Path) -> str:
     return stamp
 
 
-def pair_done(out: Path, task: str, arm: str) -> bool:
-    """True when some attempt of (task, arm) in the tree is done (the one rule, runner.rules.is_done)."""
-    tdir = out / task
-    try:
-        arm_dirs = [
-            p for p in tdir.iterdir() if p.is_dir() and not is_hidden(p.name) and arm_of_dir(p.name) == arm
-        ]
-    except OSError:
-        return False
-    for adir in arm_dirs:
-        try:
-            stamps = [p for p in adir.iterdir() if p.is_dir() and not is_hidden(p.name)]
-        except OSError:
-            continue
-        for s in stamps:
-            for name in (adir.name, arm):
-                res = read_json(s / name / "result.json")
-                if res is not None and is_done(res.get("stats")):
-                    return True
-    return False
-
-
 def list_tasks(tasks_dir: Path) -> list[str]:
     try:
         return sorted(p.name for p in tasks_dir.iterdir() if (p / "task.toml").is_file())
@@ -126,7 +105,26 @@ def build_overlay(out: Path) -> Path:
     return path
 
 
-def harbor_argv(cfg: RunConfig, task: str, arm: ArmSpec, jdir: Path) -> list[str]:
+def arm_mounts(cfg: RunConfig, arm: ArmSpec) -> str | None:
+    """harbor ``--mounts`` JSON for an arm: ``--mounts`` when given, else what a real arm needs
+    staged (codex; plus the LoopX parts for LoopX arms: ``agents.loopx_staging.mounts_for_arm``)."""
+    if cfg.mounts:
+        return cfg.mounts
+    if not arm.real:
+        return None
+    import json
+
+    from agents.loopx_staging import mounts_for_arm
+    from agents.staging import StagingError
+
+    try:
+        mounts = mounts_for_arm(arm.name)
+    except StagingError as exc:
+        raise UserError(f"arm {arm.name}: {exc}") from None
+    return json.dumps(mounts) if mounts else None
+
+
+def harbor_argv(cfg: RunConfig, task: str, arm: ArmSpec, jdir: Path, mounts: str | None = None) -> list[str]:
     """The ``harbor run`` command of one (task, arm) job. No secret is ever in it: --ae values are
     ``${VAR}`` references that harbor resolves from its environment."""
     assert cfg.tasks_dir is not None
@@ -148,8 +146,8 @@ def harbor_argv(cfg: RunConfig, task: str, arm: ArmSpec, jdir: Path) -> list[str
             argv += ["--extra-docker-compose", str(build_overlay(cfg.out))]
     if cfg.model:
         argv += ["-m", cfg.model]
-    if cfg.mounts:
-        argv += ["--mounts", cfg.mounts]
+    if mounts:
+        argv += ["--mounts", mounts]
     for item in cfg.agent_env:
         argv += ["--ae", item]
     if not arm.builtin:
@@ -264,6 +262,7 @@ class Driver:
         self._gate_waiting_since: float | None = None
         self._gate_next_check = 0.0
         self._job_env = self._make_job_env()
+        self._mounts: dict[str, str | None] = {}
 
     # --- setup ---------------------------------------------------------------------------------
 
@@ -307,6 +306,7 @@ class Driver:
         except OSError:
             pass
         check_agents(list(self.specs.values()))
+        self._mounts = {s.name: arm_mounts(self.cfg, s) for s in self.specs.values()}
         if self.cfg.env == "docker":
             from runner.docker_pool import pool_status
 
@@ -461,7 +461,7 @@ class Driver:
         stamp = new_stamp(adir)
         jdir = jobs_dir(self.out, task, arm.name, stamp)
         jdir.mkdir(parents=True)
-        argv = harbor_argv(self.cfg, task, arm, jdir)
+        argv = harbor_argv(self.cfg, task, arm, jdir, self._mounts.get(arm.name))
         with open(jdir / HARBOR_LOG, "ab") as logfh:
             proc = subprocess.Popen(
                 argv,
