@@ -11,7 +11,9 @@ from runner.cli import COMMANDS, build_parser
 
 
 def _marathon(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "runner.cli", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_top_level_help_lists_every_built_subcommand():
