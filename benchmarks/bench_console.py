@@ -64,13 +64,14 @@ async def in_process(out: Path, task: str, arm: str, big_task: str, big_arm: str
     from console.widgets.grid import Grid
 
     res: dict = {}
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     app = make_app(out, docker=False, offer_start=False)
     async with app.run_test(size=SIZE) as pilot:
         while app.last_change_at is None:
             await asyncio.sleep(0.005)
         grid = app.screen.query_one(Grid)
         res["start_to_grid"] = time.perf_counter() - t0
+        res["start_to_grid_cpu"] = time.process_time() - c0
         res["rows"] = grid.row_count
         await pilot.pause(3.0)  # let the watcher settle (inotify watches on the whole tree)
 
@@ -98,16 +99,17 @@ async def in_process(out: Path, task: str, arm: str, big_task: str, big_arm: str
 
         grid.move_to(big_task, big_arm)
         await pilot.pause(0.3)
-        t = time.perf_counter()
-        await pilot.press("enter")
+        t, c = time.perf_counter(), time.process_time()
+        app.call_later(app.action_open)  # what Enter does, without Pilot's wait-for-idle in the timing
         while not (isinstance(app.screen, DrillScreen) and app.screen.source is not None):
             await asyncio.sleep(0.002)
         drill = app.screen
         fv = drill.query_one(FileView)
         while drill.source.path.name != "trajectory.json" or fv.virtual_size.height == 0:
             await asyncio.sleep(0.002)
-        await pilot.pause()
+        await asyncio.sleep(0)
         res["first_screen_1gb"] = time.perf_counter() - t
+        res["first_screen_1gb_cpu"] = time.process_time() - c
         res["first_line"] = drill.source.get_line(0)[:60]
         while not drill.source.complete:
             await asyncio.sleep(0.05)
@@ -119,7 +121,7 @@ async def in_process(out: Path, task: str, arm: str, big_task: str, big_arm: str
     return res
 
 
-def in_terminal(out: Path, idle_sec: float) -> dict:
+def in_terminal(out: Path, idle_sec: float, settle: float = 30.0) -> dict:
     """The real `marathon console` in a tmux terminal: idle CPU and RSS of its process."""
     import psutil
 
@@ -198,6 +200,7 @@ def main() -> int:
         p95 = lat[min(len(lat) - 1, int(len(lat) * 0.95))]
         rows = [
             ("console start to full grid (headless)", f"{r['start_to_grid']:.2f} s", "<= 2 s", r["start_to_grid"] <= 2),
+            ("  (CPU seconds of that start)", f"{r['start_to_grid_cpu']:.2f} s", "", None),
             ("console start to full grid (tmux)", f"{term['terminal_start_to_grid']:.2f} s", "<= 2 s",
              term["terminal_start_to_grid"] <= 2),
             ("file change to updated cell, median", f"{statistics.median(lat):.0f} ms", "", None),
@@ -207,6 +210,7 @@ def main() -> int:
             ("resident memory (tmux)", f"{term['rss_mb']:.0f} MB", "<= 300 MB", term["rss_mb"] <= 300),
             ("first screen of a 1 GB trajectory", f"{r['first_screen_1gb'] * 1000:.0f} ms", "<= 1 s",
              r["first_screen_1gb"] <= 1),
+            ("  (CPU seconds of that)", f"{r['first_screen_1gb_cpu']:.2f} s", "", None),
             ("  (whole 1 GB indexed in the background)", f"{r['index_1gb']:.1f} s", "", None),
         ]  # fmt: skip
         print(f"\ntree: {n_trials} trials, {len(model.cells)} cells ({r['rows']} grid rows); "

@@ -32,6 +32,7 @@ from console.feeds import EventTailReader, TreeFeed, read_pool, read_runner_info
 from console.keys import KEYS
 from console.messages import ActionDone, EventsData, Heartbeat, PoolData, RunnerData, TreeData
 from console.screens.confirm import ConfirmScreen, MessageScreen
+from console.screens.drill import DrillScreen
 from console.screens.help import HelpScreen
 from console.screens.main import MainScreen
 from console.widgets.grid import Grid
@@ -371,13 +372,11 @@ class ConsoleApp(App[int]):
             self._paint_detail()
             self._paint_panels()
             self._paint_topbar()
-            from console.screens.drill import DrillScreen
-
-            scr = self.screen
-            if isinstance(scr, DrillScreen) and (scr.pair_task, scr.pair_arm) in self.history:
-                cell = self.history[(scr.pair_task, scr.pair_arm)]
-                if cell is not scr.cell:
-                    scr.load_trials(cell)
+            for scr in self.screen_stack:  # also under a dialog: the drill-down must not miss an update
+                if isinstance(scr, DrillScreen) and (scr.pair_task, scr.pair_arm) in self.history:
+                    cell = self.history[(scr.pair_task, scr.pair_arm)]
+                    if cell is not scr.cell:
+                        scr.load_trials(cell)
         self.last_change_at = time.monotonic()
 
     def visible_rows_cols(self) -> tuple[list[str], list[str]]:
@@ -517,8 +516,6 @@ class ConsoleApp(App[int]):
     def action_open(self) -> None:
         if not self.selected:
             return
-        from console.screens.drill import DrillScreen
-
         t, a = self.selected
         self.push_screen(DrillScreen(self.out, t, a, self.history.get((t, a)) or self.cells.get((t, a))))
 
