@@ -21,7 +21,8 @@ Agent kwargs (``--ak``): ``provider_base_url`` (default: the scripted model on t
 127.0.0.1), ``api_key_var`` (name of the credential variable, default ``OPENAI_API_KEY``; its value
 comes from the host environment or ``--ae``), ``model`` (default: ``-m`` without an ``openai/``
 prefix), ``goal_timeout_sec``, ``codex_version``, ``codex_bin``, ``request_max_retries``,
-``stream_max_retries``, ``zero_token_limit``, ``model_catalog_json``.
+``stream_max_retries``, ``zero_token_limit``, ``model_catalog_json``, ``codex_delivery``
+(``mount``, the default: harbor ``--mounts`` the staged tree; ``copy``: copy it in, noted in the receipt).
 """
 
 from __future__ import annotations
@@ -42,7 +43,14 @@ from agents.appserver import AppServerClient
 from agents.codex_config import PROVIDER_ID, ProviderSettings, build_config, render
 from agents.receipt import Receipt, utc_now
 from agents.session import DEADLINE_MESSAGE, ArmFailure, CodexSession, is_deadline
-from agents.staging import CONTAINER_CODEX_BIN, DEFAULT_CODEX_VERSION, SIDECAR
+from agents.staging import (
+    CONTAINER_CODEX_BIN,
+    CONTAINER_CODEX_ROOT,
+    DEFAULT_CODEX_VERSION,
+    SIDECAR,
+    StagingError,
+    load_staged,
+)
 from agents.transport import Transport, UnsupportedEnvironment, transport_for
 from modes.profiles import mode_for
 
@@ -101,6 +109,7 @@ class CodexAppServerAgent(BaseAgent):
         stream_max_retries: int = 2,
         zero_token_limit: int = 3,
         model_catalog_json: str | None = None,
+        codex_delivery: str = "mount",
         **kwargs: Any,
     ) -> None:
         super().__init__(logs_dir, model_name, **kwargs)
@@ -113,6 +122,9 @@ class CodexAppServerAgent(BaseAgent):
         self.stream_max_retries = int(stream_max_retries)
         self.zero_token_limit = int(zero_token_limit)
         self.model_catalog_json = model_catalog_json
+        if codex_delivery not in ("mount", "copy"):
+            raise ValueError(f"codex_delivery must be 'mount' or 'copy', not {codex_delivery!r}")
+        self.codex_delivery = codex_delivery
         self.goal_timeout_sec = self._resolve_timeout(goal_timeout_sec)
         self.mode = mode_for(self.ARM)
         self.receipt: Receipt | None = None
@@ -266,6 +278,9 @@ class CodexAppServerAgent(BaseAgent):
     def _preflight(self, transport: Transport) -> dict[str, str]:
         """Everything that would otherwise fail silently later, checked before the first turn."""
         secret = self._credential()
+        self.receipt.extra["codex_delivery"] = self.codex_delivery
+        if self.codex_delivery == "copy":
+            self._copy_codex_in(transport)
         bin_dir = os.path.dirname(self.codex_bin)
         script = (
             f"test -x {shlex.quote(self.codex_bin)} || {{ echo 'missing: {self.codex_bin}'; exit 3; }}; "
@@ -277,7 +292,8 @@ class CodexAppServerAgent(BaseAgent):
         if res.returncode == 3:
             raise ArmFailure(
                 f"codex is not mounted in the trial container ({out}); stage it with "
-                "`marathon stage codex` and mount it read-only at /opt/codex (harbor --mounts)"
+                "`marathon stage codex` and mount it read-only at /opt/codex (harbor --mounts), or pass "
+                "--ak codex_delivery=copy where a mount is impossible"
             )
         if res.returncode == 4:
             raise ArmFailure(
@@ -305,6 +321,21 @@ class CodexAppServerAgent(BaseAgent):
         if write.returncode != 0:
             raise ArmFailure(f"writing {self.codex_home}/config.toml failed: {write.stderr.decode()[-300:]}")
         return secret
+
+    def _copy_codex_in(self, transport: Transport) -> None:
+        """Where a read-only mount is impossible: copy the host's staged tree in, and say so."""
+        try:
+            staged = load_staged(self.codex_version)
+        except StagingError as exc:
+            raise ArmFailure(str(exc)) from exc
+        t0 = time.monotonic()
+        transport.copy_in(staged.root, CONTAINER_CODEX_ROOT)
+        note = (
+            f"codex {staged.version} was copied into the container ({CONTAINER_CODEX_ROOT}, "
+            f"{time.monotonic() - t0:.1f} s) instead of mounted read-only"
+        )
+        self.receipt.warnings.append(note)
+        self.logger.warning(note)
 
     def _provider_settings(self) -> ProviderSettings:
         return ProviderSettings(

@@ -76,6 +76,10 @@ class Transport(ABC):
         """Copy a file or dir from the container into ``host_dir`` (synchronous); False if absent."""
 
     @abstractmethod
+    def copy_in(self, host_dir: Path, container_dir: str) -> None:
+        """Copy the contents of ``host_dir`` into ``container_dir`` (synchronous); raises on failure."""
+
+    @abstractmethod
     def describe(self) -> dict:
         """Plain data for the receipt."""
 
@@ -167,6 +171,16 @@ class DockerExecTransport(Transport):
             with tarfile.open(fileobj=fh) as tf:
                 tf.extractall(host_dir, filter="data")
         return True
+
+    def copy_in(self, host_dir: Path, container_dir: str) -> None:
+        mk = _docker("exec", "-u", "0", self.container_id, "mkdir", "-p", container_dir)
+        cp = _docker("cp", f"{host_dir}/.", f"{self.container_id}:{container_dir}", timeout=600)
+        for res in (mk, cp):
+            if res.returncode != 0:
+                raise RuntimeError(
+                    f"copying {host_dir} into {container_dir} failed: {res.stderr.decode()[-300:]}"
+                )
+        _docker("exec", "-u", "0", self.container_id, "chmod", "-R", "a+rX", container_dir)
 
     def describe(self) -> dict:
         return {

@@ -48,6 +48,7 @@ class Job:
     ae: dict = field(default_factory=dict)
     ak: dict = field(default_factory=dict)
     codex_root: Path | None = None
+    mount: bool = True  # False: no --mounts (the codex_delivery=copy route)
     cancel_when_turn_started: bool = False
 
 
@@ -135,11 +136,11 @@ def _run_job(job: Job, out: Path, staged: StagedCodex, env: dict) -> JobOutcome:
         "-n",
         str(job.n),
         "-y",
-        "--mounts",
-        _mounts(job.codex_root or staged.root),
         "--ak",
         f"api_key_var={KEY_VAR}",
     ]
+    if job.mount:
+        cmd += ["--mounts", _mounts(job.codex_root or staged.root)]
     for k, v in job.ae.items():
         cmd += ["--ae", f"{k}={v}"]
     for k, v in job.ak.items():
@@ -236,6 +237,7 @@ def arm_runs(docker_engine, demo_image, staged_codex, tmp_path_factory):
         Job("block-goal", GOAL, calc, model="scripted/block-always"),
         Job("continue-goal", GOAL, calc, model="scripted/two-turns"),
         Job("unsupported-plain", PLAIN, calc, model="scripted/unsupported"),
+        Job("copy-goal", GOAL, calc, mount=False, ak={"codex_delivery": "copy"}),
         Job("zero-goal", GOAL, calc, model="scripted/zero-usage", ae={"GOAL_TIMEOUT_SEC": "60"}),
     ]
     watcher = CmdlineWatcher(secret)

@@ -154,9 +154,10 @@ def test_zero_token_goal_loop_is_stopped_and_reported(arm_runs):
     assert "consecutive turns used zero tokens" in res["exception_info"]["exception_message"]
     rec = o.receipt(trial)
     assert rec["stop_reason"] == "error" and rec["deadline_hit"] is False
-    # three empty turns trip the guard; codex may already have started a fourth when we stop it
-    assert rec["turns"] in (3, 4) and rec["token_usage"].get("totalTokens", 0) == 0
-    assert 3 <= len(o.requests(trial)) <= 4  # stopped at once, not 17,945 turns later
+    # three empty turns trip the guard; codex continues within milliseconds, so on a loaded machine
+    # a turn or two more may start before the app-server is gone -- but never thousands
+    assert 3 <= rec["turns"] <= 6 and rec["token_usage"].get("totalTokens", 0) == 0
+    assert 3 <= len(o.requests(trial)) <= 10  # stopped at once, not 17,945 turns later
 
 
 def test_unsupported_call_tool_output_fails_loudly(arm_runs):
@@ -169,3 +170,14 @@ def test_unsupported_call_tool_output_fails_loudly(arm_runs):
     rec = o.receipt(trial)
     assert rec["stop_reason"] == "error" and any("unsupported call" in e for e in rec["errors"])
     assert _rollouts(trial)
+
+
+def test_copy_delivery_where_no_mount_is_possible_says_so(arm_runs):
+    o = arm_runs[0]["copy-goal"]
+    (trial,) = o.trials()
+    res = o.result(trial)
+    assert res["exception_info"] is None and res["verifier_result"]["rewards"]["reward"] == 1.0
+    assert "mounts" not in json.loads((trial / "config.json").read_text()).get("environment", {})
+    rec = o.receipt(trial)
+    assert rec["extra"]["codex_delivery"] == "copy"
+    assert any("copied into the container" in w for w in rec["warnings"])
