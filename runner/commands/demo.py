@@ -1,6 +1,8 @@
 """``marathon demo``: the runner on the bundled mini-benchmark, headless, then ``marathon status``.
 
-Stand-in arms (harbor's ``oracle`` and ``nop``) until the five arms and the console take over.
+By default the codex arms ``plain`` and ``goal`` run against the scripted model that every
+mini-benchmark image carries (``-m scripted/solve``, a placeholder credential forwarded by name);
+``--arms oracle,nop`` runs harbor's stand-ins instead.
 """
 
 from __future__ import annotations
@@ -9,9 +11,11 @@ import argparse
 from datetime import UTC, datetime
 from pathlib import Path
 
-HELP = "run the bundled mini-benchmark headless with stand-in arms, then show the status"
+HELP = "run the bundled mini-benchmark headless (codex arms, scripted model), then show the status"
 DEFAULT_OUT = "marathon-demo-out"
-DEMO_ARMS = "oracle,nop"
+DEMO_ARMS = "plain,goal"
+#: the scripted model needs some credential to forward (by name); it records only a hash of it
+DEMO_KEY_VAR = "MARATHON_DEMO_MODEL_KEY"
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -45,6 +49,17 @@ def run(args: argparse.Namespace) -> int:
         "concurrency": args.concurrency,
         "max_passes": 2,
     }
+    if any(a in ("plain", "goal", "ssh-goal", "codex-cli", "heartbeat") for a in flags["arms"]):
+        import os
+
+        from agents.scripted_model.image import ensure_demo_image
+        from agents.staging import stage_codex
+
+        stage_codex()
+        ensure_demo_image()
+        os.environ.setdefault(DEMO_KEY_VAR, "scripted-demo-placeholder")
+        flags["model"] = "scripted/solve"
+        flags["agent_kwargs"] = [f"api_key_var={DEMO_KEY_VAR}"]
     cfg = resolve(out, flags, environ={})
     print(f"marathon demo: {', '.join(cfg.arms)} on the mini-benchmark ({tasks}) -> {cfg.out}")
     rc = Driver(cfg, listeners=[Progress()]).run()
