@@ -119,6 +119,7 @@ class ConsoleApp(App[int]):
         self._stop = threading.Event()
         self._rescan_now = threading.Event()
         self._pool_wake = threading.Event()
+        self._painted = threading.Event()  # the first full grid is on screen
         self._feed = TreeFeed(self.out)
         self._ppid = os.getppid()
 
@@ -187,6 +188,8 @@ class ConsoleApp(App[int]):
         self.post_message(TreeData(**vars(payload)))
         if not self.watch_enabled:
             return
+        # set up the inotify watches (tens of thousands of dirs on a big tree) after the first paint
+        self._painted.wait(5.0)
         from watchfiles import watch
 
         last_full = last_projects = time.monotonic()
@@ -378,6 +381,7 @@ class ConsoleApp(App[int]):
                     if cell is not scr.cell:
                         scr.load_trials(cell)
         self.last_change_at = time.monotonic()
+        self._painted.set()
 
     def visible_rows_cols(self) -> tuple[list[str], list[str]]:
         rows_all, cols = (self.arms, self.tasks) if self.arm_major else (self.tasks, self.arms)

@@ -24,7 +24,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="poll the tree instead of inotify (NFS: other hosts' writes are invisible to inotify)",
     )
     p.add_argument(
-        "--rescan", type=float, default=60.0, metavar="SEC", help="full rescan interval (default 60)"
+        "--rescan",
+        type=float,
+        default=300.0,
+        metavar="SEC",
+        help="full rescan every SEC s, a safety net (default 300)",
     )
 
 
