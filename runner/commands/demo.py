@@ -1,19 +1,29 @@
-"""``marathon demo``: the runner on the bundled mini-benchmark, headless, then ``marathon status``.
+"""``marathon demo``: the five arms on the bundled mini-benchmark, live in the console.
 
-By default the codex arms ``plain`` and ``goal`` run against the scripted model that every
-mini-benchmark image carries (``-m scripted/solve``, a placeholder credential forwarded by name);
-``--arms oracle,nop`` runs harbor's stand-ins instead.
+Everything is real except the model: harbor runs the four mini tasks in Docker, every arm drives the
+staged codex binary over app-server, the LoopX arms install the real LoopX profile, and the model is
+the scripted Responses-API server each mini-benchmark image carries (listening on 127.0.0.1 inside
+the trial container). One model name, ``scripted/loopx``, for every arm: it runs any LoopX guard it
+finds in the goal body, then solves the task from the plan the image ships; for plain and goal it
+just solves. On a terminal the runner starts detached and the console opens on it (quit the console
+and the run goes on); without one (or with ``--headless``) it runs in this process and prints
+``marathon status`` at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-HELP = "run the bundled mini-benchmark headless (codex arms, scripted model), then show the status"
+from modes.profiles import DEFAULT_ARMS
+
+HELP = "run the five arms on the bundled mini-benchmark (scripted model) and watch it in the console"
 DEFAULT_OUT = "marathon-demo-out"
-DEMO_ARMS = "plain,goal"
+DEMO_ARMS = ",".join(DEFAULT_ARMS)
+DEMO_MODEL = "scripted/loopx"
 #: the scripted model needs some credential to forward (by name); it records only a hash of it
 DEMO_KEY_VAR = "MARATHON_DEMO_MODEL_KEY"
 
@@ -22,8 +32,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out", default=None, help=f"output dir (default ./{DEFAULT_OUT}, or a fresh sibling if used)"
     )
-    p.add_argument("--arms", default=DEMO_ARMS, help=f"arms (default {DEMO_ARMS})")
+    p.add_argument("--arms", default=DEMO_ARMS, help=f"arms (default {DEMO_ARMS}; oracle,nop for stand-ins)")
     p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument(
+        "--headless", action="store_true", help="no console: run here and print the status at the end"
+    )
 
 
 def fresh_out(requested: str | None) -> Path:
@@ -35,33 +48,47 @@ def fresh_out(requested: str | None) -> Path:
     return out
 
 
+def _prepare_real_arms(arms: list[str]) -> None:
+    """Stage codex (and LoopX for its arms) and build the image carrying the scripted model."""
+    from agents.scripted_model.image import ensure_demo_image
+    from agents.staging import stage_codex
+    from modes.profiles import mode_for
+
+    print("marathon demo: staging codex, LoopX and the demo image (cached after the first time)")
+    stage_codex()
+    if any((m := mode_for(a)) is not None and m.loopx for a in arms):
+        from agents.loopx_staging import stage_loopx
+
+        stage_loopx()
+    ensure_demo_image()
+
+
 def run(args: argparse.Namespace) -> int:
     from runner.cli import main as marathon
-    from runner.config import resolve
-    from runner.driver import Driver
+    from runner.config import resolve, write_driver_env
+    from runner.driver import Driver, start_detached
     from runner.progress import Progress
 
     tasks = Path(__file__).resolve().parents[1] / "demo" / "tasks"
     out = fresh_out(args.out)
-    flags = {
-        "tasks_dir": str(tasks),
-        "arms": args.arms.split(","),
-        "concurrency": args.concurrency,
-        "max_passes": 2,
-    }
-    if any(a in ("plain", "goal", "ssh-goal", "codex-cli", "heartbeat") for a in flags["arms"]):
-        import os
-
-        from agents.scripted_model.image import ensure_demo_image
-        from agents.staging import stage_codex
-
-        stage_codex()
-        ensure_demo_image()
+    arms = [a for a in args.arms.split(",") if a]
+    flags = {"tasks_dir": str(tasks), "arms": arms, "concurrency": args.concurrency, "max_passes": 2}
+    if any(a in DEFAULT_ARMS for a in arms):
+        _prepare_real_arms(arms)
+        # The scripted model accepts any key; forwarded by name like a real one, never in argv.
         os.environ.setdefault(DEMO_KEY_VAR, "scripted-demo-placeholder")
-        flags["model"] = "scripted/solve"
+        flags["model"] = DEMO_MODEL
         flags["agent_kwargs"] = [f"api_key_var={DEMO_KEY_VAR}"]
     cfg = resolve(out, flags, environ={})
     print(f"marathon demo: {', '.join(cfg.arms)} on the mini-benchmark ({tasks}) -> {cfg.out}")
+    interactive = not args.headless and sys.stdin.isatty() and sys.stdout.isatty()
+    if interactive:
+        write_driver_env(cfg)
+        pid = start_detached(cfg.out)
+        print(f"runner started in the background: PID {pid}; opening the console (q quits, the run goes on)")
+        from console.app import run_console  # textual only here
+
+        return run_console(cfg.out)
     rc = Driver(cfg, listeners=[Progress()]).run()
     print()
     return rc or marathon(["status", str(cfg.out)])
