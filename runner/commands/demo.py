@@ -66,7 +66,8 @@ def _prepare_real_arms(arms: list[str]) -> None:
 def run(args: argparse.Namespace) -> int:
     from runner.cli import main as marathon
     from runner.config import resolve, write_driver_env
-    from runner.driver import Driver, start_detached
+    from runner.driver import Driver
+    from runner.errors import UserError
     from runner.progress import Progress
 
     tasks = Path(__file__).resolve().parents[1] / "demo" / "tasks"
@@ -84,7 +85,14 @@ def run(args: argparse.Namespace) -> int:
     interactive = not args.headless and sys.stdin.isatty() and sys.stdout.isatty()
     if interactive:
         write_driver_env(cfg)
-        pid = start_detached(cfg.out)
+        # Through the console's launcher: the runner ends up in its own session, adopted by init, never
+        # a child of the process that then runs the console.
+        from console.starter import plan_start, start_detached
+
+        argv, why = plan_start(cfg.out)
+        if argv is None:
+            raise UserError(why.splitlines()[0])
+        pid = start_detached(argv, cfg.out)
         print(f"runner started in the background: PID {pid}; opening the console (q quits, the run goes on)")
         from console.app import run_console  # textual only here
 
