@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from runner.tree import default_out
+
 HELP = "remove the run's leftover compose containers and networks (prints the plan; --yes acts)"
 DESCRIPTION = (
     "Plan, and with --yes remove, the containers whose com.docker.compose.project label exactly "
@@ -15,7 +17,9 @@ DESCRIPTION = (
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("out", nargs="?", type=Path, default=Path("."), help="output tree (default: .)")
+    p.add_argument(
+        "out", nargs="?", type=Path, default=None, help="output tree [$MARATHON_OUT; default ./marathon-out]"
+    )
     p.add_argument("--task", help="only this task")
     p.add_argument("--arm", help="only this arm")
     p.add_argument("--trial", help="only this trial (its directory name)")
@@ -28,6 +32,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from runner.cleanup import act_cleanup, plan_cleanup
 
+    args.out = args.out or default_out()
     plan = plan_cleanup(args.out, task=args.task, arm=args.arm, trial=args.trial)
     report = act_cleanup(plan) if args.yes else None
     if args.json:

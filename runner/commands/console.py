@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from runner.tree import default_out
+
 HELP = "the operator console: live task x arm grid, drill-down, one-key stop/kill/cleanup/void"
 DESCRIPTION = (
     "Watch an output tree live and act on its runner. Attaches to the runner of OUT when one is alive, "
@@ -14,7 +16,9 @@ DESCRIPTION = (
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("out", nargs="?", type=Path, default=None, help="output tree [$MARATHON_OUT; default .]")
+    p.add_argument(
+        "out", nargs="?", type=Path, default=None, help="output tree [$MARATHON_OUT; default ./marathon-out]"
+    )
     p.add_argument(
         "--readonly", action="store_true", help="disable every action (stop, kill, cleanup, void, start)"
     )
@@ -33,12 +37,11 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
     import sys
 
     from runner.errors import NotAnOutputTree, UserError
 
-    out = Path(args.out or os.environ.get("MARATHON_OUT") or ".").resolve()
+    out = Path(args.out or default_out()).resolve()
     if not out.is_dir():
         raise NotAnOutputTree(f"{out} is not a directory (expected a marathon output tree)")
     if not (sys.stdin.isatty() and sys.stdout.isatty()):

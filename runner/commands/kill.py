@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from runner.tree import default_out
+
 HELP = "stop the run's processes (registered PIDs + descendants), then clean up its containers/networks"
 DESCRIPTION = (
     "Plan, and with --yes carry out: TERM to the runner's registered processes (PID and create time "
@@ -17,7 +19,9 @@ DESCRIPTION = (
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("out", nargs="?", type=Path, default=Path("."), help="output tree (default: .)")
+    p.add_argument(
+        "out", nargs="?", type=Path, default=None, help="output tree [$MARATHON_OUT; default ./marathon-out]"
+    )
     p.add_argument("--yes", action="store_true", help="act on the plan")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument(
@@ -56,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from runner.errors import NotAnOutputTree, Unavailable, UserError
     from runner.procs import DEFAULT_GRACE_SEC, act_stop, plan_stop
 
+    args.out = args.out or default_out()
     if not args.out.is_dir():
         raise NotAnOutputTree(f"{args.out} is not a directory (expected a marathon output tree)")
     if args.grace is None:

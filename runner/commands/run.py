@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
+
+from runner import tree
 
 HELP = "run the comparison headless: every (task, arm) pair until done (resumable)"
 DESCRIPTION = (
@@ -13,11 +14,11 @@ DESCRIPTION = (
     "written to OUT/.driver_env and reused by --resume and `marathon health --fix`. "
     "Precedence: flag > .driver_env (with --resume) > environment > default."
 )
-DEFAULT_OUT = "marathon-out"
+DEFAULT_OUT = tree.DEFAULT_OUT
 
 
 def default_out() -> str:
-    return os.environ.get("MARATHON_OUT") or DEFAULT_OUT
+    return str(tree.default_out())
 
 
 def add_knobs(p: argparse.ArgumentParser) -> None:
