@@ -17,11 +17,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import psutil
-
 from runner.errors import Busy
 from runner.events import utc_now
-from runner.procs import create_time_of, same_start
+from runner.procs import alive, create_time_of, same_start
 from runner.tree import runner_dir
 
 LOCK_FILE = "lock"
@@ -45,17 +43,6 @@ class Holder:
 
     def describe(self) -> str:
         return f"PID {self.pid} on {self.host} (since {self.since or '?'}, run {self.run_id or '?'})"
-
-
-def alive(pid: int, create_time: float) -> bool:
-    """The process with this PID and create time is running (a zombie is not: it has exited and
-    only waits to be reaped, e.g. by a subreaper, after a ``kill -9``)."""
-    if not same_start(create_time_of(pid), create_time):
-        return False
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def me(run_id: str = "") -> Holder:

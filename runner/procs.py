@@ -48,6 +48,20 @@ def same_start(a: float | None, b: float | None) -> bool:
     return a is not None and b is not None and abs(a - b) < _SAME_START_SEC
 
 
+def alive(pid: int, create_time: float) -> bool:
+    """The one liveness rule: this PID runs AND is the process that had this create time.
+
+    A recycled PID (other create time) is not alive, and neither is a zombie: it has exited and only
+    waits to be reaped (e.g. by a subreaper after a ``kill -9``). Locks, claims and the registry use it.
+    """
+    if not same_start(create_time_of(pid), create_time):
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 @dataclass(frozen=True)
 class RegEntry:
     """One registered process: the PID is only meaningful together with its create time."""
@@ -62,7 +76,7 @@ class RegEntry:
 
     def is_live(self) -> bool:
         """True when this PID is running AND is still the process that was registered."""
-        return same_start(create_time_of(self.pid), self.create_time)
+        return alive(self.pid, self.create_time)
 
 
 class Registry:
