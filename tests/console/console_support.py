@@ -141,3 +141,43 @@ def docker_leftovers(out: Path) -> list[str]:
 
     plan = plan_cleanup(out)
     return [o.name for o in plan.containers + plan.networks]
+
+
+class Tmux:
+    """A private tmux server (-L) with a fixed window size: send-keys in, capture-pane out."""
+
+    def __init__(self, name: str) -> None:
+        self.sock = f"marathon-test-{os.getpid()}-{name}"
+        self.session = name
+
+    def run(self, *args: str) -> str:
+        r = subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True, timeout=30)
+        return r.stdout
+
+    def start(self, out, cols: int = 100, rows: int = 30, command: str | None = None) -> int:
+        """Run ``marathon console OUT`` (or ``marathon <command>``) in a fresh tmux session."""
+        env = (
+            f"LITELLM_LOCAL_MODEL_COST_MAP=True HARBOR_TELEMETRY=0 PYTHONPATH={REPO_ROOT} TERM=xterm-256color"
+        )
+        args = command if command is not None else f"console {out}"
+        cmd = f"cd {REPO_ROOT} && exec env {env} {sys.executable} -m runner.cli {args}"
+        self.run("new-session", "-d", "-s", self.session, "-x", str(cols), "-y", str(rows), cmd)
+        return int(self.run("list-panes", "-t", self.session, "-F", "#{pane_pid}").split()[0])
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", self.session, *keys)
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", self.session)
+
+    def wait_for(self, text: str, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            s = self.screen()
+            if text in s:
+                return s
+            time.sleep(0.3)
+        raise AssertionError(f"{text!r} not on screen after {timeout}s:\n{self.screen()}")
+
+    def kill_server(self) -> None:
+        subprocess.run(["tmux", "-L", self.sock, "kill-server"], capture_output=True, timeout=30)

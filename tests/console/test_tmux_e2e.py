@@ -7,54 +7,17 @@ Docker. Then the runner must outlive the console: quitting it, and closing its t
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import time
 
 import psutil
 import pytest
-from console_support import REPO_ROOT, docker_leftovers, marathon, runner_pid, write_config
+from console_support import Tmux, docker_leftovers, marathon, runner_pid, write_config
 
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed"),
 ]
-
-
-class Tmux:
-    def __init__(self, name: str) -> None:
-        self.sock = f"marathon-test-{os.getpid()}-{name}"
-        self.session = name
-
-    def run(self, *args: str) -> str:
-        r = subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True, timeout=30)
-        return r.stdout
-
-    def start(self, out, cols: int = 100, rows: int = 30) -> int:
-        env = f"LITELLM_LOCAL_MODEL_COST_MAP=True PYTHONPATH={REPO_ROOT} TERM=xterm-256color"
-        cmd = f"cd {REPO_ROOT} && exec env {env} {sys.executable} -m runner.cli console {out}"
-        self.run("new-session", "-d", "-s", self.session, "-x", str(cols), "-y", str(rows), cmd)
-        return int(self.run("list-panes", "-t", self.session, "-F", "#{pane_pid}").split()[0])
-
-    def keys(self, *keys: str) -> None:
-        self.run("send-keys", "-t", self.session, *keys)
-
-    def screen(self) -> str:
-        return self.run("capture-pane", "-p", "-t", self.session)
-
-    def wait_for(self, text: str, timeout: float = 60) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            s = self.screen()
-            if text in s:
-                return s
-            time.sleep(0.3)
-        raise AssertionError(f"{text!r} not on screen after {timeout}s:\n{self.screen()}")
-
-    def kill_server(self) -> None:
-        subprocess.run(["tmux", "-L", self.sock, "kill-server"], capture_output=True, timeout=30)
 
 
 @pytest.fixture
