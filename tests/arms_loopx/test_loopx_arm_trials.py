@@ -136,7 +136,8 @@ def test_deadline_scores_partial_progress_like_the_codex_arms(loopx_runs, key):
     rec = o.receipt()
     assert rec["deadline_hit"] is True and rec["stop_reason"] == "deadline" and rec["errors"] == []
     # the deadline hit while the model was working (not during the LoopX install) ...
-    assert len(o.requests()) >= 2 and rec["timings"]["loopx_ready"] < rec["timings"]["first_turn"]
+    # (the stamps have 1 s resolution: a fast install can share its second with the first turn)
+    assert len(o.requests()) >= 2 and rec["timings"]["loopx_ready"] <= rec["timings"]["first_turn"]
     # ... and the verifier scored exactly the work that landed: add (given) + sub (the plan's first step)
     sub_done = any("def sub" in c["command"] and c["exitCode"] == 0 for c in o.commands())
     metrics = json.loads((o.trial / "verifier" / "metrics.json").read_text())
