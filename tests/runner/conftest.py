@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from runner_support import remove_objects_of
 
 
-@pytest.fixture
-def out_tree():
-    """A fresh output dir (and its voided sibling), with every Docker object of its trials removed after."""
+@contextmanager
+def _fresh_out():
+    """A fresh output dir (and room for its voided sibling); its trials' Docker objects removed after."""
     base = Path(tempfile.mkdtemp(prefix="mrun-"))
     out = base / "out"
     try:
@@ -20,15 +21,17 @@ def out_tree():
     finally:
         remove_objects_of(out)
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def out_tree():
+    """A fresh output dir per test."""
+    with _fresh_out() as out:
+        yield out
 
 
 @pytest.fixture(scope="module")
 def module_out():
     """Like out_tree, shared by the tests of one module (one real run, several assertions)."""
-    base = Path(tempfile.mkdtemp(prefix="mrun-"))
-    out = base / "out"
-    try:
+    with _fresh_out() as out:
         yield out
-    finally:
-        remove_objects_of(out)
-        shutil.rmtree(base, ignore_errors=True)
