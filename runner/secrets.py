@@ -122,6 +122,12 @@ def _random_looking(s: str) -> bool:
     return w is not None and w < 0.55 and _entropy_ratio(s) >= 0.7
 
 
+def _random_run(s: str) -> bool:
+    """A base64url-like run, judged without its hex pieces (``run-<uuid>``, ``job_<sha>``)."""
+    rest = "".join(p for p in re.split(r"[-_]", s) if not _HEXLIKE.fullmatch(p))
+    return len(rest) >= 20 and _random_looking(rest)
+
+
 def _random_b64(s: str) -> bool:
     """A standard-base64 run (with '/'): judged whole unless a piece is hex (a digest in a path)."""
     pieces = [p for p in s.split("/") if p]
@@ -134,7 +140,7 @@ def high_entropy_tokens(text: str) -> list[Finding]:
     """Long tokens that look random (mixed classes, high entropy, not made of words): a pasted key
     in a format we do not know by prefix."""
     found = [m for m in _SEGMENT.finditer(text) if _random_looking(m.group())]
-    found += [m for m in _RUN.finditer(text) if _random_looking(m.group())]
+    found += [m for m in _RUN.finditer(text) if _random_run(m.group())]
     found += [m for m in _B64_RUN.finditer(text) if "/" in m.group() and _random_b64(m.group())]
     return [Finding("a long random token (an API key?)", m.start(), m.end()) for m in found]
 

@@ -86,6 +86,8 @@ LEGIT = [
     "api_key_var=MARATHON_DEMO_MODEL_KEY",
     "goal_timeout_sec=5340",
     "20261129T091551Z-b163a1",
+    f"/tmp/runs/run-{uuid.UUID(int=_R.getrandbits(128))}/out",
+    f"job_{hashlib.sha256(b'j').hexdigest()}-attempt-2",
     "2026-11-29__08-19-07",
     "calc-partial__AbCdE12",
     "task-sk-learn-regression",

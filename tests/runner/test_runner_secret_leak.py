@@ -114,7 +114,9 @@ def test_a_canary_key_given_by_name_leaks_nowhere(out_tree, docker_engine, stage
             "run", str(out_tree), "--tasks-dir", str(DEMO_TASKS), "--tasks", TASK,
             "--arms", ",".join(DEFAULT_ARMS), "--model", "scripted/loopx",
             "--ak", f"api_key_var={var}", "--ae", var,  # by name only: the arm reads it, harbor resolves it
-            "--concurrency", str(len(DEFAULT_ARMS)), "--max-passes", "1", "--agent-timeout-mult", "3",
+            # two at a time: three LoopX installs at once overran their 300 s budget on a loaded machine;
+            # a second pass is the runner's own answer to an errored pair
+            "--concurrency", "2", "--max-passes", "2", "--agent-timeout-mult", "3",
             "--plain", log=log, **{var: canary},
         )  # fmt: skip
         rc = proc.wait(timeout=1800)
@@ -123,18 +125,6 @@ def test_a_canary_key_given_by_name_leaks_nowhere(out_tree, docker_engine, stage
             s.stop()
     console = log.read_text(errors="replace")
     assert rc == 0, console[-3000:]
-    done = done_jobs(out_tree)
-    assert {a for (t, a) in done if t == TASK} == set(DEFAULT_ARMS), console[-3000:]
-
-    # the run really went through the places searched
-    assert (out_tree / ".driver_env").is_file() and registry.is_file()
-    assert (out_tree / ".runner" / "events.jsonl").is_file()
-    assert len(list(out_tree.glob(f"{TASK}/*/*/*/agent/goal_receipt.json"))) == len(DEFAULT_ARMS)
-    assert cmdlines.samples > 20 and all(cmdlines.seen[k] > 0 for k in cmdlines.watch), cmdlines.seen
-    assert len(docker.containers) >= len(DEFAULT_ARMS), docker.containers
-    assert docker.execs, "no exec instance was inspected while the arms ran"
-    assert var in (out_tree / ".driver_env").read_text()  # the name is recorded, the value is not
-
     status = run_marathon("status", str(out_tree))
     report = run_marathon("report", str(out_tree))
     screen = console.encode() + (status.stdout + status.stderr + report.stdout + report.stderr).encode()
@@ -145,3 +135,14 @@ def test_a_canary_key_given_by_name_leaks_nowhere(out_tree, docker_engine, stage
     )
     assert leaks == [], leaks
     assert not [e for s in samplers for e in s.errors], [s.errors for s in samplers]
+
+    # ... and the run really went through the places searched, with every arm
+    done = done_jobs(out_tree)
+    assert {a for (t, a) in done if t == TASK} == set(DEFAULT_ARMS), console[-3000:]
+    assert (out_tree / ".driver_env").is_file() and registry.is_file()
+    assert (out_tree / ".runner" / "events.jsonl").is_file()
+    assert len(list(out_tree.glob(f"{TASK}/*/*/*/agent/goal_receipt.json"))) >= len(DEFAULT_ARMS)
+    assert cmdlines.samples > 20 and all(cmdlines.seen[k] > 0 for k in cmdlines.watch), cmdlines.seen
+    assert len(docker.containers) >= len(DEFAULT_ARMS), docker.containers
+    assert docker.execs, "no exec instance was inspected while the arms ran"
+    assert var in (out_tree / ".driver_env").read_text()  # the name is recorded, the value is not
