@@ -141,7 +141,8 @@ def test_a_canary_key_given_by_name_leaks_nowhere(out_tree, docker_engine, stage
     assert {a for (t, a) in done if t == TASK} == set(DEFAULT_ARMS), console[-3000:]
     assert (out_tree / ".driver_env").is_file() and registry.is_file()
     assert (out_tree / ".runner" / "events.jsonl").is_file()
-    assert len(list(out_tree.glob(f"{TASK}/*/*/*/agent/goal_receipt.json"))) >= len(DEFAULT_ARMS)
+    receipts = {p.relative_to(out_tree).parts[1] for p in (out_tree / TASK).rglob("agent/goal_receipt.json")}
+    assert receipts == set(DEFAULT_ARMS), receipts
     assert cmdlines.samples > 20 and all(cmdlines.seen[k] > 0 for k in cmdlines.watch), cmdlines.seen
     assert len(docker.containers) >= len(DEFAULT_ARMS), docker.containers
     assert docker.execs, "no exec instance was inspected while the arms ran"
