@@ -5,8 +5,9 @@ must use exactly the configuration the run started with. The effective values ar
 ``<out>/.driver_env`` as shell-style ``NAME=value`` lines (the runbook's knob names, so the file
 can be read by eye or ``source``d) and read back from there.
 
-Secrets never land here: ``--ae`` values are references (``KEY=${KEY}``) that harbor resolves from
-its environment; a literal value for a sensitive name is refused.
+Secrets never land here: ``--ae`` values are pure references (``KEY=${NAME}``) that harbor resolves
+from its environment, literals go through ``--ae-literal`` for a few known non-secret knobs, and every
+value is screened for credentials before anything is written (``runner.secrets``).
 """
 
 from __future__ import annotations
@@ -21,12 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from modes.profiles import DEFAULT_ARMS, mode_for
+from runner import secrets
 from runner.errors import UserError
 from runner.tree import driver_env_path
 
 HARBOR_BUILTIN_STANDINS = ("oracle", "nop")
-# harbor's own notion of a sensitive env name (trial secret scrubbing, harbor.md section 3.1)
-_SENSITIVE = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL|AUTH", re.I)
 _REF = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}$")
 
 
@@ -86,6 +86,14 @@ KNOBS: tuple[Knob, ...] = (
         "network of image builds (host|default); must match prebuild",
     ),
     Knob("agent_env", "MARATHON_AGENT_ENV", "--ae", (), "json", "agent env KEY=${VAR} (references only)"),
+    Knob(
+        "agent_env_literal",
+        "MARATHON_AGENT_ENV_LITERAL",
+        "--ae-literal",
+        (),
+        "json",
+        "agent env NAME=VALUE for known non-secret knobs",
+    ),
     Knob("agent_kwargs", "MARATHON_AGENT_KWARGS", "--ak", (), "json", "agent kwargs key=value"),
     Knob(
         "mounts", "MARATHON_MOUNTS", "--mounts", None, "str", "harbor --mounts JSON (e.g. the staged codex)"
@@ -123,6 +131,7 @@ class RunConfig:
     env: str = "docker"
     build_network: str = "host"
     agent_env: tuple[str, ...] = ()
+    agent_env_literal: tuple[str, ...] = ()
     agent_kwargs: tuple[str, ...] = ()
     mounts: str | None = None
     allow_modified: bool = False
@@ -170,21 +179,22 @@ def parse_arm(text: str) -> ArmSpec:
 
 
 def check_agent_env(items: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """Normalise ``--ae`` items: ``KEY`` means ``KEY=${KEY}``; sensitive names must be references."""
-    outl = []
-    for item in items:
-        key, sep, val = item.partition("=")
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-            raise UserError(f"--ae {item!r}: expected KEY=${{VAR}} or KEY")
-        if not sep:
-            val = "${" + key + "}"
-        if not _REF.match(val) and _SENSITIVE.search(key):
-            raise UserError(
-                f"--ae {key}=...: pass secrets by reference, e.g. --ae {key}='${{{key}}}' with {key} exported; "
-                "a literal value would land in argv and .driver_env"
-            )
-        outl.append(f"{key}={val}")
-    return tuple(outl)
+    """Normalise ``--ae`` items: ``KEY`` means ``KEY=${KEY}``; every value must be a pure reference."""
+    return tuple(secrets.agent_env_ref(item) for item in items)
+
+
+def screened_values(out: Path, values: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Every text value of a configuration, labelled by its flag, as it reaches harbor's argv,
+    ``.driver_env``, events and the console (``runner.secrets.screen_all`` checks them)."""
+    items = [("OUT", str(out))]
+    for k in KNOBS:
+        v = values.get(k.attr)
+        for one in v if isinstance(v, (list, tuple)) else [v]:
+            if one is None or isinstance(one, (bool, int, float)):
+                continue
+            label = secrets.kwarg_label(str(one)) if k.attr == "agent_kwargs" else (k.flag or k.env)
+            items.append((label, str(one)))
+    return items
 
 
 def missing_env_refs(items: tuple[str, ...]) -> list[str]:
@@ -241,7 +251,8 @@ def _convert(knob: Knob, raw: Any, source: str) -> Any:
             return tuple(str(x) for x in v)
         return str(raw) if str(raw) != "" else None
     except (TypeError, ValueError):
-        raise UserError(f"{source}={raw!r} is not a valid {knob.kind} for {knob.flag or knob.env}") from None
+        shown = f"={raw!r}" if knob.kind in ("int", "float", "bool") else ""  # text may hold a secret
+        raise UserError(f"{source}{shown} is not a valid {knob.kind} for {knob.flag or knob.env}") from None
 
 
 def _serialise(knob: Knob, value: Any) -> str:
@@ -330,6 +341,11 @@ def resolve(
     if values["build_network"] not in ("host", "default"):
         raise UserError("--build-network must be host or default")
     values["agent_env"] = check_agent_env(values["agent_env"])
+    values["agent_env_literal"] = tuple(secrets.agent_env_literal(i) for i in values["agent_env_literal"])
+    twice = secrets.duplicate_env_keys(values["agent_env"] + values["agent_env_literal"])
+    if twice:
+        raise UserError(f"agent env given twice (--ae/--ae-literal): {', '.join(twice)}")
+    secrets.screen_all(screened_values(out, values))
     if values["mounts"]:
         try:
             if not isinstance(json.loads(values["mounts"]), list):

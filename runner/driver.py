@@ -42,6 +42,7 @@ from runner.lock import RunnerLock, me
 from runner.model import pair_done  # the model's reading of done: the runner never disagrees with status
 from runner.procs import Registry, create_time_of, same_start
 from runner.rules import is_done
+from runner.secrets import screen_all
 from runner.tree import compose_project, iter_trial_dirs, job_dir, jobs_dir, runner_dir
 from runner.void import Verdict, act_void, classify_job, plan_void, read_json
 
@@ -148,7 +149,7 @@ def harbor_argv(cfg: RunConfig, task: str, arm: ArmSpec, jdir: Path, mounts: str
         argv += ["-m", cfg.model]
     if mounts:
         argv += ["--mounts", mounts]
-    for item in cfg.agent_env:
+    for item in cfg.agent_env + cfg.agent_env_literal:
         argv += ["--ae", item]
     if not arm.builtin:
         argv += ["--ak", f"goal_timeout_sec={cfg.goal_timeout_sec}"]
@@ -462,6 +463,7 @@ class Driver:
         jdir = jobs_dir(self.out, task, arm.name, stamp)
         jdir.mkdir(parents=True)
         argv = harbor_argv(self.cfg, task, arm, jdir, self._mounts.get(arm.name))
+        screen_all(("harbor argv", a) for a in argv)  # e.g. staged mounts: nothing unscreened starts
         with open(jdir / HARBOR_LOG, "ab") as logfh:
             proc = subprocess.Popen(
                 argv,

@@ -4,7 +4,8 @@ Why: task Dockerfiles often need the network to build (apt-get). A proxy in
 ``~/.docker/config.json`` would also be injected into every running container and open an egress
 path for no-network tasks (runbook, "prebuild_images"). Here the proxy is given only to the build:
 as build args (taken from this process's environment, so it is never in a command line) and with
-the host network for the build. The later build that harbor does for each trial then hits the
+the host network for the build. The proxy itself comes from the environment too (``build_proxy``),
+so its credentials are never on marathon's command line either. The later build that harbor does for each trial then hits the
 layer cache: BuildKit keeps the predefined proxy args out of its cache key, and the runner gives
 harbor's build the same host network (``--build-network host``, the network mode IS in the key).
 
@@ -21,6 +22,7 @@ import re
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -68,6 +70,38 @@ def redact(url: str) -> str:
             host += f":{parts.port}"
         return urlunsplit((parts.scheme, "***@" + host, parts.path, parts.query, parts.fragment))
     return url
+
+
+#: where the build's proxy is taken from when no variable is named: the usual proxy variables
+ENV_PROXY_NAMES = ("MARATHON_BUILD_PROXY", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
+
+
+def build_proxy(
+    cli_proxy: str | None, proxy_env: str | None, environ: Mapping[str, str]
+) -> tuple[str | None, str]:
+    """The build's proxy URL and where it came from. Why from the environment: a proxy URL often
+    carries ``user:password@``, and a command line is visible to every user and kept in shell
+    history. ``--proxy URL`` still works for a URL without credentials; ``--proxy-env NAME`` names
+    the variable to read; else the first set of ``ENV_PROXY_NAMES``; else no proxy."""
+    from runner.secrets import NAME, url_userinfo
+
+    if cli_proxy:
+        if url_userinfo(cli_proxy):
+            raise UserError(
+                "--proxy: the URL carries credentials (user:password@); put it in HTTP_PROXY/HTTPS_PROXY "
+                "or in a variable named by --proxy-env NAME instead of the command line"
+            )
+        return cli_proxy, "--proxy"
+    if proxy_env:
+        if not NAME.match(proxy_env):
+            raise UserError("--proxy-env: expected the NAME of an environment variable")
+        if not environ.get(proxy_env):
+            raise UserError(f"--proxy-env {proxy_env}: the variable is not set; export it first")
+        return environ[proxy_env], f"${proxy_env}"
+    for name in ENV_PROXY_NAMES:
+        if environ.get(name):
+            return environ[name], f"${name}"
+    return None, ""
 
 
 def docker_config_proxies() -> dict | None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 
+from runner.secrets import redact_argv
 from runner.tree import runner_dir
 
 REGISTRY_FILE = "registry.json"
@@ -138,11 +139,12 @@ class Registry:
         task: str | None = None,
         arm: str | None = None,
     ) -> RegEntry:
-        """Record a live PID with its create time (read now). Raises ProcessLookupError if gone."""
+        """Record a live PID with its create time (read now), its argv redacted (``runner.secrets``).
+        Raises ProcessLookupError if gone."""
         ct = create_time_of(pid)
         if ct is None:
             raise ProcessLookupError(f"no process {pid} to register")
-        entry = RegEntry(pid, ct, role, [str(a) for a in argv], task, arm, time.time())
+        entry = RegEntry(pid, ct, role, redact_argv(argv), task, arm, time.time())
         with self._locked():
             entries = [e for e in self._read() if e.pid != pid]
             entries.append(entry)

@@ -28,6 +28,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--goal-timeout-sec", dest="goal_timeout_sec", type=int, default=DEFAULT_GOAL_SEC)
     p.add_argument("--model", "-m", help="harbor -m for every arm")
     p.add_argument("--ae", dest="agent_env", action="append", metavar="KEY=${VAR}")
+    p.add_argument("--ae-literal", dest="agent_env_literal", action="append", metavar="NAME=VALUE")
     p.add_argument("--ak", dest="agent_kwargs", action="append", metavar="K=V")
     p.add_argument("--mounts", help="harbor --mounts JSON (e.g. the staged codex)")
     p.add_argument("--json-events", action="store_true")
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("marathon-canary") / stamp
     flags = {
         "tasks_dir": str(tasks_dir), "tasks": [task], "goal_timeout_sec": args.goal_timeout_sec,
-        "max_passes": 1, "model": args.model, "agent_env": args.agent_env, "agent_kwargs": args.agent_kwargs, "mounts": args.mounts,
+        "max_passes": 1, "model": args.model, "agent_env": args.agent_env, "agent_env_literal": args.agent_env_literal, "agent_kwargs": args.agent_kwargs, "mounts": args.mounts,
         "arms": [a for a in (args.arms or "").split(",") if a] or None,
     }  # fmt: skip
     cfg = resolve(out, flags, environ={})

@@ -1,4 +1,4 @@
-"""``marathon prebuild --tasks-dir DIR [--proxy URL]``: build task images, proxy only at build time."""
+"""``marathon prebuild --tasks-dir DIR``: build task images, proxy (from the environment) only at build time."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import os
 HELP = "build the task images once, with a proxy only at build time (never in running containers)"
 DESCRIPTION = (
     "Build every task image of DIR the way harbor does (docker compose with harbor's build file), "
-    "giving --proxy only to the build: as HTTP(S)_PROXY build args taken from the environment (never "
-    "in argv) and with the host network. Never uses ~/.docker/config.json proxies, which would also "
+    "giving the proxy only to the build: as HTTP(S)_PROXY build args taken from the environment (never "
+    "in argv) and with the host network. The proxy is read from the environment (HTTPS_PROXY, "
+    "HTTP_PROXY, or the variable --proxy-env names), so its credentials never sit on a command line; "
+    "--proxy URL is accepted only without credentials. Never uses ~/.docker/config.json proxies, which would also "
     "reach running containers. harbor's later per-trial build reuses the layers (run the runner "
     "with the same --build-network, default host)."
 )
@@ -21,9 +23,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--tasks-dir", dest="tasks_dir", default=os.environ.get("MARATHON_TASKS_DIR"), help="tasks dir"
     )
     p.add_argument("--tasks", help="comma list of task dir names (default: all)")
+    p.add_argument("--proxy", default=None, help="proxy URL for the build only, WITHOUT credentials")
     p.add_argument(
-        "--proxy", default=os.environ.get("MARATHON_BUILD_PROXY"), help="proxy URL for the build only"
-    )
+        "--proxy-env", dest="proxy_env", metavar="NAME", default=None,
+        help="environment variable holding the proxy URL (default: MARATHON_BUILD_PROXY, HTTPS_PROXY, HTTP_PROXY)",
+    )  # fmt: skip
     p.add_argument("--no-proxy", dest="no_proxy", default=None, help="NO_PROXY for the build")
     p.add_argument("--build-network", dest="build_network", choices=("host", "default"), default="host")
     p.add_argument("--json", action="store_true")
@@ -33,19 +37,24 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from runner.errors import UserError
-    from runner.prebuild import DEFAULT_NO_PROXY, docker_config_proxies, prebuild, redact
+    from runner.prebuild import DEFAULT_NO_PROXY, build_proxy, docker_config_proxies, prebuild, redact
+    from runner.secrets import screen
 
     if not args.tasks_dir:
         raise UserError("no tasks dir: pass --tasks-dir DIR (or set MARATHON_TASKS_DIR)")
-    if args.proxy and args.build_network != "host":
+    proxy, source = build_proxy(args.proxy, args.proxy_env, os.environ)
+    no_proxy = args.no_proxy or os.environ.get("NO_PROXY") or os.environ.get("no_proxy") or DEFAULT_NO_PROXY
+    if args.no_proxy:
+        screen("--no-proxy", args.no_proxy)
+    if proxy and args.build_network != "host":
         print("note: with --build-network default the build reaches the proxy through the bridge network")
     if docker_config_proxies():
         print(
             "WARNING: ~/.docker/config.json has a proxies section: Docker also injects it into running "
-            "containers (egress for no-network tasks). Remove it; use --proxy here instead."
+            "containers (egress for no-network tasks). Remove it; give the proxy here (HTTPS_PROXY) instead."
         )
     if not args.json:
-        via = f"proxy {redact(args.proxy)} (build only)" if args.proxy else "no proxy"
+        via = f"proxy {redact(proxy)} from {source} (build only)" if proxy else "no proxy"
         print(f"prebuilding tasks of {args.tasks_dir}: {via}, build network {args.build_network}")
 
     def show(r) -> None:
@@ -58,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
     tasks = [t for t in (args.tasks or "").split(",") if t] or None
     results = prebuild(
-        Path(args.tasks_dir), tasks, proxy=args.proxy, no_proxy=args.no_proxy or DEFAULT_NO_PROXY,
+        Path(args.tasks_dir), tasks, proxy=proxy, no_proxy=no_proxy,
         build_network=args.build_network, on_result=show,
     )  # fmt: skip
     if args.json:

@@ -53,7 +53,11 @@ def add_knobs(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--ae", dest="agent_env", action="append", metavar="KEY=${VAR}",
-        help="agent env passed to harbor by reference (KEY alone means KEY=${KEY}) [$MARATHON_AGENT_ENV, JSON list]",
+        help="agent env passed to harbor by reference only (KEY alone means KEY=${KEY}) [$MARATHON_AGENT_ENV, JSON list]",
+    )  # fmt: skip
+    p.add_argument(
+        "--ae-literal", dest="agent_env_literal", action="append", metavar="NAME=VALUE",
+        help="agent env literal, only for known non-secret knobs (GOAL_TIMEOUT_SEC, WEN_MODE) [$MARATHON_AGENT_ENV_LITERAL]",
     )  # fmt: skip
     p.add_argument(
         "--ak", dest="agent_kwargs", action="append", metavar="K=V", help="agent kwarg for every arm"

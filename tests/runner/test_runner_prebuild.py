@@ -1,5 +1,6 @@
-"""prebuild: the proxy reaches the build only; running containers have no proxy variables; harbor's
-own build in a later trial reuses the prebuilt layers (same /stamp written by a RUN step)."""
+"""prebuild: the proxy comes from the environment (never a command line: it carries credentials) and
+reaches the build only; running containers have no proxy variables; harbor's own build in a later
+trial reuses the prebuilt layers (same /stamp written by a RUN step)."""
 
 from __future__ import annotations
 
@@ -48,9 +49,13 @@ def test_prebuild_proxy_only_at_build_and_harbor_reuses_layers(docker_engine, ou
     _task(tasks, name)
     image = f"marathon-prebuild-{name}-main"
     try:
-        pb = run_marathon("prebuild", "--tasks-dir", str(tasks), "--proxy", PROXY, timeout=600)
+        pb = run_marathon(
+            "prebuild", "--tasks-dir", str(tasks), "--proxy-env", "MARATHON_TEST_PROXY", timeout=600,
+            MARATHON_TEST_PROXY=PROXY,
+        )  # fmt: skip
         assert pb.returncode == 0, pb.stdout + pb.stderr
         assert "secretpw" not in pb.stdout + pb.stderr and image in pb.stdout
+        assert "from $MARATHON_TEST_PROXY" in pb.stdout
         # the proxy was there during the build ...
         assert _docker("run", "--rm", image, "cat", "/proxy-at-build").strip() == f"[{PROXY}]"
         # ... and is nowhere in the image's config or a running container's environment

@@ -109,19 +109,25 @@ def test_config_precedence_and_round_trip(tmp_path):
 
 
 def test_agent_env_secrets_only_by_reference(tmp_path):
-    with pytest.raises(UserError, match="by reference"):
-        resolve(
-            tmp_path, {"tasks_dir": str(tmp_path), "agent_env": ["OPENAI_API_KEY=sk-live-123"]}, environ={}
-        )
+    for literal in ("OPENAI_API_KEY=sk-live-123", "WEN_MODE=heartbeat"):  # a literal, whatever the name
+        with pytest.raises(UserError, match="not a pure reference") as exc:
+            resolve(tmp_path, {"tasks_dir": str(tmp_path), "agent_env": [literal]}, environ={})
+        assert literal.partition("=")[2] not in str(exc.value)
     cfg = resolve(
-        tmp_path, {"tasks_dir": str(tmp_path), "agent_env": ["OPENAI_API_KEY", "WEN_MODE=x"]}, environ={}
+        tmp_path,
+        {
+            "tasks_dir": str(tmp_path),
+            "agent_env": ["OPENAI_API_KEY"],
+            "agent_env_literal": ["WEN_MODE=heartbeat"],
+        },
+        environ={},
     )
-    assert cfg.agent_env == ("OPENAI_API_KEY=${OPENAI_API_KEY}", "WEN_MODE=x")
+    assert cfg.agent_env == ("OPENAI_API_KEY=${OPENAI_API_KEY}",)
+    assert cfg.agent_env_literal == ("WEN_MODE=heartbeat",)
     write_driver_env(cfg)
-    assert (
-        read_driver_env(tmp_path)["MARATHON_AGENT_ENV"]
-        == '["OPENAI_API_KEY=${OPENAI_API_KEY}", "WEN_MODE=x"]'
-    )
+    stored = read_driver_env(tmp_path)
+    assert stored["MARATHON_AGENT_ENV"] == '["OPENAI_API_KEY=${OPENAI_API_KEY}"]'
+    assert stored["MARATHON_AGENT_ENV_LITERAL"] == '["WEN_MODE=heartbeat"]'
 
 
 def test_bad_arm_and_missing_resume_are_one_line_errors(tmp_path):
