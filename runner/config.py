@@ -27,6 +27,10 @@ from runner.tree import driver_env_path
 HARBOR_BUILTIN_STANDINS = ("oracle", "nop")
 # harbor's own notion of a sensitive env name (trial secret scrubbing, harbor.md section 3.1)
 _SENSITIVE = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL|AUTH", re.I)
+#: (name, value) pairs that look sensitive by name but are declared not secret: they may be given as
+#: literals and are recorded in .driver_env so a restarted runner has them. Only the demo's stand-in
+#: model key (the scripted model accepts any key; this fixed placeholder is public).
+DECLARED_NON_SECRETS: dict[str, str] = {"MARATHON_DEMO_MODEL_KEY": "scripted-demo-placeholder"}
 _REF = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}$")
 
 
@@ -75,6 +79,14 @@ KNOBS: tuple[Knob, ...] = (
         "net_margin", "MARATHON_NET_MARGIN", "--net-margin", None, "int", "networks kept free below the cap"
     ),
     Knob("max_passes", "MARATHON_MAX_PASSES", "--max-passes", 3, "int", "sweeps over pairs not done"),
+    Knob(
+        "breaker_k",
+        "MARATHON_BREAKER_K",
+        "--breaker-k",
+        3,
+        "int",
+        "pause after this many consecutive attempts fail the same way (0 = never)",
+    ),
     Knob("model", "MARATHON_MODEL", "--model", None, "str", "harbor -m for every arm"),
     Knob("env", "MARATHON_ENV", "--env", "docker", "str", "harbor environment type (-e)"),
     Knob(
@@ -119,6 +131,7 @@ class RunConfig:
     net_cap: int | None = None
     net_margin: int | None = None
     max_passes: int = 3
+    breaker_k: int = 3
     model: str | None = None
     env: str = "docker"
     build_network: str = "host"
@@ -178,7 +191,7 @@ def check_agent_env(items: tuple[str, ...] | list[str]) -> tuple[str, ...]:
             raise UserError(f"--ae {item!r}: expected KEY=${{VAR}} or KEY")
         if not sep:
             val = "${" + key + "}"
-        if not _REF.match(val) and _SENSITIVE.search(key):
+        if not _REF.match(val) and _SENSITIVE.search(key) and DECLARED_NON_SECRETS.get(key) != val:
             raise UserError(
                 f"--ae {key}=...: pass secrets by reference, e.g. --ae {key}='${{{key}}}' with {key} exported; "
                 "a literal value would land in argv and .driver_env"
@@ -187,15 +200,17 @@ def check_agent_env(items: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return tuple(outl)
 
 
-def missing_env_refs(items: tuple[str, ...]) -> list[str]:
-    """Names referenced by ``--ae`` values (``${VAR}`` without default) that are not set here."""
+def missing_env_refs(items: tuple[str, ...], environ: Mapping[str, str] | None = None) -> list[str]:
+    """Names referenced by ``--ae`` values (``${VAR}`` without default) that are unset or empty in
+    ``environ`` (default: this process's environment)."""
+    environ = os.environ if environ is None else environ
     missing = []
     for item in items:
         val = item.partition("=")[2]
         m = _REF.match(val)
         if m and not m.group(1):
             name = val[2:-1]
-            if name not in os.environ:
+            if not environ.get(name):
                 missing.append(name)
     return missing
 
