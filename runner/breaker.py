@@ -38,6 +38,22 @@ def shape(message: str) -> str:
     return _SPACE.sub(" ", s).strip()[:200]
 
 
+#: harbor's causes (``models/trial/error_policy.py``) that are the agent's scored outcome: a timeout
+#: or an exhausted budget on a hard task can hit several arms in a row and is a result, never a wall
+OUTCOME_CAUSES = frozenset({"agent_exhausted_budget", "agent_refused_task", "verifier_failed"})
+
+
+def is_outcome(failure_class: str) -> bool:
+    """True for a failure that is a scored outcome (harbor grades it), not a loud failure: it
+    ends a streak like a success does and never counts toward a pause."""
+    try:
+        from harbor.models.trial.error_policy import policy_for
+
+        return str(policy_for(failure_class).cause.value) in OUTCOME_CAUSES
+    except Exception:  # noqa: BLE001 - harbor missing or changed: count every failure
+        return False
+
+
 def signature(failure_class: str, message: str) -> str:
     """The identity of a failure for the breaker: its class and its message shape."""
     return f"{failure_class}: {shape(message)}"

@@ -34,7 +34,7 @@ import psutil
 
 from modes.profiles import mode_for
 from runner import claims as claimsmod
-from runner.breaker import EXIT_PAUSED, SCOPE_INFRA, Attempt, Breaker, Trip, signature
+from runner.breaker import EXIT_PAUSED, SCOPE_INFRA, Attempt, Breaker, Trip, is_outcome, signature
 from runner.config import ArmSpec, RunConfig, as_dict, write_driver_env
 from runner.errors import UserError
 from runner.events import EventLog, new_run_id
@@ -604,6 +604,10 @@ class Driver:
         """Feed one failed attempt to the breaker; pause the run when it trips, and void (on an
         infrastructure trip) every attempt of the wall, including those finishing after the trip."""
         cls, msg = failure_of(v)
+        if is_outcome(cls):  # a timeout or exhausted budget is the arm's result, not a wall
+            self.breaker.success()
+            self._failed.clear()
+            return
         att = Attempt(job.task, job.arm.name, job.stamp, signature(cls, msg), f"{cls}: {msg}"[:300])
         if v.kind != "infra":
             self._failed[job.stamp] = (job, v)

@@ -36,6 +36,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arms", default=DEMO_ARMS, help=f"arms (default {DEMO_ARMS}; oracle,nop for stand-ins)")
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument(
+        "--agent-timeout-mult",
+        type=float,
+        default=None,
+        help="harbor agent timeout = task budget x this (more time on a loaded machine; default 1)",
+    )
+    p.add_argument(
         "--headless", action="store_true", help="no console: run here and print the status at the end"
     )
 
@@ -75,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     out = fresh_out(args.out)
     arms = [a for a in args.arms.split(",") if a]
     flags = {"tasks_dir": str(tasks), "arms": arms, "concurrency": args.concurrency, "max_passes": 2}
+    flags["agent_timeout_mult"] = args.agent_timeout_mult
     if any(a in DEFAULT_ARMS for a in arms):
         _prepare_real_arms(arms)
         # The scripted model accepts any key: the declared placeholder, recorded in .driver_env.

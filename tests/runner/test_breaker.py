@@ -53,6 +53,14 @@ def test_streak_trips_at_k_across_arms_and_resets_on_success_or_a_new_failure():
     assert br.failure(_att("t4", "goal", "something new")) is None and len(trip.attempts) == 4
 
 
+def test_timeouts_are_outcomes_and_never_count():
+    from runner.breaker import is_outcome
+
+    assert is_outcome("AgentTimeoutError") and is_outcome("VerifierTimeoutError")
+    assert not is_outcome("ArmFailure") and not is_outcome("RuntimeError")
+    assert not is_outcome("EnvironmentStartTimeoutError")  # the sandbox's, not the agent's
+
+
 def test_a_wall_of_one_arm_pauses_as_arm_specific_and_k_0_never_trips():
     br = Breaker(3)
     for t in ("t1", "t2"):
