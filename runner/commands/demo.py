@@ -92,11 +92,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"marathon demo: {', '.join(cfg.arms)} on the mini-benchmark ({tasks}) -> {cfg.out}")
     interactive = not args.headless and sys.stdin.isatty() and sys.stdout.isatty()
     if interactive:
+        from runner.preflight import RETRY_DEMO, require
+
+        require(cfg, retry=RETRY_DEMO)  # before anything is written
         write_driver_env(cfg)
         # Through the console's launcher: the runner ends up in its own session, adopted by init, never
         # a child of the process that then runs the console.
         from console.starter import plan_start, start_detached
-        from runner.preflight import RETRY_DEMO
 
         argv, why = plan_start(cfg.out, retry=RETRY_DEMO)
         if argv is None:

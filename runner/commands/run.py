@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or default_out())
     cfg = resolve(out, flags_of(args), resume=args.resume)
     if args.detach:
-        d = Driver(cfg)
+        d = Driver(cfg, resumed=args.resume)
         tasks = d.preflight()
         modified = d.check_dataset(tasks)
         if modified:
