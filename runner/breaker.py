@@ -28,10 +28,14 @@ _NUM = re.compile(r"\d+(?:\.\d+)?")
 _SPACE = re.compile(r"\s+")
 
 
-def shape(message: str) -> str:
-    """A failure message with what differs between attempts normalised out: paths, UUIDs, hex
+def shape(message: str, names: tuple[str, ...] = ()) -> str:
+    """A failure message with what differs between attempts normalised out: the attempt's own
+    ``names`` (its trial, its task: harbor puts them in compose project names), paths, UUIDs, hex
     ids and numbers become placeholders; whitespace collapses; only the first 200 characters count."""
-    s = _PATH.sub("<path>", message)
+    s = message
+    for name in sorted((n for n in names if n), key=len, reverse=True):
+        s = re.sub(rf"(?<![A-Za-z0-9-]){re.escape(name)}(?![A-Za-z0-9-])", "<name>", s, flags=re.I)
+    s = _PATH.sub("<path>", s)
     s = _UUID.sub("<id>", s)
     s = _HEX.sub("<id>", s)
     s = _NUM.sub("<n>", s)
@@ -54,9 +58,9 @@ def is_outcome(failure_class: str) -> bool:
         return False
 
 
-def signature(failure_class: str, message: str) -> str:
+def signature(failure_class: str, message: str, names: tuple[str, ...] = ()) -> str:
     """The identity of a failure for the breaker: its class and its message shape."""
-    return f"{failure_class}: {shape(message)}"
+    return f"{failure_class}: {shape(message, names)}"
 
 
 @dataclass(frozen=True)

@@ -608,7 +608,8 @@ class Driver:
             self.breaker.success()
             self._failed.clear()
             return
-        att = Attempt(job.task, job.arm.name, job.stamp, signature(cls, msg), f"{cls}: {msg}"[:300])
+        sig = signature(cls, msg, (job.task, v.trial or ""))
+        att = Attempt(job.task, job.arm.name, job.stamp, sig, f"{cls}: {msg}"[:300])
         if v.kind != "infra":
             self._failed[job.stamp] = (job, v)
         before = self.breaker.tripped

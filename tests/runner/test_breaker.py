@@ -35,6 +35,12 @@ def test_message_shape_ignores_numbers_ids_and_paths():
     assert a == b
     assert "Unauthorized" in a and "401" not in a
     assert shape("connection refused") != shape("no space left on device")
+    # harbor names the task and the trial in compose project names: the attempt's own names go too
+    c = "Docker compose command failed for environment calc-partial. Command: docker compose --project-name calc-partial__xfmdpfw__env"
+    d = "Docker compose command failed for environment two-stage. Command: docker compose --project-name two-stage__qwertyz__env"
+    assert shape(c, ("calc-partial", "calc-partial__xFMdPFw")) == shape(
+        d, ("two-stage", "two-stage__QWERTYZ")
+    )
 
 
 def test_streak_trips_at_k_across_arms_and_resets_on_success_or_a_new_failure():
