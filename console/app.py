@@ -304,6 +304,7 @@ class ConsoleApp(App[int]):
     def on_runner_data(self, msg: RunnerData) -> None:
         self.runner_info = msg.info
         self._paint_panels()
+        self._paint_detail()  # the circuit breaker's banner
         info = msg.info
         first, self._offered = not self._offered, True
         if first and self.offer_start and not info.alive and info.has_config:
@@ -453,9 +454,17 @@ class ConsoleApp(App[int]):
             )
         main.query_one("#detail", Static).update(Text(line, no_wrap=True, overflow="ellipsis"))
         alarm = main.query_one("#alarm", Static)
-        alarm.display = bool(self.alarm)
+        paused = view.get(self.runner_info, "paused")
+        alarm.display = bool(self.alarm or paused)
+        banner = Text(no_wrap=True, overflow="ellipsis")
+        if paused:
+            banner.append(f"⏸ RUN PAUSED: {paused}", style="bold reverse red")
+            if self.alarm:
+                banner.append("  ")
         if self.alarm:
-            alarm.update(Text(f"⚠ {self.alarm}", style="bold red", no_wrap=True, overflow="ellipsis"))
+            banner.append(f"⚠ {self.alarm}", style="bold red")
+        if paused or self.alarm:
+            alarm.update(banner)
 
     def _paint_panels(self) -> None:
         try:

@@ -32,6 +32,7 @@ class RunnerInfo:
     has_config: bool = False
     run_id: str | None = None
     budget_sec: float | None = None
+    paused: str | None = None  # the circuit breaker's one-line reason, until a runner starts again
 
 
 def read_runner_info(out: Path, events: EventTailReader | None = None) -> RunnerInfo:
@@ -84,6 +85,7 @@ def read_runner_info(out: Path, events: EventTailReader | None = None) -> Runner
         has_config=bool(env),
         run_id=st.get("run_id"),
         budget_sec=as_int("GOAL_TIMEOUT_SEC"),
+        paused=st.get("paused"),
     )
 
 
@@ -133,6 +135,8 @@ class EventTailReader:
             self.state["pass_no"] = ev["pass"]
         elif isinstance(ev.get("pass_no"), int):
             self.state["pass_no"] = ev["pass_no"]
+        if kind == "run_paused":
+            self.state["paused"] = str(ev.get("reason") or "paused by the circuit breaker")
         if "gate" in kind and "wait" in kind:
             self.state["gate_waits"] = self.state.get("gate_waits", 0) + 1
 

@@ -16,9 +16,14 @@ from pathlib import Path
 LAUNCH_TIMEOUT_SEC = 120.0
 
 
-def plan_start(out: Path) -> tuple[list[str] | None, str]:
-    """The launcher argv, or None and why starting is not possible now."""
-    from runner.config import read_driver_env
+def plan_start(out: Path, *, retry: str | None = None) -> tuple[list[str] | None, str]:
+    """The launcher argv, or None and why starting is not possible now: a live runner, no
+    configuration, or the preflight's problems (``runner.preflight``, one line each, the same
+    lines ``marathon run --resume`` and ``health --fix`` print). The console's environment is the
+    one the runner will inherit, so that is the environment checked."""
+    from runner.config import read_driver_env, resolve
+    from runner.errors import UserError
+    from runner.preflight import RETRY_CONSOLE, PreflightFailed, render, require
     from runner.procs import Registry
 
     out = Path(out).resolve()
@@ -30,8 +35,17 @@ def plan_start(out: Path) -> tuple[list[str] | None, str]:
             f"{out}/.driver_env is missing: start the first run from a shell with\n"
             f"  marathon run {out} --tasks-dir DIR [--arms ...]"
         )
+    try:
+        notes = require(resolve(out, {}, resume=True), retry=retry or RETRY_CONSOLE)
+    except PreflightFailed as exc:
+        return None, str(exc)
+    except UserError as exc:
+        return None, f"cannot start the runner of {out}: {exc}"
     argv = [sys.executable, "-m", "runner.cli", "run", str(out), "--resume", "--detach"]
-    return argv, f"configuration: {out}/.driver_env; log: {out}/.runner/runner.log"
+    why = f"configuration: {out}/.driver_env; log: {out}/.runner/runner.log"
+    if notes:
+        why += "\n" + render(notes, out=out)
+    return argv, why
 
 
 def start_detached(argv: list[str], out: Path) -> int:

@@ -75,6 +75,14 @@ KNOBS: tuple[Knob, ...] = (
         "net_margin", "MARATHON_NET_MARGIN", "--net-margin", None, "int", "networks kept free below the cap"
     ),
     Knob("max_passes", "MARATHON_MAX_PASSES", "--max-passes", 3, "int", "sweeps over pairs not done"),
+    Knob(
+        "breaker_k",
+        "MARATHON_BREAKER_K",
+        "--breaker-k",
+        3,
+        "int",
+        "pause after this many consecutive attempts fail the same way (0 = never)",
+    ),
     Knob("model", "MARATHON_MODEL", "--model", None, "str", "harbor -m for every arm"),
     Knob("env", "MARATHON_ENV", "--env", "docker", "str", "harbor environment type (-e)"),
     Knob(
@@ -127,6 +135,7 @@ class RunConfig:
     net_cap: int | None = None
     net_margin: int | None = None
     max_passes: int = 3
+    breaker_k: int = 3
     model: str | None = None
     env: str = "docker"
     build_network: str = "host"
@@ -197,15 +206,17 @@ def screened_values(out: Path, values: Mapping[str, Any]) -> list[tuple[str, str
     return items
 
 
-def missing_env_refs(items: tuple[str, ...]) -> list[str]:
-    """Names referenced by ``--ae`` values (``${VAR}`` without default) that are not set here."""
+def missing_env_refs(items: tuple[str, ...], environ: Mapping[str, str] | None = None) -> list[str]:
+    """Names referenced by ``--ae`` values (``${VAR}`` without default) that are unset or empty in
+    ``environ`` (default: this process's environment)."""
+    environ = os.environ if environ is None else environ
     missing = []
     for item in items:
         val = item.partition("=")[2]
         m = _REF.match(val)
         if m and not m.group(1):
             name = val[2:-1]
-            if name not in os.environ:
+            if not environ.get(name):
                 missing.append(name)
     return missing
 

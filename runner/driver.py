@@ -18,7 +18,6 @@ left of this run's compose projects, voids the cancelled attempts, releases its 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import shutil
 import signal
@@ -35,7 +34,8 @@ import psutil
 
 from modes.profiles import mode_for
 from runner import claims as claimsmod
-from runner.config import ArmSpec, RunConfig, as_dict, missing_env_refs, write_driver_env
+from runner.breaker import EXIT_PAUSED, SCOPE_INFRA, Attempt, Breaker, Trip, is_outcome, signature
+from runner.config import ArmSpec, RunConfig, as_dict, write_driver_env
 from runner.errors import UserError
 from runner.events import EventLog, new_run_id
 from runner.lock import RunnerLock, me
@@ -161,23 +161,6 @@ def harbor_argv(cfg: RunConfig, task: str, arm: ArmSpec, jdir: Path, mounts: str
     return argv
 
 
-def check_agents(specs: list[ArmSpec]) -> None:
-    """Every arm's agent module must be importable before the first trial (not 60 trials later)."""
-    for s in specs:
-        if s.builtin:
-            continue
-        module = s.agent.split(":", 1)[0]
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            raise UserError(
-                f"arm {s.name}: agent module {module} is not importable; "
-                "use stand-ins (--arms oracle,nop) until the arms exist, or fix PYTHONPATH"
-            )
-
-
 @dataclass
 class Job:
     task: str
@@ -243,8 +226,10 @@ class Driver:
         gate_recheck_sec: float = 2.0,
         stop_grace_sec: float = 120.0,
         resumed: bool = False,
+        retry: str | None = None,
     ) -> None:
         self.cfg = cfg
+        self.retry = retry  # what the preflight tells the operator to run once a problem is fixed
         self.out = cfg.out
         self.run_id = new_run_id()
         self.log = EventLog(self.out, self.run_id)
@@ -264,6 +249,9 @@ class Driver:
         self._gate_next_check = 0.0
         self._job_env = self._make_job_env()
         self._mounts: dict[str, str | None] = {}
+        self.preflight_notes: list = []
+        self.breaker = Breaker(cfg.breaker_k)
+        self._failed: dict[str, tuple[Job, Verdict]] = {}  # stamp -> a failed attempt the breaker may void
 
     # --- setup ---------------------------------------------------------------------------------
 
@@ -291,53 +279,23 @@ class Driver:
             return [(t, a) for a in arms for t in tasks]
         return [(t, a) for t in tasks for a in arms]
 
-    def preflight(self) -> list[str]:
-        """Everything that can be refused before touching the tree."""
-        td = self.cfg.tasks_dir
-        if td is None or not td.is_dir():
-            raise UserError(f"tasks dir {td} does not exist")
-        tasks = self.tasks()
-        if not tasks:
-            raise UserError(f"no harbor tasks (dirs with task.toml) in {td}")
-        try:
-            if self.out.resolve().is_relative_to(td.resolve()):
-                raise UserError(
-                    f"the output dir {self.out} is inside the tasks dir {td}: the runner never writes there"
-                )
-        except OSError:
-            pass
-        check_agents(list(self.specs.values()))
-        self._mounts = {s.name: arm_mounts(self.cfg, s) for s in self.specs.values()}
-        if self.cfg.env == "docker":
-            from runner.docker_pool import pool_status
+    def preflight(self, retry: str | None = None) -> list[str]:
+        """Everything that can be refused before touching the tree (``runner.preflight``, the
+        same check ``health --fix``, the console and the demo run); returns the tasks to run."""
+        from runner import preflight
 
-            pool_status(
-                None
-            )  # the engine must answer now: one clear line (exit 3) instead of a day of gate errors
-        missing = missing_env_refs(self.cfg.agent_env)
-        if missing:
-            raise UserError(
-                f"--ae refers to unset environment variable(s): {', '.join(missing)}; export them first"
-            )
+        hint = retry or self.retry or preflight.retry_run(self.out, self.resumed)
+        self.preflight_notes = preflight.require(self.cfg, os.environ, retry=hint)
+        tasks = self.tasks()
+        self._mounts = {s.name: arm_mounts(self.cfg, s) for s in self.specs.values()}
         return tasks
 
     def check_dataset(self, tasks: list[str]) -> list[str]:
-        """Digests of the selected tasks against dataset.toml; refuse modified ones unless allowed."""
-        from runner.digest import check_dataset, task_name
+        """The selected tasks that differ from dataset.toml (the preflight refused them unless
+        --allow-modified), to be recorded in .driver_env and every report."""
+        from runner.preflight import modified_tasks
 
-        td = self.cfg.tasks_dir
-        assert td is not None
-        if not (td / "dataset.toml").is_file():
-            return []
-        names = {task_name(td / t): t for t in tasks}
-        bad = [m for m in check_dataset(td) if m.task in names]
-        modified = sorted(names[m.task] for m in bad)
-        if modified and not self.cfg.allow_modified:
-            raise UserError(
-                f"task(s) differ from {td / 'dataset.toml'}: {', '.join(modified)} -- this is no longer the "
-                "benchmark; rerun with --allow-modified to run anyway (every report will say so)"
-            )
-        return modified
+        return modified_tasks(self.cfg, tasks)
 
     # --- main loop -------------------------------------------------------------------------------
 
@@ -373,6 +331,8 @@ class Driver:
             )
             if modified:
                 self.log.emit("dataset_modified", tasks=modified, allow_modified=True)
+            for note in self.preflight_notes:
+                self.log.emit("preflight_note", check=note.check, what=note.what, todo=note.todo)
             self._adopt_orphans(set(all_pairs))
             reason = self._passes(all_pairs)
             return self._shutdown(reason, all_pairs)
@@ -403,11 +363,15 @@ class Driver:
             failed: list[tuple[str, str, str]] = []
             while (queue or self.running) and self.stop_reason is None:
                 failed += self._reap()
+                if self.breaker.tripped is not None and not self.running:
+                    break  # paused: the in-flight pairs have finished
                 self._fill(queue)
                 if self.stop_reason is None and (queue or self.running):
                     time.sleep(self.poll_sec)
             if self.stop_reason is not None:
                 return f"stopped by {self.stop_reason}"
+            if self.breaker.tripped is not None:
+                return f"paused by the circuit breaker: {self.breaker.tripped.reason()}"
             left = [p for p in all_pairs if not pair_done(self.out, *p)]
             self.log.emit("pass_end", pass_no=pass_no, done=len(all_pairs) - len(left), left=len(left))
             for task, arm, why in failed:
@@ -423,7 +387,12 @@ class Driver:
     # --- starting ---------------------------------------------------------------------------------
 
     def _fill(self, queue: list[tuple[str, str]]) -> None:
-        while queue and len(self.running) < self.cfg.concurrency and self.stop_reason is None:
+        while (
+            queue
+            and len(self.running) < self.cfg.concurrency
+            and self.stop_reason is None
+            and self.breaker.tripped is None
+        ):
             task, arm = queue[0]
             if pair_done(self.out, task, arm):
                 queue.pop(0)
@@ -608,6 +577,9 @@ class Driver:
             detail = self._score_detail(jdir)
             self.log.emit("job_finish", task=job.task, arm=job.arm.name, stamp=job.stamp, status="done",
                           elapsed_sec=elapsed, returncode=job.returncode, detail=detail)  # fmt: skip
+            if not stopping:
+                self.breaker.success()
+                self._failed.clear()
         else:
             v = classify_job(jdir, job.stamp_dir / HARBOR_LOG)
             if stopping and v.kind != "done":
@@ -621,10 +593,63 @@ class Driver:
                 self._void(job, v)
             else:
                 self.stats.errored += 1
+            if not stopping:
+                self._breaker_observe(job, v)
             retry = v.reason
         if claimsmod.release(self.out, job.claim):
             self.log.emit("claim_release", task=job.task, arm=job.arm.name)
         return retry
+
+    # --- the circuit breaker (runner.breaker) ------------------------------------------------------
+
+    def _breaker_observe(self, job: Job, v: Verdict) -> None:
+        """Feed one failed attempt to the breaker; pause the run when it trips, and void (on an
+        infrastructure trip) every attempt of the wall, including those finishing after the trip."""
+        cls, msg = failure_of(v)
+        if is_outcome(cls):  # a timeout or exhausted budget is the arm's result, not a wall
+            self.breaker.success()
+            self._failed.clear()
+            return
+        sig = signature(cls, msg, (job.task, v.trial or ""))
+        att = Attempt(job.task, job.arm.name, job.stamp, sig, f"{cls}: {msg}"[:300])
+        if v.kind != "infra":
+            self._failed[job.stamp] = (job, v)
+        before = self.breaker.tripped
+        trip = self.breaker.failure(att)
+        if trip is not None:
+            self._pause(trip)
+        elif before is not None and att in before.attempts and before.scope == SCOPE_INFRA:
+            self._breaker_void(before, att)
+
+    def _pause(self, trip: Trip) -> None:
+        if trip.scope == SCOPE_INFRA:
+            for att in trip.attempts:
+                self._breaker_void(trip, att)
+        self.log.emit(
+            "run_paused",
+            reason=trip.reason(),
+            failure=trip.signature,
+            message=trip.message,
+            scope=trip.scope,
+            arms=trip.arms,
+            pairs=trip.pairs,
+            attempts=[{"task": a.task, "arm": a.arm, "stamp": a.stamp} for a in trip.attempts],
+            k=self.breaker.k,
+            voided=trip.scope == SCOPE_INFRA,
+            n_running=len(self.running),
+        )
+
+    def _breaker_void(self, trip: Trip, att: Attempt) -> None:
+        """Void one errored attempt of an infrastructure wall (infra ones are voided already)."""
+        found = self._failed.pop(att.stamp, None)
+        if found is None:
+            return
+        job, v = found
+        if not job.stamp_dir.exists():
+            return
+        reason = f"circuit breaker ({len(trip.attempts)} alike in a row across arms): {att.message}"
+        self._void(job, Verdict("infra", reason[:500], v.evidence, v.trial))
+        self.stats.errored -= 1
 
     def _score_detail(self, jdir: Path) -> str:
         from runner.rules import build_failed, partial_score, reward_of
@@ -724,8 +749,25 @@ class Driver:
             voided=self.stats.voided,
             errored=self.stats.errored,
             gate_waits=self.stats.gate_waits,
+            paused=self.breaker.tripped.reason() if self.breaker.tripped else None,
         )
+        if self.breaker.tripped is not None and self.stop_reason is None:
+            return EXIT_PAUSED
         return 0
+
+
+def failure_of(v: Verdict) -> tuple[str, str]:
+    """(failure class, message) of a failed attempt: the trial's exception type and first message
+    line when harbor recorded one, else the runner's own verdict (e.g. no trial was started)."""
+    etype = msg = ""
+    for line in v.evidence:
+        if line.startswith("exception_type: ") and not etype:
+            etype = line.removeprefix("exception_type: ")
+        elif line.startswith("exception_message: ") and not msg:
+            msg = line.removeprefix("exception_message: ")
+    if etype:
+        return etype, (msg.strip().splitlines() or [""])[0][:300]
+    return v.kind, v.reason.splitlines()[0][:300] if v.reason else ""
 
 
 # --- detached start (used by `run --detach`, `health --fix` and the console) -----------------------

@@ -28,7 +28,7 @@ SLACK_SEC = 600  # build, setup and teardown on top of the agent and verifier bu
 
 @dataclass
 class Finding:
-    kind: str  # runner_dead, stale_claim, orphan_job, past_budget, leak, errored_not_voided
+    kind: str  # runner_dead, run_paused, stale_claim, orphan_job, past_budget, leak, errored_not_voided
     what: str
     fixable: bool = False
     data: dict = field(default_factory=dict)
@@ -203,9 +203,17 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
     total = len(tasks) * len(arms)
     done = sum(1 for t in tasks for a in arms if (t, a) in done_pairs)
     if state != "alive" and cfg is not None and done < total:
-        findings.insert(
-            0, Finding("runner_dead", f"no live runner and {total - done} pair(s) not done", True)
-        )
+        from runner.breaker import last_pause
+
+        paused = last_pause(out)
+        if paused is not None:
+            # the cause needs a person: restarting would only rerun the wall of failures
+            what = f"the circuit breaker paused the run: {paused}; then `marathon run {out} --resume`"
+            findings.insert(0, Finding("run_paused", what, False))
+        else:
+            findings.insert(
+                0, Finding("runner_dead", f"no live runner and {total - done} pair(s) not done", True)
+            )
     rep = HealthReport(str(out), state, pid, total, done, running, findings)
     return rep, cfg
 
@@ -220,6 +228,11 @@ def fix(out: Path) -> HealthReport:
     """Fix what ``check`` found, printing each fix in the report; the runner is restarted last."""
     rep, cfg = check(out)
     out = Path(rep.out)
+    if cfg is not None and any(f.kind == "runner_dead" for f in rep.findings):
+        from runner.preflight import require, retry_health
+
+        # before any fix: a runner that cannot work is not restarted, and nothing is touched
+        require(cfg, retry=retry_health(out))
     for f in rep.findings:
         if f.kind == "stale_claim":
             c = claimsmod.read_claim(claim_path(out, f.data["claim"]["task"], f.data["claim"]["arm"]))

@@ -33,6 +33,8 @@ _PLAIN = {
     "cleanup": "cleanup: removed {containers} container(s), {networks} network(s)",
     "pass_end": "pass {pass_no} finished: {done} done, {left} left",
     "runner_exit": "runner exit: {reason}; {done}/{total} pairs done",
+    "run_paused": "PAUSED by the circuit breaker: {reason}",
+    "preflight_note": "note: {what} ({todo})",
 }
 
 

@@ -229,10 +229,19 @@ def _loopx_arm(value: str) -> bool:
     return value in {a for a, m in ARMS.items() if m.loopx}
 
 
+#: Names that look like credentials but whose one allowed value is public: the demo's stand-in model
+#: key (the scripted model accepts any key and records only a hash). Carried in .driver_env as a
+#: literal so that a restarted demo runner (health --fix, --resume, the console) has it.
+DECLARED_NON_SECRETS: dict[str, str] = {"MARATHON_DEMO_MODEL_KEY": "scripted-demo-placeholder"}
+
 #: literal agent env values allowed, with the shape each value must have (nothing secret fits)
 LITERAL_KNOBS: dict[str, tuple[str, Callable[[str], bool]]] = {
     "GOAL_TIMEOUT_SEC": ("a positive number of seconds", _positive_number),
     "WEN_MODE": ("a LoopX arm (ssh-goal, codex-cli, heartbeat)", _loopx_arm),
+    **{
+        name: (f"the public placeholder {value!r}", lambda v, value=value: v == value)
+        for name, value in DECLARED_NON_SECRETS.items()
+    },
 }
 
 

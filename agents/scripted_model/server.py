@@ -18,6 +18,8 @@ traffic never leaves the container. The scenario is the model name codex sends:
                          "unsupported call" and still completes the turn (a silent failure)
   scripted/zero-usage    answer every request at once, reporting zero tokens, never finishing a goal
                          (the empty-turn loop the harness must stop)
+  scripted/unauthorized  answer every request HTTP 401 ``invalid_api_key``, as a provider does once a
+                         credential is revoked (the runner's circuit breaker must pause the run)
   scripted/loopx         first run every LoopX quota guard command found in the turn's input (the goal
                          body: goal objective or user text; a ``LOOPX_TURN=`` line before it is kept),
                          so the real LoopX CLI executes in the container; then ``solve``
@@ -56,6 +58,7 @@ SCENARIOS = (
     "two-turns",
     "zero-usage",
     "unsupported",
+    "unauthorized",
 )
 
 _lock = threading.Lock()
@@ -377,6 +380,14 @@ class Handler(BaseHTTPRequestHandler):
         if scenario not in SCENARIOS:
             _record({**entry, "outcome": "400 unknown model"})
             self._error(400, "model_not_found", f"the scripted model has no scenario {model!r}")
+            return
+        if scenario == "unauthorized":
+            _record({**entry, "scenario": scenario, "outcome": "401 unauthorized"})
+            self._error(
+                401,
+                "invalid_api_key",
+                "Incorrect API key provided. The credential was rejected by the provider.",
+            )
             return
         kind, what = decide(scenario, body, self.headers, _plan())
         n = _record(

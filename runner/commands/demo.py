@@ -13,7 +13,6 @@ and the run goes on); without one (or with ``--headless``) it runs in this proce
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +23,9 @@ HELP = "run the five arms on the bundled mini-benchmark (scripted model) and wat
 DEFAULT_OUT = "marathon-demo-out"
 DEMO_ARMS = ",".join(DEFAULT_ARMS)
 DEMO_MODEL = "scripted/loopx"
-#: the scripted model needs some credential to forward (by name); it records only a hash of it
+#: the scripted model needs some credential to forward (by name); it records only a hash of it.
+#: Not a secret: a fixed placeholder declared in runner.secrets.DECLARED_NON_SECRETS, carried in
+#: .driver_env as a literal so that a restarted runner (health --fix, --resume, the console) has it.
 DEMO_KEY_VAR = "MARATHON_DEMO_MODEL_KEY"
 
 
@@ -34,6 +35,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--arms", default=DEMO_ARMS, help=f"arms (default {DEMO_ARMS}; oracle,nop for stand-ins)")
     p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument(
+        "--agent-timeout-mult",
+        type=float,
+        default=None,
+        help="harbor agent timeout = task budget x this (more time on a loaded machine; default 1)",
+    )
     p.add_argument(
         "--headless", action="store_true", help="no console: run here and print the status at the end"
     )
@@ -69,34 +76,41 @@ def run(args: argparse.Namespace) -> int:
     from runner.driver import Driver
     from runner.errors import UserError
     from runner.progress import Progress
+    from runner.secrets import DECLARED_NON_SECRETS
 
     tasks = Path(__file__).resolve().parents[1] / "demo" / "tasks"
     out = fresh_out(args.out)
     arms = [a for a in args.arms.split(",") if a]
     flags = {"tasks_dir": str(tasks), "arms": arms, "concurrency": args.concurrency, "max_passes": 2}
+    flags["agent_timeout_mult"] = args.agent_timeout_mult
     if any(a in DEFAULT_ARMS for a in arms):
         _prepare_real_arms(arms)
-        # The scripted model accepts any key; forwarded by name like a real one, never in argv.
-        os.environ.setdefault(DEMO_KEY_VAR, "scripted-demo-placeholder")
+        # The scripted model accepts any key: the declared placeholder, recorded in .driver_env.
         flags["model"] = DEMO_MODEL
         flags["agent_kwargs"] = [f"api_key_var={DEMO_KEY_VAR}"]
+        flags["agent_env_literal"] = [f"{DEMO_KEY_VAR}={DECLARED_NON_SECRETS[DEMO_KEY_VAR]}"]
     cfg = resolve(out, flags, environ={})
     print(f"marathon demo: {', '.join(cfg.arms)} on the mini-benchmark ({tasks}) -> {cfg.out}")
     interactive = not args.headless and sys.stdin.isatty() and sys.stdout.isatty()
     if interactive:
+        from runner.preflight import RETRY_DEMO, require
+
+        require(cfg, retry=RETRY_DEMO)  # before anything is written
         write_driver_env(cfg)
         # Through the console's launcher: the runner ends up in its own session, adopted by init, never
         # a child of the process that then runs the console.
         from console.starter import plan_start, start_detached
 
-        argv, why = plan_start(cfg.out)
+        argv, why = plan_start(cfg.out, retry=RETRY_DEMO)
         if argv is None:
-            raise UserError(why.splitlines()[0])
+            raise UserError(why)
         pid = start_detached(argv, cfg.out)
         print(f"runner started in the background: PID {pid}; opening the console (q quits, the run goes on)")
         from console.app import run_console  # textual only here
 
         return run_console(cfg.out)
-    rc = Driver(cfg, listeners=[Progress()]).run()
+    from runner.preflight import RETRY_DEMO
+
+    rc = Driver(cfg, listeners=[Progress()], retry=RETRY_DEMO).run()
     print()
     return rc or marathon(["status", str(cfg.out)])

@@ -46,6 +46,7 @@ def add_knobs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--net-cap", dest="net_cap", type=int, help=h("net_cap"))
     p.add_argument("--net-margin", dest="net_margin", type=int, help=h("net_margin"))
     p.add_argument("--max-passes", dest="max_passes", type=int, help=h("max_passes"))
+    p.add_argument("--breaker-k", dest="breaker_k", type=int, help=h("breaker_k"))
     p.add_argument("--model", "-m", help=h("model"))
     p.add_argument("--env", "-e", help=h("env"))
     p.add_argument(
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or default_out())
     cfg = resolve(out, flags_of(args), resume=args.resume)
     if args.detach:
-        d = Driver(cfg)
+        d = Driver(cfg, resumed=args.resume)
         tasks = d.preflight()
         modified = d.check_dataset(tasks)
         if modified:

@@ -213,7 +213,7 @@ def test_health_flags_a_trial_past_its_budget(tmp_path, live_other):
     assert rep.running_trials == 2 and not rep.ok
 
 
-def test_unreachable_engine_is_one_line_exit_3_and_nothing_written(tmp_path):
+def test_unreachable_engine_is_refused_by_the_preflight_and_nothing_written(tmp_path):
     import os
 
     from runner_support import DEMO_TASKS, run_marathon
@@ -223,7 +223,9 @@ def test_unreachable_engine_is_one_line_exit_3_and_nothing_written(tmp_path):
         "run", str(out), "--tasks-dir", str(DEMO_TASKS), "--arms", "nop", timeout=60,
         DOCKER_HOST=f"unix://{tmp_path}/no-such.sock", PATH=os.environ["PATH"],
     )  # fmt: skip
-    assert r.returncode == 3 and r.stderr.count("\n") == 1 and "no Docker engine" in r.stderr
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2 and len(lines) == 2, r.stderr
+    assert lines[0].startswith("marathon: cannot start the runner") and "no Docker engine" in lines[1]
     assert not out.exists()
 
 

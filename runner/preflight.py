@@ -1,0 +1,364 @@
+"""Everything a runner needs, checked before a runner process exists.
+
+Why: a runner restarted from a shell that lacks a credential (``health --fix``, ``run --resume``,
+the console's start) used to start trial after trial that failed at once: a day of pairs turned
+into errors the report then had to explain. So every path that starts a runner -- ``marathon run``
+(fresh or ``--resume``, foreground or ``--detach``), ``marathon health --fix``, the console's start
+action and ``marathon demo`` -- calls ``require`` first. It checks, in the environment the runner
+will have:
+
+- the tasks dir (exists, has the selected tasks, the output tree is not inside it) and its
+  recorded digests (``runner.digest.check_dataset``, the one digest check);
+- every agent each arm names imports (in a child interpreter with the harbor job's PYTHONPATH);
+- the staged codex (of the configured ``codex_version``) and LoopX parts the arms mount exist;
+- the model/provider settings are complete for a model that is not the scripted stand-in;
+- every credential: each ``--ae`` ``${VAR}`` reference, and the variable ``api_key_var`` names;
+- the Docker engine answers; a full address pool is a note (the gate will wait), not a failure.
+
+Any blocking problem: ``PreflightFailed`` (exit 2) with one line per problem saying what to do,
+nothing started, and nothing written but one ``preflight_failed`` event (when the tree exists).
+Messages carry variable names only, never values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from runner.config import RunConfig, missing_env_refs
+from runner.errors import EXIT_USAGE, UserError
+
+#: where every codex arm's credential comes from unless ``--ak api_key_var=NAME`` says otherwise
+DEFAULT_KEY_VAR = "OPENAI_API_KEY"  # agents.base_codex.DEFAULT_KEY_VAR (not imported: harbor is heavy)
+SCRIPTED_PREFIX = "scripted/"
+IMPORT_TIMEOUT_SEC = 180.0
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing that stops (or, when not ``blocking``, slows) a runner, and what to do about it."""
+
+    check: str  # tasks, dataset, arms, staging, model, credentials, docker, pool
+    what: str
+    todo: str = ""
+    blocking: bool = True
+
+    def line(self, retry: str = "") -> str:
+        if not self.blocking:
+            return f"note: {self.what}" + (f" ({self.todo})" if self.todo else "")
+        text = f"{self.what}: {self.todo}" if self.todo else self.what
+        return f"{text}, then {retry}" if retry else text
+
+
+class PreflightFailed(UserError):
+    """A runner must not start: ``str(exc)`` is the header and one line per problem."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, problems: list[Problem]) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+
+# --- retry hints: what the operator runs once the problem is fixed ------------------------------
+
+
+def retry_run(out: Path, resumed: bool) -> str:
+    return f"`marathon run {out} --resume`" if resumed else "run the same `marathon run` command again"
+
+
+def retry_health(out: Path) -> str:
+    return f"`marathon health {out} --fix`"
+
+
+RETRY_CONSOLE = "start it again (R)"
+RETRY_DEMO = "run `marathon demo` again"
+
+
+# --- the checks ----------------------------------------------------------------------------------
+
+
+def agent_kwargs(cfg: RunConfig) -> dict[str, str]:
+    """``--ak key=value`` items as a dict (the last one wins, as in harbor)."""
+    return dict(item.partition("=")[::2] for item in cfg.agent_kwargs)
+
+
+def _codex_arms(cfg: RunConfig) -> list[str]:
+    """Arms played by marathon's codex agents (they need codex, a model and a credential)."""
+    return [s.name for s in cfg.arm_specs() if s.real]
+
+
+def check_tasks(cfg: RunConfig) -> tuple[list[Problem], list[str]]:
+    """The tasks dir and the selected tasks; returns (problems, the tasks that will run)."""
+    from runner.driver import list_tasks
+
+    td = cfg.tasks_dir
+    if td is None or not td.is_dir():
+        return [Problem("tasks", f"tasks dir {td} does not exist", "pass --tasks-dir DIR")], []
+    available = list_tasks(td)
+    if not available:
+        return [
+            Problem("tasks", f"no harbor tasks (dirs with task.toml) in {td}", "pass --tasks-dir DIR")
+        ], []
+    problems = []
+    tasks = list(cfg.tasks) or available
+    unknown = [t for t in tasks if t not in available]
+    if unknown:
+        problems.append(Problem("tasks", f"unknown task(s) in {td}: {', '.join(unknown)}", "fix --tasks"))
+        tasks = [t for t in tasks if t in available]
+    try:
+        if cfg.out.resolve().is_relative_to(td.resolve()):
+            problems.append(
+                Problem(
+                    "tasks",
+                    f"the output dir {cfg.out} is inside the tasks dir {td}",
+                    "choose an output dir outside it (the runner never writes into the tasks dir)",
+                )
+            )
+    except OSError:
+        pass
+    return problems, tasks
+
+
+def modified_tasks(cfg: RunConfig, tasks: list[str]) -> list[str]:
+    """The selected tasks whose digest differs from the tasks dir's ``dataset.toml`` ([] without one)."""
+    from runner.digest import check_dataset, task_name
+
+    td = cfg.tasks_dir
+    if td is None or not (td / "dataset.toml").is_file():
+        return []
+    names = {task_name(td / t): t for t in tasks}
+    return sorted(names[m.task] for m in check_dataset(td) if m.task in names)
+
+
+def check_dataset(cfg: RunConfig, tasks: list[str]) -> list[Problem]:
+    try:
+        modified = modified_tasks(cfg, tasks)
+    except (OSError, ValueError, KeyError) as exc:
+        return [Problem("dataset", f"cannot read {cfg.tasks_dir}/dataset.toml: {exc}", "fix or remove it")]
+    if not modified:
+        return []
+    what = f"task(s) differ from {cfg.tasks_dir}/dataset.toml: {', '.join(modified)}"
+    if cfg.allow_modified:
+        return [Problem("dataset", what, "--allow-modified: every report will say so", blocking=False)]
+    return [
+        Problem(
+            "dataset",
+            what + " -- this is no longer the benchmark",
+            "restore the tasks, or pass --allow-modified to run anyway (every report will say so)",
+        )
+    ]
+
+
+_IMPORT_PROBE = """
+import importlib, json, sys
+res = {}
+for ref in json.loads(sys.argv[1]):
+    mod, _, cls = ref.partition(":")
+    try:
+        obj = importlib.import_module(mod)
+        if cls:
+            getattr(obj, cls)
+        res[ref] = None
+    except BaseException as exc:
+        res[ref] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+print(json.dumps(res))
+"""
+
+
+def job_pythonpath(env: Mapping[str, str]) -> str:
+    """The PYTHONPATH harbor's job processes get (``runner.driver``): the project first."""
+    from runner.driver import PROJECT_ROOT
+
+    paths = [str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys(paths))
+
+
+def check_arms(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
+    """Every arm's agent imports, in a child interpreter with the harbor job's PYTHONPATH (a
+    missing module found here costs seconds; found by harbor, it costs one errored trial per pair)."""
+    refs = {s.name: s.agent for s in cfg.arm_specs() if not s.builtin}
+    if not refs:
+        return []
+    child_env = dict(env) | {"PYTHONPATH": job_pythonpath(env)}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _IMPORT_PROBE, json.dumps(sorted(set(refs.values())))],
+            env=child_env, capture_output=True, text=True, timeout=IMPORT_TIMEOUT_SEC,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        results = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as exc:
+        return [
+            Problem("arms", f"could not check that the arms import: {exc}", "check the Python environment")
+        ]
+    problems = []
+    for arm, ref in refs.items():
+        err = results.get(ref)
+        if err:
+            problems.append(
+                Problem(
+                    "arms",
+                    f"arm {arm}: agent {ref} does not import ({err})",
+                    "fix the module or PYTHONPATH, or use stand-ins (--arms oracle,nop)",
+                )
+            )
+    return problems
+
+
+def check_staging(cfg: RunConfig) -> list[Problem]:
+    """The staged codex of the configured version, and the LoopX parts for LoopX arms."""
+    arms = _codex_arms(cfg)
+    if not arms or cfg.mounts:
+        return []  # no codex arm, or the operator mounts what the arms need (--mounts)
+    from agents.staging import DEFAULT_CODEX_VERSION, StagingError
+    from agents.staging import load_staged as load_codex
+    from modes.profiles import mode_for
+
+    problems = []
+    version = agent_kwargs(cfg).get("codex_version") or DEFAULT_CODEX_VERSION
+    try:
+        load_codex(version)
+    except StagingError as exc:
+        problems.append(Problem("staging", f"arms {', '.join(arms)}: {exc}"))  # it names `marathon stage`
+    loopx_arms = [a for a in arms if (m := mode_for(a)) is not None and m.loopx]
+    if loopx_arms:
+        from agents.loopx_staging import load_staged as load_loopx
+
+        try:
+            load_loopx()
+        except StagingError as exc:
+            problems.append(Problem("staging", f"arms {', '.join(loopx_arms)}: {exc}"))
+    return problems
+
+
+def check_model(cfg: RunConfig) -> list[Problem]:
+    """A codex arm needs a model; one that is not the scripted stand-in needs a provider URL (the
+    default URL is the stand-in's address inside the demo image, which a real task image lacks)."""
+    arms = _codex_arms(cfg)
+    if not arms:
+        return []
+    kw = agent_kwargs(cfg)
+    model = kw.get("model") or cfg.model
+    if not model:
+        return [Problem("model", f"arms {', '.join(arms)} have no model", "pass --model NAME")]
+    if SCRIPTED_PREFIX in model or kw.get("provider_base_url"):
+        return []
+    return [
+        Problem(
+            "model",
+            f"model {model} is not the scripted stand-in but no provider is configured",
+            "pass --ak provider_base_url=URL (and --ak api_key_var=NAME if the key is not OPENAI_API_KEY)",
+        )
+    ]
+
+
+def check_credentials(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
+    """Every ``--ae`` reference, and the variable ``api_key_var`` names, resolve in ``env``."""
+    problems = []
+    for name in missing_env_refs(cfg.agent_env, env):
+        problems.append(
+            Problem(
+                "credentials",
+                f"--ae refers to {name}, which is not set in this shell",
+                f"export {name} in this shell",
+            )
+        )
+    kw = agent_kwargs(cfg)
+    if not _codex_arms(cfg) and "api_key_var" not in kw:
+        return problems
+    var = kw.get("api_key_var") or DEFAULT_KEY_VAR
+    given = {item.partition("=")[0] for item in cfg.agent_env + cfg.agent_env_literal}
+    if var in given:
+        return problems  # forwarded: an --ae-literal knob, or an --ae reference checked above
+    if not env.get(var):
+        how = "named by --ak api_key_var" if "api_key_var" in kw else "the arms' default api_key_var"
+        problems.append(
+            Problem(
+                "credentials",
+                f"credential {var} ({how}) is not set in this shell",
+                f"export {var} in this shell",
+            )
+        )
+    return problems
+
+
+def check_docker(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
+    """The engine answers; a pool with no room now is a note: the gate waits, it does not fail."""
+    if cfg.env != "docker":
+        return []
+    from runner.docker_pool import pool_status, verdict
+    from runner.dockerapi import connect
+
+    try:
+        status = pool_status(None, connect(env.get("DOCKER_HOST") or None))
+        v = verdict(status, 1, cap=cfg.net_cap, margin=cfg.net_margin)
+    except UserError as exc:
+        return [Problem("docker", str(exc))]  # the engine's one line says what to do
+    if v.ok:
+        return []
+    return [
+        Problem(
+            "pool",
+            f"the Docker address pool has no room now ({v.reason})",
+            "the runner will wait at the network gate until networks free up",
+            blocking=False,
+        )
+    ]
+
+
+def check(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
+    """Every problem a runner of ``cfg`` would hit in ``env`` (the environment it will inherit).
+    Reads only: the tasks dir, the staging cache, the Docker engine; starts one child interpreter."""
+    problems, tasks = check_tasks(cfg)
+    if tasks:
+        problems += check_dataset(cfg, tasks)
+    problems += check_arms(cfg, env)
+    problems += check_staging(cfg)
+    problems += check_model(cfg)
+    problems += check_credentials(cfg, env)
+    problems += check_docker(cfg, env)
+    return problems
+
+
+# --- rendering and the one entry point ------------------------------------------------------------
+
+
+def render(problems: list[Problem], retry: str = "", out: Path | None = None) -> str:
+    """One header line, then one line per problem (blocking first), each saying what to do."""
+    blocking = [p for p in problems if p.blocking]
+    notes = [p for p in problems if not p.blocking]
+    where = f" of {out}" if out is not None else ""
+    if blocking:
+        head = f"cannot start the runner{where}: {len(blocking)} problem(s), nothing was started"
+    else:
+        head = f"preflight{where}: ok"
+    return "\n".join([head] + [f"  {p.line(retry)}" for p in blocking + notes])
+
+
+def require(cfg: RunConfig, env: Mapping[str, str] | None = None, *, retry: str = "") -> list[Problem]:
+    """Run ``check``; raise ``PreflightFailed`` on any blocking problem (after one
+    ``preflight_failed`` event, when the output tree exists). Returns the notes."""
+    env = os.environ if env is None else env
+    problems = check(cfg, env)
+    blocking = [p for p in problems if p.blocking]
+    if not blocking:
+        return problems
+    if cfg.out.is_dir():
+        from runner.events import append_event, utc_now
+
+        append_event(
+            cfg.out,
+            {
+                "ts": utc_now(),
+                "event": "preflight_failed",
+                "problems": [asdict(p) for p in blocking],
+                "pid": os.getpid(),
+            },
+        )
+    raise PreflightFailed(render(problems, retry, cfg.out), problems)

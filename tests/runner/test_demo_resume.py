@@ -1,0 +1,58 @@
+"""The operator's path from the field: the demo's runner dies (kill -9) mid-run, and
+``marathon health OUT --fix`` from a shell that never had the demo's model key restarts it from
+``.driver_env`` and completes all 20 pairs of the five real arms, none errored.
+
+The demo's stand-in key is a declared non-secret literal recorded in ``.driver_env``; before, it
+lived only in the environment of the process that first started the runner, and the restarted
+runner failed every pair with "credential variable ... is not set".
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from runner_support import done_jobs, events, run_marathon, start_marathon, wait_for
+
+from runner.commands.demo import DEMO_KEY_VAR
+from runner.lock import lock_holder
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def test_demo_killed_mid_run_is_completed_by_health_fix(out_tree, tmp_path, docker_engine):
+    out = out_tree
+    assert DEMO_KEY_VAR not in os.environ  # this shell never had the key
+    # more agent time than the demo's 120 s: on a shared 2-core machine (load 50) the LoopX arms'
+    # install alone can take that long, and a timeout is the arm's result, which is not under test here
+    demo = start_marathon(
+        "demo", "--headless", "--out", str(out), "--agent-timeout-mult", "5", log=tmp_path / "demo.log"
+    )
+    try:
+        wait_for(lambda: len(events(out, "job_finish")) >= 2, 1200, "two pairs of the demo to finish")
+        holder = lock_holder(out)
+        assert holder is not None and holder.pid == demo.pid  # headless: the demo process is the runner
+        os.kill(demo.pid, signal.SIGKILL)
+        demo.wait(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    first_run = events(out, "runner_start")[0]["run_id"]
+    assert not [e for e in events(out, "runner_exit")]  # it died without a word
+
+    fix = run_marathon("health", str(out), "--fix", timeout=600)
+    assert fix.returncode == 0, fix.stdout + fix.stderr
+    assert "restarted the runner" in fix.stdout
+
+    wait_for(lambda: lock_holder(out) is None, 2400, "the restarted runner to finish", step=2)
+    (start2,) = [e for e in events(out, "runner_start") if e["run_id"] != first_run]
+    (exit2,) = events(out, "runner_exit")
+    assert exit2["run_id"] == start2["run_id"] and start2["resumed"] is True
+    assert (exit2["done"], exit2["total"]) == (20, 20), exit2
+    errored = [e for e in events(out, "job_finish") if e["status"] == "errored"]
+    assert errored == [], errored
+    done = done_jobs(out)
+    assert len(done) == 20 and all(len(j) == 1 for j in done.values()), done
+    again = run_marathon("health", str(out), timeout=300)
+    assert again.returncode == 0, again.stdout

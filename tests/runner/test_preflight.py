@@ -1,0 +1,152 @@
+"""The preflight: a runner never starts (run --resume, health --fix, the console's start) when it
+cannot work, and says, one line per problem, what to do.
+
+Real things throughout: the staged codex cache, a child interpreter importing the arms, the
+Docker engine (and a socket path where there is none), the marathon CLI as a process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from runner_support import DEMO_TASKS, events, run_marathon
+
+from runner import preflight
+from runner.config import read_driver_env, resolve, write_driver_env
+from runner.errors import UserError
+from runner.lock import lock_holder
+from runner.tree import driver_env_path, runner_dir
+
+KEY = "MARATHON_PREFLIGHT_TEST_KEY"
+
+
+def _cfg(out: Path, **flags):
+    base = {"tasks_dir": str(DEMO_TASKS), "arms": ["plain", "goal"], "model": "scripted/solve"}
+    return resolve(out, base | flags, environ={})
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (KEY, "OPENAI_API_KEY")}
+    return env | extra
+
+
+@pytest.mark.docker
+def test_resume_health_fix_and_console_start_without_the_credential_start_nothing(tmp_path, docker_engine):
+    """The field's failure: a run restarted from a shell that lacks the key. Refused before any
+    runner exists, with the variable's name and what to do; only one event is written."""
+    out = tmp_path / "out"
+    write_driver_env(_cfg(out, agent_kwargs=[f"api_key_var={KEY}"]))
+    before = driver_env_path(out).read_bytes()
+    secret = "sk-preflight-test-value-never-shown"
+    assert KEY not in os.environ
+
+    r = run_marathon("run", str(out), "--resume", "--plain", timeout=300)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2, r.stderr
+    assert lines[0] == f"marathon: cannot start the runner of {out}: 1 problem(s), nothing was started"
+    assert lines[1:] == [
+        f"  credential {KEY} (named by --ak api_key_var) is not set in this shell: export {KEY} in "
+        f"this shell, then `marathon run {out} --resume`"
+    ]
+
+    h = run_marathon("health", str(out), "--fix", timeout=300)
+    assert h.returncode == 2 and f"then `marathon health {out} --fix`" in h.stderr, h.stderr + h.stdout
+    assert "FIXED" not in h.stdout
+
+    from console.actions import START, plan_action
+
+    planned = plan_action(START, out)
+    assert not planned.possible and f"export {KEY} in this shell, then start it again (R)" in planned.text
+
+    # nothing started, nothing written but the events
+    assert lock_holder(out) is None and driver_env_path(out).read_bytes() == before
+    assert sorted(p.name for p in runner_dir(out).iterdir()) == ["events.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == [".driver_env", ".runner"]
+    refused = events(out, "preflight_failed")
+    assert [e["event"] for e in events(out)] == ["preflight_failed"] * 3
+    assert refused[0]["problems"][0]["check"] == "credentials"
+
+    # with the key exported the same start is possible; its value is nowhere in what is shown
+    os.environ[KEY] = secret
+    try:
+        planned = plan_action(START, out)
+    finally:
+        del os.environ[KEY]
+    assert planned.possible, planned.text
+    assert secret not in planned.text and secret not in (runner_dir(out) / "events.jsonl").read_text()
+
+
+@pytest.mark.docker
+def test_every_problem_is_one_line_with_what_to_do(tmp_path, docker_engine):
+    out = tmp_path / "out"
+    cfg = _cfg(
+        out,
+        arms=["plain", "missing=no_such_module:Agent", "typo=agents.base_codex:NoSuchAgent", "nop"],
+        model="openai/gpt-5",
+        agent_kwargs=["codex_version=0.0.1"],
+        agent_env=["EXTRA_TOKEN=${MARATHON_PREFLIGHT_UNSET}"],
+    )
+    probs = preflight.check(cfg, _env(DOCKER_HOST=f"unix://{tmp_path}/no.sock"))
+    by = {p.check: [q.what for q in probs if q.check == p.check] for p in probs}
+    assert all(p.blocking for p in probs)
+    assert any("no_such_module:Agent does not import (ModuleNotFoundError" in w for w in by["arms"])
+    assert any("NoSuchAgent does not import (AttributeError" in w for w in by["arms"])
+    assert any("codex 0.0.1 is not staged" in w for w in by["staging"])
+    assert by["model"] == ["model openai/gpt-5 is not the scripted stand-in but no provider is configured"]
+    assert by["credentials"] == [
+        "--ae refers to MARATHON_PREFLIGHT_UNSET, which is not set in this shell",
+        "credential OPENAI_API_KEY (the arms' default api_key_var) is not set in this shell",
+    ]
+    assert any("no Docker engine" in w for w in by["docker"])
+    text = preflight.render(probs, "RETRY", out)
+    assert text.count("\n") == len(probs) and text.count(", then RETRY") == len(probs)
+
+    # the same tree, set up right: nothing blocks; a pool without room is a note (the gate waits)
+    good = _cfg(out, agent_kwargs=[f"api_key_var={KEY}"], net_cap=0, net_margin=0)
+    probs = preflight.check(good, _env(**{KEY: "x"}))
+    assert [(p.check, p.blocking) for p in probs] == [("pool", False)], probs
+    assert "will wait at the network gate" in preflight.render(probs)
+
+
+def test_modified_tasks_are_refused_unless_allowed(tmp_path):
+    import shutil
+
+    tasks = tmp_path / "tasks"
+    shutil.copytree(DEMO_TASKS, tasks)
+    with open(tasks / "two-stage" / "instruction.md", "a") as fh:
+        fh.write("\nchanged\n")
+    cfg = resolve(tmp_path / "out", {"tasks_dir": str(tasks), "arms": ["nop"], "env": "none"}, environ={})
+    (p,) = preflight.check(cfg, {})
+    assert p.blocking and "two-stage" in p.what and "--allow-modified" in p.todo
+    allowed = resolve(
+        tmp_path / "out", {"tasks_dir": str(tasks), "arms": ["nop"], "env": "none", "allow_modified": True},
+        environ={},
+    )  # fmt: skip
+    (note,) = preflight.check(allowed, {})
+    assert not note.blocking and preflight.modified_tasks(allowed, preflight.check_tasks(allowed)[1]) == [
+        "two-stage"
+    ]
+
+
+def test_the_demo_key_is_a_declared_literal_recorded_for_a_restart(tmp_path):
+    from runner.commands.demo import DEMO_KEY_VAR
+    from runner.secrets import DECLARED_NON_SECRETS
+
+    placeholder = DECLARED_NON_SECRETS[DEMO_KEY_VAR]
+    cfg = _cfg(
+        tmp_path / "out",
+        agent_kwargs=[f"api_key_var={DEMO_KEY_VAR}"],
+        agent_env=[f"{DEMO_KEY_VAR}={placeholder}"],
+    )
+    write_driver_env(cfg)
+    again = resolve(tmp_path / "out", {}, resume=True, environ={})
+    assert f"{DEMO_KEY_VAR}={placeholder}" in json.loads(
+        read_driver_env(tmp_path / "out")["MARATHON_AGENT_ENV"]
+    )
+    assert preflight.check_credentials(again, {}) == []  # no shell variable needed to restart it
+    # any other literal for a sensitive name is still refused
+    with pytest.raises(UserError, match="by reference"):
+        _cfg(tmp_path / "o2", agent_env=[f"{DEMO_KEY_VAR}=sk-real-looking-value"])
