@@ -38,7 +38,7 @@ from runner.errors import UserError
 from runner.events import EventLog, new_run_id
 from runner.lock import RunnerLock, me
 from runner.model import pair_done  # the model's reading of done: the runner never disagrees with status
-from runner.procs import ProcIdentity, Registry, alive, signal_process
+from runner.procs import DEFAULT_GRACE_SEC, ProcIdentity, Registry, alive, signal_process
 from runner.rules import is_done
 from runner.tree import compose_project, iter_trial_dirs, job_dir, jobs_dir, runner_dir
 from runner.void import Verdict, act_void, classify_job, plan_void, read_json
@@ -232,7 +232,7 @@ class Driver:
         listeners: list | None = None,
         poll_sec: float = 0.2,
         gate_recheck_sec: float = 2.0,
-        stop_grace_sec: float = 120.0,
+        stop_grace_sec: float = DEFAULT_GRACE_SEC,
         resumed: bool = False,
     ) -> None:
         self.cfg = cfg

@@ -33,10 +33,14 @@ from runner.tree import runner_dir
 REGISTRY_FILE = "registry.json"
 REGISTRY_LOCK = "registry.lock"
 ROLE_RUNNER = "runner"
-#: Seconds between TERM and KILL, for `marathon kill` and the console alike. harbor 0.25.0 needs
-#: up to ~9 s after SIGTERM to cancel its trial and `compose down` (benchmarks/bench_harbor_sigterm.py,
-#: docs/safety.md); the rest is headroom for a loaded machine.
+#: Seconds between TERM and KILL, for `marathon kill`, the console's Kill and the runner's own stop
+#: of its harbor jobs. harbor 0.25.0 took 14.9-21.0 s (median 20.2 s) from SIGTERM mid-trial to exit,
+#: its compose project gone, at load average ~70 (benchmarks/bench_harbor_sigterm.py, docs/safety.md);
+#: the rest is headroom. A KILL after it only skips harbor's own teardown: the cleanup removes the rest.
 DEFAULT_GRACE_SEC = 30.0
+#: How long a runner may take to stop by itself after SIGTERM: TERM its harbor jobs, wait
+#: DEFAULT_GRACE_SEC, KILL and wait what is left (10 s), remove its Docker objects, release claims.
+RUNNER_WIND_DOWN_SEC = DEFAULT_GRACE_SEC + 10.0 + 60.0
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 
 

@@ -460,3 +460,25 @@ def test_by_group_false_signals_only_the_planned_process(spawn, tmp_path):
     assert runner.wait(10) == -signal.SIGTERM
     assert _alive(mate)
     mate.kill()  # the test's own leftover, by the psutil handle (PID + create time)
+
+
+def test_console_stop_signals_the_runner_alone_and_says_so(spawn, tmp_path):
+    """The console's Stop (T): its plan says "runner alone", and the runner's group mates survive it."""
+    from console import actions
+
+    out = tmp_path / "out"
+    out.mkdir()
+    runner = spawn(["bash", "-c", "trap 'exit 0' TERM; sleep 600 & wait"], group=True)
+    deadline = time.monotonic() + 10
+    while not psutil.Process(runner.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (mate,) = psutil.Process(runner.pid).children()
+    Registry(out).register(runner.pid, "runner", runner.args)
+    planned = actions.plan_action(actions.STOP, out)
+    assert "runner process alone (not its process group)" in planned.text
+    assert [t.pid for t in planned.parts["stop"].targets] == [runner.pid]
+    ok, text = actions.act(planned)
+    assert ok and f"sent SIGTERM to pid {runner.pid}" in text and "process group" not in text, text
+    assert runner.wait(10) == 0
+    assert _alive(mate)
+    mate.kill()  # the test's own leftover, by the psutil handle
