@@ -7,6 +7,7 @@ API (used by every codex arm, including helper E's LoopX agent):
     await client.initialize("marathon", "0.1.0")
     result = await client.request("thread/start", {...}, timeout=60)   # AppServerError on error
     client.add_listener(fn)                   # fn(method, params) for every notification
+    client.add_result_listener(fn)            # fn(method, result) for every answer to our requests
     ev = await client.next_notification(deadline=None)    # Notification(method, params) | raises
     client.noise_lines / client.server_requests / client.closed
     await client.close()
@@ -79,6 +80,8 @@ class AppServerClient:
         self.stderr_log = stderr_log or raw_log.with_name("appserver.stderr.log")
         self._next_id = 0
         self._pending: dict[int, asyncio.Future] = {}
+        self._pending_method: dict[int, str] = {}
+        self._result_listeners: list[Callable[[str, Any], None]] = []
         self._queue: asyncio.Queue[Notification | None] = asyncio.Queue()
         self._listeners: list[Callable[[str, dict], None]] = []
         self._tasks: list[asyncio.Task] = []
@@ -150,6 +153,7 @@ class AppServerClient:
         self._next_id += 1
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
+        self._pending_method[rid] = method
         msg: dict = {"id": rid, "method": method}
         if params is not None:
             msg["params"] = params
@@ -160,6 +164,7 @@ class AppServerClient:
             raise AppServerError(f"{method}: no response within {timeout}s", method=method) from exc
         finally:
             self._pending.pop(rid, None)
+            self._pending_method.pop(rid, None)
 
     async def notify(self, method: str, params: dict | None = None) -> None:
         msg: dict = {"method": method}
@@ -172,6 +177,14 @@ class AppServerClient:
     def add_listener(self, fn: Callable[[str, dict], None]) -> None:
         """``fn(method, params)`` runs for every notification, in arrival order, before it is queued."""
         self._listeners.append(fn)
+
+    def add_result_listener(self, fn: Callable[[str, Any], None]) -> None:
+        """``fn(method, result)`` runs for every successful answer to our requests, in stdout order.
+
+        The awaiting caller resumes later, possibly after notifications written after the answer
+        were handled; state taken from an answer here is never older than what those showed.
+        """
+        self._result_listeners.append(fn)
 
     async def next_notification(self, deadline: float | None = None) -> Notification:
         """The next notification; DeadlineReached at ``deadline`` (monotonic); AppServerClosed at EOF."""
@@ -246,6 +259,9 @@ class AppServerClient:
                 err = msg["error"] or {}
                 fut.set_exception(AppServerError(str(err.get("message")), err.get("code")))
             else:
+                method = self._pending_method.get(msg["id"], "")
+                for fn in self._result_listeners:
+                    fn(method, msg["result"])
                 fut.set_result(msg["result"])
         else:
             self.noise_lines.append(text[:500])

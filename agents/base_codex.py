@@ -209,7 +209,7 @@ class CodexAppServerAgent(BaseAgent):
         secret = self._preflight(transport)
         self.receipt.mark("preflight_done")
         client = await self._start_appserver(transport, secret)
-        return CodexSession(
+        self.session = CodexSession(
             client,
             self.receipt,
             transport.workdir,
@@ -217,6 +217,7 @@ class CodexAppServerAgent(BaseAgent):
             zero_token_limit=self.zero_token_limit,
             on_usage=(lambda total: self._usage_to_context(total, context)) if context is not None else None,
         )
+        return self.session
 
     # --- pieces ----------------------------------------------------------------------------------------
 
@@ -410,6 +411,10 @@ class CodexAppServerAgent(BaseAgent):
                     receipt.evidence.append(f"codex-state/{name}")
         except Exception as exc:  # noqa: BLE001
             receipt.warnings.append(f"evidence copy of codex state failed: {exc}")
+        session = getattr(self, "session", None)
+        for store in sorted((self.logs_dir / "codex-state").glob("goals_*.sqlite")):
+            if session is not None:
+                session.reconcile_goal_store(store)
         for name in ("appserver.stdout.jsonl", "appserver.stderr.log", "codex-config.toml"):
             if (self.logs_dir / name).exists():
                 receipt.evidence.append(name)

@@ -12,9 +12,11 @@ Same codex, transport, config, user, workdir, credentials and deadline as the co
   continuation, each tick a fresh turn whose input is the body rendered with a new turn instance id
   (``LOOPX_TURN``) and the instruction, paced by LoopX's generic_cli ``scheduler_hint``.
 - self-lock: the goal bodies tell the agent to block the goal after three identical blocked turns;
-  only a user resumes it. With ``ungated`` (default, for benchmark runs) the harness plays that user:
-  it resumes, counts (``receipt.unblocks``) and records each event; without it a blocked goal ends
-  the run as blocked.
+  only a user resumes it. With ``ungated`` (default, for benchmark runs) the harness plays that user
+  and resumes it; without it a blocked goal ends the run as blocked. Either way every time the goal
+  left ``blocked`` is counted (``receipt.unblocks``) and listed (``unblock_events``, with who moved
+  it: ``user`` = the harness, or the turn whose ``update_goal`` did) from the goal's status
+  transitions (agents.session), so a block that is over before the harness looks still counts.
 - evidence: the LoopX project registry and goal state (``.loopx/``, with ACTIVE_GOAL_STATE.md) and
   the runtime root (SQLite todo authority) are copied into ``agent/loopx/``; the body into
   ``agent/loopx-body.txt``; all LoopX facts into ``receipt.extra["loopx"]``.
@@ -259,24 +261,28 @@ class CodexLoopxAgent(CodexAppServerAgent):
 
     async def _drive_goal(self, session: CodexSession, instruction: str) -> None:
         await session.goal_set(self.body.text)
-        await session.turn_start(instruction)
+        tid = await session.turn_start(instruction)
+        # codex merges our turn into the goal turn it auto-started; when that turn already ended
+        # (a very fast model) the instruction runs as a turn of its own, possibly on a blocked goal
+        first = session.turn_ids[0] if session.turn_ids else tid
+        self.loopx["instruction_turn"] = "merged" if first == tid else "separate"
+        resumed = 0
         while True:
             status = await session.follow_goal()
-            if status == "blocked" and self.ungated and session.receipt.unblocks < self.max_unblocks:
-                event = {
-                    "n": session.receipt.unblocks + 1,
-                    "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "turns_before": session.receipt.turns,
-                    "tokens_before": session.total_tokens,
-                }
+            if (
+                status == "blocked"
+                and self.ungated
+                and len(session.unblock_transitions()) < self.max_unblocks
+            ):
+                resumed += 1
                 await session.goal_resume()
-                self.loopx["unblock_events"].append(event)
                 # codex starts the goal's continuation turn itself once the goal is active again
                 continue
             if status == "blocked" and self.ungated:
                 self.receipt.warnings.append(
                     f"goal still blocked after {self.max_unblocks} unblocks; ending as blocked"
                 )
+            self.loopx["harness_resumes"] = resumed
             self.receipt.stop_reason = f"goal_{status}"
             return
 
@@ -382,5 +388,14 @@ class CodexLoopxAgent(CodexAppServerAgent):
                         receipt.evidence.append(f"loopx/{sub + '/' if sub else ''}{os.path.basename(src)}")
                 except Exception as exc:  # noqa: BLE001 - evidence is best effort
                     receipt.warnings.append(f"evidence copy of {src} failed: {exc}")
+        failure = super()._save_evidence(transport, receipt, context)  # reconciles the goal store too
+        session = getattr(self, "session", None)
+        if session is not None:
+            self.loopx["unblock_events"] = [
+                {**t, "n": i} for i, t in enumerate(session.unblock_transitions(), 1)
+            ]
+            self.loopx["blocked_events"] = [
+                {**t, "n": i} for i, t in enumerate(session.blocked_transitions(), 1)
+            ]
         receipt.extra["loopx"] = json.loads(json.dumps(self.loopx, default=str))
-        return super()._save_evidence(transport, receipt, context)
+        return failure

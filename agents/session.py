@@ -6,7 +6,7 @@ Shared by every codex arm (plain, goal, and helper E's LoopX arms). API:
     await s.skills_list()                       # works before thread/start (LoopX gate)
     await s.thread_start()
     await s.goal_set("objective", status=None)  # thread/goal/set; auto-starts a goal turn
-    await s.goal_resume()                       # blocked/paused -> active; counts an unblock
+    await s.goal_resume()                       # blocked/paused -> active (the harness plays the user)
     tid = await s.turn_start("text")            # our turn (merges into an auto-started goal turn)
     turn = await s.wait_turn_end(tid)           # the completed turn (dict)
     status = await s.follow_goal()              # codex-owned continuations until not active
@@ -15,6 +15,12 @@ Shared by every codex arm (plain, goal, and helper E's LoopX arms). API:
 Every wait raises ``RuntimeError(DEADLINE_MESSAGE)`` when the deadline passes. Callers recognise it
 with ``is_deadline(exc)`` -- by message, never by class: the field lost a night of three arms to two
 same-named exception classes, one of which was caught and one not.
+
+Goal status is followed as TRANSITIONS (``goal_transitions``), from every ``thread/goal/updated``
+notification and every goal/set|get answer, in the order app-server wrote them: a goal can go
+blocked and leave blocked inside one busy stretch (a blocked goal completed by the next turn before
+the harness looks), so ``receipt.unblocks`` counts transitions out of ``blocked``, whoever caused
+them, never what one poll happened to see.
 
 Guards (raise ArmFailure): a ``warning`` about the code-mode host; an item mentioning an
 "unsupported call" or a failed code-mode host spawn; a failed turn; ``zero_token_limit`` consecutive
@@ -25,8 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from agents.appserver import AppServerClient, AppServerError, DeadlineReached
 from agents.receipt import Receipt
@@ -35,6 +43,9 @@ DEADLINE_MESSAGE = "goal_timeout_before_terminal"
 CODE_MODE_MARKERS = ("code-mode host", "code mode is unavailable", "failed to spawn code-mode host")
 UNSUPPORTED_MARKER = "unsupported call"
 ACTIVE = "active"
+BLOCKED = "blocked"
+#: goals_N.sqlite spells statuses in snake_case; app-server in camelCase
+SQLITE_STATUS = {"usage_limited": "usageLimited", "budget_limited": "budgetLimited"}
 
 
 def is_deadline(exc: BaseException) -> bool:
@@ -73,13 +84,81 @@ class CodexSession:
         self._tokens_at_turn_start: dict[str, int] = {}
         self._zero_token_streak = 0
         self.fatal: ArmFailure | None = None
+        self.goal_transitions: list[dict] = []
         client.add_listener(self._on_notification)
+        client.add_result_listener(self._on_result)
 
     # --- bookkeeping (runs for every notification, in order) ----------------------------------------
 
     @property
     def goal_status(self) -> str | None:
         return (self.goal or {}).get("status")
+
+    def _see_goal(self, goal: dict | None, turn_id: str | None, source: str) -> None:
+        """Take a goal as codex reported it; a changed status is recorded as one transition.
+
+        ``by`` is the turn whose tool call changed it, else ``"user"`` (a client request: ours).
+        """
+        if not goal:
+            return
+        before = self.goal_status
+        self.goal = goal
+        self.receipt.goal_status_final = self.goal_status
+        after = self.goal_status
+        if after == before:
+            return
+        self.goal_transitions.append(
+            {
+                "n": len(self.goal_transitions) + 1,
+                "from": before,
+                "to": after,
+                "by": f"turn {turn_id}" if turn_id else "user",
+                "source": source,
+                "turns_before": len(self.turn_ids),
+                "tokens_before": self.total_tokens,
+                "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+        )
+        self.receipt.extra["goal_transitions"] = self.goal_transitions
+        self.receipt.unblocks = len(self.unblock_transitions())
+        self.receipt.extra["blocked_episodes"] = len(self.blocked_transitions())
+
+    def blocked_transitions(self) -> list[dict]:
+        """Every time the goal went blocked."""
+        return [t for t in self.goal_transitions if t["to"] == BLOCKED]
+
+    def unblock_transitions(self) -> list[dict]:
+        """Every time the goal left blocked (resumed by the user, or moved on by a turn)."""
+        return [t for t in self.goal_transitions if t["from"] == BLOCKED]
+
+    def reconcile_goal_store(self, goals_sqlite: Path) -> None:
+        """Compare the last status seen with codex's goal store (``goals_N.sqlite``) after the run.
+
+        A status the notifications never showed (app-server died mid-stream) becomes one more
+        transition with ``source: "goals_sqlite"``; an unreadable store is a warning, not a result.
+        """
+        if self.thread_id is None:
+            return
+        try:
+            con = sqlite3.connect(f"{goals_sqlite.resolve().as_uri()}?mode=ro", uri=True)
+            try:
+                row = con.execute(
+                    "SELECT status FROM thread_goals WHERE thread_id = ?", (self.thread_id,)
+                ).fetchone()
+            finally:
+                con.close()
+        except sqlite3.Error as exc:
+            self.receipt.warnings.append(f"goal store {goals_sqlite.name} unreadable: {exc}")
+            return
+        if row is None or not isinstance(row[0], str):
+            return
+        status = SQLITE_STATUS.get(row[0], row[0])
+        if status != self.goal_status:
+            self._see_goal({**(self.goal or {}), "status": status}, None, "goals_sqlite")
+
+    def _on_result(self, method: str, result) -> None:
+        if method in ("thread/goal/set", "thread/goal/get") and isinstance(result, dict):
+            self._see_goal(result.get("goal"), None, method.removeprefix("thread/"))
 
     def _on_notification(self, method: str, p: dict) -> None:
         r = self.receipt
@@ -88,6 +167,7 @@ class CodexSession:
             if tid and tid not in self.turn_ids:
                 self.turn_ids.append(tid)
                 self._tokens_at_turn_start[tid] = self.total_tokens
+                r.extra["thread_turns"] = list(self.turn_ids)
             self.active_turn = tid
             r.turns = len(self.turn_ids)
             r.continuations = len([t for t in self.turn_ids if t not in self.our_turn_ids])
@@ -104,8 +184,7 @@ class CodexSession:
             if self.on_usage:
                 self.on_usage(total)
         elif method == "thread/goal/updated":
-            self.goal = p.get("goal") or self.goal
-            r.goal_status_final = self.goal_status
+            self._see_goal(p.get("goal"), p.get("turnId"), "notification")
         elif method == "thread/goal/cleared":
             r.goal_status_final = "cleared"
         elif method in ("warning", "configWarning"):
@@ -185,23 +264,18 @@ class CodexSession:
             params["status"] = status
         if token_budget is not None:
             params["tokenBudget"] = token_budget
-        res = await self.request("thread/goal/set", params)
-        self.goal = res.get("goal") or self.goal
-        self.receipt.goal_status_final = self.goal_status
-        return res
+        return await self.request("thread/goal/set", params)  # the goal itself: _on_result
 
     async def goal_get(self) -> dict | None:
         res = await self.request("thread/goal/get", {"threadId": self.thread_id})
-        if res.get("goal") is not None:
-            self.goal = res["goal"]
-            self.receipt.goal_status_final = self.goal_status
-        return res.get("goal")
+        return res.get("goal")  # taken in stdout order by _on_result
 
     async def goal_resume(self) -> dict:
-        """The harness plays the operator: set a blocked/paused goal active again (an unblock)."""
-        res = await self.goal_set(status=ACTIVE)
-        self.receipt.unblocks += 1
-        return res
+        """The harness plays the operator: set a blocked/paused goal active again.
+
+        Counted as an unblock by the transition it causes (``blocked -> active``), not by the call.
+        """
+        return await self.goal_set(status=ACTIVE)
 
     async def goal_clear(self) -> bool:
         res = await self.request("thread/goal/clear", {"threadId": self.thread_id, "origin": "user"})

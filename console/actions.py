@@ -27,10 +27,6 @@ TITLES = {
     START: "Start the runner (detached)",
 }
 
-#: how long a graceful stop waits for the runner to wind down (it stops its harbor jobs and cleans up)
-GRACEFUL_WAIT_SEC = 180.0
-KILL_GRACE_SEC = 10.0
-
 
 @dataclass
 class Planned:
@@ -61,25 +57,26 @@ def plan_action(kind: str, out: Path, *, trial_path: str | None = None, reason: 
             return Planned(
                 kind, str(out), "No runner of this tree is alive (by its registry).", possible=False
             )
+        from runner.procs import RUNNER_WIND_DOWN_SEC
+
         plan = _runner_only(plan_stop(out), entry.pid)
         text = (
-            f"Send SIGTERM to the runner only; it stops starting trials, stops its harbor jobs, cleans up\n"
-            f"this run's containers and networks, releases its claims and exits.\n\n{plan.render()}"
+            f"Send SIGTERM to the runner process alone (not its process group); it stops starting trials,\n"
+            f"stops its harbor jobs, cleans up this run's containers and networks, releases its claims and\n"
+            f"exits. If it is still running after {RUNNER_WIND_DOWN_SEC:.0f} s it gets SIGKILL (alone too).\n\n"
+            f"{plan.render()}"
         )
         return Planned(kind, str(out), text, {"stop": plan}, possible=bool(plan.targets))
     if kind == KILL:
-        from runner.cleanup import plan_cleanup
-        from runner.procs import plan_stop
+        from runner.kill import plan_kill
+        from runner.procs import DEFAULT_GRACE_SEC
 
-        stop = plan_stop(out)
-        try:
-            clean = plan_cleanup(out)
-            clean_text = clean.render()
-        except Exception as exc:  # noqa: BLE001 - Docker down: still allow stopping processes
-            clean, clean_text = None, f"cleanup not possible: {exc}"
-        text = f"1. {stop.render()}\n\n2. then {clean_text}"
-        possible = bool(stop.targets) or (clean is not None and not clean.empty)
-        return Planned(kind, str(out), text, {"stop": stop, "cleanup": clean}, possible=possible)
+        plan = plan_kill(out)
+        text = (
+            f"The same sequence as `marathon kill --yes`: SIGTERM (by process group where safe), "
+            f"{DEFAULT_GRACE_SEC:.0f} s grace, SIGKILL.\n{plan.render()}"
+        )
+        return Planned(kind, str(out), text, {"kill": plan}, possible=not plan.empty)
     if kind == CLEANUP:
         from runner.cleanup import plan_cleanup
 
@@ -111,31 +108,17 @@ def act(planned: Planned) -> tuple[bool, str]:
     """Carry out a frozen plan; returns (ok, report text)."""
     kind, out = planned.kind, Path(planned.out)
     if kind == STOP:
-        from runner.procs import act_stop
+        from runner.procs import RUNNER_WIND_DOWN_SEC, act_stop
 
-        report = act_stop(planned.parts["stop"], grace_sec=GRACEFUL_WAIT_SEC)
+        # the runner alone: its process group may hold helpers it is still using to wind down
+        report = act_stop(planned.parts["stop"], grace_sec=RUNNER_WIND_DOWN_SEC, by_group=False)
         return not report.still_alive, report.render()
     if kind == KILL:
-        from runner.procs import act_stop
+        from runner.kill import act_kill
+        from runner.procs import DEFAULT_GRACE_SEC
 
-        lines = []
-        report = act_stop(planned.parts["stop"], grace_sec=KILL_GRACE_SEC)
-        lines.append("processes:\n" + report.render())
-        ok = not report.still_alive
-        clean = planned.parts.get("cleanup")
-        if clean is not None:
-            from runner.cleanup import act_cleanup, plan_cleanup
-
-            rep = act_cleanup(clean)
-            lines.append("docker:\n" + rep.render())
-            ok = ok and rep.ok
-            # objects created between the plan and the stop (a trial that was starting): same exact rule
-            late = plan_cleanup(out)
-            if not late.empty:
-                rep2 = act_cleanup(late)
-                lines.append("created after the plan, removed by the same label rule:\n" + rep2.render())
-                ok = ok and rep2.ok
-        return ok, "\n".join(lines)
+        report = act_kill(planned.parts["kill"], grace_sec=DEFAULT_GRACE_SEC)
+        return report.ok, report.render()
     if kind == CLEANUP:
         from runner.cleanup import act_cleanup
 

@@ -55,7 +55,7 @@ KEYS: tuple[Key, ...] = (
     Key(
         "T",
         "stop_runner",
-        "stop the runner gracefully (SIGTERM; it stops its trials and cleans up)",
+        "stop the runner gracefully (SIGTERM to the runner alone; it stops its trials, cleans up)",
         destructive=True,
         short="Stop",
         where="any",
@@ -63,7 +63,7 @@ KEYS: tuple[Key, ...] = (
     Key(
         "K",
         "kill",
-        "kill: stop runner and trials, then remove this run's containers and networks",
+        "kill: TERM runner and trials by group, grace, KILL; remove this run's containers/networks",
         destructive=True,
         short="Kill",
         where="any",

@@ -1,8 +1,10 @@
 """Claims: ``<out>/.claims/<task>__<arm>.claim``, one per (task, arm) being worked on.
 
 Why: a restart (or a second runner) must never start a second job for a pair that is running, and
-must never lose a pair whose runner died. A claim names its holder (runner PID + create time +
-host) and, once started, the harbor job (PID + create time + stamp). It is created with
+must never lose a pair whose runner died. A claim names its holder (runner PID + process identity +
+host) and, once started, the harbor job (PID + process identity + stamp); identities are compared
+by runner.procs.alive, never by wall-clock time. A claim written by an older marathon has no
+identities: its holder and job count as gone, so its job is re-run, never adopted. It is created with
 O_CREAT|O_EXCL, so two live holders are impossible. States:
 
 - ``live``: the holder runner is alive;
@@ -19,8 +21,8 @@ import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from runner.lock import Holder, alive, create_exclusive, dir_mutex, read_holder
-from runner.procs import same_start
+from runner.lock import Holder, create_exclusive, dir_mutex, read_holder
+from runner.procs import ProcIdentity, alive, create_time_of, identity_from, identity_of
 from runner.tree import CLAIMS_DIR, claim_path
 
 LIVE, ORPHAN, STALE = "live", "orphan", "stale"
@@ -29,13 +31,31 @@ LIVE, ORPHAN, STALE = "live", "orphan", "stale"
 @dataclass(frozen=True)
 class JobRef:
     pid: int
-    create_time: float
+    create_time: float  # wall clock, shown only
     stamp: str
+    start_ticks: int | None = None
+    boot_id: str | None = None
+
+    @property
+    def ident(self) -> ProcIdentity | None:
+        return identity_from(asdict(self))
 
     def is_live(self, host: str) -> bool:
         if host != socket.gethostname():
             return True
-        return alive(self.pid, self.create_time)
+        return alive(self.ident)
+
+
+def job_ref(pid: int, stamp: str) -> JobRef:
+    """The record of a harbor job we just started (our unreaped child: its /proc entry exists)."""
+    ident = identity_of(pid)
+    return JobRef(
+        pid,
+        create_time_of(pid),
+        stamp,
+        ident.start_ticks if ident else None,
+        ident.boot_id if ident else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -76,9 +96,18 @@ def read_claim(path: Path) -> Claim | None:
     try:
         d = json.loads(path.read_text())
         j = d.get("job")
-        job = JobRef(int(j["pid"]), float(j["create_time"]), str(j["stamp"])) if j else None
+        job = None
+        if j:
+            ident = identity_from(j)
+            job = JobRef(
+                int(j["pid"]),
+                float(j.get("create_time") or 0.0),
+                str(j["stamp"]),
+                ident.start_ticks if ident else None,
+                ident.boot_id if ident else None,
+            )
         return Claim(str(d["task"]), str(d["arm"]), holder, job)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -104,7 +133,7 @@ def try_claim(out: Path, task: str, arm: str, holder: Holder, *, adopt: bool = F
         if current is None:  # unreadable or vanished: replace it
             _write(path, mine)
             return ClaimResult(True, mine)
-        if current.holder.pid == holder.pid and same_start(current.holder.create_time, holder.create_time):
+        if current.holder.same_process(holder):
             return ClaimResult(True, current)
         state = current.state
         if state == LIVE or (state == ORPHAN and not adopt):

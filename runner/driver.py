@@ -30,8 +30,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from modes.profiles import mode_for
 from runner import claims as claimsmod
 from runner.breaker import EXIT_PAUSED, SCOPE_INFRA, Attempt, Breaker, Trip, is_outcome, signature
@@ -40,7 +38,7 @@ from runner.errors import UserError
 from runner.events import EventLog, new_run_id
 from runner.lock import RunnerLock, me
 from runner.model import pair_done  # the model's reading of done: the runner never disagrees with status
-from runner.procs import Registry, create_time_of, same_start
+from runner.procs import DEFAULT_GRACE_SEC, ProcIdentity, Registry, alive, signal_process
 from runner.rules import is_done
 from runner.secrets import screen_all
 from runner.tree import compose_project, iter_trial_dirs, job_dir, jobs_dir, runner_dir
@@ -167,7 +165,7 @@ class Job:
     arm: ArmSpec
     stamp: str
     pid: int
-    create_time: float
+    ident: ProcIdentity | None  # None: an adopted job recorded without identity (never signalled)
     claim: claimsmod.Claim
     started: float  # monotonic
     proc: subprocess.Popen | None = None  # None for an adopted job (started by a dead runner)
@@ -185,23 +183,17 @@ class Job:
         if self.proc is not None:
             self.returncode = self.proc.poll()
             return self.returncode is not None
-        try:
-            p = psutil.Process(self.pid)
-            if not same_start(p.create_time(), self.create_time):
-                return True
-            return p.status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
+        return not alive(self.ident)
 
     def signal(self, sig: signal.Signals, group: bool = False) -> None:
         """Signal our harbor process (identity re-checked); ``group`` = its whole session group."""
-        if not same_start(create_time_of(self.pid), self.create_time):
+        if not alive(self.ident):
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             if group and os.getpgid(self.pid) == self.pid:
                 os.killpg(self.pid, sig)
             else:
-                os.kill(self.pid, sig)
+                signal_process(self.ident, sig)
 
 
 @dataclass
@@ -224,7 +216,7 @@ class Driver:
         listeners: list | None = None,
         poll_sec: float = 0.2,
         gate_recheck_sec: float = 2.0,
-        stop_grace_sec: float = 120.0,
+        stop_grace_sec: float = DEFAULT_GRACE_SEC,
         resumed: bool = False,
         retry: str | None = None,
     ) -> None:
@@ -443,11 +435,13 @@ class Driver:
                 cwd=str(self.out),
                 env=self._job_env,
             )
-        ct = create_time_of(proc.pid) or 0.0
         with contextlib.suppress(ProcessLookupError):
             self.registry.register(proc.pid, ROLE_HARBOR, argv, task=task, arm=arm.name)
-        claim = claimsmod.set_job(self.out, claim, claimsmod.JobRef(proc.pid, ct, stamp))
-        job = Job(task, arm, stamp, proc.pid, ct, claim, time.monotonic(), proc, claim_out=str(self.out))
+        ref = claimsmod.job_ref(proc.pid, stamp)  # our unreaped child: present even if it exited
+        claim = claimsmod.set_job(self.out, claim, ref)
+        job = Job(
+            task, arm, stamp, proc.pid, ref.ident, claim, time.monotonic(), proc, claim_out=str(self.out)
+        )
         self.running.append(job)
         self.stats.started += 1
         self.log.emit("job_start", task=task, arm=arm.name, stamp=stamp, pid=proc.pid, argv=argv)
@@ -466,7 +460,7 @@ class Driver:
                 self.specs[c.arm],
                 j.stamp,
                 j.pid,
-                j.create_time,
+                j.ident,
                 res.claim,
                 time.monotonic(),
                 claim_out=str(self.out),

@@ -17,7 +17,7 @@ from pathlib import Path
 from runner import claims as claimsmod
 from runner.config import RunConfig, read_driver_env, resolve
 from runner.errors import NotAnOutputTree, UserError
-from runner.lock import alive, lock_holder
+from runner.lock import lock_holder
 from runner.procs import Registry
 from runner.rules import is_done
 from runner.tree import claim_path, compose_project, driver_env_path, iter_job_dirs, iter_trial_dirs
@@ -103,7 +103,7 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
         except UserError:
             cfg = None
     runner = Registry(out).runner_entry()
-    if runner is not None and not alive(runner.pid, runner.create_time):
+    if runner is not None and not runner.is_live():
         runner = None  # a zombie (killed, not yet reaped) is not a runner
     holder = lock_holder(out)
     if runner is not None:

@@ -1,9 +1,11 @@
-"""One runner per output tree: ``<out>/.runner/lock`` holding PID, create time and host.
+"""One runner per output tree: ``<out>/.runner/lock`` holding PID, process identity and host.
 
 Why: two drivers on one tree start the same (task, arm) twice and fight over claims. A second
 start is refused with who holds the lock; a lock whose holder is gone (same host, PID dead or
-recycled) is stale and taken over. PIDs are compared together with their create time, so a
-recycled PID never looks like a live runner.
+recycled) is stale and taken over. PIDs are compared as process identities (runner.procs: start
+ticks since boot + boot id, no wall clock), so a recycled PID never looks like a live runner and
+a clock step never makes a live one look dead. A lock written by an older marathon (create time
+only) cannot be verified and counts as stale.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from runner.errors import Busy
 from runner.events import utc_now
-from runner.procs import alive, create_time_of, same_start
+from runner.procs import ProcIdentity, alive, create_time_of, identity_from, identity_of
 from runner.tree import runner_dir
 
 LOCK_FILE = "lock"
@@ -27,37 +29,66 @@ LOCK_FILE = "lock"
 
 @dataclass(frozen=True)
 class Holder:
-    """Who holds a lock or claim: a PID only means something with its create time and host."""
+    """Who holds a lock or claim: a PID only means something with its identity and host.
+
+    ``create_time`` (wall clock) is for people reading the file; it is never compared.
+    """
 
     pid: int
     create_time: float
     host: str
     since: str = ""
     run_id: str = ""
+    start_ticks: int | None = None
+    boot_id: str | None = None
+
+    @property
+    def ident(self) -> ProcIdentity | None:
+        return identity_from(asdict(self))
+
+    def same_process(self, other: Holder) -> bool:
+        """The same holder process (identities equal); never true for an unverifiable record."""
+        return self.ident is not None and self.ident == other.ident and self.host == other.host
 
     def is_live(self) -> bool:
         """Alive as far as this host can tell. Another host's holder is assumed alive."""
         if self.host != socket.gethostname():
             return True
-        return alive(self.pid, self.create_time)
+        return alive(self.ident)
 
     def describe(self) -> str:
         return f"PID {self.pid} on {self.host} (since {self.since or '?'}, run {self.run_id or '?'})"
 
 
+def holder_for(pid: int, run_id: str = "") -> Holder:
+    """A holder record for a running PID of this host (its identity read now)."""
+    ident = identity_of(pid)
+    if ident is None:
+        raise ProcessLookupError(f"no process {pid}")
+    return Holder(
+        pid, create_time_of(pid), socket.gethostname(), utc_now(), run_id, ident.start_ticks, ident.boot_id
+    )
+
+
 def me(run_id: str = "") -> Holder:
-    pid = os.getpid()
-    return Holder(pid, create_time_of(pid) or 0.0, socket.gethostname(), utc_now(), run_id)
+    return holder_for(os.getpid(), run_id)
 
 
 def read_holder(path: Path) -> Holder | None:
     """The holder recorded in a lock/claim file; None when missing or unreadable."""
     try:
         d = json.loads(path.read_text())
+        ident = identity_from(d)  # None for a file of an older marathon: unverifiable
         return Holder(
-            int(d["pid"]), float(d["create_time"]), str(d["host"]), d.get("since", ""), d.get("run_id", "")
+            int(d["pid"]),
+            float(d.get("create_time") or 0.0),
+            str(d["host"]),
+            str(d.get("since", "")),
+            str(d.get("run_id", "")),
+            ident.start_ticks if ident else None,
+            ident.boot_id if ident else None,
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -123,9 +154,5 @@ class RunnerLock:
     def release(self) -> None:
         with dir_mutex(self.path.parent):
             current = read_holder(self.path)
-            if (
-                current is not None
-                and current.pid == self.holder.pid
-                and same_start(current.create_time, self.holder.create_time)
-            ):
+            if current is not None and current.same_process(self.holder):
                 self.path.unlink(missing_ok=True)

@@ -1,21 +1,28 @@
-"""The processes of a run: a PID registry with create times, the protected set, plan/act stop.
+"""The processes of a run: a PID registry with process identities, the protected set, plan/act stop.
 
 Why: in the field, pattern-matched cleanup (``pkill -f``, ``case`` on /proc/cmdline) hit its own
-shell five times. Here a process belongs to a run only if the runner registered its PID together
-with its create time (or it descends from such a process, or its argv equals an expected argv as a
-whole list). A PID whose create time no longer matches is a recycled PID and is never signalled.
+shell five times. Here a process belongs to a run only if the runner registered its identity (or
+it descends from such a process, or its argv equals an expected argv as a whole list and it runs
+as the same user). A PID whose identity no longer matches is a recycled PID and is never signalled.
 The current process and all its ancestors are protected and never signalled, alone or by group.
+
+Identity (``ProcIdentity``): PID + start time in clock ticks since boot (``/proc/<pid>/stat`` field
+22) + the boot id. No wall-clock time takes part: a create time in seconds since the epoch (what
+psutil reports) moves when the clock is stepped (NTP, a VM resume), and a live runner would then
+look recycled -- or a recycled PID live. Records written before identities existed carry only a
+create time; they are unverifiable and count as not alive (never signalled, never adopted).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import signal
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -27,45 +34,109 @@ from runner.tree import runner_dir
 REGISTRY_FILE = "registry.json"
 REGISTRY_LOCK = "registry.lock"
 ROLE_RUNNER = "runner"
-# harbor 0.25.0 needs ~12 s after TERM to cancel its trial and `compose down` (measured)
+#: Seconds between TERM and KILL, for `marathon kill`, the console's Kill and the runner's own stop
+#: of its harbor jobs. harbor 0.25.0 took 14.9-21.0 s (median 20.2 s) from SIGTERM mid-trial to exit,
+#: its compose project gone, at load average ~70 (benchmarks/bench_harbor_sigterm.py, docs/safety.md);
+#: the rest is headroom. A KILL after it only skips harbor's own teardown: the cleanup removes the rest.
 DEFAULT_GRACE_SEC = 30.0
-# psutil derives create times from clock ticks (1/100 s); anything closer is the same process.
-_SAME_START_SEC = 0.005
+#: How long a runner may take to stop by itself after SIGTERM: TERM its harbor jobs, wait
+#: DEFAULT_GRACE_SEC, KILL and wait what is left (10 s), remove its Docker objects, release claims.
+RUNNER_WIND_DOWN_SEC = DEFAULT_GRACE_SEC + 10.0 + 60.0
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 
 
 def registry_path(out: Path) -> Path:
     return runner_dir(out) / REGISTRY_FILE
 
 
-def create_time_of(pid: int) -> float | None:
-    """The create time of a live PID, or None when there is no such process."""
+@dataclass(frozen=True)
+class ProcIdentity:
+    """Which process a PID meant: the PID, its start in clock ticks since boot, and the boot.
+
+    Equal identities are the same process; nothing here depends on the wall clock.
+    """
+
+    pid: int
+    start_ticks: int
+    boot_id: str
+
+
+@functools.cache
+def boot_id() -> str:
+    """This boot's id (a reboot restarts tick counting and PIDs, so identities never cross it)."""
+    return BOOT_ID_PATH.read_text().strip()
+
+
+def parse_stat(text: str) -> tuple[str, int]:
+    """(state, start ticks) from a ``/proc/<pid>/stat`` line.
+
+    The comm field (2) is in parentheses and may itself hold spaces and ``)``: the fields after it
+    start after the LAST ``)``. State is field 3, start time field 22. ValueError when malformed.
+    """
+    close = text.rfind(")")
+    if close < 0:
+        raise ValueError("no comm field in stat")
+    rest = text[close + 1 :].split()
+    if len(rest) < 20:
+        raise ValueError("stat has too few fields")
+    return rest[0], int(rest[19])
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
     try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        raw = Path(f"/proc/{int(pid)}/stat").read_bytes()
+    except (OSError, ValueError):
+        return None
+    try:
+        return parse_stat(raw.decode("latin-1"))
+    except ValueError:
         return None
 
 
-def same_start(a: float | None, b: float | None) -> bool:
-    return a is not None and b is not None and abs(a - b) < _SAME_START_SEC
+def identity_of(pid: int) -> ProcIdentity | None:
+    """The identity of a running (or zombie) PID now, or None when there is no such process."""
+    st = _stat(pid)
+    return None if st is None else ProcIdentity(int(pid), st[1], boot_id())
 
 
-def alive(pid: int, create_time: float) -> bool:
-    """The one liveness rule: this PID runs AND is the process that had this create time.
+def alive(ident: ProcIdentity | None) -> bool:
+    """The one liveness rule: this PID runs AND is the process of this identity.
 
-    A recycled PID (other create time) is not alive, and neither is a zombie: it has exited and only
-    waits to be reaped (e.g. by a subreaper after a ``kill -9``). Locks, claims and the registry use it.
+    A recycled PID (other start ticks), another boot, or no identity at all (an old record) is not
+    alive, and neither is a zombie: it has exited and only waits to be reaped (e.g. by a subreaper
+    after a ``kill -9``). The registry, locks, claims, health and kill all use it.
     """
-    if not same_start(create_time_of(pid), create_time):
+    if ident is None or ident.boot_id != boot_id():
         return False
+    st = _stat(ident.pid)
+    return st is not None and st[0] not in ("Z", "X", "x") and st[1] == ident.start_ticks
+
+
+def identity_from(d: Mapping) -> ProcIdentity | None:
+    """The identity stored in a record (``pid``, ``start_ticks``, ``boot_id``); None if it has none."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+        ticks, boot = d.get("start_ticks"), d.get("boot_id")
+        if isinstance(ticks, bool) or not isinstance(ticks, int) or not isinstance(boot, str) or not boot:
+            return None
+        return ProcIdentity(int(d["pid"]), ticks, boot)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def create_time_of(pid: int) -> float:
+    """Wall-clock start of a PID, for display only (never compared); 0.0 when unknown."""
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0.0
 
 
 @dataclass(frozen=True)
 class RegEntry:
-    """One registered process: the PID is only meaningful together with its create time."""
+    """One registered process: the PID is only meaningful together with its identity.
+
+    ``create_time`` (wall clock) is shown to people and never compared.
+    """
 
     pid: int
     create_time: float
@@ -74,10 +145,16 @@ class RegEntry:
     task: str | None = None
     arm: str | None = None
     registered_at: float = 0.0
+    start_ticks: int | None = None
+    boot_id: str | None = None
+
+    @property
+    def ident(self) -> ProcIdentity | None:
+        return identity_from(asdict(self))
 
     def is_live(self) -> bool:
         """True when this PID is running AND is still the process that was registered."""
-        return alive(self.pid, self.create_time)
+        return alive(self.ident)
 
 
 class Registry:
@@ -111,18 +188,21 @@ class Registry:
         out: list[RegEntry] = []
         for item in data.get("processes", []):
             try:
+                ident = identity_from(item)  # None for a record of an older marathon: unverifiable
                 out.append(
                     RegEntry(
                         pid=int(item["pid"]),
-                        create_time=float(item["create_time"]),
+                        create_time=float(item.get("create_time") or 0.0),
                         role=str(item["role"]),
                         argv=[str(a) for a in item["argv"]],
                         task=item.get("task"),
                         arm=item.get("arm"),
                         registered_at=float(item.get("registered_at", 0.0)),
+                        start_ticks=ident.start_ticks if ident else None,
+                        boot_id=ident.boot_id if ident else None,
                     )
                 )
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, AttributeError):
                 continue
         return out
 
@@ -139,12 +219,22 @@ class Registry:
         task: str | None = None,
         arm: str | None = None,
     ) -> RegEntry:
-        """Record a live PID with its create time (read now), its argv redacted (``runner.secrets``).
+        """Record a live PID with its identity (read now), its argv redacted (``runner.secrets``).
         Raises ProcessLookupError if gone."""
-        ct = create_time_of(pid)
-        if ct is None:
+        ident = identity_of(pid)
+        if ident is None:
             raise ProcessLookupError(f"no process {pid} to register")
-        entry = RegEntry(pid, ct, role, redact_argv(argv), task, arm, time.time())
+        entry = RegEntry(
+            pid,
+            create_time_of(pid),
+            role,
+            redact_argv(argv),
+            task,
+            arm,
+            time.time(),
+            ident.start_ticks,
+            ident.boot_id,
+        )
         with self._locked():
             entries = [e for e in self._read() if e.pid != pid]
             entries.append(entry)
@@ -165,7 +255,7 @@ class Registry:
         return [e for e in self._read() if e.is_live()]
 
     def runner_entry(self) -> RegEntry | None:
-        """The live runner of this output tree (PID and create time both match), else None."""
+        """The live runner of this output tree (its identity matches), else None."""
         for e in self._read():
             if e.role == ROLE_RUNNER and e.is_live():
                 return e
@@ -193,12 +283,18 @@ def protected_pids() -> set[int]:
 @dataclass
 class StopTarget:
     pid: int
-    create_time: float
+    create_time: float  # wall clock, shown only
     pgid: int | None
     argv: list[str]
     why: str
     user: str = ""
     runner: bool = False  # the run's runner (or its descendant): signalled first, so it starts nothing new
+    start_ticks: int | None = None
+    boot_id: str | None = None
+
+    @property
+    def ident(self) -> ProcIdentity | None:
+        return identity_from(asdict(self))
 
 
 @dataclass
@@ -210,7 +306,7 @@ class StopSkip:
 
 @dataclass
 class StopPlan:
-    """What ``act_stop`` would signal, frozen at plan time (PID + create time per target)."""
+    """What ``act_stop`` would signal, frozen at plan time (PID + identity per target)."""
 
     out: str
     targets: list[StopTarget] = field(default_factory=list)
@@ -255,15 +351,25 @@ def _descendants(p: psutil.Process) -> list[psutil.Process]:
         return []
 
 
+def _same_user(p: psutil.Process) -> bool:
+    """Runs as the caller's user (real and effective uid): the only processes ``--argv`` may pick."""
+    try:
+        uids = p.uids()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    return uids.real == os.getuid() and uids.effective == os.getuid()
+
+
 def plan_stop(
     out: Path,
     *,
     include_runner: bool = True,
     expected_argvs: Iterable[Sequence[str]] = (),
 ) -> StopPlan:
-    """Select the run's processes: registered live PIDs (create time verified) and their
-    descendants, plus processes whose argv equals an expected argv exactly (as a list) and their
-    descendants. Protected processes are listed as skipped, never as targets."""
+    """Select the run's processes: registered live PIDs (identity verified) and their
+    descendants, plus processes of the caller's own user whose argv equals an expected argv exactly
+    (as a list) and their descendants of that user. Protected processes are listed as skipped,
+    never as targets."""
     out = Path(out)
     prot = protected_pids()
     plan = StopPlan(out=str(out), protected=sorted(prot))
@@ -277,42 +383,71 @@ def plan_stop(
             if not any(s.pid == p.pid for s in plan.skipped):
                 plan.skipped.append(StopSkip(p.pid, argv, f"protected (current process or ancestor); {why}"))
             return
-        try:
-            ct = p.create_time()
-        except psutil.NoSuchProcess:
-            return
+        ident = identity_of(p.pid)
+        if ident is None:
+            return  # exited meanwhile
         try:
             user = p.username()
         except (psutil.Error, KeyError):
             user = "?"
-        chosen[p.pid] = StopTarget(p.pid, ct, _pgid(p.pid), argv, why, user, runner)
+        chosen[p.pid] = StopTarget(
+            p.pid,
+            create_time_of(p.pid),
+            _pgid(p.pid),
+            argv,
+            why,
+            user,
+            runner,
+            ident.start_ticks,
+            ident.boot_id,
+        )
 
-    def add_tree(p: psutil.Process, why: str, runner: bool = False) -> None:
+    def add_tree(p: psutil.Process, why: str, runner: bool = False, same_user: bool = False) -> None:
         add(p, why, runner)
         if p.pid in prot:
             return  # an ancestor's other descendants (the caller's siblings) are not selected through it
         for d in _descendants(p):
+            if same_user and not _same_user(d):
+                plan.skipped.append(StopSkip(d.pid, _argv(d), f"descendant of {p.pid} runs as another user"))
+                continue
             add(d, f"descendant of {p.pid} ({why})", runner)
 
     for e in Registry(out).entries():
         if e.role == ROLE_RUNNER and not include_runner:
             continue
         label = f"registered {e.role}" + (f" {e.task}/{e.arm}" if e.task or e.arm else "")
-        try:
-            p = psutil.Process(e.pid)
-            ct = p.create_time()
-        except psutil.NoSuchProcess:
-            plan.skipped.append(StopSkip(e.pid, e.argv, f"{label}: exited"))
-            continue
-        except psutil.AccessDenied:
-            plan.skipped.append(StopSkip(e.pid, e.argv, f"{label}: access denied"))
-            continue
-        if not same_start(ct, e.create_time):
+        ident = e.ident
+        if ident is None:
             plan.skipped.append(
                 StopSkip(
-                    e.pid, _argv(p), f"{label}: PID reused (create time {ct} != registered {e.create_time})"
+                    e.pid,
+                    e.argv,
+                    f"{label}: recorded without a process identity (older marathon): unverifiable",
                 )
             )
+            continue
+        now = identity_of(e.pid)
+        if now is None or not alive(now):
+            plan.skipped.append(StopSkip(e.pid, e.argv, f"{label}: exited"))
+            continue
+        if now != ident:
+            try:
+                argv = _argv(psutil.Process(e.pid))
+            except psutil.NoSuchProcess:
+                argv = []
+            plan.skipped.append(
+                StopSkip(
+                    e.pid,
+                    argv,
+                    f"{label}: PID reused (start ticks {now.start_ticks} != registered {ident.start_ticks}"
+                    + (", another boot)" if now.boot_id != ident.boot_id else ")"),
+                )
+            )
+            continue
+        try:
+            p = psutil.Process(e.pid)
+        except psutil.NoSuchProcess:
+            plan.skipped.append(StopSkip(e.pid, e.argv, f"{label}: exited"))
             continue
         add_tree(p, label, runner=e.role == ROLE_RUNNER)
 
@@ -321,7 +456,12 @@ def plan_stop(
         for p in psutil.process_iter():
             argv = _argv(p)
             if argv and argv in wanted:
-                add_tree(p, "argv equals an expected argv")
+                if not _same_user(p):
+                    plan.skipped.append(
+                        StopSkip(p.pid, argv, "argv equals an expected argv, but another user's")
+                    )
+                    continue
+                add_tree(p, "argv equals an expected argv", same_user=True)
 
     # tree order (each registered process, then its descendants), the runner's tree first
     plan.targets = sorted(chosen.values(), key=lambda t: not t.runner)
@@ -361,50 +501,52 @@ class StopReport:
         return "\n".join(lines)
 
 
-def _group_members(pgid: int) -> list[psutil.Process]:
+def _group_members(pgid: int) -> list[ProcIdentity]:
     members = []
-    for p in psutil.process_iter():
-        if _pgid(p.pid) == pgid:
-            members.append(p)
+    for pid in psutil.pids():
+        if _pgid(pid) == pgid:
+            ident = identity_of(pid)
+            if ident is not None:
+                members.append(ident)
     return members
 
 
-def _verified(t: StopTarget) -> psutil.Process | None:
-    """The planned process if it is still the same one (PID and create time), else None."""
+def signal_process(ident: ProcIdentity, sig: signal.Signals) -> bool:
+    """Signal exactly the process of ``ident``: a pidfd pins the process, then its identity is
+    checked, so a PID recycled in between can never receive the signal. False when it is gone."""
     try:
-        p = psutil.Process(t.pid)
-        if same_start(p.create_time(), t.create_time) and p.status() != psutil.STATUS_ZOMBIE:
-            return p
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        pass
-    return None
-
-
-def _gone(p: psutil.Process) -> bool:
+        fd = os.pidfd_open(ident.pid)
+    except (ProcessLookupError, OSError):
+        return False
     try:
-        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
+        if not alive(ident):
+            return False
+        signal.pidfd_send_signal(fd, sig)
         return True
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(fd)
 
 
-def _wait(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+def _wait(procs: list[ProcIdentity], timeout: float) -> list[ProcIdentity]:
     """Wait until every process has exited (zombies count as exited); return the survivors."""
     deadline = time.monotonic() + timeout
-    alive = list(procs)
-    while alive:
-        alive = [p for p in alive if not _gone(p)]
-        if not alive or time.monotonic() >= deadline:
+    left = list(procs)
+    while left:
+        left = [p for p in left if alive(p)]
+        if not left or time.monotonic() >= deadline:
             break
         time.sleep(0.1)
-    return alive
+    return left
 
 
 def _signal_all(
     targets: list[StopTarget], sig: signal.Signals, report: StopReport, prot: set[int], by_group: bool = True
-) -> list[psutil.Process]:
+) -> list[ProcIdentity]:
     """Signal each still-verified target: by group when it leads a group with no protected
     member, else alone. Returns every process that was reached (for waiting)."""
-    reached: dict[int, psutil.Process] = {}
+    reached: dict[int, ProcIdentity] = {}
     done_groups: set[int] = set()
     # group leaders first: their group signal reaches their members, which then need nothing alone
     for t in sorted(targets, key=lambda t: (not t.runner, t.pgid != t.pid)):
@@ -412,8 +554,8 @@ def _signal_all(
             continue  # plan_stop never selects these; re-checked because the plan is data
         if t.pgid is not None and t.pgid in done_groups and t.pgid != t.pid:
             continue  # reached by its group's signal just now
-        p = _verified(t)
-        if p is None:
+        ident = t.ident
+        if not alive(ident):
             if sig == signal.SIGTERM and not any(s.pid == t.pid for s in report.skipped):
                 report.skipped.append(StopSkip(t.pid, t.argv, "already exited or PID reused before signal"))
             continue
@@ -422,7 +564,7 @@ def _signal_all(
             members = _group_members(pgid)
             if not any(m.pid in prot for m in members):
                 # re-check identity right before the signal (PID reuse)
-                if _verified(t) is None:
+                if not alive(ident):
                     continue
                 try:
                     os.killpg(pgid, sig)
@@ -434,14 +576,12 @@ def _signal_all(
                     reached.setdefault(m.pid, m)
                 continue
         if pgid in done_groups:
-            reached.setdefault(p.pid, p)
+            reached.setdefault(t.pid, ident)
             continue
-        try:
-            p.send_signal(sig)  # psutil re-checks PID + create time before signalling
-        except psutil.NoSuchProcess:
+        if not signal_process(ident, sig):
             continue
-        report.signalled.append(Signalled(p.pid, sig.name, "process"))
-        reached.setdefault(p.pid, p)
+        report.signalled.append(Signalled(t.pid, sig.name, "process"))
+        reached.setdefault(t.pid, ident)
     return list(reached.values())
 
 
@@ -451,21 +591,18 @@ def act_stop(plan: StopPlan, grace_sec: float = DEFAULT_GRACE_SEC, *, by_group: 
     prot = protected_pids()
     report = StopReport()
     reached = _signal_all(plan.targets, signal.SIGTERM, report, prot, by_group)
-    alive = _wait(reached, grace_sec)
-    if alive:
-        alive_pids = {p.pid for p in alive}
-        leftovers = [t for t in plan.targets if t.pid in alive_pids]
+    left = _wait(reached, grace_sec)
+    if left:
+        left_pids = {p.pid for p in left}
+        leftovers = [t for t in plan.targets if t.pid in left_pids]
         # group members not in the plan (orphans of a group we led) are reached via their leader
         reached += _signal_all(leftovers, signal.SIGKILL, report, prot, by_group)
-        for p in alive:
-            if p.pid not in {t.pid for t in leftovers} and p.pid not in prot and not _gone(p):
-                try:
-                    p.kill()
+        for p in left:
+            if p.pid not in {t.pid for t in leftovers} and p.pid not in prot and alive(p):
+                if signal_process(p, signal.SIGKILL):
                     report.signalled.append(Signalled(p.pid, "SIGKILL", "process"))
-                except psutil.NoSuchProcess:
-                    pass
-        alive = _wait(alive, 5.0)
-    alive_pids = {p.pid for p in alive}
-    report.exited = sorted({p.pid for p in reached} - alive_pids)
-    report.still_alive = sorted(alive_pids)
+        left = _wait(left, 5.0)
+    left_pids = {p.pid for p in left}
+    report.exited = sorted({p.pid for p in reached} - left_pids)
+    report.still_alive = sorted(left_pids)
     return report

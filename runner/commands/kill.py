@@ -6,15 +6,16 @@ import argparse
 import json
 from pathlib import Path
 
+from runner.procs import DEFAULT_GRACE_SEC
 from runner.tree import default_out
 
 HELP = "stop the run's processes (registered PIDs + descendants), then clean up its containers/networks"
 DESCRIPTION = (
-    "Plan, and with --yes carry out: TERM to the runner's registered processes (PID and create time "
+    "Plan, and with --yes carry out: TERM to the runner's registered processes (process identity "
     "verified) and their descendants, by process group where no protected process shares it; wait "
     "--grace seconds; KILL what is left; then remove the run's compose containers and networks. "
-    "This command's own process and all its ancestors are never signalled. Without --yes nothing "
-    "is changed."
+    "--argv selects only processes of your own user. This command's own process and all its "
+    "ancestors are never signalled. Without --yes nothing is changed. The console's Kill does the same."
 )
 
 
@@ -29,14 +30,15 @@ def configure(p: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="SEC",
-        help="seconds between TERM and KILL (default 30: harbor needs ~12 s to take its trial down)",
+        help=f"seconds between TERM and KILL (default {DEFAULT_GRACE_SEC:.0f}; see docs/safety.md)",
     )
     p.add_argument(
         "--argv",
         action="append",
         default=[],
         metavar="JSON",
-        help='also stop processes whose argv equals this JSON list exactly, e.g. \'["harbor","run"]\'',
+        help="also stop processes of your own user whose argv equals this JSON list exactly, "
+        'e.g. \'["harbor","run"]\'',
     )
 
 
@@ -56,9 +58,8 @@ def _argvs(raw: list[str]) -> list[list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runner.cleanup import act_cleanup, plan_cleanup
-    from runner.errors import NotAnOutputTree, Unavailable, UserError
-    from runner.procs import DEFAULT_GRACE_SEC, act_stop, plan_stop
+    from runner.errors import NotAnOutputTree, UserError
+    from runner.kill import act_kill, plan_kill
 
     args.out = args.out or default_out()
     if not args.out.is_dir():
@@ -67,44 +68,22 @@ def run(args: argparse.Namespace) -> int:
         args.grace = DEFAULT_GRACE_SEC
     if args.grace < 0:
         raise UserError("--grace must not be negative")
-    stop_plan = plan_stop(args.out, expected_argvs=_argvs(args.argv))
-    docker_error = None
-    try:
-        clean_plan = plan_cleanup(args.out)
-    except Unavailable as exc:
-        clean_plan, docker_error = None, str(exc)
-    result: dict = {
-        "stop_plan": stop_plan.to_json(),
-        "cleanup_plan": clean_plan.to_json() if clean_plan else None,
-    }
+    plan = plan_kill(args.out, expected_argvs=_argvs(args.argv))
+    result: dict = plan.to_json()
     if not args.json:
-        print(stop_plan.render())
-        print(clean_plan.render() if clean_plan else f"cleanup: {docker_error}")
+        print(plan.stop.render())
+        print(plan.cleanup.render() if plan.cleanup else f"cleanup: {plan.docker_error}")
     if not args.yes:
         if args.json:
-            print(json.dumps(result | {"docker_error": docker_error}, indent=1))
+            print(json.dumps(result, indent=1))
         else:
             print("dry run: nothing changed (add --yes to act)")
         return 0
-    stop_report = act_stop(stop_plan, grace_sec=args.grace)
-    result["stop_report"] = stop_report.to_json()
-    if not args.json:
-        print("stopped:")
-        print(stop_report.render())
-    clean_report = None
-    try:
-        # re-plan: harbor's own `compose down` may have run on TERM; what is left now is the leak
-        clean_plan = plan_cleanup(args.out)
-        clean_report = act_cleanup(clean_plan)
-        result["cleanup_plan_after_stop"] = clean_plan.to_json()
-        result["cleanup_report"] = clean_report.to_json()
-    except Unavailable as exc:
-        docker_error = str(exc)
+    report = act_kill(plan, grace_sec=args.grace)
+    result |= report.to_json()
     if args.json:
-        print(json.dumps(result | {"docker_error": docker_error}, indent=1))
+        print(json.dumps(result, indent=1))
     else:
-        print("cleanup:" if clean_report else f"cleanup: {docker_error}")
-        if clean_report:
-            print(clean_report.render())
-    ok = not stop_report.still_alive and clean_report is not None and clean_report.ok
-    return 0 if ok else 1
+        print("stopped:")
+        print(report.render())
+    return 0 if report.ok else 1

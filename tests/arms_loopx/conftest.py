@@ -127,6 +127,7 @@ class Job:
     ak: dict = field(default_factory=dict)
     ae: dict = field(default_factory=dict)
     parts: str | None = None  # a parts variant name (see parts_variant), else the staged parts
+    agent: str = AGENT
 
 
 @dataclass
@@ -218,7 +219,7 @@ def _run(job: Job, out: Path, codex_root: Path, parts_root: Path, env: dict) -> 
         "-p",
         str(CALC),
         "-a",
-        AGENT,
+        job.agent,
         "-m",
         f"openai/{job.model}",
         "-o",
@@ -253,6 +254,12 @@ JOBS = [
     Job("heartbeat", ak={"mode": "heartbeat"}),
     Job("block-ungated", model="scripted/block", ak={"mode": "ssh-goal"}),
     Job("block-gated", model="scripted/block", ak={"mode": "codex-cli", "ungated": "false"}),
+    Job(
+        "block-before-instruction",
+        model="scripted/block",
+        ak={"mode": "ssh-goal"},
+        agent="tests.arms_loopx.race_agent:InstructionAfterGoalTurnAgent",
+    ),
     Job(
         "never-ssh-goal",
         model="scripted/never-finish",

@@ -122,14 +122,10 @@ def done_jobs(out: Path) -> dict[tuple[str, str], list[Path]]:
 
 
 def dead_holder():
-    """A claim/lock holder whose process really existed and has exited (PID + create time)."""
-    import socket
-
-    import psutil
-
-    from runner.lock import Holder
+    """A claim/lock holder whose process really existed and has exited (PID + identity)."""
+    from runner.lock import holder_for
 
     p = subprocess.Popen(["sleep", "0.1"])
-    ct = psutil.Process(p.pid).create_time()
+    holder = holder_for(p.pid, "dead-run")
     p.wait()
-    return Holder(p.pid, ct, socket.gethostname(), "2026-01-01T00:00:00Z", "dead-run")
+    return holder

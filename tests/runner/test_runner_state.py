@@ -4,7 +4,6 @@ processes as holders (a live child, an exited child, this test process) and no D
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 
@@ -14,13 +13,13 @@ import pytest
 from runner import claims
 from runner.config import read_driver_env, resolve, write_driver_env
 from runner.errors import UserError
-from runner.lock import Holder, RunnerLock, me
+from runner.lock import Holder, RunnerLock, holder_for, me
 from runner.tree import claim_path
 from runner.void import classify_trial
 
 
 def _holder_of(p: subprocess.Popen) -> Holder:
-    return Holder(p.pid, psutil.Process(p.pid).create_time(), socket.gethostname(), "t", "other-run")
+    return holder_for(p.pid, "other-run")
 
 
 @pytest.fixture
@@ -60,7 +59,7 @@ def test_stale_claim_is_taken_over_and_released(tmp_path, dead_other):
 
 def test_orphan_job_blocks_until_adopted(tmp_path, dead_other, live_other):
     c = claims.try_claim(tmp_path, "t1", "goal", dead_other).claim
-    job = claims.JobRef(live_other.pid, psutil.Process(live_other.pid).create_time(), "stamp1")
+    job = claims.job_ref(live_other.pid, "stamp1")
     claims.set_job(tmp_path, c, job)
     orphan = claims.read_claim(claim_path(tmp_path, "t1", "goal"))
     assert orphan.state == claims.ORPHAN
@@ -234,12 +233,11 @@ def test_a_zombie_holder_is_dead(tmp_path):
     import time
 
     p = subprocess.Popen(["true"])  # not waited for: a zombie once it exits
-    ct = psutil.Process(p.pid).create_time()
+    holder = holder_for(p.pid, "zombie-run")
     deadline = time.monotonic() + 10
     while psutil.Process(p.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
         time.sleep(0.05)
     try:
-        holder = Holder(p.pid, ct, socket.gethostname(), "t", "zombie-run")
         assert not holder.is_live()
         assert claims.try_claim(tmp_path, "t1", "nop", holder).acquired
         r = claims.try_claim(tmp_path, "t1", "nop", me("mine"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,9 +13,21 @@ from pathlib import Path
 
 import psutil
 import pytest
-from safety_support import REPO, marathon
+from safety_support import REPO, marathon, need
 
-from runner.procs import Registry, act_stop, plan_stop, protected_pids, registry_path
+from runner import claims
+from runner.lock import Holder, read_holder
+from runner.procs import (
+    ProcIdentity,
+    Registry,
+    act_stop,
+    alive,
+    identity_of,
+    parse_stat,
+    plan_stop,
+    protected_pids,
+    registry_path,
+)
 
 pytestmark = pytest.mark.docker  # `kill --yes` ends with a Docker cleanup of the run
 
@@ -82,14 +95,21 @@ def _tree(spawn, out: Path) -> tuple[subprocess.Popen, list[psutil.Process]]:
     return top, [psutil.Process(top.pid), *kids]
 
 
-def _rewrite_create_time(out: Path, pid: int, delta: float) -> None:
-    """Make the registry say PID ``pid`` started at another time: what a recycled PID looks like."""
+def _rewrite_entry(out: Path, pid: int, **changes) -> None:
+    """Edit PID ``pid``'s registry record (start ticks, create time ...) in place."""
     path = registry_path(out)
     data = json.loads(path.read_text())
     for e in data["processes"]:
         if e["pid"] == pid:
-            e["create_time"] -= delta
+            e.update({k: (v(e[k]) if callable(v) else v) for k, v in changes.items()})
     path.write_text(json.dumps(data))
+
+
+def _ticks_and_boot(pid: int) -> tuple[int, str]:
+    """Field 22 of /proc/<pid>/stat and the boot id, read here independently of runner.procs
+    (the test's processes have comms without spaces)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().split()
+    return int(fields[21]), Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
 def test_kill_stops_the_tree_and_spares_decoys_shell_and_parent(spawn, tmp_path):
@@ -108,7 +128,7 @@ def test_kill_stops_the_tree_and_spares_decoys_shell_and_parent(spawn, tmp_path)
     ]
     recycled = spawn(["sleep", "601"])
     reg.register(recycled.pid, "harbor", recycled.args)
-    _rewrite_create_time(out, recycled.pid, 1000.0)
+    _rewrite_entry(out, recycled.pid, start_ticks=lambda t: t - 100_000)  # what a recycled PID looks like
 
     go, result, after = tmp_path / "go", tmp_path / "kill.json", tmp_path / "after"
     shell = spawn(
@@ -173,38 +193,136 @@ def test_term_ignored_escalates_to_kill(spawn, tmp_path):
 
 
 def test_really_recycled_pid_is_not_signalled(spawn, tmp_path):
-    """A registered PID that exited and was handed to a new process (via ns_last_pid) is skipped."""
+    """A registered PID that exited and was handed to a new process (via ns_last_pid) is skipped,
+    and the old process's lock/claim records do not make the new one alive. Under CI it must run."""
     ns_last_pid = Path("/proc/sys/kernel/ns_last_pid")
-    if not os.access(ns_last_pid, os.W_OK):
-        pytest.skip("cannot steer PID allocation here (ns_last_pid not writable)")
+    need(os.access(ns_last_pid, os.W_OK), "cannot steer PID allocation here (ns_last_pid not writable)")
     out = tmp_path / "out"
     reg = Registry(out)
-    reused = None
-    for _ in range(100):
+    reused = first_ident = None
+    for _ in range(200):
         first = spawn(["sleep", "600"])
         reg.register(first.pid, "harbor", first.args)
-        time.sleep(0.05)  # create times tick in 1/100 s: a reuse inside one tick is indistinguishable
+        first_ident = identity_of(first.pid)
         first.kill()
         first.wait()
         try:
             ns_last_pid.write_text(str(first.pid - 1))
-        except OSError:
-            pytest.skip("cannot steer PID allocation here")
+        except OSError as exc:
+            need(False, f"cannot steer PID allocation here: {exc}")
         second = spawn(["sleep", "602"])
-        if second.pid == first.pid:
+        second_ident = identity_of(second.pid)
+        # same PID, and started in a later clock tick (a reuse inside one tick is indistinguishable)
+        if second.pid == first.pid and second_ident and second_ident.start_ticks != first_ident.start_ticks:
             reused = second
             break
         reg.unregister(first.pid)
-    if reused is None:
-        pytest.skip("another process took the PID every time (busy machine)")
+    need(reused is not None, "another process took the PID every time (busy machine)")
     (entry,) = [e for e in reg.entries() if e.pid == reused.pid]
-    assert entry.create_time != psutil.Process(reused.pid).create_time()
+    assert entry.ident == first_ident and not alive(entry.ident) and alive(identity_of(reused.pid))
     plan = plan_stop(out)
     assert reused.pid not in {t.pid for t in plan.targets}
     assert any(s.pid == reused.pid and "PID reused" in s.why for s in plan.skipped)
+    # the same rule for a lock/claim holder and a claimed job recorded for the first process
+    holder = Holder(
+        reused.pid, 0.0, socket.gethostname(), "", "", first_ident.start_ticks, first_ident.boot_id
+    )
+    job = claims.JobRef(reused.pid, 0.0, "s", first_ident.start_ticks, first_ident.boot_id)
+    assert not holder.is_live() and not job.is_live(socket.gethostname())
     r = marathon("kill", str(out), "--yes")
     assert r.returncode == 0, r.stderr
     assert reused.poll() is None
+
+
+def test_a_record_made_before_a_clock_step_still_matches(spawn, tmp_path):
+    """Identity is PID + start ticks since boot + boot id: a wall-clock step between recording and
+    checking changes nothing. The record is built from the tick value directly, with a wall-clock
+    create time an hour off (what a step would make psutil report); the process is still found."""
+    out = tmp_path / "out"
+    out.mkdir()
+    target = spawn(["sleep", "600"], group=True)
+    ticks, boot = _ticks_and_boot(target.pid)
+    stepped = time.time() - 3600.0
+    registry_path(out).parent.mkdir(parents=True, exist_ok=True)
+    registry_path(out).write_text(json.dumps({"processes": [
+        {"pid": target.pid, "create_time": stepped, "role": "harbor", "argv": target.args,
+         "start_ticks": ticks, "boot_id": boot},
+    ]}))  # fmt: skip
+    (entry,) = Registry(out).entries()
+    assert entry.is_live()
+    lock = tmp_path / "lock.json"
+    lock.write_text(json.dumps({"pid": target.pid, "create_time": stepped, "host": socket.gethostname(),
+                                "start_ticks": ticks, "boot_id": boot}))  # fmt: skip
+    assert read_holder(lock).is_live()
+    assert claims.JobRef(target.pid, stepped, "s", ticks, boot).is_live(socket.gethostname())
+    # one tick off, or another boot: not the same process
+    assert not alive(ProcIdentity(target.pid, ticks + 1, boot))
+    assert not alive(ProcIdentity(target.pid, ticks, "00000000-0000-0000-0000-000000000000"))
+    r = marathon("kill", str(out), "--yes", "--json", "--grace", "5")
+    assert r.returncode == 0, r.stderr
+    assert [t["pid"] for t in json.loads(r.stdout)["stop_plan"]["targets"]] == [target.pid]
+    assert target.wait(10) == -signal.SIGTERM
+
+
+def test_an_old_record_without_identity_is_never_signalled(spawn, tmp_path):
+    """A registry/lock/claim record of an older marathon has only a wall-clock create time: it cannot
+    be verified, so it is not alive -- never signalled, its lock is stale, its job never adopted."""
+    out = tmp_path / "out"
+    out.mkdir()
+    target = spawn(["sleep", "600"], group=True)
+    ct = psutil.Process(target.pid).create_time()  # exactly right, and still not trusted
+    registry_path(out).parent.mkdir(parents=True, exist_ok=True)
+    registry_path(out).write_text(json.dumps({"processes": [
+        {"pid": target.pid, "create_time": ct, "role": "runner", "argv": target.args},
+    ]}))  # fmt: skip
+    (entry,) = Registry(out).entries()
+    assert entry.ident is None and not entry.is_live() and Registry(out).runner_entry() is None
+    lock = tmp_path / "lock.json"
+    lock.write_text(json.dumps({"pid": target.pid, "create_time": ct, "host": socket.gethostname()}))
+    assert not read_holder(lock).is_live()
+    assert not claims.JobRef(target.pid, ct, "s").is_live(socket.gethostname())
+    plan = plan_stop(out)
+    assert plan.targets == [] and "unverifiable" in plan.skipped[0].why
+    r = marathon("kill", str(out), "--yes")
+    assert r.returncode == 0, r.stderr
+    assert target.poll() is None
+
+
+def test_identity_reads_a_comm_with_spaces_and_parens(spawn, tmp_path):
+    """The comm field may hold ') (' and spaces; field 22 is counted from the last ')'."""
+    line = "4242 (a) b (c) d) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 123 4"
+    assert parse_stat(line) == ("S", 987654)
+    with pytest.raises(ValueError):
+        parse_stat("4242 no comm here")
+    odd = tmp_path / "x) (y z"
+    odd.write_bytes(Path("/bin/sleep").read_bytes())
+    odd.chmod(0o755)
+    p = spawn([str(odd), "600"])
+    deadline = time.monotonic() + 10
+    while psutil.Process(p.pid).name() != odd.name[:15] and time.monotonic() < deadline:
+        time.sleep(0.02)  # exec of the copied binary has not happened yet
+    assert Path(f"/proc/{p.pid}/stat").read_text().startswith(f"{p.pid} (x) (y z) ")
+    ident = identity_of(p.pid)
+    expected = (psutil.Process(p.pid).create_time() - psutil.boot_time()) * os.sysconf("SC_CLK_TCK")
+    assert ident is not None and abs(ident.start_ticks - expected) < 2
+    assert alive(ident)
+
+
+def test_argv_selects_only_processes_of_the_same_user(spawn, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    want = ["sleep", "605"]
+    mine = spawn(want)
+    other_uid = 65534 if os.getuid() != 65534 else 65533
+    need(os.getuid() == 0, "starting a process as another user needs root")
+    theirs = spawn(want, user=other_uid, group=other_uid, extra_groups=[])
+    r = marathon("kill", str(out), "--argv", json.dumps(want), "--yes", "--json", "--grace", "5")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert [t["pid"] for t in res["stop_plan"]["targets"]] == [mine.pid]
+    assert any(s["pid"] == theirs.pid and "another user" in s["why"] for s in res["stop_plan"]["skipped"])
+    assert mine.wait(10) == -signal.SIGTERM
+    assert theirs.poll() is None
 
 
 def test_expected_argv_matches_whole_lists_only(spawn, tmp_path):
@@ -342,3 +460,25 @@ def test_by_group_false_signals_only_the_planned_process(spawn, tmp_path):
     assert runner.wait(10) == -signal.SIGTERM
     assert _alive(mate)
     mate.kill()  # the test's own leftover, by the psutil handle (PID + create time)
+
+
+def test_console_stop_signals_the_runner_alone_and_says_so(spawn, tmp_path):
+    """The console's Stop (T): its plan says "runner alone", and the runner's group mates survive it."""
+    from console import actions
+
+    out = tmp_path / "out"
+    out.mkdir()
+    runner = spawn(["bash", "-c", "trap 'exit 0' TERM; sleep 600 & wait"], group=True)
+    deadline = time.monotonic() + 10
+    while not psutil.Process(runner.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (mate,) = psutil.Process(runner.pid).children()
+    Registry(out).register(runner.pid, "runner", runner.args)
+    planned = actions.plan_action(actions.STOP, out)
+    assert "runner process alone (not its process group)" in planned.text
+    assert [t.pid for t in planned.parts["stop"].targets] == [runner.pid]
+    ok, text = actions.act(planned)
+    assert ok and f"sent SIGTERM to pid {runner.pid}" in text and "process group" not in text, text
+    assert runner.wait(10) == 0
+    assert _alive(mate)
+    mate.kill()  # the test's own leftover, by the psutil handle

@@ -1,0 +1,107 @@
+"""The kill sequence of a run, as plan -> act: stop its processes, then remove its Docker objects.
+
+One implementation for ``marathon kill`` and the console's Kill action, so both wait the same
+grace (``runner.procs.DEFAULT_GRACE_SEC``) and remove the same objects:
+
+1. TERM the run's processes (registered identities and their descendants; by process group where
+   no protected process shares it), wait the grace, KILL what is left (runner.procs);
+2. remove the frozen plan's containers, networks and images (runner.cleanup, each re-checked by its
+   exact compose label just before removal);
+3. plan once more by the same label rule and remove what appeared between the plan and the stop
+   (a trial that was starting its compose project).
+
+Without Docker the processes are still stopped and the report says why nothing was cleaned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.cleanup import CleanupPlan, CleanupReport, act_cleanup, plan_cleanup
+from runner.errors import Unavailable
+from runner.procs import DEFAULT_GRACE_SEC, StopPlan, StopReport, act_stop, plan_stop
+
+
+@dataclass
+class KillPlan:
+    out: str
+    stop: StopPlan
+    cleanup: CleanupPlan | None
+    docker_error: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.stop.targets and (self.cleanup is None or self.cleanup.empty)
+
+    def render(self) -> str:
+        clean = self.cleanup.render() if self.cleanup else f"cleanup not possible: {self.docker_error}"
+        return f"1. {self.stop.render()}\n\n2. then {clean}"
+
+    def to_json(self) -> dict:
+        return {
+            "stop_plan": self.stop.to_json(),
+            "cleanup_plan": self.cleanup.to_json() if self.cleanup else None,
+            "docker_error": self.docker_error,
+        }
+
+
+@dataclass
+class KillReport:
+    stop: StopReport
+    cleanup: CleanupReport | None = None
+    late_plan: CleanupPlan | None = None
+    late: CleanupReport | None = None
+    docker_error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Nothing left alive, and the Docker cleanup ran and removed all it had to."""
+        if self.stop.still_alive or self.docker_error is not None:
+            return False
+        return all(r.ok for r in (self.cleanup, self.late) if r is not None)
+
+    def render(self) -> str:
+        lines = ["processes:", self.stop.render()]
+        if self.cleanup is not None:
+            lines += ["docker:", self.cleanup.render()]
+        if self.late is not None:
+            lines += ["created after the plan, removed by the same label rule:", self.late.render()]
+        if self.docker_error:
+            lines.append(f"cleanup: {self.docker_error}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {
+            "stop_report": self.stop.to_json(),
+            "cleanup_report": self.cleanup.to_json() if self.cleanup else None,
+            "cleanup_plan_after_stop": self.late_plan.to_json() if self.late_plan else None,
+            "late_cleanup_report": self.late.to_json() if self.late else None,
+            "docker_error": self.docker_error,
+            "ok": self.ok,
+        }
+
+
+def plan_kill(out: Path, *, expected_argvs: Iterable[Sequence[str]] = ()) -> KillPlan:
+    """Freeze what a kill of ``out`` would touch now (nothing is changed)."""
+    stop = plan_stop(out, expected_argvs=expected_argvs)
+    try:
+        return KillPlan(str(out), stop, plan_cleanup(out))
+    except Unavailable as exc:
+        return KillPlan(str(out), stop, None, str(exc))
+
+
+def act_kill(plan: KillPlan, grace_sec: float = DEFAULT_GRACE_SEC) -> KillReport:
+    """Carry out a kill plan: stop (TERM, ``grace_sec``, KILL), then the Docker cleanup."""
+    report = KillReport(act_stop(plan.stop, grace_sec=grace_sec))
+    out = Path(plan.out)
+    try:
+        if plan.cleanup is not None:
+            report.cleanup = act_cleanup(plan.cleanup)
+        report.late_plan = plan_cleanup(out)
+        if not report.late_plan.empty:
+            report.late = act_cleanup(report.late_plan)
+    except Unavailable as exc:
+        report.docker_error = str(exc)
+    return report
