@@ -18,6 +18,7 @@ import os
 import subprocess
 import tarfile
 import tempfile
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -199,20 +200,31 @@ class DockerExecTransport(Transport):
                 )
         _docker("exec", "-u", "0", self.container_id, "chmod", "-R", "a+rX", container_dir)
 
-    def lost(self) -> str | None:
-        try:
-            res = _docker(
-                "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", self.container_id, timeout=30
-            )
-        except subprocess.TimeoutExpired:
-            return f"docker inspect of container {self.container_id[:12]} timed out"
-        if res.returncode != 0:
-            err = res.stderr.decode(errors="replace").strip().splitlines()
-            return f"container {self.container_id[:12]}: {err[-1] if err else 'docker inspect failed'}"
-        status, _, code = res.stdout.decode().strip().partition(" ")
-        if status != "running":
-            return f"container {self.container_id[:12]} is {status or 'gone'} (exit code {code or '?'})"
-        return None
+    def lost(self, settle_sec: float = 10.0) -> str | None:
+        """A killed container's exec'd processes die (exit 137) a moment before the engine marks
+        the container exited, so "running" is re-checked for ``settle_sec`` (only ever asked after
+        a step failed; a healthy container costs that wait once, on the failure path)."""
+        deadline = time.monotonic() + settle_sec
+        while True:
+            try:
+                res = _docker(
+                    "inspect",
+                    "--format",
+                    "{{.State.Status}} {{.State.ExitCode}}",
+                    self.container_id,
+                    timeout=30,
+                )
+            except subprocess.TimeoutExpired:
+                return f"docker inspect of container {self.container_id[:12]} timed out"
+            if res.returncode != 0:
+                err = res.stderr.decode(errors="replace").strip().splitlines()
+                return f"container {self.container_id[:12]}: {err[-1] if err else 'docker inspect failed'}"
+            status, _, code = res.stdout.decode().strip().partition(" ")
+            if status != "running":
+                return f"container {self.container_id[:12]} is {status or 'gone'} (exit code {code or '?'})"
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.5)
 
     def describe(self) -> dict:
         return {

@@ -37,7 +37,7 @@ def container(docker_engine):
 def test_transport_says_when_its_container_is_gone(container):
     project, cid = container
     t = DockerExecTransport(find_main_container(project), "/", None)
-    assert t.lost() is None
+    assert t.lost(settle_sec=1) is None
     assert t.run(["true"]).returncode == 0
     subprocess.run(["docker", "kill", cid], capture_output=True, check=True)
     assert t.run(["true"]).returncode != 0
