@@ -271,6 +271,7 @@ class Injector:
             time.sleep(0.3)
         f.target = f"{len(self.foreign_nets)} foreign network(s) (label {FOREIGN_LABEL}=fill)"
         f.data["gate_wait_at"] = self.now()
+        f.data["gate_wait"] = [e for e in read_events(self.out) if e["event"] == "gate_wait"][waits_before]
         time.sleep(self.rng.uniform(8, 15))
         for nid in self.foreign_nets:
             self.pd.docker("network", "rm", nid, check=False)
