@@ -225,6 +225,17 @@ def test_chaos_run_loses_and_duplicates_nothing(docker_engine, tmp_path, request
         assert client.api.inspect_container(foreign["containers"][0])["State"]["Running"]
         fp: subprocess.Popen = foreign["process"]
         assert fp.poll() is None, "the foreign look-alike process was signalled"
+        # DOCKER_HOST reached everything (runner, harbor, compose, the arms' docker exec): the
+        # shared engine never saw one object of this run
+        import docker
+
+        from runner.docker_pool import our_projects
+
+        projects = our_projects(out) | our_projects(vroot)
+        shared = docker.from_env(environment={k: v for k, v in os.environ.items() if k != "DOCKER_HOST"})
+        on_shared = [c["Id"] for c in shared.api.containers(all=True, filters={"label": "com.docker.compose.project"})
+                     if (c.get("Labels") or {}).get("com.docker.compose.project") in projects]  # fmt: skip
+        assert projects and on_shared == [], "the run reached the shared engine"
         left = sampler.left()
         assert left == [], f"processes of the run left: {left}"
         assert len(sampler.seen) > 20, "the sampler saw too few of the run's processes to mean anything"
