@@ -51,8 +51,9 @@ from agents.staging import (
     StagingError,
     load_staged,
 )
-from agents.transport import Transport, UnsupportedEnvironment, transport_for
+from agents.transport import EnvironmentLost, Transport, UnsupportedEnvironment, transport_for
 from modes.profiles import mode_for
+from runner.void import ENVIRONMENT_LOST
 
 #: The scripted model listens here inside every mini-benchmark container.
 SCRIPTED_BASE_URL = "http://127.0.0.1:18080/v1"
@@ -186,6 +187,10 @@ class CodexAppServerAgent(BaseAgent):
             receipt.stop_reason = "error"
             if str(exc) not in receipt.errors:
                 receipt.errors.append(f"{type(exc).__name__}: {exc}")
+            lost = transport.lost() if transport is not None else None
+            if lost is not None:  # the sandbox failed under the agent: infrastructure, not the arm
+                receipt.errors.append(f"{ENVIRONMENT_LOST}: {lost}")
+                raise EnvironmentLost(f"{lost}; the step failed with {type(exc).__name__}: {exc}") from exc
             raise
         finally:
             if client is not None:

@@ -18,12 +18,14 @@ import os
 import subprocess
 import tarfile
 import tempfile
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from runner.tree import compose_project
+from runner.void import ENVIRONMENT_LOST
 
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
@@ -34,6 +36,16 @@ STREAM_LIMIT = 64 * 1024 * 1024
 
 class UnsupportedEnvironment(RuntimeError):
     """The trial's environment has no transport the codex arms can use."""
+
+
+class EnvironmentLost(RuntimeError):
+    """The trial's container stopped (killed, engine restarted) or its engine became unreachable
+    while the agent was working. Whatever step failed then failed because of the sandbox, so the
+    message starts with ``runner.void.ENVIRONMENT_LOST`` and the runner voids and reruns the
+    attempt instead of scoring it against the arm."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{ENVIRONMENT_LOST}: {what}")
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,10 @@ class Transport(ABC):
     def describe(self) -> dict:
         """Plain data for the receipt."""
 
+    def lost(self) -> str | None:
+        """Why the trial's environment is gone (asked after a step failed), or None if it is up."""
+        return None
+
 
 def _docker(*args: str, timeout: float = 60, stdin: bytes | None = None, env=None) -> ExecResult:
     proc = subprocess.run(["docker", *args], input=stdin, capture_output=True, timeout=timeout, env=env)
@@ -106,7 +122,9 @@ def find_main_container(project: str) -> str:
         labels = json.loads(_docker("inspect", "--format", "{{json .Config.Labels}}", cid).stdout or b"{}")
         if labels.get(COMPOSE_PROJECT_LABEL) == project and labels.get(COMPOSE_SERVICE_LABEL) == MAIN_SERVICE:
             return cid
-    raise UnsupportedEnvironment(
+    # harbor started a Docker environment for this trial: its main container not running means the
+    # environment was lost (killed, engine restarted) before the agent got to it
+    raise EnvironmentLost(
         f"no running container with {COMPOSE_PROJECT_LABEL}={project} and service {MAIN_SERVICE}"
     )
 
@@ -181,6 +199,32 @@ class DockerExecTransport(Transport):
                     f"copying {host_dir} into {container_dir} failed: {res.stderr.decode()[-300:]}"
                 )
         _docker("exec", "-u", "0", self.container_id, "chmod", "-R", "a+rX", container_dir)
+
+    def lost(self, settle_sec: float = 10.0) -> str | None:
+        """A killed container's exec'd processes die (exit 137) a moment before the engine marks
+        the container exited, so "running" is re-checked for ``settle_sec`` (only ever asked after
+        a step failed; a healthy container costs that wait once, on the failure path)."""
+        deadline = time.monotonic() + settle_sec
+        while True:
+            try:
+                res = _docker(
+                    "inspect",
+                    "--format",
+                    "{{.State.Status}} {{.State.ExitCode}}",
+                    self.container_id,
+                    timeout=30,
+                )
+            except subprocess.TimeoutExpired:
+                return f"docker inspect of container {self.container_id[:12]} timed out"
+            if res.returncode != 0:
+                err = res.stderr.decode(errors="replace").strip().splitlines()
+                return f"container {self.container_id[:12]}: {err[-1] if err else 'docker inspect failed'}"
+            status, _, code = res.stdout.decode().strip().partition(" ")
+            if status != "running":
+                return f"container {self.container_id[:12]} is {status or 'gone'} (exit code {code or '?'})"
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.5)
 
     def describe(self) -> dict:
         return {

@@ -22,8 +22,12 @@ from runner.tree import VOID_README, iter_trial_dirs, voided_root
 
 # harbor 0.25.0 models/trial/error_policy.py: causes that are the sandbox's or harbor's, not the agent's
 _INFRA_CAUSES = {"sandbox_failed", "harbor_failed", "cancelled"}
+#: what the codex arms say when the trial's container stopped or its engine went away under the
+#: agent (agents.transport.EnvironmentLost): the agent's failure is then the sandbox's, not the arm's
+ENVIRONMENT_LOST = "trial environment lost"
 # Words of Docker/compose failures (in exception_message / exception.txt)
 _INFRA_WORDS = (
+    ENVIRONMENT_LOST,
     "all predefined address pools have been fully subnetted",
     "could not find an available, non-overlapping ipv4 address pool",
     "docker compose command failed",

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,27 +21,6 @@ def marathon(*args: str, env: dict | None = None, timeout: float = 120, prefix: 
     return subprocess.run(
         cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
     )
-
-
-@dataclass
-class PrivateDaemon:
-    host: str  # unix://... for DOCKER_HOST / docker-py base_url
-    pid: int  # dockerd's PID (also the holder of its network namespace)
-    pool_base: str
-    pool_size: int
-    client: object
-
-    @property
-    def expected_capacity(self) -> int:
-        import ipaddress
-
-        return 2 ** (self.pool_size - ipaddress.ip_network(self.pool_base).prefixlen)
-
-    def nsenter(self, *cmd: str) -> subprocess.CompletedProcess:
-        """Run a command in the daemon's network namespace (never the host's)."""
-        return subprocess.run(
-            ["nsenter", "-t", str(self.pid), "-n", *cmd], capture_output=True, text=True, check=True
-        )
 
 
 def need(cond: bool, why: str) -> None:
