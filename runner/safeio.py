@@ -1,0 +1,212 @@
+"""The one safe way to read a file from the output tree, which the agents under test can write into.
+
+The agents run as root in containers that share ``agent/``, ``verifier/`` and ``artifacts/`` with
+the trial dirs, so every file there is adversarial input. Reading one must never block (a FIFO),
+exhaust memory (a multi-GB file), or show a host file (a symlink to ``/etc/shadow``). The rules:
+
+- never follow a symlink that leaves the trial dir (one inside it that resolves inside it is
+  followed), checked on the opened file descriptor itself, so a swap between check and open fails;
+- open with ``O_NONBLOCK | O_NOCTTY`` and ``fstat`` before reading: only regular files are read,
+  a FIFO, socket or device is "not a regular file" and is never read;
+- a size cap per kind: small JSON records are read whole up to ``MARATHON_MAX_JSON_BYTES``
+  (default 4 MiB); logs and trajectories are never read whole (``open_tree_file`` hands back a
+  descriptor for streamed, indexed reading).
+
+Every refusal is a ``Refused`` with a reason a person can act on; it is never an exception to the
+scanner, and a refused file is never a score.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+
+#: Kinds of tree file and what each may cost to read.
+JSON = "json"  # result.json, metrics.json, goal_receipt.json: read whole, capped
+TEXT = "text"  # reward.txt, exception.txt, README: read whole, capped small
+STREAM = "stream"  # trajectories, logs, session JSONL: never read whole; no cap on the size
+
+_DEFAULT_JSON_CAP = 4 << 20
+_TEXT_CAP = 1 << 20
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+_KIND_NAMES = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFLNK: "a symlink",
+}
+
+
+def json_cap() -> int:
+    """The byte cap for one JSON record file: ``MARATHON_MAX_JSON_BYTES`` or 4 MiB.
+
+    harbor's own trial ``result.json`` is a few KB; a file bigger than the cap is not something
+    harbor or a verifier wrote, so it is refused rather than parsed.
+    """
+    raw = os.environ.get("MARATHON_MAX_JSON_BYTES", "")
+    try:
+        v = int(raw)
+    except ValueError:
+        return _DEFAULT_JSON_CAP
+    return v if v > 0 else _DEFAULT_JSON_CAP
+
+
+def cap_of(kind: str) -> int | None:
+    if kind == JSON:
+        return json_cap()
+    if kind == TEXT:
+        return _TEXT_CAP
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Why a tree file was not read: absent (``missing``), a rule it broke (``rule``), or an error.
+
+    An error (permission, I/O) may pass; a broken rule is something in the tree, not transient.
+    """
+
+    reason: str
+    missing: bool = False
+    rule: bool = True
+
+
+_MISSING = Refused("missing", missing=True, rule=False)
+
+
+def _error(exc: OSError, prefix: str = "") -> Refused:
+    return Refused(f"{prefix}{type(exc).__name__}: {exc.strerror or exc}", rule=False)
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _fd_path(fd: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
+def open_tree_file(path: str | os.PathLike, trial_root: str | os.PathLike, kind: str = JSON) -> int | Refused:
+    """An open read-only descriptor of a regular file inside ``trial_root``, or why not.
+
+    The caller owns the descriptor (close it). ``kind`` sets the size cap (``STREAM``: none).
+    A symlink is followed only when it resolves inside ``trial_root``; whatever path was taken,
+    the file actually opened must lie inside the trial root's real path.
+    """
+    got = _open(path, trial_root, kind)
+    return got if isinstance(got, Refused) else got[0]
+
+
+def _open(path: str | os.PathLike, trial_root: str | os.PathLike, kind: str) -> tuple[int, int] | Refused:
+    p = os.path.abspath(os.fspath(path))
+    root = os.path.abspath(os.fspath(trial_root))
+    if not _within(p, root):
+        return Refused("outside the trial dir")
+    try:
+        fd = os.open(p, _OPEN_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return _MISSING
+    except OSError as exc:
+        if exc.errno != 40:  # ELOOP: the last component is a symlink
+            return _error(exc)
+        return _open_symlinked(p, root, kind)
+    return _checked(fd, p, root, kind)
+
+
+def _open_symlinked(p: str, root: str, kind: str) -> tuple[int, int] | Refused:
+    """A symlink at ``p``: follow it only to a file inside the trial dir."""
+    try:
+        real = os.path.realpath(p, strict=True)
+    except OSError as exc:
+        if exc.errno == 40:
+            return Refused("symlink loop")
+        return Refused("dangling symlink")
+    real_root = os.path.realpath(root)
+    if not _within(real, real_root):
+        return Refused("symlink out of the trial dir")
+    try:
+        fd = os.open(real, _OPEN_FLAGS)
+    except OSError as exc:
+        return _error(exc, "symlink: ")
+    return _checked(fd, real, root, kind)
+
+
+def _checked(fd: int, p: str, root: str, kind: str) -> tuple[int, int] | Refused:
+    """Keep ``fd`` only when it is a regular file within the cap whose real path is inside the root."""
+    try:
+        st = os.fstat(fd)
+        why = None
+        if not stat.S_ISREG(st.st_mode):
+            why = f"not a regular file ({_KIND_NAMES.get(stat.S_IFMT(st.st_mode), 'special file')})"
+        else:
+            cap = cap_of(kind)
+            if cap is not None and st.st_size > cap:
+                why = f"too large ({st.st_size} bytes > {cap})"
+        if why is None:
+            got = _fd_path(fd)
+            if got != p and (got is None or not _within(got, os.path.realpath(root))):
+                # a symlinked dir on the way (``verifier -> /etc``) or a swap after the check
+                why = "symlink out of the trial dir"
+    except OSError as exc:
+        os.close(fd)
+        return _error(exc)
+    if why is not None:
+        os.close(fd)
+        return Refused(why)
+    return fd, st.st_size
+
+
+def read_capped(path: str | os.PathLike, trial_root: str | os.PathLike, kind: str = JSON) -> bytes | Refused:
+    """A whole small tree file (``JSON`` or ``TEXT``) in one read, or why not (``Refused``).
+
+    Reads at most cap + 1 bytes, so a file that grows after the size check is still refused.
+    """
+    got = _open(path, trial_root, kind)
+    if isinstance(got, Refused):
+        return got
+    fd, size = got
+    cap = cap_of(kind) or _TEXT_CAP
+    want = min(size, cap) + 1  # one read for the usual file; the +1 sees growth past fstat
+    try:
+        parts = []
+        n = 0
+        while n <= cap:
+            ask = min(want, cap + 1 - n)
+            chunk = os.read(fd, ask)
+            parts.append(chunk)
+            n += len(chunk)
+            if len(chunk) < ask:  # a short read of a regular file is its end
+                break
+    except OSError as exc:
+        return _error(exc)
+    finally:
+        os.close(fd)
+    if n > cap:
+        return Refused(f"too large (more than {cap} bytes)")
+    if not parts:
+        return b""
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def lstat_times(path: str | os.PathLike) -> tuple[int, int] | None:
+    """``(mtime_ns, ctime_ns)`` of the entry itself (a symlink is not followed), or None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_ctime_ns
+
+
+def trial_root_of(path: str | os.PathLike, depth: int) -> str:
+    """The trial dir of a file ``depth`` components below it (``verifier/metrics.json``: 2)."""
+    p = os.path.abspath(os.fspath(path))
+    for _ in range(depth):
+        p = os.path.dirname(p)
+    return p
