@@ -33,7 +33,15 @@ STATUS_STYLE = {
     "tampered": "bold red",
 }
 #: order used when sorting by status (most urgent first)
-STATUS_RANK = {"tampered": 0, "errored": 0, "unreadable": 1, "running": 2, "voided": 3, "pending": 4, "done": 5}
+STATUS_RANK = {
+    "tampered": 0,
+    "errored": 0,
+    "unreadable": 1,
+    "running": 2,
+    "voided": 3,
+    "pending": 4,
+    "done": 5,
+}
 
 #: data younger than this reads "live" (the watcher confirms the tree every 2 s when idle)
 LIVE_SEC = 5.0

@@ -329,6 +329,8 @@ def _refresh_attempt(a: Attempt) -> None:
     bad = []
     if a.job is not None and (a.job.stale or a.job.state in (results.UNREADABLE, results.EMPTY)):
         bad.append(f"{a.job_dir}/result.json")
+    elif a.job is not None and a.job.state == results.REFUSED:
+        bad.append(f"{a.job_dir}/result.json: {a.job.error}")
     for t in a.trials.values():
         if t.stale or t.state in (results.UNREADABLE, results.EMPTY):
             bad.append(f"{a.job_dir}/{t.name}")

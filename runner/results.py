@@ -475,14 +475,11 @@ _VERIFIER_FINISHED = re.compile(
 )
 
 
-def verifier_finished(trial_dir: str) -> datetime | None:
-    """``verifier.finished_at`` of a trial's result.json without parsing the whole file.
+def verifier_finished(raw: bytes) -> datetime | None:
+    """``verifier.finished_at`` of a trial's result.json bytes without parsing the whole file.
 
-    harbor writes TrialResult with indent=4 and ``verifier`` as the last top-level key.
+    harbor writes TrialResult with indent=4 and ``verifier`` among the last top-level keys.
     """
-    raw = _read(f"{trial_dir}/{RESULT_JSON}", trial_dir)
-    if isinstance(raw, Loaded):
-        return None
     m = _VERIFIER_FINISHED.search(raw, max(0, len(raw) - 4096))
     return parse_time(m.group(1).decode("utf-8", "replace")) if m else None
 
@@ -570,8 +567,11 @@ def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | 
     metrics = read_metrics(tdir)
     if metrics.state == MISSING and not os.path.isdir(tdir):
         return None  # moved away (voided) or never there: let the caller list the job dir
+    raw = _read(f"{tdir}/{RESULT_JSON}", tdir)
+    if isinstance(raw, Loaded):
+        return None  # the trial's own result.json is missing or refused: read the trial dir
     if metrics.state == OK:
-        why = tampered(tdir, verifier_finished(tdir))
+        why = tampered(tdir, verifier_finished(raw))
         if why:
             metrics = Metrics(state=TAMPERED, error=why)
     tok_in, tok_out = _num(stats.get("n_input_tokens")), _num(stats.get("n_output_tokens"))

@@ -142,7 +142,10 @@ class DrillScreen(Screen):
                 status = "voided"
             elif view.get(view.get(rec, "metrics"), "state") == "tampered":
                 status = "tampered"
-            elif view.get(rec, "state") == "refused" or view.get(view.get(rec, "metrics"), "state") == "refused":
+            elif (
+                view.get(rec, "state") == "refused"
+                or view.get(view.get(rec, "metrics"), "state") == "refused"
+            ):
                 status = "unreadable"
             elif view.get(rec, "state") != "ok":
                 status = "running" if view.get(rec, "state") == "missing" else view.get(rec, "state")

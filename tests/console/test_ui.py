@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
 import os
 import shutil
 import subprocess
 import sys
 import time
+from datetime import datetime
 
 import pytest
 from console_support import REPO_ROOT, run_async, wait_for

@@ -8,10 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from treefix import verifier_wrote
 
 from runner import cli, model, tree
 from runner.model import DONE, ERRORED, PENDING, RUNNING, VOIDED, RunModel
-from treefix import verifier_wrote
 
 pytestmark = pytest.mark.docker
 

@@ -9,11 +9,11 @@ import os
 from pathlib import Path
 
 import pytest
+from treefix import verifier_wrote
 
 from runner import cli, tree
 from runner.model import DONE, ERRORED, RunModel
 from runner.report import build_report, render
-from treefix import verifier_wrote
 
 pytestmark = pytest.mark.docker
 

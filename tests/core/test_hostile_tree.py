@@ -1,0 +1,160 @@
+"""What a hostile agent can plant in the output tree never hangs, exhausts or misleads marathon.
+
+A hand-made tree (no Docker): FIFOs, a symlink loop, symlinks out of the tree (a file and a whole
+dir), a 300 MB metrics.json and a metrics.json rewritten after the verifier finished. `marathon
+status` and `report` finish (pytest-timeout is the guard, never a timed assertion), stay under
+300 MB RSS, and show each such cell `unreadable` or `tampered` with its reason, never as a score.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import hostile_tree
+import pytest
+
+from runner import safeio
+from runner.model import RunModel
+
+REPO = Path(__file__).resolve().parents[2]
+RSS_CAP_KB = 300 * 1024
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("hostile")
+    out, outside = root / "out", root / "outside"
+    hostile_tree.make(out, outside)
+    return out, outside
+
+
+def _marathon(*args: str) -> tuple[subprocess.CompletedProcess, int]:
+    """Run the CLI in a child; return it and the child's peak RSS in KB (getrusage of children)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    p = subprocess.run(
+        [sys.executable, "-m", "runner.cli", *args],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return p, after if after > before else -1
+
+
+@pytest.mark.timeout(600)
+def test_status_lists_each_hostile_cell_unreadable_with_its_reason(hostile):
+    out, _ = hostile
+    p, rss_kb = _marathon("status", str(out), "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    notes = {n["task"]: n for n in d["notes"]}
+    for case, (status, phrase) in hostile_tree.EXPECT.items():
+        if status == "done":
+            assert case not in notes or notes[case]["status"] == "done", notes.get(case)
+            continue
+        assert notes[case]["status"] == status, (case, notes[case])
+        assert phrase in notes[case]["note"], (case, notes[case])
+    total = d["total"]
+    assert total["done"] == 2 and total["unreadable"] == 8 and total["tampered"] == 1
+    # only the two normal pairs score: the forged 1.0 partials never count
+    assert total["partial"] == pytest.approx(0.2)
+    assert "OUTSIDE-SECRET" not in p.stdout + p.stderr
+    if rss_kb > 0:  # -1 when a sibling child had a higher peak: then this one was lower
+        assert rss_kb < RSS_CAP_KB, f"status peaked at {rss_kb} KB"
+    text, _ = _marathon("status", str(out))
+    assert text.returncode == 0
+    assert "not a regular file (a FIFO)" in text.stdout and "symlink loop" in text.stdout
+
+
+@pytest.mark.timeout(600)
+def test_model_cells_are_never_scored_from_a_refused_or_forged_file(hostile):
+    out, _ = hostile
+    m = RunModel.load(out)
+    for case, (status, phrase) in hostile_tree.EXPECT.items():
+        c = m.cells[(case, hostile_tree.ARM)]
+        assert c.status == status, (case, c.status, c.note)
+        assert phrase in c.note, (case, c.note)
+        if status == "done":
+            assert c.partial == pytest.approx(0.2)  # the inside link is followed, the real file read
+        else:
+            assert c.partial is None and c.reward is None and c.pass_rate is None
+    # re-reading one changed file keeps the verdict (the console's incremental path)
+    tdir = next((out / "fifo-metrics").rglob("fifo-metrics__*"))
+    assert m.update([tdir / "verifier" / "metrics.json"]) in (set(), {("fifo-metrics", "plain")})
+    assert m.cells[("fifo-metrics", "plain")].status == "unreadable"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("fmt", ["md", "json"])
+def test_report_shows_the_reasons_and_leaks_nothing(hostile, fmt):
+    out, _ = hostile
+    p, _ = _marathon("report", str(out), "--format", fmt)
+    assert p.returncode == 0, p.stderr
+    assert "not a regular file (a FIFO)" in p.stdout and "after the verifier finished" in p.stdout
+    assert "OUTSIDE-SECRET" not in p.stdout
+
+
+def test_safe_open_rules_one_by_one(tmp_path):
+    trial = tmp_path / "trial"
+    (trial / "agent").mkdir(parents=True)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("secret")
+    os.mkfifo(trial / "agent" / "fifo")
+    os.symlink(outside, trial / "agent" / "out")
+    os.symlink("../agent/real", trial / "agent" / "in")
+    (trial / "agent" / "real").write_text("{}")
+    os.symlink("nowhere", trial / "agent" / "dangling")
+    (trial / "agent" / "big").write_bytes(b"x" * 64)
+    assert safeio.read_capped(trial / "agent" / "real", trial) == b"{}"
+    assert safeio.read_capped(trial / "agent" / "in", trial) == b"{}"
+    reasons = {
+        name: safeio.read_capped(trial / "agent" / name, trial).reason
+        for name in ("fifo", "out", "dangling", "absent")
+    }
+    assert reasons == {
+        "fifo": "not a regular file (a FIFO)",
+        "out": "symlink out of the trial dir",
+        "dangling": "dangling symlink",
+        "absent": "missing",
+    }
+    assert safeio.read_capped(outside, trial).reason == "outside the trial dir"
+    assert isinstance(safeio.read_capped(trial / "agent", trial), safeio.Refused)  # a directory
+    os.environ["MARATHON_MAX_JSON_BYTES"] = "63"
+    try:
+        assert safeio.read_capped(trial / "agent" / "big", trial).reason.startswith("too large")
+    finally:
+        del os.environ["MARATHON_MAX_JSON_BYTES"]
+    # a stream (trajectory, log) has no cap but the same rules
+    fd = safeio.open_tree_file(trial / "agent" / "big", trial, safeio.STREAM)
+    assert isinstance(fd, int)
+    os.close(fd)
+    assert safeio.open_tree_file(trial / "agent" / "fifo", trial, safeio.STREAM).reason.startswith("not a")
+
+
+def test_console_file_view_refuses_and_never_blocks(tmp_path):
+    from console.fileindex import LineSource
+
+    trial = tmp_path / "trial"
+    (trial / "agent").mkdir(parents=True)
+    os.mkfifo(trial / "agent" / "trajectory.json")
+    (tmp_path / "shadow").write_text("root:SECRET-HASH:19000:0:99999:7:::\n")
+    os.symlink(tmp_path / "shadow", trial / "agent" / "leak")
+    with open(trial / "agent" / "sparse.bin", "wb") as fh:
+        fh.truncate(2 << 30)  # 2 GB, sparse
+    fifo = LineSource(trial / "agent" / "trajectory.json", trial)
+    assert fifo.error and "not a regular file" in fifo.error and not fifo.missing
+    leak = LineSource(trial / "agent" / "leak", trial)
+    assert leak.error and "symlink out of the trial dir" in leak.error
+    assert leak.get_line(0) == ""
+    big = LineSource(trial / "agent" / "sparse.bin", trial)
+    assert big.error is None and big.size == 2 << 30
+    big.index_more()  # one chunk: never the whole file
+    assert 0 < big.scanned < big.size
+    big.close()
