@@ -210,3 +210,126 @@ def trial_root_of(path: str | os.PathLike, depth: int) -> str:
     for _ in range(depth):
         p = os.path.dirname(p)
     return p
+
+
+# -------------------------------------------------------------------------------------- writers
+# The arms write into ``<trial>/agent`` (the agent's ``/logs/agent``) from the host. The agent may
+# have planted a FIFO, a symlink or a dir at any name there, so a host write never opens an
+# existing name: it writes a fresh temp file (O_EXCL: never a planted one) and renames it over.
+
+
+def move_aside(path: str) -> None:
+    """Move whatever is planted at ``path`` (a dir a rename cannot replace) out of the way, kept."""
+    os.rename(path, f"{path}.planted-{os.urandom(4).hex()}")
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
+    """Replace ``path`` with ``data``: a planted FIFO or symlink there neither blocks nor redirects.
+
+    The temp file is created with ``O_CREAT | O_EXCL`` (which never follows a symlink) in the same
+    dir and renamed over the name, so the entry is replaced, not opened. A planted dir at the name
+    is moved aside (kept, renamed ``<name>.planted-<hex>``).
+    """
+    p = os.fspath(path)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    d, name = os.path.split(p)
+    while True:
+        tmp = os.path.join(d, f".{name}.{os.urandom(6).hex()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        try:
+            os.replace(tmp, p)
+        except (IsADirectoryError, NotADirectoryError, OSError) as exc:
+            if not os.path.isdir(p) or os.path.islink(p):
+                raise exc
+            move_aside(p)
+            os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def open_append(path: str | os.PathLike) -> int:
+    """A log the host appends to: opened once, never through a symlink, never a FIFO.
+
+    A planted entry at the name (symlink, FIFO, dir) is moved aside first. The caller owns the fd.
+    """
+    p = os.fspath(path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    for _ in range(3):
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            move_aside(p)
+        try:
+            fd = os.open(p, flags, 0o644)
+        except OSError as exc:
+            if exc.errno in (40, 6, 21):  # ELOOP, ENXIO (FIFO without a reader), EISDIR: planted again
+                continue
+            raise
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.set_blocking(fd, True)
+            return fd
+        os.close(fd)
+    raise OSError(f"{p}: something keeps being planted at this name")
+
+
+def ensure_dir(path: str | os.PathLike, root: str | os.PathLike) -> None:
+    """Make ``path`` a real dir inside ``root``, every component below ``root`` a real dir.
+
+    A symlink or file planted at a component is moved aside, so what is copied there stays in
+    the trial dir (a planted ``loopx -> ~/.ssh`` would otherwise receive the evidence).
+    """
+    root_s = os.path.abspath(os.fspath(root))
+    p = os.path.abspath(os.fspath(path))
+    if not _within(p, root_s):
+        raise ValueError(f"{p} is outside {root_s}")
+    os.makedirs(root_s, exist_ok=True)
+    cur = root_s
+    for part in os.path.relpath(p, root_s).split(os.sep):
+        if part in ("", "."):
+            continue
+        cur = os.path.join(cur, part)
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            os.mkdir(cur)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            move_aside(cur)
+            os.mkdir(cur)
+
+
+def set_aside_special(top: str | os.PathLike) -> list[str]:
+    """Move every entry under ``top`` that is not a regular file or dir (a FIFO, a symlink) aside.
+
+    For dirs a third-party reader walks (harbor's rollout converter reads every session file): a
+    FIFO there would block it, a symlink would show it a host file. Returns the names moved.
+    """
+    moved = []
+    for dirpath, dirnames, filenames in os.walk(os.fspath(top)):  # os.walk never follows links
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                try:
+                    move_aside(p)
+                    moved.append(os.path.relpath(p, os.fspath(top)))
+                except OSError:
+                    pass
+    return moved

@@ -158,3 +158,70 @@ def test_console_file_view_refuses_and_never_blocks(tmp_path):
     big.index_more()  # one chunk: never the whole file
     assert 0 < big.scanned < big.size
     big.close()
+
+
+def test_host_writes_replace_planted_fifos_symlinks_and_dirs(tmp_path):
+    """The arms' host-side writes into /logs/agent: a planted name neither blocks nor redirects."""
+    from agents.receipt import RECEIPT_NAME, Receipt
+
+    agent = tmp_path / "trial" / "agent"
+    agent.mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched")
+    os.mkfifo(agent / RECEIPT_NAME)
+    os.symlink(victim, agent / "trajectory.json")
+    (agent / "loopx-body.txt").mkdir()
+    os.mkfifo(agent / f"{RECEIPT_NAME}.tmp")  # the old fixed temp name, planted too
+    Receipt("plain", None, [], "codex", "0", "m", {}).write(agent)
+    safeio.write_atomic(agent / "trajectory.json", "{}")
+    safeio.write_atomic(agent / "loopx-body.txt", "body")
+    assert json.loads((agent / RECEIPT_NAME).read_text())["arm"] == "plain"
+    assert not (agent / "trajectory.json").is_symlink() and (agent / "trajectory.json").read_text() == "{}"
+    assert (agent / "loopx-body.txt").read_text() == "body"
+    assert [p.name.split(".planted-")[0] for p in agent.glob("*.planted-*")] == ["loopx-body.txt"]
+    assert victim.read_text() == "untouched"
+    os.symlink(victim, agent / "appserver.stderr.log")
+    fd = safeio.open_append(agent / "appserver.stderr.log")
+    os.write(fd, b"log line\n")
+    os.close(fd)
+    assert victim.read_text() == "untouched"
+    assert (agent / "appserver.stderr.log").read_bytes() == b"log line\n"
+
+
+def test_evidence_copy_never_follows_links_out(tmp_path):
+    """What the transport extracts: regular files and dirs, inside the copied tree only."""
+    import io
+    import tarfile
+
+    from agents.transport import _evidence_filter
+
+    agent = tmp_path / "trial" / "agent"
+    agent.mkdir(parents=True)
+    elsewhere = tmp_path / "home-ssh"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, agent / "loopx")  # planted before the copy
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name, kind, data in [
+            ("state", tarfile.DIRTYPE, b""),
+            ("state/ok.json", tarfile.REGTYPE, b"{}"),
+            ("state/leak", tarfile.SYMTYPE, b"/etc/shadow"),
+            ("state/inside", tarfile.SYMTYPE, b"ok.json"),
+            ("state/fifo", tarfile.FIFOTYPE, b""),
+            ("state/hard", tarfile.LNKTYPE, b"/etc/shadow"),
+        ]:
+            ti = tarfile.TarInfo(name)
+            ti.type = kind
+            if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE):
+                ti.linkname = data.decode()
+                data = b""
+            ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data) if data else None)
+    safeio.ensure_dir(agent / "loopx", agent)
+    assert (agent / "loopx").is_dir() and not (agent / "loopx").is_symlink()
+    buf.seek(0)
+    with tarfile.open(fileobj=buf) as tf:
+        tf.extractall(agent / "loopx", filter=_evidence_filter)
+    got = sorted(str(p.relative_to(agent / "loopx")) for p in (agent / "loopx").rglob("*"))
+    assert got == ["state", "state/ok.json"]
+    assert list(elsewhere.iterdir()) == []
