@@ -225,3 +225,20 @@ def test_evidence_copy_never_follows_links_out(tmp_path):
     got = sorted(str(p.relative_to(agent / "loopx")) for p in (agent / "loopx").rglob("*"))
     assert got == ["state", "state/ok.json"]
     assert list(elsewhere.iterdir()) == []
+
+
+def test_runner_readers_do_not_block_on_planted_files(hostile, tmp_path):
+    """The runner's own readers (done check, void classification, score detail) use the same rules."""
+    from runner import void
+    from runner.model import pair_done
+
+    out, _ = hostile
+    tdir = next((out / "fifo-metrics").rglob("fifo-metrics__*"))
+    assert void.read_json(tdir / "verifier" / "metrics.json") is None
+    assert pair_done(out, "fifo-result", "plain")  # the job's own result says done; nothing blocks
+    trial = tmp_path / "t"
+    trial.mkdir()
+    os.mkfifo(trial / "exception.txt")
+    os.mkfifo(trial / "result.json")
+    v = void.classify_trial(trial)
+    assert v.kind in ("infra", "errored", "done")
