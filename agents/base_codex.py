@@ -453,6 +453,17 @@ class CodexAppServerAgent(BaseAgent):
                     return ArmFailure(msg)
         return None
 
+    def _set_aside_foreign_trajectory(self, receipt: Receipt) -> None:
+        """A trajectory.json the arm did not write is the agent's: harbor reads that name whole after
+        the run (a FIFO would block it, a symlink show it a host file), so it is moved aside, kept."""
+        path = self.logs_dir / "trajectory.json"
+        if os.path.lexists(path):
+            try:
+                safeio.move_aside(str(path))
+                receipt.warnings.append("trajectory.json not written by the arm: moved aside")
+            except OSError as exc:
+                receipt.warnings.append(f"trajectory.json not written by the arm, not moved: {exc}")
+
     def _write_trajectory(self, receipt: Receipt, context: AgentContext) -> None:
         """ATIF trajectory.json through harbor's own codex rollout converter."""
         try:
@@ -464,6 +475,7 @@ class CodexAppServerAgent(BaseAgent):
             conv = Codex(logs_dir=self.logs_dir, model_name=self.model_name or self.codex_model)
             traj = conv.convert_trajectory(self.logs_dir)
             if traj is None:
+                self._set_aside_foreign_trajectory(receipt)
                 return
             safeio.write_atomic(
                 self.logs_dir / "trajectory.json", format_trajectory_json(traj.to_json_dict())
@@ -473,6 +485,7 @@ class CodexAppServerAgent(BaseAgent):
                 context.cost_usd = traj.final_metrics.total_cost_usd
         except Exception as exc:  # noqa: BLE001 - a converter bug must not hide the run's own result
             receipt.warnings.append(f"trajectory conversion failed: {type(exc).__name__}: {exc}")
+            self._set_aside_foreign_trajectory(receipt)
         if context.cost_usd is None:
             context.cost_usd = 0.0 if self.provider_base_url == SCRIPTED_BASE_URL else None
         for usage in (context.model_usage or {}).values():
