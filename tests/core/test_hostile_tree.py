@@ -242,3 +242,48 @@ def test_runner_readers_do_not_block_on_planted_files(hostile, tmp_path):
     os.mkfifo(trial / "result.json")
     v = void.classify_trial(trial)
     assert v.kind in ("infra", "errored", "done")
+
+
+@pytest.mark.timeout(600)
+def test_console_shows_each_cell_unreadable_or_tampered_and_the_drill_down_refuses(hostile):
+    import asyncio
+    import time
+
+    from console import view
+    from console.app import make_app, screen_text
+    from console.screens.drill import FILES, DrillScreen
+    from console.widgets.grid import Grid
+
+    out, _ = hostile
+
+    async def go() -> list[str]:
+        app = make_app(out, docker=False, offer_start=False)
+        screens = []
+        async with app.run_test(size=(140, 40)) as pilot:
+            deadline = time.monotonic() + 120
+            while not (app.cells and app.last_change_at is not None):
+                assert time.monotonic() < deadline, "no grid"
+                await pilot.pause(0.2)
+            for case, (status, phrase) in hostile_tree.EXPECT.items():
+                cell = app.cells[(case, hostile_tree.ARM)]
+                assert view.status_of(cell) == status
+                assert phrase in view.cell_detail(case, hostile_tree.ARM, cell)
+            app.screen.query_one(Grid).move_to("out-receipt", hostile_tree.ARM)
+            await pilot.pause()
+            await pilot.press("enter")
+            for i in range(len(FILES)):
+                while not (isinstance(app.screen, DrillScreen) and app.screen.source is not None):
+                    assert time.monotonic() < deadline, "no drill-down"
+                    await pilot.pause(0.2)
+                await pilot.pause(0.3)
+                screens.append(screen_text(app))
+                if i + 1 < len(FILES):
+                    app.screen.source = None
+                    await pilot.press("tab")
+        return screens
+
+    screens = asyncio.run(go())
+    text = "\n".join(screens)
+    assert "unreadable: goal_receipt.json: symlink out of the trial dir" in text
+    assert "unreadable: trajectory.json: not a regular file (a FIFO)" in text
+    assert "OUTSIDE-SECRET" not in text
