@@ -41,12 +41,7 @@ _KIND_NAMES = {
 }
 
 
-def json_cap() -> int:
-    """The byte cap for one JSON record file: ``MARATHON_MAX_JSON_BYTES`` or 4 MiB.
-
-    harbor's own trial ``result.json`` is a few KB; a file bigger than the cap is not something
-    harbor or a verifier wrote, so it is refused rather than parsed.
-    """
+def _cap_from_env() -> int:
     raw = os.environ.get("MARATHON_MAX_JSON_BYTES", "")
     try:
         v = int(raw)
@@ -55,9 +50,19 @@ def json_cap() -> int:
     return v if v > 0 else _DEFAULT_JSON_CAP
 
 
+#: The byte cap for one JSON record file: ``MARATHON_MAX_JSON_BYTES`` (read at start-up) or 4 MiB.
+#: harbor's own trial ``result.json`` is a few KB; a file bigger than the cap is not something
+#: harbor or a verifier wrote, so it is refused rather than parsed.
+JSON_CAP = _cap_from_env()
+
+
+def json_cap() -> int:
+    return JSON_CAP
+
+
 def cap_of(kind: str) -> int | None:
     if kind == JSON:
-        return json_cap()
+        return JSON_CAP
     if kind == TEXT:
         return _TEXT_CAP
     return None
@@ -105,9 +110,15 @@ def open_tree_file(path: str | os.PathLike, trial_root: str | os.PathLike, kind:
 
 
 def _open(path: str | os.PathLike, trial_root: str | os.PathLike, kind: str) -> tuple[int, int] | Refused:
-    p = os.path.abspath(os.fspath(path))
-    root = os.path.abspath(os.fspath(trial_root))
-    if not _within(p, root):
+    p = os.fspath(path)
+    root = os.fspath(trial_root)
+    if p[:1] != "/" or "/." in p or "//" in p:  # the scanner's paths are absolute and normal already
+        p = os.path.abspath(p)
+    if root[:1] != "/" or "/." in root or "//" in root:
+        root = os.path.abspath(root)
+    elif len(root) > 1 and root[-1] == "/":
+        root = root.rstrip("/") or "/"
+    if not p.startswith(root) or (len(p) > len(root) and p[len(root)] != "/" and root != "/"):
         return Refused("outside the trial dir")
     try:
         fd = os.open(p, _OPEN_FLAGS)

@@ -101,7 +101,7 @@ def test_report_shows_the_reasons_and_leaks_nothing(hostile, fmt):
     assert "OUTSIDE-SECRET" not in p.stdout
 
 
-def test_safe_open_rules_one_by_one(tmp_path):
+def test_safe_open_rules_one_by_one(tmp_path, monkeypatch):
     trial = tmp_path / "trial"
     (trial / "agent").mkdir(parents=True)
     outside = tmp_path / "outside.txt"
@@ -126,11 +126,11 @@ def test_safe_open_rules_one_by_one(tmp_path):
     }
     assert safeio.read_capped(outside, trial).reason == "outside the trial dir"
     assert isinstance(safeio.read_capped(trial / "agent", trial), safeio.Refused)  # a directory
-    os.environ["MARATHON_MAX_JSON_BYTES"] = "63"
-    try:
-        assert safeio.read_capped(trial / "agent" / "big", trial).reason.startswith("too large")
-    finally:
-        del os.environ["MARATHON_MAX_JSON_BYTES"]
+    monkeypatch.setattr(safeio, "JSON_CAP", 63)  # MARATHON_MAX_JSON_BYTES=63 at start-up
+    assert safeio.read_capped(trial / "agent" / "big", trial).reason.startswith("too large")
+    monkeypatch.setattr(safeio, "JSON_CAP", 64)
+    assert safeio.read_capped(trial / "agent" / "big", trial) == b"x" * 64
+    assert safeio.read_capped(str(trial / "agent" / "real"), f"{trial}/") == b"{}"  # trailing slash
     # a stream (trajectory, log) has no cap but the same rules
     fd = safeio.open_tree_file(trial / "agent" / "big", trial, safeio.STREAM)
     assert isinstance(fd, int)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import resource
 import shutil
 import subprocess
 import time
@@ -106,7 +105,7 @@ def hostile_run(docker_engine, module_out, tmp_path_factory):
     argv = marathon_argv(
         "run", str(out), "--tasks-dir", str(tasks), "--arms", ARMS, "--model", MODEL,
         "--ak", f"api_key_var={KEY_VAR}", "--concurrency", "4", "--max-passes", "1", "--plain",
-        "--goal-timeout-sec", "240",
+        "--goal-timeout-sec", "240", "--agent-timeout-multiplier", "5",
     )  # fmt: skip
     with open(log, "ab") as fh:
         proc = subprocess.Popen(
@@ -115,21 +114,27 @@ def hostile_run(docker_engine, module_out, tmp_path_factory):
         )  # fmt: skip
     runner = psutil.Process(proc.pid)
     peak_runner, peak_status, polls, planted_seen = 0, 0, 0, False
-    while proc.poll() is None:
-        try:
-            peak_runner = max(peak_runner, runner.memory_info().rss)
-        except psutil.Error:
-            pass
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        st = run_marathon("status", str(out), "--json", timeout=300)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        peak_status = max(peak_status, after * 1024 if after > before else 0)
-        if st.returncode == 0:
-            polls += 1
-            planted_seen |= "not a regular file" in st.stdout
-        elif "not an output tree" not in st.stderr + st.stdout:
-            raise AssertionError(st.stdout + st.stderr)
-        time.sleep(2)
+    try:
+        while proc.poll() is None:
+            try:
+                peak_runner = max(peak_runner, runner.memory_info().rss)
+            except psutil.Error:
+                pass
+            st = subprocess.run(
+                ["/usr/bin/time", "-f", "%M", *marathon_argv("status", str(out), "--json")],
+                cwd=REPO, env=env(), capture_output=True, text=True, timeout=300,
+            )  # fmt: skip
+            peak_status = max(peak_status, int(st.stderr.strip().splitlines()[-1]) * 1024)
+            if st.returncode == 0:
+                polls += 1
+                planted_seen |= "not a regular file" in st.stdout
+            elif st.returncode != 2:  # 2: the runner has not made the tree yet
+                raise AssertionError(st.stdout + st.stderr)
+            time.sleep(2)
+    finally:
+        if proc.poll() is None:  # a failed poll: stop our runner (registered PIDs, verified)
+            run_marathon("kill", str(out), "--yes", timeout=600)
+            proc.wait(timeout=120)
     return {
         "out": out,
         "rc": proc.returncode,
@@ -159,7 +164,7 @@ def test_hostile_pairs_are_never_scored_from_the_forged_file(hostile_run):
             # scored: then from the real verifier (calc-partial unsolved: 1 of 5), never the forgery
             assert c.partial is not None and c.partial < 1.0 and c.pass_rate < 1.0, c
         else:
-            assert c.status == "tampered", (arm, c.status, c.note)
+            assert c.status == "tampered", (arm, c.status, c.note, _why(c))
             assert c.partial is None and c.reward is None
         (trial,) = c.attempts[-1].trials.values()
         tdir = Path(c.attempts[-1].job_dir) / trial.name
@@ -170,11 +175,21 @@ def test_hostile_pairs_are_never_scored_from_the_forged_file(hostile_run):
         assert not traj.exists() or (traj.is_file() and not traj.is_symlink())
 
 
+def _why(c) -> str:
+    """The trial's exception tail and receipt warnings, for a failure message."""
+    if not c.attempts or not c.attempts[-1].job_dir:
+        return ""
+    job = Path(c.attempts[-1].job_dir)
+    parts = [p.read_text(errors="replace")[-1500:] for p in job.glob("*/exception.txt")]
+    parts += [p.read_text(errors="replace")[-1500:] for p in job.glob("*/agent/goal_receipt.json")]
+    return "\n".join(parts)
+
+
 def test_normal_pairs_are_unaffected(hostile_run):
     m = RunModel.load(hostile_run["out"])
     for arm in ARMS.split(","):
         c = m.cells[("calc-partial", arm)]
-        assert c.status == "done" and c.partial == pytest.approx(1.0), (arm, c.status, c.note)
+        assert c.status == "done" and c.partial == pytest.approx(1.0), (arm, c.status, c.note, _why(c))
 
 
 def test_nothing_from_etc_shadow_anywhere_in_the_tree(hostile_run):
