@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from runner import safeio
 
 
 class AppServerError(RuntimeError):
@@ -200,7 +203,7 @@ class AppServerClient:
 
     async def _read_stdout(self) -> None:
         assert self.proc.stdout is not None
-        with open(self.raw_log, "ab") as raw:
+        with os.fdopen(safeio.open_append(self.raw_log), "ab") as raw:
             while True:
                 try:
                     line = await self.proc.stdout.readline()
@@ -224,7 +227,7 @@ class AppServerClient:
 
     async def _pump_stderr(self) -> None:
         assert self.proc.stderr is not None
-        with open(self.stderr_log, "ab") as fh:
+        with os.fdopen(safeio.open_append(self.stderr_log), "ab") as fh:
             while True:
                 chunk = await self.proc.stderr.read(65536)
                 if not chunk:

@@ -53,6 +53,7 @@ from agents.staging import (
 )
 from agents.transport import EnvironmentLost, Transport, UnsupportedEnvironment, transport_for
 from modes.profiles import mode_for
+from runner import safeio
 from runner.void import ENVIRONMENT_LOST
 
 #: The scripted model listens here inside every mini-benchmark container.
@@ -313,7 +314,7 @@ class CodexAppServerAgent(BaseAgent):
         self.receipt.extra["codex_version_in_container"] = out
         config = render(build_config(self._provider_settings(), transport.workdir))
         self.logs_dir.mkdir(parents=True, exist_ok=True)
-        (self.logs_dir / "codex-config.toml").write_text(config)  # no secret in it: env_key is a name
+        safeio.write_atomic(self.logs_dir / "codex-config.toml", config)  # no secret: env_key is a name
         write = transport.run(
             [
                 "sh",
@@ -402,7 +403,7 @@ class CodexAppServerAgent(BaseAgent):
         }
         for src, dest in copies.items():
             try:
-                if transport.copy_out(src, dest):
+                if transport.copy_out(src, dest, self.logs_dir):
                     receipt.evidence.append(str((dest / os.path.basename(src)).relative_to(self.logs_dir)))
             except Exception as exc:  # noqa: BLE001 - evidence is best effort, never masks the result
                 receipt.warnings.append(f"evidence copy of {src} failed: {exc}")
@@ -411,7 +412,7 @@ class CodexAppServerAgent(BaseAgent):
             state = [n for n in res.stdout.decode().split() if ".sqlite" in n]
             for name in state:
                 if name.startswith(("goals_", "state_")) and transport.copy_out(
-                    f"{self.codex_home}/{name}", self.logs_dir / "codex-state"
+                    f"{self.codex_home}/{name}", self.logs_dir / "codex-state", self.logs_dir
                 ):
                     receipt.evidence.append(f"codex-state/{name}")
         except Exception as exc:  # noqa: BLE001
@@ -430,22 +431,48 @@ class CodexAppServerAgent(BaseAgent):
     def _scan_rollouts(self, receipt: Receipt) -> ArmFailure | None:
         """Tool outputs the model saw: 'unsupported call' or a failed code-mode spawn is a loud failure."""
         for path in sorted((self.logs_dir / "sessions").rglob("rollout-*.jsonl")):
-            for line in path.read_text(errors="replace").splitlines():
-                try:
-                    ev = json.loads(line)
-                except ValueError:
-                    continue
-                payload = ev.get("payload") or {}
-                if payload.get("type") not in ("function_call_output", "custom_tool_call_output"):
-                    continue
-                out = json.dumps(payload.get("output")).lower()
-                if "unsupported call" in out or "failed to spawn code-mode host" in out:
-                    msg = f"tool output in {path.name}: {out[:200]}"
-                    receipt.errors.append(msg)
-                    if receipt.stop_reason not in ("error", "cancelled"):
-                        receipt.stop_reason = "error"
-                        return ArmFailure(msg)
+            fd = safeio.open_tree_file(path, self.logs_dir, safeio.STREAM)
+            if isinstance(fd, safeio.Refused):
+                receipt.warnings.append(f"{path.name} not scanned: {fd.reason}")
+                continue
+            with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as fh:
+                failure = self._scan_rollout(path, fh, receipt)
+            if failure is not None:
+                return failure
         return None
+
+    @staticmethod
+    def _scan_rollout(path: Path, fh, receipt: Receipt) -> ArmFailure | None:
+        """One rollout, line by line (never read whole: the agent controls its size)."""
+        for line in fh:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(ev, dict):
+                continue
+            payload = ev.get("payload") or {}
+            if payload.get("type") not in ("function_call_output", "custom_tool_call_output"):
+                continue
+            out = json.dumps(payload.get("output")).lower()
+            if "unsupported call" in out or "failed to spawn code-mode host" in out:
+                msg = f"tool output in {path.name}: {out[:200]}"
+                receipt.errors.append(msg)
+                if receipt.stop_reason not in ("error", "cancelled"):
+                    receipt.stop_reason = "error"
+                    return ArmFailure(msg)
+        return None
+
+    def _set_aside_foreign_trajectory(self, receipt: Receipt) -> None:
+        """A trajectory.json the arm did not write is the agent's: harbor reads that name whole after
+        the run (a FIFO would block it, a symlink show it a host file), so it is moved aside, kept."""
+        path = self.logs_dir / "trajectory.json"
+        if os.path.lexists(path):
+            try:
+                safeio.move_aside(str(path))
+                receipt.warnings.append("trajectory.json not written by the arm: moved aside")
+            except OSError as exc:
+                receipt.warnings.append(f"trajectory.json not written by the arm, not moved: {exc}")
 
     def _write_trajectory(self, receipt: Receipt, context: AgentContext) -> None:
         """ATIF trajectory.json through harbor's own codex rollout converter."""
@@ -453,16 +480,22 @@ class CodexAppServerAgent(BaseAgent):
             from harbor.agents.installed.codex import Codex
             from harbor.utils.trajectory_utils import format_trajectory_json
 
+            for name in safeio.set_aside_special(self.logs_dir / "sessions"):
+                receipt.warnings.append(f"sessions/{name}: not a regular file, moved aside")
             conv = Codex(logs_dir=self.logs_dir, model_name=self.model_name or self.codex_model)
             traj = conv.convert_trajectory(self.logs_dir)
             if traj is None:
+                self._set_aside_foreign_trajectory(receipt)
                 return
-            (self.logs_dir / "trajectory.json").write_text(format_trajectory_json(traj.to_json_dict()))
+            safeio.write_atomic(
+                self.logs_dir / "trajectory.json", format_trajectory_json(traj.to_json_dict())
+            )
             receipt.evidence.append("trajectory.json")
             if traj.final_metrics and traj.final_metrics.total_cost_usd is not None:
                 context.cost_usd = traj.final_metrics.total_cost_usd
         except Exception as exc:  # noqa: BLE001 - a converter bug must not hide the run's own result
             receipt.warnings.append(f"trajectory conversion failed: {type(exc).__name__}: {exc}")
+            self._set_aside_foreign_trajectory(receipt)
         if context.cost_usd is None:
             context.cost_usd = 0.0 if self.provider_base_url == SCRIPTED_BASE_URL else None
         for usage in (context.model_usage or {}).values():

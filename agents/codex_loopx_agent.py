@@ -71,6 +71,7 @@ from agents.loopx_staging import (
 from agents.session import ArmFailure, CodexSession
 from agents.transport import Transport
 from modes.profiles import ARMS
+from runner import safeio
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +238,7 @@ class CodexLoopxAgent(CodexAppServerAgent):
         name = (
             "loopx-body.txt" if body.turn_instance_id is None else f"loopx-body-{body.turn_instance_id}.txt"
         )
-        (self.logs_dir / name).write_text(body.text)
+        safeio.write_atomic(self.logs_dir / name, body.text)
 
     def appserver_env(self) -> dict[str, str]:
         env = dict(self.profile.env) if self.profile else {}
@@ -384,7 +385,7 @@ class CodexLoopxAgent(CodexAppServerAgent):
                 (self.paths.runtime_root, ""),
             ):
                 try:
-                    if transport.copy_out(src, dest / sub if sub else dest):
+                    if transport.copy_out(src, dest / sub if sub else dest, self.logs_dir):
                         receipt.evidence.append(f"loopx/{sub + '/' if sub else ''}{os.path.basename(src)}")
                 except Exception as exc:  # noqa: BLE001 - evidence is best effort
                     receipt.warnings.append(f"evidence copy of {src} failed: {exc}")

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner import safeio
+
 RECEIPT_NAME = "goal_receipt.json"
 SCHEMA = "marathon.goal_receipt/1"
 
@@ -57,11 +59,10 @@ class Receipt:
         self.timings[name] = utc_now()
 
     def write(self, logs_dir: Path) -> Path:
+        """Replace the receipt atomically: a FIFO or symlink the agent planted at its name is replaced."""
         logs_dir.mkdir(parents=True, exist_ok=True)
         path = logs_dir / RECEIPT_NAME
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2, sort_keys=False) + "\n")
-        tmp.replace(path)
+        safeio.write_atomic(path, json.dumps(asdict(self), indent=2, sort_keys=False) + "\n")
         return path
 
 

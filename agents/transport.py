@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner import safeio
 from runner.tree import compose_project
 from runner.void import ENVIRONMENT_LOST
 
@@ -32,6 +33,24 @@ COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
 MAIN_SERVICE = "main"
 #: app-server stdout lines can be long (aggregated command output); asyncio's default is 64 KiB.
 STREAM_LIMIT = 64 * 1024 * 1024
+
+
+#: The most one evidence copy may bring out of the container (the agent controls its size).
+MAX_EVIDENCE_BYTES = 1 << 30
+
+
+def _evidence_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """Regular files and dirs only, each inside ``dest``: links and special files are skipped.
+
+    tarfile's ``data`` filter also checks the real path of every member against ``dest``, so a
+    dir planted as a symlink on the host side never receives a file.
+    """
+    if not (member.isreg() or member.isdir()):
+        return None
+    try:
+        return tarfile.data_filter(member, dest)
+    except tarfile.FilterError:
+        return None
 
 
 class UnsupportedEnvironment(RuntimeError):
@@ -84,8 +103,13 @@ class Transport(ABC):
         """Run a short command to completion, synchronously (also usable under cancellation)."""
 
     @abstractmethod
-    def copy_out(self, container_path: str, host_dir: Path) -> bool:
-        """Copy a file or dir from the container into ``host_dir`` (synchronous); False if absent."""
+    def copy_out(self, container_path: str, host_dir: Path, root: Path | None = None) -> bool:
+        """Copy a file or dir from the container into ``host_dir`` (synchronous); False if absent.
+
+        ``root``: the trial's agent dir ``host_dir`` lies in; every dir on the way is made a real
+        dir inside it (a planted symlink is moved aside). Links, FIFOs and devices in the copied
+        tree are skipped, never followed; the copy stops at ``MAX_EVIDENCE_BYTES``.
+        """
 
     @abstractmethod
     def copy_in(self, host_dir: Path, container_dir: str) -> None:
@@ -171,23 +195,42 @@ class DockerExecTransport(Transport):
             args.remove("-i")
         return _docker(*args, *argv, stdin=stdin, timeout=timeout)
 
-    def copy_out(self, container_path: str, host_dir: Path) -> bool:
-        """tar out of the container (runs as root so the agent user's files are readable)."""
-        host_dir.mkdir(parents=True, exist_ok=True)
+    def copy_out(self, container_path: str, host_dir: Path, root: Path | None = None) -> bool:
+        """tar out of the container (runs as root so the agent user's files are readable).
+
+        The tar streams to a temp file (never into memory) and stops at ``MAX_EVIDENCE_BYTES``.
+        """
+        if root is not None:
+            safeio.ensure_dir(host_dir, root)
+        else:
+            host_dir.mkdir(parents=True, exist_ok=True)
         parent, name = os.path.split(container_path.rstrip("/"))
-        try:
-            res = _docker(
-                "exec", "-u", "0", self.container_id, "tar", "cf", "-", "-C", parent or "/", name, timeout=120
-            )
-        except subprocess.TimeoutExpired:
-            return False
-        if res.returncode != 0:
-            return False
+        argv = ["docker", "exec", "-u", "0", self.container_id, "tar", "cf", "-", "-C", parent or "/", name]
         with tempfile.TemporaryFile() as fh:
-            fh.write(res.stdout)
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            assert proc.stdout is not None
+            n, over = 0, False
+            while chunk := proc.stdout.read(1 << 20):
+                n += len(chunk)
+                if n > MAX_EVIDENCE_BYTES:
+                    over = True
+                    proc.kill()  # our own child, by its handle
+                    break
+                fh.write(chunk)
+            proc.stdout.close()
+            try:
+                rc = proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                return False
+            if over:
+                raise RuntimeError(f"{container_path}: more than {MAX_EVIDENCE_BYTES} bytes, not copied")
+            if rc != 0:
+                return False
             fh.seek(0)
             with tarfile.open(fileobj=fh) as tf:
-                tf.extractall(host_dir, filter="data")
+                tf.extractall(host_dir, filter=_evidence_filter)
         return True
 
     def copy_in(self, host_dir: Path, container_dir: str) -> None:

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -144,9 +145,16 @@ def main() -> int:
             att = model.cells[(task, arm)].attempts[-1]
             (trial,) = att.trials
             metrics = Path(att.job_dir) / trial / "verifier" / "metrics.json"
+            res = metrics.parent.parent / "result.json"
+            fin = json.loads(res.read_text())["verifier"]["finished_at"]
+            before = int((datetime.fromisoformat(fin.replace("Z", "+00:00")).timestamp() - 0.5) * 1e9)
             metrics.write_text(
                 json.dumps({"passed": rng.randint(0, 5), "total": 5, "partial_score": rng.random()})
             )
+            # harbor's order (a verifier rerun): the verifier's file, then result.json; a verifier
+            # file changed after the trial's result.json would be flagged tampered
+            os.utime(metrics, ns=(before, before))
+            res.write_bytes(res.read_bytes())
             t = time.perf_counter()
             changed = model.update([metrics])
             upd.append(time.perf_counter() - t)

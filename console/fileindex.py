@@ -15,6 +15,8 @@ import threading
 from array import array
 from pathlib import Path
 
+from runner import safeio
+
 #: A "line" longer than this many bytes is shown as several display lines (a minified 1 GB JSON
 #: document is one physical line; it must still open at once).
 MAX_LINE_BYTES = 4096
@@ -25,23 +27,36 @@ SEARCH_CHUNK = 16 * 1024 * 1024
 class LineSource:
     """Display lines of one file, indexed incrementally; safe to read while another thread indexes."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, root: Path | str | None = None) -> None:
         self.path = Path(path)
+        # the trial dir: the file is opened by the tree's safe-open rules (runner.safeio), so a FIFO
+        # never blocks the view and a symlink out of the trial dir is never shown
+        self.root = Path(root) if root is not None else self.path.parent
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._starts = array("q", [0])  # start offset of each display line
         self._scanned = 0  # bytes indexed so far
         self.size = 0
         self.error: str | None = None
+        self.missing = False  # error is "not there (yet)" rather than a refusal or an IO error
         self._open()
 
     # -- lifecycle -----------------------------------------------------------------------------
     def _open(self) -> None:
+        got = safeio.open_tree_file(self.path, self.root, safeio.STREAM)
+        if isinstance(got, safeio.Refused):
+            self._fd = None
+            self.size = 0
+            self.missing = got.missing
+            self.error = f"{self.path.name}: {'No such file or directory' if got.missing else got.reason}"
+            return
+        self.missing = False
+        self._fd = got
         try:
-            self._fd = os.open(self.path, os.O_RDONLY)
             self.size = os.fstat(self._fd).st_size
             self.error = None
         except OSError as exc:
+            os.close(self._fd)
             self._fd = None
             self.size = 0
             self.error = f"{self.path.name}: {exc.strerror or exc}"

@@ -21,6 +21,7 @@ STATUS_GLYPH = {
     "pending": "·",
     "voided": "⊘",
     "unreadable": "?",
+    "tampered": "!",
 }
 STATUS_STYLE = {
     "done": "green",
@@ -29,9 +30,18 @@ STATUS_STYLE = {
     "pending": "dim",
     "voided": "magenta",
     "unreadable": "red",
+    "tampered": "bold red",
 }
 #: order used when sorting by status (most urgent first)
-STATUS_RANK = {"errored": 0, "unreadable": 1, "running": 2, "voided": 3, "pending": 4, "done": 5}
+STATUS_RANK = {
+    "tampered": 0,
+    "errored": 0,
+    "unreadable": 1,
+    "running": 2,
+    "voided": 3,
+    "pending": 4,
+    "done": 5,
+}
 
 #: data younger than this reads "live" (the watcher confirms the tree every 2 s when idle)
 LIVE_SEC = 5.0
@@ -161,7 +171,7 @@ def cell_detail(task: str, arm: str, cell: Any, budget: float | None = None, now
         parts.append(f"newer attempt {get(cell, 'newer')}")
     if get(cell, "note"):
         parts.append(str(get(cell, "note")))
-    if get(cell, "unreadable"):
+    if get(cell, "unreadable") and status_of(cell) not in ("unreadable", "tampered"):
         parts.append("a file is unreadable (last good value kept)")
     return " · ".join(parts)
 

@@ -65,7 +65,11 @@ RUNNING = "running"
 DONE = "done"
 ERRORED = "errored"
 VOIDED = "voided"
-STATUSES = (PENDING, RUNNING, DONE, ERRORED, VOIDED)
+#: a file of the attempt broke a safe-open rule (runner.safeio): a FIFO, a symlink out, too large
+UNREADABLE = "unreadable"
+#: a verifier file changed after the verifier finished (results.tampered)
+TAMPERED = "tampered"
+STATUSES = (PENDING, RUNNING, DONE, ERRORED, VOIDED, UNREADABLE, TAMPERED)
 
 Key = tuple[str, str]  # (task, arm)
 AttemptKey = tuple[str, str, str]  # (task, arm dir, stamp)
@@ -273,10 +277,27 @@ def _figures(trials: Iterable[TrialRecord]) -> Figures:
     )
 
 
+def _trial_problems(t: TrialRecord) -> list[tuple[str, str, str]]:
+    """(status, file, reason) for each file of a trial that is refused or tampered: never a score."""
+    out = []
+    if t.state == results.REFUSED:
+        out.append((UNREADABLE, results.RESULT_JSON, t.error))
+    if t.metrics.state == results.REFUSED:
+        out.append((UNREADABLE, "verifier/metrics.json", t.metrics.error))
+    if t.receipt is not None and t.receipt.state == results.REFUSED:
+        out.append((UNREADABLE, "agent/goal_receipt.json", t.receipt.error))
+    if t.metrics.state == results.TAMPERED:
+        out.append((TAMPERED, "verifier", t.metrics.error))
+    return out
+
+
 def _attempt_status(a: Attempt) -> str:
     live = a.trials
     if a.voided_trials and not live:
         return VOIDED
+    problems = {p[0] for t in live.values() for p in _trial_problems(t)}
+    if problems:
+        return TAMPERED if TAMPERED in problems else UNREADABLE
     job = a.job
     if job is None or job.state != results.OK and not job.stale:
         # No readable job result: derive the job's counts from its trials (harbor sums them the same way).
@@ -308,9 +329,14 @@ def _refresh_attempt(a: Attempt) -> None:
     bad = []
     if a.job is not None and (a.job.stale or a.job.state in (results.UNREADABLE, results.EMPTY)):
         bad.append(f"{a.job_dir}/result.json")
+    elif a.job is not None and a.job.state == results.REFUSED:
+        bad.append(f"{a.job_dir}/result.json: {a.job.error}")
     for t in a.trials.values():
         if t.stale or t.state in (results.UNREADABLE, results.EMPTY):
             bad.append(f"{a.job_dir}/{t.name}")
+        for status, rel, why in _trial_problems(t):
+            if status == UNREADABLE:
+                bad.append(f"{a.job_dir}/{t.name}/{rel}: {why}")
     a.unreadable = tuple(bad)
 
 
@@ -329,7 +355,16 @@ def build_cell(task: str, arm: str, attempts: Iterable[Attempt], claimed: bool =
         notes.append(f"attempt {done[-1].stamp} has no score yet (metrics in progress)")
         if scoring is None:
             scoring = done[-1]
-    if scoring is not None:
+    live = [a for a in atts if not a.voided]
+    if live and live[-1].status in (UNREADABLE, TAMPERED):
+        # the latest attempt has a refused or tampered file: never a score, never an older one
+        shown = live[-1]
+        status = shown.status
+        scoring = None
+        newer = None
+        for t in shown.trials.values():
+            notes.extend(f"tampered: {t.name}: {why}" for st, _, why in _trial_problems(t) if st == TAMPERED)
+    elif scoring is not None:
         status = DONE
         later = [
             a for a in atts if (a.stamp, a.arm_dir) > (scoring.stamp, scoring.arm_dir) and a.status != DONE

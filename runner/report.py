@@ -230,6 +230,10 @@ def render_json(rep: dict[str, Any]) -> str:
     return json.dumps(rep, indent=2, ensure_ascii=False) + "\n"
 
 
+#: cell statuses of a pair whose file broke a safe-open rule or was changed after its verifier
+NOT_SCORED = ("unreadable", "tampered")
+
+
 def render_md(rep: dict[str, Any]) -> str:
     arms, tasks = rep["arms"], rep["tasks"]
     lines = [f"# marathon report: {rep['out']}", ""]
@@ -287,8 +291,14 @@ def render_md(rep: dict[str, Any]) -> str:
         lines.append(f"- Stand-in arms (not among the five arms): {', '.join(rep['stand_ins'])}.")
     if rep["excluded"]:
         lines += ["", "## Excluded", ""] + [f"- `{e['path']}`: {e['reason']}" for e in rep["excluded"]]
+    hostile = [
+        (t, a, c) for t in tasks for a in arms if (c := rep["cells"][t].get(a)) and c["status"] in NOT_SCORED
+    ]
+    if hostile:
+        lines += ["", "## Not scored: a file refused or tampered with", ""]
+        lines += [f"- {t} × {a}: **{c['status']}**: {c['note']}" for t, a, c in hostile]
     if rep["unreadable"]:
-        lines += ["", "## Unreadable now (last good values shown)", ""] + [
+        lines += ["", "## Unreadable files (half-written ones show their last good values)", ""] + [
             f"- `{u}`" for u in rep["unreadable"]
         ]
     return "\n".join(lines) + "\n"

@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from runner import rules
+from runner import rules, safeio
 
 RESULT_JSON = "result.json"
 METRICS_JSON = ("verifier", "metrics.json")
@@ -39,6 +39,8 @@ OK = "ok"
 MISSING = "missing"
 EMPTY = "empty"
 UNREADABLE = "unreadable"  # truncated mid-write, corrupt, not an object, or a permission error
+REFUSED = "refused"  # broke a safe-open rule (runner.safeio): a FIFO, a symlink out, too large
+TAMPERED = "tampered"  # a verifier file changed after the verifier finished (metrics only)
 
 
 @dataclass(slots=True)  # not frozen: see the module docstring
@@ -54,37 +56,41 @@ class Loaded:
         return self.state == OK
 
 
-_CHUNK = 1 << 18
+def read_bytes(path: str | os.PathLike, root: str | os.PathLike | None = None) -> bytes:
+    """A whole small tree file by the safe-open rules (``runner.safeio``); OSError when refused.
+
+    ``root`` is the dir the file must stay inside (default: the file's own dir).
+    """
+    got = safeio.read_capped(path, root if root is not None else os.path.dirname(os.fspath(path)))
+    if isinstance(got, safeio.Refused):
+        if got.missing:
+            raise FileNotFoundError(2, "No such file or directory", os.fspath(path))
+        raise OSError(got.reason)
+    return got
 
 
-def read_bytes(path: str | os.PathLike) -> bytes:
-    """A whole small file with the fewest syscalls (open, read, close): the scanner's hot path."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        data = os.read(fd, _CHUNK)
-        if len(data) == _CHUNK:  # a big file: read the rest
-            parts = [data]
-            while chunk := os.read(fd, _CHUNK):
-                parts.append(chunk)
-            data = b"".join(parts)
-        return data
-    finally:
-        os.close(fd)
+def _read(path: Path | str, root: str | None = None) -> bytes | Loaded:
+    """The file's bytes, or the ``Loaded`` that says why there are none (missing, refused).
 
-
-def _read(path: Path | str) -> bytes | Loaded:
-    """The file's bytes, or the ``Loaded`` that says why there are none (missing, unreadable)."""
-    try:
-        return read_bytes(path)
-    except (FileNotFoundError, NotADirectoryError):
+    A file that breaks a safe-open rule (not a regular file, a symlink out of the trial dir, over
+    the size cap) is ``REFUSED``: unlike a half-written file it is not transient, so no last good
+    value is kept for it and it is never a score.
+    """
+    path = os.fspath(path)
+    got = safeio.read_capped(path, root if root is not None else os.path.dirname(path))
+    if isinstance(got, bytes):
+        return got
+    if got.missing:
         return Loaded(None, MISSING)
-    except OSError as exc:
-        return Loaded(None, UNREADABLE, f"{type(exc).__name__}: {exc.strerror or exc}")
+    return Loaded(None, REFUSED if got.rule else UNREADABLE, got.reason)
 
 
-def load_json(path: Path | str) -> Loaded:
-    """Read a JSON object file; never raises. Non-objects count as unreadable."""
-    raw = _read(path)
+def load_json(path: Path | str, root: str | None = None) -> Loaded:
+    """Read a JSON object file; never raises. Non-objects count as unreadable.
+
+    ``root``: the trial (or job) dir the file must stay inside; default the file's own dir.
+    """
+    raw = _read(path, root)
     return raw if isinstance(raw, Loaded) else _parse_json(raw)
 
 
@@ -250,7 +256,8 @@ def metrics_from_dict(d: Mapping[str, Any]) -> Metrics:
 
 
 def read_metrics(trial_dir: Path | str) -> Metrics:
-    loaded = load_json(f"{os.fspath(trial_dir)}/verifier/metrics.json")
+    d = os.fspath(trial_dir)
+    loaded = load_json(f"{d}/verifier/metrics.json", d)
     if not loaded.ok:
         return Metrics(state=loaded.state, error=loaded.error)
     return metrics_from_dict(loaded.data or {})
@@ -318,7 +325,8 @@ def receipt_from_dict(d: Mapping[str, Any]) -> Receipt:
 
 def read_receipt(trial_dir: Path | str) -> Receipt | None:
     """None when the trial has no receipt (harbor's own agents write none)."""
-    loaded = load_json(f"{os.fspath(trial_dir)}/agent/goal_receipt.json")
+    d = os.fspath(trial_dir)
+    loaded = load_json(f"{d}/agent/goal_receipt.json", d)
     if loaded.state == MISSING:
         return None
     if not loaded.ok:
@@ -422,7 +430,7 @@ _TASK_NAME = re.compile(rb'^\s*"task_name":\s*("(?:[^"\\\n]|\\.)*")', re.MULTILI
 
 def _load_trial_result(path: str) -> Loaded:
     """``load_json`` for a trial result.json that skips parsing the ``config`` block when it can."""
-    raw = _read(path)
+    raw = _read(path, os.path.dirname(path))
     if isinstance(raw, Loaded):
         return raw
     i = raw.find(_TAIL_MARK)
@@ -453,7 +461,63 @@ def read_trial(trial_dir: Path | str) -> TrialRecord:
         return TrialRecord(
             name=name, state=loaded.state, error=loaded.error, metrics=metrics, receipt=receipt
         )
-    return trial_from_dict(name, loaded.data or {}, metrics, receipt)
+    data = loaded.data or {}
+    if metrics.state == OK:  # only a score can be forged into one
+        ver = data.get("verifier")
+        why = tampered(d, parse_time(ver.get("finished_at")) if isinstance(ver, dict) else None)
+        if why:
+            metrics = Metrics(state=TAMPERED, error=why)
+    return trial_from_dict(name, data, metrics, receipt)
+
+
+_VERIFIER_FINISHED = re.compile(
+    rb'\n    "verifier": \{\s*"started_at":\s*(?:"[^"\n]*"|null),\s*"finished_at":\s*"([^"\n]*)"'
+)
+
+
+def verifier_finished(raw: bytes) -> datetime | None:
+    """``verifier.finished_at`` of a trial's result.json bytes without parsing the whole file.
+
+    harbor writes TrialResult with indent=4 and ``verifier`` among the last top-level keys.
+    """
+    m = _VERIFIER_FINISHED.search(raw, max(0, len(raw) - 4096))
+    return parse_time(m.group(1).decode("utf-8", "replace")) if m else None
+
+
+#: Verifier files whose change after the verifier finished means someone else wrote them.
+VERIFIER_FILES = (("verifier", "metrics.json"), ("verifier", "reward.txt"), ("verifier", "reward.json"))
+#: Clock slack for the tamper rules: a legitimate write is never later than this.
+TAMPER_SLACK_NS = 1_000_000_000
+
+
+def tampered(trial_dir: str, verifier_finished: datetime | None) -> str:
+    """Why the trial's verifier files are not the verifier's own (``""`` when they are).
+
+    harbor writes a trial's ``result.json`` last: after its verifier finished (``verifier.finished_at``
+    in that file), after it stopped the environment and fixed the log dirs' owner. So a verifier
+    file that was modified after the verifier finished (its mtime), or whose inode changed after
+    ``result.json`` was written (its ctime, which no one can set back), was written by someone
+    other than the verifier: typically a process the agent left running. Copies of a tree (which
+    keep mtimes and renew every ctime) stay consistent with both rules.
+    """
+    times = safeio.lstat_times(f"{trial_dir}/{RESULT_JSON}")
+    if times is None:
+        return ""
+    res_ctime = times[1]
+    fin_ns = None
+    if verifier_finished is not None and verifier_finished.tzinfo is not None:
+        fin_ns = int(verifier_finished.timestamp() * 1e9)
+    for parts in VERIFIER_FILES:
+        rel = "/".join(parts)
+        t = safeio.lstat_times(f"{trial_dir}/{rel}")
+        if t is None:
+            continue
+        mtime, ctime = t
+        if ctime > res_ctime + TAMPER_SLACK_NS:
+            return f"{rel} changed {(ctime - res_ctime) / 1e9:.1f} s after harbor wrote result.json"
+        if fin_ns is not None and mtime > fin_ns + TAMPER_SLACK_NS:
+            return f"{rel} written {(mtime - fin_ns) / 1e9:.1f} s after the verifier finished"
+    return ""
 
 
 def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | None:
@@ -503,6 +567,13 @@ def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | 
     metrics = read_metrics(tdir)
     if metrics.state == MISSING and not os.path.isdir(tdir):
         return None  # moved away (voided) or never there: let the caller list the job dir
+    raw = _read(f"{tdir}/{RESULT_JSON}", tdir)
+    if isinstance(raw, Loaded):
+        return None  # the trial's own result.json is missing or refused: read the trial dir
+    if metrics.state == OK:
+        why = tampered(tdir, verifier_finished(raw))
+        if why:
+            metrics = Metrics(state=TAMPERED, error=why)
     tok_in, tok_out = _num(stats.get("n_input_tokens")), _num(stats.get("n_output_tokens"))
     tok_cache = _num(stats.get("n_cache_tokens"))
     return TrialRecord(

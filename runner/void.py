@@ -17,6 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from runner import safeio
 from runner.events import utc_now
 from runner.tree import VOID_README, iter_trial_dirs, voided_root
 
@@ -50,25 +51,49 @@ class Verdict:
     trial: str | None = None
 
 
+def _root_of(path: Path) -> Path:
+    """The trial dir a tree file must stay in: ``verifier/`` and ``agent/`` files belong to their trial."""
+    parent = path.parent
+    return parent.parent if parent.name in ("verifier", "agent") else parent
+
+
 def read_json(path: Path) -> dict | None:
-    """harbor writes JSON non-atomically: retry a torn read a few times; None when absent/corrupt."""
+    """harbor writes JSON non-atomically: retry a torn read a few times; None when absent/corrupt.
+
+    Read by the tree's safe-open rules (runner.safeio): a FIFO, a symlink out or an oversized
+    file is None at once, never a blocked or exhausted runner.
+    """
     for _ in range(5):
+        raw = safeio.read_capped(path, _root_of(path))
+        if isinstance(raw, safeio.Refused):
+            if raw.missing or raw.rule:
+                return None
+            time.sleep(0.05)
+            continue
         try:
-            d = json.loads(path.read_text())
+            d = json.loads(raw)
             return d if isinstance(d, dict) else None
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
+        except (ValueError, RecursionError):
             time.sleep(0.05)
     return None
 
 
+_TAIL_BYTES = 64 * 1024
+
+
 def _tail(path: Path, n: int = 15) -> list[str]:
+    """The last ``n`` lines, from at most the last 64 KiB (the file may be any size, or a FIFO)."""
+    fd = safeio.open_tree_file(path, _root_of(path), safeio.STREAM)
+    if isinstance(fd, safeio.Refused):
+        return []
     try:
-        lines = path.read_text(errors="replace").splitlines()
+        size = os.fstat(fd).st_size
+        data = os.pread(fd, _TAIL_BYTES, max(0, size - _TAIL_BYTES))
     except OSError:
         return []
-    return lines[-n:]
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "replace").splitlines()[-n:]
 
 
 def classify_trial(trial_dir: Path) -> Verdict:

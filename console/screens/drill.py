@@ -43,18 +43,23 @@ TAIL_SEC = 0.5
 FIRST_CHUNK = 1 << 20
 
 
+def _mtime(p: Path) -> float:
+    try:
+        return p.lstat().st_mtime  # a planted symlink loop must not raise here
+    except OSError:
+        return 0.0
+
+
 def resolve_file(trial_dir: Path, candidates: tuple[str, ...]) -> Path:
     """The first candidate that exists (``@sessions``: the newest codex session JSONL), else the first."""
     for c in candidates:
         if c == "@sessions":
-            sessions = sorted(
-                (trial_dir / "agent" / "sessions").rglob("*.jsonl"), key=lambda p: p.stat().st_mtime
-            )
+            sessions = sorted((trial_dir / "agent" / "sessions").rglob("*.jsonl"), key=_mtime)
             if sessions:
                 return sessions[-1]
             continue
         p = trial_dir / c
-        if p.exists():
+        if p.is_symlink() or p.exists():  # a symlink is shown refused, not skipped
             return p
     return trial_dir / candidates[0]
 
@@ -135,12 +140,25 @@ class DrillScreen(Screen):
             rec = t["record"]
             if t["voided"]:
                 status = "voided"
+            elif view.get(view.get(rec, "metrics"), "state") == "tampered":
+                status = "tampered"
+            elif (
+                view.get(rec, "state") == "refused"
+                or view.get(view.get(rec, "metrics"), "state") == "refused"
+            ):
+                status = "unreadable"
             elif view.get(rec, "state") != "ok":
                 status = "running" if view.get(rec, "state") == "missing" else view.get(rec, "state")
             else:
                 status = "errored" if view.get(rec, "errored") else "done"
             style = view.STATUS_STYLE.get(status, "")
-            note = t["reason"] or view.get(rec, "exception_type") or ""
+            note = (
+                t["reason"]
+                or view.get(rec, "exception_type")
+                or view.get(view.get(rec, "metrics"), "error")
+                or view.get(rec, "error")
+                or ""
+            )
             table.add_row(
                 t["stamp"],
                 t["trial"],
@@ -195,7 +213,7 @@ class DrillScreen(Screen):
     @work(thread=True, group="file-open", exclusive=True, exit_on_error=False)
     def open_worker(self, trial_dir: Path, candidates: tuple[str, ...], follow: bool) -> None:
         path = resolve_file(trial_dir, candidates)
-        source = LineSource(path)
+        source = LineSource(path, trial_dir)
         source.index_more(FIRST_CHUNK)
         self.post_message(FileOpened(source, path, follow))
 
@@ -242,8 +260,10 @@ class DrillScreen(Screen):
         t = Text()
         if self.query_one(FileView).follow:
             t.append("following ", style="green")
-        if s.error:
+        if s.error and s.missing:
             t.append("not written yet ", style="yellow")
+        elif s.error:
+            t.append(f"unreadable: {s.error} ", style="bold red")
         else:
             done = "" if s.complete else f" indexing {100 * s.scanned // max(1, s.size)}%"
             t.append(f"{s.line_count:,} lines {s.size:,} B{done} ", style="dim")

@@ -9,7 +9,8 @@ from pathlib import Path
 HELP = "per-arm progress of the current run (done/running/pending/errored/voided) and scores so far"
 DESCRIPTION = (
     "Read an output tree (never writes to it) and print, per arm, the pairs done, running, pending, "
-    "errored and voided in the current run (the last runner start in OUT/.runner/events.jsonl; "
+    "errored, voided, unreadable (a file refused: a FIFO, a symlink out of the trial dir, too "
+    "large) and tampered (a verifier file changed after the verifier finished) in the current run (the last runner start in OUT/.runner/events.jsonl; "
     "--all for all time), the mean reward, partial score and test pass rate over done pairs, build "
     "failures, and receipt events (continuations, unblocks, error events). Excluded leftover dirs "
     "and unreadable files are listed, never silently skipped. Exit 0; 2 when OUT is not an output "
@@ -81,6 +82,8 @@ def render(d: dict) -> str:
         "pend",
         "err",
         "void",
+        "unrd",
+        "tamp",
         "reward",
         "partial",
         "pass",
@@ -90,7 +93,7 @@ def render(d: dict) -> str:
         "errev",
         "cost$",
     )
-    widths = (max([len("arm"), 5] + [len(a) for a in d["arms"]]), 4, 4, 4, 4, 4, 7, 7, 7, 6, 5, 5, 5, 9)
+    widths = (max([len("arm"), 5] + [len(a) for a in d["arms"]]), 4, 4, 4, 4, 4, 4, 4, 7, 7, 7, 6, 5, 5, 5, 9)
     lines = [
         head,
         "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cols, widths, strict=True))),
@@ -99,6 +102,7 @@ def render(d: dict) -> str:
     def row(name: str, s: dict) -> str:
         vals = (
             name, s["done"], s["running"], s["pending"], s["errored"], s["voided"],
+            s.get("unreadable", 0), s.get("tampered", 0),
             _f(s["reward"]), _f(s["partial"]), _f(s["pass_rate"]), s["build_failed"],
             _f(s["continuations"]), _f(s["unblocks"]), _f(s["error_events"]), _f(s["cost_usd"], 4),
         )  # fmt: skip
@@ -116,7 +120,7 @@ def render(d: dict) -> str:
     for e in d["excluded"]:
         lines.append(f"excluded: {e['path']}: {e['reason']}")
     for u in d["unreadable"]:
-        lines.append(f"unreadable now (last good value kept): {u}")
+        lines.append(f"unreadable: {u}")
     for n in d["notes"]:
         lines.append(f"note: {n['task']} x {n['arm']}: {n['note']}")
     return "\n".join(lines)

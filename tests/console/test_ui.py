@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
+from datetime import datetime
 
 import pytest
 from console_support import REPO_ROOT, run_async, wait_for
@@ -155,8 +156,9 @@ def test_drill_down_lists_trials_opens_files_and_searches(tree):
 
 @pytest.mark.parametrize("poll", [False, True], ids=["inotify", "poll"])
 def test_a_file_change_updates_its_cell_live(tree, poll):
-    """Rewriting a trial's metrics.json (atomically, as a verifier rerun would) updates the cell,
-    with inotify and with --poll (NFS, where inotify misses other hosts' writes)."""
+    """Rewriting a trial's metrics.json (atomically, as a verifier rerun would, then result.json as
+    harbor does after its verifier) updates the cell, with inotify and with --poll (NFS, where
+    inotify misses other hosts' writes)."""
     trial = next(p for p in (tree / "calc-partial" / "nop").rglob("metrics.json"))
 
     async def go():
@@ -168,7 +170,12 @@ def test_a_file_change_updates_its_cell_live(tree, poll):
             d["partial_score"] = 0.6
             tmp = trial.with_suffix(".tmp")
             tmp.write_text(json.dumps(d))
+            result = trial.parent.parent / "result.json"
+            fin = json.loads(result.read_text())["verifier"]["finished_at"]
+            t = datetime.fromisoformat(fin.replace("Z", "+00:00")).timestamp() - 0.5
+            os.utime(tmp, (t, t))  # written before the verifier finished, not after (tampered)
             os.replace(tmp, trial)
+            result.write_bytes(result.read_bytes())  # harbor writes result.json last
             grid = app.screen.query_one(Grid)
             col = grid.get_column_index("nop")
             await wait_for(

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from treefix import verifier_wrote
 
 from runner import cli, model, tree
 from runner.model import DONE, ERRORED, PENDING, RUNNING, VOIDED, RunModel
@@ -79,6 +80,7 @@ def test_two_stage_overwrite_keeps_the_pass_rate_beside_a_zero_partial(tree_copy
         "partial_score_formula": "0.5 * unit_tests_score + 0.5 * cua_rubric_score",
     }
     metrics.write_text(json.dumps(s3))
+    verifier_wrote(metrics)
     c = RunModel.load(tree_copy).cells[("two-stage", "nop")]
     assert c.partial == 0.0 and c.pass_rate == pytest.approx(50 / 57)
 

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from treefix import verifier_wrote
 
 from runner import cli, tree
 from runner.model import DONE, ERRORED, RunModel
@@ -163,6 +164,7 @@ def test_one_changed_trial_is_reread_without_rescanning(tree_copy):
         / "verifier/metrics.json"
     )
     metrics.write_text(json.dumps({"passed": 3, "failed": 2, "total": 5, "partial_score": 0.6}))
+    verifier_wrote(metrics)
     assert m.update([metrics]) == {("calc-partial", "nop")}
     assert m.cells[("calc-partial", "nop")].partial == pytest.approx(0.6)
     assert all(m.cells[k] is before[k] for k in before if k != ("calc-partial", "nop"))

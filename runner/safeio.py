@@ -1,0 +1,346 @@
+"""The one safe way to read a file from the output tree, which the agents under test can write into.
+
+The agents run as root in containers that share ``agent/``, ``verifier/`` and ``artifacts/`` with
+the trial dirs, so every file there is adversarial input. Reading one must never block (a FIFO),
+exhaust memory (a multi-GB file), or show a host file (a symlink to ``/etc/shadow``). The rules:
+
+- never follow a symlink that leaves the trial dir (one inside it that resolves inside it is
+  followed), checked on the opened file descriptor itself, so a swap between check and open fails;
+- open with ``O_NONBLOCK | O_NOCTTY`` and ``fstat`` before reading: only regular files are read,
+  a FIFO, socket or device is "not a regular file" and is never read;
+- a size cap per kind: small JSON records are read whole up to ``MARATHON_MAX_JSON_BYTES``
+  (default 4 MiB); logs and trajectories are never read whole (``open_tree_file`` hands back a
+  descriptor for streamed, indexed reading).
+
+Every refusal is a ``Refused`` with a reason a person can act on; it is never an exception to the
+scanner, and a refused file is never a score.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+
+#: Kinds of tree file and what each may cost to read.
+JSON = "json"  # result.json, metrics.json, goal_receipt.json: read whole, capped
+TEXT = "text"  # reward.txt, exception.txt, README: read whole, capped small
+STREAM = "stream"  # trajectories, logs, session JSONL: never read whole; no cap on the size
+
+_DEFAULT_JSON_CAP = 4 << 20
+_TEXT_CAP = 1 << 20
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+_KIND_NAMES = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFLNK: "a symlink",
+}
+
+
+def _cap_from_env() -> int:
+    raw = os.environ.get("MARATHON_MAX_JSON_BYTES", "")
+    try:
+        v = int(raw)
+    except ValueError:
+        return _DEFAULT_JSON_CAP
+    return v if v > 0 else _DEFAULT_JSON_CAP
+
+
+#: The byte cap for one JSON record file: ``MARATHON_MAX_JSON_BYTES`` (read at start-up) or 4 MiB.
+#: harbor's own trial ``result.json`` is a few KB; a file bigger than the cap is not something
+#: harbor or a verifier wrote, so it is refused rather than parsed.
+JSON_CAP = _cap_from_env()
+
+
+def json_cap() -> int:
+    return JSON_CAP
+
+
+def cap_of(kind: str) -> int | None:
+    if kind == JSON:
+        return JSON_CAP
+    if kind == TEXT:
+        return _TEXT_CAP
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Why a tree file was not read: absent (``missing``), a rule it broke (``rule``), or an error.
+
+    An error (permission, I/O) may pass; a broken rule is something in the tree, not transient.
+    """
+
+    reason: str
+    missing: bool = False
+    rule: bool = True
+
+
+_MISSING = Refused("missing", missing=True, rule=False)
+
+
+def _error(exc: OSError, prefix: str = "") -> Refused:
+    return Refused(f"{prefix}{type(exc).__name__}: {exc.strerror or exc}", rule=False)
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _fd_path(fd: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
+def open_tree_file(path: str | os.PathLike, trial_root: str | os.PathLike, kind: str = JSON) -> int | Refused:
+    """An open read-only descriptor of a regular file inside ``trial_root``, or why not.
+
+    The caller owns the descriptor (close it). ``kind`` sets the size cap (``STREAM``: none).
+    A symlink is followed only when it resolves inside ``trial_root``; whatever path was taken,
+    the file actually opened must lie inside the trial root's real path.
+    """
+    got = _open(path, trial_root, kind)
+    return got if isinstance(got, Refused) else got[0]
+
+
+def _open(path: str | os.PathLike, trial_root: str | os.PathLike, kind: str) -> tuple[int, int] | Refused:
+    p = os.fspath(path)
+    root = os.fspath(trial_root)
+    if p[:1] != "/" or "/." in p or "//" in p:  # the scanner's paths are absolute and normal already
+        p = os.path.abspath(p)
+    if root[:1] != "/" or "/." in root or "//" in root:
+        root = os.path.abspath(root)
+    elif len(root) > 1 and root[-1] == "/":
+        root = root.rstrip("/") or "/"
+    if not p.startswith(root) or (len(p) > len(root) and p[len(root)] != "/" and root != "/"):
+        return Refused("outside the trial dir")
+    try:
+        fd = os.open(p, _OPEN_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return _MISSING
+    except OSError as exc:
+        if exc.errno != 40:  # ELOOP: the last component is a symlink
+            return _error(exc)
+        return _open_symlinked(p, root, kind)
+    return _checked(fd, p, root, kind)
+
+
+def _open_symlinked(p: str, root: str, kind: str) -> tuple[int, int] | Refused:
+    """A symlink at ``p``: follow it only to a file inside the trial dir."""
+    try:
+        real = os.path.realpath(p, strict=True)
+    except OSError as exc:
+        if exc.errno == 40:
+            return Refused("symlink loop")
+        return Refused("dangling symlink")
+    real_root = os.path.realpath(root)
+    if not _within(real, real_root):
+        return Refused("symlink out of the trial dir")
+    try:
+        fd = os.open(real, _OPEN_FLAGS)
+    except OSError as exc:
+        return _error(exc, "symlink: ")
+    return _checked(fd, real, root, kind)
+
+
+def _checked(fd: int, p: str, root: str, kind: str) -> tuple[int, int] | Refused:
+    """Keep ``fd`` only when it is a regular file within the cap whose real path is inside the root."""
+    try:
+        st = os.fstat(fd)
+        why = None
+        if not stat.S_ISREG(st.st_mode):
+            why = f"not a regular file ({_KIND_NAMES.get(stat.S_IFMT(st.st_mode), 'special file')})"
+        else:
+            cap = cap_of(kind)
+            if cap is not None and st.st_size > cap:
+                why = f"too large ({st.st_size} bytes > {cap})"
+        if why is None:
+            got = _fd_path(fd)
+            if got != p and (got is None or not _within(got, os.path.realpath(root))):
+                # a symlinked dir on the way (``verifier -> /etc``) or a swap after the check
+                why = "symlink out of the trial dir"
+    except OSError as exc:
+        os.close(fd)
+        return _error(exc)
+    if why is not None:
+        os.close(fd)
+        return Refused(why)
+    return fd, st.st_size
+
+
+def read_capped(path: str | os.PathLike, trial_root: str | os.PathLike, kind: str = JSON) -> bytes | Refused:
+    """A whole small tree file (``JSON`` or ``TEXT``) in one read, or why not (``Refused``).
+
+    Reads at most cap + 1 bytes, so a file that grows after the size check is still refused.
+    """
+    got = _open(path, trial_root, kind)
+    if isinstance(got, Refused):
+        return got
+    fd, size = got
+    cap = cap_of(kind) or _TEXT_CAP
+    want = min(size, cap) + 1  # one read for the usual file; the +1 sees growth past fstat
+    try:
+        parts = []
+        n = 0
+        while n <= cap:
+            ask = min(want, cap + 1 - n)
+            chunk = os.read(fd, ask)
+            parts.append(chunk)
+            n += len(chunk)
+            if len(chunk) < ask:  # a short read of a regular file is its end
+                break
+    except OSError as exc:
+        return _error(exc)
+    finally:
+        os.close(fd)
+    if n > cap:
+        return Refused(f"too large (more than {cap} bytes)")
+    if not parts:
+        return b""
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def lstat_times(path: str | os.PathLike) -> tuple[int, int] | None:
+    """``(mtime_ns, ctime_ns)`` of the entry itself (a symlink is not followed), or None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_ctime_ns
+
+
+def trial_root_of(path: str | os.PathLike, depth: int) -> str:
+    """The trial dir of a file ``depth`` components below it (``verifier/metrics.json``: 2)."""
+    p = os.path.abspath(os.fspath(path))
+    for _ in range(depth):
+        p = os.path.dirname(p)
+    return p
+
+
+# -------------------------------------------------------------------------------------- writers
+# The arms write into ``<trial>/agent`` (the agent's ``/logs/agent``) from the host. The agent may
+# have planted a FIFO, a symlink or a dir at any name there, so a host write never opens an
+# existing name: it writes a fresh temp file (O_EXCL: never a planted one) and renames it over.
+
+
+def move_aside(path: str) -> None:
+    """Move whatever is planted at ``path`` (a dir a rename cannot replace) out of the way, kept."""
+    os.rename(path, f"{path}.planted-{os.urandom(4).hex()}")
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
+    """Replace ``path`` with ``data``: a planted FIFO or symlink there neither blocks nor redirects.
+
+    The temp file is created with ``O_CREAT | O_EXCL`` (which never follows a symlink) in the same
+    dir and renamed over the name, so the entry is replaced, not opened. A planted dir at the name
+    is moved aside (kept, renamed ``<name>.planted-<hex>``).
+    """
+    p = os.fspath(path)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    d, name = os.path.split(p)
+    while True:
+        tmp = os.path.join(d, f".{name}.{os.urandom(6).hex()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        try:
+            os.replace(tmp, p)
+        except (IsADirectoryError, NotADirectoryError, OSError) as exc:
+            if not os.path.isdir(p) or os.path.islink(p):
+                raise exc
+            move_aside(p)
+            os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def open_append(path: str | os.PathLike) -> int:
+    """A log the host appends to: opened once, never through a symlink, never a FIFO.
+
+    A planted entry at the name (symlink, FIFO, dir) is moved aside first. The caller owns the fd.
+    """
+    p = os.fspath(path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    for _ in range(3):
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            move_aside(p)
+        try:
+            fd = os.open(p, flags, 0o644)
+        except OSError as exc:
+            if exc.errno in (40, 6, 21):  # ELOOP, ENXIO (FIFO without a reader), EISDIR: planted again
+                continue
+            raise
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.set_blocking(fd, True)
+            return fd
+        os.close(fd)
+    raise OSError(f"{p}: something keeps being planted at this name")
+
+
+def ensure_dir(path: str | os.PathLike, root: str | os.PathLike) -> None:
+    """Make ``path`` a real dir inside ``root``, every component below ``root`` a real dir.
+
+    A symlink or file planted at a component is moved aside, so what is copied there stays in
+    the trial dir (a planted ``loopx -> ~/.ssh`` would otherwise receive the evidence).
+    """
+    root_s = os.path.abspath(os.fspath(root))
+    p = os.path.abspath(os.fspath(path))
+    if not _within(p, root_s):
+        raise ValueError(f"{p} is outside {root_s}")
+    os.makedirs(root_s, exist_ok=True)
+    cur = root_s
+    for part in os.path.relpath(p, root_s).split(os.sep):
+        if part in ("", "."):
+            continue
+        cur = os.path.join(cur, part)
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            os.mkdir(cur)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            move_aside(cur)
+            os.mkdir(cur)
+
+
+def set_aside_special(top: str | os.PathLike) -> list[str]:
+    """Move every entry under ``top`` that is not a regular file or dir (a FIFO, a symlink) aside.
+
+    For dirs a third-party reader walks (harbor's rollout converter reads every session file): a
+    FIFO there would block it, a symlink would show it a host file. Returns the names moved.
+    """
+    moved = []
+    for dirpath, dirnames, filenames in os.walk(os.fspath(top)):  # os.walk never follows links
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                try:
+                    move_aside(p)
+                    moved.append(os.path.relpath(p, os.fspath(top)))
+                except OSError:
+                    pass
+    return moved

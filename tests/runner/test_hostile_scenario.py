@@ -1,0 +1,243 @@
+"""A hostile agent through the real arms: what it plants in the output tree never hangs, exhausts or
+misleads marathon.
+
+One real `marathon run` (real harbor, Docker, codex, LoopX; the scripted model): the task
+``calc-hostile`` is calc-partial whose plan makes codex run one shell command that, during the
+agent phase, makes FIFOs of /logs/agent/goal_receipt.json and /logs/agent/trajectory.json, links
+/logs/agent/leak -> /etc/shadow, makes a 2 GB sparse file in /logs/agent, and leaves a setsid'd
+background process rewriting /logs/verifier/metrics.json with a perfect score every second. It
+runs under one codex arm (plain) and one LoopX arm (ssh-goal), next to normal calc-partial pairs of
+the same arms. While it runs, `marathon status` is polled (each call finishes: its timeout is a
+guard, never a timed assertion) and the runner's RSS is sampled; at the end the console (Pilot)
+opens the tree and its drill-down shows the planted files refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from runner_support import DEMO_TASKS, REPO, env, marathon_argv, run_marathon
+
+from runner.model import RunModel
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+ARMS = "plain,ssh-goal"
+MODEL = "scripted/loopx"  # runs LoopX's guards in the goal body (ssh-goal), then the task's plan
+KEY_VAR = "MARATHON_DEMO_MODEL_KEY"
+RSS_CAP = 300 * 1024 * 1024
+FORGED = {"partial_score": 1.0, "passed": 999, "failed": 0, "total": 999, "forged": True}
+
+HOSTILE = (
+    "cd /logs/agent && rm -f goal_receipt.json trajectory.json && mkfifo goal_receipt.json trajectory.json"
+    " && ln -sfn /etc/shadow leak && truncate -s 2G sparse.bin"
+    " && (setsid nohup sh -c 'while :; do printf %s "
+    + "'\"'\"'"
+    + json.dumps(FORGED)
+    + "'\"'\"'"
+    + " > /logs/verifier/metrics.json; sleep 1; done' </dev/null >/dev/null 2>&1 &)"
+    " && echo planted"
+)
+
+
+def _tasks(dst: Path) -> Path:
+    """calc-partial (normal) and calc-hostile (its plan: the hostile command, no solution)."""
+    shutil.copytree(DEMO_TASKS / "calc-partial", dst / "calc-partial")
+    hostile = dst / "calc-hostile"
+    shutil.copytree(DEMO_TASKS / "calc-partial", hostile)
+    toml = hostile / "task.toml"
+    toml.write_text(toml.read_text().replace("marathon-demo/calc-partial", "marathon-demo/calc-hostile"))
+    plan = {"steps": [HOSTILE], "answer": "Done.", "partial_steps": 1}
+    (hostile / "environment" / "plan.json").write_text(json.dumps(plan))
+    return dst
+
+
+def _shadow_lines() -> list[str]:
+    """Lines of the host's and the base image's /etc/shadow distinctive enough to search for."""
+    lines = []
+    try:
+        lines += Path("/etc/shadow").read_text().splitlines()
+    except OSError:
+        pass
+    cp = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "marathon-demo-base:1", "cat", "/etc/shadow"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines += cp.stdout.splitlines()
+    return sorted({ln for ln in lines if len(ln) > 12 and ":" in ln})
+
+
+def _tree_text(out: Path) -> str:
+    """Every regular file of the tree (symlinks never followed; big files by their first 4 MiB)."""
+    chunks = []
+    for dirpath, _dirs, files in os.walk(out):
+        for name in files:
+            p = Path(dirpath) / name
+            if p.is_symlink() or not p.is_file():
+                continue
+            with open(p, "rb") as fh:
+                chunks.append(fh.read(4 << 20).decode("utf-8", "replace"))
+    return "\n".join(chunks)
+
+
+@pytest.fixture(scope="module")
+def hostile_run(docker_engine, module_out, tmp_path_factory):
+    from agents.loopx_staging import stage_loopx
+    from agents.scripted_model.image import ensure_demo_image
+    from agents.staging import stage_codex
+
+    stage_codex()
+    stage_loopx()
+    ensure_demo_image()
+    tasks = _tasks(tmp_path_factory.mktemp("tasks"))
+    out = module_out
+    log = tmp_path_factory.mktemp("log") / "runner.log"
+    argv = marathon_argv(
+        "run", str(out), "--tasks-dir", str(tasks), "--arms", ARMS, "--model", MODEL,
+        "--ak", f"api_key_var={KEY_VAR}", "--concurrency", "4", "--max-passes", "1", "--plain",
+        "--goal-timeout-sec", "240", "--agent-timeout-multiplier", "5",
+    )  # fmt: skip
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(
+            argv, cwd=REPO, env=env(**{KEY_VAR: "scripted-placeholder"}), stdout=fh, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    runner = psutil.Process(proc.pid)
+    peak_runner, peak_status, polls, planted_seen = 0, 0, 0, False
+    try:
+        while proc.poll() is None:
+            try:
+                peak_runner = max(peak_runner, runner.memory_info().rss)
+            except psutil.Error:
+                pass
+            st = subprocess.run(
+                ["/usr/bin/time", "-f", "%M", *marathon_argv("status", str(out), "--json")],
+                cwd=REPO, env=env(), capture_output=True, text=True, timeout=300,
+            )  # fmt: skip
+            peak_status = max(peak_status, int(st.stderr.strip().splitlines()[-1]) * 1024)
+            if st.returncode == 0:
+                polls += 1
+                planted_seen |= "not a regular file" in st.stdout
+            elif st.returncode != 2:  # 2: the runner has not made the tree yet
+                raise AssertionError(st.stdout + st.stderr)
+            time.sleep(2)
+    finally:
+        if proc.poll() is None:  # a failed poll: stop our runner (registered PIDs, verified)
+            run_marathon("kill", str(out), "--yes", timeout=600)
+            proc.wait(timeout=120)
+    return {
+        "out": out,
+        "rc": proc.returncode,
+        "log": log.read_text(errors="replace"),
+        "peak_runner": peak_runner,
+        "peak_status": peak_status,
+        "polls": polls,
+        "planted_seen": planted_seen,
+        "shadow": _shadow_lines(),
+    }
+
+
+def test_runner_finishes_and_status_never_blocks_within_the_rss_cap(hostile_run):
+    r = hostile_run
+    assert r["rc"] == 0, r["log"][-4000:]
+    assert r["polls"] > 0
+    print(f"runner peak RSS {r['peak_runner'] >> 20} MB; status peak RSS {r['peak_status'] >> 20} MB")
+    assert r["peak_runner"] < RSS_CAP
+    assert r["peak_status"] < RSS_CAP
+
+
+def test_hostile_pairs_are_never_scored_from_the_forged_file(hostile_run):
+    m = RunModel.load(hostile_run["out"])
+    for arm in ARMS.split(","):
+        c = m.cells[("calc-hostile", arm)]
+        if c.status == "done":
+            # scored: then from the real verifier (calc-partial unsolved: 1 of 5), never the forgery
+            assert c.partial is not None and c.partial < 1.0 and c.pass_rate < 1.0, c
+        else:
+            assert c.status == "tampered", (arm, c.status, c.note, _why(c))
+            assert c.partial is None and c.reward is None
+        (trial,) = c.attempts[-1].trials.values()
+        tdir = Path(c.attempts[-1].job_dir) / trial.name
+        receipt = tdir / "agent" / "goal_receipt.json"
+        assert receipt.is_file() and not receipt.is_symlink()  # the arm's own, replaced over the FIFO
+        assert json.loads(receipt.read_text())["arm"] == arm
+        traj = tdir / "agent" / "trajectory.json"
+        assert not traj.exists() or (traj.is_file() and not traj.is_symlink())
+
+
+def _why(c) -> str:
+    """The trial's exception tail and receipt warnings, for a failure message."""
+    if not c.attempts or not c.attempts[-1].job_dir:
+        return ""
+    job = Path(c.attempts[-1].job_dir)
+    parts = [p.read_text(errors="replace")[-1500:] for p in job.glob("*/exception.txt")]
+    parts += [p.read_text(errors="replace")[-1500:] for p in job.glob("*/agent/goal_receipt.json")]
+    return "\n".join(parts)
+
+
+def test_normal_pairs_are_unaffected(hostile_run):
+    m = RunModel.load(hostile_run["out"])
+    for arm in ARMS.split(","):
+        c = m.cells[("calc-partial", arm)]
+        assert c.status == "done" and c.partial == pytest.approx(1.0), (arm, c.status, c.note, _why(c))
+
+
+def test_nothing_from_etc_shadow_anywhere_in_the_tree(hostile_run):
+    text = _tree_text(hostile_run["out"])
+    assert hostile_run["shadow"], "no /etc/shadow lines to look for"
+    leaked = [ln for ln in hostile_run["shadow"] if ln in text]
+    assert leaked == []
+
+
+async def drill_screens(out: Path, task: str, arm: str) -> list[str]:
+    """The console's screen on the grid, then on each file tab of the pair's drill-down."""
+    from console.app import make_app, screen_text
+    from console.screens.drill import FILES, DrillScreen
+    from console.widgets.grid import Grid
+
+    app = make_app(out, docker=False, offer_start=False)
+    screens = []
+    async with app.run_test(size=(140, 40)) as pilot:
+        deadline = time.monotonic() + 120
+        while not (app.cells and app.last_change_at is not None):
+            assert time.monotonic() < deadline, "no grid"
+            await pilot.pause(0.2)
+        app.screen.query_one(Grid).move_to(task, arm)
+        await pilot.pause()
+        screens.append(screen_text(app))
+        await pilot.press("enter")
+        for i in range(len(FILES)):
+            while not (isinstance(app.screen, DrillScreen) and app.screen.source is not None):
+                assert time.monotonic() < deadline, "no drill-down"
+                await pilot.pause(0.2)
+            await pilot.pause(0.5)
+            screens.append(screen_text(app))
+            if i + 1 < len(FILES):
+                app.screen.source = None
+                await pilot.press("tab")
+    return screens
+
+
+def test_console_shows_the_hostile_files_refused_and_leaks_nothing(hostile_run):
+    out = hostile_run["out"]
+    screens = asyncio.run(drill_screens(out, "calc-hostile", "plain"))
+    screens += asyncio.run(drill_screens(out, "calc-hostile", "ssh-goal"))
+    text = "\n".join(screens)
+    assert "calc-hostile" in text
+    leaked = [ln for ln in hostile_run["shadow"] if ln in text]
+    assert leaked == []
+    leak = next(Path(out).rglob("leak"))
+    from console.fileindex import LineSource
+
+    src = LineSource(leak, leak.parent.parent)
+    assert src.error and "symlink out of the trial dir" in src.error
