@@ -12,8 +12,6 @@ import pytest
 from runner import cli, model, tree
 from runner.model import DONE, ERRORED, PENDING, RUNNING, VOIDED, RunModel
 
-pytestmark = pytest.mark.docker
-
 LATER = "20991231T235959Z"  # a stamp later than any real run's
 
 
