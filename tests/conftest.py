@@ -1,5 +1,11 @@
 """Shared fixtures. Real Docker, real harbor: nothing here mocks them.
 
+Two tiers (docs/testing.md): tests marked ``docker`` need the engine; the others read real harbor
+output trees recorded in tests/data/trees/ and must not touch Docker at all. Two guards keep the
+marker honest: a test whose fixtures reach ``docker_engine`` fails unless it is marked ``docker``, and
+a session that selected no ``docker`` test points DOCKER_HOST at a socket that does not exist, so any
+Docker call of an unmarked test fails at once with that socket's name in the error.
+
 With CI=true or MARATHON_REQUIRE_DOCKER=1 a missing Docker engine fails the session instead of
 skipping the tests that need it.
 """
@@ -8,12 +14,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import real_trees
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # harbor 0.25.0 sends telemetry when a job finishes: it imports litellm and tries the network, which
@@ -30,6 +35,44 @@ def docker_available() -> bool:
         return False
 
 
+#: What DOCKER_HOST is in a session without docker tests: the name says what to do about the error.
+NO_ENGINE = "unix:///nonexistent/fast-tier-has-no-docker--mark-the-test-pytest.mark.docker.sock"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Hide the engine from a session that selected no docker test (``-m "not docker"``, or only
+    Docker-free modules): an unmarked test that talks to Docker then fails instead of passing on
+    the machine's engine and breaking the fast tier on a machine without one."""
+    if not any(item.get_closest_marker("docker") for item in session.items):
+        os.environ["DOCKER_HOST"] = NO_ENGINE
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """On a failure in a session without the engine, say so next to the traceback (the Docker SDK's
+    own error names no socket)."""
+    report = yield
+    if report.failed and os.environ.get("DOCKER_HOST") == NO_ENGINE:
+        report.sections.append(
+            (
+                "Docker hidden",
+                f"This session selected no docker test, so DOCKER_HOST={NO_ENGINE}.\n"
+                "If this test needs the Docker engine, mark it `pytest.mark.docker`.",
+            )
+        )
+    return report
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that reaches ``docker_engine`` (directly or through any fixture) must be marked docker."""
+    if "docker_engine" in getattr(item, "fixturenames", ()) and item.get_closest_marker("docker") is None:
+        pytest.fail(
+            f"{item.nodeid} needs Docker (its fixtures use docker_engine) but is not marked "
+            "`pytest.mark.docker`: mark it, or give it a recorded tree (tests/real_trees.py)",
+            pytrace=False,
+        )
+
+
 @pytest.fixture(scope="session")
 def docker_engine() -> None:
     """Require a reachable Docker engine: fail under CI, skip on a laptop without one."""
@@ -40,87 +83,34 @@ def docker_engine() -> None:
     pytest.skip("no Docker engine reachable")
 
 
-# ------------------------------------------------------------------ real output trees (core area)
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEMO_TASKS = REPO_ROOT / "runner" / "demo" / "tasks"
-DEMO_TASK_NAMES = ("build-gate", "calc-partial", "two-stage", "words-passrate")
-
-
-def harbor_bin() -> str:
-    """The harbor CLI of this environment (next to the running interpreter)."""
-    cand = Path(sys.executable).parent / "harbor"
-    return str(cand) if cand.exists() else "harbor"
-
-
-TEST_AGENTS = {
-    "crash": "tests.harbor_agents:CrashAgent",
-    "sleeper": "tests.harbor_agents:SleepAgent",
-    "exit1": "tests.harbor_agents:ExitAgent",
-    "partial": "tests.harbor_agents:PartialAgent",
-}
-
-
-def start_harbor_jobs(out: Path, jobs: list[tuple[str, str]], *extra: str, stamp: str | None = None):
-    """Start one real harbor job per (task, arm), concurrently, in the output-tree layout.
-
-    Each job: jobs dir ``<out>/<task>/<arm>/<stamp>``, job name ``<arm>``, one task (``-p <task dir>``),
-    live logs (``--ek auto_mounting=true``). ``arm`` is a harbor agent name or a ``tests.harbor_agents``
-    stand-in (``crash``/``sleeper``/``exit1``/``partial``). Runs from the repo root with it on PYTHONPATH
-    so harbor can import the test agents. Returns a handle for ``wait_harbor_jobs``.
-    """
-    stamp = stamp or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    env = dict(
-        os.environ, PYTHONPATH=str(REPO_ROOT), LITELLM_LOCAL_MODEL_COST_MAP="True", HARBOR_TELEMETRY="0"
-    )
-    procs = []
-    for task, arm in jobs:
-        cmd = [harbor_bin(), "run", "-p", str(DEMO_TASKS / task), "-a", TEST_AGENTS.get(arm, arm)]
-        cmd += ["-o", str(out / task / arm / stamp), "--job-name", arm, "-n", "1", "-y"]
-        cmd += ["--ek", "auto_mounting=true", *extra]
-        log = (out.parent / f"harbor-{task}-{arm}-{stamp}.log").open("wb")
-        procs.append((task, arm, log, subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=log)))
-    return stamp, procs
-
-
-def wait_harbor_jobs(handle) -> str:
-    """Wait for the jobs of ``start_harbor_jobs``; fail the test session if any harbor run failed."""
-    stamp, procs = handle
-    failed = []
-    for task, arm, log, p in procs:
-        try:
-            rc = p.wait(timeout=600)
-        except subprocess.TimeoutExpired:
-            p.kill()  # our own child, by its Popen handle
-            rc = p.wait()
-        if rc != 0:
-            failed.append(f"{task}/{arm}: exit {rc} (see {log.name})")
-        log.close()
-    if failed:
-        pytest.fail("harbor run failed: " + "; ".join(failed))
-    return stamp
-
-
-def run_harbor_jobs(out: Path, jobs: list[tuple[str, str]], *extra: str, stamp: str | None = None) -> str:
-    """``start_harbor_jobs`` then ``wait_harbor_jobs``; returns the stamp."""
-    return wait_harbor_jobs(start_harbor_jobs(out, jobs, *extra, stamp=stamp))
+# ------------------------------------------------------------------ real output trees
 
 
 @pytest.fixture(scope="session")
-def mini_tree(docker_engine, tmp_path_factory) -> Path:
-    """A real output tree: harbor's oracle and nop over the 4 demo tasks, one job per task x arm.
+def mini_tree(tmp_path_factory) -> Path:
+    """A real output tree, recorded (tests/data/trees/mini): harbor's oracle and nop over the 4 demo
+    tasks, one job per task x arm. No Docker needed.
 
     Read-only for tests (copy it if you need to change it). Oracle scores 1 everywhere; nop gives
     calc-partial partial 0.2, words-passrate pass rate 0.4, build-gate build_failed, two-stage
     partial 0.0 with a test pass rate above 0.
     """
-    out = tmp_path_factory.mktemp("mini_tree") / "out"
-    out.mkdir()
-    run_harbor_jobs(out, [(t, a) for a in ("oracle", "nop") for t in DEMO_TASK_NAMES])
-    return out
+    return real_trees.copy_recorded("mini", tmp_path_factory.mktemp("mini_tree") / "out")
+
+
+@pytest.fixture(scope="session")
+def live_trees(docker_engine, tmp_path_factory) -> dict[str, Path]:
+    """Every recorded tree made again by real harbor jobs now (all at once), for the tests that
+    check the recordings still match what harbor writes. Read-only."""
+    base = tmp_path_factory.mktemp("live_trees")
+    outs = {name: base / name / "out" for name in real_trees.TREES}
+    real_trees.build_trees(outs)
+    return outs
 
 
 @pytest.fixture(scope="session")
 def harbor_jobs() -> SimpleNamespace:
     """``start``/``wait``/``run`` of real harbor jobs in the output-tree layout, for any area's fixtures."""
-    return SimpleNamespace(start=start_harbor_jobs, wait=wait_harbor_jobs, run=run_harbor_jobs)
+    return SimpleNamespace(
+        start=real_trees.start_harbor_jobs, wait=real_trees.wait_harbor_jobs, run=real_trees.run_harbor_jobs
+    )

@@ -2,7 +2,8 @@
 
 The runner is started by the console itself (key R, from .driver_env) and must never be the
 console's child; stop (T), kill (K), cleanup (C) and void (V) go through the confirmation dialog
-that shows the exact plan, and Cancel is what Enter does by default.
+that shows the exact plan, and Cancel is what Enter does by default (that one needs no engine: it
+runs on the recorded tree).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from console.app import make_app, screen_text
 from console.screens.confirm import ConfirmScreen, MessageScreen
 from console.screens.drill import DrillScreen
 
-pytestmark = [pytest.mark.docker]
 SIZE = (120, 36)
 
 
@@ -56,6 +56,7 @@ def _containers_of(out) -> int:
     return len(plan_cleanup(out).containers)
 
 
+@pytest.mark.docker
 def test_start_offer_and_graceful_stop(docker_engine, fresh_out):
     """Opening the console on a tree with a config but no runner offers to start one; R starts it
     detached (not our child, own session); T stops it gracefully and it cleans up after itself."""
@@ -91,6 +92,7 @@ def test_start_offer_and_graceful_stop(docker_engine, fresh_out):
     assert docker_leftovers(out) == []
 
 
+@pytest.mark.docker
 def test_kill_stops_runner_and_trials_and_removes_docker_objects(docker_engine, fresh_out):
     """K while trials run: the plan lists the runner and harbor PIDs with argv and the compose
     containers/networks; after it, nothing of the run is alive or left in Docker."""
@@ -116,6 +118,7 @@ def test_kill_stops_runner_and_trials_and_removes_docker_objects(docker_engine, 
     assert docker_leftovers(out) == []
 
 
+@pytest.mark.docker
 def test_cleanup_only_removes_leftovers_of_a_crashed_runner(docker_engine, fresh_out):
     """A runner killed with SIGKILL leaves containers and compose networks; C removes exactly those."""
     out = fresh_out
@@ -148,23 +151,33 @@ def test_cleanup_only_removes_leftovers_of_a_crashed_runner(docker_engine, fresh
 
 
 def test_cancel_is_the_default_and_readonly_disables_actions(mini_tree, tmp_path):
-    """Enter on a confirmation dialog cancels; --readonly hides and refuses every action."""
+    """Enter on a confirmation dialog cancels (V on a trial: nothing is moved); --readonly hides and
+    refuses every action."""
     import shutil
+
+    from runner.tree import voided_root
 
     out = tmp_path / "ro"
     shutil.copytree(mini_tree, out)
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
 
     async def go():
         app = _app(out, offer_start=False, docker=False)
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: bool(app.cells), 30, "grid")
-            await pilot.press("C")
-            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen | MessageScreen), 60, "dialog")
-            await pilot.press("enter")  # focused button: Cancel (or Close when nothing to do)
+            await wait_for(pilot, lambda: bool(app.cells) and app.last_change_at is not None, 30, "grid")
+            await pilot.pause()
+            app.screen.query_one("#grid").move_to("calc-partial", "nop")
+            await wait_for(pilot, lambda: app.selected == ("calc-partial", "nop"), 10, "cursor on the pair")
+            await pilot.press("enter")
             await wait_for(
-                pilot, lambda: not isinstance(app.screen, ConfirmScreen | MessageScreen), 5, "closed"
+                pilot, lambda: isinstance(app.screen, DrillScreen) and bool(app.screen.trials), 10, "drill"
             )
-            assert app.busy is None
+            await pilot.press("V")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 30, "void dialog")
+            assert "calc-partial" in app.screen.plan_text
+            await pilot.press("enter")  # focused button: Cancel
+            await wait_for(pilot, lambda: isinstance(app.screen, DrillScreen), 10, "dialog closed")
+            await wait_for(pilot, lambda: app.busy is None, 10, "no action running")
 
         ro = _app(out, readonly=True, docker=False)
         async with ro.run_test(size=SIZE) as pilot:
@@ -177,8 +190,11 @@ def test_cancel_is_the_default_and_readonly_disables_actions(mini_tree, tmp_path
             assert "Kill" not in footer and "Cleanup" not in footer
 
     run_async(go)
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    assert not voided_root(out).exists()
 
 
+@pytest.mark.docker
 def test_void_and_rerun_from_drill_down(docker_engine, fresh_out):
     """V on a finished trial moves it under marathon-voided/ with a README; the drill-down lists it
     as voided; R reruns the pair and it is done again."""

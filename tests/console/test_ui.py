@@ -19,7 +19,6 @@ from console.screens.help import HelpScreen
 from console.widgets.fileview import FileView
 from console.widgets.grid import Grid
 
-pytestmark = [pytest.mark.docker]
 SIZE = (100, 30)
 
 

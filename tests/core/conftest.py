@@ -6,31 +6,16 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-#: The test-agent jobs of core_tree: (task, arm). The timeout multiplier gives the sleeper ~3.6 s.
-AGENT_JOBS = [
-    ("calc-partial", "crash"),
-    ("words-passrate", "sleeper"),
-    ("build-gate", "exit1"),
-    ("calc-partial", "partial"),
-]
+import real_trees
 
 
 @pytest.fixture(scope="session")
-def core_tree(docker_engine, harbor_jobs, tmp_path_factory, request) -> Path:
-    """mini_tree (oracle + nop) plus real errored/partial jobs from tests.harbor_agents. Read-only.
-
-    The test-agent jobs start first and run while mini_tree is built, so the two overlap.
-    """
+def core_tree(mini_tree, tmp_path_factory) -> Path:
+    """mini_tree (oracle + nop) plus the errored/partial jobs of tests.harbor_agents: the recorded
+    trees ``mini`` and ``agents`` in one output tree. No Docker needed. Read-only."""
     out = tmp_path_factory.mktemp("core_tree") / "out"
-    out.mkdir()
-    handle = harbor_jobs.start(out, AGENT_JOBS, "--agent-timeout-multiplier", "0.03")
-    mini = request.getfixturevalue("mini_tree")
-    harbor_jobs.wait(handle)
-    for task_dir in mini.iterdir():
-        if task_dir.is_dir():
-            shutil.copytree(task_dir, out / task_dir.name, symlinks=True, dirs_exist_ok=True)
-    return out
+    real_trees.copy_recorded("mini", out)
+    return real_trees.copy_recorded("agents", out)
 
 
 @pytest.fixture

@@ -13,8 +13,6 @@ from treefix import verifier_wrote
 from runner import cli, model, tree
 from runner.model import DONE, ERRORED, PENDING, RUNNING, VOIDED, RunModel
 
-pytestmark = pytest.mark.docker
-
 LATER = "20991231T235959Z"  # a stamp later than any real run's
 
 

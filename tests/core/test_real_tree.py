@@ -15,8 +15,6 @@ from runner import cli, tree
 from runner.model import DONE, ERRORED, RunModel
 from runner.report import build_report, render
 
-pytestmark = pytest.mark.docker
-
 TASKS = ["build-gate", "calc-partial", "two-stage", "words-passrate"]
 
 
