@@ -339,7 +339,9 @@ def appserver_step(obj: Any, index: int, offset: int, length: int) -> Step | Non
                     flag=ERROR)  # fmt: skip
     if method == "warning":
         text = _text(params.get("message"))
-        return Step(index, offset, length, "event", when, summary=f"warning: {first_line(text)}", message=text)
+        return Step(
+            index, offset, length, "event", when, summary=f"warning: {first_line(text)}", message=text
+        )
     if method == "thread/goal/updated":
         goal = params.get("goal") if isinstance(params.get("goal"), dict) else {}
         status = str(goal.get("status") or "?")[:40]
@@ -379,7 +381,8 @@ class StepIndex:
     def __init__(self, path: Path | str, kind: str | None = None) -> None:
         self.path = Path(path)
         self.kind = kind or kind_of(path)
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the parse cache
+        self._scan_lock = threading.Lock()  # one scanner at a time (index_more, refresh)
         self._fh: BinaryIO | None = None
         self._cache: OrderedDict[int, Step] = OrderedDict()
         self.size = 0
@@ -390,7 +393,7 @@ class StepIndex:
     def _reset(self) -> None:
         self._starts = array("q")
         self._ends = array("q")
-        self._flags = array("b")
+        self._flags = bytearray()
         self._tok_in = array("q")
         self._tok_out = array("q")
         self._cache.clear()
@@ -419,7 +422,7 @@ class StepIndex:
             self.error = f"{self.path.name}: {exc.strerror or exc}"
 
     def close(self) -> None:
-        with self._lock:
+        with self._scan_lock:
             if self._fh is not None:
                 self._fh.close()
                 self._fh = None
@@ -436,7 +439,7 @@ class StepIndex:
     # -- lifecycle ------------------------------------------------------------------------------
     def refresh(self) -> bool:
         """Re-stat the file; True when it changed (grew, appeared, or was replaced: then re-index)."""
-        with self._lock:
+        with self._scan_lock:
             if self._fh is None:
                 self._open()
                 return self._fh is not None
@@ -467,12 +470,16 @@ class StepIndex:
 
     @property
     def count(self) -> int:
-        return len(self._starts)
+        return len(self._flags)
 
     # -- indexing -------------------------------------------------------------------------------
     def index_more(self, max_bytes: int = CHUNK) -> bool:
-        """Index up to ``max_bytes`` more of the file; True while there is more to index."""
-        with self._lock:
+        """Index up to ``max_bytes`` more of the file; True while there is more to index.
+
+        Readers are never blocked by a scan: each step's arrays are appended flag last, and
+        ``count`` is the number of flags, so a reader sees only complete entries.
+        """
+        with self._scan_lock:
             if self._fh is None or self._scanned >= self.size:
                 return False
             start = self._scanned
@@ -493,9 +500,9 @@ class StepIndex:
             return
         self._starts.append(start)
         self._ends.append(end)
-        self._flags.append(step.flag)
         self._tok_in.append(-1 if step.tokens_in is None else step.tokens_in)
         self._tok_out.append(-1 if step.tokens_out is None else step.tokens_out)
+        self._flags.append(step.flag)  # last: it publishes the entry (see ``count``)
 
     def _scan_atif(self, data: bytes, base: int) -> None:
         """Bracket counting over the JSON text, strings skipped; the root's ``steps`` items are steps."""
@@ -628,7 +635,7 @@ class StepIndex:
     def step(self, index: int) -> Step | None:
         """Step ``index`` parsed from its byte range (tokens and flag as the index recorded them)."""
         with self._lock:
-            if index < 0 or index >= len(self._starts):
+            if index < 0 or index >= self.count:
                 return None
             hit = self._cache.get(index)
             if hit is not None:
@@ -651,28 +658,37 @@ class StepIndex:
         with self._lock:
             return self._flags[index] if 0 <= index < len(self._flags) else OK
 
-    def next_flagged(self, start: int, backwards: bool = False, flags: tuple[int, ...] = (ERROR,)) -> int | None:
+    def next_flagged(
+        self, start: int, backwards: bool = False, flags: tuple[int, ...] = (ERROR,)
+    ) -> int | None:
         """The next (or previous) step from ``start`` (exclusive) whose flag is one of ``flags``."""
         with self._lock:
-            n = len(self._flags)
-            rng = range(start - 1, -1, -1) if backwards else range(start + 1, n)
-            for i in rng:
-                if self._flags[i] in flags:
-                    return i
-        return None
+            hits = []
+            for f in flags:
+                b = bytes([f])
+                i = self._flags.rfind(b, 0, max(0, start)) if backwards else self._flags.find(b, start + 1)
+                if i >= 0:
+                    hits.append(i)
+        if not hits:
+            return None
+        return max(hits) if backwards else min(hits)
+
+    def count_flagged(self, flag: int = ERROR) -> int:
+        with self._lock:
+            return self._flags.count(bytes([flag]))
 
     def step_of_offset(self, offset: int) -> int | None:
         """The step whose byte range holds ``offset`` (search hits between steps: the next step)."""
-        with self._lock:
-            i = bisect.bisect_right(self._starts, offset) - 1
-            if i >= 0 and offset < self._ends[i]:
-                return i
-            return i + 1 if i + 1 < len(self._starts) else None
+        n = self.count
+        i = bisect.bisect_right(self._starts, offset, 0, n) - 1
+        if i >= 0 and offset < self._ends[i]:
+            return i
+        return i + 1 if i + 1 < n else None
 
     def raw(self, index: int, limit: int = MAX_FIELD_CHARS) -> str:
         """The step's own text in the file (capped): what the raw tab shows for it."""
         with self._lock:
-            if index < 0 or index >= len(self._starts):
+            if index < 0 or index >= self.count:
                 return ""
             start, end = self._starts[index], self._ends[index]
             return self._pread(min(end - start, limit), start).decode("utf-8", "replace")
@@ -692,42 +708,42 @@ class StepIndex:
         if fold:
             needle = needle.lower()
         overlap = len(needle) - 1
-        with self._lock:
-            n = len(self._starts)
-            if n == 0:
-                return None
-            size = self._scanned
-
-            def read(begin: int, length: int) -> bytes:
-                data = self._pread(length, begin)
-                return data.lower() if fold else data
-
-            if backwards:
-                end = self._starts[start] if 0 <= start < n else size
-                while end > 0:
-                    begin = max(0, end - SEARCH_CHUNK)
-                    data = read(begin, min(end + overlap, size) - begin)
-                    hit = data.rfind(needle, 0, end - begin + overlap)
-                    while hit >= 0:
-                        i = self.step_of_offset(begin + hit)
-                        if i is not None and i < start and begin + hit >= self._starts[i]:
-                            return i
-                        hit = data.rfind(needle, 0, hit + overlap) if hit > 0 else -1
-                    end = begin
-                return None
-            pos = self._ends[start] if 0 <= start < n else 0
-            while pos < size:
-                data = read(pos, min(SEARCH_CHUNK + overlap, size - pos))
-                hit = data.find(needle)
-                while hit >= 0:
-                    i = self.step_of_offset(pos + hit)
-                    if i is not None and i > start and pos + hit >= self._starts[i]:
-                        return i
-                    if i is None:
-                        return None
-                    hit = data.find(needle, hit + 1)
-                pos += SEARCH_CHUNK
+        # no lock: a search must not stall the screen; it reads published entries only
+        n = self.count
+        if n == 0:
             return None
+        size = self._ends[n - 1]
+
+        def read(begin: int, length: int) -> bytes:
+            data = self._pread(length, begin)
+            return data.lower() if fold else data
+
+        if backwards:
+            end = self._starts[start] if 0 <= start < n else size
+            while end > 0:
+                begin = max(0, end - SEARCH_CHUNK)
+                data = read(begin, min(end + overlap, size) - begin)
+                hit = data.rfind(needle, 0, end - begin + overlap)
+                while hit >= 0:
+                    i = self.step_of_offset(begin + hit)
+                    if i is not None and i < start and begin + hit >= self._starts[i]:
+                        return i
+                    hit = data.rfind(needle, 0, hit + overlap) if hit > 0 else -1
+                end = begin
+            return None
+        pos = self._ends[start] if 0 <= start < n else 0
+        while pos < size:
+            data = read(pos, min(SEARCH_CHUNK + overlap, size - pos))
+            hit = data.find(needle)
+            while hit >= 0:
+                i = self.step_of_offset(pos + hit)
+                if i is not None and i > start and pos + hit >= self._starts[i]:
+                    return i
+                if i is None:
+                    return None
+                hit = data.find(needle, hit + 1)
+            pos += SEARCH_CHUNK
+        return None
 
 
 def _replace_summary(step: Step, summary: str) -> Step:
