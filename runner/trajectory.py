@@ -398,11 +398,12 @@ class StepIndex:
         self._tok_out = array("q")
         self._cache.clear()
         self._scanned = 0
+        self.waiting = False
         # ATIF scanner state
         self._depth = 0
         self._in_str = False
         self._esc = False
-        self._str_start = -1
+        self._keybuf: bytearray | None = None
         self._key: bytes | None = None
         self._steps_depth = 0
         self._step_start = -1
@@ -457,12 +458,14 @@ class StepIndex:
                 return True
             if size != self.size:
                 self.size = size
+                self.waiting = False
                 return True
             return False
 
     @property
     def complete(self) -> bool:
-        return self._scanned >= self.size
+        """Everything indexed that can be (a torn last line waits for the writer)."""
+        return self._scanned >= self.size or self.waiting
 
     @property
     def scanned(self) -> int:
@@ -491,9 +494,11 @@ class StepIndex:
                 self._scanned = start + len(data)
             else:
                 self._scanned = start + self._scan_lines(data, start)
-                if self._scanned == start:  # a line longer than the chunk: take it whole, unparsed
+                if self._scanned == start:  # a line longer than the chunk
                     self._scan_long_line(start)
-            return self._scanned < self.size
+            # a torn last line (being written) waits for the rest: no progress is the end for now
+            self.waiting = self._scanned == start
+            return self._scanned < self.size and not self.waiting
 
     def _add(self, start: int, end: int, step: Step | None) -> None:
         if step is None:
@@ -505,9 +510,14 @@ class StepIndex:
         self._flags.append(step.flag)  # last: it publishes the entry (see ``count``)
 
     def _scan_atif(self, data: bytes, base: int) -> None:
-        """Bracket counting over the JSON text, strings skipped; the root's ``steps`` items are steps."""
+        """Bracket counting over the JSON text, strings skipped; the root's ``steps`` items are steps.
+
+        The state (depth, inside a string, a pending escape, the key being read) carries over from
+        one chunk to the next, so a chunk boundary can fall anywhere.
+        """
         i, n = 0, len(data)
         if self._in_str and self._esc and n:
+            self._keep(data[:1])
             i, self._esc = 1, False
         while i < n:
             if self._in_str:
@@ -517,16 +527,20 @@ class StepIndex:
                     while k > i and data[k - 1] == 0x5C:
                         k -= 1
                     self._esc = (n - k) % 2 == 1
+                    self._keep(data[i:n])
                     break
                 k = j
                 while k > i and data[k - 1] == 0x5C:
                     k -= 1
-                if (j - k) % 2 == 1:
+                if (j - k) % 2 == 1:  # an escaped quote
+                    self._keep(data[i : j + 1])
                     i = j + 1
                     continue
+                self._keep(data[i:j])
                 self._in_str = False
-                if self._depth == 1 and self._str_start >= base and j - (self._str_start - base) < 64:
-                    self._key = data[self._str_start - base + 1 : j]
+                if self._keybuf is not None:
+                    self._key = bytes(self._keybuf) if len(self._keybuf) <= 64 else None
+                    self._keybuf = None
                 i = j + 1
                 continue
             m = _STRUCT.search(data, i)
@@ -536,7 +550,8 @@ class StepIndex:
             c = data[j]
             i = j + 1
             if c == 0x22:  # "
-                self._in_str, self._str_start = True, base + j
+                self._in_str = True
+                self._keybuf = bytearray() if self._depth == 1 else None
             elif c in (0x7B, 0x5B):  # { [
                 self._depth += 1
                 if c == 0x5B and self._depth == 2 and self._key == b"steps":
@@ -552,6 +567,12 @@ class StepIndex:
                 self._depth = max(0, self._depth - 1)
                 if self._depth == 0:
                     self.closed = True
+
+    def _keep(self, part: bytes) -> None:
+        """Collect the text of a root-level string (a key such as ``steps``), at most 65 bytes of it."""
+        buf = self._keybuf
+        if buf is not None and len(buf) <= 64:
+            buf += part[: 65 - len(buf)]
 
     def _add_atif(self, start: int, end: int) -> None:
         self._add(start, end, self._parse(len(self._starts), start, end))
