@@ -97,8 +97,15 @@ def figure_rows(
         "commands": str(facts.commands) if ok_facts else pending,
         "failed_commands": str(facts.failed_commands) if ok_facts else pending,
         "last_message": (facts.last_agent_message or "-") if ok_facts else pending,
-        "attempt": trial.stamp if trial else "-",
+        "attempt": short_stamp(trial.stamp) if trial else "-",
     }
+
+
+def short_stamp(stamp: str) -> str:
+    """``2026-12-01__08-14-54`` as ``12-01 08:14`` (five columns must fit 130 characters)."""
+    if len(stamp) >= 17 and stamp[10:12] == "__":
+        return f"{stamp[5:10]} {stamp[12:17].replace('-', ':')}"
+    return stamp[:16]
 
 
 def read_arm(trial: ArmTrial) -> tuple[TrajectoryFacts, TestOutcomes]:

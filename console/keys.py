@@ -21,7 +21,9 @@ class Key:
 
     @property
     def key_label(self) -> str:
-        names = {"question_mark": "?", "slash": "/", "escape": "Esc", "enter": "Enter", "ctrl+p": "Ctrl+P"}
+        names = {"question_mark": "?", "slash": "/", "escape": "Esc", "enter": "Enter", "ctrl+p": "Ctrl+P",
+                 "up": "↑", "down": "↓", "left": "←", "right": "→", "pageup": "PgUp", "pagedown": "PgDn",
+                 "home": "Home", "end": "End"}  # fmt: skip
         return " ".join(names.get(k, k) for k in self.keys.split(","))
 
 
@@ -104,8 +106,8 @@ KEYS: tuple[Key, ...] = (
     # the trajectory reader (one line per step)
     Key("up,k", "cursor_up", "previous step", where="reader", show=False),
     Key("down,j", "cursor_down", "next step", where="reader", show=False),
-    Key("pageup,b", "page_up", "a page of steps up", where="reader", show=False),
-    Key("pagedown,space", "page_down", "a page of steps down", where="reader", show=False),
+    Key("pageup", "page_up", "a page of steps up", where="reader", show=False),
+    Key("pagedown", "page_down", "a page of steps down", where="reader", show=False),
     Key(
         "enter,o",
         "toggle_expand",

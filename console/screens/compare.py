@@ -30,6 +30,10 @@ OUTCOME_TEXT = {PASS: ("✓ pass", "green"), FAIL: ("✗ fail", "bold red"), ERR
                 SKIP: ("- skip", "dim")}  # fmt: skip
 
 
+#: the last agent message is cut to this in its cell (the reader shows it whole)
+LAST_MESSAGE_CHARS = 20
+
+
 @dataclass
 class ArmRead(Message):
     arm: str
@@ -62,8 +66,8 @@ class CompareScreen(Screen):
     def on_mount(self) -> None:
         n = sum(1 for t in self.trials.values() if t is not None)
         title = Text(f"{self.task_name}", style="bold")
-        title.append(f"   {n} of {len(self.arms)} arms have a trial · each column: the attempt that scores "
-                     "the pair (else the latest) · Enter reads its trajectory", style="dim")  # fmt: skip
+        title.append(f"   {n} of {len(self.arms)} arms · a column is the attempt that scores the pair · "
+                     "Enter reads its trajectory", style="dim")  # fmt: skip
         self.query_one("#compare-title", Static).update(title)
         self.fill_figures()
         self.fill_tests()
@@ -112,7 +116,7 @@ class CompareScreen(Screen):
                     style = "red"
                 elif key == "build" and v == "FAILED":
                     style = "bold red"
-                text = v if key != "last_message" else v[:36]
+                text = v if key != "last_message" else v[:LAST_MESSAGE_CHARS]
                 row.append(Text(text, style=style, no_wrap=True, overflow="ellipsis"))
             table.add_row(*row, key=key)
         if col:

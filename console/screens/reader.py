@@ -24,6 +24,8 @@ from console.widgets.stepview import StepView
 from runner.trajectory import ERROR, StepIndex
 
 FIRST_CHUNK = 1 << 20
+FIRST_PIECE = 64 << 10
+FIRST_STEPS = 200
 TAIL_SEC = 0.5
 SOURCES = ("agent/trajectory.json", "agent/appserver.stdout.jsonl")
 
@@ -122,7 +124,9 @@ class ReaderScreen(Screen):
     @work(thread=True, group="reader-open", exclusive=True, exit_on_error=False)
     def open_worker(self, path: Path, follow: bool) -> None:
         index = StepIndex(path)
-        index.index_more(FIRST_CHUNK)
+        # enough for the first screens, and never more than the first megabyte before the first paint
+        while index.count < FIRST_STEPS and index.scanned < FIRST_CHUNK and index.index_more(FIRST_PIECE):
+            pass
         self.post_message(StepsOpened(index, follow))
 
     def on_steps_opened(self, msg: StepsOpened) -> None:
