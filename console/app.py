@@ -46,7 +46,7 @@ WATCH_DEBOUNCE_MS = 250
 #: heartbeat of the watcher when nothing changes (also how often a quit or a new voided root is seen)
 WATCH_TIMEOUT_MS = 2000
 POLL_DELAY_MS = 2000  # --poll (NFS): how often the tree is polled (a stat of every file)
-GRID_ONLY = frozenset({"filter", "sort", "transpose", "open", "scope", "pause"})
+GRID_ONLY = frozenset({"filter", "sort", "transpose", "open", "scope", "pause", "compare"})
 
 
 def _bindings() -> list[Binding]:
@@ -532,6 +532,17 @@ class ConsoleApp(App[int]):
         t, a = self.selected
         self.push_screen(DrillScreen(self.out, t, a, self.history.get((t, a)) or self.cells.get((t, a))))
 
+    def action_compare(self, task: str | None = None) -> None:
+        """The arms of the selected task side by side (from the grid, or a drill-down's ``c``)."""
+        task = task or (self.selected[0] if self.selected else None)
+        if task is None:
+            return
+        from console.screens.compare import CompareScreen
+
+        cells = {a: self.cells.get((task, a)) for a in self.arms}
+        budget = view.get(self.runner_info, "budget_sec")
+        self.push_screen(CompareScreen(self.out, task, self.arms, cells, budget, self.clock()))
+
     def action_start_runner(self) -> None:
         self.request(actions.START)
 
@@ -596,7 +607,7 @@ class ConsoleApp(App[int]):
                 continue
             if self.readonly and k.destructive:
                 continue
-            if k.where == "drill-down":
+            if k.where not in ("grid", "any"):
                 continue
             yield SystemCommand(
                 f"{k.short or k.action}: {k.help}", f"key {k.key_label}", getattr(self, f"action_{k.action}")

@@ -21,7 +21,9 @@ class Key:
 
     @property
     def key_label(self) -> str:
-        names = {"question_mark": "?", "slash": "/", "escape": "Esc", "enter": "Enter", "ctrl+p": "Ctrl+P"}
+        names = {"question_mark": "?", "slash": "/", "escape": "Esc", "enter": "Enter", "ctrl+p": "Ctrl+P",
+                 "up": "↑", "down": "↓", "left": "←", "right": "→", "pageup": "PgUp", "pagedown": "PgDn",
+                 "home": "Home", "end": "End"}  # fmt: skip
         return " ".join(names.get(k, k) for k in self.keys.split(","))
 
 
@@ -98,4 +100,49 @@ KEYS: tuple[Key, ...] = (
     Key("slash", "", "search in the file; n / N next / previous match", where="file view", show=False),
     Key("f", "", "follow the end of the file (live tail)", where="file view", show=False),
     Key("g,G", "", "top / end of the file", where="file view", show=False),
+    Key("c", "compare", "compare the arms on the selected task, side by side", short="Compare"),
+    Key("enter", "", "read the selected trial's trajectory as steps", where="drill-down", show=False),
+    Key("c", "compare", "compare the arms on this task", where="drill-down", short="Compare"),
+    # the trajectory reader (one line per step)
+    Key("up,k", "cursor_up", "previous step", where="reader", show=False),
+    Key("down,j", "cursor_down", "next step", where="reader", show=False),
+    Key("pageup", "page_up", "a page of steps up", where="reader", show=False),
+    Key("pagedown", "page_down", "a page of steps down", where="reader", show=False),
+    Key(
+        "enter,o",
+        "toggle_expand",
+        "expand / fold the step: full message, command output, reasoning",
+        where="reader",
+        short="Expand",
+    ),  # fmt: skip
+    Key("e", "next_error", "next failed command or error", where="reader", short="Next err"),
+    Key("E", "prev_error", "previous failed command or error", where="reader", show=False),
+    Key("slash", "search", "search the steps; n / N next / previous match", where="reader", short="Search"),
+    Key("n", "search_next", "next match", where="reader", show=False),
+    Key("N", "search_prev", "previous match", where="reader", show=False),
+    Key("f", "toggle_follow", "follow new steps (a running trial)", where="reader", short="Follow"),
+    Key("g,home", "top", "first step", where="reader", show=False),
+    Key("G,end", "bottom", "last step", where="reader", show=False),
+    Key(
+        "s",
+        "switch_source",
+        "switch between the ATIF trajectory and the raw app-server stdout",
+        where="reader",
+        short="Source",
+    ),  # fmt: skip
+    # the arm comparison
+    Key("left,right", "", "choose an arm (column)", where="compare", show=False),
+    Key("enter", "read_arm", "read the chosen arm's trajectory", where="compare", short="Read"),
+    Key("tab", "switch_table", "switch between the figures and the tests table", where="compare", show=False),
 )
+
+
+def bindings_for(where: str) -> list:
+    """The textual bindings of one screen, from this table (the help and the README read it too)."""
+    from textual.binding import Binding
+
+    return [
+        Binding(k.keys, k.action, k.short or k.action, show=k.show)
+        for k in KEYS
+        if k.where == where and k.action
+    ]

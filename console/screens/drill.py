@@ -28,7 +28,7 @@ from console.widgets.fileview import FileView
 FILES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "trajectory",
-        "trajectory",
+        "raw",
         ("agent/trajectory.json", "@sessions", "agent/codex.txt", "agent/oracle.txt"),
     ),
     ("stdout", "test-stdout", ("verifier/test-stdout.txt",)),
@@ -92,6 +92,7 @@ class DrillScreen(Screen):
         Binding("shift+tab", "prev_file", "Prev file", show=False),
         Binding("slash", "search", "Search"),
         Binding("V", "void", "Void+rerun", id="void"),
+        Binding("c", "compare", "Compare"),
         Binding("question_mark,f1", "app.help", "Help"),
     ]
 
@@ -184,6 +185,22 @@ class DrillScreen(Screen):
         t = next((t for t in self.trials if t["path"] == path), None)
         if t is not None and (self.trial is None or t["path"] != self.trial["path"]):
             self.select_trial(t)
+
+    @on(DataTable.RowSelected, "#trials")
+    def trial_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a trial: read its trajectory as steps (the raw tab keeps the file as written)."""
+        path = event.row_key.value if event.row_key else None
+        t = next((t for t in self.trials if t["path"] == path), None)
+        if t is None:
+            return
+        from console.screens.reader import ReaderScreen
+
+        running = not t["voided"] and view.get(t["record"], "state") == "missing"
+        title = f"{self.pair_task} × {self.pair_arm}  {t['stamp']}  {t['trial']}"
+        self.app.push_screen(ReaderScreen(Path(t["path"]), title, follow=running))
+
+    def action_compare(self) -> None:
+        self.app.action_compare(self.pair_task)
 
     def select_trial(self, trial: dict) -> None:
         self.trial = trial

@@ -1,0 +1,113 @@
+"""The arms of one task side by side: which trial each column shows, and the rows it shows.
+
+Figures come from ``runner.model`` cells (never re-derived here); what the agent did (commands,
+failed commands, last message) from ``runner.trajectory``; per-test outcomes from
+``runner.verifier_tests``. No textual import: the comparison screen renders these rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from console import view
+from runner.trajectory import TrajectoryFacts, trajectory_facts
+from runner.verifier_tests import TestOutcomes, read_outcomes
+
+#: the figure rows, in order (label, key)
+ROWS: tuple[tuple[str, str], ...] = (
+    ("status", "status"),
+    ("reward", "reward"),
+    ("partial", "partial"),
+    ("pass rate", "pass_rate"),
+    ("build", "build"),
+    ("time / budget", "time"),
+    ("tokens in/out", "tokens"),
+    ("cost", "cost"),
+    ("turns", "turns"),
+    ("continuations", "continuations"),
+    ("unblocks", "unblocks"),
+    ("error events", "error_events"),
+    ("final goal status", "goal_status"),
+    ("commands", "commands"),
+    ("failed commands", "failed_commands"),
+    ("last agent message", "last_message"),
+    ("attempt", "attempt"),
+)
+
+
+@dataclass(frozen=True)
+class ArmTrial:
+    """The trial a column shows: the attempt that scores the pair (else its latest), first trial."""
+
+    arm: str
+    stamp: str
+    trial_dir: Path
+    record: Any
+
+
+def shown_trial(cell: Any) -> ArmTrial | None:
+    """The trial whose figures the cell shows: the scoring attempt's, else the latest live attempt's."""
+    attempts = list(view.get(cell, "attempts") or ())
+    if not attempts:
+        return None
+    scored = view.get(cell, "scored_by")
+    att = next((a for a in attempts if a.stamp == scored), None)
+    if att is None:
+        live = [a for a in attempts if not a.voided and a.trials]
+        att = live[-1] if live else attempts[-1]
+    if att.trials:
+        name, rec = sorted(att.trials.items())[0]
+        return ArmTrial(view.get(cell, "arm"), att.stamp, Path(att.job_dir or "") / name, rec)
+    if att.voided_trials:
+        name, vt = sorted(att.voided_trials.items())[0]
+        return ArmTrial(view.get(cell, "arm"), att.stamp, Path(vt.path), vt.record)
+    return None
+
+
+def figure_rows(
+    cell: Any,
+    trial: ArmTrial | None,
+    facts: TrajectoryFacts | None,
+    budget: float | None = None,
+    now: float | None = None,
+) -> dict[str, str]:
+    """The column of one arm: every row of ``ROWS`` as text (``…`` while the trajectory is read)."""
+    receipt = view.get(trial.record, "receipt") if trial else None
+    tin, tout = view.get(cell, "n_input_tokens"), view.get(cell, "n_output_tokens")
+    pending = "…" if facts is None else "-"
+    ok_facts = facts is not None and facts.error is None
+    return {
+        "status": view.status_of(cell),
+        "reward": view.num(view.get(cell, "reward")),
+        "partial": view.num(view.get(cell, "partial")),
+        "pass_rate": view.pct(view.get(cell, "pass_rate")),
+        "build": "FAILED"
+        if view.get(cell, "build_failed")
+        else ("ok" if view.status_of(cell) == "done" else "-"),
+        "time": view.elapsed_text(cell, budget, now) if cell is not None else "-",
+        "tokens": f"{view.num(tin)}/{view.num(tout)}" if tin is not None or tout is not None else "-",
+        "cost": view.money(view.get(cell, "cost_usd")),
+        "turns": view.num(view.get(receipt, "turns")),
+        "continuations": view.num(view.get(cell, "continuations")),
+        "unblocks": view.num(view.get(cell, "unblocks")),
+        "error_events": view.num(view.get(cell, "error_events")),
+        "goal_status": str(view.get(cell, "goal_status") or "-"),
+        "commands": str(facts.commands) if ok_facts else pending,
+        "failed_commands": str(facts.failed_commands) if ok_facts else pending,
+        "last_message": (facts.last_agent_message or "-") if ok_facts else pending,
+        "attempt": short_stamp(trial.stamp) if trial else "-",
+    }
+
+
+def short_stamp(stamp: str) -> str:
+    """``2026-12-01__08-14-54`` as ``12-01 08:14`` (five columns must fit 130 characters)."""
+    if len(stamp) >= 17 and stamp[10:12] == "__":
+        return f"{stamp[5:10]} {stamp[12:17].replace('-', ':')}"
+    return stamp[:16]
+
+
+def read_arm(trial: ArmTrial) -> tuple[TrajectoryFacts, TestOutcomes]:
+    """Read one column's files (a worker calls this: a trajectory can be large)."""
+    return trajectory_facts(trial.trial_dir), read_outcomes(trial.trial_dir)
