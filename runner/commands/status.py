@@ -10,7 +10,8 @@ HELP = "per-arm progress of the current run (done/running/pending/errored/voided
 DESCRIPTION = (
     "Read an output tree (never writes to it) and print, per arm, the pairs done, running, pending, "
     "errored and voided in the current run (the last runner start in OUT/.runner/events.jsonl; "
-    "--all for all time), the mean reward, partial score and test pass rate over done pairs, build "
+    "--all for all time), the mean reward, partial score (with n = done and its 95 % bootstrap interval) and test pass "
+    "rate over done pairs, build "
     "failures, and receipt events (continuations, unblocks, error events). Excluded leftover dirs "
     "and unreadable files are listed, never silently skipped. Exit 0; 2 when OUT is not an output "
     "tree."
@@ -68,6 +69,8 @@ def status_data(model, scope: str) -> dict:
 
 
 def render(d: dict) -> str:
+    from runner.report import fmt_mean
+
     head = f"marathon status {d['out']}"
     if d["scope"] == "run":
         head += f"  run {d['run_id']} (started {d['run_started'] or '?'})"
@@ -82,7 +85,7 @@ def render(d: dict) -> str:
         "err",
         "void",
         "reward",
-        "partial",
+        "partial [95% CI]",
         "pass",
         "build✗",
         "cont",
@@ -90,7 +93,7 @@ def render(d: dict) -> str:
         "errev",
         "cost$",
     )
-    widths = (max([len("arm"), 5] + [len(a) for a in d["arms"]]), 4, 4, 4, 4, 4, 7, 7, 7, 6, 5, 5, 5, 9)
+    widths = (max([len("arm"), 5] + [len(a) for a in d["arms"]]), 4, 4, 4, 4, 4, 7, 17, 7, 6, 5, 5, 5, 9)
     lines = [
         head,
         "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cols, widths, strict=True))),
@@ -99,7 +102,7 @@ def render(d: dict) -> str:
     def row(name: str, s: dict) -> str:
         vals = (
             name, s["done"], s["running"], s["pending"], s["errored"], s["voided"],
-            _f(s["reward"]), _f(s["partial"]), _f(s["pass_rate"]), s["build_failed"],
+            _f(s["reward"]), fmt_mean(s["partial"], s["partial_ci"]), _f(s["pass_rate"]), s["build_failed"],
             _f(s["continuations"]), _f(s["unblocks"]), _f(s["error_events"]), _f(s["cost_usd"], 4),
         )  # fmt: skip
         return "  ".join(
