@@ -66,6 +66,7 @@ def _score(c: Cell, field: str) -> float | None:
 
 
 MEASURES = ("reward", "partial", "pass_rate")
+PAIR_MEASURES = ("partial", "reward", "pass_rate")  # the paired table leads with partial (wins are by it)
 
 
 def spend(c: Cell) -> tuple[float | None, int | None, int | None]:
@@ -380,7 +381,7 @@ def pair_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             continue
         rows.append(
             [p["a"], p["b"]]
-            + [fmt_diff(p[f"{f}_n"], p[f"{f}_diff"], p[f"{f}_diff_ci"]) for f in MEASURES]
+            + [fmt_diff(p[f"{f}_n"], p[f"{f}_diff"], p[f"{f}_diff_ci"]) for f in PAIR_MEASURES]
             + [
                 f"{p['wins']}/{p['losses']}/{p['ties']}",
                 fmt_p(p["sign_test_p"]),
@@ -484,7 +485,16 @@ def render_html(rep: dict[str, Any]) -> str:
         parts.append(
             f"<tr><td>{e(r['arm'])}</td><td>{r['bad_attempts']}</td><td>{r['attempts']}</td><td>{e(fmt_p(r['p_value']))}</td></tr>"
         )
-    parts.append("</table><h2>Results: reward / partial / test pass rate</h2><table><tr><th>task</th>")
+    parts.append("</table><h2>Per arm (means over done cells, 95 % bootstrap intervals)</h2>")
+    parts.append(_html_table(*arm_table(rep)))
+    parts.append("<h2>Paired comparisons (diff = a − b, 95 % paired bootstrap)</h2>")
+    parts.append(_html_table(*pair_table(rep)))
+    from runner import plots
+
+    parts.append("<h2>Figures</h2>")
+    for fid, title, svg in plots.figures(rep):
+        parts.append(f'<figure id="fig-{fid}"><figcaption>{e(title)}</figcaption>{svg}</figure>')
+    parts.append("<h2>Results: reward / partial / test pass rate</h2><table><tr><th>task</th>")
     parts += [f"<th>{e(a)}</th>" for a in arms]
     parts.append("</tr>")
     for t in tasks:
@@ -494,10 +504,7 @@ def render_html(rep: dict[str, Any]) -> str:
             cls = e(c["status"]) + (" build" if c and c["build_failed"] else "") if c else ""
             parts.append(f'<td class="{cls}" title="{e(c["note"]) if c else ""}">{e(_cell_text(c))}</td>')
         parts.append("</tr>")
-    parts.append("</table><h2>Per arm (means over done cells, 95 % bootstrap intervals)</h2>")
-    parts.append(_html_table(*arm_table(rep)))
-    parts.append("<h2>Paired comparisons (diff = a − b, 95 % paired bootstrap)</h2>")
-    parts.append(_html_table(*pair_table(rep)))
+    parts.append("</table>")
     parts.append("<h2>Disclosed deviations</h2><ul>")
     for a, ds in rep["disclosures"].items():
         parts += [f"<li><b>{e(a)}</b>: {e(d)}</li>" for d in ds]
@@ -511,6 +518,7 @@ def render_html(rep: dict[str, Any]) -> str:
     style = (
         "body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
         ".errored{background:#fdd}.voided{background:#eee}.build{color:#a00}.alarm{color:#a00;font-weight:bold}"
+        "figure{display:inline-block;vertical-align:top;margin:0.5em 1em 0.5em 0}figcaption{font-weight:bold;margin-bottom:4px}figure svg{max-width:100%;height:auto}"
     )
     return (
         f'<!doctype html><html><head><meta charset="utf-8"><title>marathon report</title><style>{style}</style>'

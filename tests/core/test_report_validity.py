@@ -1,23 +1,20 @@
 """The report's validity figures: cost vs spend, intervals, sign tests and Holm, against scipy and
 against a hand-made 15-task tree whose answers are known.
 
-The hand-made tree is made the way tests/core/test_handmade.py makes its cases: real harbor trial
-files copied and edited; here the files were recorded from a core_tree run (tests/core/recorded),
-so these tests need no Docker. The statistics are checked against scipy on fixed data;
+The hand-made tree (tests/core/handmade_tree.py, the ``handmade`` fixture) needs no Docker. The statistics are checked against scipy on fixed data;
 scipy is a test-only dependency.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.stats
+from handmade_tree import COST, ERRORED_COST, GOAL, PLAIN, TASKS, TOKENS, VOIDED_COST
 
-from runner import cli, stats, tree
+from runner import cli, stats
 from runner.model import DONE, RunModel
 from runner.report import build_report, fmt_diff, fmt_mean, fmt_p, fmt_signed, render
 
@@ -97,90 +94,6 @@ def test_p_values_and_differences_read_as_the_issue_says():
 
 # ------------------------------------------------------------------- the hand-made 15-task tree
 
-TASKS = [f"t{i:02d}" for i in range(15)]
-GOAL = [0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85]
-DIFF = [0.15] * 8 + [-0.15] * 2 + [0.0] * 5  # plain - goal: 8 wins, 2 losses, 5 ties, mean +0.06
-PLAIN = [g + d for g, d in zip(GOAL, DIFF, strict=True)]
-HEARTBEAT = [1.0] * 15  # solves everything: 15 wins over either arm
-COST = {"plain": 0.01, "goal": 0.02, "heartbeat": 0.03}
-TOKENS = {"plain": (100, 10), "goal": (200, 20), "heartbeat": (300, 30)}
-ERRORED_COST, VOIDED_COST = 0.5, 0.25
-STAMP, EARLY = "20261130T100000Z", "20261130T090000Z"
-
-
-RECORDED = Path(__file__).parent / "recorded"
-
-
-def _src_stamp(core: Path, task: str, arm: str) -> Path:
-    return core / arm / tree.list_dirs(core / arm)[0]
-
-
-def _edit(path: Path, fn) -> None:
-    d = json.loads(path.read_text())
-    fn(d)
-    path.write_text(json.dumps(d))
-
-
-def _copy_attempt(core: Path, out: Path, src: tuple[str, str], task: str, arm: str, stamp: str) -> Path:
-    """Copy a real attempt to ``out/task/arm/stamp/arm``; return the (renamed) job dir."""
-    dst = out / task / arm / stamp
-    shutil.copytree(_src_stamp(core, *src), dst, symlinks=True)
-    (dst / src[1]).rename(dst / arm)
-    return dst / arm
-
-
-def _set_money(job: Path, cost: float, tok_in: int, tok_out: int) -> None:
-    (trial,) = tree.list_dirs(job)
-
-    def trial_res(d):
-        d["agent_result"].update(cost_usd=cost, n_input_tokens=tok_in, n_output_tokens=tok_out)
-
-    _edit(job / trial / "result.json", trial_res)
-    _edit(
-        job / "result.json",
-        lambda d: d["stats"].update(cost_usd=cost, n_input_tokens=tok_in, n_output_tokens=tok_out),
-    )
-
-
-def _done_cell(
-    core: Path, out: Path, task: str, arm: str, partial: float, build_failed: bool = False
-) -> None:
-    job = _copy_attempt(core, out, ("calc-partial", "partial"), task, arm, STAMP)
-    (trial,) = tree.list_dirs(job)
-    reward = 1.0 if partial == 1.0 else 0.0
-    metrics = {"phase": "build_failed"} if build_failed else {"partial_score": partial, "pass_rate": partial}
-    (job / trial / "verifier/metrics.json").write_text(json.dumps(metrics))
-    _edit(job / trial / "result.json", lambda d: d["verifier_result"]["rewards"].update(reward=reward))
-
-    def job_res(d):
-        (ev,) = d["stats"]["evals"].values()
-        ev["reward_stats"]["reward"] = {str(reward): [trial]}
-
-    _edit(job / "result.json", job_res)
-    _set_money(job, COST[arm], *TOKENS[arm])
-
-
-@pytest.fixture(scope="module")
-def handmade(tmp_path_factory) -> Path:
-    """15 tasks x plain/goal/heartbeat with known partials and costs, plus one errored attempt
-    (heartbeat, t00, before its done one) and one voided attempt (plain, t01) that cost money."""
-    out = tmp_path_factory.mktemp("handmade") / "out"
-    out.mkdir()
-    core_tree = RECORDED
-    for i, t in enumerate(TASKS):
-        _done_cell(core_tree, out, t, "goal", GOAL[i], build_failed=i == 0)
-        _done_cell(core_tree, out, t, "plain", PLAIN[i])
-        _done_cell(core_tree, out, t, "heartbeat", HEARTBEAT[i])
-    job = _copy_attempt(core_tree, out, ("calc-partial", "crash"), "t00", "heartbeat", EARLY)
-    _set_money(job, ERRORED_COST, 7, 1)
-    job = _copy_attempt(core_tree, out, ("calc-partial", "crash"), "t01", "plain", EARLY)
-    _set_money(job, VOIDED_COST, 9, 2)
-    voided = tree.voided_root(out) / "t01" / "plain" / EARLY
-    voided.parent.mkdir(parents=True)
-    (out / "t01" / "plain" / EARLY).rename(voided)
-    (voided / tree.VOID_README).write_text("# Voided: environment start failed\n")
-    return out
-
 
 def _pair(rep: dict, a: str, b: str) -> dict:
     return next(p for p in rep["paired"] if (p["a"], p["b"]) == (a, b))
@@ -252,6 +165,13 @@ def test_markdown_and_html_show_n_diff_and_interval(handmade, fmt, capsys):
     lo, hi = _pair(rep, "plain", "goal")["partial_diff_ci"]
     text = render(rep, fmt)
     assert fmt_diff(15, 0.06, [lo, hi]) in text
+    # the partial column comes first in the paired table
+    row = next(
+        ln
+        for ln in text.replace("</td><td>", " | ").splitlines() + text.split("<tr>")
+        if "plain" in ln and "goal" in ln and "n = 15" in ln
+    )
+    assert row.index(fmt_diff(15, 0.06, [lo, hi])) < row.index("n = 15, diff +0.00")
     assert "n = 15, diff +0.06 [" in text
     assert "<1e-4" in text or "&lt;1e-4" in text
     assert "0.0000" not in text
