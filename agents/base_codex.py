@@ -54,7 +54,7 @@ from agents.staging import (
 from agents.transport import EnvironmentLost, Transport, UnsupportedEnvironment, transport_for
 from modes.profiles import mode_for
 from runner import safeio
-from runner.void import ENVIRONMENT_LOST
+from runner.rules import ENVIRONMENT_LOST
 
 #: The scripted model listens here inside every mini-benchmark container.
 SCRIPTED_BASE_URL = "http://127.0.0.1:18080/v1"

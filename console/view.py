@@ -220,19 +220,33 @@ def event_line(ev: Mapping[str, Any]) -> str:
     return " ".join(x for x in (str(ts), str(kind), where, rest) if x)
 
 
-def summary_line(arm: str, s: Any, wide: bool = False) -> str:
-    """The per-arm summary under an arm column: mean partial and pass rate over done cells (+ n,
-    reward, build failures and cost when wide)."""
+def _compact(v: float) -> str:
+    """A mean in three characters for the narrow summary: ``.41``, ``.00``, ``1.0``."""
+    t = f"{v:.2f}"
+    if t == "1.00":
+        return "1.0"
+    return t[1:] if t.startswith("0.") else t
+
+
+def summary_line(arm: str, s: Any, wide: bool = False, one_line: bool = False) -> str:
+    """The per-arm summary under an arm column: mean partial and pass rate over done cells, then
+    n and the 95 % interval of the mean partial (a mean is never shown without them), + reward,
+    build failures and cost when wide. Two lines, or one when ``one_line`` (arm-major column)."""
     if s is None:
         return "-"
     line = f"{num(get(s, 'partial'))} {pct(get(s, 'pass_rate')):>4}"
+    ci = get(s, "partial_ci")
+    n = get(s, "n", 0)
     if wide:
-        line += f" n{get(s, 'n', 0)} r{num(get(s, 'reward'))}"
+        line += f" r{num(get(s, 'reward'))}"
         if get(s, "build_failed"):
             line += f" B{get(s, 'build_failed')}"
         if get(s, "cost_usd") is not None:
             line += f" {money(get(s, 'cost_usd'))}"
-    return line
+        second = f"n{n} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"n{n}"
+    else:
+        second = f"n{n} {_compact(ci[0])}-{_compact(ci[1])}" if ci else f"n{n}"
+    return f"{line} {second}" if one_line else f"{line}\n{second}"
 
 
 def receipts_of(cells: Iterable[Any]) -> tuple[int, int, int]:

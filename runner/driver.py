@@ -575,11 +575,12 @@ class Driver:
                 self.breaker.success()
                 self._failed.clear()
         else:
-            v = classify_job(jdir, job.stamp_dir / HARBOR_LOG)
-            if stopping and v.kind != "done":
-                v = Verdict(
-                    "infra", f"stopped by the runner ({self.stop_reason}): {v.reason}", v.evidence, v.trial
-                )
+            # the voiding table (runner.rules.VOIDING) decides, the runner's own stop included
+            v = classify_job(
+                jdir,
+                job.stamp_dir / HARBOR_LOG,
+                stopped_by=(self.stop_reason or "stop") if stopping else None,
+            )
             status = "void" if v.kind == "infra" else "errored"
             self.log.emit("job_finish", task=job.task, arm=job.arm.name, stamp=job.stamp, status=status,
                           elapsed_sec=elapsed, returncode=job.returncode, detail=v.reason)  # fmt: skip

@@ -3,9 +3,17 @@
 Built from the results model only (``build_report(model) -> dict``), then rendered as md, json,
 csv or html. The dict is the JSON contract other tools read:
 
-    arms, tasks, cells[task][arm]{reward, partial, pass_rate, build_failed, status, cost_usd,
-    n_input_tokens, n_output_tokens, ...}, arm_summary[arm]{n, reward, partial, pass_rate,
-    build_failed, cost_usd, ...}, paired[...], infrastructure[...], disclosures{arm: [...]}
+    schema "marathon-report-v2", arms, tasks, cells[task][arm]{reward, partial, pass_rate,
+    build_failed, status, cost_usd, n_input_tokens, n_output_tokens, spend_usd, ...},
+    arm_summary[arm]{n, reward, partial, pass_rate, *_ci, build_failed, cost_usd, cost_per_solved,
+    spend_usd, ...}, paired[{a, b, n, *_diff, *_diff_ci, wins, losses, ties, sign_test_p,
+    sign_test_p_holm}], infrastructure[...], bootstrap{method, resamples, seed, confidence},
+    disclosures{arm: [...]}
+
+Why cost apart from spend: an arm's cost is what its scored attempts cost (the sum of its cells);
+what errored and voided attempts cost is the run's spend, not the arm's, or an arm that hit more
+infrastructure would look more expensive. Why intervals on every difference: with 15 tasks a
+mean difference of 0.06 from 8 wins and 2 losses may well be noise.
 
 Why paired: the arms may have run different task sets (the field's ``ssh-goal`` ran extra hard
 tasks), so per-arm means are not comparable; pairs compare only cells both arms completed.
@@ -28,6 +36,9 @@ from runner import stats
 from runner.model import DONE, ERRORED, STATUSES, VOIDED, Cell, RunModel
 
 FORMATS = ("md", "json", "csv", "html")
+#: The JSON contract's version. v2: cell and arm cost/tokens are the scoring attempts' (spend_* is
+#: every attempt), per-arm and paired 95 % intervals, Holm-adjusted p, p-values unrounded.
+SCHEMA = "marathon-report-v2"
 ALARM_P = 0.05
 ALARM_TEXT = "suspect infrastructure before capability"
 CELL_FIELDS = (
@@ -46,16 +57,55 @@ def _r(v: float | None, nd: int = 4) -> float | None:
     return None if v is None else round(v, nd)
 
 
+def _score(c: Cell, field: str) -> float | None:
+    """A done cell's measure for means; build failures count as 0 (never dropped)."""
+    v = getattr(c, field)
+    if v is None and c.build_failed and field in ("partial", "pass_rate"):
+        return 0.0
+    return v
+
+
+MEASURES = ("reward", "partial", "pass_rate")
+PAIR_MEASURES = ("partial", "reward", "pass_rate")  # the paired table leads with partial (wins are by it)
+
+
+def spend(c: Cell) -> tuple[float | None, int | None, int | None]:
+    """What a pair cost the run: cost and input/output tokens of every attempt's trials, the
+    errored and the voided ones too (voided trials are read where they were moved to).
+
+    Why apart from the cell's cost: an arm that hit more infrastructure errors spent more, but that
+    is the run's cost, not the arm's; the arm's cost is its scoring attempts'.
+    """
+    recs = [
+        t for a in c.attempts for t in (*a.trials.values(), *(v.record for v in a.voided_trials.values()))
+    ]
+
+    def total(field: str):
+        vals = [v for t in recs if (v := getattr(t, field)) is not None]
+        return sum(vals) if vals else None
+
+    return total("cost_usd"), total("n_input_tokens"), total("n_output_tokens")
+
+
+def _scored(c: Cell, field: str):
+    """A cell's cost or tokens as the arm's: the scoring attempt's, None when the cell is not done."""
+    return getattr(c, field) if c.status == DONE else None
+
+
 def cell_dict(c: Cell) -> dict[str, Any]:
+    s_cost, s_in, s_out = spend(c)
     return {
         "status": c.status,
         "reward": _r(c.reward),
         "partial": _r(c.partial),
         "pass_rate": _r(c.pass_rate),
         "build_failed": c.build_failed,
-        "cost_usd": _r(c.cost_usd, 6),
-        "n_input_tokens": c.n_input_tokens,
-        "n_output_tokens": c.n_output_tokens,
+        "cost_usd": _r(_scored(c, "cost_usd"), 6),
+        "n_input_tokens": _scored(c, "n_input_tokens"),
+        "n_output_tokens": _scored(c, "n_output_tokens"),
+        "spend_usd": _r(s_cost, 6),
+        "spend_input_tokens": s_in,
+        "spend_output_tokens": s_out,
         "wall_sec": _r(c.wall_sec, 1),
         "attempts": c.n_attempts,
         "errored_attempts": c.n_errored,
@@ -71,35 +121,47 @@ def cell_dict(c: Cell) -> dict[str, Any]:
     }
 
 
-def _score(c: Cell, field: str) -> float | None:
-    """A done cell's measure for means; build failures count as 0 (never dropped)."""
-    v = getattr(c, field)
-    if v is None and c.build_failed and field in ("partial", "pass_rate"):
-        return 0.0
-    return v
+def _ci(values: list[float]) -> list[float] | None:
+    ci = stats.bootstrap_mean_ci(values)
+    return None if ci is None else [_r(ci[0]), _r(ci[1])]
 
 
 def arm_summary(cells: list[Cell]) -> dict[str, Any]:
-    done = [c for c in cells if c.status == DONE]
+    """One arm's figures over its cells: means (with 95 % bootstrap intervals) over done cells,
+    the arm's cost over its scoring attempts, and the run's spend over every attempt."""
+    # in task order: the bootstrap draws positions, so the same tree must list its cells the same way
+    done = sorted((c for c in cells if c.status == DONE), key=lambda c: c.task)
     counts = {s: sum(1 for c in cells if c.status == s) for s in STATUSES}
 
-    def m(field: str) -> float | None:
-        return _r(stats.mean([v for c in done if (v := _score(c, field)) is not None]))
+    def vals(field: str) -> list[float]:
+        return [v for c in done if (v := _score(c, field)) is not None]
 
-    def s(field: str) -> int | float | None:
-        vals = [getattr(c, field) for c in cells if getattr(c, field) is not None]
-        return sum(vals) if vals else None
+    def s(field: str, of: list[Cell] = cells) -> int | float | None:
+        got = [getattr(c, field) for c in of if getattr(c, field) is not None]
+        return sum(got) if got else None
 
-    cost_all = s("cost_usd_all")
+    def total(got: list) -> Any:
+        got = [v for v in got if v is not None]
+        return sum(got) if got else None
+
+    cost = s("cost_usd", done)
+    spends = [spend(c) for c in cells]
+    spend_cost = total([x[0] for x in spends])
+    solved = sum(1 for c in done if c.reward == 1.0)
+    means = {f: _r(stats.mean(vals(f))) for f in MEASURES}
     return {
         "n": len(done),
-        "reward": m("reward"),
-        "partial": m("partial"),
-        "pass_rate": m("pass_rate"),
+        **means,
+        **{f"{f}_ci": _ci(vals(f)) for f in MEASURES},
         "build_failed": sum(1 for c in done if c.build_failed),
-        "cost_usd": _r(cost_all, 6) if cost_all is not None else None,
-        "n_input_tokens": s("n_input_tokens"),
-        "n_output_tokens": s("n_output_tokens"),
+        "cost_usd": _r(cost, 6),
+        "n_input_tokens": s("n_input_tokens", done),
+        "n_output_tokens": s("n_output_tokens", done),
+        "solved": solved,
+        "cost_per_solved": _r(cost / solved, 6) if cost is not None and solved else None,
+        "spend_usd": _r(spend_cost, 6),
+        "spend_input_tokens": total([x[1] for x in spends]),
+        "spend_output_tokens": total([x[2] for x in spends]),
         "cells": len(cells),
         **counts,
         "attempts": sum(c.n_attempts for c in cells),
@@ -111,32 +173,45 @@ def arm_summary(cells: list[Cell]) -> dict[str, Any]:
     }
 
 
+def common_done(cells: dict[tuple[str, str], Cell], a: str, b: str, tasks: list[str]) -> list[str]:
+    """The tasks both arms completed: the only cells a paired comparison may use."""
+    return [
+        t
+        for t in tasks
+        if (ca := cells.get((t, a))) is not None
+        and (cb := cells.get((t, b))) is not None
+        and ca.status == DONE
+        and cb.status == DONE
+    ]
+
+
 def paired(cells: dict[tuple[str, str], Cell], arms: list[str], tasks: list[str]) -> list[dict[str, Any]]:
-    """Each pair of arms over the tasks both completed: means, mean difference, wins, sign test."""
+    """Each pair of arms over the tasks both completed: means, mean difference a - b with its paired
+    bootstrap 95 % interval (per measure), wins/losses/ties by partial, the exact sign test and its
+    Holm adjustment across every pair that has a common task."""
     out = []
     for a, b in combinations(arms, 2):
-        both = [
-            t
-            for t in tasks
-            if (ca := cells.get((t, a))) is not None
-            and (cb := cells.get((t, b))) is not None
-            and ca.status == DONE
-            and cb.status == DONE
-        ]
+        both = common_done(cells, a, b, tasks)
         row: dict[str, Any] = {"a": a, "b": b, "n": len(both), "tasks": both}
-        for field in ("reward", "partial", "pass_rate"):
+        for field in MEASURES:
             pa = [(_score(cells[(t, a)], field), _score(cells[(t, b)], field)) for t in both]
             pa = [(x, y) for x, y in pa if x is not None and y is not None]
             row[f"{field}_a"] = _r(stats.mean([x for x, _ in pa]))
             row[f"{field}_b"] = _r(stats.mean([y for _, y in pa]))
             row[f"{field}_diff"] = _r(stats.mean([x - y for x, y in pa]))
+            row[f"{field}_diff_ci"] = _ci([x - y for x, y in pa])
             row[f"{field}_n"] = len(pa)
         pp = [(_score(cells[(t, a)], "partial"), _score(cells[(t, b)], "partial")) for t in both]
-        wins = sum(1 for x, y in pp if x is not None and y is not None and x > y)
-        losses = sum(1 for x, y in pp if x is not None and y is not None and x < y)
-        ties = sum(1 for x, y in pp if x is not None and y is not None and x == y)
-        row.update(wins=wins, losses=losses, ties=ties, sign_test_p=_r(stats.sign_test(wins, losses)))
+        pp = [(x, y) for x, y in pp if x is not None and y is not None]
+        wins = sum(1 for x, y in pp if x > y)
+        losses = sum(1 for x, y in pp if x < y)
+        ties = sum(1 for x, y in pp if x == y)
+        row.update(wins=wins, losses=losses, ties=ties, sign_test_p=stats.sign_test(wins, losses))
+        row["sign_test_p_holm"] = None
         out.append(row)
+    family = [r for r in out if r["n"]]
+    for r, p in zip(family, stats.holm([r["sign_test_p"] for r in family]), strict=True):
+        r["sign_test_p_holm"] = p
     return out
 
 
@@ -179,7 +254,7 @@ def build_report(model: RunModel, scope: str = "all") -> dict[str, Any]:
     tasks = sorted({k[0] for k in cells})
     stand_ins = [a for a in arms if profiles.mode_for(a) is None]
     return {
-        "schema": "marathon-report-v1",
+        "schema": SCHEMA,
         "out": str(model.out),
         "scope": scope if model.runs else "all",
         "run_id": model.run_id,
@@ -190,14 +265,24 @@ def build_report(model: RunModel, scope: str = "all") -> dict[str, Any]:
         "arm_summary": {a: arm_summary([c for k, c in cells.items() if k[1] == a]) for a in arms},
         "paired": paired(cells, arms, tasks),
         "infrastructure": infrastructure(cells, arms),
+        "bootstrap": {
+            "method": "percentile",
+            "resamples": stats.BOOTSTRAP_RESAMPLES,
+            "seed": stats.BOOTSTRAP_SEED,
+            "confidence": stats.CONFIDENCE,
+        },
         "disclosures": profiles.disclosures([a for a in arms if a in profiles.ARMS]),
         "stand_ins": stand_ins,
         "excluded": [{"path": e.path, "reason": e.reason} for e in model.excluded],
         "unreadable": model.unreadable,
         "notes": {
             "means": "over done cells; build failures count as partial 0 and pass rate 0",
-            "cost_usd": "arm_summary cost_usd sums every attempt (errored and voided too); cells show the scoring attempt",
-            "paired": "only tasks both arms completed; wins/losses by partial score; two-sided sign test",
+            "cost_usd": "what the arm cost: its scoring attempts (done cells), equal to the sum of the cells' cost_usd",
+            "spend_usd": "what the run cost: every attempt, errored and voided ones too",
+            "cost_per_solved": "cost_usd over the cells with reward 1",
+            "intervals": "95 % percentile bootstrap of the mean (paired: of the per-task differences), fixed seed",
+            "paired": "only tasks both arms completed; wins/losses by partial score; two-sided exact sign test, "
+            "Holm-adjusted across every pair with a common task",
             "infrastructure": f"errored+voided attempts vs the other arms, Fisher's exact test; alarm at p < {ALARM_P}",
         },
     }
@@ -214,6 +299,43 @@ def _f(v: Any, nd: int = 3) -> str:
     if isinstance(v, float):
         return f"{v:.{nd}f}"
     return str(v)
+
+
+MINUS = "\u2212"
+P_FLOOR = 1e-4
+
+
+def fmt_p(p: float | None) -> str:
+    """A p-value for reading: four decimals, and ``<1e-4`` below that (never ``0.0000``)."""
+    if p is None:
+        return "-"
+    return "<1e-4" if p < P_FLOOR else f"{p:.4f}"
+
+
+def fmt_signed(v: float | None, nd: int = 2) -> str:
+    """``+0.06`` / ``\u22120.03``: a difference always carries its sign (zero reads ``+0.00``)."""
+    if v is None:
+        return "-"
+    t = f"{v:+.{nd}f}"
+    if t.startswith("-") and float(t) == 0:
+        t = "+" + t[1:]
+    return t.replace("-", MINUS)
+
+
+def fmt_diff(n: int, diff: float | None, ci: list[float] | None, nd: int = 2) -> str:
+    """``n = 15, diff +0.06 [\u22120.03, +0.15]``: a paired difference is never shown without n and interval."""
+    if diff is None:
+        return f"n = {n}, diff -"
+    iv = f" [{fmt_signed(ci[0], nd)}, {fmt_signed(ci[1], nd)}]" if ci else ""
+    return f"n = {n}, diff {fmt_signed(diff, nd)}{iv}"
+
+
+def fmt_mean(mean: float | None, ci: list[float] | None, nd: int = 2) -> str:
+    """``0.53 [0.41, 0.66]``: a mean with its 95 % interval."""
+    if mean is None:
+        return "-"
+    iv = f" [{ci[0]:.{nd}f}, {ci[1]:.{nd}f}]" if ci else ""
+    return f"{mean:.{nd}f}{iv}"
 
 
 def _cell_text(c: dict[str, Any] | None) -> str:
@@ -234,6 +356,52 @@ def render_json(rep: dict[str, Any]) -> str:
 NOT_SCORED = ("unreadable", "tampered")
 
 
+def arm_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The per-arm table (heads, rows) every format shows: means with intervals, the arm's cost
+    (scoring attempts) beside the run's spend (every attempt)."""
+    heads = ["arm", "n", "reward", "partial", "pass rate", "build failed", "solved", "cost USD"]
+    heads += ["cost/solved", "spend USD", "errored", "voided", "pending", "running"]
+    rows = []
+    for a in rep["arms"]:
+        s = rep["arm_summary"][a]
+        rows.append(
+            [a, str(s["n"])]
+            + [fmt_mean(s[f], s[f"{f}_ci"]) for f in MEASURES]
+            + [str(s["build_failed"]), str(s["solved"]), _f(s["cost_usd"], 4), _f(s["cost_per_solved"], 4)]
+            + [_f(s["spend_usd"], 4)]
+            + [str(s[k]) for k in ("errored", "voided", "pending", "running")]
+        )
+    return heads, rows
+
+
+def pair_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The paired table (heads, rows): per measure ``n = 15, diff +0.06 [\u22120.03, +0.15]``, wins/
+    losses/ties by partial, the sign test's p and its Holm adjustment. Pairs without a common task
+    are left out here (still listed in the JSON)."""
+    heads = ["a", "b", "partial", "reward", "pass rate", "W/L/T", "sign p", "Holm p"]
+    rows = []
+    for p in rep["paired"]:
+        if not p["n"]:
+            continue
+        rows.append(
+            [p["a"], p["b"]]
+            + [fmt_diff(p[f"{f}_n"], p[f"{f}_diff"], p[f"{f}_diff_ci"]) for f in PAIR_MEASURES]
+            + [
+                f"{p['wins']}/{p['losses']}/{p['ties']}",
+                fmt_p(p["sign_test_p"]),
+                fmt_p(p["sign_test_p_holm"]),
+            ]
+        )
+    return heads, rows
+
+
+def _md_table(heads: list[str], rows: list[list[str]]) -> list[str]:
+    if not rows:
+        return ["None."]
+    out = ["| " + " | ".join(heads) + " |", "|---" * len(heads) + "|"]
+    return out + ["| " + " | ".join(r) + " |" for r in rows]
+
+
 def render_md(rep: dict[str, Any]) -> str:
     arms, tasks = rep["arms"], rep["tasks"]
     lines = [f"# marathon report: {rep['out']}", ""]
@@ -250,7 +418,7 @@ def render_md(rep: dict[str, Any]) -> str:
     ]
     for r in rep["infrastructure"]:
         lines.append(
-            f"| {r['arm']} | {r['bad_attempts']} | {r['attempts']} | {_f(r['rate'])} | {_f(r['others_rate'])} | {_f(r['p_value'], 4)} |"
+            f"| {r['arm']} | {r['bad_attempts']} | {r['attempts']} | {_f(r['rate'])} | {_f(r['others_rate'])} | {fmt_p(r['p_value'])} |"
         )
     lines += ["", "## Results (reward / partial / test pass rate; ✗build = build failed, counted as 0)", ""]
     lines.append("| task | " + " | ".join(arms) + " |")
@@ -258,29 +426,14 @@ def render_md(rep: dict[str, Any]) -> str:
     for t in tasks:
         row = [_cell_text(rep["cells"][t].get(a)) for a in arms]
         lines.append(f"| {t} | " + " | ".join(row) + " |")
-    lines += ["", "## Per arm (means over done cells)", ""]
-    lines.append(
-        "| arm | n | reward | partial | pass rate | build failed | cost USD | errored | voided | pending | running |"
-    )
-    lines.append("|---" * 11 + "|")
-    for a in arms:
-        s = rep["arm_summary"][a]
-        lines.append(
-            f"| {a} | {s['n']} | {_f(s['reward'])} | {_f(s['partial'])} | {_f(s['pass_rate'])} | {s['build_failed']} | "
-            f"{_f(s['cost_usd'], 4)} | {s['errored']} | {s['voided']} | {s['pending']} | {s['running']} |"
-        )
-    lines += ["", "## Paired comparisons (only tasks both arms completed)", ""]
-    lines.append(
-        "| a | b | n | partial a | partial b | diff | wins/losses/ties | sign p | reward a | reward b |"
-    )
-    lines.append("|---" * 10 + "|")
-    for p in rep["paired"]:
-        if not p["n"]:
-            continue  # no task both completed: nothing to compare (still listed in the JSON)
-        lines.append(
-            f"| {p['a']} | {p['b']} | {p['n']} | {_f(p['partial_a'])} | {_f(p['partial_b'])} | {_f(p['partial_diff'])} | "
-            f"{p['wins']}/{p['losses']}/{p['ties']} | {_f(p['sign_test_p'], 4)} | {_f(p['reward_a'])} | {_f(p['reward_b'])} |"
-        )
+    lines += ["", "## Per arm (means over done cells, 95 % bootstrap intervals)", ""]
+    lines += _md_table(*arm_table(rep))
+    lines += [
+        "",
+        "## Paired comparisons (only tasks both arms completed; diff = a − b, 95 % paired bootstrap)",
+        "",
+    ]
+    lines += _md_table(*pair_table(rep))
     lines += ["", "## Disclosed deviations", ""]
     if rep["disclosures"]:
         for a, ds in rep["disclosures"].items():
@@ -318,6 +471,15 @@ def render_csv(rep: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
+def _html_table(heads: list[str], rows: list[list[str]]) -> str:
+    e = html.escape
+    if not rows:
+        return "<p>None.</p>"
+    head = "<tr>" + "".join(f"<th>{e(h)}</th>" for h in heads) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{e(v)}</td>" for v in r) + "</tr>" for r in rows)
+    return f"<table>{head}{body}</table>"
+
+
 def render_html(rep: dict[str, Any]) -> str:
     e = html.escape
     parts = []
@@ -331,9 +493,18 @@ def render_html(rep: dict[str, Any]) -> str:
     parts.append("<table><tr><th>arm</th><th>errored+voided</th><th>attempts</th><th>Fisher p</th></tr>")
     for r in rep["infrastructure"]:
         parts.append(
-            f"<tr><td>{e(r['arm'])}</td><td>{r['bad_attempts']}</td><td>{r['attempts']}</td><td>{_f(r['p_value'], 4)}</td></tr>"
+            f"<tr><td>{e(r['arm'])}</td><td>{r['bad_attempts']}</td><td>{r['attempts']}</td><td>{e(fmt_p(r['p_value']))}</td></tr>"
         )
-    parts.append("</table><h2>Results: reward / partial / test pass rate</h2><table><tr><th>task</th>")
+    parts.append("</table><h2>Per arm (means over done cells, 95 % bootstrap intervals)</h2>")
+    parts.append(_html_table(*arm_table(rep)))
+    parts.append("<h2>Paired comparisons (diff = a − b, 95 % paired bootstrap)</h2>")
+    parts.append(_html_table(*pair_table(rep)))
+    from runner import plots
+
+    parts.append("<h2>Figures</h2>")
+    for fid, title, svg in plots.figures(rep):
+        parts.append(f'<figure id="fig-{fid}"><figcaption>{e(title)}</figcaption>{svg}</figure>')
+    parts.append("<h2>Results: reward / partial / test pass rate</h2><table><tr><th>task</th>")
     parts += [f"<th>{e(a)}</th>" for a in arms]
     parts.append("</tr>")
     for t in tasks:
@@ -343,22 +514,8 @@ def render_html(rep: dict[str, Any]) -> str:
             cls = e(c["status"]) + (" build" if c and c["build_failed"] else "") if c else ""
             parts.append(f'<td class="{cls}" title="{e(c["note"]) if c else ""}">{e(_cell_text(c))}</td>')
         parts.append("</tr>")
-    parts.append("</table><h2>Per arm</h2><table><tr>")
-    heads = ["arm", "n", "reward", "partial", "pass rate", "build failed", "cost USD", "errored", "voided"]
-    parts += [f"<th>{h}</th>" for h in heads] + ["</tr>"]
-    for a in arms:
-        s = rep["arm_summary"][a]
-        vals = [a, s["n"], _f(s["reward"]), _f(s["partial"]), _f(s["pass_rate"]), s["build_failed"]]
-        vals += [_f(s["cost_usd"], 4), s["errored"], s["voided"]]
-        parts.append("<tr>" + "".join(f"<td>{e(str(v))}</td>" for v in vals) + "</tr>")
-    parts.append("</table><h2>Paired comparisons</h2><table><tr>")
-    heads = ["a", "b", "n", "partial a", "partial b", "diff", "W/L/T", "sign p"]
-    parts += [f"<th>{h}</th>" for h in heads] + ["</tr>"]
-    for p in (p for p in rep["paired"] if p["n"]):
-        vals = [p["a"], p["b"], p["n"], _f(p["partial_a"]), _f(p["partial_b"]), _f(p["partial_diff"])]
-        vals += [f"{p['wins']}/{p['losses']}/{p['ties']}", _f(p["sign_test_p"], 4)]
-        parts.append("<tr>" + "".join(f"<td>{e(str(v))}</td>" for v in vals) + "</tr>")
-    parts.append("</table><h2>Disclosed deviations</h2><ul>")
+    parts.append("</table>")
+    parts.append("<h2>Disclosed deviations</h2><ul>")
     for a, ds in rep["disclosures"].items():
         parts += [f"<li><b>{e(a)}</b>: {e(d)}</li>" for d in ds]
     if rep["stand_ins"]:
@@ -371,6 +528,7 @@ def render_html(rep: dict[str, Any]) -> str:
     style = (
         "body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
         ".errored{background:#fdd}.voided{background:#eee}.build{color:#a00}.alarm{color:#a00;font-weight:bold}"
+        "figure{display:inline-block;vertical-align:top;margin:0.5em 1em 0.5em 0}figcaption{font-weight:bold;margin-bottom:4px}figure svg{max-width:100%;height:auto}"
     )
     return (
         f'<!doctype html><html><head><meta charset="utf-8"><title>marathon report</title><style>{style}</style>'

@@ -8,7 +8,9 @@ live here and nowhere else.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 #: metrics.json phases that mark a verifier still in progress (a rerun): not a score.
@@ -119,3 +121,87 @@ def reward_of(verifier_result: Mapping[str, Any] | None) -> float | None:
     if not isinstance(rewards, Mapping):
         return None
     return _num(rewards.get("reward"))
+
+
+# ----------------------------------------------------------------------------------- voiding
+#
+# Why one table: a failure that hits one arm more than another reverses a comparison (runbook
+# pitfall 1), and so does a rule that voids one arm's own failures as "infrastructure". Whether
+# an attempt is voided (moved aside and run again: not a result of the arm) or scored (a result
+# of the arm, kept) must depend only on what happened, never on which arm it was; and it must
+# not be decided by words the agent could have printed. So: before the agent ran, every failure
+# is the harness's; after it started, only harbor's own failure causes, the engine going away,
+# the container vanishing from outside and the address pool voids; the agent's own failed
+# commands (including a failed ``docker exec`` and any "Error response from daemon" in its
+# output) are scored.
+
+VOID = "void"
+SCORED = "scored"
+
+#: harbor 0.25.0 models/trial/error_policy.py causes that are the sandbox's or harbor's, not the agent's
+HARBOR_INFRA_CAUSES = frozenset({"sandbox_failed", "harbor_failed", "cancelled"})
+POOL_WORDS = (
+    "all predefined address pools have been fully subnetted",
+    "could not find an available, non-overlapping ipv4 address pool",
+)
+ENGINE_WORDS = ("cannot connect to the docker daemon", "is the docker daemon running")
+#: what the codex arms say when the trial's container stopped or its engine went away under the
+#: agent (agents.transport.EnvironmentLost): the agent's failure is then the sandbox's, not the arm's
+ENVIRONMENT_LOST = "trial environment lost"
+#: the daemon's own words about a container that is gone (by id) or a compose service not running
+_CONTAINER_GONE = re.compile(
+    r'no such container|container [0-9a-f]{12,64} is not running|service "[^"]+" is not running'
+)
+
+
+@dataclass(frozen=True)
+class TrialFacts:
+    """What a finished (or abandoned) trial's files say, as far as voiding needs them.
+
+    ``text`` is the exception message and the tail of exception.txt, lower-cased; ``cause`` is
+    harbor's own failure cause for the exception type ("" when unknown); ``stopped_by`` is the
+    runner's stop reason when the runner itself stopped the job (a signal or --stop).
+    """
+
+    has_result: bool = True
+    exception_type: str = ""
+    text: str = ""
+    agent_started: bool = True
+    cause: str = ""
+    stopped_by: str | None = None
+
+
+@dataclass(frozen=True)
+class VoidRule:
+    name: str
+    verdict: str  # VOID or SCORED
+    what: str  # the row in the reader's words (shown as the reason)
+    applies: Callable[[TrialFacts], bool]
+
+
+#: The voiding table, first matching row wins. Every row has a test (tests/runner/test_voiding.py).
+VOIDING: tuple[VoidRule, ...] = (
+    VoidRule("no_result", VOID, "harbor ended before the trial finished (no result.json)",
+             lambda f: not f.has_result),
+    VoidRule("finished", SCORED, "finished without exception", lambda f: not f.exception_type),
+    VoidRule("stopped_by_runner", VOID, "stopped by the runner", lambda f: f.stopped_by is not None),
+    VoidRule("harbor_cause", VOID, "harbor classifies the exception as the sandbox's or its own",
+             lambda f: f.cause in HARBOR_INFRA_CAUSES),
+    VoidRule("before_agent", VOID, "failed before the agent ran (environment start or agent setup)",
+             lambda f: not f.agent_started),
+    VoidRule("pool_exhausted", VOID, "Docker address pool exhausted",
+             lambda f: any(w in f.text for w in POOL_WORDS)),
+    VoidRule("engine_gone", VOID, "the Docker engine went away",
+             lambda f: any(w in f.text for w in ENGINE_WORDS)),
+    VoidRule("environment_lost", VOID, "the trial's container or engine went away under the agent",
+             lambda f: ENVIRONMENT_LOST in f.text),
+    VoidRule("container_gone", VOID, "the container was removed or stopped from outside",
+             lambda f: _CONTAINER_GONE.search(f.text) is not None),
+    VoidRule("agent_failure", SCORED, "the agent's own failure (its commands, timeout, model errors)",
+             lambda f: True),
+)  # fmt: skip
+
+
+def voiding_rule(facts: TrialFacts) -> VoidRule:
+    """The row of ``VOIDING`` that decides this trial: void (infrastructure) or scored (the arm's)."""
+    return next(r for r in VOIDING if r.applies(facts))

@@ -1,4 +1,5 @@
-"""Infrastructure failures: the one classifier, and voiding (move aside with a README, never delete).
+"""Infrastructure failures: reading a trial for the voiding table (``runner.rules.VOIDING``), and
+voiding (move aside with a README, never delete).
 
 Why: a failure that hits one arm more than another reverses the comparison's conclusion (runbook
 pitfall 1). An environment that never started, an exhausted address pool, a Docker error or an
@@ -17,26 +18,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from runner import safeio
+from runner import rules, safeio
 from runner.events import utc_now
 from runner.tree import VOID_README, iter_trial_dirs, voided_root
 
-# harbor 0.25.0 models/trial/error_policy.py: causes that are the sandbox's or harbor's, not the agent's
-_INFRA_CAUSES = {"sandbox_failed", "harbor_failed", "cancelled"}
-#: what the codex arms say when the trial's container stopped or its engine went away under the
-#: agent (agents.transport.EnvironmentLost): the agent's failure is then the sandbox's, not the arm's
-ENVIRONMENT_LOST = "trial environment lost"
-# Words of Docker/compose failures (in exception_message / exception.txt)
-_INFRA_WORDS = (
-    ENVIRONMENT_LOST,
-    "all predefined address pools have been fully subnetted",
-    "could not find an available, non-overlapping ipv4 address pool",
-    "docker compose command failed",
-    "cannot connect to the docker daemon",
-    "error response from daemon",
-    "is the docker daemon running",
-    "no such container",
-)
 VOID_JSON = "void.json"
 
 
@@ -49,6 +34,7 @@ class Verdict:
     reason: str
     evidence: list[str] = field(default_factory=list)
     trial: str | None = None
+    rule: str | None = None  # the row of runner.rules.VOIDING that decided it
 
 
 def _root_of(path: Path) -> Path:
@@ -96,23 +82,15 @@ def _tail(path: Path, n: int = 15) -> list[str]:
     return data.decode("utf-8", "replace").splitlines()[-n:]
 
 
-def classify_trial(trial_dir: Path) -> Verdict:
-    """The one rule for "is this failure infrastructure?", from the trial's result and exception.
-
-    Infrastructure when harbor's own policy says sandbox/harbor failure or cancellation; when the
-    agent never started running (environment start or agent setup failed); or when the message is a
-    Docker/compose failure. A verifier ``BUILD FAILED`` is not an exception at all, so it never
-    reaches here as an error.
-    """
+def trial_facts(trial_dir: Path, stopped_by: str | None = None) -> tuple[rules.TrialFacts, list[str]]:
+    """Read what ``rules.voiding_rule`` needs from a trial dir, and the evidence to keep."""
     res = read_json(trial_dir / "result.json")
     if res is None:
-        return Verdict(
-            "infra", "trial has no result.json: harbor ended before the trial finished", trial=trial_dir.name
-        )
+        return rules.TrialFacts(has_result=False, stopped_by=stopped_by), []
     exc = res.get("exception_info")
-    if not exc:
-        return Verdict("done", "finished without exception", trial=trial_dir.name)
-    etype = str(exc.get("exception_type") or "")
+    if not isinstance(exc, dict) or not exc:
+        return rules.TrialFacts(stopped_by=stopped_by), []
+    etype = str(exc.get("exception_type") or "") or "UnknownException"
     msg = str(exc.get("exception_message") or "")
     evidence = [f"exception_type: {etype}", f"exception_message: {msg[:2000]}"]
     evidence += [f"exception.txt: {ln}" for ln in _tail(trial_dir / "exception.txt", 8)]
@@ -124,20 +102,39 @@ def classify_trial(trial_dir: Path) -> Verdict:
         cause = ""
     evidence.append(f"harbor failure cause: {cause or 'unknown'}")
     text = (msg + "\n" + "\n".join(_tail(trial_dir / "exception.txt", 60))).lower()
-    if cause in _INFRA_CAUSES:
-        return Verdict("infra", f"{etype}: harbor classifies it as {cause}", evidence, trial_dir.name)
-    if res.get("agent_execution") is None:
-        phase = "agent setup" if res.get("agent_setup") else "environment start"
-        return Verdict("infra", f"{etype} before the agent ran ({phase} failed)", evidence, trial_dir.name)
-    for w in _INFRA_WORDS:
-        if w in text:
-            return Verdict("infra", f"{etype}: Docker failure ({w})", evidence, trial_dir.name)
-    return Verdict("errored", f"{etype}: {msg[:200]}", evidence, trial_dir.name)
+    facts = rules.TrialFacts(
+        exception_type=etype,
+        text=text,
+        agent_started=res.get("agent_execution") is not None,
+        cause=cause,
+        stopped_by=stopped_by,
+    )
+    if not facts.agent_started:
+        evidence.append("failed in: " + ("agent setup" if res.get("agent_setup") else "environment start"))
+    return facts, evidence
 
 
-def classify_job(job_dir: Path, log_path: Path | None = None) -> Verdict:
-    """Classify a finished harbor job (one trial per job in marathon's layout)."""
-    verdicts = [classify_trial(t) for t in iter_trial_dirs(job_dir)]
+def classify_trial(trial_dir: Path, stopped_by: str | None = None) -> Verdict:
+    """Void or score one trial by the one table, ``runner.rules.VOIDING`` (never by arm).
+
+    A verifier ``BUILD FAILED`` is not an exception at all, so it is a scored result here.
+    """
+    facts, evidence = trial_facts(trial_dir, stopped_by)
+    rule = rules.voiding_rule(facts)
+    if rule.verdict == rules.VOID:
+        why = rule.what if rule.name != "stopped_by_runner" else f"{rule.what} ({stopped_by})"
+        reason = f"{facts.exception_type}: {why}" if facts.exception_type else why
+        return Verdict("infra", reason, evidence, trial_dir.name, rule.name)
+    if rule.name == "finished":
+        return Verdict("done", rule.what, trial=trial_dir.name, rule=rule.name)
+    msg = evidence[1].removeprefix("exception_message: ")
+    return Verdict("errored", f"{facts.exception_type}: {msg[:200]}", evidence, trial_dir.name, rule.name)
+
+
+def classify_job(job_dir: Path, log_path: Path | None = None, stopped_by: str | None = None) -> Verdict:
+    """Classify a finished harbor job (one trial per job in marathon's layout); ``stopped_by`` is
+    the runner's stop reason when the runner itself ended the job."""
+    verdicts = [classify_trial(t, stopped_by) for t in iter_trial_dirs(job_dir)]
     infra = [v for v in verdicts if v.kind == "infra"]
     if infra:
         return infra[0]

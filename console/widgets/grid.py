@@ -70,8 +70,8 @@ class Grid(DataTable):
         ncols = len(cols) + (1 if arm_major else 0)
         cw = 11 if not wide else max(11, min(32, (width - label_w - 4) // max(1, ncols) - 2))
         # the per-arm summary stays in sight: first row (task-major) or second column (arm-major), fixed
-        if arm_major:
-            self.add_column("mean", key=SUMMARY, width=cw)
+        if arm_major:  # one-line summaries: mean, pass rate, n and interval side by side
+            self.add_column("mean", key=SUMMARY, width=max(cw, 34 if wide else 21))
         for c in cols:
             self.add_column(c[:cw], key=c, width=cw)
         self.fixed_columns = 2 if arm_major else 1
@@ -80,11 +80,11 @@ class Grid(DataTable):
             values = [Text("mean", style="bold")] + [
                 Text(view.summary_line(c, summary.get(c), wide), style="bold") for c in cols
             ]
-            self.add_row(*values, key=SUMMARY)
+            self.add_row(*values, key=SUMMARY, height=2)  # second line: n and the interval
         for r in rows:
             values = [Text(r)]
             if arm_major:
-                values.append(Text(view.summary_line(r, summary.get(r), wide), style="bold"))
+                values.append(Text(view.summary_line(r, summary.get(r), wide, True), style="bold"))
             values += [view.cell_text(cells.get(self._pair(r, c)), wide, self.budget, self.now) for c in cols]
             self.add_row(*values, key=r)
         if keep and keep[0 if not arm_major else 1] in rows:
@@ -109,7 +109,8 @@ class Grid(DataTable):
         for arm, s in summary.items():
             try:
                 if self.arm_major:
-                    self.update_cell(arm, SUMMARY, Text(view.summary_line(arm, s, self.wide), style="bold"))
+                    line = view.summary_line(arm, s, self.wide, True)
+                    self.update_cell(arm, SUMMARY, Text(line, style="bold"))
                 else:
                     self.update_cell(SUMMARY, arm, Text(view.summary_line(arm, s, self.wide), style="bold"))
             except CellDoesNotExist:

@@ -10,8 +10,9 @@ HELP = "per-arm progress of the current run (done/running/pending/errored/voided
 DESCRIPTION = (
     "Read an output tree (never writes to it) and print, per arm, the pairs done, running, pending, "
     "errored, voided, unreadable (a file refused: a FIFO, a symlink out of the trial dir, too "
-    "large) and tampered (a verifier file changed after the verifier finished) in the current run (the last runner start in OUT/.runner/events.jsonl; "
-    "--all for all time), the mean reward, partial score and test pass rate over done pairs, build "
+    "large) and tampered (a verifier file changed after the verifier finished) in the current run "
+    "(the last runner start in OUT/.runner/events.jsonl; --all for all time), the mean reward, "
+    "partial score (with n = done and its 95 % bootstrap interval) and test pass rate over done pairs, build "
     "failures, and receipt events (continuations, unblocks, error events). Excluded leftover dirs "
     "and unreadable files are listed, never silently skipped. Exit 0; 2 when OUT is not an output "
     "tree."
@@ -69,6 +70,8 @@ def status_data(model, scope: str) -> dict:
 
 
 def render(d: dict) -> str:
+    from runner.report import fmt_mean
+
     head = f"marathon status {d['out']}"
     if d["scope"] == "run":
         head += f"  run {d['run_id']} (started {d['run_started'] or '?'})"
@@ -85,7 +88,7 @@ def render(d: dict) -> str:
         "unrd",
         "tamp",
         "reward",
-        "partial",
+        "partial [95% CI]",
         "pass",
         "build✗",
         "cont",
@@ -93,7 +96,24 @@ def render(d: dict) -> str:
         "errev",
         "cost$",
     )
-    widths = (max([len("arm"), 5] + [len(a) for a in d["arms"]]), 4, 4, 4, 4, 4, 4, 4, 7, 7, 7, 6, 5, 5, 5, 9)
+    widths = (
+        max([len("arm"), 5] + [len(a) for a in d["arms"]]),
+        4,
+        4,
+        4,
+        4,
+        4,
+        4,
+        4,
+        7,
+        17,
+        7,
+        6,
+        5,
+        5,
+        5,
+        9,
+    )
     lines = [
         head,
         "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cols, widths, strict=True))),
@@ -103,7 +123,7 @@ def render(d: dict) -> str:
         vals = (
             name, s["done"], s["running"], s["pending"], s["errored"], s["voided"],
             s.get("unreadable", 0), s.get("tampered", 0),
-            _f(s["reward"]), _f(s["partial"]), _f(s["pass_rate"]), s["build_failed"],
+            _f(s["reward"]), fmt_mean(s["partial"], s["partial_ci"]), _f(s["pass_rate"]), s["build_failed"],
             _f(s["continuations"]), _f(s["unblocks"]), _f(s["error_events"]), _f(s["cost_usd"], 4),
         )  # fmt: skip
         return "  ".join(

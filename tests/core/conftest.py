@@ -24,3 +24,11 @@ def tree_copy(core_tree, tmp_path) -> Path:
     dst = tmp_path / "out"
     shutil.copytree(core_tree, dst, symlinks=True)
     return dst
+
+
+@pytest.fixture(scope="session")
+def handmade(tmp_path_factory) -> Path:
+    """The hand-made 15-task tree of tests/core/handmade_tree.py (no Docker). Read-only."""
+    from handmade_tree import build
+
+    return build(tmp_path_factory.mktemp("handmade") / "out")

@@ -154,7 +154,7 @@ def _trial(tmp_path, exc_type, agent_ran=True, msg="x"):
         ("EnvironmentStartTimeoutError", False, "x", "infra"),  # harbor: sandbox_failed
         ("RuntimeError", False, "Docker compose command failed ... fully subnetted", "infra"),
         ("RuntimeError", False, "Agent install failed", "infra"),  # setup failed: the agent never ran
-        ("RuntimeError", True, "Error response from daemon: container not running", "infra"),
+        ("RuntimeError", True, "Error response from daemon: container 0123456789ab is not running", "infra"),
         ("CancelledError", True, "", "infra"),
         ("RuntimeError", True, "boom in the agent", "errored"),
         ("AgentTimeoutError", True, "timed out", "errored"),

@@ -1,0 +1,173 @@
+"""The HTML report's figures, drawn from the report dict as inline SVG (no network, no GUI).
+
+Why matplotlib: it is the field's default plotting library, long maintained, and writes SVG
+offline with text as paths (``svg.fonttype = "path"``), so the file renders the same on any
+machine without fonts or a CDN. It is used through ``matplotlib.figure.Figure`` directly, never
+``pyplot``: no GUI backend and no global state touched.
+
+Each figure is a function of the report dict only (the JSON contract), so the figures cannot
+disagree with the tables beside them.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import Any
+
+FIGURES = ("means", "forest", "heatmap", "cost", "time")
+TITLES = {
+    "means": "Per-arm means over done cells, 95 % bootstrap intervals",
+    "forest": "Paired differences of partial score (a \u2212 b), 95 % paired bootstrap intervals",
+    "heatmap": "Partial score per task and arm (\u2717 = build failed, grey = not done)",
+    "cost": "Cost (scoring attempts) vs mean partial score per arm",
+    "time": "Time to finish per arm (done cells, wall seconds)",
+}
+MEASURE_LABELS = {"partial": "partial", "reward": "reward", "pass_rate": "pass rate"}
+
+
+def _svg(fig: Any, salt: str) -> str:
+    import matplotlib
+
+    buf = io.StringIO()
+    # text as paths: no font needed where the file is opened; a fixed salt: the same ids every time
+    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": f"marathon-{salt}"}):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    text = buf.getvalue()
+    # inline in HTML: drop the XML prolog and DOCTYPE, keep the <svg> element
+    return re.sub(r"^.*?(<svg\b)", r"\1", text, count=1, flags=re.S)
+
+
+def _figure(w: float, h: float) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(w, h), dpi=100, layout="constrained")
+
+
+def _err(mean: float | None, ci: list[float] | None) -> tuple[float, float]:
+    if mean is None or not ci:
+        return 0.0, 0.0
+    return max(0.0, mean - ci[0]), max(0.0, ci[1] - mean)
+
+
+def means(rep: dict[str, Any]) -> Any:
+    arms = rep["arms"]
+    fig = _figure(1.6 + 1.1 * max(1, len(arms)), 3.2)
+    ax = fig.add_subplot()
+    for k, field in enumerate(MEASURE_LABELS):
+        xs, ys, lo, hi = [], [], [], []
+        for i, a in enumerate(arms):
+            s = rep["arm_summary"][a]
+            if s[field] is None:
+                continue
+            e = _err(s[field], s[f"{field}_ci"])
+            xs.append(i + (k - 1) * 0.22)
+            ys.append(s[field])
+            lo.append(e[0])
+            hi.append(e[1])
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=3, label=MEASURE_LABELS[field])
+    ax.set_xticks(range(len(arms)), [f"{a}\nn = {rep['arm_summary'][a]['n']}" for a in arms])
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_ylabel("mean")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    return fig
+
+
+def forest(rep: dict[str, Any]) -> Any:
+    rows = [p for p in rep["paired"] if p["n"] and p["partial_diff"] is not None]
+    fig = _figure(6.5, 1.0 + 0.4 * max(1, len(rows)))
+    ax = fig.add_subplot()
+    for i, p in enumerate(reversed(rows)):
+        e = _err(p["partial_diff"], p["partial_diff_ci"]) if p["partial_diff_ci"] else (0.0, 0.0)
+        lo = p["partial_diff"] - e[0]
+        hi = p["partial_diff"] + e[1]
+        ax.plot([lo, hi], [i, i], color="tab:blue")
+        ax.plot([p["partial_diff"]], [i], "s", color="tab:blue")
+    labels = [f"{p['a']} \u2212 {p['b']}  (n = {p['n']})" for p in reversed(rows)]
+    ax.set_yticks(range(len(rows)), labels)
+    ax.axvline(0, color="grey", lw=1, ls="--")
+    ax.set_xlabel("difference of mean partial score")
+    ax.set_xlim(-1.05, 1.05)
+    if not rows:
+        ax.text(0, 0, "no pair of arms has a common done task", ha="center")
+    return fig
+
+
+def heatmap(rep: dict[str, Any]) -> Any:
+    import numpy as np
+
+    arms, tasks = rep["arms"], rep["tasks"]
+    data = np.full((max(1, len(tasks)), max(1, len(arms))), np.nan)
+    fig = _figure(1.8 + 0.9 * max(1, len(arms)), 1.0 + 0.3 * max(1, len(tasks)))
+    ax = fig.add_subplot()
+    ax.set_facecolor("#dddddd")  # not done: grey
+    for i, t in enumerate(tasks):
+        for j, a in enumerate(arms):
+            c = rep["cells"][t].get(a)
+            if c and c["status"] == "done":
+                data[i, j] = (
+                    0.0 if c["build_failed"] else (c["partial"] if c["partial"] is not None else np.nan)
+                )
+    im = ax.imshow(np.ma.masked_invalid(data), vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    for i, t in enumerate(tasks):
+        for j, a in enumerate(arms):
+            c = rep["cells"][t].get(a)
+            if c and c["status"] == "done" and c["build_failed"]:
+                ax.text(j, i, "\u2717", ha="center", va="center", color="red", fontsize=12, fontweight="bold")
+            elif c and c["status"] != "done":
+                ax.text(j, i, c["status"], ha="center", va="center", color="#555555", fontsize=7)
+    ax.set_xticks(range(len(arms)), arms)
+    ax.set_yticks(range(len(tasks)), tasks, fontsize=8)
+    fig.colorbar(im, ax=ax, label="partial score")
+    return fig
+
+
+def cost(rep: dict[str, Any]) -> Any:
+    fig = _figure(5.5, 3.4)
+    ax = fig.add_subplot()
+    shown = 0
+    for a in rep["arms"]:
+        s = rep["arm_summary"][a]
+        if s["cost_usd"] is None or s["partial"] is None:
+            continue
+        e = _err(s["partial"], s["partial_ci"])
+        ax.errorbar([s["cost_usd"]], [s["partial"]], yerr=[[e[0]], [e[1]]], fmt="o", capsize=3, label=a)
+        ax.annotate(a, (s["cost_usd"], s["partial"]), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        shown += 1
+    ax.set_xlabel("cost USD (scoring attempts)")
+    ax.set_ylabel("mean partial score")
+    ax.set_ylim(-0.05, 1.05)
+    ax.grid(alpha=0.3)
+    if not shown:
+        ax.text(0.5, 0.5, "no arm has a recorded cost", ha="center", transform=ax.transAxes)
+    return fig
+
+
+def time_to_finish(rep: dict[str, Any]) -> Any:
+    arms = rep["arms"]
+    fig = _figure(1.6 + 1.1 * max(1, len(arms)), 3.2)
+    ax = fig.add_subplot()
+    data = []
+    for a in arms:
+        data.append(
+            [
+                c[a]["wall_sec"]
+                for c in rep["cells"].values()
+                if a in c and c[a]["status"] == "done" and c[a]["wall_sec"] is not None
+            ]
+        )
+    ax.boxplot([d or [float("nan")] for d in data], tick_labels=arms, showfliers=False)
+    for i, d in enumerate(data):
+        ax.plot([i + 1] * len(d), d, "o", alpha=0.5, color="tab:orange", ms=4)
+    ax.set_ylabel("wall seconds")
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+_DRAW = {"means": means, "forest": forest, "heatmap": heatmap, "cost": cost, "time": time_to_finish}
+
+
+def figures(rep: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Every figure of the report as (id, title, inline SVG), in a fixed order."""
+    return [(name, TITLES[name], _svg(_DRAW[name](rep), name)) for name in FIGURES]

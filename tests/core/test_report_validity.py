@@ -1,0 +1,189 @@
+"""The report's validity figures: cost vs spend, intervals, sign tests and Holm, against scipy and
+against a hand-made 15-task tree whose answers are known.
+
+The hand-made tree (tests/core/handmade_tree.py, the ``handmade`` fixture) needs no Docker. The statistics are checked against scipy on fixed data;
+scipy is a test-only dependency.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.stats
+from handmade_tree import COST, ERRORED_COST, GOAL, PLAIN, TASKS, TOKENS, VOIDED_COST
+
+from runner import cli, stats
+from runner.model import DONE, RunModel
+from runner.report import build_report, fmt_diff, fmt_mean, fmt_p, fmt_signed, render
+
+SEED = stats.BOOTSTRAP_SEED
+
+
+def scipy_paired_ci(x: list[float], y: list[float]) -> tuple[float, float]:
+    r = scipy.stats.bootstrap(
+        (np.asarray(x), np.asarray(y)),
+        lambda a, b, axis: np.mean(a - b, axis=axis),
+        paired=True,
+        vectorized=True,
+        n_resamples=stats.BOOTSTRAP_RESAMPLES,
+        method="percentile",
+        confidence_level=0.95,
+        rng=np.random.default_rng(SEED),
+    )
+    return float(r.confidence_interval.low), float(r.confidence_interval.high)
+
+
+def scipy_mean_ci(x: list[float]) -> tuple[float, float]:
+    r = scipy.stats.bootstrap(
+        (np.asarray(x),),
+        np.mean,
+        n_resamples=stats.BOOTSTRAP_RESAMPLES,
+        method="percentile",
+        confidence_level=0.95,
+        rng=np.random.default_rng(SEED),
+    )
+    return float(r.confidence_interval.low), float(r.confidence_interval.high)
+
+
+# ------------------------------------------------------------------ fixed data, against scipy
+
+FIXED_A = [0.1, 0.5, 0.3, 0.9, 0.0, 0.2, 0.7, 0.65, 0.4, 1.0, 0.0, 0.35, 0.8, 0.55, 0.25]
+FIXED_B = [0.0, 0.6, 0.1, 0.5, 0.0, 0.1, 0.2, 0.65, 0.45, 1.0, 0.1, 0.3, 0.6, 0.5, 0.2]
+
+
+def test_paired_bootstrap_interval_equals_scipy_paired_percentile_bootstrap():
+    diffs = [a - b for a, b in zip(FIXED_A, FIXED_B, strict=True)]
+    got = stats.bootstrap_mean_ci(diffs)
+    assert got == pytest.approx(scipy_paired_ci(FIXED_A, FIXED_B), abs=1e-12)
+    lo, hi = got
+    assert lo < np.mean(diffs) < hi
+    # the same indices from the same seed: only a different seed moves the interval
+    assert stats.bootstrap_mean_ci(diffs, seed=SEED + 1) != got
+
+
+def test_mean_interval_equals_scipy_one_sample_percentile_bootstrap():
+    assert stats.bootstrap_mean_ci(FIXED_A) == pytest.approx(scipy_mean_ci(FIXED_A), abs=1e-12)
+    assert stats.bootstrap_mean_ci([]) is None
+    assert stats.bootstrap_mean_ci([0.4]) == pytest.approx((0.4, 0.4))  # one task: no spread to resample
+
+
+@pytest.mark.parametrize(("wins", "losses"), [(0, 0), (1, 0), (8, 2), (5, 5), (15, 0), (3, 12), (40, 20)])
+def test_sign_test_equals_scipy_binomtest(wins, losses):
+    want = scipy.stats.binomtest(wins, wins + losses, 0.5).pvalue if wins + losses else 1.0
+    assert stats.sign_test(wins, losses) == pytest.approx(want, rel=1e-12)
+
+
+def test_holm_matches_published_values():
+    # R: p.adjust(c(0.01, 0.02, 0.03, 0.04, 0.05), "holm")
+    assert stats.holm([0.01, 0.02, 0.03, 0.04, 0.05]) == pytest.approx([0.05, 0.08, 0.09, 0.09, 0.09])
+    # R: p.adjust(c(0.04, 0.001, 0.3, 0.012), "holm"): order kept, capped at 1
+    assert stats.holm([0.04, 0.001, 0.3, 0.012]) == pytest.approx([0.08, 0.004, 0.3, 0.036])
+    assert stats.holm([0.6, 0.7]) == pytest.approx([1.0, 1.0])
+    assert stats.holm([]) == []
+
+
+def test_p_values_and_differences_read_as_the_issue_says():
+    assert fmt_p(2 / 2**15) == "<1e-4" and fmt_p(0.0) == "<1e-4"
+    assert fmt_p(0.109375) == "0.1094" and fmt_p(1e-4) == "0.0001" and fmt_p(None) == "-"
+    assert fmt_diff(15, 0.06, [-0.03, 0.15]) == "n = 15, diff +0.06 [\u22120.03, +0.15]"
+    assert fmt_signed(-0.001) == "+0.00" and fmt_signed(-0.5) == "\u22120.50"
+    assert fmt_mean(0.533, [0.41, 0.66]) == "0.53 [0.41, 0.66]"
+
+
+# ------------------------------------------------------------------- the hand-made 15-task tree
+
+
+def _pair(rep: dict, a: str, b: str) -> dict:
+    return next(p for p in rep["paired"] if (p["a"], p["b"]) == (a, b))
+
+
+def test_handmade_tree_reads_as_built(handmade):
+    m = RunModel.load(handmade)
+    assert m.tasks == TASKS and m.arms == ["plain", "goal", "heartbeat"]
+    assert all(c.status == DONE for c in m.cells.values())
+    assert m.cells[("t00", "goal")].build_failed and m.cells[("t00", "heartbeat")].n_errored == 1
+    assert m.cells[("t01", "plain")].n_voided == 1
+
+
+def test_wins_losses_ties_and_diff_on_the_handmade_tree(handmade):
+    rep = build_report(RunModel.load(handmade))
+    pg = _pair(rep, "plain", "goal")
+    assert (pg["n"], pg["wins"], pg["losses"], pg["ties"]) == (15, 8, 2, 5)
+    assert pg["partial_diff"] == pytest.approx(0.06, abs=1e-4)
+    assert pg["partial_a"] == pytest.approx(np.mean(PLAIN), abs=1e-4)
+    assert pg["partial_b"] == pytest.approx(np.mean(GOAL), abs=1e-4)  # build failure counted as 0
+    assert pg["sign_test_p"] == pytest.approx(112 / 1024)
+    assert pg["partial_diff_ci"] == pytest.approx(scipy_paired_ci(PLAIN, GOAL), abs=1e-4)
+    assert pg["reward_diff"] == 0.0 and pg["reward_diff_ci"] == [0.0, 0.0]
+    for a in ("plain", "goal"):
+        ph = _pair(rep, a, "heartbeat")
+        assert (ph["wins"], ph["losses"], ph["ties"]) == (0, 15, 0)
+        assert ph["sign_test_p"] == pytest.approx(2 / 2**15)
+        assert ph["reward_diff"] == -1.0 and ph["reward_diff_ci"] == [-1.0, -1.0]
+    # Holm across the three pairs: 3 x 6.1e-5 (twice, made monotone) and 1 x 0.109
+    holm = {(p["a"], p["b"]): p["sign_test_p_holm"] for p in rep["paired"]}
+    assert holm == pytest.approx(
+        {("plain", "goal"): 112 / 1024, ("plain", "heartbeat"): 6 / 2**15, ("goal", "heartbeat"): 6 / 2**15}
+    )
+    s = rep["arm_summary"]
+    assert s["goal"]["partial_ci"] == pytest.approx(scipy_mean_ci(GOAL), abs=1e-4)
+    assert s["plain"]["partial_ci"] == pytest.approx(scipy_mean_ci(PLAIN), abs=1e-4)
+    assert s["heartbeat"]["partial_ci"] == [1.0, 1.0]
+    assert rep["bootstrap"] == {"method": "percentile", "resamples": 10_000, "seed": SEED, "confidence": 0.95}
+
+
+def test_cost_is_the_sum_of_the_cells_and_spend_counts_errored_and_voided(handmade):
+    rep = build_report(RunModel.load(handmade))
+    assert rep["schema"] == "marathon-report-v2"
+    s = rep["arm_summary"]
+    for arm in ("plain", "goal", "heartbeat"):
+        cells = [rep["cells"][t][arm] for t in TASKS]
+        assert (
+            s[arm]["cost_usd"]
+            == pytest.approx(sum(c["cost_usd"] for c in cells))
+            == pytest.approx(15 * COST[arm])
+        )
+        assert s[arm]["n_input_tokens"] == sum(c["n_input_tokens"] for c in cells) == 15 * TOKENS[arm][0]
+        assert s[arm]["n_output_tokens"] == 15 * TOKENS[arm][1]
+        assert s[arm]["spend_usd"] == pytest.approx(sum(c["spend_usd"] for c in cells))
+    assert s["goal"]["spend_usd"] == pytest.approx(s["goal"]["cost_usd"])
+    assert s["heartbeat"]["spend_usd"] == pytest.approx(15 * 0.03 + ERRORED_COST)
+    assert s["heartbeat"]["spend_input_tokens"] == 15 * 300 + 7
+    assert s["plain"]["spend_usd"] == pytest.approx(15 * 0.01 + VOIDED_COST)
+    assert s["plain"]["spend_output_tokens"] == 15 * 10 + 2
+    assert rep["cells"]["t00"]["heartbeat"]["spend_usd"] == pytest.approx(0.03 + ERRORED_COST)
+    # cost per solved: only heartbeat solves (reward 1) anything
+    assert s["heartbeat"]["solved"] == 15 and s["heartbeat"]["cost_per_solved"] == pytest.approx(0.03)
+    assert s["plain"]["solved"] == 0 and s["plain"]["cost_per_solved"] is None
+
+
+@pytest.mark.parametrize("fmt", ["md", "html"])
+def test_markdown_and_html_show_n_diff_and_interval(handmade, fmt, capsys):
+    rep = build_report(RunModel.load(handmade))
+    lo, hi = _pair(rep, "plain", "goal")["partial_diff_ci"]
+    text = render(rep, fmt)
+    assert fmt_diff(15, 0.06, [lo, hi]) in text
+    # the partial column comes first in the paired table
+    row = next(
+        ln
+        for ln in text.replace("</td><td>", " | ").splitlines() + text.split("<tr>")
+        if "plain" in ln and "goal" in ln and "n = 15" in ln
+    )
+    assert row.index(fmt_diff(15, 0.06, [lo, hi])) < row.index("n = 15, diff +0.00")
+    assert "n = 15, diff +0.06 [" in text
+    assert "<1e-4" in text or "&lt;1e-4" in text
+    assert "0.0000" not in text
+    assert "spend USD" in text and "cost/solved" in text
+
+
+def test_status_shows_n_and_the_partial_interval(handmade, capsys):
+    assert cli.main(["status", str(handmade), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    ci = d["per_arm"]["goal"]["partial_ci"]
+    assert ci == pytest.approx(scipy_mean_ci(GOAL), abs=1e-4)
+    assert cli.main(["status", str(handmade)]) == 0
+    text = capsys.readouterr().out
+    line = next(ln for ln in text.splitlines() if ln.startswith("goal "))
+    assert fmt_mean(d["per_arm"]["goal"]["partial"], ci) in line and " 15 " in line
