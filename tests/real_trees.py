@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +165,45 @@ def copy_recorded(name: str, dst: Path) -> Path:
     shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
     for rel in manifest()["trees"][name]["empty_dirs"]:
         (dst / rel).mkdir(parents=True, exist_ok=True)
+    restore_write_order(dst)
     return dst
+
+
+def restore_write_order(root: Path) -> None:
+    """Give every trial's files the times harbor's order of writes gave them.
+
+    git keeps no file times, so a checkout of a recording has the checkout's mtimes, later than
+    the ``verifier.finished_at`` the trial's result.json records: the tamper rule
+    (``runner.results.tampered``) would then rightly call every verifier file tampered. The times
+    come from the recording's own timestamps: each trial file gets an mtime just before its
+    verifier finished, then result.json is rewritten last (so its ctime is the newest, as harbor
+    writes it last) with the trial's ``finished_at`` as its mtime.
+    """
+    for res in sorted(root.rglob("result.json")):
+        try:
+            d = json.loads(res.read_text())
+        except (OSError, ValueError):
+            continue
+        ver = d.get("verifier") if isinstance(d, dict) else None
+        fin = _epoch((ver or {}).get("finished_at")) if isinstance(ver, dict) else None
+        if fin is None:
+            continue
+        for f in res.parent.rglob("*"):
+            if f.is_file() and not f.is_symlink() and f != res:
+                os.utime(f, (fin - 1.0, fin - 1.0))
+        end = _epoch(d.get("finished_at")) or fin
+        res.write_bytes(res.read_bytes())
+        os.utime(res, (end, end))
+
+
+def _epoch(text: Any) -> float | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t.timestamp() if t.tzinfo else None
 
 
 # ------------------------------------------------------------------------------ comparing trees
