@@ -95,7 +95,9 @@ def test_each_row_of_the_voiding_table(tmp_path, row, etype, ran, msg, stop):
 
 def test_every_row_has_a_case_and_the_table_ends_with_the_scored_default():
     assert {c[0] for c in CASES} == {r.name for r in rules.VOIDING}
-    assert rules.VOIDING[-1].verdict == rules.SCORED and rules.VOIDING[-1].applies(rules.TrialFacts(exception_type="x"))
+    assert rules.VOIDING[-1].verdict == rules.SCORED and rules.VOIDING[-1].applies(
+        rules.TrialFacts(exception_type="x")
+    )
 
 
 def test_daemon_words_alone_never_void_an_arm_that_started():
