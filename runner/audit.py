@@ -28,6 +28,7 @@ LABELS = {
     "model": "model",
     "provider_base_url": "provider base URL",
     "budget_sec": "budget_sec",
+    "goal_timeout_sec": "GOAL_TIMEOUT_SEC deadline",
     "agent_timeout_sec": "harbor agent timeout",
     "image_digest": "image digest",
 }

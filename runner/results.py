@@ -296,7 +296,8 @@ SETUP_PATHS = {
     "credential": ("provider", "api_key_var"),
     "model": ("model",),
     "provider_base_url": ("provider", "base_url"),
-    "budget_sec": ("goal_timeout_sec",),
+    "budget_sec": ("budget_sec",),
+    "goal_timeout_sec": ("goal_timeout_sec",),
     "agent_timeout_sec": ("extra", "harbor_agent_timeout_sec"),
     "image_digest": ("image_digest",),
 }
