@@ -162,12 +162,14 @@ class CodexAppServerAgent(BaseAgent):
         client: AppServerClient | None = None
         session: CodexSession | None = None
         deferred: ArmFailure | None = None
+        budget_t0: float | None = None
         try:
             transport = transport_for(environment, self._trial_name())
             receipt.transport = transport.describe()
             await self.prepare(transport)
             session = await self.open_session(transport, deadline=deadline, context=context)
             client = session.client
+            budget_t0 = self._start_budget(session, receipt, t0)
             await self.drive(session, instruction)
             if receipt.stop_reason is None:
                 receipt.stop_reason = "completed"
@@ -180,6 +182,8 @@ class CodexAppServerAgent(BaseAgent):
             if is_deadline(exc):
                 receipt.stop_reason = "deadline"
                 receipt.deadline_hit = True
+                if budget_t0 is not None:  # when, in the budget, the deadline ended the model's work
+                    receipt.extra["deadline_after_sec"] = round(time.monotonic() - budget_t0, 3)
                 if session is not None:
                     await session.wind_down()
                 if client is not None:
@@ -201,9 +205,37 @@ class CodexAppServerAgent(BaseAgent):
             deferred = self._save_evidence(transport, receipt, context)
             receipt.mark("finished")
             receipt.timings["duration_sec"] = round(time.monotonic() - t0, 3)
+            if budget_t0 is not None:
+                receipt.budget_used_sec = round(time.monotonic() - budget_t0, 3)
             receipt.write(self.logs_dir)
         if deferred is not None:
             raise deferred
+
+    def _start_budget(self, session: CodexSession, receipt: Receipt, t0: float) -> float:
+        """Start the model's budget now, right before the first model request, for every arm alike.
+
+        Why: the preparation (LoopX profile install, gates, goal setup, body rendering; the codex
+        preflight and app-server start) took from the same deadline, so the LoopX arms got less
+        model time. The preparation stays bounded by the run's deadline; the budget is
+        GOAL_TIMEOUT_SEC from here, clamped only when harbor's agent timeout leaves less (then the
+        receipt says so, and the fairness audit sees the unequal ``budget_sec``).
+        """
+        now = time.monotonic()
+        prep = now - t0
+        budget = self.goal_timeout_sec
+        source = "GOAL_TIMEOUT_SEC"
+        harbor_sec = harbor_agent_timeout_sec(Path(self.logs_dir).resolve().parent)
+        receipt.extra["harbor_agent_timeout_sec"] = harbor_sec
+        if harbor_sec is not None:
+            limit = max(1.0, harbor_sec - deadline_margin_sec(harbor_sec) - prep)
+            if budget is None or limit < budget:
+                budget, source = limit, "harbor agent timeout minus margin and preparation"
+        receipt.prep_sec = round(prep, 3)
+        receipt.budget_start = utc_now()
+        receipt.budget_sec = round(budget, 3) if budget is not None else None
+        receipt.extra["budget_source"] = source
+        session.deadline = now + budget if budget is not None else None
+        return now
 
     async def open_session(
         self, transport: Transport, *, deadline: float | None = None, context: AgentContext | None = None

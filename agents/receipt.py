@@ -46,6 +46,12 @@ class Receipt:
     stop_reason: str | None = None  # completed | goal_complete | goal_<status> | deadline | error | cancelled
     deadline_hit: bool = False
     goal_timeout_sec: float | None = None
+    # The model's budget starts right before the first model request, the same for every arm:
+    # what the harness did before (LoopX install, preflight, app-server start) is prep_sec.
+    prep_sec: float | None = None
+    budget_start: str | None = None  # UTC, when the budget started
+    budget_sec: float | None = None
+    budget_used_sec: float | None = None
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     noise_lines: list[str] = field(default_factory=list)

@@ -268,8 +268,9 @@ class TreeFeed:
 
 
 def arm_summary(model: Any, scope: str) -> tuple[dict[str, Any], str | None]:
-    """Per-arm summary and the infrastructure-bias alarm, computed by ``runner.report``."""
-    from runner import report
+    """Per-arm summary, the infrastructure-bias alarm and the fairness audit (``runner.report``,
+    ``runner.audit``)."""
+    from runner import audit, report
     from runner.model import arm_order
 
     cells = model.scoped(scope)
@@ -277,6 +278,10 @@ def arm_summary(model: Any, scope: str) -> tuple[dict[str, Any], str | None]:
     try:
         summary = {arm: report.arm_summary([c for k, c in cells.items() if k[1] == arm]) for arm in arms}
         alarms = [r["message"] for r in report.infrastructure(cells, arms) if r.get("alarm")]
+        au = audit.audit(cells, arms)
+        alarms += au["lines"]
+        for arm in au["arms_differing"]:
+            summary[arm]["audit_differs"] = True  # the summary row's warning mark
     except Exception as exc:  # noqa: BLE001 - a summary bug must not take the grid down
         return {}, f"summary unavailable: {exc}"
     return summary, "; ".join(alarms) or None

@@ -235,6 +235,8 @@ def summary_line(arm: str, s: Any, wide: bool = False, one_line: bool = False) -
     if s is None:
         return "-"
     line = f"{num(get(s, 'partial'))} {pct(get(s, 'pass_rate')):>4}"
+    if get(s, "audit_differs"):
+        line = "\u26a0" + line  # the fairness audit found an undeclared difference in this arm
     ci = get(s, "partial_ci")
     n = get(s, "n", 0)
     if wide:

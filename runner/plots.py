@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import re
+import warnings
 from typing import Any
 
 FIGURES = ("means", "forest", "heatmap", "cost", "time")
@@ -31,11 +32,21 @@ def _svg(fig: Any, salt: str) -> str:
 
     buf = io.StringIO()
     # text as paths: no font needed where the file is opened; a fixed salt: the same ids every time
-    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": f"marathon-{salt}"}):
+    with (
+        matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": f"marathon-{salt}"}),
+        warnings.catch_warnings(),
+    ):
+        # a task name in a script DejaVu lacks draws as boxes; no reason to warn on every report
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font", category=UserWarning)
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     text = buf.getvalue()
     # inline in HTML: drop the XML prolog and DOCTYPE, keep the <svg> element
     return re.sub(r"^.*?(<svg\b)", r"\1", text, count=1, flags=re.S)
+
+
+def _short(name: str, n: int = 24) -> str:
+    """A label that cannot squeeze the plot away (task and arm names are free text)."""
+    return name if len(name) <= n else name[: n - 1] + "\u2026"
 
 
 def _figure(w: float, h: float) -> Any:
@@ -66,7 +77,7 @@ def means(rep: dict[str, Any]) -> Any:
             lo.append(e[0])
             hi.append(e[1])
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=3, label=MEASURE_LABELS[field])
-    ax.set_xticks(range(len(arms)), [f"{a}\nn = {rep['arm_summary'][a]['n']}" for a in arms])
+    ax.set_xticks(range(len(arms)), [f"{_short(a, 16)}\nn = {rep['arm_summary'][a]['n']}" for a in arms])
     ax.set_ylim(-0.05, 1.05)
     ax.set_ylabel("mean")
     ax.grid(axis="y", alpha=0.3)
@@ -84,7 +95,7 @@ def forest(rep: dict[str, Any]) -> Any:
         hi = p["partial_diff"] + e[1]
         ax.plot([lo, hi], [i, i], color="tab:blue")
         ax.plot([p["partial_diff"]], [i], "s", color="tab:blue")
-    labels = [f"{p['a']} \u2212 {p['b']}  (n = {p['n']})" for p in reversed(rows)]
+    labels = [f"{_short(p['a'], 16)} \u2212 {_short(p['b'], 16)}  (n = {p['n']})" for p in reversed(rows)]
     ax.set_yticks(range(len(rows)), labels)
     ax.axvline(0, color="grey", lw=1, ls="--")
     ax.set_xlabel("difference of mean partial score")
@@ -117,8 +128,8 @@ def heatmap(rep: dict[str, Any]) -> Any:
                 ax.text(j, i, "\u2717", ha="center", va="center", color="red", fontsize=12, fontweight="bold")
             elif c and c["status"] != "done":
                 ax.text(j, i, c["status"], ha="center", va="center", color="#555555", fontsize=7)
-    ax.set_xticks(range(len(arms)), arms)
-    ax.set_yticks(range(len(tasks)), tasks, fontsize=8)
+    ax.set_xticks(range(len(arms)), [_short(a, 16) for a in arms])
+    ax.set_yticks(range(len(tasks)), [_short(t) for t in tasks], fontsize=8)
     fig.colorbar(im, ax=ax, label="partial score")
     return fig
 
@@ -133,7 +144,13 @@ def cost(rep: dict[str, Any]) -> Any:
             continue
         e = _err(s["partial"], s["partial_ci"])
         ax.errorbar([s["cost_usd"]], [s["partial"]], yerr=[[e[0]], [e[1]]], fmt="o", capsize=3, label=a)
-        ax.annotate(a, (s["cost_usd"], s["partial"]), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        ax.annotate(
+            _short(a, 16),
+            (s["cost_usd"], s["partial"]),
+            textcoords="offset points",
+            xytext=(5, 5),
+            fontsize=8,
+        )
         shown += 1
     ax.set_xlabel("cost USD (scoring attempts)")
     ax.set_ylabel("mean partial score")
@@ -157,7 +174,12 @@ def time_to_finish(rep: dict[str, Any]) -> Any:
                 if a in c and c[a]["status"] == "done" and c[a]["wall_sec"] is not None
             ]
         )
-    ax.boxplot([d or [float("nan")] for d in data], tick_labels=arms, showfliers=False)
+    if not arms:
+        ax.text(0.5, 0.5, "no arm yet", ha="center", transform=ax.transAxes)
+        return fig
+    ax.boxplot(
+        [d or [float("nan")] for d in data], tick_labels=[_short(a, 16) for a in arms], showfliers=False
+    )
     for i, d in enumerate(data):
         ax.plot([i + 1] * len(d), d, "o", alpha=0.5, color="tab:orange", ms=4)
     ax.set_ylabel("wall seconds")

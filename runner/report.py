@@ -32,7 +32,7 @@ from itertools import combinations
 from typing import Any
 
 from modes import profiles
-from runner import stats
+from runner import audit, stats
 from runner.model import DONE, ERRORED, STATUSES, VOIDED, Cell, RunModel
 
 FORMATS = ("md", "json", "csv", "html")
@@ -265,6 +265,7 @@ def build_report(model: RunModel, scope: str = "all") -> dict[str, Any]:
         "arm_summary": {a: arm_summary([c for k, c in cells.items() if k[1] == a]) for a in arms},
         "paired": paired(cells, arms, tasks),
         "infrastructure": infrastructure(cells, arms),
+        "audit": audit.audit(cells, arms),
         "bootstrap": {
             "method": "percentile",
             "resamples": stats.BOOTSTRAP_RESAMPLES,
@@ -395,6 +396,21 @@ def pair_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return heads, rows
 
 
+def _audit_lines(rep: dict[str, Any], alarm) -> list[str]:
+    """The audit's red lines, or what was compared and found equal (never a silent pass)."""
+    au = rep["audit"]
+    if au["lines"]:
+        return [alarm(t) for t in au["lines"]]
+    facts = sorted({f for fs in au["compared"].values() for f in fs}, key=list(audit.LABELS).index)
+    if not facts:
+        return ["No arm recorded its setup (no receipts): nothing to compare."]
+    missing = [a for a, fs in au["compared"].items() if not fs]
+    out = [f"No undeclared difference between arms in: {', '.join(audit.LABELS[f] for f in facts)}."]
+    if missing:
+        out.append(f"Not recorded by: {', '.join(missing)}.")
+    return out
+
+
 def _md_table(heads: list[str], rows: list[list[str]]) -> list[str]:
     if not rows:
         return ["None."]
@@ -420,6 +436,8 @@ def render_md(rep: dict[str, Any]) -> str:
         lines.append(
             f"| {r['arm']} | {r['bad_attempts']} | {r['attempts']} | {_f(r['rate'])} | {_f(r['others_rate'])} | {fmt_p(r['p_value'])} |"
         )
+    lines += ["", "## Fairness audit (setup facts from the receipts, per task)", ""]
+    lines += _audit_lines(rep, lambda t: f"- **ALARM** {t}")
     lines += ["", "## Results (reward / partial / test pass rate; ✗build = build failed, counted as 0)", ""]
     lines.append("| task | " + " | ".join(arms) + " |")
     lines.append("|---" * (len(arms) + 1) + "|")
@@ -495,7 +513,12 @@ def render_html(rep: dict[str, Any]) -> str:
         parts.append(
             f"<tr><td>{e(r['arm'])}</td><td>{r['bad_attempts']}</td><td>{r['attempts']}</td><td>{e(fmt_p(r['p_value']))}</td></tr>"
         )
-    parts.append("</table><h2>Per arm (means over done cells, 95 % bootstrap intervals)</h2>")
+    parts.append("</table><h2>Fairness audit</h2>")
+    parts += [
+        f'<p class="alarm">{e(t)}</p>' if t.startswith("ALARM ") else f"<p>{e(t)}</p>"
+        for t in _audit_lines(rep, lambda t: f"ALARM {t}")
+    ]
+    parts.append("<h2>Per arm (means over done cells, 95 % bootstrap intervals)</h2>")
     parts.append(_html_table(*arm_table(rep)))
     parts.append("<h2>Paired comparisons (diff = a − b, 95 % paired bootstrap)</h2>")
     parts.append(_html_table(*pair_table(rep)))

@@ -286,6 +286,40 @@ class Receipt:
     turns: int | None = None
     timed_out: bool | None = None
     arm: str | None = None
+    # the trial's setup as the arm recorded it (codex, transport, credentials, model, budget), for
+    # the fairness audit (runner.audit): (fact, value) pairs, values as short strings
+    setup: tuple[tuple[str, str], ...] = ()
+
+
+#: receipt paths of the setup facts the fairness audit compares across arms (agents/receipt.py)
+SETUP_PATHS = {
+    "codex_version": ("codex_version",),
+    "codex_in_container": ("extra", "codex_version_in_container"),
+    "codex_sha256": ("codex_sha256",),
+    "config_toml_sha256": ("config_toml_sha256",),
+    "transport": ("transport", "kind"),
+    "user": ("transport", "user"),
+    "workdir": ("transport", "workdir"),
+    "credential": ("provider", "api_key_var"),
+    "model": ("model",),
+    "provider_base_url": ("provider", "base_url"),
+    "budget_sec": ("budget_sec",),
+    "goal_timeout_sec": ("goal_timeout_sec",),
+    "agent_timeout_sec": ("extra", "harbor_agent_timeout_sec"),
+    "image_digest": ("image_digest",),
+}
+
+
+def _setup(d: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for fact, path in SETUP_PATHS.items():
+        v: Any = d
+        for k in path:
+            v = v.get(k) if isinstance(v, Mapping) else None
+        if isinstance(v, bool) or v is None or isinstance(v, (dict, list)):
+            continue
+        out.append((fact, str(v)[:200]))
+    return tuple(out)
 
 
 def _count(d: Mapping[str, Any], *keys: str) -> int | None:
@@ -320,6 +354,7 @@ def receipt_from_dict(d: Mapping[str, Any]) -> Receipt:
         turns=_count(d, "turns", "n_turns"),
         timed_out=timed_out if isinstance(timed_out, bool) else None,
         arm=_str(d.get("arm")),
+        setup=_setup(d),
     )
 
 

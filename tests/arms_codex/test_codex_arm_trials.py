@@ -70,6 +70,10 @@ def test_deadline_scores_partial_progress_without_error(arm_runs, key):
     rec = o.receipt(trial)
     assert rec["deadline_hit"] is True and rec["stop_reason"] == "deadline"
     assert rec["goal_timeout_sec"] == float(o.job.ae["GOAL_TIMEOUT_SEC"]) and rec["errors"] == []
+    # the budget started right before the first model request and the deadline ended it on time
+    assert rec["budget_sec"] == float(o.job.ae["GOAL_TIMEOUT_SEC"]) and rec["prep_sec"] > 0
+    assert rec["budget_start"] and abs(rec["extra"]["deadline_after_sec"] - rec["budget_sec"]) <= 2
+    assert rec["budget_used_sec"] >= rec["extra"]["deadline_after_sec"]
     assert _rollouts(trial), "sessions must be saved after a timeout"
 
 

@@ -100,3 +100,41 @@ def build(out: Path) -> Path:
     (out / "t01" / "plain" / EARLY).rename(voided)
     (voided / tree.VOID_README).write_text("# Voided: environment start failed\n")
     return out
+
+
+def write_receipts(out: Path, **changes: dict) -> None:
+    """Give every done trial of ``out`` a receipt written by the arms' own writer (agents.receipt),
+    all with the same setup; ``changes={"heartbeat/t05": {"model": "x"}}`` alters one trial's."""
+    from agents.receipt import Receipt
+
+    for task in TASKS:
+        for arm in COST:
+            job = out / task / arm / STAMP / arm
+            (trial,) = tree.list_dirs(job)
+            r = Receipt(
+                arm=arm,
+                mode=None,
+                disclosures=[],
+                agent=f"codex-{arm}",
+                codex_version="0.130.0",
+                model="scripted/solve",
+                provider={
+                    "id": "marathon",
+                    "base_url": "http://127.0.0.1:8000/v1",
+                    "api_key_var": "OPENAI_API_KEY",
+                },
+                transport={
+                    "kind": "docker-exec",
+                    "container": "0123456789ab",
+                    "workdir": "/app",
+                    "user": "agent",
+                },
+                goal_timeout_sec=600.0,
+            )
+            r.extra["codex_version_in_container"] = "codex-cli 0.130.0"
+            for k, v in changes.get(f"{arm}/{task}", {}).items():
+                if isinstance(v, dict):
+                    getattr(r, k).update(v)
+                else:
+                    setattr(r, k, v)
+            r.write(job / trial / "agent")

@@ -89,3 +89,17 @@ def test_chromium_renders_every_figure(report_html, tmp_path):
     save = os.environ.get("MARATHON_SAVE_REPORT_PNG")
     if save:
         shutil.copyfile(shot, save)
+
+
+def test_figures_of_a_tree_with_nothing_done_yet_render(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "out"
+    (out / ".runner").mkdir(parents=True)
+    ev = {"ts": 1, "event": "runner_start", "run_id": "r1", "tasks": ["a", "部分"], "arms": ["plain", "goal"]}
+    (out / ".runner/events.jsonl").write_text(json.dumps(ev) + "\n")
+    assert cli.main(["report", str(out), "--format", "html"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("<svg") == len(plots.FIGURES)
+    empty = {"arms": [], "tasks": [], "cells": {}, "arm_summary": {}, "paired": []}
+    assert [f[0] for f in plots.figures(empty)] == list(plots.FIGURES)

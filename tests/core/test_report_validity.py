@@ -8,11 +8,12 @@ scipy is a test-only dependency.
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 import scipy.stats
-from handmade_tree import COST, ERRORED_COST, GOAL, PLAIN, TASKS, TOKENS, VOIDED_COST
+from handmade_tree import COST, ERRORED_COST, GOAL, PLAIN, TASKS, TOKENS, VOIDED_COST, write_receipts
 
 from runner import cli, stats
 from runner.model import DONE, RunModel
@@ -187,3 +188,41 @@ def test_status_shows_n_and_the_partial_interval(handmade, capsys):
     text = capsys.readouterr().out
     line = next(ln for ln in text.splitlines() if ln.startswith("goal "))
     assert fmt_mean(d["per_arm"]["goal"]["partial"], ci) in line and " 15 " in line
+
+
+def test_fairness_audit_is_clean_when_every_arm_ran_the_same_setup(handmade, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(handmade, out, symlinks=True)
+    write_receipts(out)
+    rep = build_report(RunModel.load(out))
+    au = rep["audit"]
+    assert au["lines"] == [] and au["differences"] == [] and au["arms_differing"] == []
+    for arm in ("plain", "goal", "heartbeat"):
+        assert {"codex_version", "transport", "user", "workdir", "credential", "model"} <= set(
+            au["compared"][arm]
+        )
+        assert {"provider_base_url", "budget_sec", "codex_in_container"} <= set(au["compared"][arm])
+    assert "No undeclared difference between arms in: codex version" in render(rep, "md")
+
+
+def test_fairness_audit_raises_the_alarm_when_one_trial_differs(handmade, tmp_path):
+    from console.feeds import arm_summary as console_summary
+    from console.view import summary_line
+
+    out = tmp_path / "out"
+    shutil.copytree(handmade, out, symlinks=True)
+    write_receipts(out, **{"heartbeat/t05": {"provider": {"base_url": "http://elsewhere:9/v1"}}})
+    m = RunModel.load(out)
+    rep = build_report(m)
+    au = rep["audit"]
+    (d,) = au["differences"]
+    assert (d["fact"], d["task"]) == ("provider_base_url", "t05")
+    assert au["lines"] == ["arms differ in: provider base URL (plain, goal \u2260 heartbeat; task t05)"]
+    assert au["arms_differing"] == ["heartbeat"]
+    assert "- **ALARM** arms differ in: provider base URL" in render(rep, "md")
+    assert '<p class="alarm">ALARM arms differ in: provider base URL' in render(rep, "html")
+    # the console: the alarm line and the warning mark on heartbeat's summary only
+    summary, alarm = console_summary(m, "all")
+    assert alarm and "arms differ in: provider base URL" in alarm
+    assert summary_line("heartbeat", summary["heartbeat"]).startswith("\u26a0")
+    assert not summary_line("plain", summary["plain"]).startswith("\u26a0")

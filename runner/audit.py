@@ -1,0 +1,95 @@
+"""The fairness audit: did every arm run with the same codex, transport, user, workdir, credential
+names, model, provider, budget and image, task by task? From the receipts the arms wrote.
+
+Why: the five arms must differ only in what ``modes/`` declares (who continues, the goal, the
+LoopX profile); anything else that differs (another codex binary, another model, a shorter
+budget) would pose as a difference in capability. Any undeclared difference is an alarm: a red
+line in the report, a warning mark in the console's summary row.
+
+A fact an arm did not record is not compared (older receipts, harbor's own agents): the audit
+lists what it compared per arm, so "not recorded" is visible, never a silent pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.model import DONE, Cell
+
+LABELS = {
+    "codex_version": "codex version",
+    "codex_in_container": "codex --version in the container",
+    "codex_sha256": "codex sha256",
+    "config_toml_sha256": "config.toml sha256 (declared differences masked)",
+    "transport": "transport",
+    "user": "user",
+    "workdir": "workdir",
+    "credential": "credential names",
+    "model": "model",
+    "provider_base_url": "provider base URL",
+    "budget_sec": "budget_sec",
+    "goal_timeout_sec": "GOAL_TIMEOUT_SEC deadline",
+    "agent_timeout_sec": "harbor agent timeout",
+    "image_digest": "image digest",
+}
+#: Facts that ``modes/`` declares may differ between arms. Every arm drives the same codex over the
+#: same transport with the same model, credentials and budget (modes/profiles.py), so none is.
+DECLARED: frozenset[str] = frozenset()
+
+
+def _setup_of(c: Cell) -> dict[str, str]:
+    """The setup facts of the attempt that scores the cell (else its latest attempt with a receipt)."""
+    atts = sorted(c.attempts, key=lambda a: a.stamp, reverse=True)
+    if c.status == DONE and c.scored_by:
+        atts.sort(key=lambda a: a.stamp != c.scored_by)  # stable: the scoring attempt first
+    for a in atts:
+        for t in a.trials.values():
+            if t.receipt is not None and t.receipt.setup:
+                return dict(t.receipt.setup)
+    return {}
+
+
+def audit(cells: dict[tuple[str, str], Cell], arms: list[str]) -> dict[str, Any]:
+    """Per task, each setup fact across the arms that recorded it; undeclared differences listed.
+
+    Returns ``{"compared": {arm: [facts]}, "differences": [{fact, label, task, values: {arm:
+    value}}], "lines": ["arms differ in: codex sha256 (plain ≠ heartbeat)"], "arms_differing":
+    [arm]}``. An arm is "differing" when its value is not the most common one of that task.
+    """
+    compared: dict[str, set[str]] = {a: set() for a in arms}
+    diffs: list[dict[str, Any]] = []
+    tasks = sorted({t for t, _ in cells})
+    for task in tasks:
+        setups = {a: _setup_of(c) for a in arms if (c := cells.get((task, a))) is not None}
+        for a, s in setups.items():
+            compared[a] |= set(s)
+        for fact in LABELS:
+            if fact in DECLARED:
+                continue
+            values = {a: s[fact] for a, s in setups.items() if fact in s}
+            if len(set(values.values())) > 1:
+                diffs.append({"fact": fact, "label": LABELS[fact], "task": task, "values": values})
+    by_fact: dict[str, list[dict[str, Any]]] = {}
+    for d in diffs:
+        by_fact.setdefault(d["fact"], []).append(d)
+    lines, differing = [], set()
+    for fact, ds in by_fact.items():
+        groups: list[str] = []
+        for d in ds:
+            counts: dict[str, list[str]] = {}
+            for a, v in d["values"].items():
+                counts.setdefault(v, []).append(a)
+            ranked = sorted(counts.values(), key=lambda g: (-len(g), arms.index(g[0])))
+            differing.update(a for g in ranked[1:] for a in g)
+            text = " \u2260 ".join(", ".join(g) for g in ranked)
+            if text not in groups:
+                groups.append(text)
+        tasks_txt = f"; {len(ds)} task(s)" if len(ds) > 1 else f"; task {ds[0]['task']}"
+        lines.append(f"arms differ in: {LABELS[fact]} ({'; '.join(groups)}{tasks_txt})")
+    return {
+        "compared": {a: sorted(compared[a], key=list(LABELS).index) for a in arms},
+        "declared": sorted(DECLARED),
+        "differences": diffs,
+        "lines": lines,
+        "arms_differing": [a for a in arms if a in differing],
+    }
