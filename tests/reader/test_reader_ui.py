@@ -268,3 +268,14 @@ def test_compare_from_the_drill_down(tree):
             assert app.screen.task_name == TASK
 
     run_async(go)
+
+
+def test_expanded_lines_fold_at_the_view_width_and_lose_nothing():
+    from console.widgets.stepview import detail_lines
+    from runner.trajectory import Step
+
+    msg = "word " * 100 + "\nshort line"
+    lines = [t.plain for t in detail_lines(Step(0, 0, 10, "agent", message=msg), width=80)]
+    body = [ln[3:] for ln in lines[1:-1]]  # between the title line and the byte-range line
+    assert all(len(ln) <= 80 for ln in lines)
+    assert "".join(body[:-1]) == msg.splitlines()[0] and body[-1] == "short line"
