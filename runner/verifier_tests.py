@@ -14,12 +14,12 @@ No scoring here: outcomes are shown, never counted into a score (that is ``runne
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from runner.trajectory import open_regular
 
 PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
 #: how much of test-stdout.txt is read, and the longest line looked at
@@ -111,9 +111,7 @@ def parse_metrics(d: Any) -> list[tuple[str, str]]:
 def _read_capped(path: Path, limit: int) -> bytes | None:
     """Read at most ``limit`` bytes of a regular file (never a FIFO or device the agent planted)."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             return fh.read(limit)
     except OSError:
         return None

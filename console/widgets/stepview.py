@@ -52,18 +52,24 @@ def header_text(step: Step, number_width: int) -> Text:
     return t
 
 
-def detail_lines(step: Step) -> list[Text]:
-    """What an expanded step shows: message, reasoning, each command with its outcome and output."""
+def detail_lines(step: Step, width: int = 120) -> list[Text]:
+    """What an expanded step shows: message, reasoning, each command with its outcome and output.
+
+    Long lines are folded at ``width`` (the view's width) so that nothing is cut at the edge.
+    """
     out: list[Text] = []
+    fold = max(20, width - 4)
 
     def block(title: str, body: str, style: str = "") -> None:
         if not body.strip():
             return
         out.append(Text(f"   ── {title}", style="bold dim"))
         for ln in body.splitlines():
-            if len(out) >= MAX_DETAIL_LINES:
-                return
-            out.append(Text("   " + _printable(ln.expandtabs(4))[:DETAIL_LINE_CHARS], style=style))
+            line = _printable(ln.expandtabs(4))[:DETAIL_LINE_CHARS]
+            for k in range(0, max(1, len(line)), fold):
+                if len(out) >= MAX_DETAIL_LINES:
+                    return
+                out.append(Text("   " + line[k : k + fold], style=style))
 
     block("message", step.message)
     block("reasoning", step.reasoning, "italic")
@@ -211,7 +217,7 @@ class StepView(ScrollView, can_focus=True):
             s = self.index.step(i)
             if s is None:
                 return
-            self.expanded[i] = detail_lines(s)
+            self.expanded[i] = detail_lines(s, self.size.width or 120)
             bisect.insort(self._order, i)
         self.grew()
         self._keep_visible()

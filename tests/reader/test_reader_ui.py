@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import TASK, trial_of
 from support import run_async, wait_for
 
@@ -17,7 +18,7 @@ from console.screens.compare import CompareScreen
 from console.screens.drill import DrillScreen
 from console.screens.reader import ReaderScreen
 from console.widgets.stepview import StepView
-from runner.trajectory import ERROR
+from runner.trajectory import ERROR, StepIndex
 
 SIZE = (130, 40)
 
@@ -152,15 +153,22 @@ def test_switch_source_to_app_server_stdout(tree):
     run_async(go)
 
 
-def test_follow_shows_steps_appended_while_the_reader_is_open(tree, tmp_path):
-    """A running trial: only app-server stdout exists, and it grows while the operator watches."""
-    src = (
-        (trial_of(tree, "plain") / "agent" / "appserver.stdout.jsonl").read_bytes().splitlines(keepends=True)
-    )
+@pytest.mark.parametrize("name", ["appserver.stdout.jsonl", "trajectory.json"])
+def test_follow_shows_steps_appended_while_the_reader_is_open(tree, tmp_path, name):
+    """A running trial: its trajectory grows while the operator watches (app-server stdout line by
+    line; an ATIF file written step by step, its steps array still open)."""
+    data = (trial_of(tree, "plain") / "agent" / name).read_bytes()
+    if name.endswith(".jsonl"):
+        cut = data.index(b"\n", len(data) // 3) + 1
+    else:
+        cut = data.index(b"\n    },\n", len(data) // 3) + len(b"\n    },\n")
     live = tmp_path / "live-trial"
     (live / "agent").mkdir(parents=True)
-    path = live / "agent" / "appserver.stdout.jsonl"
-    path.write_bytes(b"".join(src[:20]))
+    path = live / "agent" / name
+    path.write_bytes(data[:cut])
+    full = StepIndex(trial_of(tree, "plain") / "agent" / name)
+    while full.index_more():
+        pass
 
     async def go():
         app = _app(tree)
@@ -170,16 +178,17 @@ def test_follow_shows_steps_appended_while_the_reader_is_open(tree, tmp_path):
             view = await _reader_ready(pilot, app)
             scr = app.screen
             before = scr.index.count
+            assert 0 < before < full.count
             assert view.follow and view.cursor == before - 1
             with open(path, "ab") as fh:
-                fh.write(b"".join(src[20:]))
-            await wait_for(pilot, lambda: scr.index.count > before + 10, 60, "appended steps")
+                fh.write(data[cut:])
+            await wait_for(pilot, lambda: scr.index.count == full.count, 60, "appended steps")
             await wait_for(pilot, lambda: scr.index.complete, 60, "indexed")
             await pilot.pause()
             assert view.cursor == scr.index.count - 1  # follow keeps the newest step in view
             assert "following" in screen_text(app)
-            assert "still working" in "\n".join(view.visible_text())
-            await pilot.press("f")  # follow off: an append no longer moves the cursor
+            assert "still working" in "\n".join(view.visible_text())  # the plain arm's ticks
+            await pilot.press("f")  # follow off
             assert not view.follow
 
     run_async(go)
@@ -268,3 +277,14 @@ def test_compare_from_the_drill_down(tree):
             assert app.screen.task_name == TASK
 
     run_async(go)
+
+
+def test_expanded_lines_fold_at_the_view_width_and_lose_nothing():
+    from console.widgets.stepview import detail_lines
+    from runner.trajectory import Step
+
+    msg = "word " * 100 + "\nshort line"
+    lines = [t.plain for t in detail_lines(Step(0, 0, 10, "agent", message=msg), width=80)]
+    body = [ln[3:] for ln in lines[1:-1]]  # between the title line and the byte-range line
+    assert all(len(ln) <= 80 for ln in lines)
+    assert "".join(body[:-1]) == msg.splitlines()[0] and body[-1] == "short line"
