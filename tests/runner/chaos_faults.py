@@ -148,6 +148,7 @@ class Injector:
         self.t0 = time.monotonic()
         self.faults: list[Fault] = []
         self.hit_pairs: set[tuple[str, str]] = set()
+        self.hit_attempts: set[tuple[str, str, str]] = set()  # (task, arm, stamp) a fault hit
         self.foreign_nets: list[str] = []
         self.runners: list[Proc] = []
         self.error: BaseException | None = None
@@ -210,6 +211,20 @@ class Injector:
                 jobs.append((p, e.task, e.arm))
         return sorted(jobs, key=lambda j: j[0].pid)
 
+    def stamp_of_pid(self, pid: int) -> str | None:
+        """The jobs dir of the harbor job with this PID, from the runner's job_start/adopt events."""
+        stamp = None
+        for e in read_events(self.out):
+            if e["event"] in ("job_start", "adopt") and e.get("pid") == pid:
+                stamp = e.get("stamp")
+        return stamp
+
+    def stamp_of_trial(self, trial: str) -> str | None:
+        for _task, _arm, _ad, stamp, job in iter_job_dirs(self.out):
+            if any(t.name == trial for t in iter_trial_dirs(job)):
+                return stamp
+        return None
+
     def current_runner(self) -> Proc | None:
         h = lock_holder(self.out)
         if h is None:
@@ -234,6 +249,9 @@ class Injector:
         f.t_sec, f.pair, f.trial = self.now(), (task, arm), trial
         f.target = f"container {cid[:12]} of {task}/{arm} trial {trial}"
         self.hit_pairs.add((task, arm))
+        stamp = self.stamp_of_trial(trial)
+        if stamp:
+            self.hit_attempts.add((task, arm, stamp))
         r = self.pd.docker("kill", cid, check=False)
         f.data["kill_rc"] = r.returncode
         f.data["container"] = cid
@@ -290,6 +308,9 @@ class Injector:
         f.t_sec, f.pair = self.now(), (task, arm)
         f.target = f"harbor PID {proc.pid} ({task}/{arm})"
         self.hit_pairs.add((task, arm))
+        stamp = self.stamp_of_pid(proc.pid)
+        if stamp:
+            self.hit_attempts.add((task, arm, stamp))
         if not proc.signal(signal.SIGSTOP):
             f.data["stopped"] = False
             return f
@@ -333,6 +354,10 @@ class Injector:
         hit = sorted({tr[:2] for _cid, tr in self.running_trial_containers()})
         f.data["trials_running"] = ["/".join(p) for p in hit]
         self.hit_pairs |= set(hit)
+        for proc, task, arm in self.live_harbor_jobs():  # every job alive now loses its engine
+            stamp = self.stamp_of_pid(proc.pid)
+            if stamp:
+                self.hit_attempts.add((task, arm, stamp))
         old = self.pd.dockerd_pid
         self.pd.restart()
         f.target = f"dockerd PID {old} -> {self.pd.dockerd_pid}"

