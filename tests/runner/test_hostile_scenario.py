@@ -104,8 +104,8 @@ def hostile_run(docker_engine, module_out, tmp_path_factory):
     log = tmp_path_factory.mktemp("log") / "runner.log"
     argv = marathon_argv(
         "run", str(out), "--tasks-dir", str(tasks), "--arms", ARMS, "--model", MODEL,
-        "--ak", f"api_key_var={KEY_VAR}", "--concurrency", "4", "--max-passes", "1", "--plain",
-        "--goal-timeout-sec", "240", "--agent-timeout-multiplier", "5",
+        "--ak", f"api_key_var={KEY_VAR}", "--concurrency", "2", "--max-passes", "1", "--plain",
+        "--goal-timeout-sec", "240", "--agent-timeout-mult", "5",
     )  # fmt: skip
     with open(log, "ab") as fh:
         proc = subprocess.Popen(
@@ -151,6 +151,7 @@ def test_runner_finishes_and_status_never_blocks_within_the_rss_cap(hostile_run)
     r = hostile_run
     assert r["rc"] == 0, r["log"][-4000:]
     assert r["polls"] > 0
+    assert r["planted_seen"]  # status listed a planted FIFO while the agents ran, and returned
     print(f"runner peak RSS {r['peak_runner'] >> 20} MB; status peak RSS {r['peak_status'] >> 20} MB")
     assert r["peak_runner"] < RSS_CAP
     assert r["peak_status"] < RSS_CAP
@@ -168,6 +169,9 @@ def test_hostile_pairs_are_never_scored_from_the_forged_file(hostile_run):
             assert c.partial is None and c.reward is None
         (trial,) = c.attempts[-1].trials.values()
         tdir = Path(c.attempts[-1].job_dir) / trial.name
+        # the hostile command did run: its link and its sparse file are there
+        assert os.readlink(tdir / "agent" / "leak") == "/etc/shadow", _why(c)
+        assert (tdir / "agent" / "sparse.bin").stat().st_size == 2 << 30
         receipt = tdir / "agent" / "goal_receipt.json"
         assert receipt.is_file() and not receipt.is_symlink()  # the arm's own, replaced over the FIFO
         assert json.loads(receipt.read_text())["arm"] == arm
@@ -236,7 +240,10 @@ def test_console_shows_the_hostile_files_refused_and_leaks_nothing(hostile_run):
     assert "calc-hostile" in text
     leaked = [ln for ln in hostile_run["shadow"] if ln in text]
     assert leaked == []
-    leak = next(Path(out).rglob("leak"))
+    m = RunModel.load(out)
+    a = m.cells[("calc-hostile", "plain")].attempts[-1]
+    (trial,) = a.trials
+    leak = Path(a.job_dir) / trial / "agent" / "leak"
     from console.fileindex import LineSource
 
     src = LineSource(leak, leak.parent.parent)
