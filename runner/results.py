@@ -520,7 +520,7 @@ def verifier_finished(raw: bytes) -> datetime | None:
 
 
 #: Verifier files whose change after the verifier finished means someone else wrote them.
-VERIFIER_FILES = (("verifier", "metrics.json"), ("verifier", "reward.txt"), ("verifier", "reward.json"))
+VERIFIER_FILES = (("verifier", "metrics.json"), ("verifier", "reward.txt"))
 #: Clock slack for the tamper rules: a legitimate write is never later than this.
 TAMPER_SLACK_NS = 1_000_000_000
 

@@ -128,7 +128,7 @@ def _open(path: str | os.PathLike, trial_root: str | os.PathLike, kind: str) -> 
         if exc.errno != 40:  # ELOOP: the last component is a symlink
             return _error(exc)
         return _open_symlinked(p, root, kind)
-    return _checked(fd, p, root, kind)
+    return _checked(fd, p, root, kind, p.rfind("/") == len(root))
 
 
 def _open_symlinked(p: str, root: str, kind: str) -> tuple[int, int] | Refused:
@@ -149,8 +149,12 @@ def _open_symlinked(p: str, root: str, kind: str) -> tuple[int, int] | Refused:
     return _checked(fd, real, root, kind)
 
 
-def _checked(fd: int, p: str, root: str, kind: str) -> tuple[int, int] | Refused:
-    """Keep ``fd`` only when it is a regular file within the cap whose real path is inside the root."""
+def _checked(fd: int, p: str, root: str, kind: str, top: bool = False) -> tuple[int, int] | Refused:
+    """Keep ``fd`` only when it is a regular file within the cap whose real path is inside the root.
+
+    ``top``: opened with O_NOFOLLOW directly inside the root, so no component below the root can
+    be a link and the descriptor's path need not be checked.
+    """
     try:
         st = os.fstat(fd)
         why = None
@@ -160,7 +164,7 @@ def _checked(fd: int, p: str, root: str, kind: str) -> tuple[int, int] | Refused
             cap = cap_of(kind)
             if cap is not None and st.st_size > cap:
                 why = f"too large ({st.st_size} bytes > {cap})"
-        if why is None:
+        if why is None and not top:
             got = _fd_path(fd)
             if got != p and (got is None or not _within(got, os.path.realpath(root))):
                 # a symlinked dir on the way (``verifier -> /etc``) or a swap after the check

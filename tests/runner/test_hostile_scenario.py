@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -36,16 +37,24 @@ KEY_VAR = "MARATHON_DEMO_MODEL_KEY"
 RSS_CAP = 300 * 1024 * 1024
 FORGED = {"partial_score": 1.0, "passed": 999, "failed": 0, "total": 999, "forged": True}
 
-HOSTILE = (
-    "cd /logs/agent && rm -f goal_receipt.json trajectory.json && mkfifo goal_receipt.json trajectory.json"
-    " && ln -sfn /etc/shadow leak && truncate -s 2G sparse.bin"
-    " && (setsid nohup sh -c 'while :; do printf %s "
-    + "'\"'\"'"
-    + json.dumps(FORGED)
-    + "'\"'\"'"
-    + " > /logs/verifier/metrics.json; sleep 1; done' </dev/null >/dev/null 2>&1 &)"
-    " && echo planted"
-)
+# codex's exec policy rejects `rm -f`-style commands, so the planting is one python3 program (the
+# image has python3): FIFOs renamed over the names (atomic), the link, the sparse file, and the
+# forger started in its own session so it outlives codex's command and the agent phase.
+_PLANT = f"""
+import json, os, subprocess
+os.chdir("/logs/agent")
+for name in ("goal_receipt.json", "trajectory.json"):
+    os.mkfifo(name + ".fifo")
+    os.replace(name + ".fifo", name)
+os.symlink("/etc/shadow", "leak")
+with open("sparse.bin", "wb") as fh:
+    fh.truncate(2 << 30)
+loop = 'while :; do printf %s "$0" > /logs/verifier/metrics.json; sleep 1; done'
+subprocess.Popen(["sh", "-c", loop, {json.dumps(json.dumps(FORGED))}], start_new_session=True,
+                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print("planted")
+"""
+HOSTILE = "python3 -c " + shlex.quote(_PLANT)
 
 
 def _tasks(dst: Path) -> Path:
@@ -104,8 +113,8 @@ def hostile_run(docker_engine, module_out, tmp_path_factory):
     log = tmp_path_factory.mktemp("log") / "runner.log"
     argv = marathon_argv(
         "run", str(out), "--tasks-dir", str(tasks), "--arms", ARMS, "--model", MODEL,
-        "--ak", f"api_key_var={KEY_VAR}", "--concurrency", "4", "--max-passes", "1", "--plain",
-        "--goal-timeout-sec", "240", "--agent-timeout-multiplier", "5",
+        "--ak", f"api_key_var={KEY_VAR}", "--concurrency", "2", "--max-passes", "1", "--plain",
+        "--goal-timeout-sec", "240", "--agent-timeout-mult", "5",
     )  # fmt: skip
     with open(log, "ab") as fh:
         proc = subprocess.Popen(
@@ -151,6 +160,8 @@ def test_runner_finishes_and_status_never_blocks_within_the_rss_cap(hostile_run)
     r = hostile_run
     assert r["rc"] == 0, r["log"][-4000:]
     assert r["polls"] > 0
+    # (whether a poll fell inside the few seconds the FIFOs existed is luck: printed, not asserted)
+    print(f"status polls: {r['polls']}; a poll saw a planted FIFO: {r['planted_seen']}")
     print(f"runner peak RSS {r['peak_runner'] >> 20} MB; status peak RSS {r['peak_status'] >> 20} MB")
     assert r["peak_runner"] < RSS_CAP
     assert r["peak_status"] < RSS_CAP
@@ -168,6 +179,9 @@ def test_hostile_pairs_are_never_scored_from_the_forged_file(hostile_run):
             assert c.partial is None and c.reward is None
         (trial,) = c.attempts[-1].trials.values()
         tdir = Path(c.attempts[-1].job_dir) / trial.name
+        # the hostile command did run: its link and its sparse file are there
+        assert os.readlink(tdir / "agent" / "leak") == "/etc/shadow", _why(c)
+        assert (tdir / "agent" / "sparse.bin").stat().st_size == 2 << 30
         receipt = tdir / "agent" / "goal_receipt.json"
         assert receipt.is_file() and not receipt.is_symlink()  # the arm's own, replaced over the FIFO
         assert json.loads(receipt.read_text())["arm"] == arm
@@ -236,7 +250,10 @@ def test_console_shows_the_hostile_files_refused_and_leaks_nothing(hostile_run):
     assert "calc-hostile" in text
     leaked = [ln for ln in hostile_run["shadow"] if ln in text]
     assert leaked == []
-    leak = next(Path(out).rglob("leak"))
+    m = RunModel.load(out)
+    a = m.cells[("calc-hostile", "plain")].attempts[-1]
+    (trial,) = a.trials
+    leak = Path(a.job_dir) / trial / "agent" / "leak"
     from console.fileindex import LineSource
 
     src = LineSource(leak, leak.parent.parent)
