@@ -55,12 +55,12 @@ def main(argv: list[str] | None = None) -> int:
             spec = real_trees.TREES[n]
             man["trees"][n] = {
                 "about": spec.about,
+                "harbor": version("harbor"),
                 "jobs": [list(j) for j in spec.jobs],
                 "harbor_run_extra": list(spec.extra),
                 "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "empty_dirs": real_trees.empty_dirs(out),
             }
-        man["harbor"] = version("harbor")
         man["trees"] = dict(sorted(man["trees"].items()))
         real_trees.MANIFEST.write_text(json.dumps(man, indent=2) + "\n")
     for n in names:
