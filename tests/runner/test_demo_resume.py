@@ -51,7 +51,13 @@ def test_demo_killed_mid_run_is_completed_by_health_fix(out_tree, tmp_path, dock
     (exit2,) = events(out, "runner_exit")
     assert exit2["run_id"] == start2["run_id"] and start2["resumed"] is True
     assert (exit2["done"], exit2["total"]) == (20, 20), exit2
-    errored = [e for e in events(out, "job_finish") if e["status"] == "errored"]
+    finished = events(out, "job_finish")
+    # the field's failure: every restarted pair erroring for want of the key. None may.
+    assert not [e for e in finished if "credential" in str(e.get("detail"))], finished
+    # Nothing else errors either, except a subprocess or agent timeout: under load 30-50 the LoopX
+    # arms' fixed in-container command timeouts (60-300 s) can pass. Those are retried in pass 2
+    # and the machine's doing, not the restart's.
+    errored = [e for e in finished if e["status"] == "errored" and "Timeout" not in str(e.get("detail"))]
     assert errored == [], errored
     done = done_jobs(out)
     assert len(done) == 20 and all(len(j) == 1 for j in done.values()), done
