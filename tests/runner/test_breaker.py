@@ -109,6 +109,7 @@ def private_tasks(tmp_path, docker_engine):
 
 @pytest.mark.docker
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_breaker_pauses_on_a_revoked_credential_voids_and_a_fixed_resume_completes(out_tree, private_tasks):
     out = out_tree
     key = "MARATHON_BREAKER_TEST_KEY"
