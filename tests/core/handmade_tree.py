@@ -132,6 +132,7 @@ def write_receipts(out: Path, **changes: dict) -> None:
                 goal_timeout_sec=600.0,
             )
             r.extra["codex_version_in_container"] = "codex-cli 0.130.0"
+            r.prep_sec, r.budget_sec, r.budget_used_sec = 3.5 if arm == "plain" else 33.0, 600.0, 420.0
             for k, v in changes.get(f"{arm}/{task}", {}).items():
                 if isinstance(v, dict):
                     getattr(r, k).update(v)

@@ -201,7 +201,9 @@ def test_fairness_audit_is_clean_when_every_arm_ran_the_same_setup(handmade, tmp
         assert {"codex_version", "transport", "user", "workdir", "credential", "model"} <= set(
             au["compared"][arm]
         )
-        assert {"provider_base_url", "budget_sec", "codex_in_container"} <= set(au["compared"][arm])
+        assert {"provider_base_url", "budget_sec", "goal_timeout_sec", "codex_in_container"} <= set(
+            au["compared"][arm]
+        )
     assert "No undeclared difference between arms in: codex version" in render(rep, "md")
 
 
@@ -219,6 +221,10 @@ def test_fairness_audit_raises_the_alarm_when_one_trial_differs(handmade, tmp_pa
     assert (d["fact"], d["task"]) == ("provider_base_url", "t05")
     assert au["lines"] == ["arms differ in: provider base URL (plain, goal \u2260 heartbeat; task t05)"]
     assert au["arms_differing"] == ["heartbeat"]
+    # a budget that differs is an alarm too (prep_sec may differ: it is outside the budget)
+    write_receipts(out, **{"goal/t03": {"budget_sec": 540.0}})
+    lines = build_report(RunModel.load(out))["audit"]["lines"]
+    assert lines == ["arms differ in: budget_sec (plain, heartbeat \u2260 goal; task t03)"]
     assert "- **ALARM** arms differ in: provider base URL" in render(rep, "md")
     assert '<p class="alarm">ALARM arms differ in: provider base URL' in render(rep, "html")
     # the console: the alarm line and the warning mark on heartbeat's summary only
