@@ -40,6 +40,13 @@ CASES = [
         f"{COMPOSE}. Stderr: Cannot connect to the Docker daemon at unix:///x",
         None,
     ),
+    (
+        "environment_lost",
+        "ArmFailure",
+        True,
+        "trial environment lost: the container exited under the agent",
+        None,
+    ),
     ("container_gone", "RuntimeError", True, f"{DAEMON}: container 0123456789abcdef is not running", None),
     ("container_gone", "RuntimeError", True, f"{DAEMON}: No such container: 0123456789ab", None),
     ("container_gone", "RuntimeError", True, f'{COMPOSE}. Stderr: service "main" is not running', None),

@@ -1,7 +1,6 @@
 """Fixtures for the trajectory reader and the arm comparison: the recorded real trials, copied.
 
-The data under tests/data/trajectories/ comes from real runs of the five arms (see
-tests/data/record_trajectories.py); these tests need neither Docker nor a runner.
+These tests need neither Docker nor a runner (see reader_data.py for the data).
 """
 
 from __future__ import annotations
@@ -10,20 +9,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "trajectories"
-TASK = "calc-partial"
-
-
-def trial_of(root: Path, arm: str) -> Path:
-    """The one recorded trial dir of ``arm`` under an output tree ``root``."""
-    (trial,) = [p for p in (root / TASK / arm).glob("*/*/*") if (p / "agent").is_dir()]
-    return trial
+from reader_data import RECORDED
+from real_trees import restore_write_order
 
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """A private copy of the recorded output tree (tests may change it)."""
+    """A private copy of the recorded output tree (tests may change it), with harbor's order of
+    writes restored (git keeps no file times; see ``restore_write_order``)."""
     out = tmp_path / "out"
     shutil.copytree(RECORDED, out)
+    restore_write_order(out)
     return out

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import TASK, trial_of
-from support import run_async, wait_for
+from reader_data import TASK, trial_of
+from reader_support import run_async, wait_for
 
 from console.app import make_app, screen_text
 from console.screens.compare import CompareScreen

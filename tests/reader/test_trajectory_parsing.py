@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import RECORDED, trial_of
+from reader_data import RECORDED, trial_of
 
 from runner import trajectory as tj
 from runner.trajectory import ERROR, GOAL, OK, StepIndex, trajectory_facts

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from conftest import RECORDED, trial_of
+from reader_data import RECORDED, trial_of
 
 from runner import verifier_tests as vt
 from runner.verifier_tests import (

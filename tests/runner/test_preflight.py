@@ -139,14 +139,16 @@ def test_the_demo_key_is_a_declared_literal_recorded_for_a_restart(tmp_path):
     cfg = _cfg(
         tmp_path / "out",
         agent_kwargs=[f"api_key_var={DEMO_KEY_VAR}"],
-        agent_env=[f"{DEMO_KEY_VAR}={placeholder}"],
+        agent_env_literal=[f"{DEMO_KEY_VAR}={placeholder}"],
     )
     write_driver_env(cfg)
     again = resolve(tmp_path / "out", {}, resume=True, environ={})
     assert f"{DEMO_KEY_VAR}={placeholder}" in json.loads(
-        read_driver_env(tmp_path / "out")["MARATHON_AGENT_ENV"]
+        read_driver_env(tmp_path / "out")["MARATHON_AGENT_ENV_LITERAL"]
     )
     assert preflight.check_credentials(again, {}) == []  # no shell variable needed to restart it
     # any other literal for a sensitive name is still refused
-    with pytest.raises(UserError, match="by reference"):
+    with pytest.raises(UserError, match="pure reference"):
         _cfg(tmp_path / "o2", agent_env=[f"{DEMO_KEY_VAR}=sk-real-looking-value"])
+    with pytest.raises(UserError, match="placeholder"):
+        _cfg(tmp_path / "o3", agent_env_literal=[f"{DEMO_KEY_VAR}=sk-real-looking-value"])
