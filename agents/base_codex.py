@@ -192,6 +192,8 @@ class CodexAppServerAgent(BaseAgent):
             receipt.stop_reason = "error"
             if str(exc) not in receipt.errors:
                 receipt.errors.append(f"{type(exc).__name__}: {exc}")
+            if client is not None:  # stop codex first: asking the engine takes time it would fill with turns
+                client.kill()
             lost = transport.lost() if transport is not None else None
             if lost is not None:  # the sandbox failed under the agent: infrastructure, not the arm
                 receipt.errors.append(f"{ENVIRONMENT_LOST}: {lost}")
