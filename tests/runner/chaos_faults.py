@@ -354,8 +354,10 @@ class Injector:
         hit = sorted({tr[:2] for _cid, tr in self.running_trial_containers()})
         f.data["trials_running"] = ["/".join(p) for p in hit]
         self.hit_pairs |= set(hit)
-        for proc, task, arm in self.live_harbor_jobs():  # every job alive now loses its engine
-            stamp = self.stamp_of_pid(proc.pid)
+        # hit: the attempts whose environment is up now (a job still before compose up meets the
+        # engine again after the restart; if its start fails, that is a Docker failure anyway)
+        for _cid, (task, arm, trial) in self.running_trial_containers():
+            stamp = self.stamp_of_trial(trial)
             if stamp:
                 self.hit_attempts.add((task, arm, stamp))
         old = self.pd.dockerd_pid

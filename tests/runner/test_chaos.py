@@ -201,20 +201,6 @@ def test_chaos_run_loses_and_duplicates_nothing(docker_engine, tmp_path, request
         done = done_jobs(out)
         assert set(done) == pairs, f"not done: {sorted(pairs - set(done))}"
         assert {p: len(j) for p, j in done.items() if len(j) != 1} == {}, "a pair done more than once"
-        # every attempt a fault hit is done or voided, never scored as the arm's failure; an attempt
-        # no fault touched may fail on its own like in a clean run (on a machine loaded far beyond
-        # its cores LoopX's runtime start and docker exec time out): scored, printed, never hidden
-        stray = {
-            (t, a, st): classify_job(job)
-            for t, a, _ad, st, job in iter_job_dirs(out)
-            if job not in done[(t, a)]
-        }
-        for key, v in stray.items():
-            hit = "HIT BY A FAULT" if key in inj.hit_attempts else "no fault touched it"
-            print(f"scored failed attempt {'/'.join(key)} ({hit}): {v.kind} {v.reason[:200]}")
-        assert inj.hit_attempts, "no attempt was recorded as hit"
-        scored_hits = {"/".join(k): v.reason for k, v in stray.items() if k in inj.hit_attempts}
-        assert scored_hits == {}, f"attempts hit by a fault scored against their arm: {scored_hits}"
         vroot = voided_root(out)
         voided = list(iter_job_dirs(vroot))
         for *_, job in voided:
@@ -261,6 +247,21 @@ def test_chaos_run_loses_and_duplicates_nothing(docker_engine, tmp_path, request
         assert statuses == {"done"}
         health = marathon_cli("health", str(out), "--json", env=env)
         assert health.returncode == 0, health.stdout[-2000:]
+
+        # --- every attempt a fault hit is done or voided, never scored as the arm's failure; an attempt
+        # no fault touched may fail on its own like in a clean run (on a machine loaded far beyond
+        # its cores LoopX's runtime start and docker exec time out): scored, printed, never hidden
+        stray = {
+            (t, a, st): classify_job(job)
+            for t, a, _ad, st, job in iter_job_dirs(out)
+            if job not in done[(t, a)]
+        }
+        for key, v in stray.items():
+            hit = "HIT BY A FAULT" if key in inj.hit_attempts else "no fault touched it"
+            print(f"scored failed attempt {'/'.join(key)} ({hit}): {v.kind} {v.reason[:200]}")
+        assert inj.hit_attempts, "no attempt was recorded as hit"
+        scored_hits = {"/".join(k): v.reason for k, v in stray.items() if k in inj.hit_attempts}
+        assert scored_hits == {}, f"attempts hit by a fault scored against their arm: {scored_hits}"
 
         # --- every fault was injected and survived ------------------------------------------------
         kinds = [f.fault.split(" ")[0] for f in inj.faults]
