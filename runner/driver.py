@@ -647,16 +647,19 @@ class Driver:
         self.stats.errored -= 1
 
     def _score_detail(self, jdir: Path) -> str:
-        from runner.rules import build_failed, partial_score, reward_of
+        """The event's score line, from the results reader: a refused or tampered metrics file
+        says so instead of its (forgeable) figures."""
+        from runner import results
 
         for t in iter_trial_dirs(jdir):
-            r = read_json(t / "result.json") or {}
-            m = read_json(t / "verifier" / "metrics.json")
-            parts = [f"reward={reward_of(r.get('verifier_result'))}"]
-            p = partial_score(m)
-            if p is not None:
-                parts.append(f"partial={p}")
-            if build_failed(m):
+            rec = results.read_trial(t)
+            parts = [f"reward={rec.reward}"]
+            m = rec.metrics
+            if m.state in (results.TAMPERED, results.REFUSED):
+                parts.append(f"{'tampered' if m.state == results.TAMPERED else 'unreadable'}: {m.error}")
+            elif m.partial is not None:
+                parts.append(f"partial={m.partial}")
+            if m.build_failed:
                 parts.append("BUILD FAILED (scored)")
             return " ".join(parts)
         return ""

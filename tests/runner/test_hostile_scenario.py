@@ -32,7 +32,7 @@ from runner.model import RunModel
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 ARMS = "plain,ssh-goal"
-MODEL = "scripted/loopx"  # runs LoopX's guards in the goal body (ssh-goal), then the task's plan
+MODEL = "openai/scripted/loopx"  # runs LoopX's guards in the goal body (ssh-goal), then the task's plan
 KEY_VAR = "MARATHON_DEMO_MODEL_KEY"
 RSS_CAP = 300 * 1024 * 1024
 FORGED = {"partial_score": 1.0, "passed": 999, "failed": 0, "total": 999, "forged": True}
