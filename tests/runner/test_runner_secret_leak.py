@@ -81,6 +81,7 @@ def staged_real_arms():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # five real arms, two at a time, maybe a second pass: 15-30 min at load 50-70
 def test_a_canary_key_given_by_name_leaks_nowhere(out_tree, docker_engine, staged_real_arms):
     canary = _canary()
     var = f"MARATHON_CANARY_KEY_{secrets.token_hex(3).upper()}"
@@ -119,7 +120,7 @@ def test_a_canary_key_given_by_name_leaks_nowhere(out_tree, docker_engine, stage
             "--concurrency", "2", "--max-passes", "2", "--agent-timeout-mult", "3",
             "--plain", log=log, **{var: canary},
         )  # fmt: skip
-        rc = proc.wait(timeout=1800)
+        rc = proc.wait(timeout=3300)
     finally:
         for s in samplers:
             s.stop()
