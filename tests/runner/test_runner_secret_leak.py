@@ -144,7 +144,7 @@ def test_a_canary_key_given_by_name_leaks_nowhere(out_tree, docker_engine, stage
     assert (out_tree / ".runner" / "events.jsonl").is_file()
     receipts = {p.relative_to(out_tree).parts[1] for p in (out_tree / TASK).rglob("agent/goal_receipt.json")}
     assert receipts == set(DEFAULT_ARMS), receipts
-    assert cmdlines.samples > 20 and all(cmdlines.seen[k] > 0 for k in cmdlines.watch), cmdlines.seen
+    assert samplers[0].samples > 20 and all(cmdlines.seen[k] > 0 for k in cmdlines.watch), cmdlines.seen
     assert len(docker.containers) >= len(DEFAULT_ARMS), docker.containers
     assert docker.execs, "no exec instance was inspected while the arms ran"
     assert var in (out_tree / ".driver_env").read_text()  # the name is recorded, the value is not
