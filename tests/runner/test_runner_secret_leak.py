@@ -81,6 +81,7 @@ def staged_real_arms():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # five real arms, two at a time, maybe a second pass: 15-30 min at load 50-70
 def test_a_canary_key_given_by_name_leaks_nowhere(out_tree, docker_engine, staged_real_arms):
     canary = _canary()
     var = f"MARATHON_CANARY_KEY_{secrets.token_hex(3).upper()}"
@@ -119,7 +120,7 @@ def test_a_canary_key_given_by_name_leaks_nowhere(out_tree, docker_engine, stage
             "--concurrency", "2", "--max-passes", "2", "--agent-timeout-mult", "3",
             "--plain", log=log, **{var: canary},
         )  # fmt: skip
-        rc = proc.wait(timeout=1800)
+        rc = proc.wait(timeout=3300)
     finally:
         for s in samplers:
             s.stop()
@@ -143,7 +144,7 @@ def test_a_canary_key_given_by_name_leaks_nowhere(out_tree, docker_engine, stage
     assert (out_tree / ".runner" / "events.jsonl").is_file()
     receipts = {p.relative_to(out_tree).parts[1] for p in (out_tree / TASK).rglob("agent/goal_receipt.json")}
     assert receipts == set(DEFAULT_ARMS), receipts
-    assert cmdlines.samples > 20 and all(cmdlines.seen[k] > 0 for k in cmdlines.watch), cmdlines.seen
+    assert samplers[0].samples > 20 and all(cmdlines.seen[k] > 0 for k in cmdlines.watch), cmdlines.seen
     assert len(docker.containers) >= len(DEFAULT_ARMS), docker.containers
     assert docker.execs, "no exec instance was inspected while the arms ran"
     assert var in (out_tree / ".driver_env").read_text()  # the name is recorded, the value is not
