@@ -31,6 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from runner import safeio
+
 #: a step (ATIF object or app-server line) larger than this is not parsed: it shows as "too large"
 MAX_STEP_BYTES = 8 * 1024 * 1024
 #: text kept per field of a parsed step (message, reasoning, command output)
@@ -94,15 +96,18 @@ class Step:
 
 # ----------------------------------------------------------------------------------- the file
 def open_regular(path: Path | str) -> BinaryIO:
-    """Open an agent-written file for reading: a regular file only (never a FIFO or a device).
+    """Open an agent-written file of a trial (``<trial>/agent/...`` or ``<trial>/verifier/...``)
+    for reading, by the tree's one safe-open rule (``runner.safeio``): a regular file only (never
+    a FIFO or a device), never through a symlink out of the trial dir.
 
     The one place the reader opens files the agent under test could have planted; everything else
     reads through the handle it returns.
     """
-    st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise OSError(f"{Path(path).name}: not a regular file")
-    return open(path, "rb")  # noqa: SIM115 - the caller owns the handle
+    fd = safeio.open_tree_file(path, safeio.trial_root_of(path, 2), safeio.STREAM)
+    if isinstance(fd, safeio.Refused):
+        err = FileNotFoundError if fd.missing else OSError
+        raise err(f"{Path(path).name}: {fd.reason}")
+    return os.fdopen(fd, "rb")
 
 
 def kind_of(path: Path | str) -> str:
