@@ -39,7 +39,7 @@ from runner.events import EventLog, new_run_id
 from runner.lock import RunnerLock, me
 from runner.model import pair_done  # the model's reading of done: the runner never disagrees with status
 from runner.procs import DEFAULT_GRACE_SEC, ProcIdentity, Registry, alive, signal_process
-from runner.rules import is_done
+from runner.rules import engine_outage, is_done
 from runner.secrets import screen_all
 from runner.tree import compose_project, iter_trial_dirs, job_dir, jobs_dir, runner_dir
 from runner.void import Verdict, act_void, classify_job, plan_void, read_json
@@ -600,6 +600,8 @@ class Driver:
     def _breaker_observe(self, job: Job, v: Verdict) -> None:
         """Feed one failed attempt to the breaker; pause the run when it trips, and void (on an
         infrastructure trip) every attempt of the wall, including those finishing after the trip."""
+        if v.kind == "infra" and engine_outage("\n".join(v.evidence)):
+            return  # the engine was down or restarted: the gate waits for it; no streak either way
         cls, msg = failure_of(v)
         if is_outcome(cls):  # a timeout or exhausted budget is the arm's result, not a wall
             self.breaker.success()

@@ -202,6 +202,17 @@ VOIDING: tuple[VoidRule, ...] = (
 )  # fmt: skip
 
 
+def engine_outage(text: str) -> bool:
+    """Does a failure's text say the Docker engine did not answer, or went away under the trial?
+
+    Such a failure is voided (a row of ``VOIDING``) and it is the network gate's business, not the
+    circuit breaker's: while the engine does not answer the gate starts nothing (``gate_error``) and
+    waits for it, so an engine restart never becomes a wall that pauses the run.
+    """
+    low = text.lower()
+    return ENVIRONMENT_LOST in low or any(w in low for w in ENGINE_WORDS)
+
+
 def voiding_rule(facts: TrialFacts) -> VoidRule:
     """The row of ``VOIDING`` that decides this trial: void (infrastructure) or scored (the arm's)."""
     return next(r for r in VOIDING if r.applies(facts))

@@ -116,3 +116,14 @@ def test_daemon_words_alone_never_void_an_arm_that_started():
         ).verdict
         == rules.VOID
     )
+
+
+def test_an_engine_outage_is_the_gates_business_not_the_breakers():
+    """A dockerd restart fails every attempt that starts while it is down with the same words; the
+    runner's gate waits for the engine, so those voided attempts must not pause the run."""
+    assert rules.engine_outage(
+        f"{COMPOSE}. Stdout: Cannot connect to the Docker daemon at unix:///x. Is the docker daemon running?"
+    )
+    assert rules.engine_outage("ArmFailure: trial environment lost: container 0123456789ab exited")
+    assert not rules.engine_outage(f"{COMPOSE}. Stderr: {DAEMON}: pull access denied for img")
+    assert not rules.engine_outage("401 invalid_api_key")
