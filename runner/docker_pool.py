@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from runner.dockerapi import COMPOSE_PROJECT, call_engine, connect, list_networks
 from runner.errors import UserError
-from runner.tree import compose_project, iter_job_dirs, iter_trial_dirs
+from runner.tree import compose_project, iter_job_dirs, iter_trial_dirs, voided_root
 
 if TYPE_CHECKING:
     import docker
@@ -113,10 +113,12 @@ def our_projects(
     trials: Iterable[str] | None = None,
 ) -> set[str]:
     """The compose projects of the trials of an output tree (optionally one task, arm, trial, or
-    set of trial dir names)."""
+    set of trial dir names), its voided attempts included: a trial voided while the engine was down
+    keeps its containers until someone removes them, and they are still this tree's."""
     wanted = None if trials is None else set(trials)
     projects: set[str] = set()
-    for t, a, _arm_dir, _stamp, job in iter_job_dirs(Path(out)):
+    jobs = [*iter_job_dirs(Path(out)), *iter_job_dirs(voided_root(Path(out)))]
+    for t, a, _arm_dir, _stamp, job in jobs:
         if task is not None and t != task:
             continue
         if arm is not None and a != arm:

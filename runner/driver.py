@@ -244,6 +244,7 @@ class Driver:
         self.preflight_notes: list = []
         self.breaker = Breaker(cfg.breaker_k)
         self._failed: dict[str, tuple[Job, Verdict]] = {}  # stamp -> a failed attempt the breaker may void
+        self._cleanup_pending: set[str] = set()  # trials whose leftovers could not be removed yet
 
     # --- setup ---------------------------------------------------------------------------------
 
@@ -500,6 +501,7 @@ class Driver:
             self._gate_wait_start(now)
             self.log.emit("gate_error", error=f"{type(exc).__name__}: {exc}")
             return False
+        self._retry_cleanups()  # the engine answers again
         if v.ok:
             if self._gate_waiting_since is not None:
                 self.log.emit(
@@ -678,6 +680,13 @@ class Driver:
         self.log.emit("void", task=job.task, arm=job.arm.name, stamp=job.stamp, reason=v.reason, dest=str(dest),
                       evidence=v.evidence[:6])  # fmt: skip
 
+    def _retry_cleanups(self) -> None:
+        """Remove what an engine outage kept the void-time cleanup from removing. The trials may
+        have been voided meanwhile: their projects stay ours (``runner.docker_pool.our_projects``
+        reads the voided attempts too)."""
+        if self._cleanup_pending:
+            self._cleanup(set(self._cleanup_pending))
+
     def _cleanup(self, trials: set[str]) -> None:
         """Remove this run's leftover containers/networks of the given trials (plan, then act).
         A failure here is reported as an event and never stops the runner."""
@@ -692,8 +701,10 @@ class Driver:
             self.log.emit("cleanup_plan", plan=plan.render())
             report = act_cleanup(plan)
         except Exception as exc:  # noqa: BLE001 - Docker down, a safety-module change: report, go on
-            self.log.emit("cleanup_error", error=f"{type(exc).__name__}: {exc}")
+            self._cleanup_pending |= trials  # tried again once the engine answers, and at exit
+            self.log.emit("cleanup_error", error=f"{type(exc).__name__}: {exc}", trials=sorted(trials))
             return
+        self._cleanup_pending -= trials
         self.log.emit(
             "cleanup",
             containers=len(report.removed_containers),
@@ -739,6 +750,7 @@ class Driver:
                     )
                     with contextlib.suppress(Exception):
                         claimsmod.release(self.out, job.claim)
+        self._retry_cleanups()
         done = sum(1 for p in all_pairs if pair_done(self.out, *p))
         self.log.emit(
             "runner_exit",
