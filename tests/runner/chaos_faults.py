@@ -192,13 +192,16 @@ class Injector:
         return sorted(found)
 
     def agent_running(self, trial: tuple[str, str, str]) -> bool:
-        """The trial's agent has started (harbor's agent dir exists): a kill hits the agent, not setup."""
+        """The trial's agent has started (harbor's agent dir exists) and its verifier has not scored
+        it yet: a kill hits the agent (or the verifier), not setup or the wind-down."""
         for task, arm, _ad, _stamp, job in iter_job_dirs(self.out):
             if (task, arm) != trial[:2]:
                 continue
             for t in iter_trial_dirs(job):
-                if t.name == trial[2] and (t / "agent").is_dir() and not (t / "result.json").exists():
-                    return True
+                if t.name != trial[2] or not (t / "agent").is_dir() or (t / "result.json").exists():
+                    continue
+                # not yet scored: once the verifier wrote its reward a kill changes nothing
+                return not any((t / "verifier" / n).exists() for n in ("reward.txt", "reward.json"))
         return False
 
     def live_harbor_jobs(self) -> list[tuple[Proc, str, str]]:
@@ -252,6 +255,7 @@ class Injector:
         stamp = self.stamp_of_trial(trial)
         if stamp:
             self.hit_attempts.add((task, arm, stamp))
+        f.data["killed_at"] = time.time()
         r = self.pd.docker("kill", cid, check=False)
         f.data["kill_rc"] = r.returncode
         f.data["container"] = cid

@@ -211,7 +211,18 @@ def test_chaos_run_loses_and_duplicates_nothing(docker_engine, tmp_path, request
         killed = [f for f in inj.faults if f.fault.startswith("docker kill")]
         assert len(killed) == 2
         for f in killed:
-            assert f.trial in voided_trials and f.trial not in in_tree, f"killed trial {f.trial} not voided"
+            if f.trial in voided_trials:
+                assert f.trial not in in_tree, f"killed trial {f.trial} both voided and in the tree"
+                continue
+            # between the pick and the kill the verifier may have scored the trial: then it is done
+            # and its reward was written before the kill (harbor tears the container down anyway)
+            (trial_dir,) = [
+                t for *_, job in iter_job_dirs(out) for t in iter_trial_dirs(job) if t.name == f.trial
+            ]
+            reward = trial_dir / "verifier" / "reward.txt"
+            assert reward.is_file() and reward.stat().st_mtime <= f.data["killed_at"], (
+                f"killed trial {f.trial} neither voided nor scored before the kill"
+            )
 
         # --- nothing of the run left; nothing foreign touched -------------------------------------
         client = pd.client
