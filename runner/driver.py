@@ -568,6 +568,10 @@ class Driver:
         stats = res.get("stats") if res else None
         elapsed = round(time.monotonic() - job.started, 1)
         retry: str | None = None
+        if not stopping:
+            # harbor takes its environment down itself, unless the engine was away at that moment:
+            # what it left is removed now (or once the engine answers again)
+            self._cleanup(trials={t.name for t in iter_trial_dirs(jdir)})
         if is_done(stats):
             self.stats.done += 1
             detail = self._score_detail(jdir)
