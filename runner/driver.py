@@ -606,7 +606,7 @@ class Driver:
     def _breaker_observe(self, job: Job, v: Verdict) -> None:
         """Feed one failed attempt to the breaker; pause the run when it trips, and void (on an
         infrastructure trip) every attempt of the wall, including those finishing after the trip."""
-        if v.kind == "infra" and engine_outage("\n".join(v.evidence)):
+        if v.kind == "infra" and (engine_outage("\n".join(v.evidence)) or not self._engine_answers()):
             return  # the engine was down or restarted: the gate waits for it; no streak either way
         cls, msg = failure_of(v)
         if is_outcome(cls):  # a timeout or exhausted budget is the arm's result, not a wall
@@ -623,6 +623,19 @@ class Driver:
             self._pause(trip)
         elif before is not None and att in before.attempts and before.scope == SCOPE_INFRA:
             self._breaker_void(before, att)
+
+    def _engine_answers(self) -> bool:
+        """Does the Docker engine answer right now? An infrastructure failure while it does not is an
+        outage (the gate waits it out), never evidence of a wall that should pause the run."""
+        if self.cfg.env != "docker":
+            return True
+        from runner.dockerapi import connect
+
+        try:
+            connect(timeout=10).close()
+        except Exception:  # noqa: BLE001 - Unavailable or any engine error: it does not answer
+            return False
+        return True
 
     def _pause(self, trip: Trip) -> None:
         if trip.scope == SCOPE_INFRA:

@@ -144,7 +144,13 @@ POOL_WORDS = (
     "all predefined address pools have been fully subnetted",
     "could not find an available, non-overlapping ipv4 address pool",
 )
-ENGINE_WORDS = ("cannot connect to the docker daemon", "is the docker daemon running")
+#: what docker, compose and harbor ("Docker daemon is not running. Please start Docker") say when
+#: the engine does not answer
+ENGINE_WORDS = (
+    "cannot connect to the docker daemon",
+    "is the docker daemon running",
+    "docker daemon is not running",
+)
 #: what the codex arms say when the trial's container stopped or its engine went away under the
 #: agent (agents.transport.EnvironmentLost): the agent's failure is then the sandbox's, not the arm's
 ENVIRONMENT_LOST = "trial environment lost"

@@ -125,5 +125,8 @@ def test_an_engine_outage_is_the_gates_business_not_the_breakers():
         f"{COMPOSE}. Stdout: Cannot connect to the Docker daemon at unix:///x. Is the docker daemon running?"
     )
     assert rules.engine_outage("ArmFailure: trial environment lost: container 0123456789ab exited")
+    assert rules.engine_outage(
+        "harbor output: Docker daemon is not running. Please start Docker and try again."
+    )
     assert not rules.engine_outage(f"{COMPOSE}. Stderr: {DAEMON}: pull access denied for img")
     assert not rules.engine_outage("401 invalid_api_key")
