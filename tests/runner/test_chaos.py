@@ -64,7 +64,7 @@ def make_foreign(pd, tag: str) -> dict:
     n2 = pd.docker("network", "create", f"two-stage__{tag}__env_default").stdout.strip()
     ids["networks"] += [n1, n2]
     c = pd.docker(
-        "run", "-d", "--network", n1, "--label", f"com.docker.compose.project={near}",
+        "run", "-d", "--restart", "unless-stopped", "--network", n1, "--label", f"com.docker.compose.project={near}",
         "--label", "com.docker.compose.service=main", "--label", f"{FOREIGN_LABEL}=lookalike",
         "marathon-base:bookworm", "sleep", "infinity",
     ).stdout.strip()  # fmt: skip
@@ -231,6 +231,7 @@ def test_chaos_run_loses_and_duplicates_nothing(docker_engine, tmp_path, request
         networks = {n["Id"] for n in client.api.networks() if n["Name"] not in ("host", "none")}
         assert containers == set(foreign["containers"]), "containers left besides the foreign ones"
         assert networks == set(foreign["networks"]), "networks left besides the foreign ones"
+        # running again after the engine restart (unless-stopped): nobody stopped or removed it
         assert client.api.inspect_container(foreign["containers"][0])["State"]["Running"]
         fp: subprocess.Popen = foreign["process"]
         assert fp.poll() is None, "the foreign look-alike process was signalled"
