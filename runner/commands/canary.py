@@ -69,8 +69,8 @@ def check_arms(out: Path, task: str, arms: list[str], goal_sec: int) -> list[dic
 
 def run(args: argparse.Namespace) -> int:
     from runner.errors import UserError
-    from runner.schedule.config import resolve
-    from runner.schedule.driver import Driver, list_tasks
+    from runner.schedule.config import list_tasks, resolve
+    from runner.schedule.driver import Driver
     from runner.schedule.progress import Progress
 
     tasks_dir = (

@@ -72,7 +72,6 @@ def _prepare_real_arms(arms: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from runner.cli import main as marathon
-    from runner.errors import UserError
     from runner.schedule.config import resolve, write_driver_env
     from runner.schedule.driver import Driver
     from runner.schedule.progress import Progress
@@ -97,14 +96,11 @@ def run(args: argparse.Namespace) -> int:
 
         require(cfg, retry=RETRY_DEMO)  # before anything is written
         write_driver_env(cfg)
-        # Through the console's launcher: the runner ends up in its own session, adopted by init, never
-        # a child of the process that then runs the console.
-        from console.starter import plan_start, start_detached
+        # The runner ends up in its own session, adopted by init, never a child of the process that
+        # then runs the console.
+        from runner.schedule.start import act_start, plan_start
 
-        argv, why = plan_start(cfg.out, retry=RETRY_DEMO)
-        if argv is None:
-            raise UserError(why)
-        pid = start_detached(argv, cfg.out)
+        pid = act_start(plan_start(cfg.out, retry=RETRY_DEMO))
         print(f"runner started in the background: PID {pid}; opening the console (q quits, the run goes on)")
         from console.app import run_console  # textual only here
 

@@ -16,7 +16,7 @@ DESCRIPTION = (
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from runner.commands.run import DEFAULT_OUT
+    from runner.results.tree import DEFAULT_OUT
 
     p.add_argument(
         "out", nargs="?", default=None, help=f"output tree [$MARATHON_OUT; default ./{DEFAULT_OUT}]"
@@ -26,7 +26,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runner.commands.run import default_out
+    from runner.results.tree import default_out
     from runner.schedule.health import check, fix
 
     out = Path(args.out or default_out())

@@ -97,8 +97,9 @@ def flags_of(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from runner.schedule.config import resolve, with_changes, write_driver_env
-    from runner.schedule.driver import Driver, start_detached
+    from runner.schedule.driver import Driver
     from runner.schedule.progress import Progress
+    from runner.schedule.start import start_detached
 
     out = Path(args.out or default_out())
     cfg = resolve(out, flags_of(args), resume=args.resume)

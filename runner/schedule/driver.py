@@ -43,7 +43,14 @@ from runner.results.rules import engine_outage, is_done
 from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir, runner_dir
 from runner.schedule import claims as claimsmod
 from runner.schedule.breaker import EXIT_PAUSED, SCOPE_INFRA, Attempt, Breaker, Trip, is_outcome, signature
-from runner.schedule.config import ArmSpec, RunConfig, as_dict, write_driver_env
+from runner.schedule.config import (
+    ArmSpec,
+    RunConfig,
+    as_dict,
+    list_tasks,
+    project_pythonpath,
+    write_driver_env,
+)
 from runner.schedule.lock import RunnerLock, me
 from runner.secrets import screen_all
 
@@ -52,7 +59,6 @@ BUILD_OVERLAY = "compose-build-network-host.yaml"
 #: compose overlay: build ``main`` on the host network. BuildKit's cache key includes the network
 #: mode (proxy build args are exempt), so prebuild and harbor's own build must both use it.
 BUILD_OVERLAY_TEXT = "services:\n  main:\n    build:\n      network: host\n"
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ROLE_HARBOR = "harbor"
 
 
@@ -75,13 +81,6 @@ def new_stamp(arm_dir: Path) -> str:
         n += 1
         stamp = f"{base}-{n}"
     return stamp
-
-
-def list_tasks(tasks_dir: Path) -> list[str]:
-    try:
-        return sorted(p.name for p in tasks_dir.iterdir() if (p / "task.toml").is_file())
-    except OSError:
-        return []
 
 
 def builds_from_dockerfile(task_dir: Path) -> bool:
@@ -255,8 +254,7 @@ class Driver:
         env = dict(os.environ)
         env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no start-up fetch of the cost map
         env.setdefault("HARBOR_TELEMETRY", "0")  # harbor 0.25.0 posts to PostHog at exit otherwise
-        paths = [str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        env["PYTHONPATH"] = project_pythonpath(env)
         return env
 
     def tasks(self) -> list[str]:
@@ -800,44 +798,3 @@ def failure_of(v: Verdict) -> tuple[str, str]:
     if etype:
         return etype, (msg.strip().splitlines() or [""])[0][:300]
     return v.kind, v.reason.splitlines()[0][:300] if v.reason else ""
-
-
-# --- detached start (used by `run --detach`, `health --fix` and the console) -----------------------
-
-RUNNER_LOG = "runner.log"
-
-
-def start_detached(out: Path, *, wait_sec: float = 15.0) -> int:
-    """Start ``marathon run OUT --resume`` in its own session (survives the terminal and ssh hanging
-    up), stdin from /dev/null, output appended to ``<out>/.runner/runner.log``. The configuration
-    comes from ``<out>/.driver_env``. Returns the runner's PID once it holds the lock."""
-    from runner.schedule.lock import lock_holder
-
-    out = Path(out).resolve()
-    held = lock_holder(out)
-    if held is not None:
-        from runner.errors import Busy
-
-        raise Busy(f"{out} already has a runner: {held.describe()}")
-    log = runner_dir(out) / RUNNER_LOG
-    log.parent.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "runner.cli", "run", str(out), "--resume", "--plain"]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        dict.fromkeys([str(PROJECT_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
-    )
-    with open(log, "ab") as fh:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd=str(PROJECT_ROOT), env=env, close_fds=True,
-        )  # fmt: skip
-    deadline = time.monotonic() + wait_sec
-    while time.monotonic() < deadline:
-        h = lock_holder(out)
-        if h is not None and h.pid == proc.pid:
-            return proc.pid
-        if proc.poll() is not None:
-            tail = log.read_text(errors="replace").splitlines()[-5:]
-            raise UserError(f"the runner exited at once (code {proc.returncode}): {' | '.join(tail)}")
-        time.sleep(0.1)
-    return proc.pid

@@ -118,7 +118,7 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
 
     tasks = list(cfg.tasks) if cfg and cfg.tasks else []
     if cfg and not tasks and cfg.tasks_dir:
-        from runner.schedule.driver import list_tasks
+        from runner.schedule.config import list_tasks
 
         tasks = list_tasks(cfg.tasks_dir)
     arms = [s.name for s in cfg.arm_specs()] if cfg else []
@@ -252,7 +252,7 @@ def fix(out: Path) -> HealthReport:
             dest = act_void(plan_void(out, Path(f.data["job"]), f.data["reason"], f.data["evidence"]))
             rep.fixes.append(f"voided {f.what.split(':')[0]} -> {dest}")
     if any(f.kind == "runner_dead" for f in rep.findings):
-        from runner.schedule.driver import start_detached
+        from runner.schedule.start import start_detached
 
         pid = start_detached(out)
         rep.fixes.append(f"restarted the runner from {driver_env_path(out)}: PID {pid}")

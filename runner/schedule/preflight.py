@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from runner.errors import EXIT_USAGE, UserError
-from runner.schedule.config import RunConfig, missing_env_refs
+from runner.schedule.config import RunConfig, list_tasks, missing_env_refs, project_pythonpath
 
 #: where every codex arm's credential comes from unless ``--ak api_key_var=NAME`` says otherwise
 DEFAULT_KEY_VAR = "OPENAI_API_KEY"  # agents.base_codex.DEFAULT_KEY_VAR (not imported: harbor is heavy)
@@ -95,7 +95,6 @@ def _codex_arms(cfg: RunConfig) -> list[str]:
 
 def check_tasks(cfg: RunConfig) -> tuple[list[Problem], list[str]]:
     """The tasks dir and the selected tasks; returns (problems, the tasks that will run)."""
-    from runner.schedule.driver import list_tasks
 
     td = cfg.tasks_dir
     if td is None or not td.is_dir():
@@ -171,21 +170,13 @@ print(json.dumps(res))
 """
 
 
-def job_pythonpath(env: Mapping[str, str]) -> str:
-    """The PYTHONPATH harbor's job processes get (``runner.schedule.driver``): the project first."""
-    from runner.schedule.driver import PROJECT_ROOT
-
-    paths = [str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return os.pathsep.join(dict.fromkeys(paths))
-
-
 def check_arms(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
     """Every arm's agent imports, in a child interpreter with the harbor job's PYTHONPATH (a
     missing module found here costs seconds; found by harbor, it costs one errored trial per pair)."""
     refs = {s.name: s.agent for s in cfg.arm_specs() if not s.builtin}
     if not refs:
         return []
-    child_env = dict(env) | {"PYTHONPATH": job_pythonpath(env)}
+    child_env = dict(env) | {"PYTHONPATH": project_pythonpath(env)}
     try:
         proc = subprocess.run(
             [sys.executable, "-c", _IMPORT_PROBE, json.dumps(sorted(set(refs.values())))],

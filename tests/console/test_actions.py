@@ -67,7 +67,7 @@ def test_start_offer_and_graceful_stop(docker_engine, fresh_out):
         app = _app(out)
         async with app.run_test(size=SIZE) as pilot:
             plan = await _confirm(pilot, app, "start offer")
-            assert "--resume" in plan and "--detach" in plan
+            assert "--resume" in plan and "detached" in plan
             text = await _outcome(pilot, app)
             assert "runner started" in text, text
             pid = runner_pid(out)
