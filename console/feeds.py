@@ -156,10 +156,6 @@ def read_pool(out: Path, projects: set[str] | None = None) -> tuple[Any, str | N
         return None, str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
 
 
-def now() -> float:
-    return time.time()
-
-
 # -- the results tree ------------------------------------------------------------------------------
 @dataclass
 class TreePayload:
@@ -232,10 +228,6 @@ class TreeFeed:
         if not changed:
             return None
         return self._payload(changed)
-
-    def set_scope(self, scope: str) -> TreePayload:
-        self.scope = scope
-        return self._payload(None)
 
     def watch_roots(self) -> list[Path]:
         """The out dir, plus its voided root once it exists (voided trials show in drill-down)."""

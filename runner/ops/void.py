@@ -21,7 +21,7 @@ from pathlib import Path
 from modes import safeio
 from runner.results import rules
 from runner.results.events import utc_now
-from runner.results.tree import VOID_README, iter_trial_dirs, voided_root
+from runner.results.tree import VOID_README, iter_trial_dirs, voided_root, voided_trial_dir
 
 VOID_JSON = "void.json"
 
@@ -190,10 +190,10 @@ def plan_void(out: Path, trial_or_job: Path, reason: str, evidence: list[str] | 
         whole = siblings == [trial]
     else:
         whole = True
-    src = out / task / arm_dir / stamp if whole else p
-    dest = voided_root(out) / task / arm_dir / stamp
-    if not whole:
-        dest = dest / rel[3] / trial
+    if whole:
+        src, dest = out / task / arm_dir / stamp, voided_root(out) / task / arm_dir / stamp
+    else:
+        src, dest = p, voided_trial_dir(out, task, arm_dir, stamp, rel[3], trial)
     if dest.exists():
         dest = dest.with_name(dest.name + f"-{os.getpid()}")
     return VoidPlan(str(out), str(src), str(dest), task, arm_dir, stamp, trial, reason, list(evidence or []))
@@ -225,8 +225,3 @@ def act_void(plan: VoidPlan, *, run_id: str | None = None) -> Path:
     ]
     (dest / VOID_README).write_text("\n".join(lines))
     return dest
-
-
-def void_trial(out: Path, trial_or_job: Path, reason: str, evidence: list[str] | None = None, **kw) -> Path:
-    """Plan and act in one call (the console's "void and rerun" and the runner use this)."""
-    return act_void(plan_void(out, trial_or_job, reason, evidence), **kw)

@@ -27,7 +27,7 @@ Public API (stable; other areas build on it):
     Attempt: task, arm, arm_dir, stamp, job_dir, job, trials, voided_trials, status, voided, reason,
           run_id, and the attempt's own reward/partial/pass_rate/... (``Attempt.figures``)
 
-Rules applied here (each from the issue, none re-implemented from runner.results.rules):
+Rules applied here (none re-implemented from runner.results.rules):
 - a pair is scored by its latest done attempt; a newer running/errored attempt never replaces it
   (``Cell.newer`` says it exists);
 - a done attempt whose metrics are not a score yet (``phase: initialized``) does not score: the

@@ -72,10 +72,6 @@ def arm_of_dir(dirname: str) -> str:
     return m.group("arm") if m else dirname
 
 
-def is_hidden(name: str) -> bool:
-    return name.startswith(".")
-
-
 def default_out() -> Path:
     """``$MARATHON_OUT`` or ``./marathon-out`` (as `marathon run`)."""
     return Path(os.environ.get("MARATHON_OUT") or DEFAULT_OUT)

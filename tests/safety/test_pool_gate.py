@@ -22,7 +22,6 @@ from runner.errors import UserError
 from runner.ops.docker_pool import (
     BUILTIN_LOCAL_POOLS,
     host_routes,
-    may_start,
     our_projects,
     pool_status,
     reclaim_empty_ours,
@@ -84,7 +83,7 @@ def test_fill_until_daemon_refuses(private_dockerd, tmp_path, uid):
         refusal = ""
         expected_ours, expected_foreign = [], []
         for i in range(status.capacity + 2):
-            v = may_start(1, out=out, client=client, margin=margin, routes=host_routes(pd.pid))
+            v = verdict(pool_status(out, client=client, routes=host_routes(pd.pid)), 1, margin=margin)
             if not v.ok and gate_stopped_at is None:
                 gate_stopped_at = len(created)
             project = ours[(i // 2) % 2] if i % 2 == 0 else foreign
