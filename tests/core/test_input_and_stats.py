@@ -21,7 +21,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def test_runner_imports_without_textual_in_a_fresh_interpreter():
     code = (
-        "import sys, runner, runner.results.model, runner.results.report, runner.results, runner.results.stats, runner.cli;"
+        "import sys, runner, runner.results.model, runner.results.report, runner.results.records, runner.results.stats, runner.cli;"
         "import runner.commands.status, runner.commands.report;"
         "runner.cli.build_parser();"
         "print('textual' in sys.modules)"
