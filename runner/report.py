@@ -349,8 +349,17 @@ def _cell_text(c: dict[str, Any] | None) -> str:
     return f"{_f(c['reward'], 2)} / {_f(c['partial'], 2)} / {_f(c['pass_rate'], 2)}{mark}"
 
 
-def render_json(rep: dict[str, Any]) -> str:
-    return json.dumps(rep, indent=2, ensure_ascii=False) + "\n"
+def render_json(rep: dict[str, Any], pretty: bool = False) -> str:
+    """One line for scripts (the indenting encoder was the largest part of a 10,000-trial report);
+    ``pretty`` indents for a human."""
+    return dump_json(rep, pretty) + "\n"
+
+
+def dump_json(d: Any, pretty: bool = False) -> str:
+    """The JSON of ``status --json`` and ``report --format json``: compact, or indented with ``pretty``."""
+    if pretty:
+        return json.dumps(d, indent=2, ensure_ascii=False)
+    return json.dumps(d, ensure_ascii=False, separators=(",", ":"))
 
 
 #: cell statuses of a pair whose file broke a safe-open rule or was changed after its verifier
@@ -562,5 +571,7 @@ def render_html(rep: dict[str, Any]) -> str:
 RENDERERS = {"md": render_md, "json": render_json, "csv": render_csv, "html": render_html}
 
 
-def render(rep: dict[str, Any], fmt: str) -> str:
+def render(rep: dict[str, Any], fmt: str, pretty: bool = False) -> str:
+    if fmt == "json":
+        return render_json(rep, pretty)
     return RENDERERS[fmt](rep)
