@@ -53,6 +53,18 @@ def make_source(dst: Path) -> Path:
     return out
 
 
+def recorded_source(dst: Path) -> Path:
+    """The real harbor trees recorded in tests/data/trees (oracle, nop and the test agents: errored
+    trials, a receipt), copied with harbor's order of writes restored; no Docker needed."""
+    sys.path.insert(0, str(REPO))
+    from tests.real_trees import copy_recorded, manifest
+
+    out = dst / "source"
+    for name in manifest()["trees"]:
+        copy_recorded(name, out)
+    return out
+
+
 def source_trials(src: Path) -> list[tuple[Path, Path]]:
     """(job dir, trial dir) of every finished trial in a real tree."""
     found = []
@@ -70,18 +82,24 @@ def build(src: Path, out: Path, n: int) -> int:
     trials = source_trials(src)
     arms = ["plain", "goal", "ssh-goal", "codex-cli", "heartbeat"]
     n_tasks = 50
-    per = max(1, n // (n_tasks * len(arms)))
     made = 0
-    for s in range(per):
+    s = 0
+    while made < n:
         stamp = f"20261129T{s // 60:02d}{s % 60:02d}00Z"
         for t in range(n_tasks):
             for arm in arms:
+                if made == n:
+                    return made
                 job_src, trial_src = trials[made % len(trials)]
                 job = out / f"task-{t:02d}" / arm / stamp / arm
                 job.mkdir(parents=True)
                 shutil.copy2(job_src / "result.json", job / "result.json")
                 shutil.copytree(trial_src, job / trial_src.name, symlinks=True)
+                # harbor writes a trial's result.json last; so must the copy, or on a slow machine the
+                # verifier files' ctimes come out later than result.json's and read as tampered
+                shutil.copy2(trial_src / "result.json", job / trial_src.name / "result.json")
                 made += 1
+        s += 1
     return made
 
 
@@ -116,8 +134,9 @@ def timed(fn, repeat: int) -> tuple[list[float], list[float]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--source", type=Path, help="a real output tree to replicate (default: make one)")
-    ap.add_argument("--trials", type=int, default=10_000)
+    ap.add_argument("--source", type=Path, help="a real output tree to replicate (default: the recorded trees)")
+    ap.add_argument("--fresh", action="store_true", help="make the source with harbor now (needs Docker)")
+    ap.add_argument("--trials", type=int, default=10_050)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", type=Path, help="build the tree here and keep it")
     args = ap.parse_args()
@@ -126,7 +145,7 @@ def main() -> int:
     try:
         out = args.keep or tmp / "out"
         if not (out.exists() and any(out.iterdir())):
-            src = args.source or make_source(tmp)
+            src = args.source or (make_source(tmp) if args.fresh else recorded_source(tmp))
             t = time.perf_counter()
             made = build(src, out, args.trials)
             print(

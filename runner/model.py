@@ -474,12 +474,16 @@ class RunModel:
         self._prev: RunModel | None = None  # during refresh(): the model whose last good values to keep
         self._dirty: set[AttemptKey] = set()  # attempts (re)read since the last rebuild
         self._filled: set[Key] = set()  # pending cells the last matrix fill added
+        self.use_index = False  # RunModel.load turns it on: scans go through the scan index
 
     # ---------------------------------------------------------------- public
 
     @classmethod
-    def load(cls, out: Path | str) -> RunModel:
+    def load(cls, out: Path | str, index: bool = True) -> RunModel:
+        """Scan the tree; ``index``: through the tree's scan index (``runner.index``), a cache that
+        never changes a figure (off: read every file, keep no index)."""
         m = cls(out)
+        m.use_index = index
         # Tens of thousands of small records and no cycles among them: the cyclic GC would only
         # re-walk them again and again during the scan.
         was = gc.isenabled()
@@ -554,6 +558,7 @@ class RunModel:
         """Re-scan the whole tree; the cells that changed."""
         before = self.cells
         fresh = RunModel(self.out)
+        fresh.use_index = self.use_index
         fresh._prev = self  # keep last good values of files that are unreadable now
         fresh._scan_all()
         self.__dict__.update({k: v for k, v in fresh.__dict__.items() if k != "_prev"})
@@ -603,7 +608,12 @@ class RunModel:
                 adir = f"{self._out_s}/{task}/{arm_dir}"
                 if not self._arm_excluded(task, arm_dir, adir):
                     todo.extend((task, arm_dir, stamp) for stamp in tree.list_dirs(adir))
-        for key, got in zip(todo, _read_stamps(self._out_s, todo), strict=True):
+        index = None
+        if self.use_index and self._owner is not None:
+            from runner.index import ScanIndex
+
+            index = ScanIndex.open(self._out_s)
+        for key, got in zip(todo, _read_stamps(self._out_s, todo, index), strict=True):
             self._scan_stamp(*key, pre=got)
         self._scan_voided()
         self._assign_runs()
@@ -1044,9 +1054,24 @@ def _read_stamp(sdir: str, arm_dir: str) -> _Stamp | None:
     return None
 
 
-def _read_stamps(out: str, todo: list[tuple[str, str, str]]) -> list[_Stamp | None]:
-    """``_read_stamp`` for many attempts. One thread: reader threads were measured slower (GIL)."""
-    return [_read_stamp(f"{out}/{t}/{a}/{s}", a) for t, a, s in todo]
+def _read_stamps(out: str, todo: list[tuple[str, str, str]], index: Any = None) -> list[_Stamp | None]:
+    """``_read_stamp`` for many attempts, through the scan index (``runner.index``) when given.
+
+    One thread: reader threads were measured slower (GIL).
+    """
+    if index is None:
+        return [_read_stamp(f"{out}/{t}/{a}/{s}", a) for t, a, s in todo]
+    got: list[_Stamp | None] = []
+    for key in todo:
+        sdir = f"{out}/{key[0]}/{key[1]}/{key[2]}"
+        hit = index.get(key, sdir)
+        if hit is None:
+            hit = _read_stamp(sdir, key[1])
+            if hit is not None:
+                index.put(key, sdir, hit)
+        got.append(hit)
+    index.save(scanned_all=True)
+    return got
 
 
 def pair_done(out: Path | str, task: str, arm: str) -> bool:
@@ -1095,6 +1120,7 @@ def open_tree(out: Path | str) -> RunModel:
             names = [e.name for e in it]
     except OSError as exc:
         raise UserError(f"{p}: cannot read it ({exc.strerror or exc})") from None
+    names = [n for n in names if n != tree.INDEX_DIR]  # the scan index alone is no result
     if not names and not tree.voided_root(p).is_dir():
         raise UserError(f"{p}: empty directory: no results yet (start a run with `marathon run {p}`)")
     if "result.json" in names or "config.json" in names:
