@@ -134,7 +134,9 @@ def timed(fn, repeat: int) -> tuple[list[float], list[float]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--source", type=Path, help="a real output tree to replicate (default: the recorded trees)")
+    ap.add_argument(
+        "--source", type=Path, help="a real output tree to replicate (default: the recorded trees)"
+    )
     ap.add_argument("--fresh", action="store_true", help="make the source with harbor now (needs Docker)")
     ap.add_argument("--trials", type=int, default=10_050)
     ap.add_argument("--repeat", type=int, default=3)
