@@ -34,8 +34,9 @@ import stat
 from collections.abc import Iterable
 from typing import Any
 
-from runner import results, tree
-from runner.results import JobRecord, Metrics, Receipt, TrialRecord
+from runner.results import records as results
+from runner.results import tree
+from runner.results.records import JobRecord, Metrics, Receipt, TrialRecord
 
 #: a file changed less than this before the scan started (by the file system's clock) is not stored
 RACY_NS = 2_000_000_000
@@ -50,7 +51,8 @@ AttemptKey = tuple[str, str, str]
 
 def fingerprint() -> str:
     """What the entries depend on besides the files: the source of the modules that read them."""
-    from runner import model, rules, safeio
+    from modes import safeio
+    from runner.results import model, rules
 
     h = hashlib.sha256(b"marathon-index-1")
     for mod in (results, rules, safeio, tree, model):

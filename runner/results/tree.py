@@ -5,7 +5,7 @@
     <out>/.claims/<task>__<arm>.claim                   in-progress claim
     <out>/.driver_env                                   the runner's effective configuration
     <out>/.runner/                                      lock, PID registry, events.jsonl
-    <out>/.marathon/index.sqlite                        the scan index (a cache: runner.index)
+    <out>/.marathon/index.sqlite                        the scan index (a cache: runner.results.index)
     <out>/../marathon-voided/<out-name>/...             voided trials, moved (never deleted), with README
 
 Everything that names a path or derives a name from one is here, so that no reader scans the
@@ -80,20 +80,6 @@ def arm_of_dir(dirname: str) -> str:
 
 def is_hidden(name: str) -> bool:
     return name.startswith(".")
-
-
-def compose_project(trial_name: str) -> str:
-    """The Docker Compose project harbor 0.25.0 gives a trial's environment.
-
-    harbor: session_id = f"{trial_name}__env", then
-    ``environments/docker/docker.py:_sanitize_docker_compose_project_name``: lowercase, prefix "0"
-    when the first char is not [a-z0-9], every char outside [a-z0-9_-] becomes "-".
-    This is the one place marathon derives it; "is this project ours" compares against it exactly.
-    """
-    name = f"{trial_name}__env".lower()
-    if not re.match(r"^[a-z0-9]", name):
-        name = "0" + name
-    return re.sub(r"[^a-z0-9_-]", "-", name)
 
 
 def default_out() -> Path:
