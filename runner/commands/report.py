@@ -32,6 +32,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from runner.errors import UserError
     from runner.results import tree
+    from runner.results.index import remembered_intervals
     from runner.results.model import open_tree
     from runner.results.report import build_report, render
 
@@ -43,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--out {args.out_file}: inside the output tree; write the report elsewhere")
         if os.path.isdir(target):
             raise UserError(f"--out {args.out_file}: is a directory; give a file name")
-    text = render(build_report(model, "run" if args.run else "all"), args.format, args.pretty)
+    with remembered_intervals(model.out):
+        rep = build_report(model, "run" if args.run else "all")
+    text = render(rep, args.format, args.pretty)
     if args.out_file is None:
         sys.stdout.write(text)
         return 0

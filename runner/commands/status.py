@@ -148,10 +148,12 @@ def render(d: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from runner.results import tree
+    from runner.results.index import remembered_intervals
     from runner.results.model import open_tree
     from runner.results.report import dump_json
 
     model = open_tree(args.out or tree.default_out())
-    d = status_data(model, "all" if args.all else "run")
+    with remembered_intervals(model.out):
+        d = status_data(model, "all" if args.all else "run")
     print(dump_json(d, args.pretty) if args.json else render(d))
     return 0

@@ -31,7 +31,9 @@ import json
 import os
 import sqlite3
 import stat
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from runner.results import records as results
@@ -42,8 +44,12 @@ from runner.results.records import JobRecord, Metrics, Receipt, TrialRecord
 RACY_NS = 2_000_000_000
 #: how long a writer waits for another process's transaction before it skips storing (a cache)
 BUSY_SEC = 0.5
-_SCHEMA = "CREATE TABLE IF NOT EXISTS stamps (key TEXT PRIMARY KEY, deps TEXT NOT NULL, rec TEXT NOT NULL)"
+#: one row per attempt: ``entry`` is the JSON ``[deps, records]``
+_SCHEMA = "CREATE TABLE IF NOT EXISTS stamps (key TEXT PRIMARY KEY, entry TEXT NOT NULL)"
 _META = "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL)"
+_INTERVALS = "CREATE TABLE IF NOT EXISTS intervals (key TEXT PRIMARY KEY, lo REAL NOT NULL, hi REAL NOT NULL)"
+#: remembered bootstrap intervals kept (the newest); a live run makes a few new ones per change
+KEEP_INTERVALS = 5000
 
 Stamp = tuple[str, JobRecord, dict[str, TrialRecord]]
 AttemptKey = tuple[str, str, str]
@@ -52,10 +58,10 @@ AttemptKey = tuple[str, str, str]
 def fingerprint() -> str:
     """What the entries depend on besides the files: the source of the modules that read them."""
     from modes import safeio
-    from runner.results import model, rules
+    from runner.results import model, rules, stats
 
     h = hashlib.sha256(b"marathon-index-1")
-    for mod in (results, rules, safeio, tree, model):
+    for mod in (results, rules, safeio, tree, model, stats):
         with open(mod.__file__, "rb") as fh:  # type: ignore[arg-type]
             h.update(fh.read())
     with open(__file__, "rb") as fh:
@@ -69,14 +75,15 @@ def _trusted(st: os.stat_result, owner: int, want_dir: bool) -> bool:
 
 
 class ScanIndex:
-    """The index of one output tree, opened for one scan: ``get`` validated entries, ``put`` new ones,
-    ``save`` once at the end."""
+    """The index of one output tree, opened for one scan: ``get`` validated entries, ``put`` fresh
+    reads, ``save`` once at the end."""
 
-    def __init__(self, conn: sqlite3.Connection, rows: dict[str, tuple[str, str]], fs_now: int) -> None:
+    def __init__(self, out: str, conn: sqlite3.Connection | None, rows: dict[str, str]) -> None:
+        self._dir = os.path.join(out, tree.INDEX_DIR)
         self._conn = conn
         self._rows = rows
-        self._fs_now = fs_now
-        self._new: list[tuple[str, str, str]] = []
+        self._t0 = time.time_ns()  # the scan's start by our clock (see save for the file system's)
+        self._fresh: list[tuple[str, str, str, Stamp]] = []
         self._seen: set[str] = set()
         self.hits = 0
         self.misses = 0
@@ -84,72 +91,38 @@ class ScanIndex:
     # ------------------------------------------------------------------------ opening
 
     @classmethod
-    def open(cls, out: str) -> ScanIndex | None:
-        """The tree's index, created when missing; None when it cannot be trusted or used."""
+    def open(cls, out: str, entries: bool = True) -> ScanIndex | None:
+        """The tree's index (empty when there is none yet); None when it cannot be trusted.
+
+        ``entries``: load the attempts' entries (not needed for the remembered intervals).
+        """
         euid = os.geteuid()
         try:
             if os.stat(out).st_uid != euid:
                 return None  # only the tree's owner keeps its index
+            st = os.lstat(os.path.join(out, tree.INDEX_DIR))
+        except FileNotFoundError:
+            return cls(out, None, {})  # made by save() once the scan found results
         except OSError:
             return None
-        d = os.path.join(out, tree.INDEX_DIR)
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            pass
-        except OSError:
+        if not _trusted(st, euid, want_dir=True):
             return None
-        path = os.path.join(d, tree.INDEX_FILE)
-        try:
-            if not _trusted(os.lstat(d), euid, want_dir=True):
-                return None
-            fs_now = _fs_clock(d)
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                pass
-            else:
-                if not _trusted(st, euid, want_dir=False):
-                    return None
-        except OSError:
+        conn = _connect(os.path.join(out, tree.INDEX_DIR, tree.INDEX_FILE), euid)
+        if conn is None:
             return None
-        for attempt in (1, 2):
-            try:
-                return cls._connect(path, fs_now)
-            except sqlite3.DatabaseError:
-                if attempt == 2:
-                    return None
-                try:  # ours and not a database (garbage, truncated): start it again
-                    os.unlink(path)
-                except OSError:
-                    return None
-        return None
-
-    @classmethod
-    def _connect(cls, path: str, fs_now: int) -> ScanIndex:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        os.close(fd)  # created with our mode before sqlite opens it (its default would be 0o644)
-        conn = sqlite3.connect(path, timeout=BUSY_SEC, isolation_level=None, check_same_thread=False)
         try:
-            conn.execute(_SCHEMA)
-            conn.execute(_META)
-            fp = fingerprint()
-            got = conn.execute("SELECT v FROM meta WHERE k = 'fingerprint'").fetchone()
-            rows: dict[str, tuple[str, str]] = {}
-            if got is None or got[0] != fp:
-                _write(
-                    conn,
-                    [
-                        ("DELETE FROM stamps", ()),
-                        ("INSERT OR REPLACE INTO meta VALUES ('fingerprint', ?)", (fp,)),
-                    ],
-                )
-            else:
-                rows = {k: (d, r) for k, d, r in conn.execute("SELECT key, deps, rec FROM stamps")}
-        except sqlite3.DatabaseError:
+            rows = _rows(conn) if entries else {}
+        except sqlite3.OperationalError:  # locked by a writer past BUSY_SEC: scan without it
             conn.close()
-            raise
-        return cls(conn, rows, fs_now)
+            return None
+        except sqlite3.DatabaseError:  # malformed (truncated): ours, so start it again
+            conn.close()
+            try:
+                os.unlink(os.path.join(out, tree.INDEX_DIR, tree.INDEX_FILE))
+            except OSError:
+                return None
+            return cls(out, None, {})
+        return cls(out, conn, rows)
 
     # ------------------------------------------------------------------------ entries
 
@@ -162,12 +135,14 @@ class ScanIndex:
             self.misses += 1
             return None
         try:
-            deps = json.loads(row[0])
+            deps, rec = json.loads(row)
+            if not deps:
+                raise LookupError("no files")  # every entry names its files; this one is not ours
             for rel, *ident in deps:
                 st = os.lstat(f"{sdir}/{rel}" if rel else sdir)
                 if [st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns] != ident:
                     raise LookupError(rel)
-            got = _decode(json.loads(row[1]))
+            got = _decode(rec)
         except (OSError, LookupError, ValueError, TypeError, AttributeError):
             self.misses += 1
             return None
@@ -175,70 +150,208 @@ class ScanIndex:
         return got
 
     def put(self, key: AttemptKey, sdir: str, got: Stamp) -> None:
-        """Remember a fresh read of one attempt, when it is clean and its files are settled."""
+        """A fresh read of one attempt, stored by ``save`` when it is clean and its files settled."""
         k = "/".join(key)
         self._seen.add(k)
-        deps = self._deps(sdir, key[1], got)
-        if deps is not None:
-            self._new.append(
-                (k, json.dumps(deps, separators=(",", ":")), json.dumps(_encode(got), separators=(",", ":")))
-            )
+        if _clean(got[1], got[2].values()):
+            self._fresh.append((k, sdir, key[1], got))
 
-    def _deps(self, sdir: str, arm_dir: str, got: Stamp) -> list[list[Any]] | None:
-        name, job, trials = got
-        if not _clean(job, trials.values()):
-            return None
-        rels: list[str] = []
-        if name != arm_dir:
-            rels.append("")  # an <arm>-<pid> dir: which job dir name was taken
-        rels.append(f"{name}/{results.RESULT_JSON}")
-        if not all(t.from_summary for t in trials.values()):
-            rels.append(name)  # the trials were found by listing the job dir
-        for t in trials:
-            for rel in tree.TRIAL_INPUTS:
-                rels.append(_existing(sdir, f"{name}/{t}", rel))
-        deps = []
-        limit = self._fs_now - RACY_NS
-        for rel in dict.fromkeys(rels):
-            try:
-                st = os.lstat(f"{sdir}/{rel}" if rel else sdir)
-            except OSError:
-                return None
-            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)) or st.st_ctime_ns >= limit:
-                return None
-            deps.append([rel, st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns])
-        return deps
+    def save(self, scanned_all: bool, create: bool) -> None:
+        """Store the settled fresh reads (and, after a whole-tree scan, forget attempts that are gone).
 
-    def save(self, scanned_all: bool) -> None:
-        """Write the new entries (and, after a whole-tree scan, forget attempts that are gone)."""
-        ops: list[tuple[str, Any]] = []
-        if self._new:
-            ops.append(("INSERT OR REPLACE INTO stamps VALUES (?, ?, ?)", self._new))
-        if scanned_all:
-            gone = [(k,) for k in self._rows if k not in self._seen]
-            if gone:
-                ops.append(("DELETE FROM stamps WHERE key = ?", gone))
+        ``create``: make the index when the tree has none (only for a tree with results, so that
+        pointing `marathon status` at some other dir leaves nothing behind).
+        """
         try:
+            if self._conn is None:
+                if not (create and self._fresh):
+                    return
+                self._conn = _create(self._dir)
+                if self._conn is None:
+                    return
+            # The file system's clock (an NFS server's differs from ours) at the scan's start: a
+            # file changed since then may have been read half-way, or its change may not show in
+            # its times yet; such files are never stored.
+            limit = self._t0 + (_fs_clock(self._dir) - time.time_ns()) - RACY_NS
+            new = []
+            for k, sdir, arm_dir, got in self._fresh:
+                deps = _deps(sdir, arm_dir, got, limit)
+                if deps is not None:
+                    new.append((k, _dumps([deps, _encode(got)])))
+            ops: list[tuple[str, Any]] = []
+            if new:
+                ops.append(("INSERT OR REPLACE INTO stamps VALUES (?, ?)", new))
+            if scanned_all:
+                gone = [(k,) for k in self._rows if k not in self._seen]
+                if gone:
+                    ops.append(("DELETE FROM stamps WHERE key = ?", gone))
             if ops:
                 _write(self._conn, ops)
-        except sqlite3.DatabaseError:
-            pass  # another process holds it, or it broke under us: a cache, skip
+        except (OSError, sqlite3.DatabaseError):
+            pass  # another process holds it, or it broke under us: it is a cache, skip
         finally:
-            self._conn.close()
-        self._new = []
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            self._fresh = []
+
+
+@contextmanager
+def remembered_intervals(out: str | os.PathLike) -> Iterator[None]:
+    """While inside, bootstrap intervals (``runner.results.stats``) computed before for the same
+    inputs come from the tree's index, so `marathon status` on a warm index never imports numpy;
+    new ones are stored at the end. Without a trusted index it does nothing."""
+    from runner.results import stats
+
+    ix = ScanIndex.open(os.fspath(out), entries=False)
+    conn = ix._conn if ix is not None else None
+    memo: dict[str, tuple[float, float]] = {}
+    if conn is not None:
+        try:
+            memo = {k: (lo, hi) for k, lo, hi in conn.execute("SELECT key, lo, hi FROM intervals")}
+        except sqlite3.DatabaseError:
+            conn.close()
+            conn = None
+    before = set(memo)
+    stats._remembered = memo
+    try:
+        yield
+    finally:
+        stats._remembered = None
+        if conn is not None:
+            new = [(k, *v) for k, v in memo.items() if k not in before]
+            prune = "DELETE FROM intervals WHERE rowid <= (SELECT MAX(rowid) FROM intervals) - ?"
+            try:
+                if new:
+                    _write(
+                        conn,
+                        [
+                            ("INSERT OR REPLACE INTO intervals VALUES (?, ?, ?)", new),
+                            (prune, (KEEP_INTERVALS,)),
+                        ],
+                    )
+            except sqlite3.DatabaseError:
+                pass
+            finally:
+                conn.close()
+
+
+def _dumps(v: Any) -> str:
+    return json.dumps(v, separators=(",", ":"))
+
+
+def _connect(path: str, euid: int) -> sqlite3.Connection | None:
+    """An open index of ours, its tables there; a file that is not a database is started again."""
+    for attempt in (1, 2):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return None
+        else:
+            if not _trusted(st, euid, want_dir=False):
+                return None
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            os.close(fd)  # created with our mode before sqlite opens it (its default is 0o644)
+            conn = sqlite3.connect(path, timeout=BUSY_SEC, isolation_level=None, check_same_thread=False)
+        except (OSError, sqlite3.Error):
+            return None
+        try:
+            conn.execute(_SCHEMA)
+            conn.execute(_META)
+            conn.execute(_INTERVALS)
+            fp = fingerprint()
+            got = conn.execute("SELECT v FROM meta WHERE k = 'fingerprint'").fetchone()
+            if got is None or got[0] != fp:  # made by other code: its entries mean nothing to this one
+                _write(
+                    conn,
+                    [
+                        ("DROP TABLE IF EXISTS stamps", ()),
+                        ("DROP TABLE IF EXISTS intervals", ()),
+                        (_SCHEMA, ()),
+                        (_INTERVALS, ()),
+                        ("INSERT OR REPLACE INTO meta VALUES ('fingerprint', ?)", (fp,)),
+                    ],
+                )
+            return conn
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            if "locked" in str(exc):
+                return None  # another process is writing it: scan without it this time
+            if attempt == 2:
+                return None
+        except sqlite3.DatabaseError:  # garbage, truncated: ours, so start it again
+            conn.close()
+            if attempt == 2:
+                return None
+        try:
+            os.unlink(path)
+        except OSError:
+            return None
+    return None
+
+
+def _rows(conn: sqlite3.Connection) -> dict[str, tuple[str, str]]:
+    return dict(conn.execute("SELECT key, entry FROM stamps"))
+
+
+def _create(d: str) -> sqlite3.Connection | None:
+    euid = os.geteuid()
+    try:
+        os.mkdir(d, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        if not _trusted(os.lstat(d), euid, want_dir=True):
+            return None
+    except OSError:
+        return None
+    return _connect(os.path.join(d, tree.INDEX_FILE), euid)
+
+
+def _deps(sdir: str, arm_dir: str, got: Stamp, limit: int) -> list[list[Any]] | None:
+    """The identity of every file and dir the attempt's records came from; None when one is not
+    settled (changed after ``limit``), a symlink or a special file."""
+    name, _job, trials = got
+    rels: list[str] = []
+    if name != arm_dir:
+        rels.append("")  # an <arm>-<pid> dir: which job dir name was taken
+    rels.append(f"{name}/{results.RESULT_JSON}")
+    if not all(t.from_summary for t in trials.values()):
+        rels.append(name)  # the trials were found by listing the job dir
+    for t in trials:
+        for rel in tree.TRIAL_INPUTS:
+            rels.append(_existing(sdir, f"{name}/{t}", rel))
+    deps = []
+    for rel in dict.fromkeys(rels):
+        try:
+            st = os.lstat(f"{sdir}/{rel}" if rel else sdir)
+        except OSError:
+            return None
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)) or st.st_ctime_ns >= limit:
+            return None
+        deps.append([rel, st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns])
+    return deps
 
 
 def _write(conn: sqlite3.Connection, ops: list[tuple[str, Any]]) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         for sql, args in ops:
-            if args and isinstance(args, list):
+            if isinstance(args, list):
                 conn.executemany(sql, args)
             else:
                 conn.execute(sql, args)
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
         raise
 
 

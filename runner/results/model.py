@@ -476,6 +476,8 @@ class RunModel:
         self._dirty: set[AttemptKey] = set()  # attempts (re)read since the last rebuild
         self._filled: set[Key] = set()  # pending cells the last matrix fill added
         self.use_index = False  # RunModel.load turns it on: scans go through the scan index
+        #: (attempts taken from the scan index, attempts read) of the last scan; None without one
+        self.index_hits: tuple[int, int] | None = None
 
     # ---------------------------------------------------------------- public
 
@@ -616,6 +618,7 @@ class RunModel:
             index = ScanIndex.open(self._out_s)
         for key, got in zip(todo, _read_stamps(self._out_s, todo, index), strict=True):
             self._scan_stamp(*key, pre=got)
+        self.index_hits = (index.hits, index.misses) if index is not None else None
         self._scan_voided()
         self._assign_runs()
         self._rebuild(None)
@@ -1071,7 +1074,7 @@ def _read_stamps(out: str, todo: list[tuple[str, str, str]], index: Any = None) 
             if hit is not None:
                 index.put(key, sdir, hit)
         got.append(hit)
-    index.save(scanned_all=True)
+    index.save(scanned_all=True, create=any(g is not None and g[1].state == results.OK for g in got))
     return got
 
 
@@ -1129,6 +1132,9 @@ def open_tree(out: Path | str) -> RunModel:
             f"{p}: this is a harbor job dir; give the output tree root (the dir above <task>/<arm>/<stamp>/<arm>)"
         )
     model = RunModel.load(p)
+    # A command's model lives until the process exits: keep the collector from walking its tens of
+    # thousands of records again (they hold no cycles; refcounting still frees them).
+    gc.freeze()
     if not model.is_output_tree:
         raise NotAnOutputTree(
             f"{p}: not a marathon output tree (expected <task>/<arm>/<stamp>/<arm>/result.json or .runner/)"

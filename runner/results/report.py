@@ -130,7 +130,7 @@ def arm_summary(cells: list[Cell]) -> dict[str, Any]:
     """One arm's figures over its cells: means (with 95 % bootstrap intervals) over done cells,
     the arm's cost over its scoring attempts, and the run's spend over every attempt."""
     # in task order: the bootstrap draws positions, so the same tree must list its cells the same way
-    done = sorted((c for c in cells if c.status == DONE), key=lambda c: c.task)
+    done = sorted((c for c in cells if c.status == DONE), key=lambda c: (c.task, c.arm))
     counts = {s: sum(1 for c in cells if c.status == s) for s in STATUSES}
 
     def vals(field: str) -> list[float]:

@@ -77,7 +77,13 @@ def bootstrap_mean_ci(
     method="percentile")`` draws the same indices from the same generator). A fresh generator per
     call makes each interval independent of which other arms or pairs are in the report.
     """
-    import numpy as np  # here, not at the top: `marathon status` on a warm index never needs it
+    key = None
+    if _remembered is not None:
+        key = interval_key(values, resamples, seed, confidence)
+        got = _remembered.get(key)
+        if got is not None:
+            return got
+    import numpy as np  # here, not at the top: `marathon status` with remembered intervals never needs it
 
     x = np.asarray(values, dtype=float)
     n = x.size
@@ -88,7 +94,30 @@ def bootstrap_mean_ci(
     means = x[idx].mean(axis=-1)
     alpha = (1 - confidence) / 2
     lo, hi = np.quantile(means, [alpha, 1 - alpha])
+    if key is not None:
+        _remembered[key] = (float(lo), float(hi))
     return float(lo), float(hi)
+
+
+#: Intervals already computed, by their inputs (``interval_key``); the scan index installs its own
+#: (``runner.results.index.remembered_intervals``). An interval is a pure function of its inputs and
+#: numpy's generator, so a remembered one is the same interval.
+_remembered: dict[str, tuple[float, float]] | None = None
+
+
+def interval_key(values: Sequence[float], resamples: int, seed: int, confidence: float) -> str:
+    """What a bootstrap interval depends on: the values in order, the parameters, numpy's version."""
+    import hashlib
+    from importlib.metadata import version
+
+    global _NUMPY
+    if _NUMPY is None:
+        _NUMPY = version("numpy")
+    text = repr(([float(v) for v in values], resamples, seed, confidence, _NUMPY))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_NUMPY: str | None = None
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
