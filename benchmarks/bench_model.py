@@ -35,6 +35,9 @@ sys.path.insert(0, str(REPO))
 from runner.results import tree  # noqa: E402
 from runner.results.model import RunModel  # noqa: E402
 
+sys.path.insert(0, str(REPO / "benchmarks"))
+from naive_pydantic import naive  # noqa: E402
+
 
 def make_source(dst: Path) -> Path:
     """A real output tree: oracle and nop on the 4 demo tasks (one harbor job per pair)."""
@@ -103,22 +106,19 @@ def build(src: Path, out: Path, n: int) -> int:
     return made
 
 
-def naive(out: Path) -> int:
-    """What a user would otherwise write: harbor's pydantic models over every result.json."""
-    from harbor.models.job.result import JobResult
-    from harbor.models.trial.result import TrialResult
-
-    n = 0
-    for p in out.glob("*/*/*/*/result.json"):
-        JobResult.model_validate_json(p.read_bytes())
-        n += 1
-    for p in out.glob("*/*/*/*/*/result.json"):
-        TrialResult.model_validate_json(p.read_bytes())
-        m = p.parent / "verifier" / "metrics.json"
-        if m.exists():
-            json.loads(m.read_bytes())
-        n += 1
-    return n
+def bench_tree(
+    keep: Path | None, tmp: Path, trials: int, source: Path | None = None, fresh: bool = False
+) -> Path:
+    """The benchmark tree: ``keep`` when already built there, else built (in ``keep`` or ``tmp``)."""
+    out = keep or tmp / "out"
+    if not (out.exists() and any(out.iterdir())):
+        src = source or (make_source(tmp) if fresh else recorded_source(tmp))
+        t = time.perf_counter()
+        made = build(src, out, trials)
+        print(
+            f"built {made} trials from {len(source_trials(src))} real ones in {time.perf_counter() - t:.1f} s"
+        )
+    return out
 
 
 def timed(fn, repeat: int) -> tuple[list[float], list[float]]:
@@ -145,17 +145,10 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-model-"))
     try:
-        out = args.keep or tmp / "out"
-        if not (out.exists() and any(out.iterdir())):
-            src = args.source or (make_source(tmp) if args.fresh else recorded_source(tmp))
-            t = time.perf_counter()
-            made = build(src, out, args.trials)
-            print(
-                f"built {made} trials from {len(source_trials(src))} real ones in {time.perf_counter() - t:.1f} s"
-            )
+        out = bench_tree(args.keep, tmp, args.trials, args.source, args.fresh)
         RunModel.load(out)  # warm the page cache: every measure below reads the same warm files
 
-        cold, cold_cpu = timed(lambda: RunModel.load(out), args.repeat)
+        cold, cold_cpu = timed(lambda: RunModel.load(out, index=False), args.repeat)
         model = RunModel.load(out)
         n_trials = sum(len(a.trials) for a in model.attempts())
         keys = sorted(model.cells)

@@ -308,11 +308,8 @@ def _attempt_status(a: Attempt) -> str:
             return RUNNING
         from runner.results import rules
 
-        stats = {
-            "n_completed_trials": len(live),
-            "n_errored_trials": sum(1 for t in live.values() if t.errored),
-        }
-        return DONE if rules.is_done(stats) else ERRORED
+        errored = sum(1 for t in live.values() if t.errored)
+        return DONE if rules.done_of_counts(len(live), errored) else ERRORED
     if job.done:
         return DONE
     if job.finished:

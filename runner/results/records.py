@@ -581,20 +581,15 @@ def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | 
     if not isinstance(rs, dict) or not isinstance(es, dict) or es:
         return None  # errored trials are few and worth their full record (exception message)
     names: set = set()
-    reward = None
-    for key, by_value in rs.items():
+    for by_value in rs.values():
         if not isinstance(by_value, dict):
             return None
-        for value, trials in by_value.items():
+        for trials in by_value.values():
             if not isinstance(trials, list):
                 return None
             names.update(trials)
-            if key == "reward":
-                try:
-                    reward = _num(float(value))
-                except (TypeError, ValueError):
-                    return None
-    if len(names) != 1:
+    reward = rules.reward_of_stats(rs)
+    if len(names) != 1 or ("reward" in rs and reward is None):
         return None
     name = names.pop()
     if not isinstance(name, str) or not name or "/" in name or name[0] == ".":

@@ -32,7 +32,7 @@ from itertools import combinations
 from typing import Any
 
 from modes import profiles
-from runner.results import audit, stats
+from runner.results import audit, rules, stats
 from runner.results.model import DONE, ERRORED, STATUSES, VOIDED, Cell, RunModel
 
 FORMATS = ("md", "json", "csv", "html")
@@ -59,10 +59,7 @@ def _r(v: float | None, nd: int = 4) -> float | None:
 
 def _score(c: Cell, field: str) -> float | None:
     """A done cell's measure for means; build failures count as 0 (never dropped)."""
-    v = getattr(c, field)
-    if v is None and c.build_failed and field in ("partial", "pass_rate"):
-        return 0.0
-    return v
+    return rules.scored_measure(getattr(c, field), c.build_failed, field)
 
 
 MEASURES = ("reward", "partial", "pass_rate")
