@@ -48,7 +48,6 @@ cells it returns.
 from __future__ import annotations
 
 import gc
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -59,6 +58,7 @@ from typing import Any
 from modes.profiles import ARMS
 from runner.results import records as results
 from runner.results import tree
+from runner.results.events import EventKind, EventReader
 from runner.results.records import JobRecord, TrialRecord
 
 PENDING = "pending"
@@ -465,7 +465,7 @@ class RunModel:
         self.cells: dict[Key, Cell] = {}
         self.claims: set[Key] = set()
         self.runs: list[Run] = []
-        self._events_pos = 0
+        self._events = EventReader(self.out)
         self._event_stamp_run: dict[AttemptKey | tuple[str, str, str], str] = {}
         self._scoped_cache: dict[str, dict[Key, Cell]] = {}
         self.markers: set[str] = set()
@@ -868,39 +868,19 @@ class RunModel:
         self.claims = claims
 
     def _read_events(self) -> None:
-        """Read new lines of events.jsonl (incrementally; a partial last line is read next time)."""
-        path = tree.events_path(self.out)
-        try:
-            size = os.path.getsize(path)
-        except OSError:
-            return
-        if size < self._events_pos:  # truncated or replaced: start over
-            self._events_pos = 0
+        """Take in the new lines of events.jsonl (``runner.results.events.EventReader``)."""
+        new = self._events.read_new()
+        if self._events.restarted:  # replaced or truncated: what the old file said is gone
             self.runs = []
             self._event_stamp_run = {}
-        try:
-            with open(path, "rb") as f:
-                f.seek(self._events_pos)
-                chunk = f.read()
-        except OSError:
-            return
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return
-        self._events_pos += end + 1
-        for line in chunk[: end + 1].splitlines():
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(ev, dict):
-                self._apply_event(ev)
+        for ev in new:
+            self._apply_event(ev)
 
     def _apply_event(self, ev: dict) -> None:
         run_id = ev.get("run_id")
         if not isinstance(run_id, str) or not run_id:
             return
-        if ev.get("event") == "runner_start":
+        if ev["event"] == EventKind.RUNNER_START:
             self.runs.append(
                 Run(
                     run_id=run_id,
