@@ -9,6 +9,7 @@ the runner does not pull scipy in (the tests check these figures against scipy).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from math import comb, exp, lgamma, log
 
@@ -108,16 +109,29 @@ _remembered: dict[str, tuple[float, float]] | None = None
 def interval_key(values: Sequence[float], resamples: int, seed: int, confidence: float) -> str:
     """What a bootstrap interval depends on: the values in order, the parameters, numpy's version."""
     import hashlib
-    from importlib.metadata import version
 
     global _NUMPY
     if _NUMPY is None:
-        _NUMPY = version("numpy")
+        _NUMPY = _numpy_version()
     text = repr(([float(v) for v in values], resamples, seed, confidence, _NUMPY))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 _NUMPY: str | None = None
+
+
+def _numpy_version() -> str:
+    """numpy's version file, found without importing numpy (or importlib.metadata: 40 ms)."""
+    from importlib.util import find_spec
+
+    spec = find_spec("numpy")
+    if spec is None or spec.origin is None:
+        return "none"
+    try:
+        with open(os.path.join(os.path.dirname(spec.origin), "version.py"), encoding="utf-8") as fh:
+            return fh.read()
+    except OSError:
+        return spec.origin
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
