@@ -34,12 +34,13 @@ from modes.naming import compose_project
 from modes.profiles import mode_for
 from runner.errors import UserError
 from runner.ops.procs import DEFAULT_GRACE_SEC, ProcIdentity, Registry, alive, signal_process
-from runner.ops.void import Verdict, act_void, classify_job, plan_void, read_json
+from runner.ops.void import Verdict, act_void, classify_job, plan_void
 from runner.results.events import EventKind, EventLog, new_run_id
 from runner.results.model import (  # the model's reading of done: the runner never disagrees with status
     pair_done,
 )
-from runner.results.rules import engine_outage, is_done
+from runner.results.records import read_job
+from runner.results.rules import engine_outage
 from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir, runner_dir
 from runner.schedule import claims as claimsmod
 from runner.schedule.breaker import EXIT_PAUSED, SCOPE_INFRA, Attempt, Breaker, Trip, is_outcome, signature
@@ -573,15 +574,14 @@ class Driver:
         with contextlib.suppress(Exception):
             self.registry.unregister(job.pid)
         jdir = job_dir(self.out, job.task, job.arm.name, job.stamp)
-        res = read_json(jdir / "result.json")
-        stats = res.get("stats") if res else None
+        done = read_job(jdir).done  # the one reader of harbor's job result (runner.results.records)
         elapsed = round(time.monotonic() - job.started, 1)
         retry: str | None = None
         if not stopping:
             # harbor takes its environment down itself, unless the engine was away at that moment:
             # what it left is removed now (or once the engine answers again)
             self._cleanup(trials={t.name for t in iter_trial_dirs(jdir)})
-        if is_done(stats):
+        if done:
             self.stats.done += 1
             detail = self._score_detail(jdir)
             self.log.emit(EventKind.JOB_FINISH, task=job.task, arm=job.arm.name, stamp=job.stamp, status="done",
