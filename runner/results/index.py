@@ -36,6 +36,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from modes.trial_files import SCORED_INPUTS
 from runner.results import records as results
 from runner.results import tree
 from runner.results.records import JobRecord, Metrics, Receipt, TrialRecord
@@ -324,7 +325,7 @@ def _deps(sdir: str, arm_dir: str, got: Stamp, limit: int) -> list[list[Any]] | 
     if not all(t.from_summary for t in trials.values()):
         rels.append(name)  # the trials were found by listing the job dir
     for t in trials:
-        for rel in tree.TRIAL_INPUTS:
+        for rel in SCORED_INPUTS:
             rels.append(_existing(sdir, f"{name}/{t}", rel))
     deps = []
     for rel in dict.fromkeys(rels):

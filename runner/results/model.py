@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from modes.profiles import ARMS
+from modes.trial_files import TrialFiles
 from runner.results import records as results
 from runner.results import tree
 from runner.results.events import EventKind, EventReader
@@ -284,11 +285,11 @@ def _trial_problems(t: TrialRecord) -> list[tuple[str, str, str]]:
     if t.state == results.REFUSED:
         out.append((UNREADABLE, results.RESULT_JSON, t.error))
     if t.metrics.state == results.REFUSED:
-        out.append((UNREADABLE, "verifier/metrics.json", t.metrics.error))
+        out.append((UNREADABLE, TrialFiles.METRICS, t.metrics.error))
     if t.receipt is not None and t.receipt.state == results.REFUSED:
-        out.append((UNREADABLE, "agent/goal_receipt.json", t.receipt.error))
+        out.append((UNREADABLE, TrialFiles.RECEIPT, t.receipt.error))
     if t.metrics.state == results.TAMPERED:
-        out.append((TAMPERED, "verifier", t.metrics.error))
+        out.append((TAMPERED, TrialFiles.VERIFIER_DIR, t.metrics.error))
     return out
 
 
@@ -835,7 +836,11 @@ class RunModel:
                 a.trials[name] = self._read_trial(tdir, a.trials.get(name))
             else:
                 a.trials.pop(name, None)
-        elif rest in tree.TRIAL_FILES or len(rest) == 1 and rest[0] in ("verifier", "agent"):
+        elif (
+            rest in tree.TRIAL_FILES
+            or len(rest) == 1
+            and rest[0] in (TrialFiles.VERIFIER_DIR, TrialFiles.AGENT_DIR)
+        ):
             a = self._get_attempt(task, arm_dir, stamp)
             a.trials[name] = self._read_trial(tdir, a.trials.get(name))
         # else: trial.log, sessions, test output: nothing the model shows

@@ -19,6 +19,8 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+from modes.trial_files import SCORED_INPUTS
+
 CLAIMS_DIR = ".claims"
 DRIVER_ENV = ".driver_env"
 RUNNER_DIR = ".runner"
@@ -31,11 +33,8 @@ VOID_README = "README.md"
 DEFAULT_OUT = "marathon-out"
 #: Files harbor writes at the job level (everything else in a job dir is a trial dir).
 JOB_FILES = frozenset({"result.json", "config.json", "lock.json", "job.log"})
-#: Files inside a trial dir that the results model reads (relative parts).
-TRIAL_FILES = frozenset({("result.json",), ("verifier", "metrics.json"), ("agent", "goal_receipt.json")})
-#: Every file of a trial dir whose content or times feed a figure (the tamper rule reads reward.txt's
-#: times): the scan index validates exactly these.
-TRIAL_INPUTS = ("result.json", "verifier/metrics.json", "verifier/reward.txt", "agent/goal_receipt.json")
+#: Files inside a trial dir that the results model reads (relative parts; modes.trial_files names them).
+TRIAL_FILES = frozenset(tuple(rel.split("/")) for rel in SCORED_INPUTS)
 
 # An "<arm>-<pid>" dir: the field's driver made one when "<arm>" was not writable.
 _ARM_PID = re.compile(r"^(?P<arm>.+)-(?P<pid>\d+)$")

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from modes.naming import compose_project
+from modes.trial_files import TrialFiles
 from runner.errors import NotAnOutputTree, UserError
 from runner.ops.procs import Registry
 from runner.ops.void import act_void, classify_job, plan_void
@@ -134,10 +135,10 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
             done_pairs.add((task, arm))
         trials = list(iter_trial_dirs(job))
         for t in trials:
-            (finished_trials if (t / "result.json").exists() else running_trials).add(t.name)
-            if not (t / "result.json").exists() and (task, arm) not in live_pairs:
+            (finished_trials if (t / TrialFiles.RESULT).exists() else running_trials).add(t.name)
+            if not (t / TrialFiles.RESULT).exists() and (task, arm) not in live_pairs:
                 unclaimed_running.add(t.name)
-        unfinished = [t for t in trials if not (t / "result.json").exists()]
+        unfinished = [t for t in trials if not (t / TrialFiles.RESULT).exists()]
         if unfinished and (task, arm) in live_pairs:
             running += len(unfinished)
             age = _stamp_age_sec(stamp)
