@@ -165,26 +165,23 @@ class Attempt:
         return (self.task, self.arm_dir, self.stamp)
 
 
+def _figure(name: str) -> property:
+    return property(lambda cell: getattr(cell.figures, name), doc=f"the scoring attempt's {name}")
+
+
 @dataclass(frozen=True)
 class Cell:
-    """One task x arm: its status and the figures of the attempt that scores it."""
+    """One task x arm: its status and the figures of the attempt that scores it.
+
+    The figures are held once (``figures``: the scoring attempt's own ``Figures`` when it scores,
+    else a copy without the score) and read through properties: ``cell.reward``, ``cell.partial``...
+    """
 
     task: str
     arm: str
     status: str = PENDING
-    reward: float | None = None
-    partial: float | None = None
-    pass_rate: float | None = None
-    build_failed: bool = False
-    cost_usd: float | None = None
+    figures: Figures = field(default_factory=Figures)
     cost_usd_all: float | None = None  # every attempt's spend, errored and voided ones too
-    n_input_tokens: int | None = None
-    n_output_tokens: int | None = None
-    wall_sec: float | None = None
-    continuations: int | None = None
-    unblocks: int | None = None
-    error_events: int | None = None
-    goal_status: str | None = None
     run_id: str | None = None
     attempts: tuple[Attempt, ...] = ()
     scored_by: str | None = None  # stamp of the scoring attempt
@@ -192,6 +189,19 @@ class Cell:
     claimed: bool = False
     unreadable: bool = False
     note: str = ""
+
+    reward = _figure("reward")
+    partial = _figure("partial")
+    pass_rate = _figure("pass_rate")
+    build_failed = _figure("build_failed")
+    cost_usd = _figure("cost_usd")
+    n_input_tokens = _figure("n_input_tokens")
+    n_output_tokens = _figure("n_output_tokens")
+    wall_sec = _figure("wall_sec")
+    continuations = _figure("continuations")
+    unblocks = _figure("unblocks")
+    error_events = _figure("error_events")
+    goal_status = _figure("goal_status")
 
     @property
     def key(self) -> Key:
@@ -389,25 +399,22 @@ def build_cell(task: str, arm: str, attempts: Iterable[Attempt], claimed: bool =
             shown = None
     if unreadable:
         notes.append("unreadable: " + ", ".join(f for a in atts for f in a.unreadable))
-    f = shown.figures if shown is not None else Figures()
+    f = shown.figures if shown is not None else _NO_FIGURES
     scored = status == DONE
+    if not scored or f.in_progress_metrics:  # shown, but not a score: the same figures without one
+        f = replace(
+            f,
+            reward=f.reward if scored else None,
+            partial=None,
+            pass_rate=None,
+            build_failed=f.build_failed if scored else False,
+        )
     return Cell(
         task=task,
         arm=arm,
         status=status,
-        reward=f.reward if scored else None,
-        partial=f.partial if scored and not f.in_progress_metrics else None,
-        pass_rate=f.pass_rate if scored and not f.in_progress_metrics else None,
-        build_failed=f.build_failed if scored else False,
-        cost_usd=f.cost_usd,
+        figures=f,
         cost_usd_all=cost_all,
-        n_input_tokens=f.n_input_tokens,
-        n_output_tokens=f.n_output_tokens,
-        wall_sec=f.wall_sec,
-        continuations=f.continuations,
-        unblocks=f.unblocks,
-        error_events=f.error_events,
-        goal_status=f.goal_status,
         run_id=shown.run_id if shown else None,
         attempts=tuple(atts),
         scored_by=scoring.stamp if scoring is not None else None,
