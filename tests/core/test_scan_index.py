@@ -88,8 +88,10 @@ def test_a_corrupt_index_changes_no_figure_and_is_made_again(aged, how):
 
         conn = sqlite3.connect(p)
         conn.execute("UPDATE stamps SET entry = '[1, 2' WHERE rowid % 3 = 0")
-        conn.execute("UPDATE stamps SET entry = '[[], [\"a\", [], [[1]]]]' WHERE rowid % 3 = 1")
-        conn.execute("UPDATE stamps SET entry = 'null' WHERE rowid % 3 = 2")
+        conn.execute('UPDATE stamps SET entry = \'["k", [], ["a", [], [[1]]]]\' WHERE rowid % 3 = 1')
+        # one attempt's entry under another's key: its files are not the other's
+        first = conn.execute("SELECT entry FROM stamps WHERE rowid % 3 = 2 LIMIT 1").fetchone()[0]
+        conn.execute("UPDATE stamps SET entry = ? WHERE rowid % 3 = 2", (first,))
         conn.commit()
         conn.close()
     assert figures(aged) == plain
