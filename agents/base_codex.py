@@ -55,6 +55,7 @@ from agents.transport import EnvironmentLost, Transport, UnsupportedEnvironment,
 from modes import safeio
 from modes.naming import ENVIRONMENT_LOST
 from modes.profiles import mode_for
+from modes.trial_files import TrialFiles
 
 #: The scripted model listens here inside every mini-benchmark container.
 SCRIPTED_BASE_URL = "http://127.0.0.1:18080/v1"
@@ -537,7 +538,7 @@ class CodexAppServerAgent(BaseAgent):
         context.metadata = {
             **(context.metadata or {}),
             "arm": self.ARM,
-            "receipt": "agent/goal_receipt.json",
+            "receipt": TrialFiles.RECEIPT,
             "stop_reason": receipt.stop_reason,
             "finished_at": utc_now(),
         }

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from modes import safeio
+from modes.trial_files import TrialFiles
 
-RECEIPT_NAME = "goal_receipt.json"
+#: the receipt's name in the agent's logs dir (the trial's ``agent/``)
+RECEIPT_NAME = TrialFiles.RECEIPT.removeprefix(TrialFiles.AGENT_DIR + "/")
 SCHEMA = "marathon.goal_receipt/1"
 
 

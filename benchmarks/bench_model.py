@@ -35,6 +35,9 @@ sys.path.insert(0, str(REPO))
 from runner.results import tree  # noqa: E402
 from runner.results.model import RunModel  # noqa: E402
 
+sys.path.insert(0, str(REPO / "benchmarks"))
+from naive_pydantic import naive  # noqa: E402
+
 
 def make_source(dst: Path) -> Path:
     """A real output tree: oracle and nop on the 4 demo tasks (one harbor job per pair)."""
@@ -50,6 +53,18 @@ def make_source(dst: Path) -> Path:
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     if any(p.wait() != 0 for p in procs):
         sys.exit("harbor run failed while making the source tree")
+    return out
+
+
+def recorded_source(dst: Path) -> Path:
+    """The real harbor trees recorded in tests/data/trees (oracle, nop and the test agents: errored
+    trials, a receipt), copied with harbor's order of writes restored; no Docker needed."""
+    sys.path.insert(0, str(REPO))
+    from tests.real_trees import copy_recorded, manifest
+
+    out = dst / "source"
+    for name in manifest()["trees"]:
+        copy_recorded(name, out)
     return out
 
 
@@ -70,37 +85,40 @@ def build(src: Path, out: Path, n: int) -> int:
     trials = source_trials(src)
     arms = ["plain", "goal", "ssh-goal", "codex-cli", "heartbeat"]
     n_tasks = 50
-    per = max(1, n // (n_tasks * len(arms)))
     made = 0
-    for s in range(per):
+    s = 0
+    while made < n:
         stamp = f"20261129T{s // 60:02d}{s % 60:02d}00Z"
         for t in range(n_tasks):
             for arm in arms:
+                if made == n:
+                    return made
                 job_src, trial_src = trials[made % len(trials)]
                 job = out / f"task-{t:02d}" / arm / stamp / arm
                 job.mkdir(parents=True)
                 shutil.copy2(job_src / "result.json", job / "result.json")
                 shutil.copytree(trial_src, job / trial_src.name, symlinks=True)
+                # harbor writes a trial's result.json last; so must the copy, or on a slow machine the
+                # verifier files' ctimes come out later than result.json's and read as tampered
+                shutil.copy2(trial_src / "result.json", job / trial_src.name / "result.json")
                 made += 1
+        s += 1
     return made
 
 
-def naive(out: Path) -> int:
-    """What a user would otherwise write: harbor's pydantic models over every result.json."""
-    from harbor.models.job.result import JobResult
-    from harbor.models.trial.result import TrialResult
-
-    n = 0
-    for p in out.glob("*/*/*/*/result.json"):
-        JobResult.model_validate_json(p.read_bytes())
-        n += 1
-    for p in out.glob("*/*/*/*/*/result.json"):
-        TrialResult.model_validate_json(p.read_bytes())
-        m = p.parent / "verifier" / "metrics.json"
-        if m.exists():
-            json.loads(m.read_bytes())
-        n += 1
-    return n
+def bench_tree(
+    keep: Path | None, tmp: Path, trials: int, source: Path | None = None, fresh: bool = False
+) -> Path:
+    """The benchmark tree: ``keep`` when already built there, else built (in ``keep`` or ``tmp``)."""
+    out = keep or tmp / "out"
+    if not (out.exists() and any(out.iterdir())):
+        src = source or (make_source(tmp) if fresh else recorded_source(tmp))
+        t = time.perf_counter()
+        made = build(src, out, trials)
+        print(
+            f"built {made} trials from {len(source_trials(src))} real ones in {time.perf_counter() - t:.1f} s"
+        )
+    return out
 
 
 def timed(fn, repeat: int) -> tuple[list[float], list[float]]:
@@ -116,25 +134,21 @@ def timed(fn, repeat: int) -> tuple[list[float], list[float]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--source", type=Path, help="a real output tree to replicate (default: make one)")
-    ap.add_argument("--trials", type=int, default=10_000)
+    ap.add_argument(
+        "--source", type=Path, help="a real output tree to replicate (default: the recorded trees)"
+    )
+    ap.add_argument("--fresh", action="store_true", help="make the source with harbor now (needs Docker)")
+    ap.add_argument("--trials", type=int, default=10_050)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", type=Path, help="build the tree here and keep it")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-model-"))
     try:
-        out = args.keep or tmp / "out"
-        if not (out.exists() and any(out.iterdir())):
-            src = args.source or make_source(tmp)
-            t = time.perf_counter()
-            made = build(src, out, args.trials)
-            print(
-                f"built {made} trials from {len(source_trials(src))} real ones in {time.perf_counter() - t:.1f} s"
-            )
+        out = bench_tree(args.keep, tmp, args.trials, args.source, args.fresh)
         RunModel.load(out)  # warm the page cache: every measure below reads the same warm files
 
-        cold, cold_cpu = timed(lambda: RunModel.load(out), args.repeat)
+        cold, cold_cpu = timed(lambda: RunModel.load(out, index=False), args.repeat)
         model = RunModel.load(out)
         n_trials = sum(len(a.trials) for a in model.attempts())
         keys = sorted(model.cells)

@@ -6,14 +6,13 @@ records they return. Each reader is cheap when nothing changed, so an idle conso
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.results.tree import events_path
+from runner.results.events import EventKind, EventReader
 
 
 # -- runner state --------------------------------------------------------------------------------
@@ -38,6 +37,7 @@ class RunnerInfo:
 def read_runner_info(out: Path, events: EventTailReader | None = None) -> RunnerInfo:
     """Is the runner alive (by its registry entry: PID + create time, never by pattern), and how is it set up."""
     from runner.ops.procs import Registry
+    from runner.schedule.claims import list_claims
     from runner.schedule.config import read_driver_env
 
     entry = None
@@ -53,8 +53,8 @@ def read_runner_info(out: Path, events: EventTailReader | None = None) -> Runner
     except Exception:  # noqa: BLE001
         env = {}
     try:
-        claims = sum(1 for p in (out / ".claims").iterdir() if p.suffix == ".claim")
-    except OSError:
+        claims = len(list_claims(out))
+    except Exception:  # noqa: BLE001 - an unreadable claims dir shows as none, never crashes
         claims = 0
 
     def as_int(name: str) -> int | None:
@@ -92,52 +92,33 @@ def read_runner_info(out: Path, events: EventTailReader | None = None) -> Runner
 # -- events.jsonl --------------------------------------------------------------------------------
 @dataclass
 class EventTailReader:
-    """Reads only what was appended to events.jsonl since the last call (a torn last line waits)."""
+    """What the console derives from events.jsonl, fed by the one incremental reader
+    (``runner.results.events.EventReader``): the last ``backlog`` new events per call and the run state."""
 
     out: Path
-    offset: int = 0
-    inode: int | None = None
     state: dict[str, Any] = field(default_factory=dict)
     backlog: int = 200
+    reader: EventReader | None = None
 
     def read_new(self) -> list[dict]:
-        path = events_path(self.out)
-        try:
-            st = os.stat(path)
-        except OSError:
-            return []
-        if st.st_ino != self.inode or st.st_size < self.offset:
-            self.inode, self.offset = st.st_ino, 0
+        if self.reader is None:
+            self.reader = EventReader(self.out)
+        events = self.reader.read_new()
+        if self.reader.restarted:
             self.state = {}
-        if st.st_size == self.offset:
-            return []
-        with open(path, "rb") as fh:
-            fh.seek(self.offset)
-            data = fh.read(st.st_size - self.offset)
-        end = data.rfind(b"\n") + 1
-        self.offset += end
-        events = []
-        for raw in data[:end].splitlines():
-            try:
-                ev = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(ev, dict):
-                events.append(ev)
-                self._track(ev)
+        for ev in events:
+            self._track(ev)
         return events[-self.backlog :]
 
     def _track(self, ev: dict) -> None:
-        kind = str(ev.get("event", ""))
-        if kind == "runner_start":
+        kind = ev["event"]
+        if kind == EventKind.RUNNER_START:
             self.state = {"run_id": ev.get("run_id"), "gate_waits": 0}
-        if "pass" in kind and isinstance(ev.get("pass"), int):
-            self.state["pass_no"] = ev["pass"]
-        elif isinstance(ev.get("pass_no"), int):
+        if isinstance(ev.get("pass_no"), int):
             self.state["pass_no"] = ev["pass_no"]
-        if kind == "run_paused":
+        if kind == EventKind.RUN_PAUSED:
             self.state["paused"] = str(ev.get("reason") or "paused by the circuit breaker")
-        if "gate" in kind and "wait" in kind:
+        if kind == EventKind.GATE_WAIT:
             self.state["gate_waits"] = self.state.get("gate_waits", 0) + 1
 
 

@@ -38,14 +38,16 @@ def _module(name: str):
     return importlib.import_module(f"runner.commands.{name.replace('-', '_')}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole CLI, or (``only``) just one subcommand: `marathon status` then imports only
+    what status needs (every command's ``configure`` may import its own modules)."""
     parser = argparse.ArgumentParser(
         prog="marathon",
         description="Run, watch, repair and report a harness comparison of coding agents with harbor.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         try:
             mod = _module(name)
         except ModuleNotFoundError as exc:
@@ -58,8 +60,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named by ``argv`` when it is unambiguous (the first word, after --debug)."""
+    words = [a for a in argv if a != "--debug"]
+    return words[0] if words and words[0] in COMMANDS else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()

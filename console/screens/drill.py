@@ -23,21 +23,22 @@ from console import actions, view
 from console.feeds import list_trials
 from console.fileindex import LineSource
 from console.widgets.fileview import FileView
+from modes.trial_files import TrialFiles
 
 #: the files of a trial, in tab order: (tab id, label, candidate paths relative to the trial dir)
 FILES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "trajectory",
         "raw",
-        ("agent/trajectory.json", "@sessions", "agent/codex.txt", "agent/oracle.txt"),
+        (TrialFiles.TRAJECTORY, "@sessions", "agent/codex.txt", "agent/oracle.txt"),
     ),
-    ("stdout", "test-stdout", ("verifier/test-stdout.txt",)),
-    ("metrics", "metrics", ("verifier/metrics.json",)),
-    ("reward", "reward", ("verifier/reward.txt", "verifier/reward.json")),
+    ("stdout", "test-stdout", (TrialFiles.TEST_STDOUT,)),
+    ("metrics", "metrics", (TrialFiles.METRICS,)),
+    ("reward", "reward", (TrialFiles.REWARD_TXT, TrialFiles.REWARD_JSON)),
     ("log", "trial.log", ("trial.log",)),
-    ("exception", "exception", ("exception.txt",)),
-    ("receipt", "receipt", ("agent/goal_receipt.json",)),
-    ("result", "result", ("result.json",)),
+    ("exception", "exception", (TrialFiles.EXCEPTION,)),
+    ("receipt", "receipt", (TrialFiles.RECEIPT,)),
+    ("result", "result", (TrialFiles.RESULT,)),
 )
 TAIL_SEC = 0.5
 FIRST_CHUNK = 1 << 20

@@ -36,8 +36,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def check_arms(out: Path, task: str, arms: list[str], goal_sec: int) -> list[dict]:
     """Per arm: done (the one rule), scored by the verifier, and whether the budget ran out."""
-    from runner.ops.void import read_json
-    from runner.results.rules import partial_score, reward_of
+    from runner.results.records import read_trial
     from runner.results.tree import iter_job_dirs, iter_trial_dirs
     from runner.schedule.driver import pair_done
 
@@ -49,20 +48,14 @@ def check_arms(out: Path, task: str, arms: list[str], goal_sec: int) -> list[dic
             if (t, a) != (task, arm):
                 continue
             for trial in iter_trial_dirs(job):
-                r = read_json(trial / "result.json") or {}
-                exc = r.get("exception_info") or {}
-                row["errored"] = exc.get("exception_type")
-                row["reward"] = reward_of(r.get("verifier_result"))
-                row["scored"] = r.get("verifier_result") is not None
-                row["partial"] = partial_score(read_json(trial / "verifier" / "metrics.json"))
-                ex = r.get("agent_execution") or {}
-                if ex.get("started_at") and ex.get("finished_at"):
-                    f = "%Y-%m-%dT%H:%M:%S.%fZ"
-                    secs = (
-                        datetime.strptime(ex["finished_at"], f) - datetime.strptime(ex["started_at"], f)
-                    ).total_seconds()
-                    row["agent_sec"] = round(secs, 1)
-                    row["exhausted"] = secs >= goal_sec * 0.95
+                rec = read_trial(trial)  # the one reader of a trial's files (runner.results.records)
+                row["errored"] = rec.exception_type
+                row["reward"] = rec.reward
+                row["scored"] = rec.reward is not None  # harbor's verifier wrote its reward
+                row["partial"] = rec.partial
+                if rec.agent_sec is not None:
+                    row["agent_sec"] = round(rec.agent_sec, 1)
+                    row["exhausted"] = rec.agent_sec >= goal_sec * 0.95
         rows.append(row)
     return rows
 

@@ -26,11 +26,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--out", dest="out_file", type=Path, metavar="FILE", help="write to FILE instead of stdout"
     )
     p.add_argument("--run", action="store_true", help="only the current run (default: all time)")
+    p.add_argument("--pretty", action="store_true", help="indent the JSON for a human (default: one line)")
 
 
 def run(args: argparse.Namespace) -> int:
     from runner.errors import UserError
     from runner.results import tree
+    from runner.results.index import remembered_intervals
     from runner.results.model import open_tree
     from runner.results.report import build_report, render
 
@@ -42,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--out {args.out_file}: inside the output tree; write the report elsewhere")
         if os.path.isdir(target):
             raise UserError(f"--out {args.out_file}: is a directory; give a file name")
-    text = render(build_report(model, "run" if args.run else "all"), args.format)
+    with remembered_intervals(model.out):
+        rep = build_report(model, "run" if args.run else "all")
+    text = render(rep, args.format, args.pretty)
     if args.out_file is None:
         sys.stdout.write(text)
         return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 HELP = "per-arm progress of the current run (done/running/pending/errored/voided) and scores so far"
@@ -21,7 +20,8 @@ DESCRIPTION = (
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", nargs="?", type=Path, help="output tree (default $MARATHON_OUT or ./marathon-out)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help="machine-readable output (one line)")
+    p.add_argument("--pretty", action="store_true", help="with --json: indented for a human")
     p.add_argument("--all", action="store_true", help="count all runs, not only the current one")
 
 
@@ -148,9 +148,12 @@ def render(d: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from runner.results import tree
+    from runner.results.index import remembered_intervals
     from runner.results.model import open_tree
+    from runner.results.report import dump_json
 
     model = open_tree(args.out or tree.default_out())
-    d = status_data(model, "all" if args.all else "run")
-    print(json.dumps(d, indent=2, ensure_ascii=False) if args.json else render(d))
+    with remembered_intervals(model.out):
+        d = status_data(model, "all" if args.all else "run")
+    print(dump_json(d, args.pretty) if args.json else render(d))
     return 0

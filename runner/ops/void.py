@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from modes import safeio
+from modes.trial_files import TrialFiles
 from runner.results import rules
 from runner.results.events import utc_now
 from runner.results.tree import VOID_README, iter_trial_dirs, voided_root, voided_trial_dir
@@ -85,7 +86,7 @@ def _tail(path: Path, n: int = 15) -> list[str]:
 
 def trial_facts(trial_dir: Path, stopped_by: str | None = None) -> tuple[rules.TrialFacts, list[str]]:
     """Read what ``rules.voiding_rule`` needs from a trial dir, and the evidence to keep."""
-    res = read_json(trial_dir / "result.json")
+    res = read_json(trial_dir / TrialFiles.RESULT)
     if res is None:
         return rules.TrialFacts(has_result=False, stopped_by=stopped_by), []
     exc = res.get("exception_info")
@@ -94,7 +95,7 @@ def trial_facts(trial_dir: Path, stopped_by: str | None = None) -> tuple[rules.T
     etype = str(exc.get("exception_type") or "") or "UnknownException"
     msg = str(exc.get("exception_message") or "")
     evidence = [f"exception_type: {etype}", f"exception_message: {msg[:2000]}"]
-    evidence += [f"exception.txt: {ln}" for ln in _tail(trial_dir / "exception.txt", 8)]
+    evidence += [f"{TrialFiles.EXCEPTION}: {ln}" for ln in _tail(trial_dir / TrialFiles.EXCEPTION, 8)]
     try:
         from harbor.models.trial.error_policy import policy_for
 
@@ -102,7 +103,7 @@ def trial_facts(trial_dir: Path, stopped_by: str | None = None) -> tuple[rules.T
     except Exception:  # noqa: BLE001 - harbor missing or changed: fall back to the other signals
         cause = ""
     evidence.append(f"harbor failure cause: {cause or 'unknown'}")
-    text = (msg + "\n" + "\n".join(_tail(trial_dir / "exception.txt", 60))).lower()
+    text = (msg + "\n" + "\n".join(_tail(trial_dir / TrialFiles.EXCEPTION, 60))).lower()
     facts = rules.TrialFacts(
         exception_type=etype,
         text=text,
@@ -184,7 +185,7 @@ def plan_void(out: Path, trial_or_job: Path, reason: str, evidence: list[str] | 
     trial = rel[4] if len(rel) == 5 else None
     job = out / task / arm_dir / stamp / rel[3]
     if trial is not None:
-        if not (p / "result.json").exists():
+        if not (p / TrialFiles.RESULT).exists():
             raise ValueError(f"{p} is still running (no result.json): stop it before voiding")
         siblings = [t.name for t in iter_trial_dirs(job)]
         whole = siblings == [trial]

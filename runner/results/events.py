@@ -14,12 +14,46 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from runner.results.tree import events_path
 
 Listener = Callable[[dict[str, Any]], None]
+
+
+class EventKind(StrEnum):
+    """Every kind of event the journal holds; writers emit members, readers compare with members
+    (a reader that matched names by substring once counted ``gate_open`` as a gate wait)."""
+
+    RUNNER_START = "runner_start"  # run_id, tasks, arms, pid, pairs_per_arm, already_done
+    RUNNER_EXIT = "runner_exit"
+    PREFLIGHT_FAILED = "preflight_failed"
+    PREFLIGHT_NOTE = "preflight_note"
+    DATASET_MODIFIED = "dataset_modified"
+    PASS_START = "pass_start"  # pass_no
+    PASS_END = "pass_end"
+    RETRY = "retry"
+    SKIP_DONE = "skip_done"
+    CLAIM_HELD = "claim_held"
+    CLAIM_TAKEOVER = "claim_takeover"
+    CLAIM_RELEASE = "claim_release"
+    JOB_START = "job_start"  # task, arm, stamp: the attempt belongs to this run
+    JOB_FINISH = "job_finish"
+    JOB_KILL = "job_kill"
+    ADOPT = "adopt"
+    INTERNAL_ERROR = "internal_error"
+    GATE_WAIT = "gate_wait"
+    GATE_OPEN = "gate_open"
+    GATE_ERROR = "gate_error"
+    RECLAIM = "reclaim"
+    RUN_PAUSED = "run_paused"  # reason: the circuit breaker's
+    VOID = "void"
+    CLEANUP = "cleanup"
+    CLEANUP_PLAN = "cleanup_plan"
+    CLEANUP_ERROR = "cleanup_error"
+    STOP_REQUESTED = "stop_requested"
 
 
 def utc_now() -> str:
@@ -41,8 +75,8 @@ class EventLog:
         self.path = events_path(self.out)
         self.listeners: list[Listener] = []
 
-    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
-        rec: dict[str, Any] = {"ts": utc_now(), "event": event, "run_id": self.run_id}
+    def emit(self, event: EventKind, **fields: Any) -> dict[str, Any]:
+        rec: dict[str, Any] = {"ts": utc_now(), "event": EventKind(event), "run_id": self.run_id}
         rec.update({k: v for k, v in fields.items() if v is not None})
         append_event(self.out, rec)
         for listener in list(self.listeners):
@@ -54,7 +88,9 @@ class EventLog:
 
 
 def append_event(out: Path, rec: dict[str, Any]) -> None:
-    """Append one event line atomically (one write on an O_APPEND descriptor)."""
+    """Append one event line atomically (one write on an O_APPEND descriptor); ``rec["event"]`` is
+    an ``EventKind``."""
+    rec = {**rec, "event": EventKind(rec["event"])}
     path = events_path(Path(out))
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(rec, default=str, separators=(",", ":")) + "\n").encode()
@@ -65,29 +101,67 @@ def append_event(out: Path, rec: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def read_events(out: Path) -> Iterator[dict[str, Any]]:
-    """Every well-formed event of the tree, oldest first; a torn last line is skipped."""
-    try:
-        fh = open(events_path(Path(out)), encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return
-    with fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
+class EventReader:
+    """The one reader of ``events.jsonl``, incremental: each ``read_new`` returns only the events
+    appended since the last call (the console and the results model poll it).
+
+    A torn last line (a writer mid-``write``) is not consumed until it is complete; a line that is
+    not a JSON object with a string ``event`` is skipped and counted (``skipped``). When the file
+    was replaced or truncated, reading starts over and ``restarted`` is True for that call, so the
+    caller drops what it derived from the old file.
+    """
+
+    def __init__(self, out: Path | str) -> None:
+        self.path = events_path(Path(out))
+        self.offset = 0
+        self.inode: int | None = None
+        self.skipped = 0
+        self.restarted = False
+
+    def read_new(self) -> list[dict[str, Any]]:
+        self.restarted = False
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return []
+        try:
+            st = os.fstat(fd)
+            if st.st_ino != self.inode or st.st_size < self.offset:
+                self.restarted = self.inode is not None or self.offset > 0
+                self.inode, self.offset, self.skipped = st.st_ino, 0, 0
+            if st.st_size == self.offset:
+                return []
+            data = os.pread(fd, st.st_size - self.offset, self.offset)
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        events = []
+        for raw in data[:end].splitlines():
+            if not raw.strip():
                 continue
             try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and "event" in rec:
-                yield rec
+                ev = json.loads(raw)
+            except (ValueError, RecursionError):
+                ev = None
+            if isinstance(ev, dict) and isinstance(ev.get("event"), str):
+                events.append(ev)
+            else:
+                self.skipped += 1
+        return events
+
+
+def read_events(out: Path) -> Iterator[dict[str, Any]]:
+    """Every well-formed event of the tree, oldest first (a torn last line is not one yet)."""
+    yield from EventReader(out).read_new()
 
 
 def last_run_id(out: Path) -> str | None:
     """The run id of the newest ``runner_start`` event, or None."""
     rid = None
     for rec in read_events(out):
-        if rec.get("event") == "runner_start":
+        if rec["event"] == EventKind.RUNNER_START:
             rid = rec.get("run_id")
     return rid

@@ -48,7 +48,6 @@ cells it returns.
 from __future__ import annotations
 
 import gc
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -57,8 +56,10 @@ from pathlib import Path
 from typing import Any
 
 from modes.profiles import ARMS
+from modes.trial_files import TrialFiles
 from runner.results import records as results
 from runner.results import tree
+from runner.results.events import EventKind, EventReader
 from runner.results.records import JobRecord, TrialRecord
 
 PENDING = "pending"
@@ -164,26 +165,23 @@ class Attempt:
         return (self.task, self.arm_dir, self.stamp)
 
 
+def _figure(name: str) -> property:
+    return property(lambda cell: getattr(cell.figures, name), doc=f"the scoring attempt's {name}")
+
+
 @dataclass(frozen=True)
 class Cell:
-    """One task x arm: its status and the figures of the attempt that scores it."""
+    """One task x arm: its status and the figures of the attempt that scores it.
+
+    The figures are held once (``figures``: the scoring attempt's own ``Figures`` when it scores,
+    else a copy without the score) and read through properties: ``cell.reward``, ``cell.partial``...
+    """
 
     task: str
     arm: str
     status: str = PENDING
-    reward: float | None = None
-    partial: float | None = None
-    pass_rate: float | None = None
-    build_failed: bool = False
-    cost_usd: float | None = None
+    figures: Figures = field(default_factory=Figures)
     cost_usd_all: float | None = None  # every attempt's spend, errored and voided ones too
-    n_input_tokens: int | None = None
-    n_output_tokens: int | None = None
-    wall_sec: float | None = None
-    continuations: int | None = None
-    unblocks: int | None = None
-    error_events: int | None = None
-    goal_status: str | None = None
     run_id: str | None = None
     attempts: tuple[Attempt, ...] = ()
     scored_by: str | None = None  # stamp of the scoring attempt
@@ -191,6 +189,19 @@ class Cell:
     claimed: bool = False
     unreadable: bool = False
     note: str = ""
+
+    reward = _figure("reward")
+    partial = _figure("partial")
+    pass_rate = _figure("pass_rate")
+    build_failed = _figure("build_failed")
+    cost_usd = _figure("cost_usd")
+    n_input_tokens = _figure("n_input_tokens")
+    n_output_tokens = _figure("n_output_tokens")
+    wall_sec = _figure("wall_sec")
+    continuations = _figure("continuations")
+    unblocks = _figure("unblocks")
+    error_events = _figure("error_events")
+    goal_status = _figure("goal_status")
 
     @property
     def key(self) -> Key:
@@ -284,11 +295,11 @@ def _trial_problems(t: TrialRecord) -> list[tuple[str, str, str]]:
     if t.state == results.REFUSED:
         out.append((UNREADABLE, results.RESULT_JSON, t.error))
     if t.metrics.state == results.REFUSED:
-        out.append((UNREADABLE, "verifier/metrics.json", t.metrics.error))
+        out.append((UNREADABLE, TrialFiles.METRICS, t.metrics.error))
     if t.receipt is not None and t.receipt.state == results.REFUSED:
-        out.append((UNREADABLE, "agent/goal_receipt.json", t.receipt.error))
+        out.append((UNREADABLE, TrialFiles.RECEIPT, t.receipt.error))
     if t.metrics.state == results.TAMPERED:
-        out.append((TAMPERED, "verifier", t.metrics.error))
+        out.append((TAMPERED, TrialFiles.VERIFIER_DIR, t.metrics.error))
     return out
 
 
@@ -308,11 +319,8 @@ def _attempt_status(a: Attempt) -> str:
             return RUNNING
         from runner.results import rules
 
-        stats = {
-            "n_completed_trials": len(live),
-            "n_errored_trials": sum(1 for t in live.values() if t.errored),
-        }
-        return DONE if rules.is_done(stats) else ERRORED
+        errored = sum(1 for t in live.values() if t.errored)
+        return DONE if rules.done_of_counts(len(live), errored) else ERRORED
     if job.done:
         return DONE
     if job.finished:
@@ -391,25 +399,22 @@ def build_cell(task: str, arm: str, attempts: Iterable[Attempt], claimed: bool =
             shown = None
     if unreadable:
         notes.append("unreadable: " + ", ".join(f for a in atts for f in a.unreadable))
-    f = shown.figures if shown is not None else Figures()
+    f = shown.figures if shown is not None else _NO_FIGURES
     scored = status == DONE
+    if not scored or f.in_progress_metrics:  # shown, but not a score: the same figures without one
+        f = replace(
+            f,
+            reward=f.reward if scored else None,
+            partial=None,
+            pass_rate=None,
+            build_failed=f.build_failed if scored else False,
+        )
     return Cell(
         task=task,
         arm=arm,
         status=status,
-        reward=f.reward if scored else None,
-        partial=f.partial if scored and not f.in_progress_metrics else None,
-        pass_rate=f.pass_rate if scored and not f.in_progress_metrics else None,
-        build_failed=f.build_failed if scored else False,
-        cost_usd=f.cost_usd,
+        figures=f,
         cost_usd_all=cost_all,
-        n_input_tokens=f.n_input_tokens,
-        n_output_tokens=f.n_output_tokens,
-        wall_sec=f.wall_sec,
-        continuations=f.continuations,
-        unblocks=f.unblocks,
-        error_events=f.error_events,
-        goal_status=f.goal_status,
         run_id=shown.run_id if shown else None,
         attempts=tuple(atts),
         scored_by=scoring.stamp if scoring is not None else None,
@@ -468,19 +473,25 @@ class RunModel:
         self.cells: dict[Key, Cell] = {}
         self.claims: set[Key] = set()
         self.runs: list[Run] = []
-        self._events_pos = 0
+        self._events = EventReader(self.out)
         self._event_stamp_run: dict[AttemptKey | tuple[str, str, str], str] = {}
         self._scoped_cache: dict[str, dict[Key, Cell]] = {}
         self.markers: set[str] = set()
         self._prev: RunModel | None = None  # during refresh(): the model whose last good values to keep
         self._dirty: set[AttemptKey] = set()  # attempts (re)read since the last rebuild
         self._filled: set[Key] = set()  # pending cells the last matrix fill added
+        self.use_index = False  # RunModel.load turns it on: scans go through the scan index
+        #: (attempts taken from the scan index, attempts read) of the last scan; None without one
+        self.index_hits: tuple[int, int] | None = None
 
     # ---------------------------------------------------------------- public
 
     @classmethod
-    def load(cls, out: Path | str) -> RunModel:
+    def load(cls, out: Path | str, index: bool = True) -> RunModel:
+        """Scan the tree; ``index``: through the tree's scan index (``runner.results.index``), a cache that
+        never changes a figure (off: read every file, keep no index)."""
         m = cls(out)
+        m.use_index = index
         # Tens of thousands of small records and no cycles among them: the cyclic GC would only
         # re-walk them again and again during the scan.
         was = gc.isenabled()
@@ -555,6 +566,7 @@ class RunModel:
         """Re-scan the whole tree; the cells that changed."""
         before = self.cells
         fresh = RunModel(self.out)
+        fresh.use_index = self.use_index
         fresh._prev = self  # keep last good values of files that are unreadable now
         fresh._scan_all()
         self.__dict__.update({k: v for k, v in fresh.__dict__.items() if k != "_prev"})
@@ -604,8 +616,14 @@ class RunModel:
                 adir = f"{self._out_s}/{task}/{arm_dir}"
                 if not self._arm_excluded(task, arm_dir, adir):
                     todo.extend((task, arm_dir, stamp) for stamp in tree.list_dirs(adir))
-        for key, got in zip(todo, _read_stamps(self._out_s, todo), strict=True):
+        index = None
+        if self.use_index and self._owner is not None:
+            from runner.results.index import ScanIndex
+
+            index = ScanIndex.open(self._out_s)
+        for key, got in zip(todo, _read_stamps(self._out_s, todo, index), strict=True):
             self._scan_stamp(*key, pre=got)
+        self.index_hits = (index.hits, index.misses) if index is not None else None
         self._scan_voided()
         self._assign_runs()
         self._rebuild(None)
@@ -825,7 +843,11 @@ class RunModel:
                 a.trials[name] = self._read_trial(tdir, a.trials.get(name))
             else:
                 a.trials.pop(name, None)
-        elif rest in tree.TRIAL_FILES or len(rest) == 1 and rest[0] in ("verifier", "agent"):
+        elif (
+            rest in tree.TRIAL_FILES
+            or len(rest) == 1
+            and rest[0] in (TrialFiles.VERIFIER_DIR, TrialFiles.AGENT_DIR)
+        ):
             a = self._get_attempt(task, arm_dir, stamp)
             a.trials[name] = self._read_trial(tdir, a.trials.get(name))
         # else: trial.log, sessions, test output: nothing the model shows
@@ -858,39 +880,19 @@ class RunModel:
         self.claims = claims
 
     def _read_events(self) -> None:
-        """Read new lines of events.jsonl (incrementally; a partial last line is read next time)."""
-        path = tree.events_path(self.out)
-        try:
-            size = os.path.getsize(path)
-        except OSError:
-            return
-        if size < self._events_pos:  # truncated or replaced: start over
-            self._events_pos = 0
+        """Take in the new lines of events.jsonl (``runner.results.events.EventReader``)."""
+        new = self._events.read_new()
+        if self._events.restarted:  # replaced or truncated: what the old file said is gone
             self.runs = []
             self._event_stamp_run = {}
-        try:
-            with open(path, "rb") as f:
-                f.seek(self._events_pos)
-                chunk = f.read()
-        except OSError:
-            return
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return
-        self._events_pos += end + 1
-        for line in chunk[: end + 1].splitlines():
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(ev, dict):
-                self._apply_event(ev)
+        for ev in new:
+            self._apply_event(ev)
 
     def _apply_event(self, ev: dict) -> None:
         run_id = ev.get("run_id")
         if not isinstance(run_id, str) or not run_id:
             return
-        if ev.get("event") == "runner_start":
+        if ev["event"] == EventKind.RUNNER_START:
             self.runs.append(
                 Run(
                     run_id=run_id,
@@ -1045,9 +1047,24 @@ def _read_stamp(sdir: str, arm_dir: str) -> _Stamp | None:
     return None
 
 
-def _read_stamps(out: str, todo: list[tuple[str, str, str]]) -> list[_Stamp | None]:
-    """``_read_stamp`` for many attempts. One thread: reader threads were measured slower (GIL)."""
-    return [_read_stamp(f"{out}/{t}/{a}/{s}", a) for t, a, s in todo]
+def _read_stamps(out: str, todo: list[tuple[str, str, str]], index: Any = None) -> list[_Stamp | None]:
+    """``_read_stamp`` for many attempts, through the scan index (``runner.results.index``) when given.
+
+    One thread: reader threads were measured slower (GIL).
+    """
+    if index is None:
+        return [_read_stamp(f"{out}/{t}/{a}/{s}", a) for t, a, s in todo]
+    got: list[_Stamp | None] = []
+    for key in todo:
+        sdir = f"{out}/{key[0]}/{key[1]}/{key[2]}"
+        hit = index.get(key, sdir)
+        if hit is None:
+            hit = _read_stamp(sdir, key[1])
+            if hit is not None:
+                index.put(key, sdir, hit)
+        got.append(hit)
+    index.save(scanned_all=True, create=any(g is not None and g[1].state == results.OK for g in got))
+    return got
 
 
 def pair_done(out: Path | str, task: str, arm: str) -> bool:
@@ -1096,6 +1113,7 @@ def open_tree(out: Path | str) -> RunModel:
             names = [e.name for e in it]
     except OSError as exc:
         raise UserError(f"{p}: cannot read it ({exc.strerror or exc})") from None
+    names = [n for n in names if n != tree.INDEX_DIR]  # the scan index alone is no result
     if not names and not tree.voided_root(p).is_dir():
         raise UserError(f"{p}: empty directory: no results yet (start a run with `marathon run {p}`)")
     if "result.json" in names or "config.json" in names:
@@ -1103,6 +1121,9 @@ def open_tree(out: Path | str) -> RunModel:
             f"{p}: this is a harbor job dir; give the output tree root (the dir above <task>/<arm>/<stamp>/<arm>)"
         )
     model = RunModel.load(p)
+    # A command's model lives until the process exits: keep the collector from walking its tens of
+    # thousands of records again (they hold no cycles; refcounting still frees them).
+    gc.freeze()
     if not model.is_output_tree:
         raise NotAnOutputTree(
             f"{p}: not a marathon output tree (expected <task>/<arm>/<stamp>/<arm>/result.json or .runner/)"

@@ -16,6 +16,8 @@ import re
 import warnings
 from typing import Any
 
+from runner.results import rules
+
 FIGURES = ("means", "forest", "heatmap", "cost", "time")
 TITLES = {
     "means": "Per-arm means over done cells, 95 % bootstrap intervals",
@@ -117,9 +119,8 @@ def heatmap(rep: dict[str, Any]) -> Any:
         for j, a in enumerate(arms):
             c = rep["cells"][t].get(a)
             if c and c["status"] == "done":
-                data[i, j] = (
-                    0.0 if c["build_failed"] else (c["partial"] if c["partial"] is not None else np.nan)
-                )
+                v = rules.scored_measure(c["partial"], c["build_failed"], "partial")
+                data[i, j] = np.nan if v is None else v
     im = ax.imshow(np.ma.masked_invalid(data), vmin=0, vmax=1, cmap="viridis", aspect="auto")
     for i, t in enumerate(tasks):
         for j, a in enumerate(arms):

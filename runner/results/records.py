@@ -28,12 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from modes import safeio
+from modes.trial_files import VERIFIER_WRITTEN, TrialFiles
 from runner.results import rules
 
-RESULT_JSON = "result.json"
-METRICS_JSON = ("verifier", "metrics.json")
-RECEIPT_JSON = ("agent", "goal_receipt.json")
-EXCEPTION_TXT = "exception.txt"
+RESULT_JSON = TrialFiles.RESULT  # the job's result.json has the same name
 
 # File states.
 OK = "ok"
@@ -258,7 +256,7 @@ def metrics_from_dict(d: Mapping[str, Any]) -> Metrics:
 
 def read_metrics(trial_dir: Path | str) -> Metrics:
     d = os.fspath(trial_dir)
-    loaded = load_json(f"{d}/verifier/metrics.json", d)
+    loaded = load_json(f"{d}/{TrialFiles.METRICS}", d)
     if not loaded.ok:
         return Metrics(state=loaded.state, error=loaded.error)
     return metrics_from_dict(loaded.data or {})
@@ -362,7 +360,7 @@ def receipt_from_dict(d: Mapping[str, Any]) -> Receipt:
 def read_receipt(trial_dir: Path | str) -> Receipt | None:
     """None when the trial has no receipt (harbor's own agents write none)."""
     d = os.fspath(trial_dir)
-    loaded = load_json(f"{d}/agent/goal_receipt.json", d)
+    loaded = load_json(f"{d}/{TrialFiles.RECEIPT}", d)
     if loaded.state == MISSING:
         return None
     if not loaded.ok:
@@ -521,7 +519,7 @@ def verifier_finished(raw: bytes) -> datetime | None:
 
 
 #: Verifier files whose change after the verifier finished means someone else wrote them.
-VERIFIER_FILES = (("verifier", "metrics.json"), ("verifier", "reward.txt"))
+VERIFIER_FILES = VERIFIER_WRITTEN
 #: Clock slack for the tamper rules: a legitimate write is never later than this.
 TAMPER_SLACK_NS = 1_000_000_000
 
@@ -543,8 +541,7 @@ def tampered(trial_dir: str, verifier_finished: datetime | None) -> str:
     fin_ns = None
     if verifier_finished is not None and verifier_finished.tzinfo is not None:
         fin_ns = int(verifier_finished.timestamp() * 1e9)
-    for parts in VERIFIER_FILES:
-        rel = "/".join(parts)
+    for rel in VERIFIER_FILES:
         t = safeio.lstat_times(f"{trial_dir}/{rel}")
         if t is None:
             continue
@@ -581,20 +578,15 @@ def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | 
     if not isinstance(rs, dict) or not isinstance(es, dict) or es:
         return None  # errored trials are few and worth their full record (exception message)
     names: set = set()
-    reward = None
-    for key, by_value in rs.items():
+    for by_value in rs.values():
         if not isinstance(by_value, dict):
             return None
-        for value, trials in by_value.items():
+        for trials in by_value.values():
             if not isinstance(trials, list):
                 return None
             names.update(trials)
-            if key == "reward":
-                try:
-                    reward = _num(float(value))
-                except (TypeError, ValueError):
-                    return None
-    if len(names) != 1:
+    reward = rules.reward_of_stats(rs)
+    if len(names) != 1 or ("reward" in rs and reward is None):
         return None
     name = names.pop()
     if not isinstance(name, str) or not name or "/" in name or name[0] == ".":

@@ -32,7 +32,7 @@ from itertools import combinations
 from typing import Any
 
 from modes import profiles
-from runner.results import audit, stats
+from runner.results import audit, rules, stats
 from runner.results.model import DONE, ERRORED, STATUSES, VOIDED, Cell, RunModel
 
 FORMATS = ("md", "json", "csv", "html")
@@ -59,10 +59,7 @@ def _r(v: float | None, nd: int = 4) -> float | None:
 
 def _score(c: Cell, field: str) -> float | None:
     """A done cell's measure for means; build failures count as 0 (never dropped)."""
-    v = getattr(c, field)
-    if v is None and c.build_failed and field in ("partial", "pass_rate"):
-        return 0.0
-    return v
+    return rules.scored_measure(getattr(c, field), c.build_failed, field)
 
 
 MEASURES = ("reward", "partial", "pass_rate")
@@ -130,7 +127,7 @@ def arm_summary(cells: list[Cell]) -> dict[str, Any]:
     """One arm's figures over its cells: means (with 95 % bootstrap intervals) over done cells,
     the arm's cost over its scoring attempts, and the run's spend over every attempt."""
     # in task order: the bootstrap draws positions, so the same tree must list its cells the same way
-    done = sorted((c for c in cells if c.status == DONE), key=lambda c: c.task)
+    done = sorted((c for c in cells if c.status == DONE), key=lambda c: (c.task, c.arm))
     counts = {s: sum(1 for c in cells if c.status == s) for s in STATUSES}
 
     def vals(field: str) -> list[float]:
@@ -349,8 +346,17 @@ def _cell_text(c: dict[str, Any] | None) -> str:
     return f"{_f(c['reward'], 2)} / {_f(c['partial'], 2)} / {_f(c['pass_rate'], 2)}{mark}"
 
 
-def render_json(rep: dict[str, Any]) -> str:
-    return json.dumps(rep, indent=2, ensure_ascii=False) + "\n"
+def render_json(rep: dict[str, Any], pretty: bool = False) -> str:
+    """One line for scripts (the indenting encoder was the largest part of a 10,000-trial report);
+    ``pretty`` indents for a human."""
+    return dump_json(rep, pretty) + "\n"
+
+
+def dump_json(d: Any, pretty: bool = False) -> str:
+    """The JSON of ``status --json`` and ``report --format json``: compact, or indented with ``pretty``."""
+    if pretty:
+        return json.dumps(d, indent=2, ensure_ascii=False)
+    return json.dumps(d, ensure_ascii=False, separators=(",", ":"))
 
 
 #: cell statuses of a pair whose file broke a safe-open rule or was changed after its verifier
@@ -562,5 +568,7 @@ def render_html(rep: dict[str, Any]) -> str:
 RENDERERS = {"md": render_md, "json": render_json, "csv": render_csv, "html": render_html}
 
 
-def render(rep: dict[str, Any], fmt: str) -> str:
+def render(rep: dict[str, Any], fmt: str, pretty: bool = False) -> str:
+    if fmt == "json":
+        return render_json(rep, pretty)
     return RENDERERS[fmt](rep)

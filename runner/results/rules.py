@@ -20,6 +20,11 @@ IN_PROGRESS_PHASES = frozenset({"initialized", "starting"})
 BUILD_FAILED_PHASE = "build_failed"
 
 
+def done_of_counts(n_completed: int, n_errored: int) -> bool:
+    """The done rule on a job's counts: it completed a trial and none errored."""
+    return n_completed >= 1 and n_errored == 0
+
+
 def is_done(stats: Mapping[str, Any] | None) -> bool:
     """A job (one task x arm attempt) is done when it completed a trial and none errored.
 
@@ -30,7 +35,7 @@ def is_done(stats: Mapping[str, Any] | None) -> bool:
         return False
     completed = stats.get("n_completed_trials", stats.get("n_trials", 0)) or 0
     errored = stats.get("n_errored_trials", stats.get("n_errors", 0)) or 0
-    return completed >= 1 and errored == 0
+    return done_of_counts(completed, errored)
 
 
 def _num(v: Any) -> float | None:
@@ -113,6 +118,30 @@ def test_pass_rate(metrics: Mapping[str, Any] | None) -> float | None:
     if p is not None and t:
         return p / t
     return None
+
+
+#: the measures a build failure counts as 0 in means (the verifier could not build the agent's code)
+ZERO_WHEN_BUILD_FAILED = ("partial", "pass_rate")
+
+
+def scored_measure(value: float | None, build_failed: bool, measure: str) -> float | None:
+    """A done cell's ``measure`` as means and plots count it: a build failure is 0, never dropped."""
+    if value is None and build_failed and measure in ZERO_WHEN_BUILD_FAILED:
+        return 0.0
+    return value
+
+
+def reward_of_stats(reward_stats: Mapping[str, Any]) -> float | None:
+    """harbor's reward of a finished one-trial job from its job stats (``evals.*.reward_stats``:
+    ``{"reward": {"<value>": [trial names]}}``), the number ``reward_of`` reads from the trial."""
+    by_value = reward_stats.get("reward")
+    if not isinstance(by_value, Mapping) or len(by_value) != 1:
+        return None
+    (value,) = by_value
+    try:
+        return _num(float(value))
+    except (TypeError, ValueError):
+        return None
 
 
 def reward_of(verifier_result: Mapping[str, Any] | None) -> float | None:

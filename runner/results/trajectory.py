@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from modes import safeio
+from modes.trial_files import TrialFiles
 from runner.results.search import find_offsets
 
 #: a step (ATIF object or app-server line) larger than this is not parsed: it shows as "too large"
@@ -778,9 +779,8 @@ class TrajectoryFacts:
 
 def trajectory_file(trial_dir: Path | str) -> Path | None:
     """The file the reader opens for a trial: ATIF when harbor wrote it, else the raw app-server stdout."""
-    base = Path(trial_dir) / "agent"
-    for name in ("trajectory.json", "appserver.stdout.jsonl"):
-        p = base / name
+    for rel in (TrialFiles.TRAJECTORY, TrialFiles.APPSERVER_STDOUT):
+        p = Path(trial_dir) / rel
         try:
             if stat.S_ISREG(os.stat(p).st_mode):
                 return p

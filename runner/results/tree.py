@@ -5,6 +5,7 @@
     <out>/.claims/<task>__<arm>.claim                   in-progress claim
     <out>/.driver_env                                   the runner's effective configuration
     <out>/.runner/                                      lock, PID registry, events.jsonl
+    <out>/.marathon/index.sqlite                        the scan index (a cache: runner.results.index)
     <out>/../marathon-voided/<out-name>/...             voided trials, moved (never deleted), with README
 
 Everything that names a path or derives a name from one is here, so that no reader scans the
@@ -18,18 +19,22 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+from modes.trial_files import SCORED_INPUTS
+
 CLAIMS_DIR = ".claims"
 DRIVER_ENV = ".driver_env"
 RUNNER_DIR = ".runner"
 EVENTS_FILE = "events.jsonl"
+INDEX_DIR = ".marathon"
+INDEX_FILE = "index.sqlite"
 VOIDED_DIR = "marathon-voided"
 VOID_README = "README.md"
 #: The output tree when none is given (the same as `marathon run`).
 DEFAULT_OUT = "marathon-out"
 #: Files harbor writes at the job level (everything else in a job dir is a trial dir).
 JOB_FILES = frozenset({"result.json", "config.json", "lock.json", "job.log"})
-#: Files inside a trial dir that the results model reads (relative parts).
-TRIAL_FILES = frozenset({("result.json",), ("verifier", "metrics.json"), ("agent", "goal_receipt.json")})
+#: Files inside a trial dir that the results model reads (relative parts; modes.trial_files names them).
+TRIAL_FILES = frozenset(tuple(rel.split("/")) for rel in SCORED_INPUTS)
 
 # An "<arm>-<pid>" dir: the field's driver made one when "<arm>" was not writable.
 _ARM_PID = re.compile(r"^(?P<arm>.+)-(?P<pid>\d+)$")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from modes.trial_files import TrialFiles
 from runner.results.trajectory import open_regular
 
 PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
@@ -119,21 +120,21 @@ def _read_capped(path: Path, limit: int) -> bytes | None:
 
 def read_outcomes(trial_dir: Path | str) -> TestOutcomes:
     """The per-test outcomes of one trial: test-stdout.txt first, else metrics.json; empty if neither."""
-    vdir = Path(trial_dir) / "verifier"
-    raw = _read_capped(vdir / "test-stdout.txt", MAX_BYTES)
+    tdir = Path(trial_dir)
+    raw = _read_capped(tdir / TrialFiles.TEST_STDOUT, MAX_BYTES)
     if raw:
         text = raw.decode("utf-8", "replace")
         found, truncated = parse_stdout(text.splitlines())
         if found:
-            return TestOutcomes(tuple(found), "verifier/test-stdout.txt", truncated or len(raw) >= MAX_BYTES)
-    raw = _read_capped(vdir / "metrics.json", MAX_METRICS_BYTES)
+            return TestOutcomes(tuple(found), TrialFiles.TEST_STDOUT, truncated or len(raw) >= MAX_BYTES)
+    raw = _read_capped(tdir / TrialFiles.METRICS, MAX_METRICS_BYTES)
     if raw:
         try:
             found = parse_metrics(json.loads(raw))
         except (ValueError, RecursionError):
             found = []
         if found:
-            return TestOutcomes(tuple(found), "verifier/metrics.json")
+            return TestOutcomes(tuple(found), TrialFiles.METRICS)
     return TestOutcomes()
 
 

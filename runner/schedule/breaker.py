@@ -138,12 +138,12 @@ class Breaker:
 def last_pause(out: Path) -> str | None:
     """The one-line reason the newest runner of ``out`` was paused for, or None (never paused, or a
     runner started since)."""
-    from runner.results.events import read_events
+    from runner.results.events import EventKind, read_events
 
     reason = None
     for ev in read_events(out):
-        if ev.get("event") == "runner_start":
+        if ev["event"] == EventKind.RUNNER_START:
             reason = None
-        elif ev.get("event") == "run_paused":
+        elif ev["event"] == EventKind.RUN_PAUSED:
             reason = str(ev.get("reason") or "paused by the circuit breaker")
     return reason

@@ -34,12 +34,13 @@ from modes.naming import compose_project
 from modes.profiles import mode_for
 from runner.errors import UserError
 from runner.ops.procs import DEFAULT_GRACE_SEC, ProcIdentity, Registry, alive, signal_process
-from runner.ops.void import Verdict, act_void, classify_job, plan_void, read_json
-from runner.results.events import EventLog, new_run_id
+from runner.ops.void import Verdict, act_void, classify_job, plan_void
+from runner.results.events import EventKind, EventLog, new_run_id
 from runner.results.model import (  # the model's reading of done: the runner never disagrees with status
     pair_done,
 )
-from runner.results.rules import engine_outage, is_done
+from runner.results.records import read_job
+from runner.results.rules import engine_outage
 from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir, runner_dir
 from runner.schedule import claims as claimsmod
 from runner.schedule.breaker import EXIT_PAUSED, SCOPE_INFRA, Attempt, Breaker, Trip, is_outcome, signature
@@ -310,7 +311,7 @@ class Driver:
             all_pairs = self.pairs(tasks)
             already = {a: [t for t in tasks if pair_done(self.out, t, a)] for a in self.specs}
             self.log.emit(
-                "runner_start",
+                EventKind.RUNNER_START,
                 pid=os.getpid(),
                 host=self.holder.host,
                 resumed=self.resumed,
@@ -324,9 +325,9 @@ class Driver:
                 config=as_dict(self.cfg),
             )
             if modified:
-                self.log.emit("dataset_modified", tasks=modified, allow_modified=True)
+                self.log.emit(EventKind.DATASET_MODIFIED, tasks=modified, allow_modified=True)
             for note in self.preflight_notes:
-                self.log.emit("preflight_note", check=note.check, what=note.what, todo=note.todo)
+                self.log.emit(EventKind.PREFLIGHT_NOTE, check=note.check, what=note.what, todo=note.todo)
             self._adopt_orphans(set(all_pairs))
             reason = self._passes(all_pairs)
             return self._shutdown(reason, all_pairs)
@@ -353,7 +354,7 @@ class Driver:
             queue = [p for p in all_pairs if not pair_done(self.out, *p) and not self._is_running(p)]
             if not queue and not self.running:
                 return "all pairs done"
-            self.log.emit("pass_start", pass_no=pass_no, n_pairs=len(queue))
+            self.log.emit(EventKind.PASS_START, pass_no=pass_no, n_pairs=len(queue))
             failed: list[tuple[str, str, str]] = []
             while (queue or self.running) and self.stop_reason is None:
                 failed += self._reap()
@@ -367,10 +368,12 @@ class Driver:
             if self.breaker.tripped is not None:
                 return f"paused by the circuit breaker: {self.breaker.tripped.reason()}"
             left = [p for p in all_pairs if not pair_done(self.out, *p)]
-            self.log.emit("pass_end", pass_no=pass_no, done=len(all_pairs) - len(left), left=len(left))
+            self.log.emit(
+                EventKind.PASS_END, pass_no=pass_no, done=len(all_pairs) - len(left), left=len(left)
+            )
             for task, arm, why in failed:
                 if pass_no < self.cfg.max_passes:
-                    self.log.emit("retry", task=task, arm=arm, next_pass=pass_no + 1, reason=why)
+                    self.log.emit(EventKind.RETRY, task=task, arm=arm, next_pass=pass_no + 1, reason=why)
             if not left:
                 return "all pairs done"
         return f"max passes ({self.cfg.max_passes}) reached"
@@ -390,7 +393,7 @@ class Driver:
             task, arm = queue[0]
             if pair_done(self.out, task, arm):
                 queue.pop(0)
-                self.log.emit("skip_done", task=task, arm=arm)
+                self.log.emit(EventKind.SKIP_DONE, task=task, arm=arm)
                 continue
             if not self._gate_ok():
                 return
@@ -399,7 +402,7 @@ class Driver:
             if not res.acquired:
                 assert res.claim is not None
                 self.log.emit(
-                    "claim_held",
+                    EventKind.CLAIM_HELD,
                     task=task,
                     arm=arm,
                     holder=res.claim.holder.describe(),
@@ -408,12 +411,14 @@ class Driver:
                 continue
             assert res.claim is not None
             if res.replaced is not None:
-                self.log.emit("claim_takeover", task=task, arm=arm, was=res.replaced.holder.describe())
+                self.log.emit(
+                    EventKind.CLAIM_TAKEOVER, task=task, arm=arm, was=res.replaced.holder.describe()
+                )
             try:
                 self._start(task, self.specs[arm], res.claim)
             except Exception as exc:  # noqa: BLE001 - e.g. disk full: release, retry next pass, go on
                 self.log.emit(
-                    "internal_error",
+                    EventKind.INTERNAL_ERROR,
                     task=task,
                     arm=arm,
                     error=f"could not start: {type(exc).__name__}: {exc}",
@@ -446,7 +451,7 @@ class Driver:
         )
         self.running.append(job)
         self.stats.started += 1
-        self.log.emit("job_start", task=task, arm=arm.name, stamp=stamp, pid=proc.pid, argv=argv)
+        self.log.emit(EventKind.JOB_START, task=task, arm=arm.name, stamp=stamp, pid=proc.pid, argv=argv)
 
     def _adopt_orphans(self, pairs: set[tuple[str, str]]) -> None:
         """A dead runner's harbor jobs that still run: wait for them instead of starting duplicates."""
@@ -468,7 +473,9 @@ class Driver:
                 claim_out=str(self.out),
             )
             self.running.append(job)
-            self.log.emit("adopt", task=c.task, arm=c.arm, stamp=j.stamp, pid=j.pid, was=c.holder.describe())
+            self.log.emit(
+                EventKind.ADOPT, task=c.task, arm=c.arm, stamp=j.stamp, pid=j.pid, was=c.holder.describe()
+            )
 
     # --- the network gate -----------------------------------------------------------------------
 
@@ -500,20 +507,20 @@ class Driver:
             )
         except Exception as exc:  # noqa: BLE001 - engine down or a bad answer: wait and say so, never crash
             self._gate_wait_start(now)
-            self.log.emit("gate_error", error=f"{type(exc).__name__}: {exc}")
+            self.log.emit(EventKind.GATE_ERROR, error=f"{type(exc).__name__}: {exc}")
             return False
         self._retry_cleanups()  # the engine answers again
         if v.ok:
             if self._gate_waiting_since is not None:
                 self.log.emit(
-                    "gate_open", waited_sec=round(now - self._gate_waiting_since, 1), reason=v.reason
+                    EventKind.GATE_OPEN, waited_sec=round(now - self._gate_waiting_since, 1), reason=v.reason
                 )
                 self._gate_waiting_since = None
             return True
         if self._gate_waiting_since is None:
             self.stats.gate_waits += 1
             self.log.emit(
-                "gate_wait",
+                EventKind.GATE_WAIT,
                 reason=v.reason,
                 used=status.used,
                 used_ours=status.used_ours,
@@ -528,11 +535,11 @@ class Driver:
             try:
                 removed = reclaim_empty_ours(self.out)
             except UserError as exc:
-                self.log.emit("gate_error", error=str(exc))
+                self.log.emit(EventKind.GATE_ERROR, error=str(exc))
                 removed = []
             if removed:
                 self.stats.reclaimed += removed
-                self.log.emit("reclaim", networks=removed)
+                self.log.emit(EventKind.RECLAIM, networks=removed)
         return False
 
     def _gate_wait_start(self, now: float) -> None:
@@ -551,7 +558,7 @@ class Driver:
                 why = self._finish(job)
             except Exception as exc:  # noqa: BLE001 - one job's bookkeeping must not stop the run
                 why = f"runner error while finishing the job: {type(exc).__name__}: {exc}"
-                self.log.emit("internal_error", task=job.task, arm=job.arm.name, stamp=job.stamp,
+                self.log.emit(EventKind.INTERNAL_ERROR, task=job.task, arm=job.arm.name, stamp=job.stamp,
                               error=why, traceback=traceback.format_exc()[-4000:])  # fmt: skip
                 with contextlib.suppress(Exception):
                     claimsmod.release(self.out, job.claim)
@@ -565,18 +572,17 @@ class Driver:
         with contextlib.suppress(Exception):
             self.registry.unregister(job.pid)
         jdir = job_dir(self.out, job.task, job.arm.name, job.stamp)
-        res = read_json(jdir / "result.json")
-        stats = res.get("stats") if res else None
+        done = read_job(jdir).done  # the one reader of harbor's job result (runner.results.records)
         elapsed = round(time.monotonic() - job.started, 1)
         retry: str | None = None
         if not stopping:
             # harbor takes its environment down itself, unless the engine was away at that moment:
             # what it left is removed now (or once the engine answers again)
             self._cleanup(trials={t.name for t in iter_trial_dirs(jdir)})
-        if is_done(stats):
+        if done:
             self.stats.done += 1
             detail = self._score_detail(jdir)
-            self.log.emit("job_finish", task=job.task, arm=job.arm.name, stamp=job.stamp, status="done",
+            self.log.emit(EventKind.JOB_FINISH, task=job.task, arm=job.arm.name, stamp=job.stamp, status="done",
                           elapsed_sec=elapsed, returncode=job.returncode, detail=detail)  # fmt: skip
             if not stopping:
                 self.breaker.success()
@@ -589,7 +595,7 @@ class Driver:
                 stopped_by=(self.stop_reason or "stop") if stopping else None,
             )
             status = "void" if v.kind == "infra" else "errored"
-            self.log.emit("job_finish", task=job.task, arm=job.arm.name, stamp=job.stamp, status=status,
+            self.log.emit(EventKind.JOB_FINISH, task=job.task, arm=job.arm.name, stamp=job.stamp, status=status,
                           elapsed_sec=elapsed, returncode=job.returncode, detail=v.reason)  # fmt: skip
             if v.kind == "infra":
                 self._void(job, v)
@@ -599,7 +605,7 @@ class Driver:
                 self._breaker_observe(job, v)
             retry = v.reason
         if claimsmod.release(self.out, job.claim):
-            self.log.emit("claim_release", task=job.task, arm=job.arm.name)
+            self.log.emit(EventKind.CLAIM_RELEASE, task=job.task, arm=job.arm.name)
         return retry
 
     # --- the circuit breaker (runner.schedule.breaker) ------------------------------------------------------
@@ -643,7 +649,7 @@ class Driver:
             for att in trip.attempts:
                 self._breaker_void(trip, att)
         self.log.emit(
-            "run_paused",
+            EventKind.RUN_PAUSED,
             reason=trip.reason(),
             failure=trip.signature,
             message=trip.message,
@@ -695,7 +701,7 @@ class Driver:
         plan = plan_void(self.out, jdir, v.reason, v.evidence)  # one trial per job: the whole attempt
         dest = act_void(plan, run_id=self.run_id)
         self.stats.voided += 1
-        self.log.emit("void", task=job.task, arm=job.arm.name, stamp=job.stamp, reason=v.reason, dest=str(dest),
+        self.log.emit(EventKind.VOID, task=job.task, arm=job.arm.name, stamp=job.stamp, reason=v.reason, dest=str(dest),
                       evidence=v.evidence[:6])  # fmt: skip
 
     def _retry_cleanups(self) -> None:
@@ -716,15 +722,17 @@ class Driver:
             plan = plan_cleanup(self.out, trials=trials)
             if plan.empty:
                 return
-            self.log.emit("cleanup_plan", plan=plan.render())
+            self.log.emit(EventKind.CLEANUP_PLAN, plan=plan.render())
             report = act_cleanup(plan)
         except Exception as exc:  # noqa: BLE001 - Docker down, a safety-module change: report, go on
             self._cleanup_pending |= trials  # tried again once the engine answers, and at exit
-            self.log.emit("cleanup_error", error=f"{type(exc).__name__}: {exc}", trials=sorted(trials))
+            self.log.emit(
+                EventKind.CLEANUP_ERROR, error=f"{type(exc).__name__}: {exc}", trials=sorted(trials)
+            )
             return
         self._cleanup_pending -= trials
         self.log.emit(
-            "cleanup",
+            EventKind.CLEANUP,
             containers=len(report.removed_containers),
             networks=len(report.removed_networks),
             removed=report.removed_containers + report.removed_networks,
@@ -734,7 +742,7 @@ class Driver:
 
     def _shutdown(self, reason: str, all_pairs: list[tuple[str, str]]) -> int:
         if self.stop_reason is not None and self.running:
-            self.log.emit("stop_requested", signal=self.stop_reason, n_running=len(self.running))
+            self.log.emit(EventKind.STOP_REQUESTED, signal=self.stop_reason, n_running=len(self.running))
             for job in self.running:
                 job.terminated = True
                 job.signal(signal.SIGTERM)  # harbor maps SIGTERM to cancellation + environment teardown
@@ -743,7 +751,7 @@ class Driver:
                 time.sleep(0.2)
             for job in self.running:
                 if not job.poll():
-                    self.log.emit("job_kill", task=job.task, arm=job.arm.name, pid=job.pid)
+                    self.log.emit(EventKind.JOB_KILL, task=job.task, arm=job.arm.name, pid=job.pid)
                     job.signal(signal.SIGKILL, group=True)
             deadline = time.monotonic() + 10
             while any(not j.poll() for j in self.running) and time.monotonic() < deadline:
@@ -761,7 +769,7 @@ class Driver:
                     self._finish(job, stopping=True)
                 except Exception as exc:  # noqa: BLE001 - finish the others, release every claim
                     self.log.emit(
-                        "internal_error",
+                        EventKind.INTERNAL_ERROR,
                         task=job.task,
                         arm=job.arm.name,
                         error=f"{type(exc).__name__}: {exc}",
@@ -771,7 +779,7 @@ class Driver:
         self._retry_cleanups()
         done = sum(1 for p in all_pairs if pair_done(self.out, *p))
         self.log.emit(
-            "runner_exit",
+            EventKind.RUNNER_EXIT,
             reason=reason,
             done=done,
             total=len(all_pairs),

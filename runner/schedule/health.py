@@ -15,10 +15,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from modes.naming import compose_project
+from modes.trial_files import TrialFiles
 from runner.errors import NotAnOutputTree, UserError
 from runner.ops.procs import Registry
-from runner.ops.void import act_void, classify_job, plan_void, read_json
-from runner.results.rules import is_done
+from runner.ops.void import act_void, classify_job, plan_void
+from runner.results.records import OK, read_job
 from runner.results.tree import claim_path, driver_env_path, iter_job_dirs, iter_trial_dirs
 from runner.schedule import claims as claimsmod
 from runner.schedule.config import RunConfig, read_driver_env, resolve
@@ -129,16 +130,15 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
     running_trials: set[str] = set()
     unclaimed_running: set[str] = set()  # unfinished trials of pairs nobody (runner or orphan job) holds
     for task, arm, _adir, stamp, job in iter_job_dirs(out):
-        res = read_json(job / "result.json")
-        stats = res.get("stats") if res else None
-        if is_done(stats):
+        rec = read_job(job)
+        if rec.done:
             done_pairs.add((task, arm))
         trials = list(iter_trial_dirs(job))
         for t in trials:
-            (finished_trials if (t / "result.json").exists() else running_trials).add(t.name)
-            if not (t / "result.json").exists() and (task, arm) not in live_pairs:
+            (finished_trials if (t / TrialFiles.RESULT).exists() else running_trials).add(t.name)
+            if not (t / TrialFiles.RESULT).exists() and (task, arm) not in live_pairs:
                 unclaimed_running.add(t.name)
-        unfinished = [t for t in trials if not (t / "result.json").exists()]
+        unfinished = [t for t in trials if not (t / TrialFiles.RESULT).exists()]
         if unfinished and (task, arm) in live_pairs:
             running += len(unfinished)
             age = _stamp_age_sec(stamp)
@@ -151,7 +151,7 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
                         {"task": task, "arm": arm, "stamp": stamp, "age_sec": round(age)},
                     )  # fmt: skip
                 )
-        elif stats and not is_done(stats) and (stats.get("n_errored_trials") or 0) > 0 and not unfinished:
+        elif rec.state == OK and not rec.done and rec.n_errored > 0 and not unfinished:
             v = classify_job(job)
             if v.kind == "infra" and (task, arm) not in live_pairs:
                 findings.append(

@@ -341,13 +341,13 @@ def require(cfg: RunConfig, env: Mapping[str, str] | None = None, *, retry: str 
     if not blocking:
         return problems
     if cfg.out.is_dir():
-        from runner.results.events import append_event, utc_now
+        from runner.results.events import EventKind, append_event, utc_now
 
         append_event(
             cfg.out,
             {
                 "ts": utc_now(),
-                "event": "preflight_failed",
+                "event": EventKind.PREFLIGHT_FAILED,
                 "problems": [asdict(p) for p in blocking],
                 "pid": os.getpid(),
             },

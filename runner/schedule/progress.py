@@ -13,28 +13,30 @@ import sys
 from collections import defaultdict
 from typing import Any, TextIO
 
+from runner.results.events import EventKind
+
 # events worth a line in plain mode (gate waits and reclaims included: the operator must see them)
 _PLAIN = {
-    "runner_start": "runner started: run {run_id}, {n_pairs} pairs, arms {arms}, concurrency {concurrency}",
-    "dataset_modified": "WARNING: tasks differ from dataset.toml: {tasks} (--allow-modified; reports will say so)",
-    "pass_start": "pass {pass_no}: {n_pairs} pair(s) to run",
-    "adopt": "adopted running job {task}/{arm} (PID {pid}) from a dead runner",
-    "claim_takeover": "took over stale claim {task}/{arm} (was {was})",
-    "claim_held": "skip {task}/{arm}: claimed by {holder}",
-    "job_start": "start {task}/{arm} stamp {stamp} (PID {pid})",
-    "job_finish": "{status:<7} {task}/{arm} in {elapsed_sec}s {detail}",
-    "void": "VOID    {task}/{arm} stamp {stamp}: {reason}",
-    "retry": "retry   {task}/{arm} in pass {next_pass}: {reason}",
-    "gate_wait": "network gate: waiting ({reason})",
-    "gate_open": "network gate: open after {waited_sec}s",
-    "reclaim": "reclaimed empty network(s) of ours: {networks}",
-    "gate_error": "network gate: {error}",
-    "stop_requested": "stopping ({signal}): no new jobs; terminating {n_running} running job(s)",
-    "cleanup": "cleanup: removed {containers} container(s), {networks} network(s)",
-    "pass_end": "pass {pass_no} finished: {done} done, {left} left",
-    "runner_exit": "runner exit: {reason}; {done}/{total} pairs done",
-    "run_paused": "PAUSED by the circuit breaker: {reason}",
-    "preflight_note": "note: {what} ({todo})",
+    EventKind.RUNNER_START: "runner started: run {run_id}, {n_pairs} pairs, arms {arms}, concurrency {concurrency}",
+    EventKind.DATASET_MODIFIED: "WARNING: tasks differ from dataset.toml: {tasks} (--allow-modified; reports will say so)",
+    EventKind.PASS_START: "pass {pass_no}: {n_pairs} pair(s) to run",
+    EventKind.ADOPT: "adopted running job {task}/{arm} (PID {pid}) from a dead runner",
+    EventKind.CLAIM_TAKEOVER: "took over stale claim {task}/{arm} (was {was})",
+    EventKind.CLAIM_HELD: "skip {task}/{arm}: claimed by {holder}",
+    EventKind.JOB_START: "start {task}/{arm} stamp {stamp} (PID {pid})",
+    EventKind.JOB_FINISH: "{status:<7} {task}/{arm} in {elapsed_sec}s {detail}",
+    EventKind.VOID: "VOID    {task}/{arm} stamp {stamp}: {reason}",
+    EventKind.RETRY: "retry   {task}/{arm} in pass {next_pass}: {reason}",
+    EventKind.GATE_WAIT: "network gate: waiting ({reason})",
+    EventKind.GATE_OPEN: "network gate: open after {waited_sec}s",
+    EventKind.RECLAIM: "reclaimed empty network(s) of ours: {networks}",
+    EventKind.GATE_ERROR: "network gate: {error}",
+    EventKind.STOP_REQUESTED: "stopping ({signal}): no new jobs; terminating {n_running} running job(s)",
+    EventKind.CLEANUP: "cleanup: removed {containers} container(s), {networks} network(s)",
+    EventKind.PASS_END: "pass {pass_no} finished: {done} done, {left} left",
+    EventKind.RUNNER_EXIT: "runner exit: {reason}; {done}/{total} pairs done",
+    EventKind.RUN_PAUSED: "PAUSED by the circuit breaker: {reason}",
+    EventKind.PREFLIGHT_NOTE: "note: {what} ({todo})",
 }
 
 
@@ -78,19 +80,19 @@ class Progress:
     def _track(self, ev: dict[str, Any]) -> None:
         kind = ev.get("event")
         task, arm = ev.get("task"), ev.get("arm")
-        if kind == "runner_start":
+        if kind == EventKind.RUNNER_START:
             self.arms = list(ev.get("arms") or [])
             for a, n in (ev.get("pairs_per_arm") or {}).items():
                 self.total[a] = n
             for a, tasks in (ev.get("already_done") or {}).items():
                 self.done[a].update(tasks)
-        elif kind in ("job_start", "adopt") and arm:
+        elif kind in (EventKind.JOB_START, EventKind.ADOPT) and arm:
             self.running[arm].add(task)
-        elif kind == "job_finish" and arm:
+        elif kind == EventKind.JOB_FINISH and arm:
             self.running[arm].discard(task)
             if ev.get("status") == "done":
                 self.done[arm].add(task)
-        elif kind == "void" and arm:
+        elif kind == EventKind.VOID and arm:
             self.voided[arm] += 1
 
     @staticmethod

@@ -15,14 +15,17 @@ from runner import cli
 from runner.results import tree
 from runner.results.model import DONE, ERRORED, RunModel
 from runner.results.report import build_report, render
+from runner.results.tree import INDEX_DIR
 
 TASKS = ["build-gate", "calc-partial", "two-stage", "words-passrate"]
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
-    """Every path under root with its size and mtime_ns: proves a command modified nothing."""
+    """Every path under root with its size and mtime_ns: proves a command modified nothing (but
+    its own cache, the scan index under ``<out>/.marathon``)."""
     snap = {}
     for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != INDEX_DIR]
         for n in dirnames + filenames:
             p = os.path.join(dirpath, n)
             st = os.lstat(p)

@@ -1,0 +1,184 @@
+"""The scan index is a cache: deleting it, corrupting it, two processes writing it at once, an
+index of another user and a file changed behind its back never change a figure.
+
+Every test compares against a scan that reads every file (``RunModel.load(out, index=False)``), on
+the recorded real harbor trees. The tree is aged past ``RACY_NS`` first: the index never stores a
+file changed less than that before a scan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.results import index as scan_index
+from runner.results.model import RunModel
+from runner.results.report import build_report, render
+from runner.results.tree import INDEX_DIR, INDEX_FILE
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _age(out: Path) -> Path:
+    """Wait until every file of the fresh copy is older than the index's racy window."""
+    time.sleep(scan_index.RACY_NS / 1e9 + 0.2)
+    return out
+
+
+@pytest.fixture(scope="module")
+def aged(core_tree, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("scan_index") / "out"
+    shutil.copytree(core_tree, out, symlinks=True, ignore=shutil.ignore_patterns(INDEX_DIR))
+    return _age(out)
+
+
+def figures(out: Path, index: bool = True) -> str:
+    """Everything `marathon report --format json` shows, but the time it was made."""
+    rep = build_report(RunModel.load(out, index=index), "all")
+    rep.pop("generated_at", None)
+    return render(rep, "json")
+
+
+def _index(out: Path) -> Path:
+    return out / INDEX_DIR / INDEX_FILE
+
+
+def test_a_warm_index_serves_every_finished_attempt_and_the_same_figures(aged):
+    plain = figures(aged, index=False)
+    assert not (aged / INDEX_DIR).exists()  # a scan without the index leaves nothing
+    cold = RunModel.load(aged)
+    assert _index(aged).is_file() and cold.index_hits[0] == 0
+    warm = RunModel.load(aged)
+    hits, misses = warm.index_hits
+    # every settled attempt is served; the errored ones with an exception are read each time too
+    # when clean, so the only misses are attempts the index may not store (none in this tree)
+    assert hits >= 8 and hits + misses == warm.n_attempts
+    assert warm.cells == RunModel.load(aged, index=False).cells
+    assert figures(aged) == plain
+
+
+def test_deleting_the_index_changes_no_figure(aged):
+    before = figures(aged)
+    shutil.rmtree(aged / INDEX_DIR)
+    assert figures(aged) == before == figures(aged, index=False)
+    assert RunModel.load(aged).index_hits[0] > 0  # made again
+
+
+@pytest.mark.parametrize("how", ["garbage", "truncated", "garbage_rows", "empty"])
+def test_a_corrupt_index_changes_no_figure_and_is_made_again(aged, how):
+    plain = figures(aged, index=False)
+    RunModel.load(aged)
+    p = _index(aged)
+    if how == "garbage":
+        p.write_bytes(os.urandom(4096))
+    elif how == "truncated":
+        data = p.read_bytes()
+        p.write_bytes(data[: len(data) // 2])
+    elif how == "empty":
+        p.write_bytes(b"")
+    else:  # a database whose entries are nonsense
+        import sqlite3
+
+        conn = sqlite3.connect(p)
+        conn.execute("UPDATE stamps SET entry = '[1, 2' WHERE rowid % 3 = 0")
+        conn.execute('UPDATE stamps SET entry = \'["k", [], ["a", [], [[1]]]]\' WHERE rowid % 3 = 1')
+        # one attempt's entry under another's key: its files are not the other's
+        first = conn.execute("SELECT entry FROM stamps WHERE rowid % 3 = 2 LIMIT 1").fetchone()[0]
+        conn.execute("UPDATE stamps SET entry = ? WHERE rowid % 3 = 2", (first,))
+        conn.commit()
+        conn.close()
+    assert figures(aged) == plain
+    assert figures(aged) == plain
+    assert RunModel.load(aged).index_hits[0] > 0
+
+
+def test_two_processes_scanning_and_writing_at_once_change_no_figure(aged, tmp_path):
+    """Real processes, each deleting or filling the index while the other reads it."""
+    plain = figures(aged, index=False)
+    script = tmp_path / "scan.py"
+    script.write_text(
+        "import shutil, sys\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "from runner.results.model import RunModel\n"
+        "from runner.results.report import build_report, render\n"
+        "out, n, drop = sys.argv[1], int(sys.argv[2]), sys.argv[3] == '1'\n"
+        "for i in range(n):\n"
+        "    if drop and i % 3 == 0:\n"
+        "        shutil.rmtree(out + '/.marathon', ignore_errors=True)\n"
+        "    rep = build_report(RunModel.load(out), 'all')\n"
+        "    rep.pop('generated_at', None)\n"
+        "    print(render(rep, 'json'), end='')\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(aged), "6", drop], stdout=subprocess.PIPE, text=True
+        )
+        for drop in ("0", "1")
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    for text in outs:
+        reports = text.splitlines()
+        assert len(reports) == 6 and set(reports) == {plain.rstrip("\n")}
+    assert figures(aged) == plain
+
+
+def test_an_index_of_another_user_or_writable_by_others_is_ignored(aged):
+    RunModel.load(aged)
+    p = _index(aged)
+    plain = RunModel.load(aged, index=False).cells
+    if os.geteuid() == 0:
+        os.chown(p, 12345, 12345)
+        m = RunModel.load(aged)
+        assert m.index_hits is None and m.cells == plain  # not used at all
+        assert os.stat(p).st_uid == 12345  # and never rewritten
+        os.chown(p, 0, 0)
+    os.chmod(p, 0o666)
+    m = RunModel.load(aged)
+    assert m.index_hits is None and m.cells == plain
+    os.chmod(p, 0o600)
+    os.chmod(aged / INDEX_DIR, 0o777)
+    assert RunModel.load(aged).index_hits is None
+    os.chmod(aged / INDEX_DIR, 0o700)
+    assert RunModel.load(aged).index_hits[0] > 0
+
+
+def test_an_unreadable_index_is_ignored(aged):
+    RunModel.load(aged)
+    p = _index(aged)
+    p.unlink()
+    p.symlink_to("/etc/hostname")
+    try:
+        m = RunModel.load(aged)
+        assert m.index_hits is None and m.cells == RunModel.load(aged, index=False).cells
+        assert p.is_symlink()  # not followed, not replaced
+    finally:
+        p.unlink()
+
+
+def test_a_file_changed_behind_the_index_is_never_served_stale(core_tree, tmp_path):
+    """An agent's leftover process rewrites metrics.json in place, same size, mtime set back: the
+    index must not show the old score (its ctime changed), and the tamper rule still holds."""
+    out = tmp_path / "out"
+    shutil.copytree(core_tree, out, symlinks=True, ignore=shutil.ignore_patterns(INDEX_DIR))
+    _age(out)
+    RunModel.load(out)
+    warm = RunModel.load(out)
+    cell = warm.cells[("calc-partial", "nop")]
+    assert cell.status == "done" and cell.partial == pytest.approx(0.2)
+    att = next(a for a in cell.attempts if a.stamp == cell.scored_by)
+    (trial,) = att.trials
+    metrics = Path(att.job_dir) / trial / "verifier" / "metrics.json"
+    st = os.stat(metrics)
+    metrics.write_bytes(json.dumps({**json.loads(metrics.read_bytes()), "partial_score": 0.9}).encode())
+    os.utime(metrics, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = RunModel.load(out)
+    assert after.cells == RunModel.load(out, index=False).cells
+    assert after.cells[("calc-partial", "nop")].status == "tampered"
