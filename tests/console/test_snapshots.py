@@ -32,7 +32,7 @@ def capture(tree, size, keys=()):
         app = make_app(tree, watch=False, docker=False, offer_start=False, clock=lambda: 0.0)
         async with app.run_test(size=size) as pilot:
             await wait_for(
-                pilot, lambda: bool(app.cells) and app.last_change_at is not None, 30, "first grid"
+                pilot, lambda: bool(app.main.cells) and app.main.last_change_at is not None, 30, "first grid"
             )
             await pilot.pause()
             for k in keys:
