@@ -164,10 +164,14 @@ def test_cancel_is_the_default_and_readonly_disables_actions(mini_tree, tmp_path
     async def go():
         app = _app(out, offer_start=False, docker=False)
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: bool(app.main.cells) and app.main.last_change_at is not None, 30, "grid")
+            await wait_for(
+                pilot, lambda: bool(app.main.cells) and app.main.last_change_at is not None, 30, "grid"
+            )
             await pilot.pause()
             app.screen.query_one("#grid").move_to("calc-partial", "nop")
-            await wait_for(pilot, lambda: app.main.selected == ("calc-partial", "nop"), 10, "cursor on the pair")
+            await wait_for(
+                pilot, lambda: app.main.selected == ("calc-partial", "nop"), 10, "cursor on the pair"
+            )
             await pilot.press("enter")
             await wait_for(
                 pilot, lambda: isinstance(app.screen, DrillScreen) and bool(app.screen.trials), 10, "drill"
@@ -240,7 +244,9 @@ def test_void_and_rerun_from_drill_down(docker_engine, fresh_out):
             t0 = time.monotonic()
             await wait_for(
                 pilot,
-                lambda: str(getattr(app.main.cells.get(key), "status", "")) == "done" and runner_pid(out) is None,
+                lambda: (
+                    str(getattr(app.main.cells.get(key), "status", "")) == "done" and runner_pid(out) is None
+                ),
                 240,
                 "pair rerun and done",
             )

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime
 
 import pytest
-from console_support import REPO_ROOT, run_async, wait_for
+from console_support import REPO_ROOT, rewrite_partial, run_async, wait_for
 
 from console.app import make_app, screen_text
 from console.screens.drill import DrillScreen
@@ -36,7 +34,9 @@ def _app(out, **kw):
 
 
 async def _ready(pilot, app):
-    await wait_for(pilot, lambda: bool(app.main.cells) and app.main.last_change_at is not None, 30, "first grid")
+    await wait_for(
+        pilot, lambda: bool(app.main.cells) and app.main.last_change_at is not None, 30, "first grid"
+    )
     await pilot.pause()
 
 
@@ -74,7 +74,9 @@ def test_filter_sort_and_transpose_keep_the_cursor_on_its_pair(tree):
             await wait_for(pilot, lambda: len(grid.rows_order) == 4, 10, "filter cleared")
             # typing in the filter never triggers actions: K inside the filter is just a letter
             await pilot.press("slash", "K", "escape")
-            await wait_for(pilot, lambda: app.focused is grid and app.main.filter_text == "", 10, "filter closed")
+            await wait_for(
+                pilot, lambda: app.focused is grid and app.main.filter_text == "", 10, "filter closed"
+            )
             assert not app.main.busy and app.screen is app.main
             await pilot.press("s")  # sort by partial in the cursor's column (nop): best first
             await wait_for(pilot, lambda: app.main.sort_key == "partial", 10, "sorted")
@@ -165,16 +167,7 @@ def test_a_file_change_updates_its_cell_live(tree, poll):
         async with app.run_test(size=SIZE) as pilot:
             await _ready(pilot, app)
             await pilot.pause(1.5)  # watcher running (polling: first poll done)
-            d = json.loads(trial.read_text())
-            d["partial_score"] = 0.6
-            tmp = trial.with_suffix(".tmp")
-            tmp.write_text(json.dumps(d))
-            result = trial.parent.parent / "result.json"
-            fin = json.loads(result.read_text())["verifier"]["finished_at"]
-            t = datetime.fromisoformat(fin.replace("Z", "+00:00")).timestamp() - 0.5
-            os.utime(tmp, (t, t))  # written before the verifier finished, not after (tampered)
-            os.replace(tmp, trial)
-            result.write_bytes(result.read_bytes())  # harbor writes result.json last
+            rewrite_partial(trial, 0.6)
             grid = app.screen.query_one(Grid)
             col = grid.get_column_index("nop")
             await wait_for(
