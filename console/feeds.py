@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.model import Cell, RunModel, VoidedTrial, arm_order
-from runner.progress import RunProgress, Tally, event_time
-from runner.results import TrialRecord
-from runner.tree import events_path
+from runner.results.model import Cell, RunModel, VoidedTrial, arm_order
+from runner.results.records import TrialRecord
+from runner.results.tree import events_path
+from runner.schedule.progress import RunProgress, Tally, event_time
 
 Key = tuple[str, str]
 #: an event field as the tail shows it (nested values are left out)
@@ -48,9 +48,9 @@ class RunnerInfo:
 
 def read_runner_info(out: Path, events: EventTailReader | None = None) -> RunnerInfo:
     """Is the runner alive (by its registry entry: PID + create time, never by pattern), and how is it set up."""
-    from runner.claims import list_claims
-    from runner.config import read_driver_env
-    from runner.procs import Registry
+    from runner.ops.procs import Registry
+    from runner.schedule.claims import list_claims
+    from runner.schedule.config import read_driver_env
 
     entry = None
     running = 0
@@ -128,7 +128,7 @@ class RunEvent:
 @dataclass
 class EventTailReader:
     """Reads only what was appended to events.jsonl since the last call (a torn last line waits)
-    and folds every event into the run's tally (``runner.progress``)."""
+    and folds every event into the run's tally (``runner.schedule.progress``)."""
 
     out: Path
     offset: int = 0
@@ -167,7 +167,7 @@ class EventTailReader:
 # -- docker pool ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PoolView:
-    """Docker address-pool accounting with the gate's cap (``runner.docker_pool``)."""
+    """Docker address-pool accounting with the gate's cap (``runner.ops.docker_pool``)."""
 
     capacity: int
     used_ours: int
@@ -180,7 +180,7 @@ class PoolView:
 def read_pool(out: Path, projects: Iterable[str] | None = None) -> tuple[PoolView | None, str | None]:
     """Address-pool accounting with the gate's cap, or a one-line reason it is unavailable."""
     try:
-        from runner import docker_pool
+        from runner.ops import docker_pool
 
         status = docker_pool.pool_status(out, projects=set(projects) if projects is not None else None)
         cap, _margin = docker_pool.gate_limits(capacity=status.capacity)
@@ -195,7 +195,7 @@ def read_pool(out: Path, projects: Iterable[str] | None = None) -> tuple[PoolVie
 # -- the results tree ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ArmSummary:
-    """One arm's summary row (``runner.report.arm_summary``): means over done cells with n and the
+    """One arm's summary row (``runner.results.report.arm_summary``): means over done cells with n and the
     95 % interval of the mean partial, and the run's spend over every attempt."""
 
     n: int = 0
@@ -256,7 +256,7 @@ class TreeSnapshot:
 
 
 class TreeFeed:
-    """Owns the ``runner.model.RunModel`` on the worker side and turns its changes into snapshots.
+    """Owns the ``runner.results.model.RunModel`` on the worker side and turns its changes into snapshots.
 
     Only the watcher worker calls it (the model is not thread-safe); the App gets the frozen cells.
     """
@@ -286,7 +286,7 @@ class TreeFeed:
     def update_projects(self, cells: Iterable[Cell | None] | None = None) -> bool:
         """Keep the compose projects of the tree's trials current, reading only trials not seen yet
         (of the given cells, or of the whole model); True when the set changed."""
-        from runner.docker_pool import trial_projects
+        from runner.ops.docker_pool import trial_projects
 
         if self.model is None:
             return False
@@ -314,7 +314,7 @@ class TreeFeed:
 
     def watch_roots(self) -> list[Path]:
         """The out dir, plus its voided root once it exists (voided trials show in drill-down)."""
-        from runner.tree import voided_root
+        from runner.results.tree import voided_root
 
         roots = [self.out]
         vr = voided_root(self.out)
@@ -343,9 +343,9 @@ class TreeFeed:
 
 
 def arm_summary(model: RunModel, scope: str) -> tuple[dict[str, ArmSummary], str | None]:
-    """Per-arm summary, the infrastructure-bias alarm and the fairness audit (``runner.report``,
-    ``runner.audit``)."""
-    from runner import audit, report
+    """Per-arm summary, the infrastructure-bias alarm and the fairness audit (``runner.results.report``,
+    ``runner.results.audit``)."""
+    from runner.results import audit, report
 
     cells = model.scoped(scope)
     arms = arm_order(k[1] for k in cells)

@@ -22,9 +22,9 @@ from textual.widgets import DataTable, Footer, Static
 from console import compare, view
 from console.keys import bindings_for
 from console.screens.reader import ReaderScreen
-from runner.model import Cell
-from runner.trajectory import TrajectoryFacts
-from runner.verifier_tests import ERROR, FAIL, PASS, SKIP, TestOutcomes, disagreements
+from runner.results.model import Cell
+from runner.results.trajectory import TrajectoryFacts
+from runner.results.verifier_tests import ERROR, FAIL, PASS, SKIP, TestOutcomes, disagreements
 
 OUTCOME_TEXT = {PASS: ("✓ pass", "green"), FAIL: ("✗ fail", "bold red"), ERROR: ("✗ error", "bold red"),
                 SKIP: ("- skip", "dim")}  # fmt: skip

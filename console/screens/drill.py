@@ -24,7 +24,7 @@ from console.feeds import TrialRow, list_trials
 from console.fileindex import LineSource
 from console.keys import bindings_for
 from console.widgets.fileview import FileView
-from runner.model import Cell
+from runner.results.model import Cell
 
 #: the files of a trial, in tab order: (tab id, label, candidate paths relative to the trial dir)
 FILES: tuple[tuple[str, str, tuple[str, ...]], ...] = (

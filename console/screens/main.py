@@ -17,6 +17,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
@@ -25,7 +26,7 @@ from console import view
 from console.feeds import ArmSummary, Key, PoolView, RunEvent, RunnerInfo, TreeSnapshot
 from console.widgets.grid import Grid
 from console.widgets.panels import ArmsPanel, EventTail, PoolGauge, RunnerPanel
-from runner.model import Cell
+from runner.results.model import Cell
 
 #: batching: cell updates that arrive within this window are applied in one repaint
 FLUSH_SEC = 0.08
@@ -72,6 +73,7 @@ class MainScreen(Screen):
         self._width = 0
         self._topbar_plain = ""
         self._rung: set[str] = set()  # banners the bell has rung for
+        self._live = False  # composed and mounted: painting is possible
 
     def compose(self) -> ComposeResult:
         yield Static(id="topbar")
@@ -90,8 +92,12 @@ class MainScreen(Screen):
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
         self.query_one(Grid).focus()
+        self._live = True
         self.paint_status()
         self._schedule_flush()
+
+    def on_unmount(self) -> None:
+        self._live = False  # records may still arrive while the app exits: nothing to paint then
 
     def on_resize(self) -> None:
         # big terminals: taller panels (more events, receipts); 80x24 keeps the grid usable
@@ -127,7 +133,7 @@ class MainScreen(Screen):
 
     def add_events(self, events: tuple[RunEvent, ...]) -> None:
         self.pending_events.extend(events)
-        if self.is_mounted:
+        if self._live:
             self.query_one(EventTail).add(self.pending_events)
             self.pending_events.clear()
 
@@ -179,14 +185,14 @@ class MainScreen(Screen):
 
     # -- painting ----------------------------------------------------------------------------------
     def _schedule_flush(self) -> None:
-        if self._flush_pending or self.paused or not self.is_mounted:
+        if self._flush_pending or self.paused or not self._live:
             return
         self._flush_pending = True
         self.set_timer(FLUSH_SEC, self._flush)
 
     def _flush(self) -> None:
         self._flush_pending = False
-        if self.paused or not self.is_mounted:
+        if self.paused or not self._live:
             return
         grid = self.query_one(Grid)
         grid.now = self.clock()
@@ -224,8 +230,14 @@ class MainScreen(Screen):
 
     def paint_status(self) -> None:
         """The top bar, the selected-cell line, the banner and the arms panel's receipts."""
-        if not self.is_mounted:
+        if not self._live:
             return
+        try:
+            self._paint_status()
+        except NoMatches:  # the app is exiting: the screen's widgets are already gone
+            self._live = False
+
+    def _paint_status(self) -> None:
         now = self.clock()
         self._paint_topbar(now)
         width = max(10, self.size.width or 80)

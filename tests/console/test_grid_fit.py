@@ -18,7 +18,7 @@ from console_support import check_snapshot, normalise, run_async, wait_for
 from console import view
 from console.app import make_app, screen_text
 from console.widgets.grid import Grid
-from runner.model import RunModel
+from runner.results.model import RunModel
 
 WIDTHS = (80, 120, 160, 200)
 MODES = [m for m, _ in view.CELL_MODES]

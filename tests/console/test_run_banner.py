@@ -1,7 +1,7 @@
 """When the run ends the console says how (with the terminal bell), and the same for a network gate
 that has waited more than five minutes; the drill-down's header follows the same data as its rows.
 
-The events are written with the runner's own writer (``runner.events.append_event``); a live or a
+The events are written with the runner's own writer (``runner.results.events.append_event``); a live or a
 dead runner is a real process registered in the tree's registry (never a mock): one this test
 starts, and ends by its PID.
 """
@@ -22,8 +22,8 @@ import console.app
 from console.app import ConsoleApp, screen_text
 from console.screens.drill import DrillScreen
 from console.widgets.grid import Grid
-from runner.events import append_event
-from runner.procs import Registry
+from runner.ops.procs import Registry
+from runner.results.events import append_event
 
 RUN = "20261201T000000Z-abcdef"
 

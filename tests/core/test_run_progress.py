@@ -1,11 +1,11 @@
-"""The run's progress from its events (``runner.progress``): counts per arm, ETA from the observed
+"""The run's progress from its events (``runner.schedule.progress``): counts per arm, ETA from the observed
 trial durations at the run's concurrency, and spend per hour, on fixed events."""
 
 from __future__ import annotations
 
 import pytest
 
-from runner.progress import Tally, eta_sec, per_hour, progress_bar
+from runner.schedule.progress import Tally, eta_sec, per_hour, progress_bar
 
 
 def ev(t: int, kind: str, **fields) -> dict:
