@@ -15,8 +15,8 @@ from pathlib import Path
 
 from runner.results.model import Cell, RunModel, VoidedTrial, arm_order
 from runner.results.records import TrialRecord
+from runner.results.run_progress import RunProgress, Tally, event_time
 from runner.results.tree import events_path
-from runner.schedule.progress import RunProgress, Tally, event_time
 
 Key = tuple[str, str]
 #: an event field as the tail shows it (nested values are left out)

@@ -371,7 +371,7 @@ def progress_text(
     if p.end is None:
         eta = p.eta_sec()
         parts.append(f"ETA {duration(eta)}" if eta is not None else "ETA -")
-    from runner.schedule.progress import per_hour
+    from runner.results.run_progress import per_hour
 
     elapsed = p.elapsed_sec(now)
     usd, tok = per_hour(spend_usd, elapsed), per_hour(spend_tokens, elapsed)
@@ -399,7 +399,7 @@ def run_end_text(info: RunnerInfo | None) -> str | None:
 
 def gate_text(info: RunnerInfo | None, now: float) -> str | None:
     """A network-gate wait long enough to be worth waking the operator for."""
-    from runner.schedule.progress import GATE_ALARM_SEC
+    from runner.results.run_progress import GATE_ALARM_SEC
 
     if info is None or not info.alive:
         return None

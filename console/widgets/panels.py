@@ -13,7 +13,7 @@ from textual.widgets import Static
 
 from console import view
 from console.feeds import PoolView, RunEvent, RunnerInfo
-from runner.schedule.progress import progress_bar
+from runner.results.run_progress import progress_bar
 
 #: per arm: (arm, (continuations, unblocks, error events))
 Receipts = tuple[tuple[str, tuple[int, int, int]], ...]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.schedule.progress import Tally, eta_sec, per_hour, progress_bar
+from runner.results.run_progress import Tally, eta_sec, per_hour, progress_bar
 
 
 def ev(t: int, kind: str, **fields) -> dict:
