@@ -72,6 +72,7 @@ class MainScreen(Screen):
         self._tree_pending = False  # tree data that no flush has shown yet
         self._width = 0
         self._topbar_plain = ""
+        self._shown: dict[str, object] = {}  # what the detail line and the banner show now
         self._rung: set[str] = set()  # banners the bell has rung for
         self._live = False  # composed and mounted: painting is possible
 
@@ -248,7 +249,9 @@ class MainScreen(Screen):
         else:
             notes = f" · {'; '.join(self.notes)}" if self.notes else ""
             line = f"{len(self.tasks)} tasks × {len(self.arms)} arms{notes}"
-        self.query_one("#detail", Static).update(Text(line, no_wrap=True, overflow="ellipsis"))
+        if line != self._shown.get("detail"):  # an idle console repaints nothing
+            self._shown["detail"] = line
+            self.query_one("#detail", Static).update(Text(line, no_wrap=True, overflow="ellipsis"))
         self._paint_banner(now)
         per_arm = tuple(
             (a, view.receipts_of(c for k, c in self.cells.items() if k[1] == a)) for a in self.arms
@@ -304,7 +307,8 @@ class MainScreen(Screen):
             lines.append((f"alarm:{self.alarm}", f"⚠ {self.alarm}", "bold red"))
         banner = self.query_one("#alarm", Static)
         banner.display = bool(lines)
-        if lines:
+        if lines and lines != self._shown.get("banner"):
+            self._shown["banner"] = lines
             text = Text(no_wrap=True, overflow="ellipsis")
             for i, (_, line, style) in enumerate(lines):
                 if i:
