@@ -186,3 +186,22 @@ def test_the_drill_down_header_follows_the_rows_below_it(mini_tree, tmp_path):
             assert "partial 0.60" in screen_text(app).splitlines()[0]
 
     run_async(go)
+
+
+def test_the_audit_alarm_is_a_banner_with_one_bell(tmp_path):
+    """The hand-made tree where one trial's receipt names another provider: the fairness audit's
+    line is on the banner, and the bell rings once."""
+    from core.handmade_tree import build, write_receipts
+
+    out = build(tmp_path / "out")
+    write_receipts(out, **{"heartbeat/t05": {"provider": {"base_url": "http://elsewhere:9/v1"}}})
+
+    async def go():
+        app = BellCountingApp(out, docker=False, offer_start=False, watch=False)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await wait_for(pilot, lambda: "arms differ in" in banner(app), 60, "the audit alarm")
+            assert "⚠ arms differ in: provider base URL (plain, goal ≠ heartbeat; task t05)" in banner(app)
+            await pilot.pause(1.5)
+            assert app.bells == 1
+
+    run_async(go)
