@@ -105,7 +105,7 @@ async def in_process(out: Path, task: str, arm: str, big_task: str, big_arm: str
     t0, c0 = time.perf_counter(), time.process_time()
     app = make_app(out, docker=False, offer_start=False)
     async with app.run_test(size=SIZE) as pilot:
-        while app.last_change_at is None:
+        while app.main.last_change_at is None:
             await asyncio.sleep(0.005)
         grid = app.screen.query_one(Grid)
         res["start_to_grid"] = time.perf_counter() - t0

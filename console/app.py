@@ -17,36 +17,33 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
-from rich.text import Text
-from textual import on, work
+from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
+from textual.worker import Worker, WorkerState
 
 from console import actions, view
-from console.feeds import EventTailReader, TreeFeed, read_pool, read_runner_info
+from console.feeds import EventTailReader, Key, TreeFeed, read_pool, read_runner_info
 from console.keys import KEYS
 from console.messages import ActionDone, EventsData, Heartbeat, PoolData, RunnerData, TreeData
 from console.screens.confirm import ConfirmScreen, MessageScreen
 from console.screens.drill import DrillScreen
 from console.screens.help import HelpScreen
 from console.screens.main import MainScreen
-from console.widgets.grid import Grid
-from console.widgets.panels import EventTail, PoolGauge, ReceiptsPanel, RunnerPanel
+from runner.results.model import Cell
 
-#: batching: cell updates that arrive within this window are applied in one repaint
-FLUSH_SEC = 0.08
 #: watchfiles: yield a batch after STEP ms of quiet, at most DEBOUNCE ms after the first change
 WATCH_STEP_MS = 40
 WATCH_DEBOUNCE_MS = 250
 #: heartbeat of the watcher when nothing changes (also how often a quit or a new voided root is seen)
 WATCH_TIMEOUT_MS = 2000
 POLL_DELAY_MS = 2000  # --poll (NFS): how often the tree is polled (a stat of every file)
-GRID_ONLY = frozenset({"filter", "sort", "transpose", "open", "scope", "pause", "compare"})
+GRID_ONLY = frozenset({"filter", "sort", "transpose", "cell_mode", "open", "scope", "pause", "compare"})
 
 
 def _bindings() -> list[Binding]:
@@ -78,7 +75,7 @@ class ConsoleApp(App[int]):
         pool_sec: float = 15.0,
         docker: bool = True,
         offer_start: bool = True,
-        clock=time.time,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__()
         self.out = Path(out).resolve()
@@ -91,30 +88,7 @@ class ConsoleApp(App[int]):
         self.docker = docker
         self.offer_start = offer_start and not readonly
         self.clock = clock
-        # state (owned here, changed only by message handlers)
-        self.cells: dict[tuple[str, str], Any] = {}
-        self.history: dict[tuple[str, str], Any] = {}
-        self.tasks: list[str] = []
-        self.arms: list[str] = []
-        self.summary: dict[str, Any] = {}
-        self.alarm: str | None = None
-        self.notes: list[str] = []
-        self.scanned_at: float | None = None
-        self.runner_info: Any = None
-        self.pool_status: Any = None
-        self.pool_error: str | None = None
-        self.filter_text = ""
-        self.sort_key = "name"
-        self.arm_major = False
-        self.scope = "run"
-        self.paused = False
-        self.selected: tuple[str, str] | None = None
-        self.busy: str | None = None
-        self.last_change_at: float | None = None  # monotonic time of the last applied cell change
-        self._dirty: set[tuple[str, str]] = set()
-        self.pending_events: list[dict] = []
-        self._rebuild = True
-        self._flush_pending = False
+        self.main = MainScreen(self.out, clock, readonly)
         self._offered = False
         self._stop = threading.Event()
         self._rescan_now = threading.Event()
@@ -125,7 +99,7 @@ class ConsoleApp(App[int]):
 
     # ------------------------------------------------------------------------------ lifecycle
     def get_default_screen(self) -> Screen:
-        return MainScreen()
+        return self.main
 
     def on_mount(self) -> None:
         self.tree_worker()
@@ -133,11 +107,11 @@ class ConsoleApp(App[int]):
         if self.docker:
             self.pool_worker()
         else:
-            self.pool_error = "not polled (--no-docker)"
+            self.main.pool_error = "not polled (--no-docker)"
+        self.main.polling = self.poll
         self.set_interval(1.0, self._tick)
         if not self.is_headless:
             self._install_hangup_guard()
-        self.call_after_refresh(self._paint_panels)
 
     def exit(self, *args, **kwargs) -> None:  # noqa: D102 - stop workers promptly before Textual's exit
         self._stop.set()
@@ -165,7 +139,7 @@ class ConsoleApp(App[int]):
         self.exit(0)
 
     def _tick(self) -> None:
-        """Once a second: the data age on the top bar, and the dead-terminal watchdog (Dolphie's)."""
+        """Once a second: the main screen's clocks, and the dead-terminal watchdog (Dolphie's)."""
         if not self.is_headless:
             try:
                 tty_ok = os.isatty(sys.__stdin__.fileno())
@@ -174,18 +148,17 @@ class ConsoleApp(App[int]):
             if not tty_ok or os.getppid() != self._ppid:
                 self._terminal_gone()
                 return
-        self._paint_topbar()
+        self.main.tick()
+
+    def painted(self) -> None:
+        """The main screen has shown a grid: the watcher may now set up its (many) watches."""
+        self._painted.set()
 
     # -------------------------------------------------------------------------------- workers
-    @work(thread=True, group="tree", exclusive=True, exit_on_error=False)
+    @work(thread=True, group="tree", exclusive=True, exit_on_error=False, name="reading the tree")
     def tree_worker(self) -> None:
         """Load the tree, then follow it with watchfiles (or polling); full rescan every ``rescan_sec``."""
-        try:
-            payload = self._feed.load()
-        except Exception as exc:  # noqa: BLE001
-            self.post_message(ActionDone("cannot read the tree", str(exc), ok=False))
-            return
-        self.post_message(TreeData(**vars(payload)))
+        self.post_message(TreeData(self._feed.load()))
         if not self.watch_enabled:
             return
         # set up the inotify watches (tens of thousands of dirs on a big tree) after the first paint
@@ -213,42 +186,40 @@ class ConsoleApp(App[int]):
                     raise_interrupt=False,
                 ):
                     t0 = time.monotonic()
-                    if changes:
-                        payload = self._feed.update([p for _, p in changes])
-                        if payload is not None:
-                            self.post_message(TreeData(**vars(payload), changed_at=t0))
-                            if self.docker and self._feed.update_projects(payload.history.values()):
-                                self._pool_wake.set()  # a new trial: its networks are ours from now on
-                        else:
-                            self.post_message(Heartbeat(time.time()))
+                    snap = self._feed.update([p for _, p in changes]) if changes else None
+                    if snap is not None:
+                        self.post_message(TreeData(snap, changed_at=t0))
+                        if self.docker and self._feed.update_projects(snap.history.values()):
+                            self._pool_wake.set()  # a new trial: its networks are ours from now on
                     else:
                         self.post_message(Heartbeat(time.time()))
                     if self._rescan_now.is_set() or t0 - last_full >= rescan_every:
                         full = self._rescan_now.is_set()
                         self._rescan_now.clear()
-                        payload = self._feed.rescan(full=full)
+                        snap = self._feed.rescan(full=full)
                         last_full = time.monotonic()
                         # a safety net, not a poll: on a huge tree keep it under ~0.5 % of a core
                         rescan_every = max(self.rescan_sec, 200 * (last_full - t0))
-                        if payload is not None:
-                            self.post_message(TreeData(**vars(payload)))
+                        if snap is not None:
+                            self.post_message(TreeData(snap))
                     if self.docker and time.monotonic() - last_projects >= self.pool_sec / 2:
                         self._feed.update_projects()
                         last_projects = time.monotonic()
                     if self._feed.watch_roots() != roots:
                         # the voided root appeared (a trial was voided): watch it too, and read it
-                        payload = self._feed.rescan()
-                        if payload is not None:
-                            self.post_message(TreeData(**vars(payload)))
+                        snap = self._feed.rescan()
+                        if snap is not None:
+                            self.post_message(TreeData(snap))
                         break
             except OSError as exc:
                 # e.g. the inotify watch limit: fall back to polling and say so
                 self.poll = True
+                self.call_from_thread(setattr, self.main, "polling", True)
                 self.post_message(ActionDone("watching: falling back to polling", str(exc), ok=False))
             if self._stop.wait(0.05):
                 break
 
-    @work(thread=True, group="runner", exclusive=True, exit_on_error=False)
+    @work(thread=True, group="runner", exclusive=True, exit_on_error=False, name="reading the runner")
     def runner_worker(self) -> None:
         """Runner liveness (registry), configuration, claims and new events; posts only changes."""
         reader = EventTailReader(self.out)
@@ -256,14 +227,14 @@ class ConsoleApp(App[int]):
         while not self._stop.is_set():
             events = reader.read_new()
             if events:
-                self.post_message(EventsData(events))
+                self.post_message(EventsData(tuple(events)))
             info = read_runner_info(self.out, reader)
             if info != last:
                 last = info
                 self.post_message(RunnerData(info))
             self._stop.wait(self.runner_sec)
 
-    @work(thread=True, group="pool", exclusive=True, exit_on_error=False)
+    @work(thread=True, group="pool", exclusive=True, exit_on_error=False, name="reading the Docker pool")
     def pool_worker(self) -> None:
         """Docker address-pool accounting, sparingly (lazydocker's CPU lesson)."""
         last = None
@@ -277,206 +248,50 @@ class ConsoleApp(App[int]):
             self._pool_wake.wait(self.pool_sec)
             self._pool_wake.clear()
 
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """Every worker's failure, the console's and its screens', is shown here, once, by name."""
+        if event.state is not WorkerState.ERROR:
+            return
+        worker = event.worker
+        if worker.group == "action":
+            self.main.busy = None
+        err = worker.error
+        self.notify(f"{worker.name} failed", severity="error")
+        self.push_screen(MessageScreen(f"{worker.name}: failed", f"{type(err).__name__}: {err}"))
+
     # ------------------------------------------------------------------------------- messages
     def on_tree_data(self, msg: TreeData) -> None:
-        if msg.full:
-            self.cells = dict(msg.cells)
-            self.history = dict(msg.history)
-            self._rebuild = True
-        else:
-            for k, c in msg.cells.items():
-                if c is None:
-                    self.cells.pop(k, None)
-                else:
-                    self.cells[k] = c
-            self.history.update({k: c for k, c in msg.history.items() if c is not None})
-            self._dirty |= set(msg.cells)
-        if msg.tasks != self.tasks or msg.arms != self.arms:
-            self._rebuild = True
-        self.tasks, self.arms = list(msg.tasks), list(msg.arms)
-        self.summary, self.alarm, self.notes = msg.summary, msg.alarm, msg.notes
-        self.scanned_at = msg.scanned_at
-        self._schedule_flush()
+        self.main.apply_tree(msg.snapshot)
 
     def on_heartbeat(self, msg: Heartbeat) -> None:
-        self.scanned_at = msg.at
+        self.main.scanned_at = msg.at
 
     def on_runner_data(self, msg: RunnerData) -> None:
-        self.runner_info = msg.info
-        self._paint_panels()
-        self._paint_detail()  # the circuit breaker's banner
-        info = msg.info
+        self.main.info = info = msg.info
         first, self._offered = not self._offered, True
         if first and self.offer_start and not info.alive and info.has_config:
             self.action_start_runner()  # attach, or offer to start one: only when the console opens
 
     def on_events_data(self, msg: EventsData) -> None:
-        self.pending_events.extend(msg.events)
-        try:
-            tail = self.screen_main().query_one(EventTail)
-        except RuntimeError:
-            return
-        tail.add(self.pending_events)
-        self.pending_events.clear()
+        self.main.add_events(msg.events)
 
     def on_pool_data(self, msg: PoolData) -> None:
-        self.pool_status, self.pool_error = msg.status, msg.error
-        self._paint_panels()
+        self.main.pool, self.main.pool_error = msg.status, msg.error
 
     def on_action_done(self, msg: ActionDone) -> None:
-        self.busy = None
-        self._paint_topbar()
+        self.main.busy = None
         self.push_screen(MessageScreen(msg.title, msg.text))
         self.notify(msg.title, severity="information" if msg.ok else "error")
 
-    @on(Grid.Selected)
-    def grid_selected(self, msg: Grid.Selected) -> None:
-        self.selected = (msg.task, msg.arm) if msg.task else None
-        self._paint_detail()
-        self._paint_panels()
-        if msg.open and self.selected:
-            self.action_open()
+    def drill_downs(self) -> Iterator[DrillScreen]:
+        """Open drill-downs, also under a dialog (they must not miss an update)."""
+        return (s for s in self.screen_stack if isinstance(s, DrillScreen))
 
-    # -------------------------------------------------------------------------------- painting
-    def screen_main(self) -> MainScreen:
-        """The main screen once its widgets exist (messages can arrive before it is composed)."""
-        for s in self.screen_stack:
-            if isinstance(s, MainScreen) and s.is_mounted and s.query(Grid):
-                return s
-        raise RuntimeError("main screen not ready")
-
-    def _schedule_flush(self) -> None:
-        if self._flush_pending or self.paused:
-            return
-        self._flush_pending = True
-        self.set_timer(FLUSH_SEC, self._flush_updates)
-
-    def _flush_updates(self) -> None:
-        self._flush_pending = False
-        if self.paused:
-            return
-        try:
-            main = self.screen_main()
-        except RuntimeError:
-            self.set_timer(FLUSH_SEC, self._schedule_flush)
-            return
-        grid = main.query_one(Grid)
-        grid.budget = view.get(self.runner_info, "budget_sec")
-        grid.now = self.clock()
-        with self.batch_update():
-            if self._rebuild:
-                self._rebuild_grid(grid, main)
-            elif self._dirty:
-                if not grid.patch(self.cells, self._dirty, self.summary):
-                    self._rebuild_grid(grid, main)
-            self._dirty.clear()
-            if self.pending_events:
-                main.query_one(EventTail).add(self.pending_events)
-                self.pending_events.clear()
-            self._paint_detail()
-            self._paint_panels()
-            self._paint_topbar()
-            for scr in self.screen_stack:  # also under a dialog: the drill-down must not miss an update
-                if isinstance(scr, DrillScreen) and (scr.pair_task, scr.pair_arm) in self.history:
-                    cell = self.history[(scr.pair_task, scr.pair_arm)]
-                    if cell is not scr.cell:
-                        scr.load_trials(cell)
-        self.last_change_at = time.monotonic()
-        self._painted.set()
-
-    def visible_rows_cols(self) -> tuple[list[str], list[str]]:
-        rows_all, cols = (self.arms, self.tasks) if self.arm_major else (self.tasks, self.arms)
-        rows = [r for r in rows_all if view.matches(self.filter_text, r)]
-        if self.sort_key != "name":
-            col = None
-            if self.selected:
-                col = self.selected[0] if self.arm_major else self.selected[1]
-            col = col if col in cols else (cols[0] if cols else None)
-            if col is not None:
-
-                def key(r: str):
-                    pair = (col, r) if self.arm_major else (r, col)
-                    return (view.sort_value(self.cells.get(pair), self.sort_key), r)
-
-                rows.sort(key=key)
-        return rows, cols
-
-    def _rebuild_grid(self, grid: Grid, main: MainScreen) -> None:
-        self._rebuild = False
-        rows, cols = self.visible_rows_cols()
-        width = main.size.width or 80
-        grid.show(
-            rows,
-            cols,
-            self.cells,
-            self.summary,
-            arm_major=self.arm_major,
-            wide=width >= 120,
-            width=width,
-            keep=self.selected,
-        )
-
-    def _paint_topbar(self) -> None:
-        try:
-            main = self.screen_main()
-        except RuntimeError:
-            return
-        right = Text()
-        if self.busy:
-            right.append(f"{self.busy}… ", style="bold yellow")
-        if self.paused:
-            right.append("PAUSED ", style="bold reverse")
-        if self.filter_text:
-            right.append(f"filter '{self.filter_text}' ", style="cyan")
-        if self.sort_key != "name":
-            right.append(f"sort {self.sort_key} ", style="cyan")
-        right.append(f"{self.scope} ")
-        if self.poll:
-            right.append("poll ")
-        right.append(view.age_text(self.scanned_at, self.clock()), style="dim")
-        main.set_topbar(f"marathon {self.out.name}", right)
-
-    def _paint_detail(self) -> None:
-        try:
-            main = self.screen_main()
-        except RuntimeError:
-            return
-        from textual.widgets import Static
-
-        if self.selected:
-            t, a = self.selected
-            line = view.cell_detail(
-                t, a, self.cells.get(self.selected), view.get(self.runner_info, "budget_sec"), self.clock()
-            )
-        else:
-            line = f"{len(self.tasks)} tasks × {len(self.arms)} arms" + (
-                f" · {'; '.join(self.notes)}" if self.notes else ""
-            )
-        main.query_one("#detail", Static).update(Text(line, no_wrap=True, overflow="ellipsis"))
-        alarm = main.query_one("#alarm", Static)
-        paused = view.get(self.runner_info, "paused")
-        alarm.display = bool(self.alarm or paused)
-        banner = Text(no_wrap=True, overflow="ellipsis")
-        if paused:
-            banner.append(f"⏸ RUN PAUSED: {paused}", style="bold reverse red")
-            if self.alarm:
-                banner.append("  ")
-        if self.alarm:
-            banner.append(f"⚠ {self.alarm}", style="bold red")
-        if paused or self.alarm:
-            alarm.update(banner)
-
-    def _paint_panels(self) -> None:
-        try:
-            main = self.screen_main()
-        except RuntimeError:
-            return
-        main.query_one(RunnerPanel).show(self.runner_info, self.readonly)
-        main.query_one(PoolGauge).show(self.pool_status, self.pool_error)
-        per_arm = {a: view.receipts_of(c for k, c in self.cells.items() if k[1] == a) for a in self.arms}
-        sel = self.cells.get(self.selected) if self.selected else None
-        label = self.selected[0] if self.selected else ""
-        main.query_one(ReceiptsPanel).show(per_arm, sel, label)
+    def refresh_drill_downs(self, history: Mapping[Key, Cell]) -> None:
+        for scr in self.drill_downs():
+            cell = history.get((scr.pair_task, scr.pair_arm))
+            if cell is not None and cell is not scr.cell:
+                scr.load_trials(cell)
 
     # --------------------------------------------------------------------------------- actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -487,61 +302,53 @@ class ConsoleApp(App[int]):
             return False
         return True
 
-    def set_filter(self, text: str) -> None:
-        self.filter_text = text
-        self._rebuild = True
-        self._flush_updates()
-
     def action_filter(self) -> None:
-        if isinstance(self.screen, MainScreen):
-            self.screen.open_filter(self.filter_text)
+        self.main.open_filter()
 
     def action_sort(self) -> None:
-        i = view.SORT_KEYS.index(self.sort_key)
-        self.sort_key = view.SORT_KEYS[(i + 1) % len(view.SORT_KEYS)]
-        self._rebuild = True
-        self._flush_updates()
+        i = view.SORT_KEYS.index(self.main.sort_key)
+        self.main.set_view(sort_key=view.SORT_KEYS[(i + 1) % len(view.SORT_KEYS)])
 
     def action_transpose(self) -> None:
-        self.arm_major = not self.arm_major
-        self._rebuild = True
-        self._flush_updates()
+        self.main.set_view(arm_major=not self.main.arm_major)
+
+    def action_cell_mode(self) -> None:
+        modes = [m for m, _ in view.CELL_MODES]
+        self.main.set_view(mode=modes[(modes.index(self.main.mode) + 1) % len(modes)])
 
     def action_scope(self) -> None:
-        self.scope = "all" if self.scope == "run" else "run"
-        self._feed.scope = self.scope  # applied by the next (full) rescan, in the tree worker
-        self._rescan_now.set()
-        self.notify(f"scope: {self.scope}")
+        self.main.scope = self._feed.scope = "all" if self.main.scope == "run" else "run"
+        self._rescan_now.set()  # applied by the next (full) rescan, in the tree worker
+        self.notify(f"scope: {self.main.scope}")
 
     def action_rescan(self) -> None:
         self._rescan_now.set()
         self.notify("rescanning the whole tree")
 
     def action_pause(self) -> None:
-        self.paused = not self.paused
-        if not self.paused:
-            self._schedule_flush()
-        self._paint_topbar()
+        self.main.paused = not self.main.paused
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.readonly))
 
     def action_open(self) -> None:
-        if not self.selected:
+        sel = self.main.selected
+        if not sel:
             return
-        t, a = self.selected
-        self.push_screen(DrillScreen(self.out, t, a, self.history.get((t, a)) or self.cells.get((t, a))))
+        cell = self.main.history.get(sel) or self.main.cells.get(sel)
+        budget = self.main.info.budget_sec if self.main.info else None
+        self.push_screen(DrillScreen(self.out, sel[0], sel[1], cell, budget, self.clock))
 
     def action_compare(self, task: str | None = None) -> None:
         """The arms of the selected task side by side (from the grid, or a drill-down's ``c``)."""
-        task = task or (self.selected[0] if self.selected else None)
+        task = task or (self.main.selected[0] if self.main.selected else None)
         if task is None:
             return
         from console.screens.compare import CompareScreen
 
-        cells = {a: self.cells.get((task, a)) for a in self.arms}
-        budget = view.get(self.runner_info, "budget_sec")
-        self.push_screen(CompareScreen(self.out, task, self.arms, cells, budget, self.clock()))
+        cells = {a: self.main.cells.get((task, a)) for a in self.main.arms}
+        budget = self.main.info.budget_sec if self.main.info else None
+        self.push_screen(CompareScreen(self.out, task, self.main.arms, cells, budget, self.clock()))
 
     def action_start_runner(self) -> None:
         self.request(actions.START)
@@ -560,43 +367,33 @@ class ConsoleApp(App[int]):
         if self.readonly:
             self.notify("read-only console: actions are disabled", severity="warning")
             return
-        if self.busy:
-            self.notify(f"busy: {self.busy}", severity="warning")
+        if self.main.busy:
+            self.notify(f"busy: {self.main.busy}", severity="warning")
             return
-        self.busy = f"planning {kind}"
-        self._paint_topbar()
-        self._plan_worker(kind, trial_path)
+        self.main.busy = f"planning {kind}"
 
-    @work(thread=True, group="action", exclusive=True, exit_on_error=False)
-    def _plan_worker(self, kind: str, trial_path: str | None) -> None:
-        try:
-            planned = actions.plan_action(kind, self.out, trial_path=trial_path)
-        except Exception as exc:  # noqa: BLE001 - shown to the operator, one line
-            self.post_message(ActionDone(f"{actions.TITLES[kind]}: cannot plan", str(exc), ok=False))
-            return
-        self.call_from_thread(self._confirm, planned)
+        def plan() -> None:
+            self.call_from_thread(self._confirm, actions.plan_action(kind, self.out, trial_path=trial_path))
+
+        self.run_worker(plan, name=f"{actions.TITLES[kind]}: planning", group="action", exclusive=True,
+                        thread=True, exit_on_error=False)  # fmt: skip
 
     def _confirm(self, planned: actions.Planned) -> None:
-        self.busy = None
-        self._paint_topbar()
+        self.main.busy = None
         if not planned.possible:
             self.push_screen(MessageScreen(f"{planned.title}: nothing to do", planned.text))
             return
 
         def decided(ok: bool | None) -> None:
             if ok:
-                self.busy = planned.kind
-                self._paint_topbar()
-                self._act_worker(planned)
+                self.main.busy = planned.kind
+                self.run_worker(lambda: self._act(planned), name=planned.title, group="action",
+                                exclusive=True, thread=True, exit_on_error=False)  # fmt: skip
 
         self.push_screen(ConfirmScreen(planned.title, planned.text), decided)
 
-    @work(thread=True, group="action", exclusive=True, exit_on_error=False)
-    def _act_worker(self, planned: actions.Planned) -> None:
-        try:
-            ok, text = actions.act(planned)
-        except Exception as exc:  # noqa: BLE001
-            ok, text = False, f"failed: {exc}"
+    def _act(self, planned: actions.Planned) -> None:
+        ok, text = actions.act(planned)
         self.post_message(ActionDone(f"{planned.title}: {'done' if ok else 'FAILED'}", text, ok=ok))
 
     # ---------------------------------------------------------------------- command palette

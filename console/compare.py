@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from console import view
+from runner.results.model import Cell
+from runner.results.records import TrialRecord
 from runner.results.trajectory import TrajectoryFacts, trajectory_facts
 from runner.results.verifier_tests import TestOutcomes, read_outcomes
 
@@ -44,56 +45,55 @@ class ArmTrial:
     arm: str
     stamp: str
     trial_dir: Path
-    record: Any
+    record: TrialRecord
 
 
-def shown_trial(cell: Any) -> ArmTrial | None:
+def shown_trial(cell: Cell | None) -> ArmTrial | None:
     """The trial whose figures the cell shows: the scoring attempt's, else the latest live attempt's."""
-    attempts = list(view.get(cell, "attempts") or ())
-    if not attempts:
+    attempts = list(cell.attempts) if cell is not None else []
+    if cell is None or not attempts:
         return None
-    scored = view.get(cell, "scored_by")
-    att = next((a for a in attempts if a.stamp == scored), None)
+    att = next((a for a in attempts if a.stamp == cell.scored_by), None)
     if att is None:
         live = [a for a in attempts if not a.voided and a.trials]
         att = live[-1] if live else attempts[-1]
     if att.trials:
         name, rec = sorted(att.trials.items())[0]
-        return ArmTrial(view.get(cell, "arm"), att.stamp, Path(att.job_dir or "") / name, rec)
+        return ArmTrial(cell.arm, att.stamp, Path(att.job_dir or "") / name, rec)
     if att.voided_trials:
         name, vt = sorted(att.voided_trials.items())[0]
-        return ArmTrial(view.get(cell, "arm"), att.stamp, Path(vt.path), vt.record)
+        return ArmTrial(cell.arm, att.stamp, Path(vt.path), vt.record)
     return None
 
 
 def figure_rows(
-    cell: Any,
+    cell: Cell | None,
     trial: ArmTrial | None,
     facts: TrajectoryFacts | None,
     budget: float | None = None,
     now: float | None = None,
 ) -> dict[str, str]:
     """The column of one arm: every row of ``ROWS`` as text (``…`` while the trajectory is read)."""
-    receipt = view.get(trial.record, "receipt") if trial else None
-    tin, tout = view.get(cell, "n_input_tokens"), view.get(cell, "n_output_tokens")
+    receipt = trial.record.receipt if trial else None
     pending = "…" if facts is None else "-"
     ok_facts = facts is not None and facts.error is None
+    status = view.status_of(cell)
+    c = cell if cell is not None else Cell(task="", arm="")
+    has_tokens = c.n_input_tokens is not None or c.n_output_tokens is not None
     return {
-        "status": view.status_of(cell),
-        "reward": view.num(view.get(cell, "reward")),
-        "partial": view.num(view.get(cell, "partial")),
-        "pass_rate": view.pct(view.get(cell, "pass_rate")),
-        "build": "FAILED"
-        if view.get(cell, "build_failed")
-        else ("ok" if view.status_of(cell) == "done" else "-"),
+        "status": status,
+        "reward": view.num(c.reward),
+        "partial": view.num(c.partial),
+        "pass_rate": view.pct(c.pass_rate),
+        "build": "FAILED" if c.build_failed else ("ok" if status == "done" else "-"),
         "time": view.elapsed_text(cell, budget, now) if cell is not None else "-",
-        "tokens": f"{view.num(tin)}/{view.num(tout)}" if tin is not None or tout is not None else "-",
-        "cost": view.money(view.get(cell, "cost_usd")),
-        "turns": view.num(view.get(receipt, "turns")),
-        "continuations": view.num(view.get(cell, "continuations")),
-        "unblocks": view.num(view.get(cell, "unblocks")),
-        "error_events": view.num(view.get(cell, "error_events")),
-        "goal_status": str(view.get(cell, "goal_status") or "-"),
+        "tokens": f"{view.num(c.n_input_tokens)}/{view.num(c.n_output_tokens)}" if has_tokens else "-",
+        "cost": view.money(c.cost_usd),
+        "turns": view.num(receipt.turns if receipt else None),
+        "continuations": view.num(c.continuations),
+        "unblocks": view.num(c.unblocks),
+        "error_events": view.num(c.error_events),
+        "goal_status": str(c.goal_status or "-"),
         "commands": str(facts.commands) if ok_facts else pending,
         "failed_commands": str(facts.failed_commands) if ok_facts else pending,
         "last_message": (facts.last_agent_message or "-") if ok_facts else pending,

@@ -1,37 +1,48 @@
 """Worker-side readers: everything the console shows is read here, through ``runner``, and posted.
 
 Widgets never read files; the App's workers call these functions (in threads) and post the
-records they return. Each reader is cheap when nothing changed, so an idle console stays idle.
+frozen records they return. Each reader is cheap when nothing changed, so an idle console stays idle.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from runner.results.events import EventKind, EventReader
+from runner.results.events import EventReader
+from runner.results.model import Cell, RunModel, VoidedTrial, arm_order
+from runner.results.records import TrialRecord
+from runner.results.run_progress import RunProgress, Tally, event_time
+
+Key = tuple[str, str]
+#: an event field as the tail shows it (nested values are left out)
+Scalar = str | int | float | bool | None
 
 
 # -- runner state --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RunnerInfo:
+    """The runner as its registry, configuration, claims and events describe it."""
+
     alive: bool
     pid: int | None = None
     argv: tuple[str, ...] = ()
-    pass_no: int | None = None
     max_passes: int | None = None
     concurrency: int | None = None
     running: int = 0
-    gate_waits: int = 0
     claims: int = 0
     config_line: str = ""
     has_config: bool = False
-    run_id: str | None = None
     budget_sec: float | None = None
-    paused: str | None = None  # the circuit breaker's one-line reason, until a runner starts again
+    progress: RunProgress = field(default_factory=RunProgress)
+
+    @property
+    def paused(self) -> str | None:
+        """The circuit breaker's one-line reason, until a runner starts again."""
+        return self.progress.paused
 
 
 def read_runner_info(out: Path, events: EventTailReader | None = None) -> RunnerInfo:
@@ -70,118 +81,191 @@ def read_runner_info(out: Path, events: EventTailReader | None = None) -> Runner
         cfg.append(f"model {env['MARATHON_MODEL']}")
     if env.get("GOAL_TIMEOUT_SEC"):
         cfg.append(f"goal {env['GOAL_TIMEOUT_SEC']}s")
-    st = events.state if events else {}
     return RunnerInfo(
         alive=entry is not None,
         pid=entry.pid if entry else None,
         argv=tuple(entry.argv) if entry else (),
-        pass_no=st.get("pass_no"),
         max_passes=as_int("MARATHON_MAX_PASSES"),
         concurrency=as_int("MARATHON_CONCURRENCY"),
         running=running,
-        gate_waits=st.get("gate_waits", 0),
         claims=claims,
         config_line=" · ".join(cfg),
         has_config=bool(env),
-        run_id=st.get("run_id"),
         budget_sec=as_int("GOAL_TIMEOUT_SEC"),
-        paused=st.get("paused"),
+        progress=events.tally.snapshot() if events else RunProgress(),
     )
 
 
 # -- events.jsonl --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunEvent:
+    """One line of events.jsonl as the tail shows it: when, what, which pair, the other fields."""
+
+    kind: str
+    at: float | None = None
+    ts: str = ""
+    task: str | None = None
+    arm: str | None = None
+    fields: tuple[tuple[str, Scalar], ...] = ()
+
+    @classmethod
+    def of(cls, ev: Mapping[str, object]) -> RunEvent:
+        skip = {"ts", "event", "task", "arm", "run_id"}
+        ts = ev.get("ts")
+        return cls(
+            kind=str(ev.get("event") or "?"),
+            at=event_time(ev),
+            ts=ts if isinstance(ts, str) else "",
+            task=str(ev["task"]) if ev.get("task") else None,
+            arm=str(ev["arm"]) if ev.get("arm") else None,
+            fields=tuple(
+                (str(k), v) for k, v in ev.items() if k not in skip and isinstance(v, (str, int, float, bool))
+            ),
+        )
+
+
 @dataclass
 class EventTailReader:
     """What the console derives from events.jsonl, fed by the one incremental reader
-    (``runner.results.events.EventReader``): the last ``backlog`` new events per call and the run state."""
+    (``runner.results.events.EventReader``, a torn last line waits): the last ``backlog`` new
+    events per call, every event folded into the run's tally (``runner.results.run_progress``)."""
 
     out: Path
-    state: dict[str, Any] = field(default_factory=dict)
+    tally: Tally = field(default_factory=Tally)
     backlog: int = 200
     reader: EventReader | None = None
 
-    def read_new(self) -> list[dict]:
+    def read_new(self) -> list[RunEvent]:
         if self.reader is None:
             self.reader = EventReader(self.out)
         events = self.reader.read_new()
         if self.reader.restarted:
-            self.state = {}
+            self.tally = Tally()
         for ev in events:
-            self._track(ev)
-        return events[-self.backlog :]
-
-    def _track(self, ev: dict) -> None:
-        kind = ev["event"]
-        if kind == EventKind.RUNNER_START:
-            self.state = {"run_id": ev.get("run_id"), "gate_waits": 0}
-        if isinstance(ev.get("pass_no"), int):
-            self.state["pass_no"] = ev["pass_no"]
-        if kind == EventKind.RUN_PAUSED:
-            self.state["paused"] = str(ev.get("reason") or "paused by the circuit breaker")
-        if kind == EventKind.GATE_WAIT:
-            self.state["gate_waits"] = self.state.get("gate_waits", 0) + 1
+            self.tally.add(ev)
+        return [RunEvent.of(ev) for ev in events[-self.backlog :]]
 
 
 # -- docker pool ---------------------------------------------------------------------------------
-def read_pool(out: Path, projects: set[str] | None = None) -> tuple[Any, str | None]:
+@dataclass(frozen=True)
+class PoolView:
+    """Docker address-pool accounting with the gate's cap (``runner.ops.docker_pool``)."""
+
+    capacity: int
+    used_ours: int
+    used_foreign: int
+    free: int
+    gate_cap: int
+    empty_ours: int = 0
+
+
+def read_pool(out: Path, projects: Iterable[str] | None = None) -> tuple[PoolView | None, str | None]:
     """Address-pool accounting with the gate's cap, or a one-line reason it is unavailable."""
     try:
         from runner.ops import docker_pool
 
-        status = docker_pool.pool_status(out, projects=projects)
+        status = docker_pool.pool_status(out, projects=set(projects) if projects is not None else None)
         cap, _margin = docker_pool.gate_limits(capacity=status.capacity)
-        d = status.to_json()
-        d["gate_cap"] = cap
-        return d, None
+        view = PoolView(
+            status.capacity, status.used_ours, status.used_foreign, status.free, cap, len(status.empty_ours)
+        )
+        return view, None
     except Exception as exc:  # noqa: BLE001 - Docker down is shown, not fatal
         return None, str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
 
 
 # -- the results tree ------------------------------------------------------------------------------
-@dataclass
-class TreePayload:
-    cells: dict[tuple[str, str], Any]
+@dataclass(frozen=True)
+class ArmSummary:
+    """One arm's summary row (``runner.results.report.arm_summary``): means over done cells with n and the
+    95 % interval of the mean partial, and the run's spend over every attempt."""
+
+    n: int = 0
+    partial: float | None = None
+    pass_rate: float | None = None
+    reward: float | None = None
+    partial_ci: tuple[float, float] | None = None
+    build_failed: int = 0
+    cost_usd: float | None = None
+    spend_usd: float | None = None
+    spend_input_tokens: int | None = None
+    spend_output_tokens: int | None = None
+    audit_differs: bool = False  # the fairness audit found an undeclared difference in this arm
+
+    @classmethod
+    def of(cls, d: Mapping[str, object], audit_differs: bool = False) -> ArmSummary:
+        """From the report's JSON record of one arm (its contract: docs/results.md)."""
+
+        def f(name: str) -> float | None:
+            v = d.get(name)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        def i(name: str) -> int | None:
+            v = d.get(name)
+            return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+        ci = d.get("partial_ci")
+        return cls(
+            n=i("n") or 0,
+            partial=f("partial"),
+            pass_rate=f("pass_rate"),
+            reward=f("reward"),
+            partial_ci=(float(ci[0]), float(ci[1]))
+            if isinstance(ci, (list, tuple)) and len(ci) == 2
+            else None,
+            build_failed=i("build_failed") or 0,
+            cost_usd=f("cost_usd"),
+            spend_usd=f("spend_usd"),
+            spend_input_tokens=i("spend_input_tokens"),
+            spend_output_tokens=i("spend_output_tokens"),
+            audit_differs=audit_differs,
+        )
+
+
+@dataclass(frozen=True)
+class TreeSnapshot:
+    """Cell values from the watcher: all cells (``full``) or only the changed ones (None: gone)."""
+
+    cells: Mapping[Key, Cell | None]
     full: bool
-    tasks: list[str]
-    arms: list[str]
-    summary: dict[str, Any]
+    tasks: tuple[str, ...]
+    arms: tuple[str, ...]
+    summary: Mapping[str, ArmSummary]
     alarm: str | None
-    notes: list[str]
-    scanned_at: float
-    history: dict[tuple[str, str], Any] = field(default_factory=dict)  # all-time cells (drill-down)
+    notes: tuple[str, ...]
+    scanned_at: float  # time.time() of the scan that produced these values
+    history: Mapping[Key, Cell | None] = field(default_factory=dict)  # all-time cells, for drill-down
 
 
 class TreeFeed:
-    """Owns the ``runner.results.model.RunModel`` on the worker side and turns its changes into payloads.
+    """Owns the ``runner.results.model.RunModel`` on the worker side and turns its changes into snapshots.
 
-    Only the watcher worker calls it (the model is not thread-safe); the App gets copies of cells.
+    Only the watcher worker calls it (the model is not thread-safe); the App gets the frozen cells.
     """
 
     def __init__(self, out: Path, scope: str = "run") -> None:
         self.out = Path(out)
         self.scope = scope
-        self.model: Any = None
+        self.model: RunModel | None = None
         self._trial_projects: dict[str, set[str]] = {}
         #: the tree's compose projects (for the pool gauge), replaced whole so other threads may read it
         self.projects: frozenset[str] | None = None
 
-    def load(self) -> TreePayload:
-        from runner.results.model import RunModel
-
+    def load(self) -> TreeSnapshot:
         self.model = RunModel.load(self.out)
-        return self._payload(None)
+        return self._snapshot(None)
 
-    def rescan(self, full: bool = False) -> TreePayload | None:
-        """Re-read everything; a payload of only the cells that changed (None when nothing did)."""
+    def rescan(self, full: bool = False) -> TreeSnapshot | None:
+        """Re-read everything; a snapshot of only the cells that changed (None when nothing did)."""
         if self.model is None:
             return self.load()
         before = (self.model.tasks, self.model.arms)
         changed = self.model.refresh()
         if full or before != (self.model.tasks, self.model.arms):
-            return self._payload(None)
-        return self._payload(changed) if changed else None
+            return self._snapshot(None)
+        return self._snapshot(changed) if changed else None
 
-    def update_projects(self, cells: Any = None) -> bool:
+    def update_projects(self, cells: Iterable[Cell | None] | None = None) -> bool:
         """Keep the compose projects of the tree's trials current, reading only trials not seen yet
         (of the given cells, or of the whole model); True when the set changed."""
         from runner.ops.docker_pool import trial_projects
@@ -202,13 +286,13 @@ class TreeFeed:
         self.projects = frozenset().union(*self._trial_projects.values())
         return self.projects != before
 
-    def update(self, paths) -> TreePayload | None:
+    def update(self, paths: Iterable[str]) -> TreeSnapshot | None:
         if self.model is None:
             return self.load()
         changed = self.model.update(paths)
         if not changed:
             return None
-        return self._payload(changed)
+        return self._snapshot(changed)
 
     def watch_roots(self) -> list[Path]:
         """The out dir, plus its voided root once it exists (voided trials show in drill-down)."""
@@ -220,78 +304,68 @@ class TreeFeed:
             roots.append(vr)
         return roots
 
-    def _payload(self, changed: set | None) -> TreePayload:
+    def _snapshot(self, changed: set[Key] | None) -> TreeSnapshot:
         m = self.model
-        cells = m.scoped(self.scope)
+        assert m is not None
+        scoped = m.scoped(self.scope)
         if changed is not None:
-            cells = {k: cells.get(k) for k in changed}
-            history = {k: m.cells.get(k) for k in changed}
+            cells: dict[Key, Cell | None] = {k: scoped.get(k) for k in changed}
+            history: dict[Key, Cell | None] = {k: m.cells.get(k) for k in changed}
         else:
-            cells = dict(cells)
-            history = dict(m.cells)
+            cells, history = dict(scoped), dict(m.cells)
         summary, alarm = arm_summary(m, self.scope)
         notes = [f"excluded {e.path}: {e.reason}" for e in m.excluded]
         if m.unreadable:
             notes.append(f"{len(m.unreadable)} unreadable file(s), last good values shown")
-        tasks = sorted({k[0] for k in m.scoped(self.scope)})
-        from runner.results.model import arm_order
+        tasks = tuple(sorted({k[0] for k in scoped}))
+        arms = tuple(arm_order(k[1] for k in scoped))
+        return TreeSnapshot(
+            cells, changed is None, tasks, arms, summary, alarm, tuple(notes), time.time(), history
+        )
 
-        arms = arm_order(k[1] for k in m.scoped(self.scope))
-        return TreePayload(cells, changed is None, tasks, arms, summary, alarm, notes, time.time(), history)
 
-
-def arm_summary(model: Any, scope: str) -> tuple[dict[str, Any], str | None]:
+def arm_summary(model: RunModel, scope: str) -> tuple[dict[str, ArmSummary], str | None]:
     """Per-arm summary, the infrastructure-bias alarm and the fairness audit (``runner.results.report``,
     ``runner.results.audit``)."""
     from runner.results import audit, report
-    from runner.results.model import arm_order
 
     cells = model.scoped(scope)
     arms = arm_order(k[1] for k in cells)
     try:
-        summary = {arm: report.arm_summary([c for k, c in cells.items() if k[1] == arm]) for arm in arms}
+        rows = {arm: report.arm_summary([c for k, c in cells.items() if k[1] == arm]) for arm in arms}
         alarms = [r["message"] for r in report.infrastructure(cells, arms) if r.get("alarm")]
         au = audit.audit(cells, arms)
         alarms += au["lines"]
-        for arm in au["arms_differing"]:
-            summary[arm]["audit_differs"] = True  # the summary row's warning mark
+        differing = set(au["arms_differing"])  # the summary row's warning mark
+        summary = {arm: ArmSummary.of(d, arm in differing) for arm, d in rows.items()}
     except Exception as exc:  # noqa: BLE001 - a summary bug must not take the grid down
         return {}, f"summary unavailable: {exc}"
     return summary, "; ".join(alarms) or None
 
 
-def list_trials(model_cells: dict, task: str, arm: str) -> list[dict]:
+@dataclass(frozen=True)
+class TrialRow:
+    """One trial of a pair in the drill-down: live or voided, with the attempt it belongs to."""
+
+    stamp: str
+    trial: str
+    path: str
+    record: TrialRecord
+    voided: bool
+    reason: str | None
+    run_id: str | None
+
+
+def list_trials(cell: Cell | None) -> list[TrialRow]:
     """The trials of one pair across attempts (passes), voided ones included, newest attempt first."""
-    cell = model_cells.get((task, arm))
-    rows: list[dict] = []
+    rows: list[TrialRow] = []
     if cell is None:
         return rows
     for att in sorted(cell.attempts, key=lambda a: a.stamp, reverse=True):
         for name, rec in sorted(att.trials.items()):
-            job_dir = att.job_dir or ""
-            rows.append(
-                {
-                    "stamp": att.stamp,
-                    "trial": name,
-                    "path": str(Path(job_dir) / name),
-                    "record": rec,
-                    "attempt_status": att.status,
-                    "voided": False,
-                    "reason": att.reason,
-                    "run_id": att.run_id,
-                }
-            )
+            path = str(Path(att.job_dir or "") / name)
+            rows.append(TrialRow(att.stamp, name, path, rec, False, att.reason, att.run_id))
+        vt: VoidedTrial
         for name, vt in sorted(att.voided_trials.items()):
-            rows.append(
-                {
-                    "stamp": att.stamp,
-                    "trial": name,
-                    "path": vt.path,
-                    "record": vt.record,
-                    "attempt_status": "voided",
-                    "voided": True,
-                    "reason": vt.reason,
-                    "run_id": att.run_id,
-                }
-            )
+            rows.append(TrialRow(att.stamp, name, vt.path, vt.record, True, vt.reason, att.run_id))
     return rows

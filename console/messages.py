@@ -1,26 +1,20 @@
-"""Messages that workers post to the App ("messages up"). Each carries plain records, never widgets."""
+"""Messages that workers post to the App ("messages up"). Each carries one frozen record from
+``console.feeds`` (or plain text), never a widget and never an untyped mapping."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from textual.message import Message
+
+from console.feeds import PoolView, RunEvent, RunnerInfo, TreeSnapshot
 
 
 @dataclass
 class TreeData(Message):
-    """New cell values from the watcher: all cells (``full``) or only the changed ones."""
+    """New cell values from the watcher."""
 
-    cells: dict[tuple[str, str], Any]
-    full: bool
-    tasks: list[str]
-    arms: list[str]
-    summary: dict[str, Any]
-    alarm: str | None
-    notes: list[str]
-    scanned_at: float  # time.time() of the scan that produced these values
-    history: dict[tuple[str, str], Any] = field(default_factory=dict)  # all-time cells, for drill-down
+    snapshot: TreeSnapshot
     changed_at: float | None = None  # monotonic time of the file batch that triggered it (benchmarks)
 
 
@@ -36,9 +30,9 @@ class Heartbeat(Message):
 
 @dataclass
 class RunnerData(Message):
-    """The runner as its registry, configuration and claims describe it."""
+    """The runner as its registry, configuration, claims and events describe it."""
 
-    info: Any
+    info: RunnerInfo
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, RunnerData)
@@ -46,16 +40,16 @@ class RunnerData(Message):
 
 @dataclass
 class EventsData(Message):
-    """New lines at the end of ``.runner/events.jsonl`` (already parsed)."""
+    """New lines at the end of ``.runner/events.jsonl``."""
 
-    events: list[dict] = field(default_factory=list)
+    events: tuple[RunEvent, ...]
 
 
 @dataclass
 class PoolData(Message):
     """Docker address-pool accounting (or why it is unavailable)."""
 
-    status: Any
+    status: PoolView | None
     error: str | None = None
 
     def can_replace(self, message: Message) -> bool:

@@ -1,18 +1,21 @@
-"""How a cell, a summary and an event read on screen: pure formatting, no IO, no widgets.
+"""How a cell, a summary, an event and the run's progress read on screen: pure formatting of the
+runner's typed records, no IO, no widgets.
 
-The cell records come from ``runner.results.model``. Fields are read with defaults so that a
-record missing a figure shows a dash instead of crashing the console.
+A number is never cut: every figure is formatted whole, and a layout that has no room for the next
+figure leaves it out (``fit``). The grid's column width decides how many figures a cell shows.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
-from datetime import UTC
-from typing import Any
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 
 from rich.text import Text
+
+from console.feeds import ArmSummary, RunEvent, RunnerInfo
+from runner.results.model import Cell
 
 STATUS_GLYPH = {
     "done": "✓",
@@ -48,21 +51,22 @@ LIVE_SEC = 5.0
 
 SORT_KEYS = ("name", "partial", "reward", "pass_rate", "cost", "status")
 
-
-def get(obj: Any, name: str, default: Any = None) -> Any:
-    if obj is None:
-        return default
-    if isinstance(obj, Mapping):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
-
-
-def status_of(cell: Any) -> str:
-    s = get(cell, "status", "pending")
-    return str(getattr(s, "value", s) or "pending")
+#: what the grid's cells show, cycled by a key: (name, label in the top bar)
+CELL_MODES: tuple[tuple[str, str], ...] = (
+    ("score", "partial+pass"),
+    ("reward", "reward"),
+    ("cost", "cost"),
+    ("time", "time/budget"),
+    ("tokens", "tokens in/out"),
+)
 
 
-def num(v: Any, digits: int = 2) -> str:
+# -- figures, each formatted whole ------------------------------------------------------------------
+def status_of(cell: Cell | None) -> str:
+    return str(cell.status or "pending") if cell is not None else "pending"
+
+
+def num(v: float | int | bool | None, digits: int = 2) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     if isinstance(v, bool):
@@ -72,13 +76,13 @@ def num(v: Any, digits: int = 2) -> str:
     return f"{v:.{digits}f}"
 
 
-def pct(v: Any) -> str:
+def pct(v: float | None) -> str:
     if v is None:
         return "-"
     return f"{round(float(v) * 100):d}%"
 
 
-def duration(sec: Any) -> str:
+def duration(sec: float | None) -> str:
     if sec is None:
         return "-"
     sec = int(sec)
@@ -89,52 +93,65 @@ def duration(sec: Any) -> str:
     return f"{sec // 3600}h{(sec % 3600) // 60:02d}"
 
 
-def money(v: Any) -> str:
+def long_duration(sec: float) -> str:
+    """``2 min 48 s``, ``1 h 05 min``: for sentences (the end-of-run banner)."""
+    sec = int(round(sec))
+    if sec < 60:
+        return f"{sec} s"
+    if sec < 3600:
+        return f"{sec // 60} min {sec % 60} s"
+    return f"{sec // 3600} h {(sec % 3600) // 60:02d} min"
+
+
+def money(v: float | None) -> str:
     return "-" if v is None else f"${v:.2f}"
 
 
-def cell_text(cell: Any, wide: bool = False, budget: float | None = None, now: float | None = None) -> Text:
-    """One grid cell: status glyph, partial, pass rate, build-failure mark (+ more when wide)."""
-    status = status_of(cell)
-    glyph = STATUS_GLYPH.get(status, "?")
-    style = STATUS_STYLE.get(status, "")
-    if cell is None:
-        return Text("·", style="dim")
-    partial = get(cell, "partial")
-    rate = get(cell, "pass_rate")
-    bf = "B" if get(cell, "build_failed") else " "
-    body = f"{glyph}{num(partial):>4} {pct(rate):>4}{bf}"
-    if wide:
-        body += f" r{num(get(cell, 'reward'), 1)} {money(get(cell, 'cost_usd'))}"
-        body += f" {elapsed_text(cell, budget, now)}"
-    text = Text(body, style=style)
-    if get(cell, "newer") or get(cell, "unreadable"):
-        text.append("*", style="bold")
-    return text
+def count(n: float | None) -> str:
+    """A token count in at most five characters: ``640``, ``12.3k``, ``378k``, ``4.2M``."""
+    if n is None:
+        return "-"
+    n = float(n)
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            v = n / div
+            return f"{v:.1f}{unit}" if v < 10 else f"{v:.0f}{unit}"
+    return f"{n:.0f}"
 
 
-def elapsed_sec(cell: Any, now: float | None = None) -> float | None:
+def fit(parts: Sequence[str], width: int, sep: str = " ") -> str:
+    """As many of ``parts`` as fit in ``width``, in order, each whole; the first that does not fit
+    ends the line (a shorter one after it would read out of order)."""
+    out = ""
+    for p in parts:
+        cand = p if not out else out + sep + p
+        if len(cand.rstrip()) > width:
+            break
+        out = cand
+    return out.rstrip()
+
+
+# -- a grid cell ------------------------------------------------------------------------------------
+def elapsed_sec(cell: Cell | None, now: float | None = None) -> float | None:
     """Wall time of the scoring attempt; for a running pair, time since its job started."""
-    wall = get(cell, "wall_sec")
-    if status_of(cell) == "running" or wall is None:
-        attempts = get(cell, "attempts") or ()
-        if attempts and now is not None:
-            job = get(attempts[-1], "job")
-            started = get(job, "started_at")
-            if isinstance(started, str):
-                from datetime import datetime
-
-                try:
-                    t = datetime.fromisoformat(started.replace("Z", "+00:00"))
-                    if t.tzinfo is None:
-                        t = t.replace(tzinfo=UTC)
-                    return max(0.0, now - t.timestamp())
-                except ValueError:
-                    pass
+    if cell is None:
+        return None
+    wall = cell.wall_sec
+    if (status_of(cell) == "running" or wall is None) and cell.attempts and now is not None:
+        job = cell.attempts[-1].job
+        started = job.started_at if job is not None else None
+        if started:
+            try:
+                t = datetime.fromisoformat(started.replace("Z", "+00:00"))
+            except ValueError:
+                return wall
+            if t.tzinfo is None:
+                t = t.replace(tzinfo=UTC)
+            return max(0.0, now - t.timestamp())
     return wall
 
 
-def elapsed_text(cell: Any, budget: float | None = None, now: float | None = None) -> str:
+def elapsed_text(cell: Cell | None, budget: float | None = None, now: float | None = None) -> str:
     """Elapsed against the budget (the arms' goal timeout), e.g. ``12m/1h29``."""
     wall = elapsed_sec(cell, now)
     if wall is None and not budget:
@@ -142,46 +159,102 @@ def elapsed_text(cell: Any, budget: float | None = None, now: float | None = Non
     return f"{duration(wall)}/{duration(budget)}" if budget else duration(wall)
 
 
-def cell_detail(task: str, arm: str, cell: Any, budget: float | None = None, now: float | None = None) -> str:
-    """The one-line description of the cell under the cursor."""
+def tokens_text(cell: Cell) -> str:
+    if cell.n_input_tokens is None and cell.n_output_tokens is None:
+        return "-"
+    return f"{count(cell.n_input_tokens)}/{count(cell.n_output_tokens)}"
+
+
+def cell_figures(cell: Cell, mode: str, budget: float | None = None, now: float | None = None) -> list[str]:
+    """The figures of a cell in the order ``mode`` ranks them, each padded to its usual width so
+    the columns line up; the grid shows as many as its column has room for. The pass rate carries
+    the build-failure mark ``B`` (a verifier whose build failed scores no test)."""
+    partial = num(cell.partial).rjust(4)
+    rate = pct(cell.pass_rate).rjust(4) + ("B" if cell.build_failed else " ")
+    reward = "r" + num(cell.reward)
+    cost = money(cell.cost_usd)
+    took = elapsed_text(cell, budget, now)
+    tokens = tokens_text(cell)
+    order = {
+        "score": [partial, rate, reward, cost, took],
+        "reward": [num(cell.reward).rjust(4), "p" + num(cell.partial), rate],
+        "cost": [cost.rjust(5), tokens, took],
+        "time": [took.rjust(5), partial, rate],
+        "tokens": [tokens.rjust(5), cost],
+    }
+    # a figure the cell does not have yet is left out, not shown as a dash
+    return [f for f in order.get(mode, order["score"]) if f.strip(" B").lstrip("rp$") not in ("-", "")]
+
+
+def cell_text(
+    cell: Cell | None,
+    mode: str = "score",
+    width: int = 11,
+    budget: float | None = None,
+    now: float | None = None,
+) -> Text:
+    """One grid cell in at most ``width`` characters: status glyph, the figures of ``mode`` that
+    fit, ``B`` when the verifier's build failed, ``*`` for a newer attempt or an unreadable file."""
     if cell is None:
-        return f"{task} × {arm}: no attempt yet"
+        return Text("·", style="dim")
+    status = status_of(cell)
+    newer = "*" if cell.newer or cell.unreadable else ""
+    figures = cell_figures(cell, mode, budget, now)
+    room = width - 1 - len(newer)
+    body = fit(figures, room)
+    if cell.build_failed and "B" not in body:  # the mark stays in sight when its figure does not fit
+        body = fit(figures, room - 1) + "B"
+    text = Text(STATUS_GLYPH.get(status, "?") + body, style=STATUS_STYLE.get(status, ""))
+    if newer:
+        text.append(newer, style="bold")
+    return text
+
+
+def cell_detail(
+    task: str,
+    arm: str,
+    cell: Cell | None,
+    budget: float | None = None,
+    now: float | None = None,
+    width: int = 1000,
+) -> str:
+    """The one-line description of a cell (under the grid, atop the drill-down), in ``width``."""
+    if cell is None:
+        return fit([f"{task} × {arm}: no attempt yet"], width) or f"{task} × {arm}"
     parts = [
         f"{task} × {arm}: {status_of(cell)}",
-        f"reward {num(get(cell, 'reward'))}",
-        f"partial {num(get(cell, 'partial'))}",
-        f"pass {pct(get(cell, 'pass_rate'))}",
+        f"reward {num(cell.reward)}",
+        f"partial {num(cell.partial)}",
+        f"pass {pct(cell.pass_rate)}",
     ]
-    if get(cell, "build_failed"):
+    if cell.build_failed:
         parts.append("BUILD FAILED")
     parts.append(f"time {elapsed_text(cell, budget, now)}")
-    parts.append(f"cost {money(get(cell, 'cost_usd'))}")
-    tin, tout = get(cell, "n_input_tokens"), get(cell, "n_output_tokens")
-    if tin is not None or tout is not None:
-        parts.append(f"tok {num(tin)}/{num(tout)}")
-    attempts = get(cell, "attempts")
-    if attempts:
-        n = attempts if isinstance(attempts, int) else len(attempts)
-        parts.append(f"attempts {n}")
-    if get(cell, "continuations") is not None:
-        parts.append(
-            f"receipt cont {get(cell, 'continuations')} unbl {get(cell, 'unblocks')} err {get(cell, 'error_events')}"
-        )
-    if get(cell, "newer"):
-        parts.append(f"newer attempt {get(cell, 'newer')}")
-    if get(cell, "note"):
-        parts.append(str(get(cell, "note")))
-    if get(cell, "unreadable") and status_of(cell) not in ("unreadable", "tampered"):
+    parts.append(f"cost {money(cell.cost_usd)}")
+    if cell.n_input_tokens is not None or cell.n_output_tokens is not None:
+        parts.append(f"tok {num(cell.n_input_tokens)}/{num(cell.n_output_tokens)}")
+    if cell.attempts:
+        parts.append(f"attempts {len(cell.attempts)}")
+    if cell.continuations is not None:
+        parts.append(f"receipt cont {cell.continuations} unbl {cell.unblocks} err {cell.error_events}")
+    if cell.newer:
+        parts.append(f"newer attempt {cell.newer}")
+    if cell.note:
+        parts.append(cell.note)
+    if cell.unreadable and status_of(cell) not in ("unreadable", "tampered"):
         parts.append("a file is unreadable (last good value kept)")
-    return " · ".join(parts)
+    return fit(parts, width, " · ") or parts[0][:width]
 
 
-def sort_value(cell: Any, key: str) -> tuple:
+def sort_value(cell: Cell | None, key: str) -> tuple:
     """Sort key for a row by one cell: missing values last, best first for scores."""
     if key == "status":
         return (STATUS_RANK.get(status_of(cell), 9),)
-    field = {"partial": "partial", "reward": "reward", "pass_rate": "pass_rate", "cost": "cost_usd"}[key]
-    v = get(cell, field)
+    if cell is None:
+        return (1, 0.0)
+    v = {"partial": cell.partial, "reward": cell.reward, "pass_rate": cell.pass_rate, "cost": cell.cost_usd}[
+        key
+    ]
     if v is None:
         return (1, 0.0)
     return (0, -float(v)) if key != "cost" else (0, float(v))
@@ -206,56 +279,134 @@ def age_text(scanned_at: float | None, now: float | None = None) -> str:
     return f"data {duration(age)} old" if age >= LIVE_SEC else "data live"
 
 
-def event_line(ev: Mapping[str, Any]) -> str:
+def event_line(ev: RunEvent) -> str:
     """One events.jsonl record as a short line: time, kind, task/arm, the rest."""
-    ts = ev.get("ts") or ev.get("time") or ev.get("at") or ""
-    if isinstance(ts, (int, float)):
-        ts = time.strftime("%H:%M:%S", time.localtime(ts))
-    elif isinstance(ts, str) and "T" in ts:
-        ts = ts.split("T", 1)[1][:8]
-    kind = ev.get("event") or ev.get("kind") or ev.get("type") or "?"
-    where = "/".join(str(ev[k]) for k in ("task", "arm") if ev.get(k))
-    skip = {"ts", "time", "at", "event", "kind", "type", "task", "arm", "run_id"}
-    rest = " ".join(f"{k}={v}" for k, v in ev.items() if k not in skip and not isinstance(v, (dict, list)))
-    return " ".join(x for x in (str(ts), str(kind), where, rest) if x)
+    ts = ev.ts.split("T", 1)[1][:8] if "T" in ev.ts else ev.ts
+    where = "/".join(x for x in (ev.task, ev.arm) if x)
+    rest = " ".join(f"{k}={v}" for k, v in ev.fields)
+    return " ".join(x for x in (ts, ev.kind, where, rest) if x)
 
 
+# -- the per-arm summary ----------------------------------------------------------------------------
 def _compact(v: float) -> str:
-    """A mean in three characters for the narrow summary: ``.41``, ``.00``, ``1.0``."""
+    """A bound in three characters for a narrow column: ``.41``, ``.00``, ``1.0``."""
     t = f"{v:.2f}"
     if t == "1.00":
         return "1.0"
     return t[1:] if t.startswith("0.") else t
 
 
-def summary_line(arm: str, s: Any, wide: bool = False, one_line: bool = False) -> str:
-    """The per-arm summary under an arm column: mean partial and pass rate over done cells, then
-    n and the 95 % interval of the mean partial (a mean is never shown without them), + reward,
-    build failures and cost when wide. Two lines, or one when ``one_line`` (arm-major column)."""
+def summary_lines(s: ArmSummary | None, width: int = 11, one_line: bool = False) -> list[str]:
+    """The per-arm summary in ``width``: mean partial and pass rate over done cells, then n and the
+    95 % interval of the mean partial (a mean is never shown without them), then reward, build
+    failures and cost as room allows. Lines of at most ``width`` (one line when ``one_line``)."""
     if s is None:
-        return "-"
-    line = f"{num(get(s, 'partial'))} {pct(get(s, 'pass_rate')):>4}"
-    if get(s, "audit_differs"):
-        line = "\u26a0" + line  # the fairness audit found an undeclared difference in this arm
-    ci = get(s, "partial_ci")
-    n = get(s, "n", 0)
-    if wide:
-        line += f" r{num(get(s, 'reward'))}"
-        if get(s, "build_failed"):
-            line += f" B{get(s, 'build_failed')}"
-        if get(s, "cost_usd") is not None:
-            line += f" {money(get(s, 'cost_usd'))}"
-        second = f"n{n} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"n{n}"
-    else:
-        second = f"n{n} {_compact(ci[0])}-{_compact(ci[1])}" if ci else f"n{n}"
-    return f"{line} {second}" if one_line else f"{line}\n{second}"
+        return ["-"]
+    mark = "\u26a0" if s.audit_differs else ""  # the fairness audit found an undeclared difference
+    if s.n == 0:  # no done cell: no mean to show
+        return [mark + "-", "n0"]
+    means = [mark + num(s.partial), pct(s.pass_rate).rjust(4), "r" + num(s.reward)]
+    if s.build_failed:
+        means.append(f"B{s.build_failed}")
+    if s.cost_usd is not None:
+        means.append(money(s.cost_usd))
+    n = f"n{s.n}"
+    wide_ci = f"[{s.partial_ci[0]:.2f}, {s.partial_ci[1]:.2f}]" if s.partial_ci else ""
+    short_ci = f"{_compact(s.partial_ci[0])}-{_compact(s.partial_ci[1])}" if s.partial_ci else ""
+    if one_line:
+        for ci in (wide_ci, short_ci):
+            line = fit([*means[:2], n, *([ci] if ci else []), *means[2:]], width)
+            if not ci or ci in line:
+                return [line]
+        return [fit([*means[:2], n, short_ci], width)]
+    first = fit(means, width)
+    for ci in (wide_ci, short_ci):
+        second = fit([n, ci], width) if ci else n
+        if not ci or len(second) > len(n):
+            return [first, second]
+    return [first, n, short_ci]
 
 
-def receipts_of(cells: Iterable[Any]) -> tuple[int, int, int]:
+def summary_widths(s: ArmSummary | None) -> tuple[int, int, int]:
+    """Widths of the one-line summary: everything, the means with n and the wide interval, the
+    means with n and the compact interval (the arm-major column takes the widest that leaves room)."""
+    full = len(summary_lines(s, 200, True)[0])
+    if s is None or s.partial_ci is None:
+        return full, full, full
+    core = [num(s.partial), pct(s.pass_rate).rjust(4), f"n{s.n}"]
+    wide = len(" ".join([*core, f"[{s.partial_ci[0]:.2f}, {s.partial_ci[1]:.2f}]"]))
+    short = len(" ".join([*core, f"{_compact(s.partial_ci[0])}-{_compact(s.partial_ci[1])}"]))
+    return full, wide + (1 if s.audit_differs else 0), short + (1 if s.audit_differs else 0)
+
+
+def summary_line(s: ArmSummary | None, width: int = 11, one_line: bool = False) -> str:
+    return "\n".join(summary_lines(s, width, one_line))
+
+
+def receipts_of(cells: Iterable[Cell | None]) -> tuple[int, int, int]:
     """Summed receipt figures (continuations, unblocks, error events) over cells."""
     c = u = e = 0
     for cell in cells:
-        c += get(cell, "continuations", 0) or 0
-        u += get(cell, "unblocks", 0) or 0
-        e += get(cell, "error_events", 0) or 0
+        if cell is None:
+            continue
+        c += cell.continuations or 0
+        u += cell.unblocks or 0
+        e += cell.error_events or 0
     return c, u, e
+
+
+# -- the run: progress, spend rate, how it ended -----------------------------------------------------
+def clock(at: float | None) -> str:
+    return time.strftime("%H:%M", time.localtime(at)) if at is not None else "?"
+
+
+def progress_text(
+    info: RunnerInfo | None, spend_usd: float | None, spend_tokens: int | None, now: float
+) -> str:
+    """The top bar's run figures: pairs done, elapsed, ETA at the current concurrency, spend per hour."""
+    if info is None or info.progress.started_at is None:
+        return ""
+    p = info.progress
+    parts = [f"{p.done}/{p.total} pairs", f"elapsed {duration(p.elapsed_sec(now))}"]
+    if p.end is None:
+        eta = p.eta_sec()
+        parts.append(f"ETA {duration(eta)}" if eta is not None else "ETA -")
+    from runner.results.run_progress import per_hour
+
+    elapsed = p.elapsed_sec(now)
+    usd, tok = per_hour(spend_usd, elapsed), per_hour(spend_tokens, elapsed)
+    if usd is not None or tok is not None:
+        parts.append(f"{count(tok)} tok/h {money(usd)}/h")
+    return " · ".join(parts)
+
+
+def run_end_text(info: RunnerInfo | None) -> str | None:
+    """How the run ended, once the runner is gone: its own exit record, or that it died."""
+    if info is None or info.alive or info.progress.started_at is None:
+        return None
+    p = info.progress
+    if p.end is not None:
+        took = long_duration(p.end.at - p.started_at) if p.end.at is not None else "?"
+        if p.end.paused:
+            return f"run paused after {p.end.done}/{p.end.total} pairs in {took}: {p.end.paused}; `R` resumes"
+        if p.end.done >= p.end.total:
+            return f"{p.end.done}/{p.end.total} pairs done in {took}"
+        return (
+            f"runner stopped ({p.end.reason}): {p.end.done}/{p.end.total} pairs done in {took}; `R` resumes"
+        )
+    return f"runner died at {clock(p.last_event_at)} (its last event), {p.done}/{p.total} pairs done; `R` restarts it"
+
+
+def gate_text(info: RunnerInfo | None, now: float) -> str | None:
+    """A network-gate wait long enough to be worth waking the operator for."""
+    from runner.results.run_progress import GATE_ALARM_SEC
+
+    if info is None or not info.alive:
+        return None
+    waited = info.progress.gate_waited_sec(now)
+    if waited is None or waited < GATE_ALARM_SEC:
+        return None
+    why = f" ({info.progress.gate_reason})" if info.progress.gate_reason else ""
+    return (
+        f"network gate waiting {long_duration(waited)} since {clock(info.progress.gate_waiting_since)}{why}"
+    )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.text import Text
 from textual import on, work
@@ -23,6 +22,7 @@ from textual.widgets import DataTable, Footer, Static
 from console import compare, view
 from console.keys import bindings_for
 from console.screens.reader import ReaderScreen
+from runner.results.model import Cell
 from runner.results.trajectory import TrajectoryFacts
 from runner.results.verifier_tests import ERROR, FAIL, PASS, SKIP, TestOutcomes, disagreements
 
@@ -45,7 +45,7 @@ class CompareScreen(Screen):
     BINDINGS = bindings_for("compare")
     BINDINGS += [("escape,q", "back", "Back"), ("question_mark,f1", "app.help", "Help")]
 
-    def __init__(self, out: Path, task: str, arms: list[str], cells: dict[str, Any], budget: float | None = None,
+    def __init__(self, out: Path, task: str, arms: list[str], cells: dict[str, Cell | None], budget: float | None = None,
                  now: float | None = None) -> None:  # fmt: skip
         super().__init__()
         self.out, self.task_name = out, task

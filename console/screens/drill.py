@@ -7,9 +7,9 @@ indexing it, searching and tailing run in workers that post messages; the file v
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.text import Text
 from textual import on, work
@@ -20,10 +20,12 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static, Tab, Tabs
 
 from console import actions, view
-from console.feeds import list_trials
+from console.feeds import TrialRow, list_trials
 from console.fileindex import LineSource
+from console.keys import bindings_for
 from console.widgets.fileview import FileView
 from modes.trial_files import TrialFiles
+from runner.results.model import Cell
 
 #: the files of a trial, in tab order: (tab id, label, candidate paths relative to the trial dir)
 FILES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -86,23 +88,38 @@ class SearchDone(Message):
     line: int | None
 
 
-class DrillScreen(Screen):
-    BINDINGS = [
-        Binding("escape,q", "back", "Back"),
-        Binding("tab", "next_file", "Next file"),
-        Binding("shift+tab", "prev_file", "Prev file", show=False),
-        Binding("slash", "search", "Search"),
-        Binding("V", "void", "Void+rerun", id="void"),
-        Binding("c", "compare", "Compare"),
-        Binding("question_mark,f1", "app.help", "Help"),
-    ]
+def trial_status(t: TrialRow) -> str:
+    """One trial's status as the drill-down lists it (the record's states, in the grid's words)."""
+    rec = t.record
+    if t.voided:
+        return "voided"
+    if rec.metrics.state == "tampered":
+        return "tampered"
+    if rec.state == "refused" or rec.metrics.state == "refused":
+        return "unreadable"
+    if rec.state != "ok":
+        return "running" if rec.state == "missing" else rec.state
+    return "errored" if rec.errored else "done"
 
-    def __init__(self, out: Path, task: str, arm: str, cell: Any) -> None:
+
+def is_running(t: TrialRow) -> bool:
+    """A live trial without its result yet: its files are followed as they grow."""
+    return not t.voided and t.record.state == "missing"
+
+
+class DrillScreen(Screen):
+    BINDINGS = [*bindings_for("drill-down"), Binding("question_mark,f1", "app.help", "Help")]
+
+    def __init__(
+        self, out: Path, task: str, arm: str, cell: Cell | None, budget: float | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:  # fmt: skip
         super().__init__()
         self.out, self.pair_task, self.pair_arm = out, task, arm
         self.cell = cell
-        self.trials: list[dict] = []
-        self.trial: dict | None = None
+        self.budget, self.clock = budget, clock
+        self.trials: list[TrialRow] = []
+        self.trial: TrialRow | None = None
         self.file_id = FILES[0][0]
         self.source: LineSource | None = None
 
@@ -117,9 +134,6 @@ class DrillScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one("#search", Input).display = False
-        title = Text(f"{self.pair_task} × {self.pair_arm}", style="bold")
-        title.append(f"   {view.cell_detail(self.pair_task, self.pair_arm, self.cell)}", style="dim")
-        self.query_one("#drill-title", Static).update(title)
         table = self.query_one("#trials", DataTable)
         table.add_columns("attempt", "trial", "status", "reward", "partial", "pass", "time", "note")
         self.load_trials(self.cell)
@@ -131,79 +145,73 @@ class DrillScreen(Screen):
         return True
 
     # -- trials ----------------------------------------------------------------------------------
-    def load_trials(self, cell: Any) -> None:
+    def load_trials(self, cell: Cell | None) -> None:
+        """Show the pair's cell: the header and the trial rows from the same record, so the header
+        can never lag behind the rows below it."""
         self.cell = cell
-        cells = {(self.pair_task, self.pair_arm): cell} if cell is not None else {}
-        self.trials = list_trials(cells, self.pair_task, self.pair_arm)
+        self._paint_title()
+        self.trials = list_trials(cell)
         table = self.query_one("#trials", DataTable)
-        keep = self.trial["path"] if self.trial else None
+        keep = self.trial.path if self.trial else None
         table.clear()
         for t in self.trials:
-            rec = t["record"]
-            if t["voided"]:
-                status = "voided"
-            elif view.get(view.get(rec, "metrics"), "state") == "tampered":
-                status = "tampered"
-            elif (
-                view.get(rec, "state") == "refused"
-                or view.get(view.get(rec, "metrics"), "state") == "refused"
-            ):
-                status = "unreadable"
-            elif view.get(rec, "state") != "ok":
-                status = "running" if view.get(rec, "state") == "missing" else view.get(rec, "state")
-            else:
-                status = "errored" if view.get(rec, "errored") else "done"
-            style = view.STATUS_STYLE.get(status, "")
-            note = (
-                t["reason"]
-                or view.get(rec, "exception_type")
-                or view.get(view.get(rec, "metrics"), "error")
-                or view.get(rec, "error")
-                or ""
-            )
+            status = trial_status(t)
+            rec = t.record
+            note = t.reason or rec.exception_type or rec.metrics.error or rec.error or ""
             table.add_row(
-                t["stamp"],
-                t["trial"],
-                Text(f"{view.STATUS_GLYPH.get(status, '?')} {status}", style=style),
-                view.num(view.get(rec, "reward")),
-                view.num(view.get(rec, "partial")) + (" B" if view.get(rec, "build_failed") else ""),
-                view.pct(view.get(rec, "pass_rate")),
-                view.duration(view.get(rec, "wall_sec")),
+                t.stamp,
+                t.trial,
+                Text(
+                    f"{view.STATUS_GLYPH.get(status, '?')} {status}", style=view.STATUS_STYLE.get(status, "")
+                ),
+                view.num(rec.reward),
+                view.num(rec.partial) + (" B" if rec.build_failed else ""),
+                view.pct(rec.pass_rate),
+                view.duration(rec.wall_sec),
                 str(note)[:40],
-                key=t["path"],
+                key=t.path,
             )
         if self.trials:
-            idx = next((i for i, t in enumerate(self.trials) if t["path"] == keep), 0)
+            idx = next((i for i, t in enumerate(self.trials) if t.path == keep), 0)
             table.move_cursor(row=idx)
-            if self.trial is None or self.trial["path"] != self.trials[idx]["path"]:
+            if self.trial is None or self.trial.path != self.trials[idx].path:
                 self.select_trial(self.trials[idx])
         else:
             self.query_one("#file-status", Static).update("no trials yet for this pair")
 
+    def _paint_title(self) -> None:
+        width = max(10, (self.size.width or 80) - len(self.pair_task) - len(self.pair_arm) - 6)
+        title = Text(f"{self.pair_task} × {self.pair_arm}", style="bold")
+        detail = view.cell_detail(self.pair_task, self.pair_arm, self.cell, self.budget, self.clock(), width)
+        title.append(f"   {detail}", style="dim")
+        self.query_one("#drill-title", Static).update(title)
+
+    def on_resize(self) -> None:
+        self._paint_title()
+
     @on(DataTable.RowHighlighted, "#trials")
     def trial_highlighted(self, event: DataTable.RowHighlighted) -> None:
         path = event.row_key.value if event.row_key else None
-        t = next((t for t in self.trials if t["path"] == path), None)
-        if t is not None and (self.trial is None or t["path"] != self.trial["path"]):
+        t = next((t for t in self.trials if t.path == path), None)
+        if t is not None and (self.trial is None or t.path != self.trial.path):
             self.select_trial(t)
 
     @on(DataTable.RowSelected, "#trials")
     def trial_selected(self, event: DataTable.RowSelected) -> None:
         """Enter on a trial: read its trajectory as steps (the raw tab keeps the file as written)."""
         path = event.row_key.value if event.row_key else None
-        t = next((t for t in self.trials if t["path"] == path), None)
+        t = next((t for t in self.trials if t.path == path), None)
         if t is None:
             return
         from console.screens.reader import ReaderScreen
 
-        running = not t["voided"] and view.get(t["record"], "state") == "missing"
-        title = f"{self.pair_task} × {self.pair_arm}  {t['stamp']}  {t['trial']}"
-        self.app.push_screen(ReaderScreen(Path(t["path"]), title, follow=running))
+        title = f"{self.pair_task} × {self.pair_arm}  {t.stamp}  {t.trial}"
+        self.app.push_screen(ReaderScreen(Path(t.path), title, follow=is_running(t)))
 
     def action_compare(self) -> None:
         self.app.action_compare(self.pair_task)
 
-    def select_trial(self, trial: dict) -> None:
+    def select_trial(self, trial: TrialRow) -> None:
         self.trial = trial
         self.open_current()
 
@@ -224,9 +232,8 @@ class DrillScreen(Screen):
         if self.trial is None:
             return
         candidates = next(c for fid, _, c in FILES if fid == self.file_id)
-        running = not self.trial["voided"] and view.get(self.trial["record"], "state") == "missing"
         self.query_one("#file-status", Static).update(Text("opening…", style="dim"))
-        self.open_worker(Path(self.trial["path"]), candidates, running)
+        self.open_worker(Path(self.trial.path), candidates, is_running(self.trial))
 
     @work(thread=True, group="file-open", exclusive=True, exit_on_error=False)
     def open_worker(self, trial_dir: Path, candidates: tuple[str, ...], follow: bool) -> None:
@@ -331,7 +338,7 @@ class DrillScreen(Screen):
         self.dismiss() if self.is_modal else self.app.pop_screen()
 
     def action_void(self) -> None:
-        if self.trial is None or self.trial["voided"]:
+        if self.trial is None or self.trial.voided:
             self.notify("select a trial that is not voided", severity="warning")
             return
-        self.app.request(actions.VOID, trial_path=self.trial["path"])
+        self.app.request(actions.VOID, trial_path=self.trial.path)

@@ -1,23 +1,80 @@
-"""The main screen: grid, selected-cell line, alarm, runner/pool/receipts panels, events tail."""
+"""The main screen: the grid, the selected-cell line, the banner, the runner/pool/arms panels and the
+events tail. It owns what it shows: the cells the tree worker sent, the runner and the pool as their
+workers last saw them, and the operator's view choices (filter, sort, transpose, cell mode, pause).
+
+The panels are bound to this screen's reactives (``data_bind``), so setting one repaints exactly
+the widgets that show it. Cell updates are merged and applied in one batch (``FLUSH_SEC``), in
+place, by (task, arm) key.
+"""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
+from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
+from console import view
+from console.feeds import ArmSummary, Key, PoolView, RunEvent, RunnerInfo, TreeSnapshot
 from console.widgets.grid import Grid
-from console.widgets.panels import EventTail, PoolGauge, ReceiptsPanel, RunnerPanel
+from console.widgets.panels import ArmsPanel, EventTail, PoolGauge, RunnerPanel
+from runner.results.model import Cell
+
+#: batching: cell updates that arrive within this window are applied in one repaint
+FLUSH_SEC = 0.08
 
 
 class MainScreen(Screen):
-    """Layout only; the App pushes state into these widgets (attributes down)."""
-
     BINDINGS = [Binding("escape", "clear_filter", "Clear filter", show=False)]
-    _topbar_plain = ""
+
+    info: reactive[RunnerInfo | None] = reactive(None)
+    pool: reactive[PoolView | None] = reactive(None)
+    pool_error: reactive[str | None] = reactive(None)
+    readonly: reactive[bool] = reactive(False)
+    alarm: reactive[str | None] = reactive(None)
+    busy: reactive[str | None] = reactive(None)
+    paused: reactive[bool] = reactive(False)
+    scope: reactive[str] = reactive("run")
+    polling: reactive[bool] = reactive(False)
+
+    def __init__(self, out: Path, clock=time.time, readonly: bool = False) -> None:
+        super().__init__()
+        self.out = out
+        self.clock = clock
+        self.set_reactive(MainScreen.readonly, readonly)
+        # what the tree worker last sent
+        self.cells: dict[Key, Cell] = {}
+        self.history: dict[Key, Cell] = {}
+        self.tasks: list[str] = []
+        self.arms: list[str] = []
+        self.summary: dict[str, ArmSummary] = {}
+        self.notes: tuple[str, ...] = ()
+        self.scanned_at: float | None = None
+        # the operator's view of it
+        self.filter_text = ""
+        self.sort_key = "name"
+        self.arm_major = False
+        self.mode = view.CELL_MODES[0][0]
+        self.selected: Key | None = None
+        self.last_change_at: float | None = None  # monotonic time of the last applied change
+        self.pending_events: list[RunEvent] = []
+        self._dirty: set[Key] = set()
+        self._rebuild = True
+        self._flush_pending = False
+        self._tree_pending = False  # tree data that no flush has shown yet
+        self._width = 0
+        self._topbar_plain = ""
+        self._shown: dict[str, object] = {}  # what the detail line and the banner show now
+        self._rung: set[str] = set()  # banners the bell has rung for
+        self._live = False  # composed and mounted: painting is possible
 
     def compose(self) -> ComposeResult:
         yield Static(id="topbar")
@@ -26,9 +83,9 @@ class MainScreen(Screen):
         yield Static(id="alarm")
         with Horizontal(id="panels"):
             with Vertical(id="left-panels"):
-                yield RunnerPanel(id="runner")
-                yield PoolGauge(id="pool")
-            yield ReceiptsPanel(id="receipts")
+                yield RunnerPanel(id="runner").data_bind(MainScreen.info, MainScreen.readonly)
+                yield PoolGauge(id="pool").data_bind(MainScreen.pool, MainScreen.pool_error)
+            yield ArmsPanel(id="receipts").data_bind(MainScreen.info)
             yield EventTail(id="events")
         yield Input(placeholder="filter rows (!text inverts) — Enter keeps, Esc clears", id="filter")
         yield Footer()
@@ -36,13 +93,196 @@ class MainScreen(Screen):
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
         self.query_one(Grid).focus()
+        self._live = True
+        self.paint_status()
+        self._schedule_flush()
+
+    def on_unmount(self) -> None:
+        self._live = False  # records may still arrive while the app exits: nothing to paint then
 
     def on_resize(self) -> None:
         # big terminals: taller panels (more events, receipts); 80x24 keeps the grid usable
         self.query_one("#panels").styles.height = 7 if self.size.height < 40 else 14
+        if self.size.width != self._width:  # the cell format follows the width
+            self._width = self.size.width
+            self._rebuild = True
+            self._schedule_flush()
+        self.paint_status()
 
-    def set_topbar(self, left: str, right: Text) -> None:
-        t = Text(left, style="bold")
+    # -- data in (the App hands its workers' records over) -----------------------------------------
+    def apply_tree(self, snap: TreeSnapshot) -> None:
+        if snap.full:
+            self.cells = {k: c for k, c in snap.cells.items() if c is not None}
+            self.history = {k: c for k, c in snap.history.items() if c is not None}
+            self._rebuild = True
+        else:
+            for k, c in snap.cells.items():
+                if c is None:
+                    self.cells.pop(k, None)
+                else:
+                    self.cells[k] = c
+            self.history.update({k: c for k, c in snap.history.items() if c is not None})
+            self._dirty |= set(snap.cells)
+        if list(snap.tasks) != self.tasks or list(snap.arms) != self.arms:
+            self._rebuild = True
+        self.tasks, self.arms = list(snap.tasks), list(snap.arms)
+        self.summary, self.notes = dict(snap.summary), snap.notes
+        self.alarm = snap.alarm
+        self.scanned_at = snap.scanned_at
+        self._tree_pending = True
+        self._schedule_flush()
+
+    def add_events(self, events: tuple[RunEvent, ...]) -> None:
+        self.pending_events.extend(events)
+        if self._live:
+            self.query_one(EventTail).add(self.pending_events)
+            self.pending_events.clear()
+
+    def watch_info(self) -> None:
+        self.paint_status()
+
+    def watch_alarm(self) -> None:
+        self.paint_status()
+
+    def watch_busy(self) -> None:
+        self.paint_status()
+
+    # -- the operator's view -----------------------------------------------------------------------
+    def set_view(self, **changes: object) -> None:
+        """Change filter, sort, transpose or cell mode and repaint the grid at once."""
+        for name, value in changes.items():
+            setattr(self, name, value)
+        self._rebuild = True
+        self._flush()
+
+    def watch_paused(self, paused: bool) -> None:
+        if not paused:
+            self._schedule_flush()
+        self.paint_status()
+
+    def visible_rows_cols(self) -> tuple[list[str], list[str]]:
+        rows_all, cols = (self.arms, self.tasks) if self.arm_major else (self.tasks, self.arms)
+        rows = [r for r in rows_all if view.matches(self.filter_text, r)]
+        if self.sort_key != "name":
+            col = None
+            if self.selected:
+                col = self.selected[0] if self.arm_major else self.selected[1]
+            col = col if col in cols else (cols[0] if cols else None)
+            if col is not None:
+
+                def key(r: str) -> tuple:
+                    pair = (col, r) if self.arm_major else (r, col)
+                    return (view.sort_value(self.cells.get(pair), self.sort_key), r)
+
+                rows.sort(key=key)
+        return rows, cols
+
+    @on(Grid.Selected)
+    def grid_selected(self, msg: Grid.Selected) -> None:
+        self.selected = (msg.task, msg.arm) if msg.task and msg.arm else None
+        self.paint_status()
+        if msg.open and self.selected:
+            self.app.action_open()
+
+    # -- painting ----------------------------------------------------------------------------------
+    def _schedule_flush(self) -> None:
+        if self._flush_pending or self.paused or not self._live:
+            return
+        self._flush_pending = True
+        self.set_timer(FLUSH_SEC, self._flush)
+
+    def _flush(self) -> None:
+        self._flush_pending = False
+        if self.paused or not self._live:
+            return
+        grid = self.query_one(Grid)
+        grid.now = self.clock()
+        grid.budget = self.info.budget_sec if self.info else None
+        with self.app.batch_update():
+            if self._rebuild:
+                self._rebuild_grid(grid)
+            elif self._dirty:
+                if not grid.patch(self.cells, self._dirty, self.summary):
+                    self._rebuild_grid(grid)
+            self._dirty.clear()
+            if self.pending_events:
+                self.query_one(EventTail).add(self.pending_events)
+                self.pending_events.clear()
+            self.paint_status()
+            self.app.refresh_drill_downs(self.history)
+        if self._tree_pending:  # the tree's data is on screen now (benchmarks and tests wait for it)
+            self._tree_pending = False
+            self.last_change_at = time.monotonic()
+            self.app.painted()
+
+    def _rebuild_grid(self, grid: Grid) -> None:
+        self._rebuild = False
+        rows, cols = self.visible_rows_cols()
+        grid.show(
+            rows,
+            cols,
+            self.cells,
+            self.summary,
+            arm_major=self.arm_major,
+            mode=self.mode,
+            width=self.size.width or 80,
+            keep=self.selected,
+        )
+
+    def paint_status(self) -> None:
+        """The top bar, the selected-cell line, the banner and the arms panel's receipts."""
+        if not self._live:
+            return
+        try:
+            self._paint_status()
+        except NoMatches:  # the app is exiting: the screen's widgets are already gone
+            self._live = False
+
+    def _paint_status(self) -> None:
+        now = self.clock()
+        self._paint_topbar(now)
+        width = max(10, self.size.width or 80)
+        if self.selected:
+            t, a = self.selected
+            budget = self.info.budget_sec if self.info else None
+            line = view.cell_detail(t, a, self.cells.get(self.selected), budget, now, width)
+        else:
+            notes = f" · {'; '.join(self.notes)}" if self.notes else ""
+            line = f"{len(self.tasks)} tasks × {len(self.arms)} arms{notes}"
+        if line != self._shown.get("detail"):  # an idle console repaints nothing
+            self._shown["detail"] = line
+            self.query_one("#detail", Static).update(Text(line, no_wrap=True, overflow="ellipsis"))
+        self._paint_banner(now)
+        per_arm = tuple(
+            (a, view.receipts_of(c for k, c in self.cells.items() if k[1] == a)) for a in self.arms
+        )
+        self.query_one(ArmsPanel).receipts = per_arm
+
+    def _paint_topbar(self, now: float) -> None:
+        right = Text()
+        if self.busy:
+            right.append(f"{self.busy}… ", style="bold yellow")
+        if self.paused:
+            right.append("PAUSED ", style="bold reverse")
+        if self.filter_text:
+            right.append(f"filter '{self.filter_text}' ", style="cyan")
+        if self.sort_key != "name":
+            right.append(f"sort {self.sort_key} ", style="cyan")
+        if self.mode != view.CELL_MODES[0][0]:
+            right.append(f"cells {dict(view.CELL_MODES)[self.mode]} ", style="cyan")
+        right.append(f"{self.scope} ")
+        if self.polling:
+            right.append("poll ")
+        right.append(view.age_text(self.scanned_at, now), style="dim")
+        spend_usd = sum(s.spend_usd for s in self.summary.values() if s.spend_usd is not None) or None
+        spend_tok = (
+            sum((s.spend_input_tokens or 0) + (s.spend_output_tokens or 0) for s in self.summary.values())
+            or None
+        )
+        run = view.progress_text(self.info, spend_usd, spend_tok, now)
+        t = Text(f"marathon {self.out.name}", style="bold")
+        if run:
+            t.append(f"  {run}")
         pad = max(1, self.size.width - t.cell_len - right.cell_len)
         t.append(" " * pad)
         t.append_text(right)
@@ -50,16 +290,50 @@ class MainScreen(Screen):
             self._topbar_plain = t.plain
             self.query_one("#topbar", Static).update(t)
 
-    # filter input ---------------------------------------------------------------------------------
-    def open_filter(self, current: str) -> None:
+    def _paint_banner(self, now: float) -> None:
+        """Paused run, how the run ended, a long network-gate wait, the bias alarm: one line, and
+        the terminal bell the first time each appears."""
+        lines: list[tuple[str, str, str]] = []  # (bell key, text, style)
+        paused = self.info.paused if self.info else None
+        if paused:
+            lines.append(("", f"⏸ RUN PAUSED: {paused}", "bold reverse red"))
+        ended = view.run_end_text(self.info)
+        if ended:
+            lines.append((f"end:{self.info.progress.run_id}:{ended}", f"■ {ended}", "bold reverse yellow"))
+        gate = view.gate_text(self.info, now)
+        if gate:
+            lines.append((f"gate:{self.info.progress.gate_waiting_since}", f"⧗ {gate}", "bold yellow"))
+        if self.alarm:
+            lines.append((f"alarm:{self.alarm}", f"⚠ {self.alarm}", "bold red"))
+        banner = self.query_one("#alarm", Static)
+        banner.display = bool(lines)
+        if lines and lines != self._shown.get("banner"):
+            self._shown["banner"] = lines
+            text = Text(no_wrap=True, overflow="ellipsis")
+            for i, (_, line, style) in enumerate(lines):
+                if i:
+                    text.append("  ")
+                text.append(line, style=style)
+            banner.update(text)
+        new = {k for k, _, _ in lines if k and k not in self._rung}
+        if new:
+            self._rung |= new
+            self.app.bell()
+
+    def tick(self) -> None:
+        """Once a second: the data age and the run's clock on the top bar, a gate wait's age."""
+        self.paint_status()
+
+    # -- filter input ------------------------------------------------------------------------------
+    def open_filter(self) -> None:
         box = self.query_one("#filter", Input)
-        box.value = current
+        box.value = self.filter_text
         box.display = True
         box.focus()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "filter":
-            self.app.set_filter(event.value)
+            self.set_view(filter_text=event.value)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "filter":
@@ -71,5 +345,5 @@ class MainScreen(Screen):
         if box.display or box.value:
             box.value = ""
             box.display = False
-            self.app.set_filter("")
+            self.set_view(filter_text="")
             self.query_one(Grid).focus()

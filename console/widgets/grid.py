@@ -6,7 +6,7 @@ cursor stays on the same (task, arm) when rows are re-sorted or filtered (htop's
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 from rich.text import Text
 from textual.coordinate import Coordinate
@@ -21,8 +21,13 @@ from textual.widgets.data_table import (
 )
 
 from console import view
+from console.feeds import ArmSummary
+from runner.results.model import Cell
 
 SUMMARY = "__summary__"
+#: a cell's width in characters, at least and at most (below the minimum the grid scrolls sideways)
+MIN_CELL = 8
+MAX_CELL = 32
 
 
 class Grid(DataTable):
@@ -42,7 +47,8 @@ class Grid(DataTable):
         self.arm_major = False
         self.rows_order: list[str] = []
         self.cols_order: list[str] = []
-        self.wide = False
+        self.mode = "score"  # what the cells show (view.CELL_MODES)
+        self.cell_width = 11  # characters a cell may use: the layout never cuts a figure to fit
         self.restoring: tuple[str, str] | None = None  # the pair to keep the cursor on across a rebuild
         self.budget: float | None = None  # the arms' goal timeout, for "elapsed against budget"
         self.now: float | None = None  # the App's clock at the last update
@@ -52,40 +58,50 @@ class Grid(DataTable):
         self,
         rows: list[str],
         cols: list[str],
-        cells: dict[tuple[str, str], Any],
-        summary: dict[str, Any],
+        cells: Mapping[tuple[str, str], Cell | None],
+        summary: Mapping[str, ArmSummary],
         *,
         arm_major: bool,
-        wide: bool,
+        mode: str = "score",
         width: int = 80,
         keep: tuple[str, str] | None = None,
     ) -> None:
-        """Rebuild the table (new names, sort, filter, transpose), keeping the cursor on its pair."""
+        """Rebuild the table (new names, sort, filter, transpose, mode, width), keeping the cursor on
+        its pair. Column widths follow the terminal; each cell shows the figures that fit."""
         keep = keep or self.restoring or self.current_pair()
-        self.arm_major, self.wide = arm_major, wide
+        self.arm_major, self.mode = arm_major, mode
         self.rows_order, self.cols_order = rows, cols
         self.clear(columns=True)
-        label_w = min(max([len(r) for r in rows] + [6]), 24 if wide else 12)
+        label_w = min(max([len(r) for r in rows] + [6]), 24 if width >= 120 else 12)
+        # every column costs two characters of padding; keep two for the scrollbar
+        room = width - (label_w + 2) - 2
+        sum_w = 0
+        if arm_major:  # one-line summaries (mean, pass rate, n and interval side by side)
+            widths = [view.summary_widths(summary.get(r)) for r in rows] or [(4, 4, 4)]
+            options = [max(w[i] for w in widths) for i in range(3)]
+            # the widest summary that still leaves the cells their usual room, else the narrowest
+            sum_w = next((w for w in options if (room - w - 2) // max(1, len(cols)) - 2 >= 11), options[-1])
+            room -= sum_w + 2
+        cw = max(MIN_CELL, min(MAX_CELL, room // max(1, len(cols)) - 2))
+        self.cell_width = cw
         self.add_column("arm" if arm_major else "task", key="__label__", width=label_w)
-        ncols = len(cols) + (1 if arm_major else 0)
-        cw = 11 if not wide else max(11, min(32, (width - label_w - 4) // max(1, ncols) - 2))
         # the per-arm summary stays in sight: first row (task-major) or second column (arm-major), fixed
-        if arm_major:  # one-line summaries: mean, pass rate, n and interval side by side
-            self.add_column("mean", key=SUMMARY, width=max(cw, 34 if wide else 21))
+        if arm_major:
+            self.add_column("mean", key=SUMMARY, width=sum_w)
         for c in cols:
             self.add_column(c[:cw], key=c, width=cw)
         self.fixed_columns = 2 if arm_major else 1
         self.fixed_rows = 1 if rows and not arm_major else 0  # the summary row exists only with rows
         if not arm_major and rows:
-            values = [Text("mean", style="bold")] + [
-                Text(view.summary_line(c, summary.get(c), wide), style="bold") for c in cols
-            ]
-            self.add_row(*values, key=SUMMARY, height=2)  # second line: n and the interval
+            lines = {c: view.summary_lines(summary.get(c), cw) for c in cols}
+            height = max([len(v) for v in lines.values()] + [2])  # n and the interval below the means
+            values = [Text("mean", style="bold")] + [Text("\n".join(lines[c]), style="bold") for c in cols]
+            self.add_row(*values, key=SUMMARY, height=height)
         for r in rows:
-            values = [Text(r)]
+            values = [Text(r[:label_w])]
             if arm_major:
-                values.append(Text(view.summary_line(r, summary.get(r), wide, True), style="bold"))
-            values += [view.cell_text(cells.get(self._pair(r, c)), wide, self.budget, self.now) for c in cols]
+                values.append(Text(view.summary_line(summary.get(r), sum_w, True), style="bold"))
+            values += [self._cell(cells.get(self._pair(r, c))) for c in cols]
             self.add_row(*values, key=r)
         if keep and keep[0 if not arm_major else 1] in rows:
             self.restoring = keep
@@ -94,14 +110,18 @@ class Grid(DataTable):
         elif rows and cols:
             self.cursor_coordinate = Coordinate(0, 2) if arm_major else Coordinate(1, 1)
 
-    def patch(self, cells: dict[tuple[str, str], Any], keys, summary: dict[str, Any]) -> bool:
+    def _cell(self, cell: Cell | None) -> Text:
+        return view.cell_text(cell, self.mode, self.cell_width, self.budget, self.now)
+
+    def patch(
+        self, cells: Mapping[tuple[str, str], Cell | None], keys: Iterable[tuple[str, str]],
+        summary: Mapping[str, ArmSummary],
+    ) -> bool:  # fmt: skip
         """Update the given (task, arm) cells in place; False when a rebuild is needed."""
         for task, arm in keys:
             r, c = (arm, task) if self.arm_major else (task, arm)
             try:
-                self.update_cell(
-                    r, c, view.cell_text(cells.get((task, arm)), self.wide, self.budget, self.now)
-                )
+                self.update_cell(r, c, self._cell(cells.get((task, arm))))
             except CellDoesNotExist:
                 if r in self.rows_order and c in self.cols_order:
                     return False
@@ -109,11 +129,15 @@ class Grid(DataTable):
         for arm, s in summary.items():
             try:
                 if self.arm_major:
-                    line = view.summary_line(arm, s, self.wide, True)
+                    width = self.columns[ColumnKey(SUMMARY)].width
+                    line = view.summary_line(s, width, True)
                     self.update_cell(arm, SUMMARY, Text(line, style="bold"))
                 else:
-                    self.update_cell(SUMMARY, arm, Text(view.summary_line(arm, s, self.wide), style="bold"))
-            except CellDoesNotExist:
+                    lines = view.summary_lines(s, self.cell_width)
+                    if len(lines) > self.rows[RowKey(SUMMARY)].height:
+                        return False  # a taller summary: rebuild
+                    self.update_cell(SUMMARY, arm, Text("\n".join(lines), style="bold"))
+            except (CellDoesNotExist, KeyError):
                 pass
         return True
 

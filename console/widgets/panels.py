@@ -1,83 +1,110 @@
-"""The small panels of the main screen. Each is given records and renders them; none reads files."""
+"""The small panels of the main screen. Each renders reactive attributes that the main screen binds
+to its own (``data_bind``); none reads files, none is painted from outside."""
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
 from textual.widgets import Static
 
 from console import view
+from console.feeds import PoolView, RunEvent, RunnerInfo
+from runner.results.run_progress import progress_bar
+
+#: per arm: (arm, (continuations, unblocks, error events))
+Receipts = tuple[tuple[str, tuple[int, int, int]], ...]
+BAR = 8
 
 
-class RunnerPanel(Static):
+class RunnerPanel(Widget):
     """Alive or not, PID, configuration, pass, concurrency, gate waits."""
 
-    def show(self, info: Any, readonly: bool) -> None:
+    info: reactive[RunnerInfo | None] = reactive(None)
+    readonly: reactive[bool] = reactive(False)
+
+    def render(self) -> Text:
+        info = self.info
         t = Text()
         if info is None:
             t.append("runner: ?\n", style="dim")
-        elif view.get(info, "alive"):
+        elif info.alive:
             t.append("runner ● alive", style="bold green")
-            t.append(f" pid {view.get(info, 'pid')}\n")
+            t.append(f" pid {info.pid}\n")
         else:
             t.append("runner ○ not running\n", style="bold yellow")
         if info is not None:
-            t.append(f"pass {view.get(info, 'pass_no') or '-'}/{view.get(info, 'max_passes') or '-'}")
-            t.append(f" run {view.get(info, 'running', 0)}/{view.get(info, 'concurrency') or '-'}")
-            t.append(f" gate {view.get(info, 'gate_waits', 0)}\n")
-            cfg = view.get(info, "config_line")
-            t.append(cfg or "no .driver_env", style="dim")
-        if readonly:
+            p = info.progress
+            t.append(f"pass {p.pass_no or '-'}/{info.max_passes or '-'}")
+            t.append(f" run {info.running}/{info.concurrency or '-'}")
+            t.append(f" gate {p.gate_waits}\n")
+            t.append(info.config_line or "no .driver_env", style="dim")
+        if self.readonly:
             t.append(" READONLY", style="bold reverse")
-        self.update(t)
+        return t
 
 
-class PoolGauge(Static):
+class PoolGauge(Widget):
     """Docker address pool: ours, foreign, free, against the gate's cap."""
 
-    def show(self, status: Any, error: str | None) -> None:
-        if error:
-            self.update(Text(f"pool: {error}", style="red"))
-            return
-        if status is None:
-            self.update(Text("pool: checking…", style="dim"))
-            return
-        cap = view.get(status, "capacity", 0) or 0
-        ours = view.get(status, "used_ours", 0) or 0
-        foreign = view.get(status, "used_foreign", 0) or 0
-        free = view.get(status, "free", 0) or 0
-        gate_cap = view.get(status, "gate_cap") or cap
+    pool: reactive[PoolView | None] = reactive(None)
+    pool_error: reactive[str | None] = reactive(None)
+
+    def render(self) -> Text:
+        if self.pool_error:
+            return Text(f"pool: {self.pool_error}", style="red")
+        s = self.pool
+        if s is None:
+            return Text("pool: checking…", style="dim")
         width = 18
-        n_ours = round(width * ours / cap) if cap else 0
-        n_for = round(width * foreign / cap) if cap else 0
-        bar = Text("[")
-        bar.append("█" * n_ours, style="cyan")
-        bar.append("▒" * n_for, style="magenta")
-        bar.append(" " * max(0, width - n_ours - n_for))
-        bar.append("]")
-        t = Text("nets ")
-        t.append_text(bar)
-        t.append(f"\nours {ours} other {foreign} free {free}\ncap {gate_cap} of {cap}")
-        empty = view.get(status, "empty_ours") or []
-        if empty:
-            t.append(f" · {len(empty)} empty ours", style="yellow")
-        self.update(t)
+        n_ours = round(width * s.used_ours / s.capacity) if s.capacity else 0
+        n_for = round(width * s.used_foreign / s.capacity) if s.capacity else 0
+        t = Text("nets [")
+        t.append("█" * n_ours, style="cyan")
+        t.append("▒" * n_for, style="magenta")
+        t.append(" " * max(0, width - n_ours - n_for))
+        t.append("]")
+        t.append(
+            f"\nours {s.used_ours} other {s.used_foreign} free {s.free}\ncap {s.gate_cap} of {s.capacity}"
+        )
+        if s.empty_ours:
+            t.append(f" · {s.empty_ours} empty ours", style="yellow")
+        return t
 
 
-class ReceiptsPanel(Static):
-    """Continuations, unblocks and error events, per arm and for the selected cell."""
+class ArmsPanel(Widget):
+    """Per arm: the run's progress bar (done, running, of the pairs it has) and the receipts'
+    continuations, unblocks and error events over its cells."""
 
-    def show(self, per_arm: Mapping[str, tuple[int, int, int]], selected: Any, label: str) -> None:
-        t = Text("receipts  cont unbl err\n", style="bold")
-        for arm, (c, u, e) in per_arm.items():
-            t.append(f"{arm[:9]:<9} {c:>4} {u:>4} {e:>3}\n", style="red" if e else "")
-        if selected is not None:
-            c, u, e = view.receipts_of([selected])
-            t.append(f"{label[:9]:<9} {c:>4} {u:>4} {e:>3}", style="reverse")
-        self.update(t)
+    # its width follows its content (arm names, the progress column once a run reports it)
+    info: reactive[RunnerInfo | None] = reactive(None, layout=True)
+    receipts: reactive[Receipts] = reactive((), layout=True)
+
+    def get_content_width(self, container, viewport) -> int:
+        return max((len(line) for line in self.render().plain.splitlines()), default=0)
+
+    def render(self) -> Text:
+        progress = {a.arm: a for a in self.info.progress.arms} if self.info is not None else {}
+        got = dict(self.receipts)
+        names = list(got) + [a for a in progress if a not in got]
+        w = min(max([len(a) for a in names] + [3]), 12)
+        bar = BAR if self.app.size.width >= 120 else BAR // 2  # a narrow terminal keeps the events readable
+        head = f"{'arm':<{w}} " + (f"{'progress':<{bar + 6}} " if progress else "")
+        t = Text(f"{head}cont unbl err\n", style="bold")
+        for arm in names:
+            t.append(f"{arm[:w]:<{w}} ")
+            a = progress.get(arm)
+            if a is not None:
+                t.append(progress_bar(a.done, a.running, a.total, bar), style="cyan")
+                t.append(f" {f'{a.done}/{a.total}':<5} ")
+            elif progress:
+                t.append(" " * (bar + 7))
+            c, u, e = got.get(arm, (0, 0, 0))
+            t.append(f"{c:>4} {u:>4} {e:>3}\n", style="red" if e else "")
+        return t
 
 
 class EventTail(Static):
@@ -87,7 +114,7 @@ class EventTail(Static):
         super().__init__(*args, **kwargs)
         self.lines: deque[str] = deque(maxlen=max_lines)
 
-    def add(self, events: Iterable[Mapping[str, Any]]) -> None:
+    def add(self, events: Iterable[RunEvent]) -> None:
         for ev in events:
             self.lines.append(view.event_line(ev))
         self.redraw()

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import defaultdict
 from typing import Any, TextIO
 
 from runner.results.events import EventKind
+from runner.results.run_progress import Tally, progress_bar
 
 # events worth a line in plain mode (gate waits and reclaims included: the operator must see them)
 _PLAIN = {
@@ -53,16 +53,12 @@ class Progress:
         if mode is None:
             mode = "tty" if getattr(self.stream, "isatty", lambda: False)() else "plain"
         self.mode = mode
-        self.total: dict[str, int] = defaultdict(int)
-        self.done: dict[str, set[str]] = defaultdict(set)
-        self.running: dict[str, set[str]] = defaultdict(set)
-        self.voided: dict[str, int] = defaultdict(int)
-        self.arms: list[str] = []
+        self.tally = Tally()
         self._drawn = 0
         self.last_line = ""
 
     def __call__(self, ev: dict[str, Any]) -> None:
-        self._track(ev)
+        self.tally.add(ev)
         if self.mode == "json":
             self.stream.write(json.dumps(ev, default=str) + "\n")
             self.stream.flush()
@@ -77,24 +73,6 @@ class Progress:
             self.last_line = line
         self._draw()
 
-    def _track(self, ev: dict[str, Any]) -> None:
-        kind = ev.get("event")
-        task, arm = ev.get("task"), ev.get("arm")
-        if kind == EventKind.RUNNER_START:
-            self.arms = list(ev.get("arms") or [])
-            for a, n in (ev.get("pairs_per_arm") or {}).items():
-                self.total[a] = n
-            for a, tasks in (ev.get("already_done") or {}).items():
-                self.done[a].update(tasks)
-        elif kind in (EventKind.JOB_START, EventKind.ADOPT) and arm:
-            self.running[arm].add(task)
-        elif kind == EventKind.JOB_FINISH and arm:
-            self.running[arm].discard(task)
-            if ev.get("status") == "done":
-                self.done[arm].add(task)
-        elif kind == EventKind.VOID and arm:
-            self.voided[arm] += 1
-
     @staticmethod
     def _line(ev: dict[str, Any]) -> str:
         tmpl = _PLAIN.get(ev.get("event", ""))
@@ -106,14 +84,13 @@ class Progress:
     def _draw(self) -> None:
         width = 30
         out = []
-        for arm in self.arms:
-            total = max(self.total.get(arm, 0), 1)
-            d, r = len(self.done[arm]), len(self.running[arm])
-            filled = int(width * d / total)
-            run_w = min(width - filled, int(round(width * r / total)))
-            bar = "#" * filled + ">" * run_w + "." * (width - filled - run_w)
-            v = f"  void {self.voided[arm]}" if self.voided[arm] else ""
-            out.append(f"{arm:>12} [{bar}] {d}/{self.total.get(arm, 0)} done, {r} running{v}")
+        t = self.tally
+        for arm in t.arms:
+            total = t.total.get(arm, 0)
+            d, r = len(t.done[arm]), len(t.running[arm])
+            bar = progress_bar(d, r, total, width, "#>.")
+            v = f"  void {t.voided[arm]}" if t.voided[arm] else ""
+            out.append(f"{arm:>12} [{bar}] {d}/{total} done, {r} running{v}")
         out.append(self.last_line[:120])
         if self._drawn:
             self.stream.write(f"\x1b[{self._drawn}F")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,45 @@ def normalise(src: Path, dst: Path) -> Path:
     for p in (dst / ".runner" / "registry.json", dst / ".runner" / "lock"):
         p.unlink(missing_ok=True)
     return dst
+
+
+def capture(tree: Path, size: tuple[int, int], keys=(), probe: Callable | None = None):
+    """The console's screen on ``tree`` (no watcher, no Docker, a fixed clock) after ``keys``, as
+    text, and whatever ``probe(app)`` reads from it then."""
+    from console.app import make_app, screen_text
+
+    got = {}
+
+    async def go():
+        app = make_app(tree, watch=False, docker=False, offer_start=False, clock=lambda: 0.0)
+        async with app.run_test(size=size) as pilot:
+            await wait_for(
+                pilot, lambda: bool(app.main.cells) and app.main.last_change_at is not None, 30, "first grid"
+            )
+            await pilot.pause()
+            for k in keys:
+                await pilot.press(k)
+                await pilot.pause(0.3)
+            got["screen"], got["probe"] = screen_text(app), probe(app) if probe else None
+
+    run_async(go)
+    return got["screen"], got["probe"]
+
+
+def rewrite_partial(metrics: Path, partial: float) -> None:
+    """Rewrite a trial's metrics.json with another partial score (atomically, as a verifier rerun
+    would, dated before the verifier finished so it is not read as tampered), then its result.json
+    as harbor does after its verifier."""
+    d = json.loads(metrics.read_text())
+    d["partial_score"] = partial
+    tmp = metrics.with_suffix(".tmp")
+    tmp.write_text(json.dumps(d))
+    result = metrics.parent.parent / "result.json"
+    fin = json.loads(result.read_text())["verifier"]["finished_at"]
+    t = datetime.fromisoformat(fin.replace("Z", "+00:00")).timestamp() - 0.5
+    os.utime(tmp, (t, t))
+    os.replace(tmp, metrics)
+    result.write_bytes(result.read_bytes())
 
 
 def check_snapshot(name: str, text: str) -> None:

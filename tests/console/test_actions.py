@@ -76,17 +76,17 @@ def test_start_offer_and_graceful_stop(docker_engine, fresh_out):
             assert proc.ppid() != os.getpid(), "the runner must not be the console's child"
             assert os.getsid(pid) != os.getsid(0), "the runner must have its own session"
             await wait_for(
-                pilot, lambda: app.runner_info is not None and app.runner_info.alive, 30, "runner alive"
+                pilot, lambda: app.main.info is not None and app.main.info.alive, 30, "runner alive"
             )
             # live grid: the pair appears and goes running/done while we watch
-            await wait_for(pilot, lambda: ("calc-partial", "oracle") in app.cells, 120, "pair in grid")
+            await wait_for(pilot, lambda: ("calc-partial", "oracle") in app.main.cells, 120, "pair in grid")
             await pilot.press("T")
             plan = await _confirm(pilot, app, "stop")
             assert f"pid {pid:>7}" in plan and "argv" in plan
             text = await _outcome(pilot, app)
             assert "FAILED" not in text, text
             assert not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
-            await wait_for(pilot, lambda: not app.runner_info.alive, 10, "runner shown as stopped")
+            await wait_for(pilot, lambda: not app.main.info.alive, 10, "runner shown as stopped")
 
     run_async(go)
     assert docker_leftovers(out) == []
@@ -138,7 +138,7 @@ def test_cleanup_only_removes_leftovers_of_a_crashed_runner(docker_engine, fresh
                     os.killpg(e.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            await wait_for(pilot, lambda: not app.runner_info.alive, 30, "runner shown dead")
+            await wait_for(pilot, lambda: not app.main.info.alive, 30, "runner shown dead")
             assert _containers_of(out) > 0
             await pilot.press("C")
             plan = await _confirm(pilot, app, "cleanup")
@@ -168,10 +168,14 @@ def test_cancel_is_the_default_and_readonly_disables_actions(mini_tree, tmp_path
     async def go():
         app = _app(out, offer_start=False, docker=False)
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: bool(app.cells) and app.last_change_at is not None, 30, "grid")
+            await wait_for(
+                pilot, lambda: bool(app.main.cells) and app.main.last_change_at is not None, 30, "grid"
+            )
             await pilot.pause()
             app.screen.query_one("#grid").move_to("calc-partial", "nop")
-            await wait_for(pilot, lambda: app.selected == ("calc-partial", "nop"), 10, "cursor on the pair")
+            await wait_for(
+                pilot, lambda: app.main.selected == ("calc-partial", "nop"), 10, "cursor on the pair"
+            )
             await pilot.press("enter")
             await wait_for(
                 pilot, lambda: isinstance(app.screen, DrillScreen) and bool(app.screen.trials), 10, "drill"
@@ -181,11 +185,11 @@ def test_cancel_is_the_default_and_readonly_disables_actions(mini_tree, tmp_path
             assert "calc-partial" in app.screen.plan_text
             await pilot.press("enter")  # focused button: Cancel
             await wait_for(pilot, lambda: isinstance(app.screen, DrillScreen), 10, "dialog closed")
-            await wait_for(pilot, lambda: app.busy is None, 10, "no action running")
+            await wait_for(pilot, lambda: app.main.busy is None, 10, "no action running")
 
         ro = _app(out, readonly=True, docker=False)
         async with ro.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: bool(ro.cells), 30, "grid")
+            await wait_for(pilot, lambda: bool(ro.main.cells), 30, "grid")
             for key in ("R", "T", "K", "C"):
                 await pilot.press(key)
                 await pilot.pause(0.3)
@@ -212,16 +216,16 @@ def test_void_and_rerun_from_drill_down(docker_engine, fresh_out):
             await _outcome(pilot, app)
             key = ("calc-partial", "nop")
             await wait_for(
-                pilot, lambda: str(getattr(app.cells.get(key), "status", "")) == "done", 240, "pair done"
+                pilot, lambda: str(getattr(app.main.cells.get(key), "status", "")) == "done", 240, "pair done"
             )
             await wait_for(pilot, lambda: runner_pid(out) is None, 60, "runner finished")
             app.screen.query_one("#grid").focus()
-            app.selected = key
+            app.main.selected = key
             app.action_open()
             await wait_for(
                 pilot, lambda: isinstance(app.screen, DrillScreen) and bool(app.screen.trials), 10, "drill"
             )
-            trial_path = app.screen.trial["path"]
+            trial_path = app.screen.trial.path
             await pilot.press("V")
             plan = await _confirm(pilot, app, "void")
             assert trial_path.split("/")[-1] in plan or "calc-partial" in plan
@@ -233,7 +237,7 @@ def test_void_and_rerun_from_drill_down(docker_engine, fresh_out):
             assert readmes, "void README written"
             await wait_for(
                 pilot,
-                lambda: isinstance(app.screen, DrillScreen) and any(t["voided"] for t in app.screen.trials),
+                lambda: isinstance(app.screen, DrillScreen) and any(t.voided for t in app.screen.trials),
                 30,
                 "voided trial listed",
             )
@@ -244,7 +248,9 @@ def test_void_and_rerun_from_drill_down(docker_engine, fresh_out):
             t0 = time.monotonic()
             await wait_for(
                 pilot,
-                lambda: str(getattr(app.cells.get(key), "status", "")) == "done" and runner_pid(out) is None,
+                lambda: (
+                    str(getattr(app.main.cells.get(key), "status", "")) == "done" and runner_pid(out) is None
+                ),
                 240,
                 "pair rerun and done",
             )

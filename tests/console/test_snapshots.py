@@ -9,9 +9,8 @@ is off. One Docker test shows that a fresh harbor run of that tree paints the ve
 from __future__ import annotations
 
 import pytest
-from console_support import check_snapshot, normalise, run_async, wait_for
-
-from console.app import make_app, screen_text
+from console_support import capture as support_capture
+from console_support import check_snapshot, normalise
 
 
 @pytest.fixture(scope="module")
@@ -26,22 +25,7 @@ SCREENS = {  # name: (size, keys)
 
 
 def capture(tree, size, keys=()):
-    texts = {}
-
-    async def go():
-        app = make_app(tree, watch=False, docker=False, offer_start=False, clock=lambda: 0.0)
-        async with app.run_test(size=size) as pilot:
-            await wait_for(
-                pilot, lambda: bool(app.cells) and app.last_change_at is not None, 30, "first grid"
-            )
-            await pilot.pause()
-            for k in keys:
-                await pilot.press(k)
-                await pilot.pause(0.3)
-            texts["screen"] = screen_text(app)
-
-    run_async(go)
-    return texts["screen"]
+    return support_capture(tree, size, keys)[0]
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime
 
 import pytest
-from console_support import REPO_ROOT, run_async, wait_for
+from console_support import REPO_ROOT, rewrite_partial, run_async, wait_for
 
 from console.app import make_app, screen_text
 from console.screens.drill import DrillScreen
@@ -36,7 +34,9 @@ def _app(out, **kw):
 
 
 async def _ready(pilot, app):
-    await wait_for(pilot, lambda: bool(app.cells) and app.last_change_at is not None, 30, "first grid")
+    await wait_for(
+        pilot, lambda: bool(app.main.cells) and app.main.last_change_at is not None, 30, "first grid"
+    )
     await pilot.pause()
 
 
@@ -66,26 +66,28 @@ def test_filter_sort_and_transpose_keep_the_cursor_on_its_pair(tree):
             grid = app.screen.query_one(Grid)
             grid.move_to("two-stage", "nop")
             await pilot.pause()
-            assert app.selected == ("two-stage", "nop")
+            assert app.main.selected == ("two-stage", "nop")
             await pilot.press("slash", *"stage", "enter")
             await wait_for(pilot, lambda: grid.rows_order == ["two-stage"], 10, "filtered")
-            assert app.selected == ("two-stage", "nop")
+            assert app.main.selected == ("two-stage", "nop")
             await pilot.press("escape")  # clears the filter
             await wait_for(pilot, lambda: len(grid.rows_order) == 4, 10, "filter cleared")
             # typing in the filter never triggers actions: K inside the filter is just a letter
             await pilot.press("slash", "K", "escape")
-            await wait_for(pilot, lambda: app.focused is grid and app.filter_text == "", 10, "filter closed")
-            assert not app.busy and app.screen is app.screen_main()
+            await wait_for(
+                pilot, lambda: app.focused is grid and app.main.filter_text == "", 10, "filter closed"
+            )
+            assert not app.main.busy and app.screen is app.main
             await pilot.press("s")  # sort by partial in the cursor's column (nop): best first
-            await wait_for(pilot, lambda: app.sort_key == "partial", 10, "sorted")
+            await wait_for(pilot, lambda: app.main.sort_key == "partial", 10, "sorted")
             await wait_for(pilot, lambda: grid.rows_order[0] == "words-passrate", 10, "best first")
-            await wait_for(pilot, lambda: app.selected == ("two-stage", "nop"), 10, "cursor kept")
+            await wait_for(pilot, lambda: app.main.selected == ("two-stage", "nop"), 10, "cursor kept")
             await pilot.press("t")
-            await wait_for(pilot, lambda: app.arm_major, 10, "arm-major")
+            await wait_for(pilot, lambda: app.main.arm_major, 10, "arm-major")
             assert sorted(grid.rows_order) == ["nop", "oracle"]
-            await wait_for(pilot, lambda: app.selected == ("two-stage", "nop"), 10, "cursor kept")
+            await wait_for(pilot, lambda: app.main.selected == ("two-stage", "nop"), 10, "cursor kept")
             await pilot.press("t")
-            await wait_for(pilot, lambda: not app.arm_major, 10, "task-major")
+            await wait_for(pilot, lambda: not app.main.arm_major, 10, "task-major")
 
     run_async(go)
 
@@ -108,7 +110,7 @@ def test_help_screen_and_command_palette(tree):
             await pilot.pause(0.5)
             await pilot.press("enter")
             await pilot.pause(0.5)
-            assert app.arm_major
+            assert app.main.arm_major
 
     run_async(go)
 
@@ -128,7 +130,7 @@ def test_drill_down_lists_trials_opens_files_and_searches(tree):
                 "drill",
             )
             drill = app.screen
-            assert len(drill.trials) == 1 and drill.trials[0]["trial"].startswith("calc-partial__")
+            assert len(drill.trials) == 1 and drill.trials[0].trial.startswith("calc-partial__")
             await pilot.press("tab")  # test-stdout
             await wait_for(
                 pilot, lambda: drill.source and drill.source.path.name == "test-stdout.txt", 10, "stdout"
@@ -165,22 +167,13 @@ def test_a_file_change_updates_its_cell_live(tree, poll):
         async with app.run_test(size=SIZE) as pilot:
             await _ready(pilot, app)
             await pilot.pause(1.5)  # watcher running (polling: first poll done)
-            d = json.loads(trial.read_text())
-            d["partial_score"] = 0.6
-            tmp = trial.with_suffix(".tmp")
-            tmp.write_text(json.dumps(d))
-            result = trial.parent.parent / "result.json"
-            fin = json.loads(result.read_text())["verifier"]["finished_at"]
-            t = datetime.fromisoformat(fin.replace("Z", "+00:00")).timestamp() - 0.5
-            os.utime(tmp, (t, t))  # written before the verifier finished, not after (tampered)
-            os.replace(tmp, trial)
-            result.write_bytes(result.read_bytes())  # harbor writes result.json last
+            rewrite_partial(trial, 0.6)
             grid = app.screen.query_one(Grid)
             col = grid.get_column_index("nop")
             await wait_for(
                 pilot, lambda: "0.60" in str(grid.get_row("calc-partial")[col]), 20, "cell updated"
             )
-            assert app.cells[("calc-partial", "nop")].partial == pytest.approx(0.6)
+            assert app.main.cells[("calc-partial", "nop")].partial == pytest.approx(0.6)
 
     run_async(go)
 

@@ -261,11 +261,11 @@ def test_console_shows_each_cell_unreadable_or_tampered_and_the_drill_down_refus
         screens = []
         async with app.run_test(size=(140, 40)) as pilot:
             deadline = time.monotonic() + 120
-            while not (app.cells and app.last_change_at is not None):
+            while not (app.main.cells and app.main.last_change_at is not None):
                 assert time.monotonic() < deadline, "no grid"
                 await pilot.pause(0.2)
             for case, (status, phrase) in hostile_tree.EXPECT.items():
-                cell = app.cells[(case, hostile_tree.ARM)]
+                cell = app.main.cells[(case, hostile_tree.ARM)]
                 assert view.status_of(cell) == status
                 assert phrase in view.cell_detail(case, hostile_tree.ARM, cell)
             app.screen.query_one(Grid).move_to("out-receipt", hostile_tree.ARM)

@@ -231,5 +231,5 @@ def test_fairness_audit_raises_the_alarm_when_one_trial_differs(handmade, tmp_pa
     # the console: the alarm line and the warning mark on heartbeat's summary only
     summary, alarm = console_summary(m, "all")
     assert alarm and "arms differ in: provider base URL" in alarm
-    assert summary_line("heartbeat", summary["heartbeat"]).startswith("\u26a0")
-    assert not summary_line("plain", summary["plain"]).startswith("\u26a0")
+    assert summary_line(summary["heartbeat"]).startswith("\u26a0")
+    assert not summary_line(summary["plain"]).startswith("\u26a0")

@@ -28,7 +28,7 @@ def _app(out: Path):
 
 
 async def _ready(pilot, app) -> None:
-    await wait_for(pilot, lambda: bool(app.cells) and app.last_change_at is not None, 60, "first grid")
+    await wait_for(pilot, lambda: bool(app.main.cells) and app.main.last_change_at is not None, 60, "first grid")
     await pilot.pause()
 
 
@@ -61,7 +61,7 @@ def test_grid_to_drill_down_to_reader_shows_one_line_per_step(tree):
             app.screen.query_one("#grid").focus()
             for _ in range(3):  # plain -> goal -> ssh-goal -> codex-cli
                 await pilot.press("right")
-            await wait_for(pilot, lambda: app.selected == (TASK, "codex-cli"), 30, "codex-cli selected")
+            await wait_for(pilot, lambda: app.main.selected == (TASK, "codex-cli"), 30, "codex-cli selected")
             await pilot.press("enter")
             await wait_for(pilot, lambda: isinstance(app.screen, DrillScreen), 30, "drill-down")
             await wait_for(pilot, lambda: app.screen.trials, 30, "trials listed")
@@ -229,7 +229,7 @@ def test_compare_shows_the_five_arms_and_the_tests_one_arm_failed(tree):
             def row(key):
                 return [str(v) for v in figures.get_row(key)[1:]]
 
-            cells = {a: app.cells[(TASK, a)] for a in arms}
+            cells = {a: app.main.cells[(TASK, a)] for a in arms}
             assert row("reward") == [f"{cells[a].reward:.2f}" for a in arms]
             assert row("partial") == [f"{cells[a].partial:.2f}" for a in arms]
             assert row("unblocks") == [str(cells[a].unblocks) for a in arms]

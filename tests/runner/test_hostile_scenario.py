@@ -223,7 +223,7 @@ async def drill_screens(out: Path, task: str, arm: str) -> list[str]:
     screens = []
     async with app.run_test(size=(140, 40)) as pilot:
         deadline = time.monotonic() + 120
-        while not (app.cells and app.last_change_at is not None):
+        while not (app.main.cells and app.main.last_change_at is not None):
             assert time.monotonic() < deadline, "no grid"
             await pilot.pause(0.2)
         app.screen.query_one(Grid).move_to(task, arm)

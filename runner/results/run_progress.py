@@ -1,0 +1,196 @@
+"""The current run as its events tell it: per-arm counts, elapsed, the ETA from the observed trial
+durations at the run's concurrency, the spend rate, how the run ended, an open network-gate wait.
+
+Why here: this is arithmetic over the event log, which is part of the output tree; the runner's tty
+display (``runner.schedule.progress``) and the console both render it, neither computes it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from runner.results.events import EventKind
+
+#: a pool gate that has waited longer than this is worth waking the operator for
+GATE_ALARM_SEC = 300.0
+
+
+def event_time(ev: Mapping[str, Any]) -> float | None:
+    """An event's ``ts`` (ISO-8601, ``Z``) as epoch seconds, or None when it has none."""
+    ts = ev.get("ts")
+    if not isinstance(ts, str):
+        return None
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def eta_sec(remaining: int, durations: Sequence[float], concurrency: int | None) -> float | None:
+    """Time left for ``remaining`` pairs: the mean observed trial duration per pair, run
+    ``concurrency`` at a time (never more at a time than pairs are left). None until one trial
+    has finished (nothing observed yet) or without a concurrency; 0 when nothing is left."""
+    if remaining <= 0:
+        return 0.0
+    if not durations or not concurrency or concurrency < 1:
+        return None
+    mean = sum(durations) / len(durations)
+    return remaining * mean / min(concurrency, remaining)
+
+
+def per_hour(amount: float | None, elapsed_sec: float | None) -> float | None:
+    """A spend (tokens, USD) over the run's elapsed time as a rate per hour; None before any time
+    has passed or when the amount is unknown."""
+    if amount is None or not elapsed_sec or elapsed_sec <= 0:
+        return None
+    return amount * 3600.0 / elapsed_sec
+
+
+def progress_bar(done: int, running: int, total: int, width: int, chars: str = "█▒░") -> str:
+    """``done`` then ``running`` cells of ``width``, the rest empty (``chars``: done, running, empty)."""
+    total = max(total, 1)
+    filled = min(width, int(width * done / total))
+    run_w = min(width - filled, int(round(width * running / total)))
+    return chars[0] * filled + chars[1] * run_w + chars[2] * (width - filled - run_w)
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How the last runner said it ended (its ``runner_exit`` event)."""
+
+    reason: str
+    done: int
+    total: int
+    at: float | None
+    paused: str | None = None
+
+
+@dataclass(frozen=True)
+class ArmProgress:
+    arm: str
+    total: int
+    done: int
+    running: int
+    voided: int = 0
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """The current run as its events tell it: per-arm counts, when it started, the observed trial
+    durations, the concurrency, whether (and how) it ended, and an open network-gate wait."""
+
+    run_id: str | None = None
+    started_at: float | None = None
+    concurrency: int | None = None
+    arms: tuple[ArmProgress, ...] = ()
+    durations: tuple[float, ...] = ()
+    end: RunEnd | None = None
+    last_event_at: float | None = None
+    gate_waiting_since: float | None = None
+    gate_reason: str | None = None
+    gate_waits: int = 0
+    pass_no: int | None = None
+    paused: str | None = None
+
+    @property
+    def total(self) -> int:
+        return sum(a.total for a in self.arms)
+
+    @property
+    def done(self) -> int:
+        return sum(a.done for a in self.arms)
+
+    def elapsed_sec(self, now: float) -> float | None:
+        """Since the runner started; a run that ended stops its clock at its exit."""
+        if self.started_at is None:
+            return None
+        end = self.end.at if self.end is not None and self.end.at is not None else now
+        return max(0.0, end - self.started_at)
+
+    def eta_sec(self) -> float | None:
+        return eta_sec(self.total - self.done, self.durations, self.concurrency)
+
+    def gate_waited_sec(self, now: float) -> float | None:
+        return None if self.gate_waiting_since is None else max(0.0, now - self.gate_waiting_since)
+
+
+@dataclass
+class Tally:
+    """Folds the runner's events, in order, into the counts of the current run (a new
+    ``runner_start`` starts over). The tty display and the console both feed it; ``run`` holds the
+    figures that are not counts, as the snapshot will show them."""
+
+    run: RunProgress = field(default_factory=RunProgress)
+    arms: list[str] = field(default_factory=list)
+    total: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    done: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    running: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    voided: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    durations: list[float] = field(default_factory=list)
+
+    def _set(self, **changes: Any) -> None:
+        self.run = replace(self.run, **changes)
+
+    def add(self, ev: Mapping[str, Any]) -> None:
+        kind = ev.get("event")
+        task, arm = ev.get("task"), ev.get("arm")
+        at = event_time(ev)
+        if kind == EventKind.RUNNER_START:
+            self.__dict__.update(vars(Tally()))  # a new run: start over
+            conc = ev.get("concurrency")
+            self._set(
+                run_id=ev.get("run_id"), started_at=at, concurrency=conc if isinstance(conc, int) else None
+            )
+            self.arms = [str(a) for a in ev.get("arms") or []]
+            for a, n in (ev.get("pairs_per_arm") or {}).items():
+                if isinstance(n, int):
+                    self.total[a] = n
+            for a, tasks in (ev.get("already_done") or {}).items():
+                self.done[a].update(tasks or ())
+        elif kind in (EventKind.JOB_START, EventKind.ADOPT) and arm:
+            self.running[arm].add(task)
+        elif kind == EventKind.JOB_FINISH and arm:
+            self.running[arm].discard(task)
+            if ev.get("status") == "done":
+                self.done[arm].add(task)
+            took = ev.get("elapsed_sec")
+            if isinstance(took, (int, float)) and not isinstance(took, bool) and math.isfinite(took):
+                self.durations.append(float(took))
+        elif kind == EventKind.VOID and arm:
+            self.voided[arm] += 1
+        elif kind == EventKind.PASS_START and isinstance(ev.get("pass_no"), int):
+            self._set(pass_no=ev["pass_no"])
+        elif kind == EventKind.GATE_WAIT:
+            since = self.run.gate_waiting_since if self.run.gate_waiting_since is not None else at
+            self._set(gate_waits=self.run.gate_waits + 1, gate_waiting_since=since,
+                      gate_reason=str(ev.get("reason") or "") or None)  # fmt: skip
+        elif kind == EventKind.GATE_OPEN:
+            self._set(gate_waiting_since=None, gate_reason=None)
+        elif kind == EventKind.RUN_PAUSED:
+            self._set(paused=str(ev.get("reason") or "paused by the circuit breaker"))
+        elif kind == EventKind.RUNNER_EXIT:
+            done, total = ev.get("done"), ev.get("total")
+            end = RunEnd(
+                reason=str(ev.get("reason") or "exited"),
+                done=done if isinstance(done, int) else 0,
+                total=total if isinstance(total, int) else 0,
+                at=at,
+                paused=str(ev["paused"]) if ev.get("paused") else None,
+            )
+            self._set(end=end, gate_waiting_since=None)
+            self.running.clear()
+        if at is not None:
+            self._set(last_event_at=at)
+
+    def snapshot(self) -> RunProgress:
+        arms = list(self.arms) + sorted(set(self.total) - set(self.arms))
+        counts = tuple(
+            ArmProgress(a, self.total.get(a, 0), len(self.done[a]), len(self.running[a]), self.voided[a])
+            for a in arms
+        )
+        return replace(self.run, arms=counts, durations=tuple(self.durations))

@@ -1,0 +1,79 @@
+"""The run's progress from its events (``runner.schedule.progress``): counts per arm, ETA from the observed
+trial durations at the run's concurrency, and spend per hour, on fixed events."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.results.run_progress import Tally, eta_sec, per_hour, progress_bar
+
+
+def ev(t: int, kind: str, **fields) -> dict:
+    return {"ts": f"2026-12-01T06:{t // 60:02d}:{t % 60:02d}.000000Z", "event": kind, "run_id": "r", **fields}
+
+
+def test_eta_is_the_mean_duration_per_pair_at_the_concurrency():
+    assert eta_sec(10, [60.0, 120.0], 3) == pytest.approx(10 * 90.0 / 3)
+    assert eta_sec(2, [60.0, 120.0], 4) == pytest.approx(90.0)  # two pairs left run side by side
+    assert eta_sec(0, [], 4) == 0.0
+    assert eta_sec(5, [], 4) is None  # nothing observed yet
+    assert eta_sec(5, [30.0], None) is None
+
+
+def test_spend_per_hour():
+    assert per_hour(0.5, 1800) == pytest.approx(1.0)
+    assert per_hour(120_000, 600) == pytest.approx(720_000)
+    assert per_hour(None, 600) is None and per_hour(1.0, 0) is None
+
+
+def test_progress_bar_counts_done_then_running():
+    assert progress_bar(2, 1, 4, 8) == "████▒▒░░"
+    assert progress_bar(0, 0, 0, 4) == "░░░░"
+    assert progress_bar(4, 0, 4, 4) == "████"
+
+
+def test_the_tally_of_a_run():
+    t = Tally()
+    events = [
+        ev(0, "gate_wait", reason="stale, from a run before"),
+        ev(
+            10,
+            "runner_start",
+            arms=["plain", "goal"],
+            pairs_per_arm={"plain": 3, "goal": 3},
+            already_done={"plain": ["a"]},
+            concurrency=2,
+        ),  # fmt: skip
+        ev(11, "pass_start", pass_no=1),
+        ev(12, "job_start", task="b", arm="plain"),
+        ev(12, "job_start", task="a", arm="goal"),
+        ev(72, "job_finish", task="b", arm="plain", status="done", elapsed_sec=60),
+        ev(102, "job_finish", task="a", arm="goal", status="errored", elapsed_sec=90),
+        ev(103, "void", task="a", arm="goal"),
+        ev(110, "gate_wait", reason="31 of 31 in use"),
+        ev(140, "gate_wait", reason="31 of 31 in use"),
+    ]
+    for e in events:
+        t.add(e)
+    p = t.snapshot()
+    assert [(a.arm, a.total, a.done, a.running, a.voided) for a in p.arms] == [
+        ("plain", 3, 2, 0, 0),
+        ("goal", 3, 0, 0, 1),
+    ]
+    assert (p.total, p.done, p.pass_no, p.concurrency) == (6, 2, 1, 2)
+    assert p.durations == (60.0, 90.0)
+    # 4 pairs left, 75 s each (errored trials take a slot too), 2 at a time
+    assert p.eta_sec() == pytest.approx(4 * 75.0 / 2)
+    assert p.gate_waits == 2 and p.gate_reason == "31 of 31 in use"
+    assert p.gate_waited_sec(p.gate_waiting_since + 301) == pytest.approx(301)  # since the first wait
+    assert p.elapsed_sec(p.started_at + 200) == pytest.approx(200)
+    assert p.end is None
+    t.add(ev(150, "gate_open", waited_sec=40))
+    t.add(ev(190, "runner_exit", reason="max passes (1) reached", done=2, total=6))
+    p = t.snapshot()
+    assert p.gate_waiting_since is None
+    assert p.end is not None and (p.end.done, p.end.total, p.end.reason) == (2, 6, "max passes (1) reached")
+    assert p.elapsed_sec(p.started_at + 10_000) == pytest.approx(180)  # the clock stopped at the exit
+    t.add(ev(200, "runner_start", arms=["plain"], pairs_per_arm={"plain": 1}, concurrency=1))
+    p = t.snapshot()  # a new run starts over
+    assert (p.total, p.done, p.end, p.durations, p.gate_waits) == (1, 0, None, (), 0)
