@@ -22,8 +22,8 @@ Public API (stable; other areas build on it):
 
     Cell: task, arm, status (pending|running|done|errored|voided), reward, partial, pass_rate,
           build_failed, cost_usd, cost_usd_all, n_input_tokens, n_output_tokens, wall_sec,
-          continuations, unblocks, error_events, goal_status, run_id, attempts, scored_by, newer,
-          claimed, unreadable, note
+          continuations, unblocks, error_events, goal_status, deadline_hit, run_id, attempts,
+          scored_by, newer, claimed, unreadable, note
     Attempt: task, arm, arm_dir, stamp, job_dir, job, trials, voided_trials, status, voided, reason,
           run_id, and the attempt's own reward/partial/pass_rate/... (``Attempt.figures``)
 
@@ -118,6 +118,7 @@ class Figures:
     unblocks: int | None = None
     error_events: int | None = None
     goal_status: str | None = None
+    deadline_hit: bool = False  # the arm's deadline ended the agent phase (the receipt says so)
     in_progress_metrics: bool = False  # a trial's metrics say phase initialized/starting
 
     @property
@@ -183,6 +184,7 @@ class Cell:
     unblocks: int | None = None
     error_events: int | None = None
     goal_status: str | None = None
+    deadline_hit: bool = False
     run_id: str | None = None
     attempts: tuple[Attempt, ...] = ()
     scored_by: str | None = None  # stamp of the scoring attempt
@@ -245,6 +247,7 @@ def _figures(trials: Iterable[TrialRecord]) -> Figures:
             unblocks=r.unblocks if r else None,
             error_events=r.error_events if r else None,
             goal_status=r.final_goal_status if r else None,
+            deadline_hit=bool(r and r.timed_out),
             in_progress_metrics=m.state == results.IN_PROGRESS,
         )
     rewards = [t.reward for t in done if t.reward is not None]
@@ -273,6 +276,7 @@ def _figures(trials: Iterable[TrialRecord]) -> Figures:
         unblocks=_sum_opt(r.unblocks for r in receipts),
         error_events=_sum_opt(r.error_events for r in receipts),
         goal_status=status,
+        deadline_hit=any(r.timed_out for r in receipts),
         in_progress_metrics=any(t.metrics.state == results.IN_PROGRESS for t in done),
     )
 
@@ -409,6 +413,7 @@ def build_cell(task: str, arm: str, attempts: Iterable[Attempt], claimed: bool =
         unblocks=f.unblocks,
         error_events=f.error_events,
         goal_status=f.goal_status,
+        deadline_hit=f.deadline_hit,
         run_id=shown.run_id if shown else None,
         attempts=tuple(atts),
         scored_by=scoring.stamp if scoring is not None else None,
