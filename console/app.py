@@ -79,6 +79,7 @@ class ConsoleApp(App[int]):
         docker: bool = True,
         offer_start: bool = True,
         clock=time.time,
+        screenshot_to: Path | str | None = None,
     ) -> None:
         super().__init__()
         self.out = Path(out).resolve()
@@ -91,6 +92,8 @@ class ConsoleApp(App[int]):
         self.docker = docker
         self.offer_start = offer_start and not readonly
         self.clock = clock
+        #: --screenshot: save the screen here once the grid is populated, then exit
+        self.screenshot_to = Path(screenshot_to) if screenshot_to else None
         # state (owned here, changed only by message handlers)
         self.cells: dict[tuple[str, str], Any] = {}
         self.history: dict[tuple[str, str], Any] = {}
@@ -383,6 +386,9 @@ class ConsoleApp(App[int]):
                         scr.load_trials(cell)
         self.last_change_at = time.monotonic()
         self._painted.set()
+        if self.screenshot_to is not None and self.cells:
+            target, self.screenshot_to = self.screenshot_to, None
+            self.call_after_refresh(lambda: (self.action_screenshot(str(target)), self.exit(0)))
 
     def visible_rows_cols(self) -> tuple[list[str], list[str]]:
         rows_all, cols = (self.arms, self.tasks) if self.arm_major else (self.tasks, self.arms)
@@ -526,6 +532,14 @@ class ConsoleApp(App[int]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.readonly))
 
+    def action_screenshot(self, path: str | None = None) -> str:
+        """Save the current screen (any screen: grid, reader, comparison) as SVG, with Textual's
+        own export, so what the docs show is what the console draws."""
+        target = Path(path) if path else Path.cwd() / time.strftime("marathon-console-%Y%m%dT%H%M%S.svg")
+        saved = self.save_screenshot(filename=target.name, path=str(target.parent))
+        self.notify(f"screenshot: {saved}")
+        return saved
+
     def action_open(self) -> None:
         if not self.selected:
             return
@@ -624,6 +638,15 @@ def run_console(out: Path | str, *, readonly: bool = False, poll: bool = False, 
     os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
     app = make_app(out, readonly=readonly, poll=poll, **kwargs)
     app.run()
+    return int(app.return_code or 0)
+
+
+def screenshot_console(out: Path | str, target: Path | str, size: tuple[int, int] = (130, 40)) -> int:
+    """``marathon console --screenshot``: no terminal needed; the grid once populated, as SVG, then exit.
+    Read-only and offering nothing: a script's screenshot never starts or stops anything."""
+    os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
+    app = make_app(out, readonly=True, watch=False, offer_start=False, screenshot_to=target)
+    app.run(headless=True, size=size)
     return int(app.return_code or 0)
 
 
