@@ -1,6 +1,6 @@
 """A real setup failure on one pair's first attempt: how ``marathon demo`` shows a voided attempt.
 
-Why a real one: the runner's voiding table (``runner.rules.VOIDING``) decides from what harbor
+Why a real one: the runner's voiding table (``runner.results.rules.VOIDING``) decides from what harbor
 recorded -- an exception while the agent was being set up, before it ran -- and the demo must show
 that path as it happens in a benchmark run (a dead registry, a missing mount), not a hand-written
 receipt. The agent kwarg ``setup_fault_once=<task>/<arm>@<marker file>`` is given to every arm

@@ -16,7 +16,7 @@ from console_support import docker_leftovers, marathon
 
 from modes.profiles import ARMS, DEFAULT_ARMS
 from runner.commands.demo import SETUP_FAULT_PAIR
-from runner.tree import VOID_README, events_path, voided_root
+from runner.results.tree import VOID_README, events_path, voided_root
 
 # ~5 min on this 2-core machine with the five real arms; longer when it is shared
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(3600)]
