@@ -51,7 +51,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--agent-timeout-mult",
         type=float,
         default=None,
-        help="harbor agent timeout = task budget x this (more time on a loaded machine; default 1)",
+        help="harbor agent timeout = task budget x this (more time on a loaded machine; default 2, --simple 1)",
     )
     p.add_argument(
         "--headless", action="store_true", help="no console: run here and print the status at the end"
