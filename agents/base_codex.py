@@ -22,7 +22,8 @@ Agent kwargs (``--ak``): ``provider_base_url`` (default: the scripted model on t
 comes from the host environment or ``--ae``), ``model`` (default: ``-m`` without an ``openai/``
 prefix), ``goal_timeout_sec``, ``codex_version``, ``codex_bin``, ``request_max_retries``,
 ``stream_max_retries``, ``zero_token_limit``, ``model_catalog_json``, ``codex_delivery``
-(``mount``, the default: harbor ``--mounts`` the staged tree; ``copy``: copy it in, noted in the receipt).
+(``mount``, the default: harbor ``--mounts`` the staged tree; ``copy``: copy it in, noted in the receipt),
+``setup_fault_once`` (``<task>/<arm>@<marker>``: that pair's first setup fails; agents.setup_fault).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from harbor.agents.base import BaseAgent
 from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 
+from agents import setup_fault
 from agents.appserver import AppServerClient
 from agents.codex_config import PROVIDER_ID, ProviderSettings, build_config, render
 from agents.receipt import Receipt, utc_now
@@ -113,9 +115,13 @@ class CodexAppServerAgent(BaseAgent):
         zero_token_limit: int = 3,
         model_catalog_json: str | None = None,
         codex_delivery: str = "mount",
+        setup_fault_once: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(logs_dir, model_name, **kwargs)
+        if setup_fault_once:
+            setup_fault.parse(setup_fault_once)  # a malformed spec fails at construction, for every arm
+        self.setup_fault_once = setup_fault_once
         self.provider_base_url = provider_base_url
         self.api_key_var = api_key_var
         self.codex_model = model or self._model_from_name(model_name)
@@ -139,7 +145,9 @@ class CodexAppServerAgent(BaseAgent):
         return self.codex_version
 
     async def setup(self, environment: BaseEnvironment) -> None:
-        """Nothing to install: codex comes from the read-only staged mount, checked in run()."""
+        """Nothing to install: codex comes from the read-only staged mount, checked in run(). The
+        demo's one voided attempt fails here (``setup_fault_once``, agents.setup_fault)."""
+        setup_fault.maybe_fail(self.setup_fault_once, self.ARM, self._trial_name())
 
     async def drive(self, session: CodexSession, instruction: str) -> None:
         raise NotImplementedError

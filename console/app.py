@@ -76,6 +76,7 @@ class ConsoleApp(App[int]):
         docker: bool = True,
         offer_start: bool = True,
         clock: Callable[[], float] = time.time,
+        screenshot_to: Path | str | None = None,
     ) -> None:
         super().__init__()
         self.out = Path(out).resolve()
@@ -89,6 +90,8 @@ class ConsoleApp(App[int]):
         self.offer_start = offer_start and not readonly
         self.clock = clock
         self.main = MainScreen(self.out, clock, readonly)
+        #: --screenshot: save the screen here once the grid is populated, then exit
+        self.screenshot_to = Path(screenshot_to) if screenshot_to else None
         self._offered = False
         self._stop = threading.Event()
         self._rescan_now = threading.Event()
@@ -151,8 +154,12 @@ class ConsoleApp(App[int]):
         self.main.tick()
 
     def painted(self) -> None:
-        """The main screen has shown a grid: the watcher may now set up its (many) watches."""
+        """The main screen has shown a grid: the watcher may now set up its (many) watches, and a
+        ``--screenshot`` run saves it and exits."""
         self._painted.set()
+        if self.screenshot_to is not None:
+            target, self.screenshot_to = self.screenshot_to, None
+            self.call_after_refresh(lambda: (self.action_screenshot(str(target)), self.exit(0)))
 
     # -------------------------------------------------------------------------------- workers
     @work(thread=True, group="tree", exclusive=True, exit_on_error=False, name="reading the tree")
@@ -331,6 +338,14 @@ class ConsoleApp(App[int]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.readonly))
 
+    def action_screenshot(self, path: str | None = None) -> str:
+        """Save the current screen (any screen: grid, reader, comparison) as SVG, with Textual's
+        own export, so what the docs show is what the console draws."""
+        target = Path(path) if path else Path.cwd() / time.strftime("marathon-console-%Y%m%dT%H%M%S.svg")
+        saved = self.save_screenshot(filename=target.name, path=str(target.parent))
+        self.notify(f"screenshot: {saved}")
+        return saved
+
     def action_open(self) -> None:
         sel = self.main.selected
         if not sel:
@@ -421,6 +436,15 @@ def run_console(out: Path | str, *, readonly: bool = False, poll: bool = False, 
     os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
     app = make_app(out, readonly=readonly, poll=poll, **kwargs)
     app.run()
+    return int(app.return_code or 0)
+
+
+def screenshot_console(out: Path | str, target: Path | str, size: tuple[int, int] = (130, 40)) -> int:
+    """``marathon console --screenshot``: no terminal needed; the grid once populated, as SVG, then exit.
+    Read-only and offering nothing: a script's screenshot never starts or stops anything."""
+    os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
+    app = make_app(out, readonly=True, watch=False, offer_start=False, screenshot_to=target)
+    app.run(headless=True, size=size)
     return int(app.return_code or 0)
 
 

@@ -21,7 +21,7 @@ class Key:
 
     @property
     def key_label(self) -> str:
-        names = {"question_mark": "?", "slash": "/", "escape": "Esc", "enter": "Enter", "ctrl+p": "Ctrl+P",
+        names = {"question_mark": "?", "slash": "/", "escape": "Esc", "enter": "Enter", "ctrl+p": "Ctrl+P", "ctrl+s": "Ctrl+S",
                  "up": "↑", "down": "↓", "left": "←", "right": "→", "pageup": "PgUp", "pagedown": "PgDn",
                  "home": "Home", "end": "End"}  # fmt: skip
         return " ".join(names.get(k, k) for k in self.keys.split(","))
@@ -91,6 +91,14 @@ KEYS: tuple[Key, ...] = (
         where="drill-down",
         destructive=True,
         short="Void",
+    ),
+    Key(
+        "ctrl+s",
+        "screenshot",
+        "save the screen as SVG (./marathon-console-<time>.svg; `marathon console --screenshot FILE` for scripts)",
+        show=False,
+        short="Screenshot",
+        where="any",
     ),
     Key("question_mark,f1", "help", "this help", short="Help", where="any"),
     Key("ctrl+p", "command_palette", "command palette", show=False, where="any"),

@@ -12,7 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-DEMO_IMAGE = "marathon-demo-base:1"
+#: the version is the scripted model's: 2 added scripted/demo (the varied demo), which the tasks need
+DEMO_IMAGE = "marathon-demo-base:2"
 BASE_IMAGE = "marathon-base:bookworm"
 HASH_LABEL = "org.marathon.scripted-model.sha256"
 _CONTEXT = Path(__file__).resolve().parent

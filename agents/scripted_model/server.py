@@ -23,6 +23,11 @@ traffic never leaves the container. The scenario is the model name codex sends:
   scripted/loopx         first run every LoopX quota guard command found in the turn's input (the goal
                          body: goal objective or user text; a ``LOOPX_TURN=`` line before it is kept),
                          so the real LoopX CLI executes in the container; then ``solve``
+  scripted/demo          ``marathon demo``'s varied run: the guards as ``loopx``, then the scenario the
+                         task's plan assigns to the harness the request shows (``"demo"``: harness ->
+                         scenario; see ``harness_of``), default ``solve``. Besides the ones above a plan
+                         may name ``partial:N`` (run the first N plan steps, then finish as ``solve``
+                         does) and ``break`` (run the plan's ``break_steps`` instead, then finish)
 
 Any request that carries ``internal_chat_message_metadata_passthrough`` gets HTTP 400
 ``unknown_parameter``, as some gateways do. Every request is recorded as one JSON line in the log
@@ -31,7 +36,13 @@ credential is recorded only as a short sha256 prefix, never in clear. ``GET /__s
 returns the request count.
 
 The plan (``SCRIPTED_PLAN``, default /opt/scripted/plan.json) is shipped by each task's image:
-``{"steps": ["<shell command>", ...], "answer": "<final text>", "partial_steps": 1}``.
+``{"steps": ["<shell command>", ...], "answer": "<final text>", "partial_steps": 1}``, optionally
+``"break_steps": [...]`` and ``"demo": {"<harness>": "<scenario>"}``.
+
+Why the demo reads the harness from the request: the model is never told which arm it serves (every
+arm sends the same model name, the same image, the same budget, so the fairness audit stays clean).
+What it sees is what the arms are declared to differ in: whether the turn is a goal turn, and the
+``--runtime-profile`` of the LoopX guard in the body. A real model reacts to its harness the same way.
 The SSE event sequence is the one codex's own tests use (core/tests/common/responses.rs).
 """
 
@@ -59,7 +70,12 @@ SCENARIOS = (
     "zero-usage",
     "unsupported",
     "unauthorized",
+    "demo",
 )
+#: what ``scripted/demo`` may assign in a plan's ``"demo"`` table (``partial:N`` takes a number)
+DEMO_SCENARIOS = ("solve", "never-finish", "block", "break", "partial")
+#: the LoopX runtime profile in a guard line -> the harness (modes/profiles.py's runtime_profile)
+PROFILE_HARNESS = {"codex_app_ssh_goal": "ssh-goal", "codex_cli": "codex-cli", "generic_cli": "heartbeat"}
 
 _lock = threading.Lock()
 _count = 0
@@ -235,9 +251,31 @@ def _has_assistant_message(body: dict) -> bool:
     )
 
 
+def harness_of(body: dict, headers) -> str:
+    """Which harness sent the request, from what it sent: a LoopX guard's ``--runtime-profile``
+    (ssh-goal, codex-cli, heartbeat), else a goal turn (goal), else a plain turn (plain)."""
+    for guard in loopx_guards(body):
+        words = guard.split()
+        if "--runtime-profile" in words[:-1]:
+            harness = PROFILE_HARNESS.get(words[words.index("--runtime-profile") + 1])
+            if harness:
+                return harness
+    return "goal" if _is_goal_turn(body, headers) else "plain"
+
+
+def demo_scenario(plan: dict, harness: str) -> tuple[str, int | None]:
+    """The plan's scenario for ``harness`` as (name, N of ``partial:N``); ``solve`` when unlisted."""
+    table = plan.get("demo") if isinstance(plan.get("demo"), dict) else {}
+    name, _, arg = str(table.get(harness) or "solve").partition(":")
+    if name not in DEMO_SCENARIOS:
+        return "solve", None
+    return name, (int(arg) if name == "partial" and arg.isdigit() else None)
+
+
 def decide(scenario: str, body: dict, headers, plan: dict) -> tuple[str, dict]:
     """("call", {call_id, name, args}) or ("message", {text}) for one request."""
     done = _our_outputs(body)
+    n_steps_limit: int | None = None
     if scenario == "zero-usage":
         return "message", {"text": "Nothing to do."}
     if scenario == "unsupported":
@@ -248,7 +286,7 @@ def decide(scenario: str, body: dict, headers, plan: dict) -> tuple[str, dict]:
                 "args": {"command": "echo hello > out.txt"},
             }
         return "message", {"text": "Done."}
-    if scenario == "loopx":
+    if scenario in ("loopx", "demo"):
         guards = loopx_guards(body)
         ran = sum(1 for c in done if c.startswith(CALL_PREFIX + "guard_"))
         if ran < len(guards):
@@ -257,8 +295,12 @@ def decide(scenario: str, body: dict, headers, plan: dict) -> tuple[str, dict]:
                 "name": "exec_command",
                 "args": {"cmd": guards[ran], "yield_time_ms": 30000},
             }
-        scenario = "solve"
-    steps = list(plan.get("steps") or [])
+        scenario, n_steps_limit = (
+            demo_scenario(plan, harness_of(body, headers)) if scenario == "demo" else ("solve", None)
+        )
+    steps = list(plan.get("break_steps") or []) if scenario == "break" else list(plan.get("steps") or [])
+    if scenario == "partial":
+        steps = steps[: n_steps_limit if n_steps_limit is not None else int(plan.get("partial_steps", 1))]
     answer = plan.get("answer") or "Done."
     goal = _is_goal_turn(body, headers)
     blocked_before = sum(1 for c in done if c.startswith(CALL_PREFIX + "blocked"))
@@ -389,11 +431,15 @@ class Handler(BaseHTTPRequestHandler):
                 "Incorrect API key provided. The credential was rejected by the provider.",
             )
             return
-        kind, what = decide(scenario, body, self.headers, _plan())
+        plan = _plan()
+        kind, what = decide(scenario, body, self.headers, plan)
+        harness = harness_of(body, self.headers)
         n = _record(
             {
                 **entry,
                 "scenario": scenario,
+                "harness": harness,
+                **({"demo": demo_scenario(plan, harness)[0]} if scenario == "demo" else {}),
                 "goal_turn": _is_goal_turn(body, self.headers),
                 "outcome": kind,
                 "answer": what,

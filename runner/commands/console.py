@@ -34,6 +34,16 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="SEC",
         help="full rescan every SEC s, a safety net (default 300)",
     )
+    p.add_argument(
+        "--screenshot",
+        type=Path,
+        default=None,
+        metavar="FILE.svg",
+        help="no terminal needed: save the grid as SVG once it is populated, then exit (read-only)",
+    )
+    p.add_argument(
+        "--size", default="130x40", metavar="COLSxROWS", help="--screenshot: the screen size (default 130x40)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,6 +54,15 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or default_out()).resolve()
     if not out.is_dir():
         raise NotAnOutputTree(f"{out} is not a directory (expected a marathon output tree)")
+    if args.screenshot is not None:
+        cols, _, rows = str(args.size).partition("x")
+        if not (cols.isdigit() and rows.isdigit()):
+            raise UserError(f"--size {args.size}: expected COLSxROWS, e.g. 130x40")
+        from console.app import screenshot_console  # textual is imported only here
+
+        rc = screenshot_console(out, args.screenshot, (int(cols), int(rows)))
+        print(f"screenshot: {args.screenshot.resolve()}")
+        return rc
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UserError("marathon console needs a terminal; use `marathon status` for scripts")
     from console.app import run_console  # textual is imported only here

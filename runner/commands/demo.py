@@ -3,11 +3,14 @@
 Everything is real except the model: harbor runs the four mini tasks in Docker, every arm drives the
 staged codex binary over app-server, the LoopX arms install the real LoopX profile, and the model is
 the scripted Responses-API server each mini-benchmark image carries (listening on 127.0.0.1 inside
-the trial container). One model name, ``scripted/loopx``, for every arm: it runs any LoopX guard it
-finds in the goal body, then solves the task from the plan the image ships; for plain and goal it
-just solves. On a terminal the runner starts detached and the console opens on it (quit the console
-and the run goes on); without one (or with ``--headless``) it runs in this process and prints
-``marathon status`` at the end.
+the trial container). One model name for every arm. By default ``scripted/demo``: it runs any LoopX
+guard it finds in the goal body, then plays the scenario the task's plan assigns to the harness it
+sees (``runner/demo/tasks/*/environment/plan.json``, ``"demo"``), so the 20 pairs show partial
+scores, a deadline, a build failure, an unblock and, through ``setup_fault_once``, one voided and
+rerun attempt (docs/arms.md, "The demo's scenarios"). ``--simple`` is the all-solve run
+(``scripted/loopx``). On a terminal the runner starts detached and the console opens on it (quit the
+console and the run goes on); without one (or with ``--headless``) it runs in this process and
+prints ``marathon status`` at the end.
 """
 
 from __future__ import annotations
@@ -22,7 +25,16 @@ from modes.profiles import DEFAULT_ARMS
 HELP = "run the five arms on the bundled mini-benchmark (scripted model) and watch it in the console"
 DEFAULT_OUT = "marathon-demo-out"
 DEMO_ARMS = ",".join(DEFAULT_ARMS)
-DEMO_MODEL = "scripted/loopx"
+DEMO_MODEL = "scripted/loopx"  # --simple: every arm solves every task
+VARIED_MODEL = "scripted/demo"  # the default: the task plans' per-harness scenarios
+#: the varied demo's deadline, the same for every arm: the never-finish pair hits it, the others end
+#: well before it. harbor's agent timeout is doubled so that no arm's LoopX preparation, slow on a
+#: loaded machine, clamps its budget below this (the audit would see unequal budgets).
+VARIED_GOAL_TIMEOUT_SEC = 60
+VARIED_AGENT_TIMEOUT_MULT = 2.0
+#: the pair whose first attempt fails in agent setup (a real harbor setup exception the runner voids)
+SETUP_FAULT_PAIR = "two-stage/plain"
+SETUP_FAULT_MARKER = "demo-setup-fault.once"  # under OUT/.runner: created by the failing setup
 #: the scripted model needs some credential to forward (by name); it records only a hash of it.
 #: Not a secret: a fixed placeholder declared in runner.secrets.DECLARED_NON_SECRETS, carried in
 #: .driver_env as a literal so that a restarted runner (health --fix, --resume, the console) has it.
@@ -39,10 +51,15 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--agent-timeout-mult",
         type=float,
         default=None,
-        help="harbor agent timeout = task budget x this (more time on a loaded machine; default 1)",
+        help="harbor agent timeout = task budget x this (more time on a loaded machine; default 2, --simple 1)",
     )
     p.add_argument(
         "--headless", action="store_true", help="no console: run here and print the status at the end"
+    )
+    p.add_argument(
+        "--simple",
+        action="store_true",
+        help="every arm solves every task (no partial scores, deadline, build failure, unblock or void)",
     )
 
 
@@ -70,6 +87,17 @@ def _prepare_real_arms(arms: list[str]) -> None:
     ensure_demo_image()
 
 
+def varied_flags(out: Path, agent_timeout_mult: float | None) -> dict:
+    """The varied demo's settings, each given to every arm alike (run-wide, in .driver_env)."""
+    marker = out.resolve() / ".runner" / SETUP_FAULT_MARKER
+    return {
+        "model": VARIED_MODEL,
+        "goal_timeout_sec": VARIED_GOAL_TIMEOUT_SEC,
+        "agent_timeout_mult": agent_timeout_mult or VARIED_AGENT_TIMEOUT_MULT,
+        "agent_kwargs": [f"api_key_var={DEMO_KEY_VAR}", f"setup_fault_once={SETUP_FAULT_PAIR}@{marker}"],
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     from runner.cli import main as marathon
     from runner.schedule.config import resolve, write_driver_env
@@ -88,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         flags["model"] = DEMO_MODEL
         flags["agent_kwargs"] = [f"api_key_var={DEMO_KEY_VAR}"]
         flags["agent_env_literal"] = [f"{DEMO_KEY_VAR}={DECLARED_NON_SECRETS[DEMO_KEY_VAR]}"]
+        if not args.simple:
+            flags.update(varied_flags(out, args.agent_timeout_mult))
     cfg = resolve(out, flags, environ={})
     print(f"marathon demo: {', '.join(cfg.arms)} on the mini-benchmark ({tasks}) -> {cfg.out}")
     interactive = not args.headless and sys.stdin.isatty() and sys.stdout.isatty()

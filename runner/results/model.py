@@ -22,8 +22,8 @@ Public API (stable; other areas build on it):
 
     Cell: task, arm, status (pending|running|done|errored|voided), reward, partial, pass_rate,
           build_failed, cost_usd, cost_usd_all, n_input_tokens, n_output_tokens, wall_sec,
-          continuations, unblocks, error_events, goal_status, run_id, attempts, scored_by, newer,
-          claimed, unreadable, note
+          continuations, unblocks, error_events, goal_status, deadline_hit, run_id, attempts,
+          scored_by, newer, claimed, unreadable, note
     Attempt: task, arm, arm_dir, stamp, job_dir, job, trials, voided_trials, status, voided, reason,
           run_id, and the attempt's own reward/partial/pass_rate/... (``Attempt.figures``)
 
@@ -120,6 +120,7 @@ class Figures:
     unblocks: int | None = None
     error_events: int | None = None
     goal_status: str | None = None
+    deadline_hit: bool = False  # the arm's deadline ended the agent phase (the receipt says so)
     in_progress_metrics: bool = False  # a trial's metrics say phase initialized/starting
 
     @property
@@ -202,6 +203,7 @@ class Cell:
     unblocks = _figure("unblocks")
     error_events = _figure("error_events")
     goal_status = _figure("goal_status")
+    deadline_hit = _figure("deadline_hit")
 
     @property
     def key(self) -> Key:
@@ -257,6 +259,7 @@ def _figures(trials: Iterable[TrialRecord]) -> Figures:
             unblocks=r.unblocks if r else None,
             error_events=r.error_events if r else None,
             goal_status=r.final_goal_status if r else None,
+            deadline_hit=bool(r and r.timed_out),
             in_progress_metrics=m.state == results.IN_PROGRESS,
         )
     rewards = [t.reward for t in done if t.reward is not None]
@@ -285,6 +288,7 @@ def _figures(trials: Iterable[TrialRecord]) -> Figures:
         unblocks=_sum_opt(r.unblocks for r in receipts),
         error_events=_sum_opt(r.error_events for r in receipts),
         goal_status=status,
+        deadline_hit=any(r.timed_out for r in receipts),
         in_progress_metrics=any(t.metrics.state == results.IN_PROGRESS for t in done),
     )
 

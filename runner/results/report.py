@@ -111,6 +111,7 @@ def cell_dict(c: Cell) -> dict[str, Any]:
         "unblocks": c.unblocks,
         "error_events": c.error_events,
         "goal_status": c.goal_status,
+        "deadline_hit": c.deadline_hit,
         "scored_by": c.scored_by,
         "newer": c.newer,
         "unreadable": c.unreadable,

@@ -108,7 +108,7 @@ def private_tasks(tmp_path, docker_engine):
         toml = tasks / t / "task.toml"
         toml.write_text(toml.read_text().replace(f'"marathon-demo/{t}"', f'"breaker-test/{t}-{suffix}"'))
         df = tasks / t / "environment" / "Dockerfile"
-        df.write_text(df.read_text().replace("FROM marathon-demo-base:1", f"FROM {tag}"))
+        df.write_text(df.read_text().replace("FROM marathon-demo-base:2", f"FROM {tag}"))
     yield tasks
     images = [f"hb__{t}-{suffix}" for t in TASKS]
     subprocess.run(["docker", "image", "rm", *images], capture_output=True)

@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 SEED = int(os.environ.get("MARATHON_CHAOS_SEED", "20261201"))
 TASKS = ("build-gate", "calc-partial", "two-stage", "words-passrate")
 CLEAN_SCORED_CELLS = len(TASKS) * len(DEFAULT_ARMS)  # a clean `marathon demo` scores every pair
-IMAGES = ("marathon-base:bookworm", "marathon-demo-base:1")
+IMAGES = ("marathon-base:bookworm", "marathon-demo-base:2")
 #: about 10 min on an idle 2-core machine; under the load of other Docker-heavy suites up to ~25 min
 RUN_TIMEOUT_SEC = 2700
 REQUIRE = os.environ.get("CI") == "true" or os.environ.get("MARATHON_REQUIRE_DOCKER") == "1"

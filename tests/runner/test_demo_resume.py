@@ -28,7 +28,14 @@ def test_demo_killed_mid_run_is_completed_by_health_fix(out_tree, tmp_path, dock
     # more agent time than the demo's 120 s: on a shared 2-core machine (load 50) the LoopX arms'
     # install alone can take that long, and a timeout is the arm's result, which is not under test here
     demo = start_marathon(
-        "demo", "--headless", "--out", str(out), "--agent-timeout-mult", "5", log=tmp_path / "demo.log"
+        "demo",
+        "--headless",
+        "--simple",
+        "--out",
+        str(out),
+        "--agent-timeout-mult",
+        "5",
+        log=tmp_path / "demo.log",
     )
     try:
         wait_for(lambda: len(events(out, "job_finish")) >= 2, 1200, "two pairs of the demo to finish")

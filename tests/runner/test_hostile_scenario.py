@@ -77,7 +77,7 @@ def _shadow_lines() -> list[str]:
     except OSError:
         pass
     cp = subprocess.run(
-        ["docker", "run", "--rm", "--network", "none", "marathon-demo-base:1", "cat", "/etc/shadow"],
+        ["docker", "run", "--rm", "--network", "none", "marathon-demo-base:2", "cat", "/etc/shadow"],
         capture_output=True,
         text=True,
         timeout=120,
