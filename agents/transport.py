@@ -123,6 +123,10 @@ class Transport(ABC):
         """Why the trial's environment is gone (asked after a step failed), or None if it is up."""
         return None
 
+    def image_id(self) -> str | None:
+        """The image id (``sha256:...``) the trial's container runs, for the fairness audit."""
+        return None
+
 
 def _docker(*args: str, timeout: float = 60, stdin: bytes | None = None, env=None) -> ExecResult:
     proc = subprocess.run(["docker", *args], input=stdin, capture_output=True, timeout=timeout, env=env)
@@ -268,6 +272,16 @@ class DockerExecTransport(Transport):
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.5)
+
+    def image_id(self) -> str | None:
+        """The engine's ``Image`` of the container (what docker-py calls ``container.image.id``),
+        asked the way this transport asks everything else: one ``docker inspect``."""
+        try:
+            res = _docker("inspect", "--format", "{{.Image}}", self.container_id, timeout=30)
+        except subprocess.TimeoutExpired:
+            return None
+        out = res.stdout.decode(errors="replace").strip()
+        return out if res.returncode == 0 and out.startswith("sha256:") else None
 
     def describe(self) -> dict:
         return {

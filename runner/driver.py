@@ -33,7 +33,7 @@ from typing import Any
 from modes.profiles import mode_for
 from runner import claims as claimsmod
 from runner.breaker import EXIT_PAUSED, SCOPE_INFRA, Attempt, Breaker, Trip, is_outcome, signature
-from runner.config import ArmSpec, RunConfig, as_dict, write_driver_env
+from runner.config import ArmSpec, RunConfig, agent_timeout_mult, as_dict, write_driver_env
 from runner.errors import UserError
 from runner.events import EventLog, new_run_id
 from runner.lock import RunnerLock, me
@@ -136,7 +136,7 @@ def harbor_argv(cfg: RunConfig, task: str, arm: ArmSpec, jdir: Path, mounts: str
         "-n", "1",
         "-y",
         "-e", cfg.env,
-        "--agent-timeout-multiplier", str(cfg.agent_timeout_mult),
+        "--agent-timeout-multiplier", str(agent_timeout_mult(cfg, task, arm)),
         "--verifier-timeout-multiplier", str(cfg.verifier_mult),
     ]  # fmt: skip
     if cfg.env == "docker":
