@@ -186,7 +186,10 @@ class CodexAppServerAgent(BaseAgent):
         try:
             transport = transport_for(environment, self._trial_name())
             receipt.transport = transport.describe()
-            receipt.image_digest = transport.image_id()
+            image = transport.image()
+            if image is not None:
+                receipt.image_digest = image["content_sha256"]
+                receipt.extra["image_id"] = image["id"]
             await self.prepare(transport)
             session = await self.open_session(transport, deadline=deadline, context=context)
             client = session.client
