@@ -1,17 +1,27 @@
 """Equal budgets and a clean fairness audit on a real five-arm run.
 
 ``marathon run`` drives the five real arms (real harbor, Docker, codex, LoopX) on one mini task with
-the scripted ``never-finish`` model and a 25 s GOAL_TIMEOUT_SEC. The preparation differs by arm (the
-LoopX arms install their profile, the codex arms only check the mount), yet every receipt has the
-same ``budget_sec``, every deadline falls at ``budget_start + GOAL_TIMEOUT_SEC`` (within 2 s), and
-the receipts agree on the codex binary, the masked config hash, the image and harbor's timeout, so
-``marathon report`` shows no red line. One task, not four: five arms x four tasks of LoopX installs
-at once overran a loaded 2-core machine; the budget rule does not depend on the task.
+the scripted ``never-finish`` model and a 90 s GOAL_TIMEOUT_SEC: more than the task's own 120 s
+agent timeout leaves a LoopX arm after its preparation (33 s on a quiet machine), so without the
+runner raising harbor's timeout the LoopX arms' budgets would be clamped and this test would fail.
+The preparation differs by arm (the LoopX arms install their profile, the codex arms only check
+the mount), yet every receipt has the same ``budget_sec``, every deadline falls at
+``budget_start + GOAL_TIMEOUT_SEC`` (within 2 s), and the receipts agree on the codex binary, the
+masked config hash, the image and harbor's timeout, so ``marathon report`` shows no red line.
+One task, not four: five arms x four tasks of LoopX installs at once overran a loaded 2-core
+machine; the budget rule does not depend on the task.
+
+The task's image is built FROM a demo image tagged for this test alone: the shared engine's
+``marathon-demo-base:1`` is rebuilt by any checkout whose scripted model differs, and one such
+rebuild in the middle of a run gave one arm another image (the audit rightly flagged it).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -23,7 +33,7 @@ from modes.profiles import ARMS, DEFAULT_ARMS
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 TASK = "calc-partial"
-BUDGET = 25
+BUDGET = 90
 KEY_VAR = "MARATHON_DEMO_MODEL_KEY"
 
 
@@ -35,10 +45,21 @@ def five_arm_deadline_run(docker_engine, module_out, tmp_path_factory):
 
     stage_codex()
     stage_loopx()
-    ensure_demo_image()
-    log = tmp_path_factory.mktemp("log") / "runner.log"
+    image = ensure_demo_image(f"marathon-demo-base:budget-{uuid.uuid4().hex[:10]}")
+    tasks = tmp_path_factory.mktemp("tasks")
+    shutil.copytree(DEMO_TASKS / TASK, tasks / TASK)
+    dockerfile = tasks / TASK / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text().replace("FROM marathon-demo-base:1", f"FROM {image}", 1))
+    assert f"FROM {image}" in dockerfile.read_text()
+    try:
+        yield _run(module_out, tasks, tmp_path_factory.mktemp("log") / "runner.log")
+    finally:
+        subprocess.run(["docker", "image", "rm", image], capture_output=True, timeout=120)  # our tag only
+
+
+def _run(module_out, tasks, log):
     proc = start_marathon(
-        "run", str(module_out), "--tasks-dir", str(DEMO_TASKS), "--tasks", TASK,
+        "run", str(module_out), "--tasks-dir", str(tasks), "--tasks", TASK,
         "--arms", ",".join(DEFAULT_ARMS), "--model", "scripted/never-finish",
         "--ak", f"api_key_var={KEY_VAR}", "--goal-timeout-sec", str(BUDGET),
         # two at a time: three LoopX installs at once are slow on a loaded machine (the allowance
