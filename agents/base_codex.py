@@ -54,11 +54,11 @@ from agents.staging import (
     load_staged,
 )
 from agents.transport import EnvironmentLost, Transport, UnsupportedEnvironment, transport_for
+from modes import safeio
 from modes.budget import deadline_margin_sec
 from modes.config_digest import config_digests
+from modes.naming import ENVIRONMENT_LOST
 from modes.profiles import mode_for
-from runner import safeio
-from runner.rules import ENVIRONMENT_LOST
 
 #: The scripted model listens here inside every mini-benchmark container.
 SCRIPTED_BASE_URL = "http://127.0.0.1:18080/v1"

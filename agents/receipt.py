@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner import safeio
+from modes import safeio
 
 RECEIPT_NAME = "goal_receipt.json"
 SCHEMA = "marathon.goal_receipt/1"
@@ -35,7 +35,7 @@ class Receipt:
     provider: dict  # base_url, api_key_var (name only), provider id
     schema: str = SCHEMA
     transport: dict = field(default_factory=dict)
-    # What the fairness audit compares across arms (runner.audit): the sha256 of the codex binary
+    # What the fairness audit compares across arms (runner.results.audit): the sha256 of the codex binary
     # the trial ran (the staged file on the host that was mounted or copied in), the config.toml
     # hashes (exact, and normalised with the declared differences masked: modes.config_digest),
     # the image id of the trial's main container, and the arm's declared masked differences.

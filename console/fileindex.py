@@ -15,13 +15,13 @@ import threading
 from array import array
 from pathlib import Path
 
-from runner import safeio
+from modes import safeio
+from runner.results.search import find_offsets
 
 #: A "line" longer than this many bytes is shown as several display lines (a minified 1 GB JSON
 #: document is one physical line; it must still open at once).
 MAX_LINE_BYTES = 4096
 CHUNK = 8 * 1024 * 1024
-SEARCH_CHUNK = 16 * 1024 * 1024
 
 
 class LineSource:
@@ -29,7 +29,7 @@ class LineSource:
 
     def __init__(self, path: Path | str, root: Path | str | None = None) -> None:
         self.path = Path(path)
-        # the trial dir: the file is opened by the tree's safe-open rules (runner.safeio), so a FIFO
+        # the trial dir: the file is opened by the tree's safe-open rules (modes.safeio), so a FIFO
         # never blocks the view and a symlink out of the trial dir is never shown
         self.root = Path(root) if root is not None else self.path.parent
         self._lock = threading.Lock()
@@ -168,41 +168,14 @@ class LineSource:
 
     # -- search --------------------------------------------------------------------------------
     def search(self, query: str, start_line: int = 0, backwards: bool = False) -> int | None:
-        """The display line of the first match of ``query`` at/after ``start_line`` (or before it).
-
-        Smart case, as in less and vim: an all-lowercase query ignores ASCII case.
-        """
+        """The display line of the first match of ``query`` at/after ``start_line`` (or before it)."""
         if not query or self._fd is None:
             return None
-        needle = query.encode("utf-8")
-        fold = needle == needle.lower()
-        if fold:
-            needle = needle.lower()
-        overlap = len(needle) - 1
-        size = self.size
-        count = self.line_count
-
-        def read(begin: int, length: int) -> bytes:
-            data = os.pread(self._fd, length, begin) if self._fd is not None else b""
-            return data.lower() if fold else data
-
+        fd, size, count = self._fd, self.size, self.line_count
         if backwards:
-            end = self.line_bounds(start_line)[0] if start_line < count else size
-            while end > 0:
-                begin = max(0, end - SEARCH_CHUNK)
-                data = read(begin, min(end + overlap, size) - begin)
-                hit = data.rfind(needle, 0, end - begin + overlap)
-                while hit >= 0 and begin + hit >= end:
-                    hit = data.rfind(needle, 0, hit + overlap)
-                if hit >= 0:
-                    return self.line_of_offset(begin + hit)
-                end = begin
-            return None
-        pos = self.line_bounds(start_line)[0] if 0 <= start_line < count else 0
-        while pos < size:
-            data = read(pos, min(SEARCH_CHUNK + overlap, size - pos))
-            hit = data.find(needle)
-            if hit >= 0:
-                return self.line_of_offset(pos + hit)
-            pos += SEARCH_CHUNK
+            first, limit = 0, self.line_bounds(start_line)[0] if start_line < count else size
+        else:
+            first, limit = self.line_bounds(start_line)[0] if 0 <= start_line < count else 0, size
+        for offset in find_offsets(lambda n, at: os.pread(fd, n, at), size, query, first, limit, backwards):
+            return self.line_of_offset(offset)
         return None

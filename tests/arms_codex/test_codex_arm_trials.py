@@ -7,7 +7,7 @@ import json
 import pytest
 
 from agents.staging import file_sha256
-from runner.rules import partial_score
+from runner.results.rules import partial_score
 
 pytestmark = pytest.mark.docker
 

@@ -12,8 +12,8 @@ from handmade_tree import arm_config, write_receipts
 
 from modes.config_digest import config_digests
 from modes.profiles import ARMS, GOAL_FLAG, masked_config_keys
-from runner.model import RunModel
-from runner.report import build_report, render
+from runner.results.model import RunModel
+from runner.results.report import build_report, render
 
 CONFIG_LABEL = "config.toml sha256 (declared differences masked)"
 

@@ -31,7 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from runner import safeio
+from modes import safeio
+from runner.results.search import find_offsets
 
 #: a step (ATIF object or app-server line) larger than this is not parsed: it shows as "too large"
 MAX_STEP_BYTES = 8 * 1024 * 1024
@@ -40,7 +41,6 @@ MAX_FIELD_CHARS = 64 * 1024
 #: one-line summary length
 SUMMARY_CHARS = 300
 CHUNK = 8 * 1024 * 1024
-SEARCH_CHUNK = 16 * 1024 * 1024
 CACHE_STEPS = 512
 
 ATIF = "atif"
@@ -97,7 +97,7 @@ class Step:
 # ----------------------------------------------------------------------------------- the file
 def open_regular(path: Path | str) -> BinaryIO:
     """Open an agent-written file of a trial (``<trial>/agent/...`` or ``<trial>/verifier/...``)
-    for reading, by the tree's one safe-open rule (``runner.safeio``): a regular file only (never
+    for reading, by the tree's one safe-open rule (``modes.safeio``): a regular file only (never
     a FIFO or a device), never through a symlink out of the trial dir.
 
     The one place the reader opens files the agent under test could have planted; everything else
@@ -723,52 +723,28 @@ class StepIndex:
     def search(self, query: str, start: int = -1, backwards: bool = False) -> int | None:
         """The next step (after ``start``, or before it) whose text contains ``query``.
 
-        Searches the file's bytes (JSON-escaped text: a newline in a message reads ``\\n``), chunk by
-        chunk, so a hit anywhere in a gigabyte is found without loading it. Smart case as in less:
-        an all-lowercase query ignores ASCII case.
+        Searches the file's bytes (JSON-escaped text: a newline in a message reads ``\\n``) through
+        ``runner.results.search.find_offsets``.
         """
         if not query or self._fh is None:
             return None
-        needle = query.encode("utf-8")
-        fold = needle == needle.lower()
-        if fold:
-            needle = needle.lower()
-        overlap = len(needle) - 1
         # no lock: a search must not stall the screen; it reads published entries only
         n = self.count
         if n == 0:
             return None
         size = self._ends[n - 1]
-
-        def read(begin: int, length: int) -> bytes:
-            data = self._pread(length, begin)
-            return data.lower() if fold else data
-
         if backwards:
-            end = self._starts[start] if 0 <= start < n else size
-            while end > 0:
-                begin = max(0, end - SEARCH_CHUNK)
-                data = read(begin, min(end + overlap, size) - begin)
-                hit = data.rfind(needle, 0, end - begin + overlap)
-                while hit >= 0:
-                    i = self.step_of_offset(begin + hit)
-                    if i is not None and i < start and begin + hit >= self._starts[i]:
-                        return i
-                    hit = data.rfind(needle, 0, hit + overlap) if hit > 0 else -1
-                end = begin
-            return None
-        pos = self._ends[start] if 0 <= start < n else 0
-        while pos < size:
-            data = read(pos, min(SEARCH_CHUNK + overlap, size - pos))
-            hit = data.find(needle)
-            while hit >= 0:
-                i = self.step_of_offset(pos + hit)
-                if i is not None and i > start and pos + hit >= self._starts[i]:
-                    return i
-                if i is None:
+            first, limit = 0, self._starts[start] if 0 <= start < n else size
+        else:
+            first, limit = self._ends[start] if 0 <= start < n else 0, size
+        for offset in find_offsets(self._pread, size, query, first, limit, backwards):
+            i = self.step_of_offset(offset)
+            if i is None:
+                if not backwards:
                     return None
-                hit = data.find(needle, hit + 1)
-            pos += SEARCH_CHUNK
+                continue
+            if (i < start if backwards else i > start) and offset >= self._starts[i]:
+                return i
         return None
 
 
