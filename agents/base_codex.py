@@ -51,10 +51,14 @@ from agents.staging import (
     DEFAULT_CODEX_VERSION,
     SIDECAR,
     StagingError,
+    codex_dir,
+    file_sha256,
     load_staged,
 )
 from agents.transport import EnvironmentLost, Transport, UnsupportedEnvironment, transport_for
 from modes import safeio
+from modes.budget import deadline_margin_sec
+from modes.config_digest import config_digests
 from modes.naming import ENVIRONMENT_LOST
 from modes.profiles import mode_for
 from modes.trial_files import TrialFiles
@@ -69,19 +73,25 @@ TIMEOUT_ENV = "GOAL_TIMEOUT_SEC"
 __all__ = ["CodexAppServerAgent", "ArmFailure", "DEADLINE_MESSAGE", "is_deadline", "CodexSession"]
 
 
-def deadline_margin_sec(harbor_timeout_sec: float) -> float:
-    """How long before harbor's agent timeout our deadline ends the phase (room to wind down)."""
-    return max(5.0, min(60.0, 0.05 * harbor_timeout_sec))
+def _trial_config(trial_dir: Path):
+    """harbor's TrialConfig of this trial (its config.json), or None when unreadable."""
+    try:
+        from harbor.models.trial.config import TrialConfig
+
+        return TrialConfig.model_validate_json((trial_dir / "config.json").read_text())
+    except Exception:  # noqa: BLE001 - unknown layout: the callers fall back
+        return None
 
 
 def harbor_agent_timeout_sec(trial_dir: Path) -> float | None:
     """harbor's effective agent timeout for this trial, computed as harbor 0.25.0 does
     (``trial.py:_compute_agent_timeout_sec``) from the trial's config.json and task.toml."""
+    cfg = _trial_config(trial_dir)
+    if cfg is None:
+        return None
     try:
         from harbor.models.task.config import TaskConfig
-        from harbor.models.trial.config import TrialConfig
 
-        cfg = TrialConfig.model_validate_json((trial_dir / "config.json").read_text())
         task = TaskConfig.model_validate_toml((cfg.task.get_local_path() / "task.toml").read_text())
         base = cfg.agent.override_timeout_sec or task.agent.timeout_sec
         if base is None:
@@ -94,6 +104,16 @@ def harbor_agent_timeout_sec(trial_dir: Path) -> float | None:
         return min(base, cfg.agent.max_timeout_sec or float("inf")) * mult
     except Exception:  # noqa: BLE001 - unknown layout: fall back to GOAL_TIMEOUT_SEC alone
         return None
+
+
+def mounted_source(trial_dir: Path, target: str) -> Path | None:
+    """The host directory harbor bind-mounted at ``target`` for this trial (its ``--mounts``)."""
+    cfg = _trial_config(trial_dir)
+    mounts = (cfg.environment.mounts or []) if cfg is not None else []
+    for m in mounts:
+        if str(m.get("target", "")).rstrip("/") == target.rstrip("/") and m.get("source"):
+            return Path(str(m["source"]))
+    return None
 
 
 class CodexAppServerAgent(BaseAgent):
@@ -175,6 +195,10 @@ class CodexAppServerAgent(BaseAgent):
         try:
             transport = transport_for(environment, self._trial_name())
             receipt.transport = transport.describe()
+            image = transport.image()
+            if image is not None:
+                receipt.image_digest = image["content_sha256"]
+                receipt.extra["image_id"] = image["id"]
             await self.prepare(transport)
             session = await self.open_session(transport, deadline=deadline, context=context)
             client = session.client
@@ -304,6 +328,7 @@ class CodexAppServerAgent(BaseAgent):
             arm=self.ARM,
             mode=self.mode.as_dict() if self.mode else None,
             disclosures=list(self.mode.disclosures) if self.mode else [],
+            masked=[m.as_dict() for m in self.mode.masked] if self.mode else [],
             agent=self.name(),
             codex_version=self.codex_version,
             model=self.codex_model,
@@ -355,7 +380,9 @@ class CodexAppServerAgent(BaseAgent):
         if self.codex_version not in out:
             raise ArmFailure(f"mounted codex reports {out!r}, expected version {self.codex_version}")
         self.receipt.extra["codex_version_in_container"] = out
+        self._record_codex_sha256()
         config = render(build_config(self._provider_settings(), transport.workdir))
+        self.receipt.config_toml = config_digests(config)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         safeio.write_atomic(self.logs_dir / "codex-config.toml", config)  # no secret: env_key is a name
         write = transport.run(
@@ -371,6 +398,21 @@ class CodexAppServerAgent(BaseAgent):
         if write.returncode != 0:
             raise ArmFailure(f"writing {self.codex_home}/config.toml failed: {write.stderr.decode()[-300:]}")
         return secret
+
+    def _record_codex_sha256(self) -> None:
+        """sha256 of the staged codex binary this trial ran: under the host directory harbor mounted
+        at /opt/codex (or the staged tree copied in), hashed once per file version (staging.file_sha256)."""
+        rel = Path(CONTAINER_CODEX_BIN).relative_to(CONTAINER_CODEX_ROOT)
+        if self.codex_delivery == "copy":
+            root, via = codex_dir(self.codex_version), "the staged tree copied in"
+        else:
+            root = mounted_source(Path(self.logs_dir).resolve().parent, CONTAINER_CODEX_ROOT)
+            via = f"the --mounts source of {CONTAINER_CODEX_ROOT}"
+        if root is None or not (root / rel).is_file():
+            self.receipt.warnings.append(f"codex sha256 not recorded: no host file for {via}")
+            return
+        self.receipt.codex_sha256 = file_sha256(root / rel)
+        self.receipt.extra["codex_sha256_of"] = str(root / rel)
 
     def _copy_codex_in(self, transport: Transport) -> None:
         """Where a read-only mount is impossible: copy the host's staged tree in, and say so."""

@@ -37,6 +37,14 @@ class Receipt:
     provider: dict  # base_url, api_key_var (name only), provider id
     schema: str = SCHEMA
     transport: dict = field(default_factory=dict)
+    # What the fairness audit compares across arms (runner.results.audit): the sha256 of the codex binary
+    # the trial ran (the staged file on the host that was mounted or copied in), the config.toml
+    # hashes (exact, and normalised with the declared differences masked: modes.config_digest),
+    # the image id of the trial's main container, and the arm's declared masked differences.
+    codex_sha256: str | None = None
+    config_toml: dict = field(default_factory=dict)
+    image_digest: str | None = None
+    masked: list[dict] = field(default_factory=list)
     goal_objective: str | None = None
     goal_status_final: str | None = None
     turns: int = 0

@@ -185,3 +185,37 @@ def describe(staged: StagedCodex) -> dict:
     d["sidecar"] = str(staged.root / "bin" / SIDECAR)
     d["mount"] = staged.mount()
     return d
+
+
+def file_sha256(path: Path, cache: Path | None = None) -> str:
+    """sha256 of a staged file, computed once per (path, size, mtime_ns) and kept on disk.
+
+    Why cached: every trial's receipt records the sha256 of the codex binary it ran (the fairness
+    audit compares it across arms), and hashing ~150 MB per trial would cost seconds each time on a
+    loaded machine. A re-staged file has a new size or mtime, so it is hashed anew.
+    """
+    import hashlib
+
+    st = path.stat()
+    key = {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32] + ".json"
+    entry = (cache or cache_root()) / "sha256" / name
+    try:
+        known = json.loads(entry.read_text())
+        if {k: known.get(k) for k in key} == key and isinstance(known.get("sha256"), str):
+            return known["sha256"]
+    except (OSError, ValueError):
+        pass
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    digest = h.hexdigest()
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = entry.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**key, "sha256": digest}))
+        os.replace(tmp, entry)
+    except OSError:
+        pass  # a read-only cache only costs the next trial another hash
+    return digest

@@ -13,6 +13,7 @@ route for cloud sandboxes (a driver inside the sandbox) is in the README.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import subprocess
@@ -120,6 +121,10 @@ class Transport(ABC):
 
     def lost(self) -> str | None:
         """Why the trial's environment is gone (asked after a step failed), or None if it is up."""
+        return None
+
+    def image(self) -> dict[str, str] | None:
+        """What the trial's container runs, for the fairness audit: ``{"id", "content_sha256"}``."""
         return None
 
 
@@ -267,6 +272,32 @@ class DockerExecTransport(Transport):
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.5)
+
+    def image(self) -> dict[str, str] | None:
+        """The container's image: the engine's id (what docker-py calls ``container.image.id``) and
+        a content digest, the sha256 of its layer diff ids and runtime config (env, workdir, user,
+        entrypoint, cmd). Why both: harbor builds each trial's image with compose, which labels it
+        with the trial's own project, so two trials of one task get different image ids for the
+        same content; the audit compares the content. Asked the way this transport asks
+        everything else: ``docker inspect``."""
+        try:
+            res = _docker("inspect", "--format", "{{.Image}}", self.container_id, timeout=30)
+            iid = res.stdout.decode(errors="replace").strip()
+            if res.returncode != 0 or not iid.startswith("sha256:"):
+                return None
+            res = _docker("image", "inspect", "--format", "{{json .}}", iid, timeout=30)
+            info = json.loads(res.stdout) if res.returncode == 0 else None
+        except (subprocess.TimeoutExpired, ValueError):
+            return None
+        if not isinstance(info, dict):
+            return None
+        cfg = info.get("Config") or {}
+        content = {
+            "layers": (info.get("RootFS") or {}).get("Layers") or [],
+            **{k.lower(): cfg.get(k) for k in ("Env", "WorkingDir", "User", "Entrypoint", "Cmd")},
+        }
+        digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+        return {"id": iid, "content_sha256": f"sha256:{digest}"}
 
     def describe(self) -> dict:
         return {

@@ -13,6 +13,48 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class Masked:
+    """A difference between arms that is the harness itself, declared so the audit does not flag it.
+
+    ``config_keys`` are dotted ``config.toml`` keys this difference may set differently; the
+    fairness audit removes them (for every arm alike) before it compares config hashes. A difference
+    with no key (the goal objective, the LoopX profile's environment) is disclosed, not hashed.
+    """
+
+    what: str
+    why: str
+    config_keys: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict:
+        return {"what": self.what, "why": self.why, "config_keys": list(self.config_keys)}
+
+
+#: codex's native-goal feature flag: on for the goal arms, an arm without a goal may switch it off
+#: (LoopX's own Harbor runtime writes ``[features] goals = <bool>`` per mode).
+GOAL_FLAG = "features.goals"
+_NO_GOAL = Masked(
+    "no native goal",
+    "the arm never calls thread/goal/set; codex's goal feature flag may be off for it",
+    (GOAL_FLAG,),
+)
+_GOAL = Masked(
+    "the native goal",
+    "thread/goal/set with the arm's objective; codex's goal feature flag is on for it",
+    (GOAL_FLAG,),
+)
+_LOOPX_PROFILE = Masked(
+    "the LoopX profile",
+    "codex runs with the profile's CODEX_HOME (LoopX's workflow skills in it) and the profile's "
+    "environment (Node and the profile bin first on PATH, HOME, BASH_ENV, LOOPX_PYTHON)",
+)
+_LOOPX_BODY = Masked(
+    "the LoopX goal body",
+    "the body LoopX renders for the arm's runtime profile is the goal's objective (ssh-goal, "
+    "codex-cli) or each tick's turn input (heartbeat)",
+)
+
+
+@dataclass(frozen=True)
 class Mode:
     """One arm's harness, as data. Frozen: a run cannot change an arm behind the report's back."""
 
@@ -44,6 +86,8 @@ class Mode:
     disclosures: tuple[str, ...] = field(default_factory=tuple)
     # The original design's name for what was substituted, when there is one.
     substitution: str | None = None
+    # Differences from the other arms that are this arm's harness by design (the audit masks them).
+    masked: tuple[Masked, ...] = ()
 
     def as_dict(self) -> dict:
         """Plain data for receipts and reports."""
@@ -52,6 +96,7 @@ class Mode:
         d = asdict(self)
         d["profile_expansion"] = list(self.profile_expansion)
         d["disclosures"] = list(self.disclosures)
+        d["masked"] = [m.as_dict() for m in self.masked]
         return d
 
 
@@ -62,6 +107,7 @@ PLAIN = Mode(
     continuation_owner="none",
     uses_goal=False,
     substitution="codex exec",
+    masked=(_NO_GOAL,),
     disclosures=(
         "plain drives codex through app-server (one turn/start), not the paper's `codex exec`: the field "
         "saw `codex exec` alone hit HTTP 400 (metadata passthrough) and SSE failures the other arms did "
@@ -76,6 +122,7 @@ GOAL = Mode(
     continuation_owner="codex",
     uses_goal=True,
     goal_objective="Finish the task.",
+    masked=(_GOAL,),
 )
 
 SSH_GOAL = Mode(
@@ -90,6 +137,7 @@ SSH_GOAL = Mode(
     doctor_agent_type="codex-app-ssh",
     body_role="goal_objective",
     self_lock=True,
+    masked=(_GOAL, _LOOPX_PROFILE, _LOOPX_BODY),
     notes="body rendered by `loopx heartbeat-prompt --thin --runtime-profile codex_app_ssh_goal`; its quota "
     "guard carries --begin-turn (a `quota should-run` flag LoopX adds for this profile)",
 )
@@ -105,6 +153,7 @@ CODEX_CLI = Mode(
     doctor_agent_type="codex-cli",
     body_role="goal_objective",
     self_lock=True,
+    masked=(_GOAL, _LOOPX_PROFILE, _LOOPX_BODY),
     notes="body identical to ssh-goal except the guard line (`--runtime-profile codex_cli`, no --begin-turn)",
 )
 
@@ -124,6 +173,7 @@ HEARTBEAT = Mode(
     notes="every tick: a fresh turn on the same thread whose input is the body rendered with a new turn "
     "instance id (LOOPX_TURN), then the task instruction",
     substitution="codex_app",
+    masked=(_NO_GOAL, _LOOPX_PROFILE, _LOOPX_BODY),
     disclosures=(
         "heartbeat runs on LoopX's `generic_cli` surface instead of `codex_app`: `codex_app` expects the "
         "real Codex App to apply automation_update and ACK a stateful backoff, and hangs without it; "
@@ -145,3 +195,15 @@ def disclosures(arms: list[str] | tuple[str, ...] | None = None) -> dict[str, li
     """Disclosed deviations per arm, for receipts and reports (only arms that have any)."""
     names = list(arms) if arms is not None else list(ARMS)
     return {a: list(ARMS[a].disclosures) for a in names if a in ARMS and ARMS[a].disclosures}
+
+
+def masked(arms: list[str] | tuple[str, ...] | None = None) -> dict[str, list[dict]]:
+    """Each arm's declared masked differences, for receipts and reports (only arms that have any)."""
+    names = list(arms) if arms is not None else list(ARMS)
+    return {a: [m.as_dict() for m in ARMS[a].masked] for a in names if a in ARMS and ARMS[a].masked}
+
+
+def masked_config_keys() -> tuple[str, ...]:
+    """The config.toml keys any arm declares masked: removed for every arm alike before hashing,
+    so two arms' normalised hashes compare what neither declared."""
+    return tuple(sorted({k for m in ARMS.values() for d in m.masked for k in d.config_keys}))

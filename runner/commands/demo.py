@@ -39,6 +39,9 @@ SETUP_FAULT_MARKER = "demo-setup-fault.once"  # under OUT/.runner: created by th
 #: Not a secret: a fixed placeholder declared in runner.secrets.DECLARED_NON_SECRETS, carried in
 #: .driver_env as a literal so that a restarted runner (health --fix, --resume, the console) has it.
 DEMO_KEY_VAR = "MARATHON_DEMO_MODEL_KEY"
+#: the model budget of every demo arm: the mini tasks' own agent timeout (their task.toml); the
+#: runner raises harbor's agent timeout to hold it plus the preparation (modes.budget)
+DEMO_GOAL_TIMEOUT_SEC = 120
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -110,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     arms = [a for a in args.arms.split(",") if a]
     flags = {"tasks_dir": str(tasks), "arms": arms, "concurrency": args.concurrency, "max_passes": 2}
     flags["agent_timeout_mult"] = args.agent_timeout_mult
+    flags["goal_timeout_sec"] = DEMO_GOAL_TIMEOUT_SEC
     if any(a in DEFAULT_ARMS for a in arms):
         _prepare_real_arms(arms)
         # The scripted model accepts any key: the declared placeholder, recorded in .driver_env.

@@ -295,7 +295,7 @@ SETUP_PATHS = {
     "codex_version": ("codex_version",),
     "codex_in_container": ("extra", "codex_version_in_container"),
     "codex_sha256": ("codex_sha256",),
-    "config_toml_sha256": ("config_toml_sha256",),
+    "config_toml_sha256": ("config_toml", "normalized_sha256"),
     "transport": ("transport", "kind"),
     "user": ("transport", "user"),
     "workdir": ("transport", "workdir"),

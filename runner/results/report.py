@@ -8,7 +8,7 @@ csv or html. The dict is the JSON contract other tools read:
     arm_summary[arm]{n, reward, partial, pass_rate, *_ci, build_failed, cost_usd, cost_per_solved,
     spend_usd, ...}, paired[{a, b, n, *_diff, *_diff_ci, wins, losses, ties, sign_test_p,
     sign_test_p_holm}], infrastructure[...], bootstrap{method, resamples, seed, confidence},
-    disclosures{arm: [...]}
+    disclosures{arm: [...]}, masked{arm: [{what, why, config_keys}]}, masked_config_keys
 
 Why cost apart from spend: an arm's cost is what its scored attempts cost (the sum of its cells);
 what errored and voided attempts cost is the run's spend, not the arm's, or an arm that hit more
@@ -271,6 +271,8 @@ def build_report(model: RunModel, scope: str = "all") -> dict[str, Any]:
             "confidence": stats.CONFIDENCE,
         },
         "disclosures": profiles.disclosures([a for a in arms if a in profiles.ARMS]),
+        "masked": profiles.masked([a for a in arms if a in profiles.ARMS]),
+        "masked_config_keys": list(profiles.masked_config_keys()),
         "stand_ins": stand_ins,
         "excluded": [{"path": e.path, "reason": e.reason} for e in model.excluded],
         "unreadable": model.unreadable,
@@ -418,6 +420,21 @@ def _audit_lines(rep: dict[str, Any], alarm) -> list[str]:
     return out
 
 
+def masked_lines(rep: dict[str, Any]) -> list[str]:
+    """The differences each arm's harness makes by design (modes.profiles), which the fairness
+    audit does not flag, and the config.toml keys it masks for every arm before hashing."""
+    out = [
+        f"{a} (by design, not compared): " + "; ".join(f"{m['what']}: {m['why']}" for m in ms)
+        for a, ms in rep.get("masked", {}).items()
+    ]
+    if out and rep.get("masked_config_keys"):
+        out.append(
+            "config.toml keys masked for every arm before its hash is compared: "
+            + ", ".join(rep["masked_config_keys"])
+        )
+    return out
+
+
 def _md_table(heads: list[str], rows: list[list[str]]) -> list[str]:
     if not rows:
         return ["None."]
@@ -465,6 +482,7 @@ def render_md(rep: dict[str, Any]) -> str:
             lines += [f"- **{a}**: {d}" for d in ds]
     else:
         lines.append("None for the arms in this report.")
+    lines += [f"- {t}" for t in masked_lines(rep)]
     if rep["stand_ins"]:
         lines.append(f"- Stand-in arms (not among the five arms): {', '.join(rep['stand_ins'])}.")
     if rep["excluded"]:
@@ -548,6 +566,7 @@ def render_html(rep: dict[str, Any]) -> str:
     parts.append("<h2>Disclosed deviations</h2><ul>")
     for a, ds in rep["disclosures"].items():
         parts += [f"<li><b>{e(a)}</b>: {e(d)}</li>" for d in ds]
+    parts += [f"<li>{e(t)}</li>" for t in masked_lines(rep)]
     if rep["stand_ins"]:
         parts.append(f"<li>Stand-in arms: {e(', '.join(rep['stand_ins']))}</li>")
     parts.append("</ul>")

@@ -16,11 +16,13 @@ import json
 import os
 import re
 import shlex
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from modes.budget import agent_timeout_multiplier
 from modes.profiles import DEFAULT_ARMS, mode_for
 from runner import secrets
 from runner.errors import UserError
@@ -43,6 +45,7 @@ def list_tasks(tasks_dir: Path) -> list[str]:
         return sorted(p.name for p in tasks_dir.iterdir() if (p / "task.toml").is_file())
     except OSError:
         return []
+
 
 HARBOR_BUILTIN_STANDINS = ("oracle", "nop")
 _REF = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}$")
@@ -203,6 +206,29 @@ def parse_arm(text: str) -> ArmSpec:
         f"unknown arm {name!r}: use one of {', '.join(DEFAULT_ARMS)}, a stand-in "
         f"({', '.join(HARBOR_BUILTIN_STANDINS)}) or name=module:Class"
     )
+
+
+def task_agent_timeout_sec(tasks_dir: Path, task: str) -> float | None:
+    """The task's own ``[agent] timeout_sec`` (task.toml); None when it sets none or is unreadable."""
+    try:
+        t = tomllib.loads((tasks_dir / task / "task.toml").read_text())
+    except (OSError, ValueError):
+        return None
+    v = (t.get("agent") or {}).get("timeout_sec")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+
+def agent_timeout_mult(cfg: RunConfig, task: str, arm: ArmSpec) -> float:
+    """harbor's ``--agent-timeout-multiplier`` for one (task, arm) job.
+
+    The five arms get the same multiplier per task, raised where needed so that harbor's agent
+    timeout holds ``GOAL_TIMEOUT_SEC`` of model time plus the preparation allowance and the
+    wind-down margin (modes.budget); stand-ins (oracle, nop, test agents) keep the knob as given.
+    """
+    if not arm.real or cfg.tasks_dir is None:
+        return cfg.agent_timeout_mult
+    task_sec = task_agent_timeout_sec(cfg.tasks_dir, task)
+    return agent_timeout_multiplier(cfg.goal_timeout_sec, task_sec, cfg.agent_timeout_mult)
 
 
 def check_agent_env(items: tuple[str, ...] | list[str]) -> tuple[str, ...]:

@@ -47,6 +47,7 @@ from runner.schedule.breaker import EXIT_PAUSED, SCOPE_INFRA, Attempt, Breaker, 
 from runner.schedule.config import (
     ArmSpec,
     RunConfig,
+    agent_timeout_mult,
     as_dict,
     list_tasks,
     project_pythonpath,
@@ -139,7 +140,7 @@ def harbor_argv(cfg: RunConfig, task: str, arm: ArmSpec, jdir: Path, mounts: str
         "-n", "1",
         "-y",
         "-e", cfg.env,
-        "--agent-timeout-multiplier", str(cfg.agent_timeout_mult),
+        "--agent-timeout-multiplier", str(agent_timeout_mult(cfg, task, arm)),
         "--verifier-timeout-multiplier", str(cfg.verifier_mult),
     ]  # fmt: skip
     if cfg.env == "docker":

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from modes.budget import harbor_timeout_needed_sec
 from modes.naming import compose_project
 from modes.trial_files import TrialFiles
 from runner.errors import NotAnOutputTree, UserError
@@ -22,7 +23,13 @@ from runner.ops.void import act_void, classify_job, plan_void
 from runner.results.records import OK, read_job
 from runner.results.tree import claim_path, driver_env_path, iter_job_dirs, iter_trial_dirs
 from runner.schedule import claims as claimsmod
-from runner.schedule.config import RunConfig, read_driver_env, resolve
+from runner.schedule.config import (
+    RunConfig,
+    agent_timeout_mult,
+    read_driver_env,
+    resolve,
+    task_agent_timeout_sec,
+)
 from runner.schedule.lock import lock_holder
 
 SLACK_SEC = 600  # build, setup and teardown on top of the agent and verifier budgets
@@ -71,15 +78,18 @@ class HealthReport:
 
 
 def _task_budget_sec(cfg: RunConfig, task: str) -> float:
-    """Longest a healthy trial of ``task`` can take: agent budget + verifier + slack."""
+    """Longest a healthy trial of ``task`` can take: harbor's agent timeout (as the runner set it,
+    the longest over the run's arms; else the budget and its allowance) + verifier + slack."""
     assert cfg.tasks_dir is not None
     try:
         t = tomllib.loads((cfg.tasks_dir / task / "task.toml").read_text())
     except (OSError, ValueError):
         t = {}
-    agent = (t.get("agent") or {}).get("timeout_sec")
+    agent = task_agent_timeout_sec(cfg.tasks_dir, task)
     agent_budget = (
-        min(cfg.goal_timeout_sec, agent * cfg.agent_timeout_mult) if agent else cfg.goal_timeout_sec
+        agent * max(agent_timeout_mult(cfg, task, a) for a in cfg.arm_specs())
+        if agent and cfg.arms
+        else harbor_timeout_needed_sec(cfg.goal_timeout_sec)
     )
     verifier = float((t.get("verifier") or {}).get("timeout_sec") or 600) * cfg.verifier_mult
     return agent_budget + verifier + SLACK_SEC

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from agents.staging import file_sha256
 from runner.results.rules import partial_score
 
 pytestmark = pytest.mark.docker
@@ -22,7 +23,7 @@ def _rollouts(trial) -> list:
 
 
 @pytest.mark.parametrize("key", ["plain-mini", "goal-mini"])
-def test_each_arm_solves_the_mini_tasks(arm_runs, key):
+def test_each_arm_solves_the_mini_tasks(arm_runs, staged_codex, key):
     outcomes, _ = arm_runs
     o = outcomes[key]
     trials = o.by_task()
@@ -34,6 +35,9 @@ def test_each_arm_solves_the_mini_tasks(arm_runs, key):
         rec = o.receipt(trial)
         assert rec["arm"] == ("plain" if key.startswith("plain") else "goal")
         assert rec["command_executions"] >= 1 and rec["errors"] == []
+        # what the fairness audit compares: the mounted binary, the config hashes, the image
+        assert rec["codex_sha256"] == file_sha256(staged_codex.binary)
+        assert rec["image_digest"].startswith("sha256:") and rec["config_toml"]["normalized_sha256"]
         assert res["agent_result"]["n_input_tokens"] > 0 and res["agent_result"]["n_output_tokens"] > 0
         assert (trial / "agent" / "trajectory.json").is_file() and _rollouts(trial)
         if key == "goal-mini":
@@ -176,7 +180,7 @@ def test_unsupported_call_tool_output_fails_loudly(arm_runs):
     assert _rollouts(trial)
 
 
-def test_copy_delivery_where_no_mount_is_possible_says_so(arm_runs):
+def test_copy_delivery_where_no_mount_is_possible_says_so(arm_runs, staged_codex):
     o = arm_runs[0]["copy-goal"]
     (trial,) = o.trials()
     res = o.result(trial)
@@ -185,3 +189,4 @@ def test_copy_delivery_where_no_mount_is_possible_says_so(arm_runs):
     rec = o.receipt(trial)
     assert rec["extra"]["codex_delivery"] == "copy"
     assert any("copied into the container" in w for w in rec["warnings"])
+    assert rec["codex_sha256"] == file_sha256(staged_codex.binary)  # the staged tree copied in

@@ -102,10 +102,35 @@ def build(out: Path) -> Path:
     return out
 
 
-def write_receipts(out: Path, **changes: dict) -> None:
+#: what every trial ran, as the arms record it (the fairness audit compares these across arms)
+CODEX_SHA256 = "5" * 64
+IMAGE_DIGEST = "sha256:" + "1" * 64
+
+
+def arm_config(workdir: str = "/app", **edit) -> str:
+    """The config.toml an arm writes (agents.codex_config), with ``edit`` ({"features.goals":
+    True}) set on top: a dotted key per table level."""
+    from agents.codex_config import ProviderSettings, build_config, render
+
+    cfg = build_config(
+        ProviderSettings("http://127.0.0.1:8000/v1", "OPENAI_API_KEY", "scripted/solve"), workdir
+    )
+    for dotted, value in edit.items():
+        *parents, last = dotted.split(".")
+        t = cfg
+        for k in parents:
+            t = t.setdefault(k, {})
+        t[last] = value
+    return render(cfg)
+
+
+def write_receipts(out: Path, configs: dict[str, str] | None = None, **changes: dict) -> None:
     """Give every done trial of ``out`` a receipt written by the arms' own writer (agents.receipt),
-    all with the same setup; ``changes={"heartbeat/t05": {"model": "x"}}`` alters one trial's."""
+    all with the same setup; ``changes={"heartbeat/t05": {"model": "x"}}`` alters one trial's, and
+    ``configs={"heartbeat/t05": text}`` gives one trial another config.toml (hashed as the arm does)."""
     from agents.receipt import Receipt
+    from modes.config_digest import config_digests
+    from modes.profiles import mode_for
 
     for task in TASKS:
         for arm in COST:
@@ -132,6 +157,10 @@ def write_receipts(out: Path, **changes: dict) -> None:
                 goal_timeout_sec=600.0,
             )
             r.extra["codex_version_in_container"] = "codex-cli 0.130.0"
+            r.extra["harbor_agent_timeout_sec"] = 960.0
+            r.codex_sha256, r.image_digest = CODEX_SHA256, IMAGE_DIGEST
+            r.config_toml = config_digests((configs or {}).get(f"{arm}/{task}") or arm_config())
+            r.masked = [m.as_dict() for m in mode_for(arm).masked]
             r.prep_sec, r.budget_sec, r.budget_used_sec = 3.5 if arm == "plain" else 33.0, 600.0, 420.0
             for k, v in changes.get(f"{arm}/{task}", {}).items():
                 if isinstance(v, dict):

@@ -205,6 +205,9 @@ def test_fairness_audit_is_clean_when_every_arm_ran_the_same_setup(handmade, tmp
         assert {"provider_base_url", "budget_sec", "goal_timeout_sec", "codex_in_container"} <= set(
             au["compared"][arm]
         )
+        assert {"codex_sha256", "config_toml_sha256", "image_digest", "agent_timeout_sec"} <= set(
+            au["compared"][arm]
+        )
     assert "No undeclared difference between arms in: codex version" in render(rep, "md")
 
 

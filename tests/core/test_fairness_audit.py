@@ -1,0 +1,94 @@
+"""The fairness audit on what the arms record: the codex binary's sha256, the config.toml hash with the
+declared differences masked, the image digest. A copy of the hand-made tree (real harbor trial files,
+receipts written by agents.receipt, configs written by agents.codex_config and hashed by
+modes.config_digest, as the arms do) is altered one trial at a time."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from handmade_tree import arm_config, write_receipts
+
+from modes.config_digest import config_digests
+from modes.profiles import ARMS, GOAL_FLAG, masked_config_keys
+from runner.results.model import RunModel
+from runner.results.report import build_report, render
+
+CONFIG_LABEL = "config.toml sha256 (declared differences masked)"
+
+
+@pytest.fixture
+def tree(handmade, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(handmade, out, symlinks=True)
+    return out
+
+
+def _audit(out):
+    return build_report(RunModel.load(out))["audit"]
+
+
+def test_every_arm_declares_its_masked_differences_as_data():
+    for arm, mode in ARMS.items():
+        assert mode.masked, arm
+        assert mode.as_dict()["masked"] == [m.as_dict() for m in mode.masked]
+    assert GOAL_FLAG in masked_config_keys()
+    # LoopX arms declare the profile; the codex arms do not
+    assert {a for a, m in ARMS.items() if any(d.what == "the LoopX profile" for d in m.masked)} == {
+        a for a, m in ARMS.items() if m.loopx
+    }
+
+
+def test_the_normalised_hash_ignores_exactly_the_masked_keys():
+    base = config_digests(arm_config())
+    masked = config_digests(arm_config(**{GOAL_FLAG: True}))
+    other = config_digests(arm_config(**{"model_providers.marathon.request_max_retries": 9}))
+    assert masked["sha256"] != base["sha256"] and masked["normalized_sha256"] == base["normalized_sha256"]
+    assert masked["masked_values"] == {GOAL_FLAG: True} and base["masked_values"] == {}
+    assert other["normalized_sha256"] != base["normalized_sha256"]
+
+
+def test_a_trial_whose_config_hash_differs_is_a_red_line(tree):
+    write_receipts(tree, **{"heartbeat/t05": {"config_toml": {"normalized_sha256": "0" * 64}}})
+    au = _audit(tree)
+    (d,) = au["differences"]
+    assert (d["fact"], d["task"]) == ("config_toml_sha256", "t05")
+    assert au["lines"] == [f"arms differ in: {CONFIG_LABEL} (plain, goal \u2260 heartbeat; task t05)"]
+    assert au["arms_differing"] == ["heartbeat"]
+    assert f"- **ALARM** arms differ in: {CONFIG_LABEL}" in render(build_report(RunModel.load(tree)), "md")
+
+
+def test_a_config_that_differs_in_an_undeclared_key_is_a_red_line(tree):
+    changed = arm_config(**{"model_providers.marathon.stream_max_retries": 0})
+    write_receipts(tree, configs={"goal/t02": changed})
+    assert _audit(tree)["lines"] == [
+        f"arms differ in: {CONFIG_LABEL} (plain, heartbeat \u2260 goal; task t02)"
+    ]
+
+
+def test_a_config_that_differs_only_in_a_masked_key_is_clean(tree):
+    write_receipts(tree, configs={"goal/t02": arm_config(**{GOAL_FLAG: True})})
+    au = _audit(tree)
+    assert au["lines"] == [] and au["differences"] == []
+    assert "config_toml_sha256" in au["compared"]["goal"]
+    rep = build_report(RunModel.load(tree))
+    text = render(rep, "md")
+    # the masked differences are disclosed, with the keys the hash leaves out
+    assert f"config.toml keys masked for every arm before its hash is compared: {GOAL_FLAG}" in text
+    assert "- goal (by design, not compared): the native goal:" in text
+    assert rep["masked"]["heartbeat"] == [m.as_dict() for m in ARMS["heartbeat"].masked]
+    assert "heartbeat (by design, not compared): no native goal" in render(rep, "html")
+
+
+@pytest.mark.parametrize(
+    ("change", "label"),
+    [
+        ({"codex_sha256": "6" * 64}, "codex sha256"),
+        ({"image_digest": "sha256:" + "2" * 64}, "image digest"),
+        ({"extra": {"harbor_agent_timeout_sec": 480.0}}, "harbor agent timeout"),
+    ],
+)
+def test_another_binary_image_or_harbor_timeout_is_a_red_line(tree, change, label):
+    write_receipts(tree, **{"plain/t09": change})
+    assert _audit(tree)["lines"] == [f"arms differ in: {label} (goal, heartbeat \u2260 plain; task t09)"]
