@@ -115,6 +115,7 @@ def cell_dict(c: Cell) -> dict[str, Any]:
         "error_events": c.error_events,
         "goal_status": c.goal_status,
         "scored_by": c.scored_by,
+        "host": c.scored_on,
         "newer": c.newer,
         "unreadable": c.unreadable,
         "note": c.note,

@@ -1,0 +1,132 @@
+"""One run over two Docker hosts on a Ray cluster (tests/fleet/two_hosts.py).
+
+Host 1 is this machine's engine, host 2 a private dockerd in a network namespace the test creates,
+joined by a Ray head here and a Ray worker there, two ``docker_slots`` each. ``marathon run
+--cluster`` submits one Ray job per pair; every pair must be done exactly once, on a host its
+``host.json`` names, both hosts must have worked, the scored cells must equal what the same arms
+score on one host (the recorded expected rewards of the mini-benchmark), and ``marathon cleanup``
+must leave nothing of the run on either engine while a foreign look-alike on each survives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from runner_support import DEMO_TASKS, REPO, done_jobs
+from two_hosts import WORKER_IP, two_hosts
+
+from runner.events import read_events
+from runner.fleet.hostinfo import read_host
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+TASKS = ("calc-partial", "words-passrate")
+ARMS = ("oracle", "nop")
+IMAGES = ("marathon-base:bookworm", "marathon-demo-base:1")
+#: what harbor's stand-ins score on the mini-benchmark on one host (README: oracle solves each,
+#: nop fails each with a defined partial)
+EXPECTED = {
+    ("calc-partial", "oracle"): (1.0, 1.0),
+    ("words-passrate", "oracle"): (1.0, None),
+    ("calc-partial", "nop"): (0.0, 0.2),
+    ("words-passrate", "nop"): (0.0, None),
+}
+FOREIGN = "marathon.test.foreign"
+
+
+def cli(*args: str, env: dict[str, str], timeout: float = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner.cli", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def lookalike(docker, tag: str) -> tuple[str, str]:
+    """A container and a network labelled like a trial's compose project, of no trial of the tree."""
+    near = f"calc-partial__{tag}__env"
+    net = docker("network", "create", "--label", f"com.docker.compose.project={near}",
+                 "--label", f"{FOREIGN}=1", f"{near}_default").stdout.strip()  # fmt: skip
+    ctr = docker("run", "-d", "--network", net, "--label", f"com.docker.compose.project={near}",
+                 "--label", f"{FOREIGN}=1", "marathon-base:bookworm", "sleep", "infinity").stdout.strip()  # fmt: skip
+    return ctr, net
+
+
+def shared_docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+    return subprocess.run(
+        ["docker", *args], env=env, capture_output=True, text=True, check=check, timeout=120
+    )
+
+
+def compose_objects(docker, projects: set[str]) -> list[str]:
+    got = []
+    for kind in ("ps", "network ls"):
+        lines = docker(*kind.split(), "-a" if kind == "ps" else "-q", "--filter", "label=com.docker.compose.project",
+                       "--format", '{{.ID}} {{.Label "com.docker.compose.project"}}').stdout.split("\n")  # fmt: skip
+        got += [ln for ln in lines if ln.strip() and ln.split()[-1] in projects]
+    return got
+
+
+@pytest.mark.timeout(3600)
+def test_two_hosts_run_every_pair_once_and_clean_up(docker_engine, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("a private dockerd needs root")
+    from runner.docker_pool import our_projects
+    from runner.tree import voided_root
+
+    out = tmp_path / "out"
+    tag = f"fleet{os.getpid()}"
+    with two_hosts(REPO, IMAGES, {"RAY_JOB_STOP_WAIT_TIME_S": "120"}) as th:
+        foreign1 = lookalike(shared_docker, tag)
+        foreign2 = lookalike(th.engine2.docker, tag)
+        try:
+            env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"} | {"PYTHONPATH": str(REPO)}
+            r = cli("run", str(out), "--tasks-dir", str(DEMO_TASKS), "--tasks", ",".join(TASKS),
+                    "--arms", ",".join(ARMS), "--concurrency", "4", "--cluster", th.cluster, "--plain",
+                    "--agent-timeout-mult", "10", "--verifier-mult", "10", env=env)  # fmt: skip
+            assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+            assert f"MARATHON_CLUSTER={th.cluster}" in (out / ".driver_env").read_text()
+
+            # every pair done exactly once, each on the host its job recorded
+            pairs = {(t, a) for t in TASKS for a in ARMS}
+            done = done_jobs(out)
+            assert set(done) == pairs
+            assert {p: len(j) for p, j in done.items() if len(j) != 1} == {}
+            hosts = {p: read_host(j[0].parent) for p, j in done.items()}
+            assert all(h is not None for h in hosts.values()), hosts
+            nodes = {n["node_id"]: n["node_ip"] for n in th.nodes()}
+            assert {h.node_id for h in hosts.values()} == set(nodes), f"both hosts must have worked: {hosts}"
+            for h in hosts.values():  # each job drove its own host's engine
+                assert h.node_ip == nodes[h.node_id]
+                assert h.docker_host == (
+                    th.engine2.host if h.node_ip == WORKER_IP else "unix:///var/run/docker.sock"
+                )
+            starts = [e for e in read_events(out) if e["event"] == "job_start"]
+            assert len({e["submission_id"] for e in starts}) == len(starts)
+
+            # the report scores as one host does
+            rep = json.loads(cli("report", str(out), "--format", "json", env=env).stdout)
+            for (t, a), (reward, partial) in EXPECTED.items():
+                cell = rep["cells"][t][a]
+                assert cell["status"] == "done" and cell["reward"] == reward, (t, a, cell)
+                if partial is not None:
+                    assert cell["partial"] == partial, (t, a, cell)
+                assert cell["host"] == hosts[(t, a)].short()
+            status = cli("status", str(out), env=env).stdout
+            assert "host vm" in status or "host " in status, status
+
+            # cleanup on each engine leaves nothing of the run; the foreign look-alikes survive
+            for e in (env, env | {"DOCKER_HOST": th.engine2.host}):
+                c = cli("cleanup", str(out), "--yes", env=e)
+                assert c.returncode in (0, 1), c.stdout + c.stderr
+            projects = our_projects(out) | our_projects(voided_root(out))
+            assert compose_objects(shared_docker, projects) == []
+            assert compose_objects(th.engine2.docker, projects) == []
+            for docker, (ctr, net) in ((shared_docker, foreign1), (th.engine2.docker, foreign2)):
+                assert docker("inspect", "-f", "{{.State.Running}}", ctr).stdout.strip() == "true"
+                assert docker("network", "inspect", net, check=False).returncode == 0
+        finally:
+            shared_docker("rm", "-f", foreign1[0], check=False)
+            shared_docker("network", "rm", foreign1[1], check=False)
