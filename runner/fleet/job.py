@@ -47,7 +47,10 @@ def ray_node() -> tuple[str, str]:
 
 
 def say(msg: str) -> None:
-    print(msg, flush=True)
+    """One line of the job's log (Ray keeps it: ``ray job logs ID``), with a UTC time to the ms."""
+    from datetime import UTC, datetime
+
+    print(f"{datetime.now(UTC).isoformat(timespec='milliseconds')} {msg}", flush=True)
 
 
 def run(out: Path, task: str, arm: str, stamp: str) -> int:

@@ -14,6 +14,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from runner_support import DEMO_TASKS, REPO, done_jobs
@@ -69,64 +71,126 @@ def compose_objects(docker, projects: set[str]) -> list[str]:
     return got
 
 
-@pytest.mark.timeout(3600)
-def test_two_hosts_run_every_pair_once_and_clean_up(docker_engine, tmp_path):
+@pytest.fixture(scope="module")
+def cluster(docker_engine):
+    """One two-host cluster for this module; the node-loss test, which kills host 2, runs last."""
     if os.geteuid() != 0:
         pytest.skip("a private dockerd needs root")
+    with two_hosts(REPO, IMAGES, {"RAY_JOB_STOP_WAIT_TIME_S": "120"}) as th:
+        yield th
+
+
+def run_argv(out: Path, th) -> list[str]:
+    return [sys.executable, "-m", "runner.cli", "run", str(out), "--tasks-dir", str(DEMO_TASKS),
+            "--tasks", ",".join(TASKS), "--arms", ",".join(ARMS), "--concurrency", "4", "--cluster", th.cluster,
+            "--plain", "--agent-timeout-mult", "10", "--verifier-mult", "10"]  # fmt: skip
+
+
+def runner_env() -> dict[str, str]:
+    """The runner host's environment: host 1's engine (no DOCKER_HOST), the repo importable."""
+    return {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"} | {"PYTHONPATH": str(REPO)}
+
+
+@pytest.mark.timeout(3600)
+def test_two_hosts_run_every_pair_once_and_clean_up(cluster, tmp_path):
     from runner.docker_pool import our_projects
     from runner.tree import voided_root
 
     out = tmp_path / "out"
     tag = f"fleet{os.getpid()}"
-    with two_hosts(REPO, IMAGES, {"RAY_JOB_STOP_WAIT_TIME_S": "120"}) as th:
-        foreign1 = lookalike(shared_docker, tag)
-        foreign2 = lookalike(th.engine2.docker, tag)
-        try:
-            env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"} | {"PYTHONPATH": str(REPO)}
-            r = cli("run", str(out), "--tasks-dir", str(DEMO_TASKS), "--tasks", ",".join(TASKS),
-                    "--arms", ",".join(ARMS), "--concurrency", "4", "--cluster", th.cluster, "--plain",
-                    "--agent-timeout-mult", "10", "--verifier-mult", "10", env=env)  # fmt: skip
-            assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-            assert f"MARATHON_CLUSTER={th.cluster}" in (out / ".driver_env").read_text()
+    th = cluster
+    foreign1 = lookalike(shared_docker, tag)
+    foreign2 = lookalike(th.engine2.docker, tag)
+    try:
+        env = runner_env()
+        r = subprocess.run(run_argv(out, th), cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        assert f"MARATHON_CLUSTER={th.cluster}" in (out / ".driver_env").read_text()
 
-            # every pair done exactly once, each on the host its job recorded
-            pairs = {(t, a) for t in TASKS for a in ARMS}
-            done = done_jobs(out)
-            assert set(done) == pairs
-            assert {p: len(j) for p, j in done.items() if len(j) != 1} == {}
-            hosts = {p: read_host(j[0].parent) for p, j in done.items()}
-            assert all(h is not None for h in hosts.values()), hosts
-            nodes = {n["node_id"]: n["node_ip"] for n in th.nodes()}
-            assert {h.node_id for h in hosts.values()} == set(nodes), f"both hosts must have worked: {hosts}"
-            for h in hosts.values():  # each job drove its own host's engine
-                assert h.node_ip == nodes[h.node_id]
-                assert h.docker_host == (
-                    th.engine2.host if h.node_ip == WORKER_IP else "unix:///var/run/docker.sock"
-                )
-            starts = [e for e in read_events(out) if e["event"] == "job_start"]
-            assert len({e["submission_id"] for e in starts}) == len(starts)
+        # every pair done exactly once, each on the host its job recorded
+        pairs = {(t, a) for t in TASKS for a in ARMS}
+        done = done_jobs(out)
+        assert set(done) == pairs
+        assert {p: len(j) for p, j in done.items() if len(j) != 1} == {}
+        hosts = {p: read_host(j[0].parent) for p, j in done.items()}
+        assert all(h is not None for h in hosts.values()), hosts
+        nodes = {n["node_id"]: n["node_ip"] for n in th.nodes()}
+        assert {h.node_id for h in hosts.values()} == set(nodes), f"both hosts must have worked: {hosts}"
+        for h in hosts.values():  # each job drove its own host's engine
+            assert h.node_ip == nodes[h.node_id]
+            assert h.docker_host == (
+                th.engine2.host if h.node_ip == WORKER_IP else "unix:///var/run/docker.sock"
+            )
+        starts = [e for e in read_events(out) if e["event"] == "job_start"]
+        assert len({e["submission_id"] for e in starts}) == len(starts)
 
-            # the report scores as one host does
-            rep = json.loads(cli("report", str(out), "--format", "json", env=env).stdout)
-            for (t, a), (reward, partial) in EXPECTED.items():
-                cell = rep["cells"][t][a]
-                assert cell["status"] == "done" and cell["reward"] == reward, (t, a, cell)
-                if partial is not None:
-                    assert cell["partial"] == partial, (t, a, cell)
-                assert cell["host"] == hosts[(t, a)].short()
-            status = cli("status", str(out), env=env).stdout
-            assert "host vm" in status or "host " in status, status
+        # the report scores as one host does
+        rep = json.loads(cli("report", str(out), "--format", "json", env=env).stdout)
+        for (t, a), (reward, partial) in EXPECTED.items():
+            cell = rep["cells"][t][a]
+            assert cell["status"] == "done" and cell["reward"] == reward, (t, a, cell)
+            if partial is not None:
+                assert cell["partial"] == partial, (t, a, cell)
+            assert cell["host"] == hosts[(t, a)].short()
+        status = cli("status", str(out), env=env).stdout
+        assert "host vm" in status or "host " in status, status
 
-            # cleanup on each engine leaves nothing of the run; the foreign look-alikes survive
-            for e in (env, env | {"DOCKER_HOST": th.engine2.host}):
-                c = cli("cleanup", str(out), "--yes", env=e)
-                assert c.returncode in (0, 1), c.stdout + c.stderr
-            projects = our_projects(out) | our_projects(voided_root(out))
-            assert compose_objects(shared_docker, projects) == []
-            assert compose_objects(th.engine2.docker, projects) == []
-            for docker, (ctr, net) in ((shared_docker, foreign1), (th.engine2.docker, foreign2)):
-                assert docker("inspect", "-f", "{{.State.Running}}", ctr).stdout.strip() == "true"
-                assert docker("network", "inspect", net, check=False).returncode == 0
-        finally:
-            shared_docker("rm", "-f", foreign1[0], check=False)
-            shared_docker("network", "rm", foreign1[1], check=False)
+        # cleanup on each engine leaves nothing of the run; the foreign look-alikes survive
+        for e in (env, env | {"DOCKER_HOST": th.engine2.host}):
+            c = cli("cleanup", str(out), "--yes", env=e)
+            assert c.returncode in (0, 1), c.stdout + c.stderr
+        projects = our_projects(out) | our_projects(voided_root(out))
+        assert compose_objects(shared_docker, projects) == []
+        assert compose_objects(th.engine2.docker, projects) == []
+        for docker, (ctr, net) in ((shared_docker, foreign1), (th.engine2.docker, foreign2)):
+            assert docker("inspect", "-f", "{{.State.Running}}", ctr).stdout.strip() == "true"
+            assert docker("network", "inspect", net, check=False).returncode == 0
+    finally:
+        shared_docker("rm", "-f", foreign1[0], check=False)
+        shared_docker("network", "rm", foreign1[1], check=False)
+
+
+@pytest.mark.timeout(3600)
+def test_node_loss_voids_and_reruns_on_the_first_host(cluster, tmp_path):
+    """``kill -9`` of host 2's raylet while a trial runs there: that attempt is voided with "node ...
+    lost at ..." as its reason, and its pair is done once, on host 1."""
+    from runner.tree import VOID_README, iter_job_dirs, voided_root
+
+    th, out = cluster, tmp_path / "out"
+    with open(tmp_path / "runner.log", "wb") as log:
+        runner = subprocess.Popen(run_argv(out, th), cwd=REPO, env=runner_env(), stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 1200
+        victim = None
+        while victim is None and time.monotonic() < deadline and runner.poll() is None:
+            for p in out.glob("*/*/*/host.json"):
+                h = read_host(p.parent)
+                if (
+                    h is not None
+                    and h.node_ip == WORKER_IP
+                    and any(p.parent.glob(f"{p.parent.parent.name}/*__*"))
+                ):
+                    victim = p.parent  # a trial dir exists: harbor is in the trial on host 2
+                    break
+            time.sleep(1)
+        assert victim is not None, "no trial started on host 2"
+        raylet = th.worker.raylet()
+        raylet.kill()  # SIGKILL, by the psutil handle of the raylet our `ray start` owns
+        assert runner.wait(1800) == 0, (tmp_path / "runner.log").read_text()[-3000:]
+    finally:
+        if runner.poll() is None:
+            runner.terminate()
+            runner.wait(300)
+    done = done_jobs(out)
+    assert set(done) == {(t, a) for t in TASKS for a in ARMS}
+    assert {p: len(j) for p, j in done.items() if len(j) != 1} == {}
+    voided = [job.parent for *_, job in iter_job_dirs(voided_root(out))]
+    lost = [v for v in voided if "lost at" in (v / VOID_README).read_text()]
+    assert lost, f"no attempt voided as a lost node: {voided}"
+    for v in lost:
+        h = read_host(v)
+        assert h is not None and h.node_ip == WORKER_IP, v
+        task, arm = v.parent.parent.name, v.parent.name
+        again = read_host(done[(task, arm)][0].parent)
+        assert again is not None and again.node_ip != WORKER_IP, f"{task}/{arm} rerun on host 2?"

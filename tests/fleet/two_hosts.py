@@ -33,9 +33,9 @@ HEAD_IP, WORKER_IP = "10.213.0.1", "10.213.0.2"
 SLOTS = 2
 
 
-def ray_bin() -> str:
-    cand = Path(sys.executable).with_name("ray")
-    return str(cand) if cand.exists() else "ray"
+def ray_cmd() -> list[str]:
+    """Ray's own CLI, with a longer registration budget (tests/fleet/ray_node.py says why)."""
+    return [sys.executable, str(Path(__file__).with_name("ray_node.py"))]
 
 
 @dataclass
@@ -150,36 +150,22 @@ def _wait_nodes(dashboard: str, n: int, nodes: list[RayNode], timeout: float = 2
     raise RuntimeError(f"the Ray cluster did not come up: {last}")
 
 
-#: ``ray start`` gives its raylet a fixed 30 s to register with the GCS (ray/_private/node.py,
-#: not configurable); on this 2-core machine under other suites' load it sometimes takes longer, and
-#: the node then exits by itself with this message. Only that exit is started again (a fresh node).
-RAYLET_SLOW = "timed out during startup"
-STARTS = 4
-
-
-def _start_until_up(stack: ExitStack, argv: list[str], log: Path, env: dict[str, str], dashboard: str,
-                    n: int, others: list[RayNode]) -> RayNode:  # fmt: skip
-    for attempt in range(1, STARTS + 1):
-        node = _start_node(argv, log, env)
-        stack.callback(node.stop)
-        try:
-            _wait_nodes(dashboard, n, [*others, node])
-            return node
-        except RuntimeError as exc:
-            if RAYLET_SLOW not in str(exc) or attempt == STARTS:
-                raise
-            node.stop()
-            print(
-                f"ray start: the raylet did not register within Ray's 30 s (attempt {attempt}); a fresh node"
-            )
-    raise AssertionError("unreachable")
+def _start_up(stack: ExitStack, argv: list[str], log: Path, env: dict[str, str], dashboard: str,
+              n: int, others: list[RayNode]) -> RayNode:  # fmt: skip
+    node = _start_node(argv, log, env)
+    stack.callback(node.stop)
+    _wait_nodes(dashboard, n, [*others, node], timeout=900)
+    return node
 
 
 def ray_env(repo: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """A Ray node's environment: the repo importable, no usage stats, this host's own variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != "DOCKER_HOST"}
     env |= {"RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(repo), "HARBOR_TELEMETRY": "0",
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # fmt: skip
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+            # the raylet waits this long for its Python agents' port files, then aborts (a
+            # "Check failed" crash); under load the agents' imports took longer than the default
+            "RAY_agent_register_timeout_ms": "600000"}  # fmt: skip
     return env | (extra or {})
 
 
@@ -200,20 +186,20 @@ def two_hosts(
         common = ["--num-cpus", "1", "--num-gpus", "0", "--resources", json.dumps({"docker_slots": SLOTS}),
                   "--disable-usage-stats", "--block",
                   "--min-worker-port", str(base + 30), "--max-worker-port", str(base + 79)]  # fmt: skip
-        head_argv = [ray_bin(), "start", "--head", "--node-ip-address", HEAD_IP, "--temp-dir", str(tmp / "h"),
+        head_argv = [*ray_cmd(), "start", "--head", "--node-ip-address", HEAD_IP, "--temp-dir", str(tmp / "h"),
                      "--dashboard-host", HEAD_IP, "--include-dashboard", "true", *common]  # fmt: skip
         for name, port in ports.items():
             head_argv += [f"--{name}", str(port)]
         env = ray_env(repo, host_env)
         dashboard = f"http://{HEAD_IP}:{ports['dashboard-port']}"
         gcs = f"{HEAD_IP}:{ports['port']}"
-        head = _start_until_up(stack, head_argv, tmp / "head.log", env, dashboard, 1, [])
-        worker_argv = ["nsenter", "-t", str(pd.pid), "-n", "--", ray_bin(), "start", "--address", gcs,
+        head = _start_up(stack, head_argv, tmp / "head.log", env, dashboard, 1, [])
+        worker_argv = ["nsenter", "-t", str(pd.pid), "-n", "--", *ray_cmd(), "start", "--address", gcs,
                        "--node-ip-address", WORKER_IP, *common]  # fmt: skip
         for name in ("node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
                      "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port"):  # fmt: skip
             worker_argv += [f"--{name}", str(ports[name])]
-        worker = _start_until_up(stack, worker_argv, tmp / "worker.log", env | {"DOCKER_HOST": pd.host},
+        worker = _start_up(stack, worker_argv, tmp / "worker.log", env | {"DOCKER_HOST": pd.host},
                                  dashboard, 2, [head])  # fmt: skip
         if images:  # after the nodes: a load is heavy, and ray start allows its raylet only 30 s
             pd.load_images(*images)
