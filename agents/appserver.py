@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner import safeio
+from modes import safeio
 
 
 class AppServerError(RuntimeError):

@@ -70,8 +70,8 @@ from agents.loopx_staging import (
 )
 from agents.session import ArmFailure, CodexSession
 from agents.transport import Transport
+from modes import safeio
 from modes.profiles import ARMS
-from runner import safeio
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from bench_model import build, make_source, source_trials  # noqa: E402
 
-from runner.model import RunModel  # noqa: E402
+from runner.results.model import RunModel  # noqa: E402
 
 SIZE = (160, 48)
 

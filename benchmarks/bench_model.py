@@ -32,8 +32,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from runner import tree  # noqa: E402
-from runner.model import RunModel  # noqa: E402
+from runner.results import tree  # noqa: E402
+from runner.results.model import RunModel  # noqa: E402
 
 
 def make_source(dst: Path) -> Path:

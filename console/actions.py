@@ -2,7 +2,7 @@
 
 Planning freezes exactly what will be touched (PIDs with create times and argv; containers and
 networks by id and exact compose label) so the confirmation dialog can show it; acting re-checks
-each object just before touching it (that is done inside ``runner.procs``/``runner.cleanup``).
+each object just before touching it (that is done inside ``runner.ops.procs``/``runner.ops.cleanup``).
 No textual import: the same functions are testable without a screen.
 """
 
@@ -50,14 +50,14 @@ def plan_action(kind: str, out: Path, *, trial_path: str | None = None, reason: 
     """Freeze what ``kind`` would do to ``out`` right now."""
     out = Path(out)
     if kind == STOP:
-        from runner.procs import Registry, plan_stop
+        from runner.ops.procs import Registry, plan_stop
 
         entry = Registry(out).runner_entry()
         if entry is None:
             return Planned(
                 kind, str(out), "No runner of this tree is alive (by its registry).", possible=False
             )
-        from runner.procs import RUNNER_WIND_DOWN_SEC
+        from runner.ops.procs import RUNNER_WIND_DOWN_SEC
 
         plan = _runner_only(plan_stop(out), entry.pid)
         text = (
@@ -68,8 +68,8 @@ def plan_action(kind: str, out: Path, *, trial_path: str | None = None, reason: 
         )
         return Planned(kind, str(out), text, {"stop": plan}, possible=bool(plan.targets))
     if kind == KILL:
-        from runner.kill import plan_kill
-        from runner.procs import DEFAULT_GRACE_SEC
+        from runner.ops.kill import plan_kill
+        from runner.ops.procs import DEFAULT_GRACE_SEC
 
         plan = plan_kill(out)
         text = (
@@ -78,12 +78,12 @@ def plan_action(kind: str, out: Path, *, trial_path: str | None = None, reason: 
         )
         return Planned(kind, str(out), text, {"kill": plan}, possible=not plan.empty)
     if kind == CLEANUP:
-        from runner.cleanup import plan_cleanup
+        from runner.ops.cleanup import plan_cleanup
 
         clean = plan_cleanup(out)
         return Planned(kind, str(out), clean.render(), {"cleanup": clean}, possible=not clean.empty)
     if kind == VOID:
-        from runner.void import plan_void
+        from runner.ops.void import plan_void
 
         if not trial_path:
             return Planned(kind, str(out), "Select a trial in the drill-down first.", possible=False)
@@ -108,25 +108,25 @@ def act(planned: Planned) -> tuple[bool, str]:
     """Carry out a frozen plan; returns (ok, report text)."""
     kind, out = planned.kind, Path(planned.out)
     if kind == STOP:
-        from runner.procs import RUNNER_WIND_DOWN_SEC, act_stop
+        from runner.ops.procs import RUNNER_WIND_DOWN_SEC, act_stop
 
         # the runner alone: its process group may hold helpers it is still using to wind down
         report = act_stop(planned.parts["stop"], grace_sec=RUNNER_WIND_DOWN_SEC, by_group=False)
         return not report.still_alive, report.render()
     if kind == KILL:
-        from runner.kill import act_kill
-        from runner.procs import DEFAULT_GRACE_SEC
+        from runner.ops.kill import act_kill
+        from runner.ops.procs import DEFAULT_GRACE_SEC
 
         report = act_kill(planned.parts["kill"], grace_sec=DEFAULT_GRACE_SEC)
         return report.ok, report.render()
     if kind == CLEANUP:
-        from runner.cleanup import act_cleanup
+        from runner.ops.cleanup import act_cleanup
 
         rep = act_cleanup(planned.parts["cleanup"])
         return rep.ok, rep.render()
     if kind == VOID:
-        from runner.events import last_run_id
-        from runner.void import act_void
+        from runner.ops.void import act_void
+        from runner.results.events import last_run_id
 
         dest = act_void(planned.parts["void"], run_id=last_run_id(out))
         return (

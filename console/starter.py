@@ -1,7 +1,7 @@
 """Starting a runner from the console without making it the console's child.
 
 The console runs ``marathon run OUT --resume --detach`` as a short-lived launcher in its own
-session; the launcher starts the runner in yet another session (``runner.driver.start_detached``)
+session; the launcher starts the runner in yet another session (``runner.schedule.driver.start_detached``)
 and exits once the runner holds the lock. The runner is then an orphan adopted by init, so it
 keeps running when the console quits, is killed, or loses its ssh session.
 """
@@ -18,13 +18,13 @@ LAUNCH_TIMEOUT_SEC = 120.0
 
 def plan_start(out: Path, *, retry: str | None = None) -> tuple[list[str] | None, str]:
     """The launcher argv, or None and why starting is not possible now: a live runner, no
-    configuration, or the preflight's problems (``runner.preflight``, one line each, the same
+    configuration, or the preflight's problems (``runner.schedule.preflight``, one line each, the same
     lines ``marathon run --resume`` and ``health --fix`` print). The console's environment is the
     one the runner will inherit, so that is the environment checked."""
-    from runner.config import read_driver_env, resolve
     from runner.errors import UserError
-    from runner.preflight import RETRY_CONSOLE, PreflightFailed, render, require
-    from runner.procs import Registry
+    from runner.ops.procs import Registry
+    from runner.schedule.config import read_driver_env, resolve
+    from runner.schedule.preflight import RETRY_CONSOLE, PreflightFailed, render, require
 
     out = Path(out).resolve()
     entry = Registry(out).runner_entry()
@@ -50,8 +50,8 @@ def plan_start(out: Path, *, retry: str | None = None) -> tuple[list[str] | None
 
 def start_detached(argv: list[str], out: Path) -> int:
     """Run the launcher (own session), wait for it, return the runner's PID it reports."""
-    from runner.driver import PROJECT_ROOT
     from runner.errors import UserError
+    from runner.schedule.driver import PROJECT_ROOT
 
     proc = subprocess.run(
         argv,

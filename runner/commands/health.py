@@ -27,7 +27,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from runner.commands.run import default_out
-    from runner.health import check, fix
+    from runner.schedule.health import check, fix
 
     out = Path(args.out or default_out())
     rep = fix(out) if args.fix else check(out)[0]

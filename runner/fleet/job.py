@@ -17,11 +17,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runner.config import resolve
-from runner.driver import HARBOR_LOG, arm_mounts, harbor_argv, job_env
 from runner.fleet.hostinfo import this_host, write_host
+from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir
+from runner.schedule.config import resolve
+from runner.schedule.driver import HARBOR_LOG, arm_mounts, harbor_argv, job_env
 from runner.secrets import screen_all
-from runner.tree import iter_trial_dirs, job_dir, jobs_dir
 
 
 def ray_node() -> tuple[str, str]:
@@ -54,7 +54,7 @@ def say(msg: str) -> None:
 
 
 def run(out: Path, task: str, arm: str, stamp: str) -> int:
-    from runner.docker_pool import wait_for_gate
+    from runner.ops.docker_pool import wait_for_gate
 
     cfg = resolve(out, {}, resume=True)
     spec = {s.name: s for s in cfg.arm_specs()}[arm]
@@ -91,7 +91,7 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
 def cleanup_here(out: Path, trials: set[str]) -> None:
     """What the trial left on this host's engine (harbor's own compose down fails when the engine
     was away at that moment), by exact compose-project label."""
-    from runner.cleanup import act_cleanup, plan_cleanup
+    from runner.ops.cleanup import act_cleanup, plan_cleanup
 
     if not trials:
         return

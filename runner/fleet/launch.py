@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runner import claims as claimsmod
 from runner.fleet.cluster import Fleet, RayJobState
-from runner.fleet.hostinfo import read_host
-from runner.tree import job_dir, jobs_dir
-from runner.void import Verdict, read_json
+from runner.ops.void import Verdict, read_json
+from runner.results.hosts import read_host
+from runner.results.tree import job_dir, jobs_dir
+from runner.schedule import claims as claimsmod
 
 ENDED_BY_NODE = "node"
 
@@ -54,7 +54,7 @@ def ray_job_class(base: type) -> type:
 
 def start(driver, task: str, arm, claim: claimsmod.Claim):
     """Submit one attempt of (task, arm) under ``claim``; returns the driver's job record."""
-    from runner.driver import new_stamp
+    from runner.schedule.driver import new_stamp
 
     stamp = new_stamp(driver.out / task / arm.name)
     jobs_dir(driver.out, task, arm.name, stamp).mkdir(parents=True)

@@ -7,10 +7,11 @@ import os
 
 import pytest
 
-from runner.config import resolve, write_driver_env
 from runner.errors import UserError
 from runner.fleet.cluster import attempt_id, entrypoint, job_api_address
-from runner.fleet.hostinfo import HOST_JSON, HostRecord, read_host, write_host
+from runner.fleet.hostinfo import write_host
+from runner.results.hosts import HOST_JSON, HostRecord, read_host
+from runner.schedule.config import resolve, write_driver_env
 
 
 def test_cluster_addresses_name_the_job_api():

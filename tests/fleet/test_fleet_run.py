@@ -21,8 +21,8 @@ import pytest
 from runner_support import DEMO_TASKS, REPO, done_jobs
 from two_hosts import WORKER_IP, two_hosts
 
-from runner.events import read_events
-from runner.fleet.hostinfo import read_host
+from runner.results.events import read_events
+from runner.results.hosts import read_host
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -93,8 +93,8 @@ def runner_env() -> dict[str, str]:
 
 @pytest.mark.timeout(3600)
 def test_two_hosts_run_every_pair_once_and_clean_up(cluster, tmp_path):
-    from runner.docker_pool import our_projects
-    from runner.tree import voided_root
+    from runner.ops.docker_pool import our_projects
+    from runner.results.tree import voided_root
 
     out = tmp_path / "out"
     tag = f"fleet{os.getpid()}"
@@ -154,7 +154,7 @@ def test_two_hosts_run_every_pair_once_and_clean_up(cluster, tmp_path):
 def test_node_loss_voids_and_reruns_on_the_first_host(cluster, tmp_path):
     """``kill -9`` of host 2's raylet while a trial runs there: that attempt is voided with "node ...
     lost at ..." as its reason, and its pair is done once, on host 1."""
-    from runner.tree import VOID_README, iter_job_dirs, voided_root
+    from runner.results.tree import VOID_README, iter_job_dirs, voided_root
 
     th, out = cluster, tmp_path / "out"
     with open(tmp_path / "runner.log", "wb") as log:

@@ -17,7 +17,9 @@ import docker.errors
 import pytest
 from safety_support import REPO, make_tree, marathon
 
-from runner.docker_pool import (
+from modes.naming import compose_project
+from runner.errors import UserError
+from runner.ops.docker_pool import (
     BUILTIN_LOCAL_POOLS,
     host_routes,
     may_start,
@@ -26,9 +28,7 @@ from runner.docker_pool import (
     reclaim_empty_ours,
     verdict,
 )
-from runner.dockerapi import COMPOSE_PROJECT, connect
-from runner.errors import UserError
-from runner.tree import compose_project
+from runner.ops.dockerapi import COMPOSE_PROJECT, connect
 
 pytestmark = pytest.mark.docker
 
@@ -218,7 +218,7 @@ def test_permission_denied_names_the_socket(docker_engine):
     code = (
         # import everything first: after dropping to nobody, the interpreter's stdlib under /root
         # may no longer be readable
-        "import os, sys, json, docker, requests, runner.cli, runner.commands.net, runner.docker_pool;"
+        "import os, sys, json, docker, requests, runner.cli, runner.commands.net, runner.ops.docker_pool;"
         "runner.cli.build_parser();"
         "os.setgroups([]); os.setgid(65534); os.setuid(65534);"
         "sys.exit(runner.cli.main(['net']))"

@@ -1,4 +1,4 @@
-"""Infrastructure failures: reading a trial for the voiding table (``runner.rules.VOIDING``), and
+"""Infrastructure failures: reading a trial for the voiding table (``runner.results.rules.VOIDING``), and
 voiding (move aside with a README, never delete).
 
 Why: a failure that hits one arm more than another reverses the comparison's conclusion (runbook
@@ -18,9 +18,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from runner import rules, safeio
-from runner.events import utc_now
-from runner.tree import VOID_README, iter_trial_dirs, voided_root
+from modes import safeio
+from runner.results import rules
+from runner.results.events import utc_now
+from runner.results.tree import VOID_README, iter_trial_dirs, voided_root
 
 VOID_JSON = "void.json"
 
@@ -34,7 +35,7 @@ class Verdict:
     reason: str
     evidence: list[str] = field(default_factory=list)
     trial: str | None = None
-    rule: str | None = None  # the row of runner.rules.VOIDING that decided it
+    rule: str | None = None  # the row of runner.results.rules.VOIDING that decided it
 
 
 def _root_of(path: Path) -> Path:
@@ -46,7 +47,7 @@ def _root_of(path: Path) -> Path:
 def read_json(path: Path) -> dict | None:
     """harbor writes JSON non-atomically: retry a torn read a few times; None when absent/corrupt.
 
-    Read by the tree's safe-open rules (runner.safeio): a FIFO, a symlink out or an oversized
+    Read by the tree's safe-open rules (modes.safeio): a FIFO, a symlink out or an oversized
     file is None at once, never a blocked or exhausted runner.
     """
     for _ in range(5):
@@ -115,7 +116,7 @@ def trial_facts(trial_dir: Path, stopped_by: str | None = None) -> tuple[rules.T
 
 
 def classify_trial(trial_dir: Path, stopped_by: str | None = None) -> Verdict:
-    """Void or score one trial by the one table, ``runner.rules.VOIDING`` (never by arm).
+    """Void or score one trial by the one table, ``runner.results.rules.VOIDING`` (never by arm).
 
     A verifier ``BUILD FAILED`` is not an exception at all, so it is a scored result here.
     """

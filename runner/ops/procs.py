@@ -28,8 +28,8 @@ from pathlib import Path
 
 import psutil
 
+from runner.results.tree import runner_dir
 from runner.secrets import redact_argv
-from runner.tree import runner_dir
 
 REGISTRY_FILE = "registry.json"
 REGISTRY_LOCK = "registry.lock"

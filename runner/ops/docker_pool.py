@@ -21,9 +21,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.dockerapi import COMPOSE_PROJECT, call_engine, connect, list_networks
+from modes.naming import compose_project
 from runner.errors import UserError
-from runner.tree import compose_project, iter_job_dirs, iter_trial_dirs, voided_root
+from runner.ops.dockerapi import COMPOSE_PROJECT, call_engine, connect, list_networks
+from runner.results.tree import iter_job_dirs, iter_trial_dirs, voided_root
 
 if TYPE_CHECKING:
     import docker
@@ -75,7 +76,7 @@ def verifier_session_id(trial_name: str, key: str) -> str:
 
 def verifier_compose_project(trial_name: str, key: str) -> str:
     """The compose project of a trial's separate verifier environment. Uses the one sanitizer in
-    ``runner.tree.compose_project`` (which appends "__env", all valid chars, so it strips off)."""
+    ``modes.naming.compose_project`` (which appends "__env", all valid chars, so it strips off)."""
     return compose_project(verifier_session_id(trial_name, key)).removesuffix("__env")
 
 

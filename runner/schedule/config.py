@@ -24,7 +24,7 @@ from typing import Any
 from modes.profiles import DEFAULT_ARMS, mode_for
 from runner import secrets
 from runner.errors import UserError
-from runner.tree import driver_env_path
+from runner.results.tree import driver_env_path
 
 HARBOR_BUILTIN_STANDINS = ("oracle", "nop")
 _REF = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}$")
