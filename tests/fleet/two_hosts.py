@@ -129,6 +129,20 @@ def _start_node(argv: list[str], log: Path, env: dict[str, str]) -> RayNode:
     return RayNode(proc, log)
 
 
+class RayletDied(RuntimeError):
+    """The node's raylet exited while the node was starting."""
+
+
+def _raylet_died(node: RayNode) -> bool:
+    for p in node.seen:
+        try:
+            if p.name() == "raylet" and p.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
+            continue
+    return False
+
+
 def _wait_nodes(dashboard: str, n: int, nodes: list[RayNode], timeout: float = 240) -> None:
     from ray.util.state import list_nodes
 
@@ -139,6 +153,8 @@ def _wait_nodes(dashboard: str, n: int, nodes: list[RayNode], timeout: float = 2
             node.remember()
             if node.proc.poll() is not None:
                 raise RuntimeError(f"ray start exited: {node.log.read_text(errors='replace')[-3000:]}")
+            if _raylet_died(node):
+                raise RayletDied(f"the raylet of ray start PID {node.proc.pid} exited while starting")
         try:
             alive = [x for x in list_nodes(address=dashboard) if x.state == "ALIVE"]
             if len(alive) >= n:
@@ -150,12 +166,26 @@ def _wait_nodes(dashboard: str, n: int, nodes: list[RayNode], timeout: float = 2
     raise RuntimeError(f"the Ray cluster did not come up: {last}")
 
 
+#: A raylet aborts ("Check failed ... Timed out waiting for file .../dashboard_agent_listen_port_...")
+#: when its Python agents take longer to start than its fixed wait allows -- seen on this 2-core
+#: machine at load average 30-50. Only that exit starts a fresh node, at most this many times.
+STARTS = 4
+
+
 def _start_up(stack: ExitStack, argv: list[str], log: Path, env: dict[str, str], dashboard: str,
               n: int, others: list[RayNode]) -> RayNode:  # fmt: skip
-    node = _start_node(argv, log, env)
-    stack.callback(node.stop)
-    _wait_nodes(dashboard, n, [*others, node], timeout=900)
-    return node
+    for attempt in range(1, STARTS + 1):
+        node = _start_node(argv, log, env)
+        stack.callback(node.stop)
+        try:
+            _wait_nodes(dashboard, n, [*others, node], timeout=900)
+            return node
+        except RayletDied:
+            node.stop()
+            if attempt == STARTS:
+                raise
+            print(f"ray start: its raylet aborted while its agents started (attempt {attempt}); a fresh node")
+    raise AssertionError("unreachable")
 
 
 def ray_env(repo: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -163,9 +193,9 @@ def ray_env(repo: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != "DOCKER_HOST"}
     env |= {"RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(repo), "HARBOR_TELEMETRY": "0",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
-            # the raylet waits this long for its Python agents' port files, then aborts (a
-            # "Check failed" crash); under load the agents' imports took longer than the default
-            "RAY_agent_register_timeout_ms": "600000"}  # fmt: skip
+            # the raylet waits for its Python agents (their port files), then aborts (a "Check
+            # failed" crash); under load their imports took longer than the defaults allow
+            "RAY_agent_register_timeout_ms": "600000", "RAY_raylet_start_wait_time_s": "600"}  # fmt: skip
     return env | (extra or {})
 
 
