@@ -170,8 +170,9 @@ class Fleet:
     def logs_tail(self, sid: str, n: int = 20) -> list[str]:
         try:
             return self.client.get_job_logs(sid).splitlines()[-n:]
-        except RuntimeError as exc:
-            return [f"(no Ray job logs: {exc})"]
+        except RuntimeError as exc:  # e.g. the logs lived on a node that is gone
+            first = (str(exc).splitlines() or [""])[0]
+            return [f"(no Ray job logs: {first[:200]})"]
 
     # --- nodes ------------------------------------------------------------------------------------
 
