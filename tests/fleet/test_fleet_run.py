@@ -21,6 +21,7 @@ import pytest
 from runner_support import DEMO_TASKS, REPO, done_jobs
 from two_hosts import WORKER_IP, two_hosts
 
+from runner.fleet.cluster import Fleet
 from runner.results.events import read_events
 from runner.results.hosts import read_host
 
@@ -148,6 +149,52 @@ def test_two_hosts_run_every_pair_once_and_clean_up(cluster, tmp_path):
     finally:
         shared_docker("rm", "-f", foreign1[0], check=False)
         shared_docker("network", "rm", foreign1[1], check=False)
+
+
+@pytest.mark.timeout(3600)
+def test_runner_kill9_then_health_fix_reattaches_without_duplicates(cluster, tmp_path):
+    """``kill -9`` of the runner while its Ray jobs run; ``marathon health --fix`` restarts it, and
+    the new runner follows the running jobs by their ids: no pair is started a second time."""
+    from runner.schedule.lock import lock_holder
+
+    th, out, env = cluster, tmp_path / "out", runner_env()
+    with open(tmp_path / "runner.log", "wb") as log:
+        runner = subprocess.Popen(run_argv(out, th), cwd=REPO, env=env, stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 1200
+        while time.monotonic() < deadline and runner.poll() is None:
+            if len([e for e in read_events(out) if e["event"] == "job_start"]) == 4 and list(
+                out.glob("*/*/*/*/*__*")
+            ):
+                break  # every pair's job is out, and a trial runs
+            time.sleep(1)
+        assert runner.poll() is None, "the runner ended before it could be killed"
+        runner.kill()  # SIGKILL, our own child by its Popen handle
+        runner.wait(30)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait(30)
+    running = {
+        j.metadata["task"] + "/" + j.metadata["arm"] for j in Fleet(th.dashboard).ours(out) if j.active
+    }
+    h = cli("health", str(out), "--fix", env=env)
+    assert "restarted the runner" in h.stdout, h.stdout + h.stderr
+    deadline = time.monotonic() + 1500
+    while lock_holder(out) is None and time.monotonic() < deadline:
+        time.sleep(1)  # the detached runner takes the lock
+    while lock_holder(out) is not None and time.monotonic() < deadline:
+        time.sleep(2)
+    assert lock_holder(out) is None, "the restarted runner did not finish"
+    events = list(read_events(out))
+    adopted = {f"{e['task']}/{e['arm']}" for e in events if e["event"] == "adopt"}
+    assert running <= adopted, f"running at the kill: {running}; re-attached: {adopted}"
+    starts = [(e["task"], e["arm"]) for e in events if e["event"] == "job_start"]
+    assert len(starts) == len(set(starts)) == 4, f"a pair was started twice: {starts}"
+    done = done_jobs(out)
+    assert set(done) == {(t, a) for t in TASKS for a in ARMS}
+    assert {p: len(j) for p, j in done.items() if len(j) != 1} == {}
 
 
 @pytest.mark.timeout(3600)
