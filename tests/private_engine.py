@@ -109,19 +109,7 @@ class PrivateDaemon:
             kids = psutil.Process(proc.pid).children(recursive=True)  # its containerd, shims
         except psutil.NoSuchProcess:
             pass
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        _, alive = psutil.wait_procs(kids, timeout=20)
-        for k in alive:
-            try:
-                if k.is_running():
-                    k.kill()
-            except psutil.NoSuchProcess:
-                pass
+        end_tree(proc, kids, timeout)
         self.dockerd = None
 
     def restart(self) -> None:
@@ -141,6 +129,25 @@ class PrivateDaemon:
             save.stdout.close()
             if save.wait(600) != 0:
                 raise RuntimeError(f"docker save {' '.join(images)} failed")
+
+
+def end_tree(proc: subprocess.Popen, seen: list[psutil.Process], timeout: float = 60) -> None:
+    """End a process we started (SIGTERM, SIGKILL after ``timeout``), then every descendant of it
+    we recorded (``seen``: psutil handles, so a reused PID is never hit)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    _, alive = psutil.wait_procs(seen, timeout=20)
+    for k in alive:
+        try:
+            if k.is_running():
+                k.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 @contextmanager

@@ -49,6 +49,7 @@ def add_knobs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--breaker-k", dest="breaker_k", type=int, help=h("breaker_k"))
     p.add_argument("--model", "-m", help=h("model"))
     p.add_argument("--env", "-e", help=h("env"))
+    p.add_argument("--cluster", metavar="ray://HEAD:PORT|auto", help=h("cluster"))
     p.add_argument(
         "--build-network", dest="build_network", choices=("host", "default"), help=h("build_network")
     )

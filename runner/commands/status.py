@@ -55,6 +55,7 @@ def status_data(model, scope: str) -> dict:
         "all_time_done": sum(1 for c in all_cells.values() if c.status == "done"),
         "all_time_pairs": len(all_cells),
         "claims": sorted(f"{t}__{a}" for t, a in model.claims),
+        "hosts": model.hosts(),
         "excluded": [{"path": e.path, "reason": e.reason} for e in model.excluded],
         "unreadable": model.unreadable,
         "notes": [
@@ -137,6 +138,9 @@ def render(d: dict) -> str:
         lines.append(row("total", d["total"]))
     if not d["arms"]:
         lines.append("no pairs yet")
+    for host, row in d.get("hosts", {}).items():
+        rest = ", ".join(f"{n} {k}" for k, n in row.items() if k != "attempts")
+        lines.append(f"host {host}: {row['attempts']} attempt(s) ({rest})")
     for e in d["excluded"]:
         lines.append(f"excluded: {e['path']}: {e['reason']}")
     for u in d["unreadable"]:

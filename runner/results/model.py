@@ -60,6 +60,7 @@ from modes.trial_files import TrialFiles
 from runner.results import records as results
 from runner.results import tree
 from runner.results.events import EventKind, EventReader
+from runner.results.hosts import HostRecord, read_host
 from runner.results.records import JobRecord, TrialRecord
 
 PENDING = "pending"
@@ -144,6 +145,7 @@ class Attempt:
     status: str = RUNNING
     figures: Figures = field(default_factory=Figures)
     unreadable: tuple[str, ...] = ()
+    host: HostRecord | None = None  # from the attempt's host.json (a cluster run), never inferred
 
     @property
     def voided(self) -> bool:
@@ -186,6 +188,7 @@ class Cell:
     run_id: str | None = None
     attempts: tuple[Attempt, ...] = ()
     scored_by: str | None = None  # stamp of the scoring attempt
+    scored_on: str | None = None  # host of the scoring attempt (its host.json; cluster runs only)
     newer: str | None = None  # status of a newer attempt that did not replace the score
     claimed: bool = False
     unreadable: bool = False
@@ -422,6 +425,7 @@ def build_cell(task: str, arm: str, attempts: Iterable[Attempt], claimed: bool =
         run_id=shown.run_id if shown else None,
         attempts=tuple(atts),
         scored_by=scoring.stamp if scoring is not None else None,
+        scored_on=scoring.host.short() if scoring is not None and scoring.host is not None else None,
         newer=newer,
         claimed=claimed,
         unreadable=unreadable,
@@ -542,6 +546,25 @@ class RunModel:
 
     def attempts(self) -> list[Attempt]:
         return sorted(self._attempts.values(), key=lambda a: a.key)
+
+    def hosts(self) -> dict[str, dict[str, int]]:
+        """Per host (``host.json`` of each attempt): its attempts by status. Empty for a single-host
+        run (no attempt records a host)."""
+        per: dict[str, dict[str, int]] = {}
+        for a in self._attempts.values():
+            if a.host is None:
+                continue
+            row = per.setdefault(a.host.short(), {"attempts": 0})
+            row["attempts"] += 1
+            row[a.status] = row.get(a.status, 0) + 1
+        return dict(sorted(per.items()))
+
+    def host_of(self, task: str, arm: str, stamp: str | None) -> HostRecord | None:
+        """The host that ran one attempt of (task, arm), by its stamp."""
+        for key in self._by_pair.get((task, arm), set()):
+            if key[2] == stamp:
+                return self._attempts[key].host
+        return None
 
     def scoped(self, scope: str = "run") -> dict[Key, Cell]:
         """Cells counted in the current run (``"run"``) or over all time (``"all"``).
@@ -701,6 +724,7 @@ class RunModel:
         name, job, trials = got
         a = self._get_attempt(task, arm_dir, stamp)
         a.job_dir = f"{sdir}/{name}"
+        a.host = read_host(sdir) or a.host
         self._set_job(a, job)
         old = a.trials
         a.trials = {n: _merge_trial(t, old.get(n) or self._prev_trial(a, n)) for n, t in trials.items()}
@@ -751,6 +775,7 @@ class RunModel:
         if found:
             a = self._get_attempt(task, arm_dir, stamp)
             a.voided_trials = found
+            a.host = read_host(sdir) or a.host
         elif key in self._attempts:
             a = self._get_attempt(task, arm_dir, stamp)
             a.voided_trials = {}

@@ -113,6 +113,7 @@ def cell_dict(c: Cell) -> dict[str, Any]:
         "goal_status": c.goal_status,
         "deadline_hit": c.deadline_hit,
         "scored_by": c.scored_by,
+        "host": c.scored_on,
         "newer": c.newer,
         "unreadable": c.unreadable,
         "note": c.note,

@@ -107,6 +107,14 @@ KNOBS: tuple[Knob, ...] = (
     Knob("model", "MARATHON_MODEL", "--model", None, "str", "harbor -m for every arm"),
     Knob("env", "MARATHON_ENV", "--env", "docker", "str", "harbor environment type (-e)"),
     Knob(
+        "cluster",
+        "MARATHON_CLUSTER",
+        "--cluster",
+        None,
+        "str",
+        "run the pairs as Ray jobs on a cluster of Docker hosts: ray://HEAD:PORT (job API) or auto",
+    ),
+    Knob(
         "build_network",
         "MARATHON_BUILD_NETWORK",
         "--build-network",
@@ -159,6 +167,7 @@ class RunConfig:
     breaker_k: int = 3
     model: str | None = None
     env: str = "docker"
+    cluster: str | None = None
     build_network: str = "host"
     agent_env: tuple[str, ...] = ()
     agent_env_literal: tuple[str, ...] = ()

@@ -163,6 +163,16 @@ def harbor_argv(cfg: RunConfig, task: str, arm: ArmSpec, jdir: Path, mounts: str
     return argv
 
 
+def job_env() -> dict[str, str]:
+    """The environment of a ``harbor run``: this process's own (secrets by name resolve from it),
+    no cost-map fetch, no telemetry, the agents importable."""
+    env = dict(os.environ)
+    env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no start-up fetch of the cost map
+    env.setdefault("HARBOR_TELEMETRY", "0")  # harbor 0.25.0 posts to PostHog at exit otherwise
+    env["PYTHONPATH"] = project_pythonpath(env)
+    return env
+
+
 @dataclass
 class Job:
     task: str
@@ -243,21 +253,16 @@ class Driver:
         self.specs = {s.name: s for s in cfg.arm_specs()}
         self._gate_waiting_since: float | None = None
         self._gate_next_check = 0.0
-        self._job_env = self._make_job_env()
+        self._job_env = job_env()
         self._mounts: dict[str, str | None] = {}
         self.preflight_notes: list = []
         self.breaker = Breaker(cfg.breaker_k)
         self._failed: dict[str, tuple[Job, Verdict]] = {}  # stamp -> a failed attempt the breaker may void
         self._cleanup_pending: set[str] = set()  # trials whose leftovers could not be removed yet
+        self.fleet = None  # runner.fleet.cluster.Fleet with --cluster: attempts run as Ray jobs
+        self.RayJob: type = Job
 
     # --- setup ---------------------------------------------------------------------------------
-
-    def _make_job_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no start-up fetch of the cost map
-        env.setdefault("HARBOR_TELEMETRY", "0")  # harbor 0.25.0 posts to PostHog at exit otherwise
-        env["PYTHONPATH"] = project_pythonpath(env)
-        return env
 
     def tasks(self) -> list[str]:
         assert self.cfg.tasks_dir is not None
@@ -298,6 +303,12 @@ class Driver:
     def run(self) -> int:
         tasks = self.preflight()
         modified = self.check_dataset(tasks)
+        if self.cfg.cluster:
+            from runner.fleet.cluster import Fleet
+            from runner.fleet.launch import ray_job_class
+
+            self.fleet = Fleet.connect(self.cfg.cluster)
+            self.RayJob = ray_job_class(Job)
         self.out.mkdir(parents=True, exist_ok=True)
         lock = RunnerLock(self.out, self.run_id)
         lock.acquire()
@@ -396,6 +407,10 @@ class Driver:
                 queue.pop(0)
                 self.log.emit(EventKind.SKIP_DONE, task=task, arm=arm)
                 continue
+            if self._runs_on_cluster(task, arm):
+                queue.pop(0)
+                self.log.emit(EventKind.CLAIM_HELD, task=task, arm=arm, holder="a Ray job of this tree", state="live")
+                continue
             if not self._gate_ok():
                 return
             res = claimsmod.try_claim(self.out, task, arm, self.holder)
@@ -426,7 +441,21 @@ class Driver:
                 )
                 claimsmod.release(self.out, res.claim)
 
+    def _runs_on_cluster(self, task: str, arm: str) -> bool:
+        """A Ray job of this tree already runs (or waits for a slot) for the pair: never a second."""
+        if self.fleet is None:
+            return False
+        from runner.fleet.launch import active_pairs
+
+        return (task, arm) in active_pairs(self.fleet, self.out)
+
     def _start(self, task: str, arm: ArmSpec, claim: claimsmod.Claim) -> None:
+        if self.fleet is not None:
+            from runner.fleet import launch
+
+            self.running.append(launch.start(self, task, arm, claim))
+            self.stats.started += 1
+            return
         adir = self.out / task / arm.name
         stamp = new_stamp(adir)
         jdir = jobs_dir(self.out, task, arm.name, stamp)
@@ -456,6 +485,11 @@ class Driver:
 
     def _adopt_orphans(self, pairs: set[tuple[str, str]]) -> None:
         """A dead runner's harbor jobs that still run: wait for them instead of starting duplicates."""
+        if self.fleet is not None:
+            from runner.fleet.launch import reattach
+
+            reattach(self, pairs)
+            return
         for c in claimsmod.list_claims(self.out):
             if (c.task, c.arm) not in pairs or c.state != claimsmod.ORPHAN or c.job is None:
                 continue
@@ -494,7 +528,7 @@ class Driver:
         return pending
 
     def _gate_ok(self) -> bool:
-        if self.cfg.env != "docker":
+        if self.cfg.env != "docker" or self.fleet is not None:  # on a cluster: each host's job gates
             return True
         now = time.monotonic()
         if self._gate_waiting_since is not None and now < self._gate_next_check:
@@ -595,6 +629,10 @@ class Driver:
                 job.stamp_dir / HARBOR_LOG,
                 stopped_by=(self.stop_reason or "stop") if stopping else None,
             )
+            if self.fleet is not None and isinstance(job, self.RayJob):
+                from runner.fleet.launch import classify
+
+                v = classify(self.fleet, job, v)
             status = "void" if v.kind == "infra" else "errored"
             self.log.emit(EventKind.JOB_FINISH, task=job.task, arm=job.arm.name, stamp=job.stamp, status=status,
                           elapsed_sec=elapsed, returncode=job.returncode, detail=v.reason)  # fmt: skip
@@ -635,7 +673,7 @@ class Driver:
     def _engine_answers(self) -> bool:
         """Does the Docker engine answer right now? An infrastructure failure while it does not is an
         outage (the gate waits it out), never evidence of a wall that should pause the run."""
-        if self.cfg.env != "docker":
+        if self.cfg.env != "docker" or self.fleet is not None:
             return True
         from runner.ops.dockerapi import connect
 
@@ -715,8 +753,8 @@ class Driver:
     def _cleanup(self, trials: set[str]) -> None:
         """Remove this run's leftover containers/networks of the given trials (plan, then act).
         A failure here is reported as an event and never stops the runner."""
-        if self.cfg.env != "docker" or not trials:
-            return
+        if self.cfg.env != "docker" or not trials or self.fleet is not None:
+            return  # on a cluster, each attempt's job removes its leftovers on its own host
         from runner.ops.cleanup import act_cleanup, plan_cleanup
 
         try:

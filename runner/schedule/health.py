@@ -125,7 +125,8 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
     else:
         state, pid = ("not running" if driver_env_path(out).exists() else "never started"), None
     claims = claimsmod.list_claims(out)
-    live_pairs = {(c.task, c.arm) for c in claims if c.state != claimsmod.STALE}
+    on_cluster = _cluster_pairs(out, cfg)
+    live_pairs = {(c.task, c.arm) for c in claims if c.state != claimsmod.STALE} | on_cluster
 
     tasks = list(cfg.tasks) if cfg and cfg.tasks else []
     if cfg and not tasks and cfg.tasks_dir:
@@ -174,7 +175,17 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
                 )
     for c in claims:
         st = c.state
-        if st == claimsmod.STALE:
+        if (c.task, c.arm) in on_cluster:
+            if state != "alive":
+                findings.append(
+                    Finding(
+                        "orphan_job",
+                        f"{c.task}/{c.arm}: its Ray job runs without a runner (a restarted runner re-attaches)",
+                        True,
+                        {"claim": c.to_json()},
+                    )  # fmt: skip
+                )
+        elif st == claimsmod.STALE:
             findings.append(
                 Finding(
                     "stale_claim",
@@ -227,6 +238,21 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
             )
     rep = HealthReport(str(out), state, pid, total, done, running, findings)
     return rep, cfg
+
+
+def _cluster_pairs(out: Path, cfg: RunConfig | None) -> set[tuple[str, str]]:
+    """Pairs of a cluster run whose Ray job is pending or running: alive, whatever their claim says
+    (the claim's holder may be a runner killed with -9). A cluster that does not answer makes every
+    claimed pair count as alive: nothing of it is cleaned up or taken over on a guess."""
+    if cfg is None or not cfg.cluster:
+        return set()
+    from runner.fleet.cluster import Fleet
+    from runner.fleet.launch import active_pairs
+
+    try:
+        return set(active_pairs(Fleet.connect(cfg.cluster), out))
+    except Exception:  # noqa: BLE001 - the head is away: be conservative
+        return {(c.task, c.arm) for c in claimsmod.list_claims(out)}
 
 
 def _leak_plan(out: Path, trials: set[str]):

@@ -1,0 +1,243 @@
+"""One run over two Docker hosts on a Ray cluster (tests/fleet/two_hosts.py).
+
+Host 1 is this machine's engine, host 2 a private dockerd in a network namespace the test creates,
+joined by a Ray head here and a Ray worker there, two ``docker_slots`` each. ``marathon run
+--cluster`` submits one Ray job per pair; every pair must be done exactly once, on a host its
+``host.json`` names, both hosts must have worked, the scored cells must equal what the same arms
+score on one host (the recorded expected rewards of the mini-benchmark), and ``marathon cleanup``
+must leave nothing of the run on either engine while a foreign look-alike on each survives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from runner_support import DEMO_TASKS, REPO, done_jobs
+from two_hosts import WORKER_IP, two_hosts
+
+from runner.fleet.cluster import Fleet
+from runner.results.events import read_events
+from runner.results.hosts import read_host
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+TASKS = ("calc-partial", "words-passrate")
+ARMS = ("oracle", "nop")
+IMAGES = ("marathon-base:bookworm", "marathon-demo-base:1")
+#: what harbor's stand-ins score on the mini-benchmark on one host (README: oracle solves each,
+#: nop fails each with a defined partial)
+EXPECTED = {
+    ("calc-partial", "oracle"): (1.0, 1.0),
+    ("words-passrate", "oracle"): (1.0, None),
+    ("calc-partial", "nop"): (0.0, 0.2),
+    ("words-passrate", "nop"): (0.0, None),
+}
+FOREIGN = "marathon.test.foreign"
+
+
+def cli(*args: str, env: dict[str, str], timeout: float = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner.cli", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def lookalike(docker, tag: str) -> tuple[str, str]:
+    """A container and a network labelled like a trial's compose project, of no trial of the tree."""
+    near = f"calc-partial__{tag}__env"
+    net = docker("network", "create", "--label", f"com.docker.compose.project={near}",
+                 "--label", f"{FOREIGN}=1", f"{near}_default").stdout.strip()  # fmt: skip
+    ctr = docker("run", "-d", "--network", net, "--label", f"com.docker.compose.project={near}",
+                 "--label", f"{FOREIGN}=1", "marathon-base:bookworm", "sleep", "infinity").stdout.strip()  # fmt: skip
+    return ctr, net
+
+
+def shared_docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+    return subprocess.run(
+        ["docker", *args], env=env, capture_output=True, text=True, check=check, timeout=120
+    )
+
+
+def compose_objects(docker, projects: set[str]) -> list[str]:
+    got = []
+    for kind in ("ps", "network ls"):
+        lines = docker(*kind.split(), "-a" if kind == "ps" else "-q", "--filter", "label=com.docker.compose.project",
+                       "--format", '{{.ID}} {{.Label "com.docker.compose.project"}}').stdout.split("\n")  # fmt: skip
+        got += [ln for ln in lines if ln.strip() and ln.split()[-1] in projects]
+    return got
+
+
+@pytest.fixture(scope="module")
+def cluster(docker_engine):
+    """One two-host cluster for this module; the node-loss test, which kills host 2, runs last."""
+    if os.geteuid() != 0:
+        pytest.skip("a private dockerd needs root")
+    with two_hosts(REPO, IMAGES, {"RAY_JOB_STOP_WAIT_TIME_S": "120"}) as th:
+        yield th
+
+
+def run_argv(out: Path, th) -> list[str]:
+    return [sys.executable, "-m", "runner.cli", "run", str(out), "--tasks-dir", str(DEMO_TASKS),
+            "--tasks", ",".join(TASKS), "--arms", ",".join(ARMS), "--concurrency", "4", "--cluster", th.cluster,
+            "--plain", "--agent-timeout-mult", "10", "--verifier-mult", "10"]  # fmt: skip
+
+
+def runner_env() -> dict[str, str]:
+    """The runner host's environment: host 1's engine (no DOCKER_HOST), the repo importable."""
+    return {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"} | {"PYTHONPATH": str(REPO)}
+
+
+@pytest.mark.timeout(3600)
+def test_two_hosts_run_every_pair_once_and_clean_up(cluster, tmp_path):
+    from runner.ops.docker_pool import our_projects
+    from runner.results.tree import voided_root
+
+    out = tmp_path / "out"
+    tag = f"fleet{os.getpid()}"
+    th = cluster
+    foreign1 = lookalike(shared_docker, tag)
+    foreign2 = lookalike(th.engine2.docker, tag)
+    try:
+        env = runner_env()
+        r = subprocess.run(run_argv(out, th), cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        assert f"MARATHON_CLUSTER={th.cluster}" in (out / ".driver_env").read_text()
+
+        # every pair done exactly once, each on the host its job recorded
+        pairs = {(t, a) for t in TASKS for a in ARMS}
+        done = done_jobs(out)
+        assert set(done) == pairs
+        assert {p: len(j) for p, j in done.items() if len(j) != 1} == {}
+        hosts = {p: read_host(j[0].parent) for p, j in done.items()}
+        assert all(h is not None for h in hosts.values()), hosts
+        nodes = {n["node_id"]: n["node_ip"] for n in th.nodes()}
+        assert {h.node_id for h in hosts.values()} == set(nodes), f"both hosts must have worked: {hosts}"
+        for h in hosts.values():  # each job drove its own host's engine
+            assert h.node_ip == nodes[h.node_id]
+            assert h.docker_host == (
+                th.engine2.host if h.node_ip == WORKER_IP else "unix:///var/run/docker.sock"
+            )
+        starts = [e for e in read_events(out) if e["event"] == "job_start"]
+        assert len({e["submission_id"] for e in starts}) == len(starts)
+
+        # the report scores as one host does
+        rep = json.loads(cli("report", str(out), "--format", "json", env=env).stdout)
+        for (t, a), (reward, partial) in EXPECTED.items():
+            cell = rep["cells"][t][a]
+            assert cell["status"] == "done" and cell["reward"] == reward, (t, a, cell)
+            if partial is not None:
+                assert cell["partial"] == partial, (t, a, cell)
+            assert cell["host"] == hosts[(t, a)].short()
+        status = cli("status", str(out), env=env).stdout
+        assert "host vm" in status or "host " in status, status
+
+        # cleanup on each engine leaves nothing of the run; the foreign look-alikes survive
+        for e in (env, env | {"DOCKER_HOST": th.engine2.host}):
+            c = cli("cleanup", str(out), "--yes", env=e)
+            assert c.returncode in (0, 1), c.stdout + c.stderr
+        projects = our_projects(out) | our_projects(voided_root(out))
+        assert compose_objects(shared_docker, projects) == []
+        assert compose_objects(th.engine2.docker, projects) == []
+        for docker, (ctr, net) in ((shared_docker, foreign1), (th.engine2.docker, foreign2)):
+            assert docker("inspect", "-f", "{{.State.Running}}", ctr).stdout.strip() == "true"
+            assert docker("network", "inspect", net, check=False).returncode == 0
+    finally:
+        shared_docker("rm", "-f", foreign1[0], check=False)
+        shared_docker("network", "rm", foreign1[1], check=False)
+
+
+@pytest.mark.timeout(3600)
+def test_runner_kill9_then_health_fix_reattaches_without_duplicates(cluster, tmp_path):
+    """``kill -9`` of the runner while its Ray jobs run; ``marathon health --fix`` restarts it, and
+    the new runner follows the running jobs by their ids: no pair is started a second time."""
+    from runner.schedule.lock import lock_holder
+
+    th, out, env = cluster, tmp_path / "out", runner_env()
+    with open(tmp_path / "runner.log", "wb") as log:
+        runner = subprocess.Popen(run_argv(out, th), cwd=REPO, env=env, stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 1200
+        while time.monotonic() < deadline and runner.poll() is None:
+            if len([e for e in read_events(out) if e["event"] == "job_start"]) == 4 and list(
+                out.glob("*/*/*/*/*__*")
+            ):
+                break  # every pair's job is out, and a trial runs
+            time.sleep(1)
+        assert runner.poll() is None, "the runner ended before it could be killed"
+        runner.kill()  # SIGKILL, our own child by its Popen handle
+        runner.wait(30)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait(30)
+    running = {
+        j.metadata["task"] + "/" + j.metadata["arm"] for j in Fleet(th.dashboard).ours(out) if j.active
+    }
+    h = cli("health", str(out), "--fix", env=env)
+    assert "restarted the runner" in h.stdout, h.stdout + h.stderr
+    deadline = time.monotonic() + 1500
+    while lock_holder(out) is None and time.monotonic() < deadline:
+        time.sleep(1)  # the detached runner takes the lock
+    while lock_holder(out) is not None and time.monotonic() < deadline:
+        time.sleep(2)
+    assert lock_holder(out) is None, "the restarted runner did not finish"
+    events = list(read_events(out))
+    adopted = {f"{e['task']}/{e['arm']}" for e in events if e["event"] == "adopt"}
+    assert running <= adopted, f"running at the kill: {running}; re-attached: {adopted}"
+    starts = [(e["task"], e["arm"]) for e in events if e["event"] == "job_start"]
+    assert len(starts) == len(set(starts)) == 4, f"a pair was started twice: {starts}"
+    done = done_jobs(out)
+    assert set(done) == {(t, a) for t in TASKS for a in ARMS}
+    assert {p: len(j) for p, j in done.items() if len(j) != 1} == {}
+
+
+@pytest.mark.timeout(3600)
+def test_node_loss_voids_and_reruns_on_the_first_host(cluster, tmp_path):
+    """``kill -9`` of host 2's raylet while a trial runs there: that attempt is voided with "node ...
+    lost at ..." as its reason, and its pair is done once, on host 1."""
+    from runner.results.tree import VOID_README, iter_job_dirs, voided_root
+
+    th, out = cluster, tmp_path / "out"
+    with open(tmp_path / "runner.log", "wb") as log:
+        runner = subprocess.Popen(run_argv(out, th), cwd=REPO, env=runner_env(), stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 1200
+        victim = None
+        while victim is None and time.monotonic() < deadline and runner.poll() is None:
+            for p in out.glob("*/*/*/host.json"):
+                h = read_host(p.parent)
+                if (
+                    h is not None
+                    and h.node_ip == WORKER_IP
+                    and any(p.parent.glob(f"{p.parent.parent.name}/*__*"))
+                ):
+                    victim = p.parent  # a trial dir exists: harbor is in the trial on host 2
+                    break
+            time.sleep(1)
+        assert victim is not None, "no trial started on host 2"
+        raylet = th.worker.raylet()
+        raylet.kill()  # SIGKILL, by the psutil handle of the raylet our `ray start` owns
+        assert runner.wait(1800) == 0, (tmp_path / "runner.log").read_text()[-3000:]
+    finally:
+        if runner.poll() is None:
+            runner.terminate()
+            runner.wait(300)
+    done = done_jobs(out)
+    assert set(done) == {(t, a) for t in TASKS for a in ARMS}
+    assert {p: len(j) for p, j in done.items() if len(j) != 1} == {}
+    voided = [job.parent for *_, job in iter_job_dirs(voided_root(out))]
+    lost = [v for v in voided if "lost at" in (v / VOID_README).read_text()]
+    assert lost, f"no attempt voided as a lost node: {voided}"
+    for v in lost:
+        h = read_host(v)
+        assert h is not None and h.node_ip == WORKER_IP, v
+        task, arm = v.parent.parent.name, v.parent.name
+        again = read_host(done[(task, arm)][0].parent)
+        assert again is not None and again.node_ip != WORKER_IP, f"{task}/{arm} rerun on host 2?"
