@@ -123,6 +123,28 @@ class Transport(ABC):
         """Why the trial's environment is gone (asked after a step failed), or None if it is up."""
         return None
 
+    def container_exec(self):
+        """A ``ContainerExec`` (agents.loopx_profile) over this transport: ``bash -c`` in the container."""
+        from agents.loopx_profile import transport_exec
+
+        return transport_exec(self)
+
+    async def deliver(self, host_dir: Path, container_dir: str) -> int:
+        """Copy a staged host tree in (where no mount brought it); returns the bytes copied."""
+        await asyncio.to_thread(self.copy_in, host_dir, container_dir)
+        return tree_bytes(host_dir)
+
+
+def tree_bytes(root: Path) -> int:
+    """Bytes of the regular files under ``root`` (what a copy of it moves)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            p = os.path.join(dirpath, name)
+            if os.path.isfile(p) and not os.path.islink(p):
+                total += os.path.getsize(p)
+    return total
+
 
 def _docker(*args: str, timeout: float = 60, stdin: bytes | None = None, env=None) -> ExecResult:
     proc = subprocess.run(["docker", *args], input=stdin, capture_output=True, timeout=timeout, env=env)
@@ -278,16 +300,23 @@ class DockerExecTransport(Transport):
         }
 
 
+def is_local_docker(environment) -> bool:
+    """harbor's DockerEnvironment on the Docker engine itself: a Podman/kata subclass (another
+    engine under the same class tree) is not, and neither is a wrapper of it."""
+    from harbor.environments.docker.docker import DockerEnvironment
+    from harbor.environments.docker.runtime import DOCKER_RUNTIME
+
+    return isinstance(environment, DockerEnvironment) and type(environment).runtime() == DOCKER_RUNTIME
+
+
 def transport_for(environment, trial_name: str) -> Transport:
     """The transport for a harbor environment; fails fast for environments we cannot drive."""
-    from harbor.environments.docker.docker import DockerEnvironment
-
-    if not isinstance(environment, DockerEnvironment):
+    if not is_local_docker(environment):
         kind = type(environment).__name__
         raise UnsupportedEnvironment(
-            f"the codex arms need a local Docker environment (docker exec -i into the trial container); "
-            f"{kind} has no stdin-capable exec. Missing: a transport for {kind}. For cloud sandboxes run "
-            "the driver inside the sandbox (see README, 'Cloud sandboxes')."
+            f"--ak transport=docker-exec needs harbor's local Docker environment (docker exec -i into the "
+            f"trial container); {kind} is not one. Use the default transport (sandbox-driver), which "
+            "runs on every harbor environment."
         )
     cid = find_main_container(compose_project(trial_name))
     cfg = getattr(environment, "task_env_config", None)
