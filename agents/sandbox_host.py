@@ -38,7 +38,7 @@ from agents.receipt import Receipt
 from agents.sandbox_driver import CONFIG_NAME, MIN_PYTHON, RECEIPT_NAME, STATUS_NAME, STOP_NAME
 from agents.session import ArmFailure
 from agents.staging import CONTAINER_CODEX_ROOT, StagingError, load_staged
-from agents.transport import tree_bytes
+from agents.transport import EnvironmentLost, tree_bytes
 from runner import safeio
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,12 +65,21 @@ SANDBOX_LOGS = "/logs/agent"
 CTRL = f"{SANDBOX_LOGS}/driver"
 #: every exec of this transport carries this first line (a test environment injects faults into them)
 EXEC_MARK = "# marathon-driver"
+#: printed after the status: proof the sandbox ran the poll (a dead one answers nothing)
+ANSWER_MARK = "__marathon_status_end__"
 POLL_SEC = 2.0
 SILENT_SEC = 60.0
 #: after the driver's own budget ends: time for its wind-down before the host's stop file
 WIND_DOWN_GRACE_SEC = 20.0
-TERM_AFTER_SEC = 10.0
-KILL_AFTER_SEC = 10.0
+TERM_AFTER_SEC = 5.0
+KILL_AFTER_SEC = 5.0
+#: the driver's budget ends this much earlier than on the docker-exec route: its wind-down, the
+#: host's last poll and the evidence download must all fit before harbor's agent timeout
+EXTRA_MARGIN_SEC = 25.0
+#: the host's own stop (stop file) comes this long before harbor's timeout minus the usual margin
+HARD_STOP_BEFORE_SEC = 10.0
+#: host-side mirror of the driver's last status (live progress for a reader of the trial dir)
+STATUS_MIRROR = "driver-status.json"
 EXEC_TIMEOUT_SEC = 30
 START_RETRIES = 5
 
@@ -168,8 +177,8 @@ async def ensure_codex(agent, t: SandboxTransport) -> None:
     t.delivery.update(codex_delivery="uploaded", codex_bytes_copied=copied)
     agent.receipt.extra["codex_delivery"] = "copy"
     note = (
-        f"codex {staged.version} was uploaded into the sandbox ({CONTAINER_CODEX_ROOT}, {copied} bytes, "
-        f"{time.monotonic() - t0:.1f} s) instead of mounted read-only"
+        f"codex {staged.version} was copied into the container by upload_dir ({CONTAINER_CODEX_ROOT}, "
+        f"{copied} bytes, {time.monotonic() - t0:.1f} s) instead of mounted read-only"
     )
     agent.receipt.warnings.append(note)
 
@@ -198,7 +207,7 @@ def start_command() -> str:
         "command -v python3 >/dev/null 2>&1 || "
         f"{{ echo 'missing: python3 (the marathon driver needs python3 >= {need} in the image)'; exit 5; }}; "
         f"python3 -c 'import sys; sys.exit(0 if sys.version_info >= {MIN_PYTHON} else 1)' || "
-        f"{{ echo \"missing: python3 >= {need} (the image has $(python3 -V 2>&1))\"; exit 6; }}; "
+        f'{{ echo "missing: python3 >= {need} (the image has $(python3 -V 2>&1))"; exit 6; }}; '
         f"mkdir {CTRL}/started 2>/dev/null || exit 0; "
         f"cd {SANDBOX_BUNDLE} && setsid python3 -s -m agents.sandbox_driver {CTRL} "
         f"</dev/null >{CTRL}/driver.log 2>&1 & echo started"
@@ -230,8 +239,9 @@ def _signal_command(status: dict, sig: str) -> str:
 class Watch:
     """The host's view of one driver: status polls, silence, and the deadline's escalation."""
 
-    def __init__(self, t: SandboxTransport, hard_deadline: float | None, on_status) -> None:
+    def __init__(self, t: SandboxTransport, hard_deadline: float | None, on_status, mirror: Path) -> None:
         self.t = t
+        self.mirror = mirror
         self.hard_deadline = hard_deadline
         self.on_status = on_status
         self.status: dict = {}
@@ -242,15 +252,22 @@ class Watch:
         self.term_at: float | None = None
         self.kill_at: float | None = None
         self.events: list[str] = []
+        self.last_answer = time.monotonic()
 
     async def poll(self) -> dict | None:
         try:
-            r = await self.t.exec(f"cat {CTRL}/{STATUS_NAME} 2>/dev/null", timeout=20)
+            r = await self.t.exec(
+                f"cat {CTRL}/{STATUS_NAME} 2>/dev/null; echo; echo {ANSWER_MARK}", timeout=20
+            )
         except Exception:  # noqa: BLE001 - a lost exec is retried at the next poll, never fatal
             self.t.lost_execs += 1
             return None
+        out = r.stdout or ""
+        if ANSWER_MARK not in out:  # the sandbox did not run the command (gone, or a lost reply)
+            return None
+        self.last_answer = time.monotonic()
         try:
-            status = json.loads(r.stdout or "")
+            status = json.loads(out.split(ANSWER_MARK)[0].strip() or "null")
         except ValueError:
             return None
         return status if isinstance(status, dict) else None
@@ -275,11 +292,17 @@ class Watch:
                     self.last_seq, self.last_change = status.get("seq"), now
                     self.status = status
                     self.on_status(status)
+                    safeio.write_atomic(self.mirror, json.dumps(status) + "\n")
                     left = status.get("budget_left_sec")
                     if left is not None:
                         self.budget_end = now + float(left) + WIND_DOWN_GRACE_SEC
                 if status.get("done"):
                     return status
+            if now - self.last_answer > SILENT_SEC:
+                raise EnvironmentLost(
+                    f"the sandbox answered no status poll for {SILENT_SEC:.0f} s "
+                    f"({self.t.lost_execs} execs lost; driver's last phase: {self.status.get('phase', 'not started')})"
+                )
             if now - self.last_change > SILENT_SEC and self.stop_at is None:
                 raise ArmFailure(
                     f"the in-sandbox driver has not updated its status for {SILENT_SEC:.0f} s "
@@ -306,10 +329,15 @@ class Watch:
             )
 
     async def stop_now(self) -> None:
-        """Cancellation: the stop file and SIGTERM at once (bounded, best effort)."""
+        """Cancellation: the stop file, the driver's wind-down (bounded), then SIGTERM."""
         await self.send(f"touch {CTRL}/{STOP_NAME}", "stop file (cancelled)")
+        t_end = time.monotonic() + 15
+        while time.monotonic() < t_end:
+            status = await self.poll()
+            if status is not None and status.get("done"):
+                return
+            await asyncio.sleep(1)
         if self.status.get("pid"):
-            await asyncio.sleep(3)
             await self.send(_signal_command(self.status, "TERM"), "SIGTERM (cancelled)")
 
 
@@ -374,7 +402,7 @@ def driver_config(agent, t: SandboxTransport, instruction: str, cred_path: str, 
         "harness": agent.harness().state(),
         "receipt": asdict(receipt),
         "goal_timeout_sec": agent.goal_timeout_sec,
-        "harbor_sec": harbor_sec,
+        "harbor_sec": harbor_sec - EXTRA_MARGIN_SEC if harbor_sec is not None else None,
         "run_deadline_in_sec": (receipt.goal_timeout_sec - prep_sec) if receipt.goal_timeout_sec else None,
         "prep_before_sec": prep_sec,
         "zero_token_limit": agent.zero_token_limit,
@@ -414,7 +442,7 @@ async def run_in_sandbox(agent, instruction: str, environment, context) -> None:
     if harbor_sec is not None:
         from agents.conversation import deadline_margin_sec
 
-        hard = t0 + harbor_sec - deadline_margin_sec(harbor_sec) / 2
+        hard = t0 + harbor_sec - deadline_margin_sec(harbor_sec) - HARD_STOP_BEFORE_SEC
     t: SandboxTransport | None = None
     watch: Watch | None = None
     cred: str | None = None
@@ -437,7 +465,7 @@ async def run_in_sandbox(agent, instruction: str, environment, context) -> None:
             if status.get("token_usage"):
                 agent._usage_to_context(status["token_usage"], context)
 
-        watch = Watch(t, hard, on_status)
+        watch = Watch(t, hard, on_status, agent.logs_dir / STATUS_MIRROR)
         final = await watch.run()
         if final.get("failure"):
             failure = ArmFailure(final["failure"].get("message") or "the driver failed")
@@ -446,7 +474,7 @@ async def run_in_sandbox(agent, instruction: str, environment, context) -> None:
         receipt.errors.append("cancelled by harbor (agent timeout or SIGTERM)")
         if watch is not None:
             try:
-                await asyncio.wait_for(watch.stop_now(), 15)
+                await asyncio.wait_for(watch.stop_now(), 30)
             except Exception:  # noqa: BLE001 - best effort under cancellation
                 pass
         raise
