@@ -81,7 +81,7 @@ HARD_STOP_BEFORE_SEC = 10.0
 #: host-side mirror of the driver's last status (live progress for a reader of the trial dir)
 STATUS_MIRROR = "driver-status.json"
 EXEC_TIMEOUT_SEC = 30
-START_RETRIES = 5
+EXEC_RETRIES = 4
 
 
 class SandboxTransport:
@@ -96,18 +96,33 @@ class SandboxTransport:
         self.execs = 0
         self.delivery: dict[str, Any] = {}
 
-    async def exec(self, command: str, *, user: str | None = None, timeout: int = EXEC_TIMEOUT_SEC):
-        """One short exec without the agent's ``--ae`` overlay (it may hold a credential, and
-        harbor's docker exec would put it on a command line)."""
+    async def exec(
+        self,
+        command: str,
+        *,
+        user: str | None = None,
+        timeout: int = EXEC_TIMEOUT_SEC,
+        retries: int = EXEC_RETRIES,
+    ):
+        """One exec without the agent's ``--ae`` overlay (it may hold a credential, and harbor's
+        docker exec would put it on a command line). A lost exec (the call raised: connection
+        reset, SDK timeout) is retried ``retries`` times; every command sent here is idempotent."""
         env = self.environment
         overlays = getattr(env, "_exec_env_overlays", None)
-        token = overlays.set(()) if overlays is not None else None
-        try:
-            self.execs += 1
-            return await env.exec(f"{EXEC_MARK}\n{command}", user=user or self.user, timeout_sec=timeout)
-        finally:
-            if token is not None:
-                overlays.reset(token)
+        for attempt in range(retries + 1):
+            token = overlays.set(()) if overlays is not None else None
+            try:
+                self.execs += 1
+                return await env.exec(f"{EXEC_MARK}\n{command}", user=user or self.user, timeout_sec=timeout)
+            except Exception:
+                self.lost_execs += 1
+                if attempt == retries:
+                    raise
+            finally:
+                if token is not None:
+                    overlays.reset(token)
+            await asyncio.sleep(1.0 + attempt)
+        raise AssertionError("unreachable")
 
     def container_exec(self):
         """A ``ContainerExec`` for the LoopX preparation (its env values are not secrets)."""
@@ -215,17 +230,13 @@ def start_command() -> str:
 
 
 async def start_driver(t: SandboxTransport) -> None:
-    for attempt in range(START_RETRIES):
-        try:
-            r = await t.exec(start_command())
-        except Exception:  # noqa: BLE001 - a lost exec: the start is idempotent, try again
-            t.lost_execs += 1
-            await asyncio.sleep(1 + attempt)
-            continue
-        if r.return_code != 0:
-            raise ArmFailure(f"the sandbox cannot run the driver: {(r.stdout or '').strip()[-300:]}")
-        return
-    raise ArmFailure(f"the driver could not be started: {START_RETRIES} execs lost")
+    """One start (retried execs find ``started`` and do nothing), or a loud failure naming what is missing."""
+    try:
+        r = await t.exec(start_command())
+    except Exception as exc:  # noqa: BLE001 - every retry was lost
+        raise ArmFailure(f"the driver could not be started: {EXEC_RETRIES + 1} execs lost ({exc})") from exc
+    if r.return_code != 0:
+        raise ArmFailure(f"the sandbox cannot run the driver: {(r.stdout or '').strip()[-300:]}")
 
 
 def _signal_command(status: dict, sig: str) -> str:
@@ -276,8 +287,8 @@ class Watch:
         try:
             await self.t.exec(command)
             self.events.append(f"{what} at {time.strftime('%H:%M:%S')}")
-        except Exception:  # noqa: BLE001 - the next poll re-sends nothing; escalation goes on
-            self.t.lost_execs += 1
+        except Exception:  # noqa: BLE001 - every retry lost; the escalation goes on
+            self.events.append(f"{what} lost at {time.strftime('%H:%M:%S')}")
 
     def due_deadline(self, now: float) -> bool:
         ends = [d for d in (self.hard_deadline, self.budget_end) if d is not None]
