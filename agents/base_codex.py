@@ -7,8 +7,12 @@ between arms:
 - preflight before any turn: the staged codex is mounted (``/opt/codex``), ``codex-code-mode-host``
   sits next to ``bin/codex``, ``codex --version`` matches, the credential variable is set;
 - config.toml written in one piece (agents.codex_config) into ``CODEX_HOME`` inside the container;
-- ``codex app-server --strict-config`` through ``docker exec -i`` (agents.transport) in the
-  container's workdir, as the task's user, with the credential forwarded by name;
+- ``codex app-server --strict-config`` in the container's workdir, as the task's user, with the
+  credential passed by name. Two transports (``--ak transport=``): ``sandbox-driver`` (default, every
+  harbor environment: the conversation runs inside the sandbox, agents.sandbox_host /
+  agents.sandbox_driver) and ``docker-exec`` (the host speaks to app-server through
+  ``docker exec -i``, agents.transport; local Docker only, for debugging). Both run the same
+  conversation code (agents.conversation, agents.drive);
 - the deadline (``GOAL_TIMEOUT_SEC``, env or kwarg ``goal_timeout_sec``) ends the agent phase
   shortly before harbor's own timeout; it is recognised by message and ``run()`` returns normally,
   so the verifier scores the partial work and the trial is not errored;
@@ -22,7 +26,8 @@ Agent kwargs (``--ak``): ``provider_base_url`` (default: the scripted model on t
 comes from the host environment or ``--ae``), ``model`` (default: ``-m`` without an ``openai/``
 prefix), ``goal_timeout_sec``, ``codex_version``, ``codex_bin``, ``request_max_retries``,
 ``stream_max_retries``, ``zero_token_limit``, ``model_catalog_json``, ``codex_delivery``
-(``mount``, the default: harbor ``--mounts`` the staged tree; ``copy``: copy it in, noted in the receipt).
+(``mount``, the default: harbor ``--mounts`` the staged tree; ``copy``: copy it in, noted in the receipt;
+the sandbox driver uploads it whenever no mount brought it), ``transport`` (``sandbox-driver`` | ``docker-exec``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""How the app-server client reaches codex inside a trial: an interface and its Docker implementation.
+"""The ``docker-exec`` transport: the host's app-server client reaches codex through ``docker exec -i``.
+
+Kept for debugging (``--ak transport=docker-exec``) on harbor's local Docker environment only; the
+default transport is the in-sandbox driver (agents.sandbox_host), which works on every environment.
 
 ``docker exec -i`` because harbor's own ``environment.exec`` gives no stdin (and app-server speaks
 JSON-RPC over stdio). Every arm goes through the same transport, the same workdir (read from the
@@ -6,8 +9,8 @@ container, never assumed to be ``/app``), the same user (task.toml ``[agent].use
 credentials, forwarded by NAME only: ``-e NAME`` with the value in the docker client's own
 environment, so a secret never appears in any command line.
 
-Under any other harbor environment the arms fail fast with a message naming what is missing; the
-route for cloud sandboxes (a driver inside the sandbox) is in the README.
+Under any other harbor environment (a Podman/kata subclass of DockerEnvironment included) this
+transport refuses to start, naming the default transport instead.
 """
 
 from __future__ import annotations
