@@ -77,7 +77,7 @@ KILL_AFTER_SEC = 5.0
 #: host's last poll and the evidence download must all fit before harbor's agent timeout
 EXTRA_MARGIN_SEC = 25.0
 #: the host's own stop (stop file) comes this long before harbor's timeout minus the usual margin
-HARD_STOP_BEFORE_SEC = 10.0
+HARD_STOP_BEFORE_SEC = 30.0
 #: host-side mirror of the driver's last status (live progress for a reader of the trial dir)
 STATUS_MIRROR = "driver-status.json"
 EXEC_TIMEOUT_SEC = 30
@@ -423,8 +423,8 @@ def driver_config(agent, t: SandboxTransport, instruction: str, cred_path: str, 
     }
 
 
-async def upload_control(t: SandboxTransport, config: dict) -> None:
-    """The driver package and its config; the control dir owned by the task user."""
+async def upload_bundle(t: SandboxTransport) -> None:
+    """The driver package (read-only for the task user) and its control dir (owned by it)."""
     owner = shlex.quote(t.user) if t.user else "0"
     r = await t.exec(
         f"mkdir -p {SANDBOX_BUNDLE} {CTRL} && rm -rf {CTRL}/started {CTRL}/{STOP_NAME} && "
@@ -435,13 +435,17 @@ async def upload_control(t: SandboxTransport, config: dict) -> None:
         raise ArmFailure(f"cannot prepare {CTRL} in the sandbox: {(r.stderr or r.stdout or '')[-300:]}")
     with tempfile.TemporaryDirectory(prefix="marathon-driver-") as d:
         await t.environment.upload_dir(bundle_dir(Path(d) / "bundle"), SANDBOX_BUNDLE)
+    await t.exec(f"chmod -R a+rX {SANDBOX_BUNDLE}", user="root")
+
+
+async def upload_config(t: SandboxTransport, config: dict) -> None:
+    """The driver's config (no secret), readable by the task user only."""
+    owner = shlex.quote(t.user) if t.user else "0"
+    with tempfile.TemporaryDirectory(prefix="marathon-driver-") as d:
         cfg = Path(d) / CONFIG_NAME
         cfg.write_text(json.dumps(config))
         await t.environment.upload_file(cfg, f"{CTRL}/{CONFIG_NAME}")
-    await t.exec(
-        f"chmod -R a+rX {SANDBOX_BUNDLE} && chown {owner} {CTRL}/{CONFIG_NAME} && chmod 600 {CTRL}/{CONFIG_NAME}",
-        user="root",
-    )
+    await t.exec(f"chown {owner} {CTRL}/{CONFIG_NAME} && chmod 600 {CTRL}/{CONFIG_NAME}", user="root")
 
 
 async def run_in_sandbox(agent, instruction: str, environment, context) -> None:
@@ -466,8 +470,9 @@ async def run_in_sandbox(agent, instruction: str, environment, context) -> None:
         await ensure_codex(agent, t)
         cred = await upload_credentials(t, secret)
         del secret
-        config = driver_config(agent, t, instruction, cred, time.monotonic() - t0)
-        await upload_control(t, config)
+        await upload_bundle(t)
+        # the preparation so far counts against the budget (the driver adds its own from here)
+        await upload_config(t, driver_config(agent, t, instruction, cred, time.monotonic() - t0))
         receipt.mark("driver_uploaded")
         await start_driver(t)
         receipt.mark("driver_started")
@@ -486,7 +491,7 @@ async def run_in_sandbox(agent, instruction: str, environment, context) -> None:
         if watch is not None:
             try:
                 await asyncio.wait_for(watch.stop_now(), 30)
-            except Exception:  # noqa: BLE001 - best effort under cancellation
+            except (Exception, asyncio.CancelledError):  # noqa: BLE001 - best effort under cancellation
                 pass
         raise
     except Exception as exc:
@@ -497,21 +502,26 @@ async def run_in_sandbox(agent, instruction: str, environment, context) -> None:
             await watch.send(_signal_command(watch.status, "KILL"), "SIGKILL (host failure)")
         raise
     finally:
-        if t is not None:
-            if cred is not None:
+        # a second cancellation here (harbor shutting down) must not cost the receipt: every await
+        # is bounded and its CancelledError ends only that step; the receipt is written synchronously
+        try:
+            if t is not None and cred is not None:
                 try:
                     await asyncio.wait_for(t.exec(f"rm -f {cred}", user="root"), 30)
-                except Exception:  # noqa: BLE001 - the driver deletes it itself before codex starts
+                except (Exception, asyncio.CancelledError):  # noqa: BLE001 - the driver deleted it already
                     pass
-            try:
-                await asyncio.wait_for(download_evidence(t, agent.logs_dir, receipt), 300)
-            except Exception as exc:  # noqa: BLE001
-                receipt.warnings.append(f"evidence download: {type(exc).__name__}: {exc}")
-            receipt = agent.receipt = _merge_driver_receipt(agent, receipt, t, watch)
-        deferred = agent._finish_evidence(receipt, context)
-        if receipt.token_usage:
-            agent._usage_to_context(receipt.token_usage, context)
-        agent.finish_receipt(receipt, t0)
+            if t is not None:
+                try:
+                    await asyncio.wait_for(download_evidence(t, agent.logs_dir, receipt), 300)
+                except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001
+                    receipt.warnings.append(f"evidence download: {type(exc).__name__}: {exc}")
+        finally:
+            if t is not None:
+                receipt = agent.receipt = _merge_driver_receipt(agent, receipt, t, watch)
+            deferred = agent._finish_evidence(receipt, context)
+            if receipt.token_usage:
+                agent._usage_to_context(receipt.token_usage, context)
+            agent.finish_receipt(receipt, t0)
     if failure is not None:
         raise failure
     if deferred is not None:

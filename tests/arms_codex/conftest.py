@@ -153,7 +153,7 @@ def _run_job(job: Job, out: Path, staged: StagedCodex, env: dict) -> JobOutcome:
     with log.open("wb") as fh:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT)
         if job.cancel_when_turn_started:
-            t_end = time.monotonic() + 300
+            t_end = time.monotonic() + 600  # the driver's upload and start come first
             while time.monotonic() < t_end and proc.poll() is None:
                 if job_dir.exists() and _turn_started(job_dir):
                     time.sleep(2)  # let a few tool calls land
