@@ -1,6 +1,6 @@
 """JSON-RPC client for ``codex app-server`` over stdio (one JSON object per line).
 
-API (used by every codex arm, including helper E's LoopX agent):
+API (used by every codex arm, the LoopX arms included):
 
     client = AppServerClient(proc, raw_log=Path(".../appserver.stdout.jsonl"))
     await client.start()                      # reader + stderr pump
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner import safeio
+from modes import safeio
 
 
 class AppServerError(RuntimeError):

@@ -63,9 +63,9 @@ from agents.staging import (
     load_staged,
 )
 from agents.transport import EnvironmentLost, Transport, UnsupportedEnvironment, transport_for
+from modes import safeio
+from modes.naming import ENVIRONMENT_LOST
 from modes.profiles import mode_for
-from runner import safeio
-from runner.rules import ENVIRONMENT_LOST
 
 #: The scripted model listens here inside every mini-benchmark container.
 SCRIPTED_BASE_URL = "http://127.0.0.1:18080/v1"

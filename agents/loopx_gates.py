@@ -146,7 +146,3 @@ def skills_list_verdict(result: dict | None, required: Iterable[str], cwd: str) 
     return GateResult(
         "skills/list", True, f"codex sees all {len(required)} required skills ({len(names)} in catalog)", data
     )
-
-
-def skills_list_params(cwd: str) -> dict:
-    return {"cwds": [cwd], "forceReload": True}

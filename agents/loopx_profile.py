@@ -51,18 +51,6 @@ class ExecResult:
 ContainerExec = Callable[[str, Mapping[str, str] | None, str | None, float | None], Awaitable[ExecResult]]
 
 
-def harbor_exec(environment) -> ContainerExec:
-    """A ContainerExec over a harbor environment's ``exec`` (its ``-e`` values are not secrets here)."""
-
-    async def run(command, env=None, user=None, timeout_sec=None) -> ExecResult:
-        r = await environment.exec(
-            command, env=dict(env) if env else None, user=user, timeout_sec=timeout_sec
-        )
-        return ExecResult(int(r.return_code), r.stdout or "", r.stderr or "")
-
-    return run
-
-
 def docker_exec(container_id: str, workdir: str | None = None) -> ContainerExec:
     """A ContainerExec over ``docker exec`` on a container we started (verify-envs, tests)."""
 

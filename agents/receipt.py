@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner import safeio
+from modes import safeio
 
 RECEIPT_NAME = "goal_receipt.json"
 SCHEMA = "marathon.goal_receipt/1"

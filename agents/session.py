@@ -1,6 +1,6 @@
 """One codex thread driven over app-server: turns, goals, token usage and the silent-failure guards.
 
-Shared by every codex arm (plain, goal, and helper E's LoopX arms). API:
+Shared by every codex arm (plain, goal and the LoopX arms). API:
 
     s = CodexSession(client, receipt, workdir, deadline=..., on_usage=fn)
     await s.skills_list()                       # works before thread/start (LoopX gate)
@@ -276,10 +276,6 @@ class CodexSession:
         Counted as an unblock by the transition it causes (``blocked -> active``), not by the call.
         """
         return await self.goal_set(status=ACTIVE)
-
-    async def goal_clear(self) -> bool:
-        res = await self.request("thread/goal/clear", {"threadId": self.thread_id, "origin": "user"})
-        return bool(res.get("cleared"))
 
     async def turn_start(self, text: str, **extra) -> str:
         params = {

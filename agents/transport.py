@@ -27,9 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner import safeio
-from runner.rules import ENVIRONMENT_LOST
-from runner.tree import compose_project
+from modes import safeio
+from modes.naming import ENVIRONMENT_LOST, compose_project
 
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
@@ -63,7 +62,7 @@ class UnsupportedEnvironment(RuntimeError):
 class EnvironmentLost(RuntimeError):
     """The trial's container stopped (killed, engine restarted) or its engine became unreachable
     while the agent was working. Whatever step failed then failed because of the sandbox, so the
-    message starts with ``runner.rules.ENVIRONMENT_LOST`` and the runner voids and reruns the
+    message starts with ``modes.naming.ENVIRONMENT_LOST`` and the runner voids and reruns the
     attempt instead of scoring it against the arm."""
 
     def __init__(self, what: str) -> None:

@@ -1,6 +1,6 @@
 """Benchmark of the operator console on a 10,000-trial tree made of real harbor trial files.
 
-Measures (targets from issue 7; printed, never asserted):
+Measures, against these targets (printed, never asserted):
   1. console start to a full grid                          <= 2 s
   2. file change (metrics.json rewritten) to updated cell   <= 300 ms p95
   3. idle CPU of the console over 60 s                      <= 1 % of one core
@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from bench_model import build, make_source, source_trials  # noqa: E402
 
-from runner.model import RunModel  # noqa: E402
+from runner.results.model import RunModel  # noqa: E402
 
 SIZE = (160, 48)
 

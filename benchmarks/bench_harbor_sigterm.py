@@ -29,8 +29,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from runner.procs import DEFAULT_GRACE_SEC  # noqa: E402
-from runner.tree import compose_project, iter_job_dirs, iter_trial_dirs  # noqa: E402
+from modes.naming import compose_project  # noqa: E402
+from runner.ops.procs import DEFAULT_GRACE_SEC  # noqa: E402
+from runner.results.tree import iter_job_dirs, iter_trial_dirs  # noqa: E402
 
 TASK = REPO / "runner" / "demo" / "tasks" / "calc-partial"
 HARD_LIMIT_SEC = 120.0

@@ -5,7 +5,7 @@ Measures, side by side in one run:
   2. re-reading one changed trial (``model.update([path])``);
   3. the way a user would otherwise do it: parse every job and trial ``result.json`` with harbor's
      own pydantic models (``JobResult``, ``TrialResult``) and read each ``metrics.json``.
-Targets (issue 2): (1) <= 1.0 s and >= 3x faster than (3); (2) <= 5 ms.
+Targets: (1) <= 1.0 s and >= 3x faster than (3); (2) <= 5 ms.
 
     uv run python benchmarks/bench_model.py [--source OUT] [--trials 10000] [--keep DIR]
 
@@ -32,8 +32,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from runner import tree  # noqa: E402
-from runner.model import RunModel  # noqa: E402
+from runner.results import tree  # noqa: E402
+from runner.results.model import RunModel  # noqa: E402
 
 
 def make_source(dst: Path) -> Path:

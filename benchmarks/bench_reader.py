@@ -1,6 +1,6 @@
 """Benchmark of the trajectory reader on 1 GB trajectories made of real recorded steps.
 
-Measures (issue 15; printed, never asserted):
+Measures (printed, never asserted):
   1. first screen of a 1 GB ATIF trajectory.json in the reader      <= 1 s
   2. the same for a 1 GB app-server stdout (one JSON line a message)  <= 1 s
   plus the CPU seconds of (1), the time to index the whole file in the background, the reader's

@@ -25,8 +25,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runner.config import resolve
-from runner.driver import Driver
+from runner.schedule.config import resolve
+from runner.schedule.driver import Driver
 
 TASKS = Path(__file__).resolve().parents[1] / "runner" / "demo" / "tasks"
 

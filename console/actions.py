@@ -1,14 +1,15 @@
-"""The console's actions as plan -> act pairs over ``runner``'s operations (one implementation with the CLI).
+"""The console's actions: the runner's plan -> act operations, named and worded for the dialog.
 
-Planning freezes exactly what will be touched (PIDs with create times and argv; containers and
-networks by id and exact compose label) so the confirmation dialog can show it; acting re-checks
-each object just before touching it (that is done inside ``runner.procs``/``runner.cleanup``).
-No textual import: the same functions are testable without a screen.
+Each action is one runner operation, the same one the CLI runs: start (``runner.schedule.start``),
+stop the runner alone (``runner.ops.stop``), kill (``runner.ops.kill``), cleanup
+(``runner.ops.cleanup``) and void (``runner.ops.void``). Planning freezes exactly what will be
+touched (PIDs with create times and argv; containers and networks by id and exact compose label) so
+the confirmation dialog can show it; acting re-checks each object just before touching it. Nothing
+here decides what to touch. No textual import: the same functions are testable without a screen.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,35 +42,17 @@ class Planned:
         return TITLES[self.kind]
 
 
-def _runner_only(plan: Any, runner_pid: int) -> Any:
-    plan.targets = [t for t in plan.targets if t.pid == runner_pid]
-    return plan
-
-
 def plan_action(kind: str, out: Path, *, trial_path: str | None = None, reason: str = "") -> Planned:
     """Freeze what ``kind`` would do to ``out`` right now."""
     out = Path(out)
     if kind == STOP:
-        from runner.procs import Registry, plan_stop
+        from runner.ops.stop import plan_stop_runner
 
-        entry = Registry(out).runner_entry()
-        if entry is None:
-            return Planned(
-                kind, str(out), "No runner of this tree is alive (by its registry).", possible=False
-            )
-        from runner.procs import RUNNER_WIND_DOWN_SEC
-
-        plan = _runner_only(plan_stop(out), entry.pid)
-        text = (
-            f"Send SIGTERM to the runner process alone (not its process group); it stops starting trials,\n"
-            f"stops its harbor jobs, cleans up this run's containers and networks, releases its claims and\n"
-            f"exits. If it is still running after {RUNNER_WIND_DOWN_SEC:.0f} s it gets SIGKILL (alone too).\n\n"
-            f"{plan.render()}"
-        )
-        return Planned(kind, str(out), text, {"stop": plan}, possible=bool(plan.targets))
+        plan = plan_stop_runner(out)
+        return Planned(kind, str(out), plan.render(), {"stop": plan}, possible=plan.possible)
     if kind == KILL:
-        from runner.kill import plan_kill
-        from runner.procs import DEFAULT_GRACE_SEC
+        from runner.ops.kill import plan_kill
+        from runner.ops.procs import DEFAULT_GRACE_SEC
 
         plan = plan_kill(out)
         text = (
@@ -78,12 +61,12 @@ def plan_action(kind: str, out: Path, *, trial_path: str | None = None, reason: 
         )
         return Planned(kind, str(out), text, {"kill": plan}, possible=not plan.empty)
     if kind == CLEANUP:
-        from runner.cleanup import plan_cleanup
+        from runner.ops.cleanup import plan_cleanup
 
         clean = plan_cleanup(out)
         return Planned(kind, str(out), clean.render(), {"cleanup": clean}, possible=not clean.empty)
     if kind == VOID:
-        from runner.void import plan_void
+        from runner.ops.void import plan_void
 
         if not trial_path:
             return Planned(kind, str(out), "Select a trial in the drill-down first.", possible=False)
@@ -94,13 +77,10 @@ def plan_action(kind: str, out: Path, *, trial_path: str | None = None, reason: 
         )
         return Planned(kind, str(out), text, {"void": plan})
     if kind == START:
-        from console.starter import plan_start
+        from runner.schedule.start import plan_start
 
-        argv, why = plan_start(out)
-        if argv is None:
-            return Planned(kind, str(out), why, possible=False)
-        text = f"Start, detached (own session; survives this console and the ssh session):\n  argv {json.dumps(argv)}\n{why}"
-        return Planned(kind, str(out), text, {"argv": argv})
+        plan = plan_start(out)
+        return Planned(kind, str(out), plan.render(), {"start": plan}, possible=plan.possible)
     raise ValueError(f"unknown action {kind!r}")
 
 
@@ -108,25 +88,24 @@ def act(planned: Planned) -> tuple[bool, str]:
     """Carry out a frozen plan; returns (ok, report text)."""
     kind, out = planned.kind, Path(planned.out)
     if kind == STOP:
-        from runner.procs import RUNNER_WIND_DOWN_SEC, act_stop
+        from runner.ops.stop import act_stop_runner
 
-        # the runner alone: its process group may hold helpers it is still using to wind down
-        report = act_stop(planned.parts["stop"], grace_sec=RUNNER_WIND_DOWN_SEC, by_group=False)
+        report = act_stop_runner(planned.parts["stop"])
         return not report.still_alive, report.render()
     if kind == KILL:
-        from runner.kill import act_kill
-        from runner.procs import DEFAULT_GRACE_SEC
+        from runner.ops.kill import act_kill
+        from runner.ops.procs import DEFAULT_GRACE_SEC
 
         report = act_kill(planned.parts["kill"], grace_sec=DEFAULT_GRACE_SEC)
         return report.ok, report.render()
     if kind == CLEANUP:
-        from runner.cleanup import act_cleanup
+        from runner.ops.cleanup import act_cleanup
 
         rep = act_cleanup(planned.parts["cleanup"])
         return rep.ok, rep.render()
     if kind == VOID:
-        from runner.events import last_run_id
-        from runner.void import act_void
+        from runner.ops.void import act_void
+        from runner.results.events import last_run_id
 
         dest = act_void(planned.parts["void"], run_id=last_run_id(out))
         return (
@@ -134,8 +113,8 @@ def act(planned: Planned) -> tuple[bool, str]:
             f"moved to {dest}\nthe runner reruns the pair in its next pass (R starts it if it is not running)",
         )
     if kind == START:
-        from console.starter import start_detached
+        from runner.schedule.start import act_start
 
-        pid = start_detached(planned.parts["argv"], out)
+        pid = act_start(planned.parts["start"])
         return True, f"runner started, PID {pid} (detached; it keeps running when this console quits)"
     raise ValueError(f"unknown action {kind!r}")

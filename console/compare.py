@@ -1,8 +1,8 @@
 """The arms of one task side by side: which trial each column shows, and the rows it shows.
 
-Figures come from ``runner.model`` cells (never re-derived here); what the agent did (commands,
-failed commands, last message) from ``runner.trajectory``; per-test outcomes from
-``runner.verifier_tests``. No textual import: the comparison screen renders these rows.
+Figures come from ``runner.results.model`` cells (never re-derived here); what the agent did (commands,
+failed commands, last message) from ``runner.results.trajectory``; per-test outcomes from
+``runner.results.verifier_tests``. No textual import: the comparison screen renders these rows.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from console import view
-from runner.trajectory import TrajectoryFacts, trajectory_facts
-from runner.verifier_tests import TestOutcomes, read_outcomes
+from runner.results.trajectory import TrajectoryFacts, trajectory_facts
+from runner.results.verifier_tests import TestOutcomes, read_outcomes
 
 #: the figure rows, in order (label, key)
 ROWS: tuple[tuple[str, str], ...] = (

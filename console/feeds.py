@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.tree import events_path
+from runner.results.tree import events_path
 
 
 # -- runner state --------------------------------------------------------------------------------
@@ -37,8 +37,8 @@ class RunnerInfo:
 
 def read_runner_info(out: Path, events: EventTailReader | None = None) -> RunnerInfo:
     """Is the runner alive (by its registry entry: PID + create time, never by pattern), and how is it set up."""
-    from runner.config import read_driver_env
-    from runner.procs import Registry
+    from runner.ops.procs import Registry
+    from runner.schedule.config import read_driver_env
 
     entry = None
     running = 0
@@ -145,7 +145,7 @@ class EventTailReader:
 def read_pool(out: Path, projects: set[str] | None = None) -> tuple[Any, str | None]:
     """Address-pool accounting with the gate's cap, or a one-line reason it is unavailable."""
     try:
-        from runner import docker_pool
+        from runner.ops import docker_pool
 
         status = docker_pool.pool_status(out, projects=projects)
         cap, _margin = docker_pool.gate_limits(capacity=status.capacity)
@@ -154,10 +154,6 @@ def read_pool(out: Path, projects: set[str] | None = None) -> tuple[Any, str | N
         return d, None
     except Exception as exc:  # noqa: BLE001 - Docker down is shown, not fatal
         return None, str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-
-
-def now() -> float:
-    return time.time()
 
 
 # -- the results tree ------------------------------------------------------------------------------
@@ -175,7 +171,7 @@ class TreePayload:
 
 
 class TreeFeed:
-    """Owns the ``runner.model.RunModel`` on the worker side and turns its changes into payloads.
+    """Owns the ``runner.results.model.RunModel`` on the worker side and turns its changes into payloads.
 
     Only the watcher worker calls it (the model is not thread-safe); the App gets copies of cells.
     """
@@ -189,7 +185,7 @@ class TreeFeed:
         self.projects: frozenset[str] | None = None
 
     def load(self) -> TreePayload:
-        from runner.model import RunModel
+        from runner.results.model import RunModel
 
         self.model = RunModel.load(self.out)
         return self._payload(None)
@@ -207,7 +203,7 @@ class TreeFeed:
     def update_projects(self, cells: Any = None) -> bool:
         """Keep the compose projects of the tree's trials current, reading only trials not seen yet
         (of the given cells, or of the whole model); True when the set changed."""
-        from runner.docker_pool import trial_projects
+        from runner.ops.docker_pool import trial_projects
 
         if self.model is None:
             return False
@@ -233,13 +229,9 @@ class TreeFeed:
             return None
         return self._payload(changed)
 
-    def set_scope(self, scope: str) -> TreePayload:
-        self.scope = scope
-        return self._payload(None)
-
     def watch_roots(self) -> list[Path]:
         """The out dir, plus its voided root once it exists (voided trials show in drill-down)."""
-        from runner.tree import voided_root
+        from runner.results.tree import voided_root
 
         roots = [self.out]
         vr = voided_root(self.out)
@@ -261,17 +253,17 @@ class TreeFeed:
         if m.unreadable:
             notes.append(f"{len(m.unreadable)} unreadable file(s), last good values shown")
         tasks = sorted({k[0] for k in m.scoped(self.scope)})
-        from runner.model import arm_order
+        from runner.results.model import arm_order
 
         arms = arm_order(k[1] for k in m.scoped(self.scope))
         return TreePayload(cells, changed is None, tasks, arms, summary, alarm, notes, time.time(), history)
 
 
 def arm_summary(model: Any, scope: str) -> tuple[dict[str, Any], str | None]:
-    """Per-arm summary, the infrastructure-bias alarm and the fairness audit (``runner.report``,
-    ``runner.audit``)."""
-    from runner import audit, report
-    from runner.model import arm_order
+    """Per-arm summary, the infrastructure-bias alarm and the fairness audit (``runner.results.report``,
+    ``runner.results.audit``)."""
+    from runner.results import audit, report
+    from runner.results.model import arm_order
 
     cells = model.scoped(scope)
     arms = arm_order(k[1] for k in cells)

@@ -15,7 +15,7 @@ import threading
 from array import array
 from pathlib import Path
 
-from runner import safeio
+from modes import safeio
 
 #: A "line" longer than this many bytes is shown as several display lines (a minified 1 GB JSON
 #: document is one physical line; it must still open at once).
@@ -29,7 +29,7 @@ class LineSource:
 
     def __init__(self, path: Path | str, root: Path | str | None = None) -> None:
         self.path = Path(path)
-        # the trial dir: the file is opened by the tree's safe-open rules (runner.safeio), so a FIFO
+        # the trial dir: the file is opened by the tree's safe-open rules (modes.safeio), so a FIFO
         # never blocks the view and a symlink out of the trial dir is never shown
         self.root = Path(root) if root is not None else self.path.parent
         self._lock = threading.Lock()

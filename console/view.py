@@ -1,6 +1,6 @@
 """How a cell, a summary and an event read on screen: pure formatting, no IO, no widgets.
 
-The cell records come from ``runner.model`` (helper A). Fields are read with defaults so that a
+The cell records come from ``runner.results.model``. Fields are read with defaults so that a
 record missing a figure shows a dash instead of crashing the console.
 """
 

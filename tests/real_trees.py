@@ -174,7 +174,7 @@ def restore_write_order(root: Path) -> None:
 
     git keeps no file times, so a checkout of a recording has the checkout's mtimes, later than
     the ``verifier.finished_at`` the trial's result.json records: the tamper rule
-    (``runner.results.tampered``) would then rightly call every verifier file tampered. The times
+    (``runner.results.records.tampered``) would then rightly call every verifier file tampered. The times
     come from the recording's own timestamps: each trial file gets an mtime just before its
     verifier finished, then result.json is rewritten last (so its ctime is the newest, as harbor
     writes it last) with the trial's ``finished_at`` as its mtime.
@@ -231,8 +231,8 @@ def signature(root: Path) -> dict[str, Any]:
     """What the recording must keep matching in a fresh harbor run of the same jobs: every file's
     path and every empty dir (stamps and trial ids normalised), the key skeleton of every JSON file harbor or a verifier
     wrote, and the cells of the report's JSON contract without the clock-dependent figures."""
-    from runner.model import RunModel
-    from runner.report import build_report
+    from runner.results.model import RunModel
+    from runner.results.report import build_report
 
     files, shapes = set(), {}
     for dirpath, _dirnames, filenames in os.walk(root):

@@ -73,4 +73,4 @@ def test_every_repository_path_in_the_docs_exists(doc: str, path: str):
 
 
 def test_resolves_can_say_no():
-    assert resolves("runner.rules") and not resolves("runner.rules.no_such_rule")
+    assert resolves("runner.results.rules") and not resolves("runner.results.rules.no_such_rule")

@@ -23,8 +23,8 @@ from textual.widgets import DataTable, Footer, Static
 from console import compare, view
 from console.keys import bindings_for
 from console.screens.reader import ReaderScreen
-from runner.trajectory import TrajectoryFacts
-from runner.verifier_tests import ERROR, FAIL, PASS, SKIP, TestOutcomes, disagreements
+from runner.results.trajectory import TrajectoryFacts
+from runner.results.verifier_tests import ERROR, FAIL, PASS, SKIP, TestOutcomes, disagreements
 
 OUTCOME_TEXT = {PASS: ("✓ pass", "green"), FAIL: ("✗ fail", "bold red"), ERROR: ("✗ error", "bold red"),
                 SKIP: ("- skip", "dim")}  # fmt: skip

@@ -21,7 +21,7 @@ from textual.widgets import Footer, Input, Static
 
 from console.keys import bindings_for
 from console.widgets.stepview import StepView
-from runner.trajectory import ERROR, StepIndex
+from runner.results.trajectory import ERROR, StepIndex
 
 FIRST_CHUNK = 1 << 20
 FIRST_PIECE = 64 << 10

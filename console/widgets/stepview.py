@@ -1,6 +1,6 @@
 """One line per step of a trajectory, expandable in place; only the visible steps are ever parsed.
 
-The widget is handed a ``runner.trajectory.StepIndex`` (attributes down); indexing, search and
+The widget is handed a ``runner.results.trajectory.StepIndex`` (attributes down); indexing, search and
 following run in the reader screen's workers, which post messages; this widget renders what it is
 asked for and moves a cursor. Lines: ``▸ step time role tokens mark summary``; an expanded step
 adds its full message, reasoning and each command with its exit code, duration and output.
@@ -17,7 +17,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from runner.trajectory import ERROR, GOAL, Step, StepIndex
+from runner.results.trajectory import ERROR, GOAL, Step, StepIndex
 
 #: lines an expanded step shows at most (the rest: see the raw tab)
 MAX_DETAIL_LINES = 2000

@@ -36,10 +36,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def check_arms(out: Path, task: str, arms: list[str], goal_sec: int) -> list[dict]:
     """Per arm: done (the one rule), scored by the verifier, and whether the budget ran out."""
-    from runner.driver import pair_done
-    from runner.rules import partial_score, reward_of
-    from runner.tree import iter_job_dirs, iter_trial_dirs
-    from runner.void import read_json
+    from runner.ops.void import read_json
+    from runner.results.rules import partial_score, reward_of
+    from runner.results.tree import iter_job_dirs, iter_trial_dirs
+    from runner.schedule.driver import pair_done
 
     rows = []
     for arm in arms:
@@ -68,10 +68,10 @@ def check_arms(out: Path, task: str, arms: list[str], goal_sec: int) -> list[dic
 
 
 def run(args: argparse.Namespace) -> int:
-    from runner.config import resolve
-    from runner.driver import Driver, list_tasks
     from runner.errors import UserError
-    from runner.progress import Progress
+    from runner.schedule.config import list_tasks, resolve
+    from runner.schedule.driver import Driver
+    from runner.schedule.progress import Progress
 
     tasks_dir = (
         Path(args.tasks_dir) if args.tasks_dir else Path(__file__).resolve().parents[1] / "demo" / "tasks"

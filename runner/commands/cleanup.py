@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from runner.tree import default_out
+from runner.results.tree import default_out
 
 HELP = "remove the run's leftover compose containers and networks (prints the plan; --yes acts)"
 DESCRIPTION = (
@@ -30,7 +30,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runner.cleanup import act_cleanup, plan_cleanup
+    from runner.ops.cleanup import act_cleanup, plan_cleanup
 
     args.out = args.out or default_out()
     plan = plan_cleanup(args.out, task=args.task, arm=args.arm, trial=args.trial)

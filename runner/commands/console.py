@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from runner.tree import default_out
+from runner.results.tree import default_out
 
 HELP = "the operator console: live task x arm grid, drill-down, one-key stop/kill/cleanup/void"
 DESCRIPTION = (

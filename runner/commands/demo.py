@@ -72,10 +72,9 @@ def _prepare_real_arms(arms: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from runner.cli import main as marathon
-    from runner.config import resolve, write_driver_env
-    from runner.driver import Driver
-    from runner.errors import UserError
-    from runner.progress import Progress
+    from runner.schedule.config import resolve, write_driver_env
+    from runner.schedule.driver import Driver
+    from runner.schedule.progress import Progress
     from runner.secrets import DECLARED_NON_SECRETS
 
     tasks = Path(__file__).resolve().parents[1] / "demo" / "tasks"
@@ -93,23 +92,20 @@ def run(args: argparse.Namespace) -> int:
     print(f"marathon demo: {', '.join(cfg.arms)} on the mini-benchmark ({tasks}) -> {cfg.out}")
     interactive = not args.headless and sys.stdin.isatty() and sys.stdout.isatty()
     if interactive:
-        from runner.preflight import RETRY_DEMO, require
+        from runner.schedule.preflight import RETRY_DEMO, require
 
         require(cfg, retry=RETRY_DEMO)  # before anything is written
         write_driver_env(cfg)
-        # Through the console's launcher: the runner ends up in its own session, adopted by init, never
-        # a child of the process that then runs the console.
-        from console.starter import plan_start, start_detached
+        # The runner ends up in its own session, adopted by init, never a child of the process that
+        # then runs the console.
+        from runner.schedule.start import act_start, plan_start
 
-        argv, why = plan_start(cfg.out, retry=RETRY_DEMO)
-        if argv is None:
-            raise UserError(why)
-        pid = start_detached(argv, cfg.out)
+        pid = act_start(plan_start(cfg.out, retry=RETRY_DEMO))
         print(f"runner started in the background: PID {pid}; opening the console (q quits, the run goes on)")
         from console.app import run_console  # textual only here
 
         return run_console(cfg.out)
-    from runner.preflight import RETRY_DEMO
+    from runner.schedule.preflight import RETRY_DEMO
 
     rc = Driver(cfg, listeners=[Progress()], retry=RETRY_DEMO).run()
     print()

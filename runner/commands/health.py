@@ -16,7 +16,7 @@ DESCRIPTION = (
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from runner.commands.run import DEFAULT_OUT
+    from runner.results.tree import DEFAULT_OUT
 
     p.add_argument(
         "out", nargs="?", default=None, help=f"output tree [$MARATHON_OUT; default ./{DEFAULT_OUT}]"
@@ -26,8 +26,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runner.commands.run import default_out
-    from runner.health import check, fix
+    from runner.results.tree import default_out
+    from runner.schedule.health import check, fix
 
     out = Path(args.out or default_out())
     rep = fix(out) if args.fix else check(out)[0]

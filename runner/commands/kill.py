@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from runner.procs import DEFAULT_GRACE_SEC
-from runner.tree import default_out
+from runner.ops.procs import DEFAULT_GRACE_SEC
+from runner.results.tree import default_out
 
 HELP = "stop the run's processes (registered PIDs + descendants), then clean up its containers/networks"
 DESCRIPTION = (
@@ -59,7 +59,7 @@ def _argvs(raw: list[str]) -> list[list[str]]:
 
 def run(args: argparse.Namespace) -> int:
     from runner.errors import NotAnOutputTree, UserError
-    from runner.kill import act_kill, plan_kill
+    from runner.ops.kill import act_kill, plan_kill
 
     args.out = args.out or default_out()
     if not args.out.is_dir():

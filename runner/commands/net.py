@@ -52,8 +52,8 @@ def render(status, verdict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runner.docker_pool import pool_status, verdict
     from runner.errors import UserError
+    from runner.ops.docker_pool import pool_status, verdict
 
     for flag in ("net_cap", "net_margin"):
         if getattr(args, flag) is not None and getattr(args, flag) < 0:

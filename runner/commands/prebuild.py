@@ -37,7 +37,13 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from runner.errors import UserError
-    from runner.prebuild import DEFAULT_NO_PROXY, build_proxy, docker_config_proxies, prebuild, redact
+    from runner.schedule.prebuild import (
+        DEFAULT_NO_PROXY,
+        build_proxy,
+        docker_config_proxies,
+        prebuild,
+        redact,
+    )
     from runner.secrets import screen
 
     if not args.tasks_dir:

@@ -18,7 +18,7 @@ DESCRIPTION = (
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from runner.report import FORMATS
+    from runner.results.report import FORMATS
 
     p.add_argument("out", nargs="?", type=Path, help="output tree (default $MARATHON_OUT or ./marathon-out)")
     p.add_argument("--format", choices=FORMATS, default="md", help="output format (default md)")
@@ -29,10 +29,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runner import tree
     from runner.errors import UserError
-    from runner.model import open_tree
-    from runner.report import build_report, render
+    from runner.results import tree
+    from runner.results.model import open_tree
+    from runner.results.report import build_report, render
 
     out = args.out or tree.default_out()
     model = open_tree(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from runner import tree
+from runner.results import tree
 
 HELP = "run the comparison headless: every (task, arm) pair until done (resumable)"
 DESCRIPTION = (
@@ -23,7 +23,7 @@ def default_out() -> str:
 
 def add_knobs(p: argparse.ArgumentParser) -> None:
     """The knob flags (shared with canary/demo where they apply)."""
-    from runner.config import KNOB_BY_ATTR as K
+    from runner.schedule.config import KNOB_BY_ATTR as K
 
     def h(attr: str) -> str:
         k = K[attr]
@@ -86,7 +86,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def flags_of(args: argparse.Namespace) -> dict:
-    from runner.config import KNOBS
+    from runner.schedule.config import KNOBS
 
     flags = {k.attr: getattr(args, k.attr, None) for k in KNOBS}
     for attr in ("tasks", "arms"):
@@ -96,9 +96,10 @@ def flags_of(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runner.config import resolve, with_changes, write_driver_env
-    from runner.driver import Driver, start_detached
-    from runner.progress import Progress
+    from runner.schedule.config import resolve, with_changes, write_driver_env
+    from runner.schedule.driver import Driver
+    from runner.schedule.progress import Progress
+    from runner.schedule.start import start_detached
 
     out = Path(args.out or default_out())
     cfg = resolve(out, flags_of(args), resume=args.resume)

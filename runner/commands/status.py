@@ -38,7 +38,7 @@ def _iso(t) -> str | None:
 
 
 def status_data(model, scope: str) -> dict:
-    from runner.report import arm_summary, cell_dict
+    from runner.results.report import arm_summary, cell_dict
 
     cells = model.scoped(scope)
     arms = [a for a in model.arms if any(k[1] == a for k in cells)]
@@ -70,7 +70,7 @@ def status_data(model, scope: str) -> dict:
 
 
 def render(d: dict) -> str:
-    from runner.report import fmt_mean
+    from runner.results.report import fmt_mean
 
     head = f"marathon status {d['out']}"
     if d["scope"] == "run":
@@ -147,8 +147,8 @@ def render(d: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runner import tree
-    from runner.model import open_tree
+    from runner.results import tree
+    from runner.results.model import open_tree
 
     model = open_tree(args.out or tree.default_out())
     d = status_data(model, "all" if args.all else "run")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from runner.rules import partial_score
+from runner.results.rules import partial_score
 
 pytestmark = pytest.mark.docker
 

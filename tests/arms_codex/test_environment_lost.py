@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 from agents.transport import DockerExecTransport, EnvironmentLost, find_main_container
-from runner.void import classify_trial
+from runner.ops.void import classify_trial
 
 pytestmark = [pytest.mark.docker]
 BASE_IMAGE = "marathon-base:bookworm"

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from modes.profiles import ARMS
-from runner.rules import partial_score
+from runner.results.rules import partial_score
 
 pytestmark = pytest.mark.docker
 

@@ -35,7 +35,7 @@ def marathon(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
 
 def write_config(out: Path, *tasks: str, arms: str = "oracle,nop", concurrency: int = 4) -> None:
     """Write ``<out>/.driver_env`` with the runner's own functions (as ``marathon run`` would)."""
-    from runner.config import resolve, write_driver_env
+    from runner.schedule.config import resolve, write_driver_env
 
     flags = {
         "tasks_dir": str(DEMO_TASKS),
@@ -114,7 +114,7 @@ async def wait_for(
 
 
 def runner_pid(out: Path) -> int | None:
-    from runner.procs import Registry
+    from runner.ops.procs import Registry
 
     e = Registry(out).runner_entry()
     return e.pid if e else None
@@ -122,8 +122,8 @@ def runner_pid(out: Path) -> int | None:
 
 def stop_runner_if_alive(out: Path) -> None:
     """Teardown: stop what a test started (registered PIDs only) and remove its Docker objects."""
-    from runner.cleanup import act_cleanup, plan_cleanup
-    from runner.procs import act_stop, plan_stop
+    from runner.ops.cleanup import act_cleanup, plan_cleanup
+    from runner.ops.procs import act_stop, plan_stop
 
     plan = plan_stop(out)
     if plan.targets:
@@ -137,7 +137,7 @@ def stop_runner_if_alive(out: Path) -> None:
 
 
 def docker_leftovers(out: Path) -> list[str]:
-    from runner.cleanup import plan_cleanup
+    from runner.ops.cleanup import plan_cleanup
 
     plan = plan_cleanup(out)
     return [o.name for o in plan.containers + plan.networks]

@@ -51,7 +51,7 @@ async def _outcome(pilot, app, timeout: float = 240) -> str:
 
 
 def _containers_of(out) -> int:
-    from runner.cleanup import plan_cleanup
+    from runner.ops.cleanup import plan_cleanup
 
     return len(plan_cleanup(out).containers)
 
@@ -67,7 +67,7 @@ def test_start_offer_and_graceful_stop(docker_engine, fresh_out):
         app = _app(out)
         async with app.run_test(size=SIZE) as pilot:
             plan = await _confirm(pilot, app, "start offer")
-            assert "--resume" in plan and "--detach" in plan
+            assert "--resume" in plan and "detached" in plan
             text = await _outcome(pilot, app)
             assert "runner started" in text, text
             pid = runner_pid(out)
@@ -131,7 +131,7 @@ def test_cleanup_only_removes_leftovers_of_a_crashed_runner(docker_engine, fresh
             await _outcome(pilot, app)
             await wait_for(pilot, lambda: _containers_of(out) > 0, 240, "a trial container")
             # crash the run: SIGKILL the runner's and its harbor jobs' process groups (our own PIDs)
-            from runner.procs import Registry
+            from runner.ops.procs import Registry
 
             for e in Registry(out).live_entries():
                 try:
@@ -155,7 +155,7 @@ def test_cancel_is_the_default_and_readonly_disables_actions(mini_tree, tmp_path
     refuses every action."""
     import shutil
 
-    from runner.tree import voided_root
+    from runner.results.tree import voided_root
 
     out = tmp_path / "ro"
     shutil.copytree(mini_tree, out)
@@ -223,7 +223,7 @@ def test_void_and_rerun_from_drill_down(docker_engine, fresh_out):
             assert trial_path.split("/")[-1] in plan or "calc-partial" in plan
             text = await _outcome(pilot, app)
             assert "moved to" in text, text
-            from runner.tree import voided_root
+            from runner.results.tree import voided_root
 
             readmes = list(voided_root(out).rglob("README.md"))
             assert readmes, "void README written"

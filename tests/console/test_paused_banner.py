@@ -8,7 +8,7 @@ import pytest
 from console_support import run_async, wait_for
 
 from console.app import make_app, screen_text
-from runner.events import EventLog
+from runner.results.events import EventLog
 
 pytestmark = [pytest.mark.docker]
 

@@ -68,7 +68,7 @@ def test_attach_drill_down_and_kill_in_tmux(docker_engine, fresh_out, tmux):
     t.keys("Escape")
     t.wait_for("Kill", 30)  # back on the grid (footer)
     # wait for a trial container so that the kill has Docker objects to remove
-    from runner.cleanup import plan_cleanup
+    from runner.ops.cleanup import plan_cleanup
 
     deadline = time.monotonic() + 180
     while not plan_cleanup(out).containers and time.monotonic() < deadline:

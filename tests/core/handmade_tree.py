@@ -11,7 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
-from runner import tree
+from runner.results import tree
 
 TASKS = [f"t{i:02d}" for i in range(15)]
 GOAL = [0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85]

@@ -9,7 +9,7 @@ import pytest
 from harbor.models.dataset.manifest import DatasetManifest
 from harbor.publisher.packager import Packager
 
-from runner.digest import check_dataset, task_digest
+from runner.results.digest import check_dataset, task_digest
 
 DEMO = Path(__file__).resolve().parents[2] / "runner" / "demo" / "tasks"
 TASKS = sorted(p for p in DEMO.iterdir() if (p / "task.toml").is_file())

@@ -13,8 +13,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.model import STATUSES, RunModel
-from runner.report import build_report, render
+from runner.results.model import STATUSES, RunModel
+from runner.results.report import build_report, render
 
 JOB = {
     "id": "06c54fac-d736-48e6-be33-5049480b3aeb",

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from treefix import verifier_wrote
 
-from runner import cli, model, tree
-from runner.model import DONE, ERRORED, PENDING, RUNNING, VOIDED, RunModel
+from runner import cli
+from runner.results import model, tree
+from runner.results.model import DONE, ERRORED, PENDING, RUNNING, VOIDED, RunModel
 
 LATER = "20991231T235959Z"  # a stamp later than any real run's
 

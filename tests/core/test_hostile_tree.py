@@ -18,8 +18,8 @@ from pathlib import Path
 import hostile_tree
 import pytest
 
-from runner import safeio
-from runner.model import RunModel
+from modes import safeio
+from runner.results.model import RunModel
 
 REPO = Path(__file__).resolve().parents[2]
 RSS_CAP_KB = 300 * 1024
@@ -229,8 +229,8 @@ def test_evidence_copy_never_follows_links_out(tmp_path):
 
 def test_runner_readers_do_not_block_on_planted_files(hostile, tmp_path):
     """The runner's own readers (done check, void classification, score detail) use the same rules."""
-    from runner import void
-    from runner.model import pair_done
+    from runner.ops import void
+    from runner.results.model import pair_done
 
     out, _ = hostile
     tdir = next((out / "fifo-metrics").rglob("fifo-metrics__*"))

@@ -10,17 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from runner import cli, stats
+from runner import cli
 from runner.errors import EXIT_USAGE
-from runner.model import DONE, ERRORED, Attempt, build_cell
-from runner.report import infrastructure, paired
+from runner.results import stats
+from runner.results.model import DONE, ERRORED, Attempt, build_cell
+from runner.results.report import infrastructure, paired
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_runner_imports_without_textual_in_a_fresh_interpreter():
     code = (
-        "import sys, runner, runner.model, runner.report, runner.results, runner.stats, runner.cli;"
+        "import sys, runner, runner.results.model, runner.results.report, runner.results.records, runner.results.stats, runner.cli;"
         "import runner.commands.status, runner.commands.report;"
         "runner.cli.build_parser();"
         "print('textual' in sys.modules)"
@@ -131,7 +132,7 @@ def test_status_json_of_an_empty_runner_tree_is_valid(tmp_path, capsys):
 
 def test_receipt_written_by_the_arms_is_read_with_every_figure(tmp_path):
     from agents.receipt import Receipt
-    from runner.results import read_receipt
+    from runner.results.records import read_receipt
 
     r = Receipt(arm="goal", mode=None, disclosures=[], agent="x", codex_version="0", model="m", provider={})
     r.continuations, r.unblocks, r.turns, r.goal_status_final = 3, 2, 5, "complete"

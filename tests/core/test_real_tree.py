@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from treefix import verifier_wrote
 
-from runner import cli, tree
-from runner.model import DONE, ERRORED, RunModel
-from runner.report import build_report, render
+from runner import cli
+from runner.results import tree
+from runner.results.model import DONE, ERRORED, RunModel
+from runner.results.report import build_report, render
 
 TASKS = ["build-gate", "calc-partial", "two-stage", "words-passrate"]
 
@@ -172,7 +173,7 @@ def test_one_changed_trial_is_reread_without_rescanning(tree_copy):
 
 def test_job_summary_reading_agrees_with_reading_each_trial(core_tree):
     """The cold load's shortcut (a finished one-trial job read from its summary) loses no figure."""
-    from runner import results
+    from runner.results import records as results
 
     m = RunModel.load(core_tree)
     summarised = 0

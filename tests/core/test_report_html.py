@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from runner import cli, plots
+from runner import cli
+from runner.results import plots
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [

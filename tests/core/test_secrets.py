@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from runner import secrets
-from runner.config import resolve, write_driver_env
-from runner.driver import harbor_argv
 from runner.errors import UserError
-from runner.prebuild import build_proxy
-from runner.procs import Registry
+from runner.ops.procs import Registry
+from runner.schedule.config import resolve, write_driver_env
+from runner.schedule.driver import harbor_argv
+from runner.schedule.prebuild import build_proxy
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_TASKS = REPO / "runner" / "demo" / "tasks"

@@ -1,5 +1,5 @@
-"""The voiding table (runner.rules.VOIDING): one case per row, read from trial files the way the
-runner reads them (runner.void.classify_trial), and the same verdict whatever the arm."""
+"""The voiding table (runner.results.rules.VOIDING): one case per row, read from trial files the way the
+runner reads them (runner.ops.void.classify_trial), and the same verdict whatever the arm."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runner import rules
-from runner.void import classify_trial
+from runner.ops.void import classify_trial
+from runner.results import rules
 
 DAEMON = "Error response from daemon"
 COMPOSE = "Docker compose command failed for environment calc-partial. Command: docker compose exec main sh"

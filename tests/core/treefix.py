@@ -12,7 +12,7 @@ def verifier_wrote(path: Path) -> None:
     """Make a verifier file a test just wrote look written by the verifier itself.
 
     harbor writes a trial's result.json after the verifier finished, so a verifier file written
-    later is flagged tampered (runner.results.tampered). A test that edits a verifier file of a
+    later is flagged tampered (runner.results.records.tampered). A test that edits a verifier file of a
     copied trial to stand for another verifier outcome sets the file's mtime back to before the
     verifier finished and rewrites result.json after it, as harbor would.
     """

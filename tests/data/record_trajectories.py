@@ -4,7 +4,7 @@
 Runs ``marathon run`` (real harbor, real Docker, the real codex binary, real LoopX; the scripted
 model is the only stand-in) three times, concurrently, into temporary output trees, then copies the
 few files the reader and the comparison view read into ``tests/data/trajectories/`` with the
-runner's own layout (``<task>/<arm>/<stamp>/<job>/<trial>/...``), so that ``runner.model`` reads the
+runner's own layout (``<task>/<arm>/<stamp>/<job>/<trial>/...``), so that ``runner.results.model`` reads the
 copy as an output tree.
 
 The task is the demo's ``calc-partial`` with one extra first step in the scripted model's plan: a

@@ -18,7 +18,7 @@ from console.screens.compare import CompareScreen
 from console.screens.drill import DrillScreen
 from console.screens.reader import ReaderScreen
 from console.widgets.stepview import StepView
-from runner.trajectory import ERROR, StepIndex
+from runner.results.trajectory import ERROR, StepIndex
 
 SIZE = (130, 40)
 
@@ -281,7 +281,7 @@ def test_compare_from_the_drill_down(tree):
 
 def test_expanded_lines_fold_at_the_view_width_and_lose_nothing():
     from console.widgets.stepview import detail_lines
-    from runner.trajectory import Step
+    from runner.results.trajectory import Step
 
     msg = "word " * 100 + "\nshort line"
     lines = [t.plain for t in detail_lines(Step(0, 0, 10, "agent", message=msg), width=80)]

@@ -1,4 +1,4 @@
-"""runner.trajectory on real recorded trajectories, on garbage, and on files too big to load."""
+"""runner.results.trajectory on real recorded trajectories, on garbage, and on files too big to load."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from reader_data import RECORDED, trial_of
 
-from runner import trajectory as tj
-from runner.trajectory import ERROR, GOAL, OK, StepIndex, trajectory_facts
+from runner.results import trajectory as tj
+from runner.results.trajectory import ERROR, GOAL, OK, StepIndex, trajectory_facts
 
 
 def full_index(path: Path, chunk: int = tj.CHUNK, kind: str | None = None) -> StepIndex:

@@ -1,4 +1,4 @@
-"""runner.verifier_tests: per-test outcomes from real verifier output, pytest, cargo, metrics.json, garbage."""
+"""runner.results.verifier_tests: per-test outcomes from real verifier output, pytest, cargo, metrics.json, garbage."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 
 from reader_data import RECORDED, trial_of
 
-from runner import verifier_tests as vt
-from runner.verifier_tests import (
+from runner.results import verifier_tests as vt
+from runner.results.verifier_tests import (
     ERROR,
     FAIL,
     PASS,

@@ -22,11 +22,12 @@ from pathlib import Path
 
 import psutil
 
-from runner.docker_pool import our_projects
-from runner.events import read_events
-from runner.lock import lock_holder
-from runner.procs import Registry
-from runner.tree import compose_project, iter_job_dirs, iter_trial_dirs, voided_root
+from modes.naming import compose_project
+from runner.ops.docker_pool import our_projects
+from runner.ops.procs import Registry
+from runner.results.events import read_events
+from runner.results.tree import iter_job_dirs, iter_trial_dirs, voided_root
+from runner.schedule.lock import lock_holder
 
 COMPOSE_PROJECT = "com.docker.compose.project"
 COMPOSE_SERVICE = "com.docker.compose.service"
@@ -266,7 +267,7 @@ class Injector:
         the ones its started jobs are about to create, topped up as the run's own networks go: the
         gate must wait at the next free slot, while the margin still holds the networks of jobs
         already started (the pool itself is never exhausted). Removed once the gate waited."""
-        from runner.docker_pool import gate_limits, pool_status
+        from runner.ops.docker_pool import gate_limits, pool_status
 
         f = Fault("foreign networks fill the address pool")
         f.t_sec = self.now()

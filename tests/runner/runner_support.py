@@ -10,8 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from runner.events import read_events
-from runner.tree import compose_project, iter_job_dirs, iter_trial_dirs, voided_root
+from modes.naming import compose_project
+from runner.results.events import read_events
+from runner.results.tree import iter_job_dirs, iter_trial_dirs, voided_root
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_TASKS = REPO / "runner" / "demo" / "tasks"
@@ -87,7 +88,7 @@ def stop_runner(out: Path, timeout: float = 180) -> None:
     the PID + create time in its lock, gracefully (SIGTERM), so it tears its jobs down."""
     import signal
 
-    from runner.lock import lock_holder
+    from runner.schedule.lock import lock_holder
 
     h = lock_holder(out)
     if h is None:
@@ -107,8 +108,8 @@ def remove_objects_of(out: Path) -> None:
 
 
 def done_jobs(out: Path) -> dict[tuple[str, str], list[Path]]:
-    """(task, arm) -> the job dirs whose result.json is done (runner.rules.is_done)."""
-    from runner.rules import is_done
+    """(task, arm) -> the job dirs whose result.json is done (runner.results.rules.is_done)."""
+    from runner.results.rules import is_done
 
     res: dict[tuple[str, str], list[Path]] = {}
     for task, arm, _ad, _stamp, job in iter_job_dirs(out):
@@ -123,7 +124,7 @@ def done_jobs(out: Path) -> dict[tuple[str, str], list[Path]]:
 
 def dead_holder():
     """A claim/lock holder whose process really existed and has exited (PID + identity)."""
-    from runner.lock import holder_for
+    from runner.schedule.lock import holder_for
 
     p = subprocess.Popen(["sleep", "0.1"])
     holder = holder_for(p.pid, "dead-run")

@@ -15,8 +15,17 @@ import uuid
 import pytest
 from runner_support import DEMO_TASKS, done_jobs, events, run_marathon
 
-from runner.breaker import EXIT_PAUSED, SCOPE_ARM, SCOPE_INFRA, Attempt, Breaker, last_pause, shape, signature
-from runner.tree import iter_job_dirs, voided_root
+from runner.results.tree import iter_job_dirs, voided_root
+from runner.schedule.breaker import (
+    EXIT_PAUSED,
+    SCOPE_ARM,
+    SCOPE_INFRA,
+    Attempt,
+    Breaker,
+    last_pause,
+    shape,
+    signature,
+)
 
 
 def _att(task: str, arm: str, msg: str, cls: str = "ArmFailure") -> Attempt:
@@ -60,7 +69,7 @@ def test_streak_trips_at_k_across_arms_and_resets_on_success_or_a_new_failure():
 
 
 def test_timeouts_are_outcomes_and_never_count():
-    from runner.breaker import is_outcome
+    from runner.schedule.breaker import is_outcome
 
     assert is_outcome("AgentTimeoutError") and is_outcome("VerifierTimeoutError")
     assert not is_outcome("ArmFailure") and not is_outcome("RuntimeError")

@@ -32,10 +32,10 @@ from runner_support import DEMO_TASKS, REPO, done_jobs
 
 from modes.profiles import DEFAULT_ARMS
 from runner.commands.demo import DEMO_KEY_VAR, DEMO_MODEL
-from runner.events import read_events
-from runner.lock import lock_holder
-from runner.tree import VOID_README, iter_job_dirs, iter_trial_dirs, voided_root
-from runner.void import VOID_JSON, classify_job
+from runner.ops.void import VOID_JSON, classify_job
+from runner.results.events import read_events
+from runner.results.tree import VOID_README, iter_job_dirs, iter_trial_dirs, voided_root
+from runner.schedule.lock import lock_holder
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -239,7 +239,7 @@ def test_chaos_run_loses_and_duplicates_nothing(docker_engine, tmp_path, request
         # shared engine never saw one object of this run
         import docker
 
-        from runner.docker_pool import our_projects
+        from runner.ops.docker_pool import our_projects
 
         projects = our_projects(out) | our_projects(vroot)
         shared = docker.from_env(environment={k: v for k, v in os.environ.items() if k != "DOCKER_HOST"})

@@ -16,7 +16,7 @@ import pytest
 from runner_support import done_jobs, events, run_marathon, start_marathon, wait_for
 
 from runner.commands.demo import DEMO_KEY_VAR
-from runner.lock import lock_holder
+from runner.schedule.lock import lock_holder
 
 # ~5 min on a quiet machine; over 30 min with the machine shared (load 30-50 on 2 cores)
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(5400)]

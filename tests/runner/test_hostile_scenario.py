@@ -27,7 +27,7 @@ import psutil
 import pytest
 from runner_support import DEMO_TASKS, REPO, env, marathon_argv, run_marathon
 
-from runner.model import RunModel
+from runner.results.model import RunModel
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from runner_support import DEMO_TASKS, events, run_marathon
 
-from runner import preflight
-from runner.config import read_driver_env, resolve, write_driver_env
 from runner.errors import UserError
-from runner.lock import lock_holder
-from runner.tree import driver_env_path, runner_dir
+from runner.results.tree import driver_env_path, runner_dir
+from runner.schedule import preflight
+from runner.schedule.config import read_driver_env, resolve, write_driver_env
+from runner.schedule.lock import lock_holder
 
 KEY = "MARATHON_PREFLIGHT_TEST_KEY"
 

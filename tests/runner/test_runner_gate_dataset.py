@@ -12,10 +12,10 @@ import uuid
 import pytest
 from runner_support import DEMO_TASKS, dead_holder, done_jobs, events, run_marathon, start_marathon, wait_for
 
-from runner import claims
-from runner.config import read_driver_env
-from runner.digest import task_digest
-from runner.docker_pool import pool_status, verdict
+from runner.ops.docker_pool import pool_status, verdict
+from runner.results.digest import task_digest
+from runner.schedule import claims
+from runner.schedule.config import read_driver_env
 
 pytestmark = [pytest.mark.docker]
 

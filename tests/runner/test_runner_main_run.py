@@ -9,9 +9,9 @@ import json
 import pytest
 from runner_support import AGENTS, DEMO_TASKS, done_jobs, events, run_marathon
 
-from runner.config import read_driver_env
-from runner.procs import Registry
-from runner.tree import VOID_README, claim_path, voided_root
+from runner.ops.procs import Registry
+from runner.results.tree import VOID_README, claim_path, voided_root
+from runner.schedule.config import read_driver_env
 
 pytestmark = [pytest.mark.docker]
 TASKS = ["build-gate", "calc-partial", "two-stage", "words-passrate"]

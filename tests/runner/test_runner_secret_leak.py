@@ -21,8 +21,8 @@ import pytest
 from leak_search import CmdlineScan, DockerScan, Sampler, needles, scan_tree
 from runner_support import DEMO_TASKS, done_jobs, run_marathon, start_marathon, trial_names
 
+from modes.naming import compose_project
 from modes.profiles import DEFAULT_ARMS
-from runner.tree import compose_project
 
 pytestmark = [pytest.mark.docker]
 PROJECT_LABEL = "com.docker.compose.project"

@@ -24,8 +24,9 @@ from runner_support import (
     wait_for,
 )
 
-from runner import claims
-from runner.tree import claim_path, compose_project
+from modes.naming import compose_project
+from runner.results.tree import claim_path
+from runner.schedule import claims
 
 pytestmark = [pytest.mark.docker]
 SLOW = f"slow={AGENTS}:GoalSleeperAgent"

@@ -10,12 +10,12 @@ import sys
 import psutil
 import pytest
 
-from runner import claims
-from runner.config import read_driver_env, resolve, write_driver_env
 from runner.errors import UserError
-from runner.lock import Holder, RunnerLock, holder_for, me
-from runner.tree import claim_path
-from runner.void import classify_trial
+from runner.ops.void import classify_trial
+from runner.results.tree import claim_path
+from runner.schedule import claims
+from runner.schedule.config import read_driver_env, resolve, write_driver_env
+from runner.schedule.lock import Holder, RunnerLock, holder_for, me
 
 
 def _holder_of(p: subprocess.Popen) -> Holder:
@@ -72,7 +72,7 @@ def test_second_runner_is_refused_with_the_holder(tmp_path):
     first = RunnerLock(tmp_path, "run-a")
     first.acquire()
     code = (
-        "import sys; from pathlib import Path; from runner.lock import RunnerLock; from runner.errors import Busy\n"
+        "import sys; from pathlib import Path; from runner.schedule.lock import RunnerLock; from runner.errors import Busy\n"
         "try:\n    RunnerLock(Path(sys.argv[1]), 'run-b').acquire()\nexcept Busy as e:\n    print(e); sys.exit(4)\n"
     )
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
@@ -168,7 +168,7 @@ def test_infrastructure_classifier(tmp_path, etype, ran, msg, kind):
 def test_progress_plain_lines_json_and_tty_bars():
     import io
 
-    from runner.progress import Progress
+    from runner.schedule.progress import Progress
 
     start = {"ts": "2026-11-29T08:00:00.000000Z", "event": "runner_start", "run_id": "r", "arms": ["oracle", "nop"],
              "pairs_per_arm": {"oracle": 2, "nop": 2}, "already_done": {"oracle": ["a"]}, "n_pairs": 4, "concurrency": 2}  # fmt: skip
@@ -194,7 +194,7 @@ def test_progress_plain_lines_json_and_tty_bars():
 def test_health_flags_a_trial_past_its_budget(tmp_path, live_other):
     """A running trial (no result.json) whose pair is held by a live claim, started (by its UTC stamp)
     longer ago than goal budget + verifier x mult + slack, is reported; a fresh one is not."""
-    from runner.health import check
+    from runner.schedule.health import check
 
     tasks = tmp_path / "tasks"
     (tasks / "t1").mkdir(parents=True)

@@ -11,10 +11,11 @@ import docker.errors
 import pytest
 from safety_support import BASE_IMAGE, REPO, make_tree, marathon
 
-from runner.cleanup import act_cleanup, plan_cleanup
-from runner.docker_pool import our_projects, pool_status
-from runner.dockerapi import COMPOSE_PROJECT
-from runner.tree import compose_project, iter_job_dirs, iter_trial_dirs
+from modes.naming import compose_project
+from runner.ops.cleanup import act_cleanup, plan_cleanup
+from runner.ops.docker_pool import our_projects, pool_status
+from runner.ops.dockerapi import COMPOSE_PROJECT
+from runner.results.tree import iter_job_dirs, iter_trial_dirs
 
 pytestmark = pytest.mark.docker
 
@@ -164,7 +165,7 @@ def test_cleanup_rejects_a_path_that_is_not_a_directory(tmp_path):
 
 @pytest.mark.slow
 def test_a_real_harbor_trial_is_ours(docker_engine, tmp_path):
-    """harbor's own compose project for a trial equals runner.tree.compose_project(trial dir name):
+    """harbor's own compose project for a trial equals modes.naming.compose_project(trial dir name):
     a trial kept with keep_containers=true is planned and removed by cleanup."""
     if shutil.which("harbor", path=str(REPO / ".venv" / "bin")) is None:
         pytest.fail("harbor is not installed in the project venv")

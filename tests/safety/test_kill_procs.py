@@ -15,9 +15,7 @@ import psutil
 import pytest
 from safety_support import REPO, marathon, need
 
-from runner import claims
-from runner.lock import Holder, read_holder
-from runner.procs import (
+from runner.ops.procs import (
     ProcIdentity,
     Registry,
     act_stop,
@@ -28,6 +26,8 @@ from runner.procs import (
     protected_pids,
     registry_path,
 )
+from runner.schedule import claims
+from runner.schedule.lock import Holder, read_holder
 
 pytestmark = pytest.mark.docker  # `kill --yes` ends with a Docker cleanup of the run
 
@@ -106,7 +106,7 @@ def _rewrite_entry(out: Path, pid: int, **changes) -> None:
 
 
 def _ticks_and_boot(pid: int) -> tuple[int, str]:
-    """Field 22 of /proc/<pid>/stat and the boot id, read here independently of runner.procs
+    """Field 22 of /proc/<pid>/stat and the boot id, read here independently of runner.ops.procs
     (the test's processes have comms without spaces)."""
     fields = Path(f"/proc/{pid}/stat").read_text().split()
     return int(fields[21]), Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -379,8 +379,9 @@ def test_kill_a_real_harbor_run_leaves_nothing(spawn, tmp_path):
 
     import docker
 
-    from runner.dockerapi import COMPOSE_PROJECT
-    from runner.tree import compose_project, iter_job_dirs, iter_trial_dirs
+    from modes.naming import compose_project
+    from runner.ops.dockerapi import COMPOSE_PROJECT
+    from runner.results.tree import iter_job_dirs, iter_trial_dirs
 
     task = tmp_path / "tasks" / "sleepy"
     shutil.copytree(REPO / "runner/demo/tasks/calc-partial", task)

@@ -17,18 +17,17 @@ import docker.errors
 import pytest
 from safety_support import REPO, make_tree, marathon
 
-from runner.docker_pool import (
+from modes.naming import compose_project
+from runner.errors import UserError
+from runner.ops.docker_pool import (
     BUILTIN_LOCAL_POOLS,
     host_routes,
-    may_start,
     our_projects,
     pool_status,
     reclaim_empty_ours,
     verdict,
 )
-from runner.dockerapi import COMPOSE_PROJECT, connect
-from runner.errors import UserError
-from runner.tree import compose_project
+from runner.ops.dockerapi import COMPOSE_PROJECT, connect
 
 pytestmark = pytest.mark.docker
 
@@ -84,7 +83,7 @@ def test_fill_until_daemon_refuses(private_dockerd, tmp_path, uid):
         refusal = ""
         expected_ours, expected_foreign = [], []
         for i in range(status.capacity + 2):
-            v = may_start(1, out=out, client=client, margin=margin, routes=host_routes(pd.pid))
+            v = verdict(pool_status(out, client=client, routes=host_routes(pd.pid)), 1, margin=margin)
             if not v.ok and gate_stopped_at is None:
                 gate_stopped_at = len(created)
             project = ours[(i // 2) % 2] if i % 2 == 0 else foreign
@@ -218,7 +217,7 @@ def test_permission_denied_names_the_socket(docker_engine):
     code = (
         # import everything first: after dropping to nobody, the interpreter's stdlib under /root
         # may no longer be readable
-        "import os, sys, json, docker, requests, runner.cli, runner.commands.net, runner.docker_pool;"
+        "import os, sys, json, docker, requests, runner.cli, runner.commands.net, runner.ops.docker_pool;"
         "runner.cli.build_parser();"
         "os.setgroups([]); os.setgid(65534); os.setuid(65534);"
         "sys.exit(runner.cli.main(['net']))"

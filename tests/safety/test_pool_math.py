@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safety_support import write_trial_config
 
-from runner.docker_pool import (
+from modes.naming import compose_project
+from runner.ops.docker_pool import (
     Pool,
     _slots,
     is_ours,
@@ -20,8 +21,7 @@ from runner.docker_pool import (
     verifier_compose_project,
     verifier_session_id,
 )
-from runner.dockerapi import COMPOSE_PROJECT
-from runner.tree import compose_project
+from runner.ops.dockerapi import COMPOSE_PROJECT
 
 nets = st.builds(
     lambda addr, plen: ipaddress.ip_network(f"{ipaddress.IPv4Address(addr)}/{plen}", strict=False),

@@ -32,8 +32,8 @@ from itertools import combinations
 from typing import Any
 
 from modes import profiles
-from runner import audit, stats
-from runner.model import DONE, ERRORED, STATUSES, VOIDED, Cell, RunModel
+from runner.results import audit, stats
+from runner.results.model import DONE, ERRORED, STATUSES, VOIDED, Cell, RunModel
 
 FORMATS = ("md", "json", "csv", "html")
 #: The JSON contract's version. v2: cell and arm cost/tokens are the scoring attempts' (spend_* is
@@ -522,7 +522,7 @@ def render_html(rep: dict[str, Any]) -> str:
     parts.append(_html_table(*arm_table(rep)))
     parts.append("<h2>Paired comparisons (diff = a − b, 95 % paired bootstrap)</h2>")
     parts.append(_html_table(*pair_table(rep)))
-    from runner import plots
+    from runner.results import plots
 
     parts.append("<h2>Figures</h2>")
     for fid, title, svg in plots.figures(rep):

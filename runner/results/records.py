@@ -2,7 +2,7 @@
 
 Every reader here is total: a missing, empty, half-written (harbor's writes are not atomic) or
 corrupt file gives a record that says so (``state``), never an exception. The scoring rules are
-``runner.rules``; this module only feeds them.
+``runner.results.rules``; this module only feeds them.
 
 Files read:
     <job>/result.json               -> JobRecord      (harbor JobResult, ``stats`` block)
@@ -27,7 +27,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from runner import rules, safeio
+from modes import safeio
+from runner.results import rules
 
 RESULT_JSON = "result.json"
 METRICS_JSON = ("verifier", "metrics.json")
@@ -39,7 +40,7 @@ OK = "ok"
 MISSING = "missing"
 EMPTY = "empty"
 UNREADABLE = "unreadable"  # truncated mid-write, corrupt, not an object, or a permission error
-REFUSED = "refused"  # broke a safe-open rule (runner.safeio): a FIFO, a symlink out, too large
+REFUSED = "refused"  # broke a safe-open rule (modes.safeio): a FIFO, a symlink out, too large
 TAMPERED = "tampered"  # a verifier file changed after the verifier finished (metrics only)
 
 
@@ -57,7 +58,7 @@ class Loaded:
 
 
 def read_bytes(path: str | os.PathLike, root: str | os.PathLike | None = None) -> bytes:
-    """A whole small tree file by the safe-open rules (``runner.safeio``); OSError when refused.
+    """A whole small tree file by the safe-open rules (``modes.safeio``); OSError when refused.
 
     ``root`` is the dir the file must stay inside (default: the file's own dir).
     """
@@ -170,7 +171,7 @@ class JobRecord:
     n_input_tokens: int | None = None
     n_output_tokens: int | None = None
     exception_types: tuple[str, ...] = ()
-    done: bool = False  # runner.rules.is_done(stats)
+    done: bool = False  # runner.results.rules.is_done(stats)
     stale: bool = False  # the file is unreadable now; these are its last good values
 
     @property
@@ -287,7 +288,7 @@ class Receipt:
     timed_out: bool | None = None
     arm: str | None = None
     # the trial's setup as the arm recorded it (codex, transport, credentials, model, budget), for
-    # the fairness audit (runner.audit): (fact, value) pairs, values as short strings
+    # the fairness audit (runner.results.audit): (fact, value) pairs, values as short strings
     setup: tuple[tuple[str, str], ...] = ()
 
 

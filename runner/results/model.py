@@ -1,8 +1,8 @@
 """The results model: one scanner turns an output tree into cells (task x arm), and keeps them current.
 
 Everything that shows results (status, report, the console, the runner's skip decision) reads this
-one model, so they cannot disagree. The scoring rules come from ``runner.rules``; files become typed
-records in ``runner.results``; paths come from ``runner.tree``.
+one model, so they cannot disagree. The scoring rules come from ``runner.results.rules``; files become typed
+records in ``runner.results``; paths come from ``runner.results.tree``.
 
 Public API (stable; other areas build on it):
 
@@ -27,7 +27,7 @@ Public API (stable; other areas build on it):
     Attempt: task, arm, arm_dir, stamp, job_dir, job, trials, voided_trials, status, voided, reason,
           run_id, and the attempt's own reward/partial/pass_rate/... (``Attempt.figures``)
 
-Rules applied here (each from the issue, none re-implemented from runner.rules):
+Rules applied here (none re-implemented from runner.results.rules):
 - a pair is scored by its latest done attempt; a newer running/errored attempt never replaces it
   (``Cell.newer`` says it exists);
 - a done attempt whose metrics are not a score yet (``phase: initialized``) does not score: the
@@ -57,15 +57,16 @@ from pathlib import Path
 from typing import Any
 
 from modes.profiles import ARMS
-from runner import results, tree
-from runner.results import JobRecord, TrialRecord
+from runner.results import records as results
+from runner.results import tree
+from runner.results.records import JobRecord, TrialRecord
 
 PENDING = "pending"
 RUNNING = "running"
 DONE = "done"
 ERRORED = "errored"
 VOIDED = "voided"
-#: a file of the attempt broke a safe-open rule (runner.safeio): a FIFO, a symlink out, too large
+#: a file of the attempt broke a safe-open rule (modes.safeio): a FIFO, a symlink out, too large
 UNREADABLE = "unreadable"
 #: a verifier file changed after the verifier finished (results.tampered)
 TAMPERED = "tampered"
@@ -305,7 +306,7 @@ def _attempt_status(a: Attempt) -> str:
             return RUNNING
         if any(not t.finished for t in live.values()):
             return RUNNING
-        from runner import rules
+        from runner.results import rules
 
         stats = {
             "n_completed_trials": len(live),
@@ -996,7 +997,7 @@ def _void_reason(*dirs: str) -> str:
             continue
         for line in text.splitlines():
             line = line.strip().lstrip("#").strip()
-            if line.lower().startswith("voided:"):  # runner.void writes "# Voided: <reason>"
+            if line.lower().startswith("voided:"):  # runner.ops.void writes "# Voided: <reason>"
                 line = line[len("voided:") :].strip()
             if line and line.lower() not in ("voided", "voided trial"):
                 return line[:200]
@@ -1054,7 +1055,7 @@ def pair_done(out: Path | str, task: str, arm: str) -> bool:
 
     For the runner's skip decision without loading the whole tree: the same dirs count (``<arm>``
     and ``<arm>-<pid>``), leftover arm dirs owned by another uid than the tree's owner do not, and
-    done is ``runner.rules.is_done`` of the job's stats (via ``results.read_job``).
+    done is ``runner.results.rules.is_done`` of the job's stats (via ``results.read_job``).
     """
     base = os.path.abspath(out)
     try:

@@ -1,11 +1,11 @@
 """The kill sequence of a run, as plan -> act: stop its processes, then remove its Docker objects.
 
 One implementation for ``marathon kill`` and the console's Kill action, so both wait the same
-grace (``runner.procs.DEFAULT_GRACE_SEC``) and remove the same objects:
+grace (``runner.ops.procs.DEFAULT_GRACE_SEC``) and remove the same objects:
 
 1. TERM the run's processes (registered identities and their descendants; by process group where
-   no protected process shares it), wait the grace, KILL what is left (runner.procs);
-2. remove the frozen plan's containers, networks and images (runner.cleanup, each re-checked by its
+   no protected process shares it), wait the grace, KILL what is left (runner.ops.procs);
+2. remove the frozen plan's containers, networks and images (runner.ops.cleanup, each re-checked by its
    exact compose label just before removal);
 3. plan once more by the same label rule and remove what appeared between the plan and the stop
    (a trial that was starting its compose project).
@@ -19,9 +19,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.cleanup import CleanupPlan, CleanupReport, act_cleanup, plan_cleanup
 from runner.errors import Unavailable
-from runner.procs import DEFAULT_GRACE_SEC, StopPlan, StopReport, act_stop, plan_stop
+from runner.ops.cleanup import CleanupPlan, CleanupReport, act_cleanup, plan_cleanup
+from runner.ops.procs import DEFAULT_GRACE_SEC, StopPlan, StopReport, act_stop, plan_stop
 
 
 @dataclass

@@ -3,8 +3,8 @@
 Why: in the field the health check scanned the wrong directory and reported "OK" all night while
 three arms were down. Every check here reads the same files the runner writes, through the same
 functions: the runner by its registry/lock (PID + create time, never a process pattern), claims
-through ``runner.claims``, done through ``runner.rules.is_done``, infrastructure through the one
-classifier in ``runner.void``, ours-or-not through ``runner.docker_pool``/``runner.cleanup``.
+through ``runner.schedule.claims``, done through ``runner.results.rules.is_done``, infrastructure through the one
+classifier in ``runner.ops.void``, ours-or-not through ``runner.ops.docker_pool``/``runner.ops.cleanup``.
 """
 
 from __future__ import annotations
@@ -14,14 +14,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runner import claims as claimsmod
-from runner.config import RunConfig, read_driver_env, resolve
+from modes.naming import compose_project
 from runner.errors import NotAnOutputTree, UserError
-from runner.lock import lock_holder
-from runner.procs import Registry
-from runner.rules import is_done
-from runner.tree import claim_path, compose_project, driver_env_path, iter_job_dirs, iter_trial_dirs
-from runner.void import act_void, classify_job, plan_void, read_json
+from runner.ops.procs import Registry
+from runner.ops.void import act_void, classify_job, plan_void, read_json
+from runner.results.rules import is_done
+from runner.results.tree import claim_path, driver_env_path, iter_job_dirs, iter_trial_dirs
+from runner.schedule import claims as claimsmod
+from runner.schedule.config import RunConfig, read_driver_env, resolve
+from runner.schedule.lock import lock_holder
 
 SLACK_SEC = 600  # build, setup and teardown on top of the agent and verifier budgets
 
@@ -117,7 +118,7 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
 
     tasks = list(cfg.tasks) if cfg and cfg.tasks else []
     if cfg and not tasks and cfg.tasks_dir:
-        from runner.driver import list_tasks
+        from runner.schedule.config import list_tasks
 
         tasks = list_tasks(cfg.tasks_dir)
     arms = [s.name for s in cfg.arm_specs()] if cfg else []
@@ -203,7 +204,7 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
     total = len(tasks) * len(arms)
     done = sum(1 for t in tasks for a in arms if (t, a) in done_pairs)
     if state != "alive" and cfg is not None and done < total:
-        from runner.breaker import last_pause
+        from runner.schedule.breaker import last_pause
 
         paused = last_pause(out)
         if paused is not None:
@@ -219,7 +220,7 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
 
 
 def _leak_plan(out: Path, trials: set[str]):
-    from runner.cleanup import plan_cleanup
+    from runner.ops.cleanup import plan_cleanup
 
     return plan_cleanup(out, trials=trials)
 
@@ -229,7 +230,7 @@ def fix(out: Path) -> HealthReport:
     rep, cfg = check(out)
     out = Path(rep.out)
     if cfg is not None and any(f.kind == "runner_dead" for f in rep.findings):
-        from runner.preflight import require, retry_health
+        from runner.schedule.preflight import require, retry_health
 
         # before any fix: a runner that cannot work is not restarted, and nothing is touched
         require(cfg, retry=retry_health(out))
@@ -239,7 +240,7 @@ def fix(out: Path) -> HealthReport:
             if c is not None and claimsmod.remove_stale(out, c):
                 rep.fixes.append(f"removed stale claim {c.task}/{c.arm} ({c.holder.describe()})")
         elif f.kind == "leak":
-            from runner.cleanup import act_cleanup
+            from runner.ops.cleanup import act_cleanup
 
             plan = _leak_plan(out, _trials_of_plan(f.data["plan"]))
             if not plan.empty:
@@ -251,7 +252,7 @@ def fix(out: Path) -> HealthReport:
             dest = act_void(plan_void(out, Path(f.data["job"]), f.data["reason"], f.data["evidence"]))
             rep.fixes.append(f"voided {f.what.split(':')[0]} -> {dest}")
     if any(f.kind == "runner_dead" for f in rep.findings):
-        from runner.driver import start_detached
+        from runner.schedule.start import start_detached
 
         pid = start_detached(out)
         rep.fixes.append(f"restarted the runner from {driver_env_path(out)}: PID {pid}")

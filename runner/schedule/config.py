@@ -24,7 +24,25 @@ from typing import Any
 from modes.profiles import DEFAULT_ARMS, mode_for
 from runner import secrets
 from runner.errors import UserError
-from runner.tree import driver_env_path
+from runner.results.tree import driver_env_path
+
+#: the checkout marathon runs from: harbor's job processes and a detached runner import our agents
+#: and modules from it, whatever their working directory
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def project_pythonpath(env: Mapping[str, str]) -> str:
+    """``env``'s PYTHONPATH with the project first (once), for the processes the runner starts."""
+    paths = [str(PROJECT_ROOT), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    return os.pathsep.join(dict.fromkeys(paths))
+
+
+def list_tasks(tasks_dir: Path) -> list[str]:
+    """The task names of a dataset dir (subdirs holding a task.toml), sorted; [] when unreadable."""
+    try:
+        return sorted(p.name for p in tasks_dir.iterdir() if (p / "task.toml").is_file())
+    except OSError:
+        return []
 
 HARBOR_BUILTIN_STANDINS = ("oracle", "nop")
 _REF = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}$")

@@ -156,7 +156,8 @@ def prebuild(
     on_result=None,
 ) -> list[BuildResult]:
     """Build each task's image (tasks with a Dockerfile and no prebuilt ``docker_image``)."""
-    from runner.driver import BUILD_OVERLAY_TEXT, builds_from_dockerfile, list_tasks
+    from runner.schedule.config import list_tasks
+    from runner.schedule.driver import BUILD_OVERLAY_TEXT, builds_from_dockerfile
 
     tasks_dir = Path(tasks_dir).resolve()
     names = list(tasks) if tasks else list_tasks(tasks_dir)

@@ -106,7 +106,7 @@ def write_manifest(tasks_dir: Path, name: str, description: str) -> str:
     return text
 
 
-if __name__ == "__main__":  # python -m runner.digest DIR: refresh DIR/dataset.toml
+if __name__ == "__main__":  # python -m runner.results.digest DIR: refresh DIR/dataset.toml
     import sys
 
     print(write_manifest(Path(sys.argv[1]), "marathon-demo/mini", "marathon's bundled mini-benchmark"))

@@ -1,4 +1,4 @@
-"""Infrastructure failures: reading a trial for the voiding table (``runner.rules.VOIDING``), and
+"""Infrastructure failures: reading a trial for the voiding table (``runner.results.rules.VOIDING``), and
 voiding (move aside with a README, never delete).
 
 Why: a failure that hits one arm more than another reverses the comparison's conclusion (runbook
@@ -18,9 +18,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from runner import rules, safeio
-from runner.events import utc_now
-from runner.tree import VOID_README, iter_trial_dirs, voided_root
+from modes import safeio
+from runner.results import rules
+from runner.results.events import utc_now
+from runner.results.tree import VOID_README, iter_trial_dirs, voided_root, voided_trial_dir
 
 VOID_JSON = "void.json"
 
@@ -34,7 +35,7 @@ class Verdict:
     reason: str
     evidence: list[str] = field(default_factory=list)
     trial: str | None = None
-    rule: str | None = None  # the row of runner.rules.VOIDING that decided it
+    rule: str | None = None  # the row of runner.results.rules.VOIDING that decided it
 
 
 def _root_of(path: Path) -> Path:
@@ -46,7 +47,7 @@ def _root_of(path: Path) -> Path:
 def read_json(path: Path) -> dict | None:
     """harbor writes JSON non-atomically: retry a torn read a few times; None when absent/corrupt.
 
-    Read by the tree's safe-open rules (runner.safeio): a FIFO, a symlink out or an oversized
+    Read by the tree's safe-open rules (modes.safeio): a FIFO, a symlink out or an oversized
     file is None at once, never a blocked or exhausted runner.
     """
     for _ in range(5):
@@ -115,7 +116,7 @@ def trial_facts(trial_dir: Path, stopped_by: str | None = None) -> tuple[rules.T
 
 
 def classify_trial(trial_dir: Path, stopped_by: str | None = None) -> Verdict:
-    """Void or score one trial by the one table, ``runner.rules.VOIDING`` (never by arm).
+    """Void or score one trial by the one table, ``runner.results.rules.VOIDING`` (never by arm).
 
     A verifier ``BUILD FAILED`` is not an exception at all, so it is a scored result here.
     """
@@ -189,10 +190,10 @@ def plan_void(out: Path, trial_or_job: Path, reason: str, evidence: list[str] | 
         whole = siblings == [trial]
     else:
         whole = True
-    src = out / task / arm_dir / stamp if whole else p
-    dest = voided_root(out) / task / arm_dir / stamp
-    if not whole:
-        dest = dest / rel[3] / trial
+    if whole:
+        src, dest = out / task / arm_dir / stamp, voided_root(out) / task / arm_dir / stamp
+    else:
+        src, dest = p, voided_trial_dir(out, task, arm_dir, stamp, rel[3], trial)
     if dest.exists():
         dest = dest.with_name(dest.name + f"-{os.getpid()}")
     return VoidPlan(str(out), str(src), str(dest), task, arm_dir, stamp, trial, reason, list(evidence or []))
@@ -224,8 +225,3 @@ def act_void(plan: VoidPlan, *, run_id: str | None = None) -> Path:
     ]
     (dest / VOID_README).write_text("\n".join(lines))
     return dest
-
-
-def void_trial(out: Path, trial_or_job: Path, reason: str, evidence: list[str] | None = None, **kw) -> Path:
-    """Plan and act in one call (the console's "void and rerun" and the runner use this)."""
-    return act_void(plan_void(out, trial_or_job, reason, evidence), **kw)

@@ -8,7 +8,7 @@ name to outcome, or a list of ``{name, outcome|status|passed}``). The verifier r
 container, so this output is hostile: lines are capped, the file is read up to a limit, and a line
 that matches nothing is skipped.
 
-No scoring here: outcomes are shown, never counted into a score (that is ``runner.rules``).
+No scoring here: outcomes are shown, never counted into a score (that is ``runner.results.rules``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.trajectory import open_regular
+from runner.results.trajectory import open_regular
 
 PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
 #: how much of test-stdout.txt is read, and the longest line looked at

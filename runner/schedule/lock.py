@@ -2,7 +2,7 @@
 
 Why: two drivers on one tree start the same (task, arm) twice and fight over claims. A second
 start is refused with who holds the lock; a lock whose holder is gone (same host, PID dead or
-recycled) is stale and taken over. PIDs are compared as process identities (runner.procs: start
+recycled) is stale and taken over. PIDs are compared as process identities (runner.ops.procs: start
 ticks since boot + boot id, no wall clock), so a recycled PID never looks like a live runner and
 a clock step never makes a live one look dead. A lock written by an older marathon (create time
 only) cannot be verified and counts as stale.
@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from runner.errors import Busy
-from runner.events import utc_now
-from runner.procs import ProcIdentity, alive, create_time_of, identity_from, identity_of
-from runner.tree import runner_dir
+from runner.ops.procs import ProcIdentity, alive, create_time_of, identity_from, identity_of
+from runner.results.events import utc_now
+from runner.results.tree import runner_dir
 
 LOCK_FILE = "lock"
 

@@ -138,7 +138,7 @@ class Breaker:
 def last_pause(out: Path) -> str | None:
     """The one-line reason the newest runner of ``out`` was paused for, or None (never paused, or a
     runner started since)."""
-    from runner.events import read_events
+    from runner.results.events import read_events
 
     reason = None
     for ev in read_events(out):

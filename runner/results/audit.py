@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.model import DONE, Cell
+from runner.results.model import DONE, Cell
 
 LABELS = {
     "codex_version": "codex version",

@@ -18,8 +18,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.docker_pool import is_ours, our_projects, project_of
-from runner.dockerapi import (
+from runner.errors import NotAnOutputTree
+from runner.ops.docker_pool import is_ours, our_projects, project_of
+from runner.ops.dockerapi import (
     COMPOSE_PROJECT,
     call_engine,
     connect,
@@ -27,7 +28,6 @@ from runner.dockerapi import (
     list_images,
     list_networks,
 )
-from runner.errors import NotAnOutputTree
 
 if TYPE_CHECKING:
     import docker

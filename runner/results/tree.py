@@ -72,24 +72,6 @@ def arm_of_dir(dirname: str) -> str:
     return m.group("arm") if m else dirname
 
 
-def is_hidden(name: str) -> bool:
-    return name.startswith(".")
-
-
-def compose_project(trial_name: str) -> str:
-    """The Docker Compose project harbor 0.25.0 gives a trial's environment.
-
-    harbor: session_id = f"{trial_name}__env", then
-    ``environments/docker/docker.py:_sanitize_docker_compose_project_name``: lowercase, prefix "0"
-    when the first char is not [a-z0-9], every char outside [a-z0-9_-] becomes "-".
-    This is the one place marathon derives it; "is this project ours" compares against it exactly.
-    """
-    name = f"{trial_name}__env".lower()
-    if not re.match(r"^[a-z0-9]", name):
-        name = "0" + name
-    return re.sub(r"[^a-z0-9_-]", "-", name)
-
-
 def default_out() -> Path:
     """``$MARATHON_OUT`` or ``./marathon-out`` (as `marathon run`)."""
     return Path(os.environ.get("MARATHON_OUT") or DEFAULT_OUT)

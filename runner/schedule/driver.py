@@ -4,9 +4,9 @@ Why: a full run is 15-20 tasks x 5 arms for a day, up to 12 jobs at once. The dr
 restartable at any moment without losing or duplicating work, treat every arm the same way, and
 keep infrastructure failures from posing as differences in capability. So, per pair and pass:
 
-  done?  (runner.rules.is_done on the job result.json)        -> skip
+  done?  (runner.results.rules.is_done on the job result.json)        -> skip
   claim  (O_CREAT|O_EXCL; stale taken over; orphan job adopted) -> else skip
-  gate   (runner.docker_pool.verdict; reclaim while waiting)   -> wait, with events
+  gate   (runner.ops.docker_pool.verdict; reclaim while waiting)   -> wait, with events
   start  harbor run ... in its own session, registered          -> one job = one trial
   after: done -> next; infrastructure -> void + retry next pass; other error -> retry next pass
 
@@ -30,26 +30,35 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from modes.naming import compose_project
 from modes.profiles import mode_for
-from runner import claims as claimsmod
-from runner.breaker import EXIT_PAUSED, SCOPE_INFRA, Attempt, Breaker, Trip, is_outcome, signature
-from runner.config import ArmSpec, RunConfig, as_dict, write_driver_env
 from runner.errors import UserError
-from runner.events import EventLog, new_run_id
-from runner.lock import RunnerLock, me
-from runner.model import pair_done  # the model's reading of done: the runner never disagrees with status
-from runner.procs import DEFAULT_GRACE_SEC, ProcIdentity, Registry, alive, signal_process
-from runner.rules import engine_outage, is_done
+from runner.ops.procs import DEFAULT_GRACE_SEC, ProcIdentity, Registry, alive, signal_process
+from runner.ops.void import Verdict, act_void, classify_job, plan_void, read_json
+from runner.results.events import EventLog, new_run_id
+from runner.results.model import (  # the model's reading of done: the runner never disagrees with status
+    pair_done,
+)
+from runner.results.rules import engine_outage, is_done
+from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir, runner_dir
+from runner.schedule import claims as claimsmod
+from runner.schedule.breaker import EXIT_PAUSED, SCOPE_INFRA, Attempt, Breaker, Trip, is_outcome, signature
+from runner.schedule.config import (
+    ArmSpec,
+    RunConfig,
+    as_dict,
+    list_tasks,
+    project_pythonpath,
+    write_driver_env,
+)
+from runner.schedule.lock import RunnerLock, me
 from runner.secrets import screen_all
-from runner.tree import compose_project, iter_trial_dirs, job_dir, jobs_dir, runner_dir
-from runner.void import Verdict, act_void, classify_job, plan_void, read_json
 
 HARBOR_LOG = "harbor-run.log"
 BUILD_OVERLAY = "compose-build-network-host.yaml"
 #: compose overlay: build ``main`` on the host network. BuildKit's cache key includes the network
 #: mode (proxy build args are exempt), so prebuild and harbor's own build must both use it.
 BUILD_OVERLAY_TEXT = "services:\n  main:\n    build:\n      network: host\n"
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ROLE_HARBOR = "harbor"
 
 
@@ -72,13 +81,6 @@ def new_stamp(arm_dir: Path) -> str:
         n += 1
         stamp = f"{base}-{n}"
     return stamp
-
-
-def list_tasks(tasks_dir: Path) -> list[str]:
-    try:
-        return sorted(p.name for p in tasks_dir.iterdir() if (p / "task.toml").is_file())
-    except OSError:
-        return []
 
 
 def builds_from_dockerfile(task_dir: Path) -> bool:
@@ -252,8 +254,7 @@ class Driver:
         env = dict(os.environ)
         env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no start-up fetch of the cost map
         env.setdefault("HARBOR_TELEMETRY", "0")  # harbor 0.25.0 posts to PostHog at exit otherwise
-        paths = [str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        env["PYTHONPATH"] = project_pythonpath(env)
         return env
 
     def tasks(self) -> list[str]:
@@ -273,9 +274,9 @@ class Driver:
         return [(t, a) for t in tasks for a in arms]
 
     def preflight(self, retry: str | None = None) -> list[str]:
-        """Everything that can be refused before touching the tree (``runner.preflight``, the
+        """Everything that can be refused before touching the tree (``runner.schedule.preflight``, the
         same check ``health --fix``, the console and the demo run); returns the tasks to run."""
-        from runner import preflight
+        from runner.schedule import preflight
 
         hint = retry or self.retry or preflight.retry_run(self.out, self.resumed)
         self.preflight_notes = preflight.require(self.cfg, os.environ, retry=hint)
@@ -286,7 +287,7 @@ class Driver:
     def check_dataset(self, tasks: list[str]) -> list[str]:
         """The selected tasks that differ from dataset.toml (the preflight refused them unless
         --allow-modified), to be recorded in .driver_env and every report."""
-        from runner.preflight import modified_tasks
+        from runner.schedule.preflight import modified_tasks
 
         return modified_tasks(self.cfg, tasks)
 
@@ -301,7 +302,7 @@ class Driver:
         old_handlers = self._install_signals()
         try:
             if modified:
-                from runner.config import with_changes
+                from runner.schedule.config import with_changes
 
                 self.cfg = with_changes(self.cfg, modified_tasks=tuple(modified))
             write_driver_env(self.cfg)
@@ -490,7 +491,7 @@ class Driver:
         now = time.monotonic()
         if self._gate_waiting_since is not None and now < self._gate_next_check:
             return False
-        from runner.docker_pool import pool_status, reclaim_empty_ours, verdict
+        from runner.ops.docker_pool import pool_status, reclaim_empty_ours, verdict
 
         try:
             status = pool_status(self.out)
@@ -581,7 +582,7 @@ class Driver:
                 self.breaker.success()
                 self._failed.clear()
         else:
-            # the voiding table (runner.rules.VOIDING) decides, the runner's own stop included
+            # the voiding table (runner.results.rules.VOIDING) decides, the runner's own stop included
             v = classify_job(
                 jdir,
                 job.stamp_dir / HARBOR_LOG,
@@ -601,7 +602,7 @@ class Driver:
             self.log.emit("claim_release", task=job.task, arm=job.arm.name)
         return retry
 
-    # --- the circuit breaker (runner.breaker) ------------------------------------------------------
+    # --- the circuit breaker (runner.schedule.breaker) ------------------------------------------------------
 
     def _breaker_observe(self, job: Job, v: Verdict) -> None:
         """Feed one failed attempt to the breaker; pause the run when it trips, and void (on an
@@ -629,7 +630,7 @@ class Driver:
         outage (the gate waits it out), never evidence of a wall that should pause the run."""
         if self.cfg.env != "docker":
             return True
-        from runner.dockerapi import connect
+        from runner.ops.dockerapi import connect
 
         try:
             connect(timeout=10).close()
@@ -670,7 +671,7 @@ class Driver:
     def _score_detail(self, jdir: Path) -> str:
         """The event's score line, from the results reader: a refused or tampered metrics file
         says so instead of its (forgeable) figures."""
-        from runner import results
+        from runner.results import records as results
 
         for t in iter_trial_dirs(jdir):
             rec = results.read_trial(t)
@@ -699,7 +700,7 @@ class Driver:
 
     def _retry_cleanups(self) -> None:
         """Remove what an engine outage kept the void-time cleanup from removing. The trials may
-        have been voided meanwhile: their projects stay ours (``runner.docker_pool.our_projects``
+        have been voided meanwhile: their projects stay ours (``runner.ops.docker_pool.our_projects``
         reads the voided attempts too)."""
         if self._cleanup_pending:
             self._cleanup(set(self._cleanup_pending))
@@ -709,7 +710,7 @@ class Driver:
         A failure here is reported as an event and never stops the runner."""
         if self.cfg.env != "docker" or not trials:
             return
-        from runner.cleanup import act_cleanup, plan_cleanup
+        from runner.ops.cleanup import act_cleanup, plan_cleanup
 
         try:
             plan = plan_cleanup(self.out, trials=trials)
@@ -797,44 +798,3 @@ def failure_of(v: Verdict) -> tuple[str, str]:
     if etype:
         return etype, (msg.strip().splitlines() or [""])[0][:300]
     return v.kind, v.reason.splitlines()[0][:300] if v.reason else ""
-
-
-# --- detached start (used by `run --detach`, `health --fix` and the console) -----------------------
-
-RUNNER_LOG = "runner.log"
-
-
-def start_detached(out: Path, *, wait_sec: float = 15.0) -> int:
-    """Start ``marathon run OUT --resume`` in its own session (survives the terminal and ssh hanging
-    up), stdin from /dev/null, output appended to ``<out>/.runner/runner.log``. The configuration
-    comes from ``<out>/.driver_env``. Returns the runner's PID once it holds the lock."""
-    from runner.lock import lock_holder
-
-    out = Path(out).resolve()
-    held = lock_holder(out)
-    if held is not None:
-        from runner.errors import Busy
-
-        raise Busy(f"{out} already has a runner: {held.describe()}")
-    log = runner_dir(out) / RUNNER_LOG
-    log.parent.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "runner.cli", "run", str(out), "--resume", "--plain"]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        dict.fromkeys([str(PROJECT_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
-    )
-    with open(log, "ab") as fh:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd=str(PROJECT_ROOT), env=env, close_fds=True,
-        )  # fmt: skip
-    deadline = time.monotonic() + wait_sec
-    while time.monotonic() < deadline:
-        h = lock_holder(out)
-        if h is not None and h.pid == proc.pid:
-            return proc.pid
-        if proc.poll() is not None:
-            tail = log.read_text(errors="replace").splitlines()[-5:]
-            raise UserError(f"the runner exited at once (code {proc.returncode}): {' | '.join(tail)}")
-        time.sleep(0.1)
-    return proc.pid

@@ -3,7 +3,7 @@
 Why: a restart (or a second runner) must never start a second job for a pair that is running, and
 must never lose a pair whose runner died. A claim names its holder (runner PID + process identity +
 host) and, once started, the harbor job (PID + process identity + stamp); identities are compared
-by runner.procs.alive, never by wall-clock time. A claim written by an older marathon has no
+by runner.ops.procs.alive, never by wall-clock time. A claim written by an older marathon has no
 identities: its holder and job count as gone, so its job is re-run, never adopted. It is created with
 O_CREAT|O_EXCL, so two live holders are impossible. States:
 
@@ -21,9 +21,9 @@ import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from runner.lock import Holder, create_exclusive, dir_mutex, read_holder
-from runner.procs import ProcIdentity, alive, create_time_of, identity_from, identity_of
-from runner.tree import CLAIMS_DIR, claim_path
+from runner.ops.procs import ProcIdentity, alive, create_time_of, identity_from, identity_of
+from runner.results.tree import CLAIMS_DIR, claim_path
+from runner.schedule.lock import Holder, create_exclusive, dir_mutex, read_holder
 
 LIVE, ORPHAN, STALE = "live", "orphan", "stale"
 

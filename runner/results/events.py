@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from runner.tree import events_path
+from runner.results.tree import events_path
 
 Listener = Callable[[dict[str, Any]], None]
 

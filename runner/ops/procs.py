@@ -28,8 +28,8 @@ from pathlib import Path
 
 import psutil
 
+from runner.results.tree import runner_dir
 from runner.secrets import redact_argv
-from runner.tree import runner_dir
 
 REGISTRY_FILE = "registry.json"
 REGISTRY_LOCK = "registry.lock"
@@ -39,9 +39,6 @@ ROLE_RUNNER = "runner"
 #: its compose project gone, at load average ~70 (benchmarks/bench_harbor_sigterm.py, docs/safety.md);
 #: the rest is headroom. A KILL after it only skips harbor's own teardown: the cleanup removes the rest.
 DEFAULT_GRACE_SEC = 30.0
-#: How long a runner may take to stop by itself after SIGTERM: TERM its harbor jobs, wait
-#: DEFAULT_GRACE_SEC, KILL and wait what is left (10 s), remove its Docker objects, release claims.
-RUNNER_WIND_DOWN_SEC = DEFAULT_GRACE_SEC + 10.0 + 60.0
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 
 

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from runner import safeio
+from modes import safeio
 
 #: a step (ATIF object or app-server line) larger than this is not parsed: it shows as "too large"
 MAX_STEP_BYTES = 8 * 1024 * 1024
@@ -97,7 +97,7 @@ class Step:
 # ----------------------------------------------------------------------------------- the file
 def open_regular(path: Path | str) -> BinaryIO:
     """Open an agent-written file of a trial (``<trial>/agent/...`` or ``<trial>/verifier/...``)
-    for reading, by the tree's one safe-open rule (``runner.safeio``): a regular file only (never
+    for reading, by the tree's one safe-open rule (``modes.safeio``): a regular file only (never
     a FIFO or a device), never through a symlink out of the trial dir.
 
     The one place the reader opens files the agent under test could have planted; everything else

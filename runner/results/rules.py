@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from modes.naming import ENVIRONMENT_LOST
+
 #: metrics.json phases that mark a verifier still in progress (a rerun): not a score.
 IN_PROGRESS_PHASES = frozenset({"initialized", "starting"})
 BUILD_FAILED_PHASE = "build_failed"
@@ -151,9 +153,6 @@ ENGINE_WORDS = (
     "is the docker daemon running",
     "docker daemon is not running",
 )
-#: what the codex arms say when the trial's container stopped or its engine went away under the
-#: agent (agents.transport.EnvironmentLost): the agent's failure is then the sandbox's, not the arm's
-ENVIRONMENT_LOST = "trial environment lost"
 #: the daemon's own words about a container that is gone (by id) or a compose service not running
 _CONTAINER_GONE = re.compile(
     r'no such container|container [0-9a-f]{12,64} is not running|service "[^"]+" is not running'

@@ -2,8 +2,9 @@
 
 Why: in the field one exhausted address pool killed 12 trials at once. Every trial's compose
 project takes one bridge network out of the daemon's address pools, and on a shared server other
-people hold many of them. Before starting a trial the runner asks ``may_start``; while it waits it
-reclaims empty networks that are ours (never anyone else's).
+people hold many of them. Before starting a trial the runner asks ``verdict(pool_status(out))``;
+while it waits it reclaims empty networks that are ours (``reclaim_empty_ours``, never anyone
+else's).
 
 "Ours" is decided in exactly one place: ``our_projects(out)`` + ``is_ours(labels, projects)``.
 """
@@ -16,14 +17,15 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.dockerapi import COMPOSE_PROJECT, call_engine, connect, list_networks
+from modes.naming import compose_project
 from runner.errors import UserError
-from runner.tree import compose_project, iter_job_dirs, iter_trial_dirs, voided_root
+from runner.ops.dockerapi import COMPOSE_PROJECT, call_engine, connect, list_networks
+from runner.results.tree import iter_job_dirs, iter_trial_dirs, voided_root
 
 if TYPE_CHECKING:
     import docker
@@ -75,7 +77,7 @@ def verifier_session_id(trial_name: str, key: str) -> str:
 
 def verifier_compose_project(trial_name: str, key: str) -> str:
     """The compose project of a trial's separate verifier environment. Uses the one sanitizer in
-    ``runner.tree.compose_project`` (which appends "__env", all valid chars, so it strips off)."""
+    ``modes.naming.compose_project`` (which appends "__env", all valid chars, so it strips off)."""
     return compose_project(verifier_session_id(trial_name, key)).removesuffix("__env")
 
 
@@ -379,48 +381,6 @@ def verdict(
     if status.empty_ours:
         reason += f" ({len(status.empty_ours)} empty network(s) of ours can be reclaimed)"
     return GateVerdict(False, reason, status, eff_cap, eff_margin)
-
-
-def may_start(
-    n: int = 1,
-    *,
-    out: Path | None,
-    cap: int | None = None,
-    margin: int | None = None,
-    client: docker.DockerClient | None = None,
-    routes: Iterable[str] | None = None,
-) -> GateVerdict:
-    """May the runner start ``n`` more trials (one compose network each) right now?"""
-    return verdict(pool_status(out, client=client, routes=routes), n, cap=cap, margin=margin)
-
-
-def wait_for_gate(
-    n: int = 1,
-    *,
-    out: Path,
-    cap: int | None = None,
-    margin: int | None = None,
-    client: docker.DockerClient | None = None,
-    poll_sec: float = 10.0,
-    timeout_sec: float | None = None,
-    should_stop: Callable[[], bool] = lambda: False,
-    on_wait: Callable[[GateVerdict, list[str]], None] = lambda v, reclaimed: None,
-) -> GateVerdict:
-    """Block until the gate opens (or timeout / should_stop); while waiting, reclaim empty
-    networks of ours (never foreign ones) and tell ``on_wait`` the verdict and what was reclaimed."""
-    client = client or connect()
-    deadline = None if timeout_sec is None else time.monotonic() + timeout_sec
-    while True:
-        v = may_start(n, out=out, cap=cap, margin=margin, client=client)
-        if v.ok:
-            return v
-        reclaimed = reclaim_empty_ours(out, client=client) if v.status.empty_ours else []
-        on_wait(v, reclaimed)
-        if reclaimed:
-            continue
-        if should_stop() or (deadline is not None and time.monotonic() >= deadline):
-            return v
-        time.sleep(poll_sec)
 
 
 # compose creates a trial's network a moment before it attaches the first container: a network

@@ -8,7 +8,7 @@ action and ``marathon demo`` -- calls ``require`` first. It checks, in the envir
 will have:
 
 - the tasks dir (exists, has the selected tasks, the output tree is not inside it) and its
-  recorded digests (``runner.digest.check_dataset``, the one digest check);
+  recorded digests (``runner.results.digest.check_dataset``, the one digest check);
 - every agent each arm names imports (in a child interpreter with the harbor job's PYTHONPATH);
 - the staged codex (of the configured ``codex_version``) and LoopX parts the arms mount exist;
 - the model/provider settings are complete for a model that is not the scripted stand-in;
@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from runner.config import RunConfig, missing_env_refs
 from runner.errors import EXIT_USAGE, UserError
+from runner.schedule.config import RunConfig, list_tasks, missing_env_refs, project_pythonpath
 
 #: where every codex arm's credential comes from unless ``--ak api_key_var=NAME`` says otherwise
 DEFAULT_KEY_VAR = "OPENAI_API_KEY"  # agents.base_codex.DEFAULT_KEY_VAR (not imported: harbor is heavy)
@@ -95,7 +95,6 @@ def _codex_arms(cfg: RunConfig) -> list[str]:
 
 def check_tasks(cfg: RunConfig) -> tuple[list[Problem], list[str]]:
     """The tasks dir and the selected tasks; returns (problems, the tasks that will run)."""
-    from runner.driver import list_tasks
 
     td = cfg.tasks_dir
     if td is None or not td.is_dir():
@@ -127,7 +126,7 @@ def check_tasks(cfg: RunConfig) -> tuple[list[Problem], list[str]]:
 
 def modified_tasks(cfg: RunConfig, tasks: list[str]) -> list[str]:
     """The selected tasks whose digest differs from the tasks dir's ``dataset.toml`` ([] without one)."""
-    from runner.digest import check_dataset, task_name
+    from runner.results.digest import check_dataset, task_name
 
     td = cfg.tasks_dir
     if td is None or not (td / "dataset.toml").is_file():
@@ -171,21 +170,13 @@ print(json.dumps(res))
 """
 
 
-def job_pythonpath(env: Mapping[str, str]) -> str:
-    """The PYTHONPATH harbor's job processes get (``runner.driver``): the project first."""
-    from runner.driver import PROJECT_ROOT
-
-    paths = [str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return os.pathsep.join(dict.fromkeys(paths))
-
-
 def check_arms(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
     """Every arm's agent imports, in a child interpreter with the harbor job's PYTHONPATH (a
     missing module found here costs seconds; found by harbor, it costs one errored trial per pair)."""
     refs = {s.name: s.agent for s in cfg.arm_specs() if not s.builtin}
     if not refs:
         return []
-    child_env = dict(env) | {"PYTHONPATH": job_pythonpath(env)}
+    child_env = dict(env) | {"PYTHONPATH": project_pythonpath(env)}
     try:
         proc = subprocess.run(
             [sys.executable, "-c", _IMPORT_PROBE, json.dumps(sorted(set(refs.values())))],
@@ -292,8 +283,8 @@ def check_docker(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
     """The engine answers; a pool with no room now is a note: the gate waits, it does not fail."""
     if cfg.env != "docker":
         return []
-    from runner.docker_pool import pool_status, verdict
-    from runner.dockerapi import connect
+    from runner.ops.docker_pool import pool_status, verdict
+    from runner.ops.dockerapi import connect
 
     try:
         status = pool_status(None, connect(env.get("DOCKER_HOST") or None))
@@ -350,7 +341,7 @@ def require(cfg: RunConfig, env: Mapping[str, str] | None = None, *, retry: str 
     if not blocking:
         return problems
     if cfg.out.is_dir():
-        from runner.events import append_event, utc_now
+        from runner.results.events import append_event, utc_now
 
         append_event(
             cfg.out,
