@@ -58,7 +58,6 @@ from agents.loopx_staging import (
 )
 from agents.session import ArmFailure
 from agents.transport import Transport
-from modes import safeio
 from modes.profiles import ARMS
 
 log = logging.getLogger(__name__)

@@ -39,8 +39,8 @@ from agents.loopx_profile import (
 )
 from agents.receipt import Receipt
 from agents.session import ArmFailure, CodexSession
+from modes import safeio
 from modes.profiles import ARMS, Mode
-from runner import safeio
 
 DEFAULT_OBJECTIVE = "Finish the task."
 

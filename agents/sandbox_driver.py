@@ -132,7 +132,7 @@ class Status:
         self.outcome: dict = {}
 
     def write(self) -> None:
-        from runner import safeio
+        from modes import safeio
 
         self.seq += 1
         s = self.session
@@ -217,7 +217,7 @@ async def drive_in_sandbox(ctrl: Path) -> int:
     from agents.conversation import Conversation
     from agents.drive import harness_from_state
     from agents.receipt import Receipt
-    from runner import safeio
+    from modes import safeio
 
     cfg = json.loads((ctrl / CONFIG_NAME).read_text())
     t0 = time.monotonic() - float(cfg.get("prep_before_sec") or 0)

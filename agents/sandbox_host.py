@@ -17,7 +17,7 @@ Docker engine. The conversation itself runs inside the sandbox (agents.sandbox_d
 - at the deadline: the ``stop`` file, then SIGTERM, then SIGKILL to the driver's process group,
   each to the pid the driver reported with its start time re-checked (a reused pid is never hit);
 - at the end the evidence under /logs/agent is downloaded (regular files only, through
-  runner.safeio) and the driver's receipt merged into ``agent/goal_receipt.json``.
+  modes.safeio) and the driver's receipt merged into ``agent/goal_receipt.json``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from agents.sandbox_driver import CONFIG_NAME, MIN_PYTHON, RECEIPT_NAME, STATUS_
 from agents.session import ArmFailure
 from agents.staging import CONTAINER_CODEX_ROOT, StagingError, load_staged
 from agents.transport import EnvironmentLost, tree_bytes
-from runner import safeio
+from modes import safeio
 
 REPO = Path(__file__).resolve().parents[1]
 #: The stdlib-only modules the driver needs, uploaded as a package tree (harbor is not installed there).
@@ -57,8 +57,7 @@ BUNDLE = (
     "agents/staging.py",
     "modes/__init__.py",
     "modes/profiles.py",
-    "runner/__init__.py",
-    "runner/safeio.py",
+    "modes/safeio.py",
 )
 SANDBOX_BUNDLE = "/opt/marathon-driver"
 SANDBOX_LOGS = "/logs/agent"

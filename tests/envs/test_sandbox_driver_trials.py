@@ -28,7 +28,7 @@ from agents.loopx_staging import CONTAINER_PARTS_ROOT
 from agents.loopx_staging import load_staged as load_loopx
 from agents.scripted_model.image import ensure_demo_image
 from agents.staging import CONTAINER_CODEX_ROOT, stage_codex
-from runner.docker_pool import our_projects
+from runner.ops.docker_pool import our_projects
 
 pytestmark = pytest.mark.docker
 
