@@ -45,7 +45,7 @@ AGENTS = {
 }
 #: receipt fields that must not depend on the environment
 SAME = ("arm", "stop_reason", "goal_status_final", "our_turns", "deadline_hit", "errors")
-MAX_PARALLEL = 5
+MAX_PARALLEL = 3  # the shared engine's address pool and two cores
 
 
 @dataclass
@@ -66,7 +66,7 @@ def _harbor() -> str:
 def _cmd(run: Run, jobs_dir: Path, job_name: str, mounts: list[dict]) -> list[str]:
     agent, ak = AGENTS[run.arm]
     cmd = [_harbor(), "run", "-p", str(CALC), "-a", agent, "-m", f"openai/{run.model}", "-o", str(jobs_dir),
-           "--job-name", job_name, "-n", "1", "-y", "--agent-timeout-multiplier", "3",
+           "--job-name", job_name, "-n", "1", "-y", "--agent-timeout-multiplier", "6",
            "--ak", f"api_key_var={KEY_VAR}"]  # fmt: skip
     if run.env is None:
         cmd += ["--mounts", json.dumps(mounts)]
