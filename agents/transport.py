@@ -307,8 +307,14 @@ def is_local_docker(environment) -> bool:
     engine under the same class tree) is not, and neither is a wrapper of it."""
     from harbor.environments.docker.docker import DockerEnvironment
     from harbor.environments.docker.runtime import DOCKER_RUNTIME
+    from harbor.models.environment_type import EnvironmentType
 
-    return isinstance(environment, DockerEnvironment) and type(environment).runtime() == DOCKER_RUNTIME
+    kind = type(environment)
+    return (
+        isinstance(environment, DockerEnvironment)
+        and kind.type() == EnvironmentType.DOCKER
+        and kind.runtime() == DOCKER_RUNTIME
+    )
 
 
 def transport_for(environment, trial_name: str) -> Transport:
