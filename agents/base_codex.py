@@ -7,8 +7,12 @@ between arms:
 - preflight before any turn: the staged codex is mounted (``/opt/codex``), ``codex-code-mode-host``
   sits next to ``bin/codex``, ``codex --version`` matches, the credential variable is set;
 - config.toml written in one piece (agents.codex_config) into ``CODEX_HOME`` inside the container;
-- ``codex app-server --strict-config`` through ``docker exec -i`` (agents.transport) in the
-  container's workdir, as the task's user, with the credential forwarded by name;
+- ``codex app-server --strict-config`` in the container's workdir, as the task's user, with the
+  credential passed by name. Two transports (``--ak transport=``): ``sandbox-driver`` (default, every
+  harbor environment: the conversation runs inside the sandbox, agents.sandbox_host /
+  agents.sandbox_driver) and ``docker-exec`` (the host speaks to app-server through
+  ``docker exec -i``, agents.transport; local Docker only, for debugging). Both run the same
+  conversation code (agents.conversation, agents.drive);
 - the deadline (``GOAL_TIMEOUT_SEC``, env or kwarg ``goal_timeout_sec``) ends the agent phase
   shortly before harbor's own timeout; it is recognised by message and ``run()`` returns normally,
   so the verifier scores the partial work and the trial is not errored;
@@ -22,7 +26,8 @@ Agent kwargs (``--ak``): ``provider_base_url`` (default: the scripted model on t
 comes from the host environment or ``--ae``), ``model`` (default: ``-m`` without an ``openai/``
 prefix), ``goal_timeout_sec``, ``codex_version``, ``codex_bin``, ``request_max_retries``,
 ``stream_max_retries``, ``zero_token_limit``, ``model_catalog_json``, ``codex_delivery``
-(``mount``, the default: harbor ``--mounts`` the staged tree; ``copy``: copy it in, noted in the receipt),
+(``mount``, the default: harbor ``--mounts`` the staged tree; ``copy``: copy it in, noted in the receipt;
+the sandbox driver uploads it whenever no mount brought it), ``transport`` (``sandbox-driver`` | ``docker-exec``),
 ``setup_fault_once`` (``<task>/<arm>@<marker>``: that pair's first setup fails; agents.setup_fault).
 """
 
@@ -31,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shlex
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -43,13 +47,19 @@ from harbor.models.agent.context import AgentContext
 from agents import setup_fault
 from agents.appserver import AppServerClient
 from agents.codex_config import PROVIDER_ID, ProviderSettings, build_config, render
+from agents.conversation import (
+    CONFIG_WRITE_SCRIPT,
+    Conversation,
+    preflight_script,
+    preflight_verdict,
+)
+from agents.drive import Harness
 from agents.receipt import Receipt, utc_now
 from agents.session import DEADLINE_MESSAGE, ArmFailure, CodexSession, is_deadline
 from agents.staging import (
     CONTAINER_CODEX_BIN,
     CONTAINER_CODEX_ROOT,
     DEFAULT_CODEX_VERSION,
-    SIDECAR,
     StagingError,
     codex_dir,
     file_sha256,
@@ -69,8 +79,19 @@ SCRIPTED_LOG = "/var/log/scripted/requests.jsonl"
 CODEX_HOME = "/var/tmp/marathon-codex"
 DEFAULT_KEY_VAR = "OPENAI_API_KEY"
 TIMEOUT_ENV = "GOAL_TIMEOUT_SEC"
+#: ``--ak transport=``: the in-sandbox driver (default, any harbor environment) or ``docker exec -i``
+SANDBOX_DRIVER = "sandbox-driver"
+DOCKER_EXEC = "docker-exec"
+TRANSPORTS = (SANDBOX_DRIVER, DOCKER_EXEC)
 
-__all__ = ["CodexAppServerAgent", "ArmFailure", "DEADLINE_MESSAGE", "is_deadline", "CodexSession"]
+__all__ = [
+    "CodexAppServerAgent",
+    "ArmFailure",
+    "DEADLINE_MESSAGE",
+    "is_deadline",
+    "CodexSession",
+    "deadline_margin_sec",
+]
 
 
 def _trial_config(trial_dir: Path):
@@ -136,6 +157,7 @@ class CodexAppServerAgent(BaseAgent):
         model_catalog_json: str | None = None,
         codex_delivery: str = "mount",
         setup_fault_once: str | None = None,
+        transport: str = SANDBOX_DRIVER,
         **kwargs: Any,
     ) -> None:
         super().__init__(logs_dir, model_name, **kwargs)
@@ -154,6 +176,10 @@ class CodexAppServerAgent(BaseAgent):
         if codex_delivery not in ("mount", "copy"):
             raise ValueError(f"codex_delivery must be 'mount' or 'copy', not {codex_delivery!r}")
         self.codex_delivery = codex_delivery
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
+        self.transport_kind = transport
+        self.conversation: Conversation | None = None
         self.goal_timeout_sec = self._resolve_timeout(goal_timeout_sec)
         self.mode = mode_for(self.ARM)
         self.receipt: Receipt | None = None
@@ -169,8 +195,12 @@ class CodexAppServerAgent(BaseAgent):
         demo's one voided attempt fails here (``setup_fault_once``, agents.setup_fault)."""
         setup_fault.maybe_fail(self.setup_fault_once, self.ARM, self._trial_name())
 
-    async def drive(self, session: CodexSession, instruction: str) -> None:
+    def harness(self) -> Harness:
+        """The arm's loop (agents.drive): the same object runs here or inside the sandbox."""
         raise NotImplementedError
+
+    async def drive(self, session: CodexSession, instruction: str) -> None:
+        await self.harness().drive(session, instruction)
 
     async def prepare(self, transport: Transport) -> None:
         """Hook before the preflight (LoopX arms install their profile here); no-op by default."""
@@ -180,18 +210,17 @@ class CodexAppServerAgent(BaseAgent):
         return {"CODEX_HOME": self.codex_home}
 
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        if self.transport_kind == SANDBOX_DRIVER:
+            from agents.sandbox_host import run_in_sandbox
+
+            await run_in_sandbox(self, instruction, environment, context)
+            return
         t0 = time.monotonic()
-        deadline_sec, source = self._effective_deadline_sec()
-        deadline = t0 + deadline_sec if deadline_sec else None
-        receipt = self.receipt = self._new_receipt()
-        receipt.goal_timeout_sec = deadline_sec
-        receipt.extra["deadline_source"] = source
-        receipt.mark("started")
+        receipt = self.receipt = self.begin_receipt()
+        deadline = t0 + receipt.goal_timeout_sec if receipt.goal_timeout_sec else None
         transport: Transport | None = None
-        client: AppServerClient | None = None
-        session: CodexSession | None = None
+        conv: Conversation | None = None
         deferred: ArmFailure | None = None
-        budget_t0: float | None = None
         try:
             transport = transport_for(environment, self._trial_name())
             receipt.transport = transport.describe()
@@ -200,77 +229,52 @@ class CodexAppServerAgent(BaseAgent):
                 receipt.image_digest = image["content_sha256"]
                 receipt.extra["image_id"] = image["id"]
             await self.prepare(transport)
-            session = await self.open_session(transport, deadline=deadline, context=context)
-            client = session.client
-            budget_t0 = self._start_budget(session, receipt, t0)
-            await self.drive(session, instruction)
-            if receipt.stop_reason is None:
-                receipt.stop_reason = "completed"
-            await client.close()
+            await self.open_session(transport, deadline=deadline, context=context)
+            conv = self.conversation
+            conv.start_budget(t0, self.goal_timeout_sec, self._harbor_sec())
+            await conv.drive(self.drive, instruction)
         except asyncio.CancelledError:
             receipt.stop_reason = "cancelled"
             receipt.errors.append("cancelled by harbor (agent timeout or SIGTERM)")
             raise
         except Exception as exc:
-            if is_deadline(exc):
-                receipt.stop_reason = "deadline"
-                receipt.deadline_hit = True
-                if budget_t0 is not None:  # when, in the budget, the deadline ended the model's work
-                    receipt.extra["deadline_after_sec"] = round(time.monotonic() - budget_t0, 3)
-                if session is not None:
-                    await session.wind_down()
-                if client is not None:
-                    await client.close(grace=3)
-                return  # normal budget exhaustion: the verifier scores the partial work
             receipt.stop_reason = "error"
             if str(exc) not in receipt.errors:
                 receipt.errors.append(f"{type(exc).__name__}: {exc}")
-            if client is not None:  # stop codex first: asking the engine takes time it would fill with turns
-                client.kill()
+            if conv is not None:  # stop codex first: asking the engine takes time it would fill with turns
+                conv.finish()
             lost = transport.lost() if transport is not None else None
             if lost is not None:  # the sandbox failed under the agent: infrastructure, not the arm
                 receipt.errors.append(f"{ENVIRONMENT_LOST}: {lost}")
                 raise EnvironmentLost(f"{lost}; the step failed with {type(exc).__name__}: {exc}") from exc
             raise
         finally:
-            if client is not None:
-                client.kill()
-                receipt.noise_lines = client.noise_lines[:50]
-                receipt.server_requests = client.server_requests[:200]
+            if conv is not None:
+                conv.finish()
             deferred = self._save_evidence(transport, receipt, context)
-            receipt.mark("finished")
-            receipt.timings["duration_sec"] = round(time.monotonic() - t0, 3)
-            if budget_t0 is not None:
-                receipt.budget_used_sec = round(time.monotonic() - budget_t0, 3)
-            receipt.write(self.logs_dir)
+            self.finish_receipt(receipt, t0)
         if deferred is not None:
             raise deferred
 
-    def _start_budget(self, session: CodexSession, receipt: Receipt, t0: float) -> float:
-        """Start the model's budget now, right before the first model request, for every arm alike.
+    def begin_receipt(self) -> Receipt:
+        """A new receipt with the run's deadline (GOAL_TIMEOUT_SEC, clamped) and ``started``."""
+        deadline_sec, source = self._effective_deadline_sec()
+        receipt = self._new_receipt()
+        receipt.goal_timeout_sec = deadline_sec
+        receipt.extra["deadline_source"] = source
+        receipt.mark("started")
+        return receipt
 
-        Why: the preparation (LoopX profile install, gates, goal setup, body rendering; the codex
-        preflight and app-server start) took from the same deadline, so the LoopX arms got less
-        model time. The preparation stays bounded by the run's deadline; the budget is
-        GOAL_TIMEOUT_SEC from here, clamped only when harbor's agent timeout leaves less (then the
-        receipt says so, and the fairness audit sees the unequal ``budget_sec``).
-        """
-        now = time.monotonic()
-        prep = now - t0
-        budget = self.goal_timeout_sec
-        source = "GOAL_TIMEOUT_SEC"
-        harbor_sec = harbor_agent_timeout_sec(Path(self.logs_dir).resolve().parent)
-        receipt.extra["harbor_agent_timeout_sec"] = harbor_sec
-        if harbor_sec is not None:
-            limit = max(1.0, harbor_sec - deadline_margin_sec(harbor_sec) - prep)
-            if budget is None or limit < budget:
-                budget, source = limit, "harbor agent timeout minus margin and preparation"
-        receipt.prep_sec = round(prep, 3)
-        receipt.budget_start = utc_now()
-        receipt.budget_sec = round(budget, 3) if budget is not None else None
-        receipt.extra["budget_source"] = source
-        session.deadline = now + budget if budget is not None else None
-        return now
+    def finish_receipt(self, receipt: Receipt, t0: float) -> None:
+        receipt.mark("finished")
+        if self.conversation is not None:
+            self.conversation.record_times(t0)
+        else:
+            receipt.timings["duration_sec"] = round(time.monotonic() - t0, 3)
+        receipt.write(self.logs_dir)
+
+    def _harbor_sec(self) -> float | None:
+        return harbor_agent_timeout_sec(Path(self.logs_dir).resolve().parent)
 
     async def open_session(
         self, transport: Transport, *, deadline: float | None = None, context: AgentContext | None = None
@@ -281,15 +285,9 @@ class CodexAppServerAgent(BaseAgent):
         """
         secret = self._preflight(transport)
         self.receipt.mark("preflight_done")
-        client = await self._start_appserver(transport, secret)
-        self.session = CodexSession(
-            client,
-            self.receipt,
-            transport.workdir,
-            deadline=deadline,
-            zero_token_limit=self.zero_token_limit,
-            on_usage=(lambda total: self._usage_to_context(total, context)) if context is not None else None,
-        )
+        on_usage = (lambda total: self._usage_to_context(total, context)) if context is not None else None
+        await self._start_appserver(transport, secret, on_usage=on_usage, deadline=deadline)
+        self.session = self.conversation.session
         return self.session
 
     # --- pieces ----------------------------------------------------------------------------------------
@@ -356,45 +354,14 @@ class CodexAppServerAgent(BaseAgent):
         self.receipt.extra["codex_delivery"] = self.codex_delivery
         if self.codex_delivery == "copy":
             self._copy_codex_in(transport)
-        bin_dir = os.path.dirname(self.codex_bin)
-        script = (
-            f"test -x {shlex.quote(self.codex_bin)} || {{ echo 'missing: {self.codex_bin}'; exit 3; }}; "
-            f"test -f {shlex.quote(bin_dir)}/{SIDECAR} || {{ echo 'missing: {bin_dir}/{SIDECAR}'; exit 4; }}; "
-            f"{shlex.quote(self.codex_bin)} --version"
-        )
-        res = transport.run(["sh", "-c", script], timeout=60)
+        res = transport.run(["sh", "-c", preflight_script(self.codex_bin)], timeout=60)
         out = (res.stdout + res.stderr).decode(errors="replace").strip()
-        if res.returncode == 3:
-            raise ArmFailure(
-                f"codex is not mounted in the trial container ({out}); stage it with "
-                "`marathon stage codex` and mount it read-only at /opt/codex (harbor --mounts), or pass "
-                "--ak codex_delivery=copy where a mount is impossible"
-            )
-        if res.returncode == 4:
-            raise ArmFailure(
-                f"staged codex is incomplete: {out} (codex spawns {SIDECAR} next to itself; "
-                "without it every tool call fails silently). Re-stage the whole vendor tree."
-            )
-        if res.returncode != 0:
-            raise ArmFailure(f"codex --version failed in the container (exit {res.returncode}): {out[-300:]}")
-        if self.codex_version not in out:
-            raise ArmFailure(f"mounted codex reports {out!r}, expected version {self.codex_version}")
+        out = preflight_verdict(res.returncode, out, self.codex_version)
         self.receipt.extra["codex_version_in_container"] = out
         self._record_codex_sha256()
-        config = render(build_config(self._provider_settings(), transport.workdir))
+        config = self.config_toml(transport.workdir)
         self.receipt.config_toml = config_digests(config)
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
-        safeio.write_atomic(self.logs_dir / "codex-config.toml", config)  # no secret: env_key is a name
-        write = transport.run(
-            [
-                "sh",
-                "-c",
-                'mkdir -p "$1" && cat > "$1/config.toml.tmp" && mv "$1/config.toml.tmp" "$1/config.toml"',
-                "sh",
-                self.codex_home,
-            ],
-            stdin=config.encode(),
-        )
+        write = transport.run(["sh", "-c", CONFIG_WRITE_SCRIPT, "sh", self.codex_home], stdin=config.encode())
         if write.returncode != 0:
             raise ArmFailure(f"writing {self.codex_home}/config.toml failed: {write.stderr.decode()[-300:]}")
         return secret
@@ -403,7 +370,7 @@ class CodexAppServerAgent(BaseAgent):
         """sha256 of the staged codex binary this trial ran: under the host directory harbor mounted
         at /opt/codex (or the staged tree copied in), hashed once per file version (staging.file_sha256)."""
         rel = Path(CONTAINER_CODEX_BIN).relative_to(CONTAINER_CODEX_ROOT)
-        if self.codex_delivery == "copy":
+        if self.receipt.extra.get("codex_delivery", self.codex_delivery) == "copy":
             root, via = codex_dir(self.codex_version), "the staged tree copied in"
         else:
             root = mounted_source(Path(self.logs_dir).resolve().parent, CONTAINER_CODEX_ROOT)
@@ -439,21 +406,28 @@ class CodexAppServerAgent(BaseAgent):
             model_catalog_json=self.model_catalog_json,
         )
 
-    async def _start_appserver(self, transport: Transport, secret: dict[str, str]) -> AppServerClient:
-        argv = [self.codex_bin, "app-server", "--strict-config"]
-        proc = await transport.spawn(argv, self.appserver_env(), secret)
-        client = AppServerClient(
-            proc, self.logs_dir / "appserver.stdout.jsonl", self.logs_dir / "appserver.stderr.log"
+    def config_toml(self, workdir: str) -> str:
+        """codex's config.toml for this arm (no secret: ``env_key`` is a name); also saved as evidence."""
+        config = render(build_config(self._provider_settings(), workdir))
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        safeio.write_atomic(self.logs_dir / "codex-config.toml", config)
+        return config
+
+    async def _start_appserver(
+        self, transport: Transport, secret: dict[str, str], *, on_usage=None, deadline: float | None = None
+    ) -> AppServerClient:
+        proc = await transport.spawn(
+            [self.codex_bin, "app-server", "--strict-config"], self.appserver_env(), secret
         )
-        await client.start()
-        try:
-            await client.initialize("marathon", "0.1.0")
-        except Exception as exc:
-            client.kill()
-            stderr = self.logs_dir / "appserver.stderr.log"
-            tail = stderr.read_text(errors="replace")[-500:] if stderr.exists() else ""
-            raise ArmFailure(f"codex app-server did not initialize: {exc}; stderr: {tail}") from exc
-        return client
+        self.conversation = Conversation(
+            self.receipt,
+            self.logs_dir,
+            transport.workdir,
+            zero_token_limit=self.zero_token_limit,
+            on_usage=on_usage,
+        )
+        await self.conversation.open(proc, deadline)
+        return self.conversation.client
 
     def _usage_to_context(self, total: dict, context: AgentContext) -> None:
         """Keep harbor's context current, so a timeout or cancellation keeps the counts.
@@ -506,12 +480,23 @@ class CodexAppServerAgent(BaseAgent):
         for store in sorted((self.logs_dir / "codex-state").glob("goals_*.sqlite")):
             if session is not None:
                 session.reconcile_goal_store(store)
-        for name in ("appserver.stdout.jsonl", "appserver.stderr.log", "codex-config.toml"):
+        for name in ("appserver.stdout.jsonl", "appserver.stderr.log"):
             if (self.logs_dir / name).exists():
                 receipt.evidence.append(name)
+        return self._finish_evidence(receipt, context)
+
+    def _finish_evidence(self, receipt: Receipt, context: AgentContext) -> ArmFailure | None:
+        """Host-side, on the evidence in the trial's agent dir (either transport): the rollout scan
+        and the ATIF trajectory; returns a failure the rollouts reveal, if any."""
+        if (self.logs_dir / "codex-config.toml").exists() and "codex-config.toml" not in receipt.evidence:
+            receipt.evidence.append("codex-config.toml")
         failure = self._scan_rollouts(receipt)
         self._write_trajectory(receipt, context)
         return failure
+
+    def sandbox_evidence(self) -> list[tuple[str, str]]:
+        """(path in the sandbox, dir under /logs/agent) the in-sandbox driver copies besides codex's."""
+        return []
 
     def _scan_rollouts(self, receipt: Receipt) -> ArmFailure | None:
         """Tool outputs the model saw: 'unsupported call' or a failed code-mode spawn is a loud failure."""

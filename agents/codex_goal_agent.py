@@ -9,9 +9,7 @@ until the goal is no longer active (complete, blocked, paused, budget-limited) o
 from __future__ import annotations
 
 from agents.base_codex import CodexAppServerAgent
-from agents.session import CodexSession
-
-DEFAULT_OBJECTIVE = "Finish the task."
+from agents.drive import DEFAULT_OBJECTIVE, GoalHarness, Harness
 
 
 class CodexGoalAgent(CodexAppServerAgent):
@@ -21,10 +19,7 @@ class CodexGoalAgent(CodexAppServerAgent):
     def name() -> str:
         return "codex-goal"
 
-    async def drive(self, session: CodexSession, instruction: str) -> None:
-        objective = (self.mode.goal_objective if self.mode else None) or DEFAULT_OBJECTIVE
-        await session.thread_start()
-        await session.goal_set(objective)
-        await session.turn_start(instruction)
-        status = await session.follow_goal()
-        self.receipt.stop_reason = f"goal_{status}"
+    def harness(self) -> Harness:
+        return GoalHarness(
+            self.receipt, (self.mode.goal_objective if self.mode else None) or DEFAULT_OBJECTIVE
+        )

@@ -30,36 +30,24 @@ Agent kwargs (``--ak``) beyond the codex arms': ``mode`` (ssh-goal | codex-cli |
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
-import subprocess
-import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from agents.base_codex import CodexAppServerAgent
-from agents.loopx_body import GoalBody, render_body
-from agents.loopx_gates import (
-    GateFailure,
-    gate_doctor,
-    gate_skills,
-    required_skill_ids,
-    skills_list_verdict,
-)
+from agents.drive import Harness, LoopxHarness
+from agents.loopx_body import GoalBody, placeholder_tokens, render_body
+from agents.loopx_gates import GateFailure, gate_doctor, gate_skills, required_skill_ids
 from agents.loopx_profile import (
     DEFAULT_PROFILE_ROOT,
     GoalSetup,
     InstalledProfile,
     ProfileError,
     install_profile,
-    loopx_argv,
     profile_paths,
-    run_loopx_json,
     setup_goal,
-    transport_exec,
 )
 from agents.loopx_staging import (
     CONTAINER_PARTS_ROOT,
@@ -68,9 +56,8 @@ from agents.loopx_staging import (
     StagingError,
     load_staged,
 )
-from agents.session import ArmFailure, CodexSession
+from agents.session import ArmFailure
 from agents.transport import Transport
-from modes import safeio
 from modes.profiles import ARMS
 
 log = logging.getLogger(__name__)
@@ -131,6 +118,7 @@ class CodexLoopxAgent(CodexAppServerAgent):
         self.required: tuple[str, ...] = ()
         self._instruction = ""
         self._transport: Transport | None = None
+        self._harness: LoopxHarness | None = None
         self.loopx: dict[str, Any] = {"ungated": self.ungated, "gates": [], "unblock_events": [], "ticks": []}
 
     @staticmethod
@@ -143,30 +131,25 @@ class CodexLoopxAgent(CodexAppServerAgent):
 
     # --- prepare: profile, gates 1-2, goal, body (before codex starts) -------------------------------
 
-    def _parts(self, transport: Transport) -> tuple[dict[str, str], str]:
+    async def _parts(self, transport: Transport) -> tuple[dict[str, str], str]:
         """Staged parts in the container: the read-only mount, else copied in (and said so)."""
-        probe = transport.run(["test", "-f", f"{CONTAINER_PARTS_ROOT}/staged.json"], user="0")
+        probe = await transport.container_exec()(f"test -f {CONTAINER_PARTS_ROOT}/staged.json", None, "0", 60)
         try:
             staged = load_staged(self.loopx_version, self.node_version)
         except StagingError as exc:
-            if probe.returncode == 0:
+            if probe.return_code == 0:
                 raise ArmFailure(f"LoopX parts are mounted but not staged on this host: {exc}") from exc
             raise ArmFailure(str(exc)) from exc
-        if probe.returncode == 0:
+        if probe.return_code == 0:
             return staged.container_paths(), "mounted"
-        cid = getattr(transport, "container_id", None)
-        if not cid:
-            raise ArmFailure(f"LoopX parts are not mounted at {CONTAINER_PARTS_ROOT} and cannot be copied in")
-        cp = subprocess.run(
-            ["docker", "cp", f"{staged.root}/.", f"{cid}:{CONTAINER_PARTS_ROOT}"],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if cp.returncode != 0:
-            raise ArmFailure(f"copying LoopX parts into the container failed: {cp.stderr.strip()[-300:]}")
+        try:
+            copied = await transport.deliver(staged.root, CONTAINER_PARTS_ROOT)
+        except Exception as exc:  # noqa: BLE001 - the message names what could not be delivered
+            raise ArmFailure(f"copying LoopX parts into the container failed: {exc}") from exc
+        self.loopx["parts_bytes_copied"] = copied
         self.receipt.warnings.append(
-            f"LoopX parts were copied into the container (no read-only mount at {CONTAINER_PARTS_ROOT})"
+            f"LoopX parts were copied into the container (no read-only mount at {CONTAINER_PARTS_ROOT}, "
+            f"{copied} bytes)"
         )
         return staged.container_paths(), "copied"
 
@@ -178,9 +161,9 @@ class CodexLoopxAgent(CodexAppServerAgent):
     async def prepare(self, transport: Transport) -> None:
         self._transport = transport
         self.receipt.extra["loopx"] = self.loopx
-        run = transport_exec(transport)
+        run = transport.container_exec()
         try:
-            parts, delivery = self._parts(transport)
+            parts, delivery = await self._parts(transport)
             self.loopx["parts"] = {"delivery": delivery, **parts}
             self.profile = await install_profile(run, parts, self.paths, owner=transport.user)
             self.codex_home = self.paths.codex_home
@@ -221,9 +204,28 @@ class CodexLoopxAgent(CodexAppServerAgent):
                 "state_file": self.goal.state_file,
                 "runtime_root": self.paths.runtime_root,
             }
+            self._harness = LoopxHarness(
+                self.receipt,
+                mode=self.mode,
+                profile=self.profile,
+                goal=self.goal,
+                body=None,
+                required=self.required,
+                loopx=self.loopx,
+                logs_dir=self.logs_dir,
+                run=run,
+                user=transport.user,
+                ungated=self.ungated,
+                max_unblocks=self.max_unblocks,
+                heartbeat_max_ticks=self.heartbeat_max_ticks,
+                heartbeat_max_wait_sec=self.heartbeat_max_wait_sec,
+                heartbeat_idle_ticks=self.heartbeat_idle_ticks,
+                placeholders=placeholder_tokens(),
+            )
             if self.mode.body_role == "goal_objective":
                 self.body = await render_body(run, self.profile, self.mode, self.goal, user=transport.user)
-                self._record_body(self.body)
+                self._harness.body = self.body
+                self._harness.record_body(self.body)
         except GateFailure as exc:
             self.loopx["failed_gate"] = exc.result.gate
             raise ArmFailure(str(exc)) from exc
@@ -232,14 +234,6 @@ class CodexLoopxAgent(CodexAppServerAgent):
             raise ArmFailure(f"LoopX profile: {exc}") from exc
         self.receipt.mark("loopx_ready")
 
-    def _record_body(self, body: GoalBody) -> None:
-        self.loopx.setdefault("bodies", []).append(body.receipt())
-        self.loopx["body"] = body.receipt()
-        name = (
-            "loopx-body.txt" if body.turn_instance_id is None else f"loopx-body-{body.turn_instance_id}.txt"
-        )
-        safeio.write_atomic(self.logs_dir / name, body.text)
-
     def appserver_env(self) -> dict[str, str]:
         env = dict(self.profile.env) if self.profile else {}
         env["CODEX_HOME"] = self.codex_home
@@ -247,133 +241,10 @@ class CodexLoopxAgent(CodexAppServerAgent):
 
     # --- drive ---------------------------------------------------------------------------------------
 
-    async def drive(self, session: CodexSession, instruction: str) -> None:
-        res = await session.skills_list([session.workdir])
-        try:
-            self._gate(skills_list_verdict(res, self.required, session.workdir))
-        except GateFailure as exc:
-            self.loopx["failed_gate"] = exc.result.gate
-            raise ArmFailure(str(exc)) from exc
-        await session.thread_start()
-        if self.mode.body_role == "goal_objective":
-            await self._drive_goal(session, instruction)
-        else:
-            await self._drive_heartbeat(session, instruction)
-
-    async def _drive_goal(self, session: CodexSession, instruction: str) -> None:
-        await session.goal_set(self.body.text)
-        tid = await session.turn_start(instruction)
-        # codex merges our turn into the goal turn it auto-started; when that turn already ended
-        # (a very fast model) the instruction runs as a turn of its own, possibly on a blocked goal
-        first = session.turn_ids[0] if session.turn_ids else tid
-        self.loopx["instruction_turn"] = "merged" if first == tid else "separate"
-        resumed = 0
-        while True:
-            status = await session.follow_goal()
-            if (
-                status == "blocked"
-                and self.ungated
-                and len(session.unblock_transitions()) < self.max_unblocks
-            ):
-                resumed += 1
-                await session.goal_resume()
-                # codex starts the goal's continuation turn itself once the goal is active again
-                continue
-            if status == "blocked" and self.ungated:
-                self.receipt.warnings.append(
-                    f"goal still blocked after {self.max_unblocks} unblocks; ending as blocked"
-                )
-            self.loopx["harness_resumes"] = resumed
-            self.receipt.stop_reason = f"goal_{status}"
-            return
-
-    async def _drive_heartbeat(self, session: CodexSession, instruction: str) -> None:
-        run = transport_exec(self._transport)
-        counts = {"loopx": 0, "work": 0}
-
-        def on_item(method: str, p: dict) -> None:
-            item = p.get("item") or {}
-            if method == "item/completed" and item.get("type") == "commandExecution":
-                key = "loopx" if self.paths.cli_bin in str(item.get("command")) else "work"
-                counts[key] += 1
-
-        session.client.add_listener(on_item)
-        idle = 0
-        for n in range(1, self.heartbeat_max_ticks + 1):
-            turn_instance = f"marathon-tick-{n}-{uuid.uuid4().hex[:8]}"
-            body = await render_body(
-                run,
-                self.profile,
-                self.mode,
-                self.goal,
-                turn_instance_id=turn_instance,
-                user=self._transport.user,
-            )
-            self._record_body(body)
-            before = dict(counts)
-            tid = await session.turn_start(f"{body.text}\n\n---\n\n{instruction}")
-            turn = await session.wait_turn_end(tid)
-            tick = {
-                "n": n,
-                "loopx_turn": turn_instance,
-                "turn_id": tid,
-                "status": turn.get("status"),
-                "work_commands": counts["work"] - before["work"],
-                "loopx_commands": counts["loopx"] - before["loopx"],
-                "body_sha256": body.sha256,
-            }
-            idle = idle + 1 if tick["work_commands"] == 0 else 0
-            if idle >= self.heartbeat_idle_ticks:
-                self.loopx["ticks"].append(tick)
-                self.receipt.stop_reason = "heartbeat_idle"
-                return
-            tick["wait_sec"] = await self._pace(run, session)
-            self.loopx["ticks"].append(tick)
-        self.receipt.stop_reason = "heartbeat_max_ticks"
-
-    async def _pace(self, run, session: CodexSession) -> float:
-        """LoopX's generic_cli scheduling hint: run_now -> next tick at once; else its interval, capped."""
-        try:
-            q = await run_loopx_json(
-                run,
-                self.profile,
-                loopx_argv(
-                    self.paths,
-                    self.goal.registry,
-                    "quota",
-                    "should-run",
-                    "--goal-id",
-                    self.goal.goal_id,
-                    "--agent-id",
-                    self.goal.agent_id,
-                    "--runtime-profile",
-                    "generic_cli",
-                    "--dry-run",
-                    "--include-detail",
-                    "scheduler",
-                ),
-                "loopx quota should-run (pacing)",
-                user=self._transport.user,
-                cwd=self.goal.project,
-            )
-        except ProfileError as exc:
-            self.receipt.warnings.append(f"heartbeat pacing probe failed, next tick at once: {exc}")
-            return 0.0
-        hint = q.get("scheduler_hint") or {}
-        action = hint.get("action")
-        wait = 0.0
-        if action != "run_now":
-            local = ((hint.get("cold_path_detail") or {}).get("local_scheduler")) or {}
-            wait = float(local.get("recommended_interval_minutes") or 0) * 60
-            wait = min(wait, self.heartbeat_max_wait_sec)
-            if session.deadline is not None:
-                wait = min(wait, max(0.0, session.deadline - time.monotonic()))
-        self.loopx.setdefault("pacing", []).append(
-            {"action": action, "should_run": q.get("should_run"), "wait_sec": wait}
-        )
-        if wait > 0:
-            await asyncio.sleep(wait)
-        return wait
+    def harness(self) -> Harness:
+        if self._harness is None:
+            raise ArmFailure("the LoopX arm was not prepared")
+        return self._harness
 
     # --- evidence ------------------------------------------------------------------------------------
 
@@ -391,12 +262,16 @@ class CodexLoopxAgent(CodexAppServerAgent):
                     receipt.warnings.append(f"evidence copy of {src} failed: {exc}")
         failure = super()._save_evidence(transport, receipt, context)  # reconciles the goal store too
         session = getattr(self, "session", None)
-        if session is not None:
-            self.loopx["unblock_events"] = [
-                {**t, "n": i} for i, t in enumerate(session.unblock_transitions(), 1)
-            ]
-            self.loopx["blocked_events"] = [
-                {**t, "n": i} for i, t in enumerate(session.blocked_transitions(), 1)
-            ]
+        if session is not None and self._harness is not None:
+            self._harness.finish(session)
         receipt.extra["loopx"] = json.loads(json.dumps(self.loopx, default=str))
         return failure
+
+    def sandbox_evidence(self) -> list[tuple[str, str]]:
+        """(path in the sandbox, dir under /logs/agent) the in-sandbox driver copies at the end."""
+        if self.goal is None:
+            return []
+        return [
+            (f"{self.goal.project.rstrip('/')}/.loopx", "loopx/project"),
+            (self.paths.runtime_root, "loopx"),
+        ]

@@ -7,7 +7,7 @@ discloses this substitution in every receipt.
 from __future__ import annotations
 
 from agents.base_codex import CodexAppServerAgent
-from agents.session import CodexSession
+from agents.drive import Harness, PlainHarness
 
 
 class CodexPlainAppServer(CodexAppServerAgent):
@@ -17,8 +17,5 @@ class CodexPlainAppServer(CodexAppServerAgent):
     def name() -> str:
         return "codex-plain-appserver"
 
-    async def drive(self, session: CodexSession, instruction: str) -> None:
-        await session.thread_start()
-        turn_id = await session.turn_start(instruction)
-        turn = await session.wait_turn_end(turn_id)
-        self.receipt.stop_reason = f"turn_{turn.get('status')}"
+    def harness(self) -> Harness:
+        return PlainHarness(self.receipt)

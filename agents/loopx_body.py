@@ -62,12 +62,19 @@ class GoalBody:
         return d
 
 
-def bind_registry(text: str, registry: str) -> tuple[str, tuple[str, ...]]:
-    """Replace every LoopX registry placeholder with ``registry``; BodyError if any is left."""
-    replaced = tuple(t for t in placeholder_tokens() if t in text)
+def bind_registry(
+    text: str, registry: str, tokens: tuple[str, ...] | None = None
+) -> tuple[str, tuple[str, ...]]:
+    """Replace every LoopX registry placeholder with ``registry``; BodyError if any is left.
+
+    ``tokens``: the placeholders when the loopx package is not importable here (inside the
+    sandbox the host passes the ones it read from its own loopx).
+    """
+    tokens = placeholder_tokens() if tokens is None else tokens
+    replaced = tuple(t for t in tokens if t in text)
     for token in replaced:
         text = text.replace(token, registry)
-    left = [t for t in placeholder_tokens() if t in text]
+    left = [t for t in tokens if t in text]
     if left:
         raise BodyError(f"goal body still carries the registry placeholder {left[0]!r}")
     return text, replaced
@@ -94,6 +101,7 @@ async def render_body(
     goal: GoalSetup,
     turn_instance_id: str | None = None,
     user: str | None = None,
+    placeholders: tuple[str, ...] | None = None,
 ) -> GoalBody:
     """Render the mode's body in the container with the profile's CLI; checked and bound."""
     if not mode.loopx or not mode.runtime_profile:
@@ -123,7 +131,7 @@ async def render_body(
         raise BodyError(f"heartbeat-prompt for {mode.runtime_profile} returned no task_body")
     if profile.paths.cli_bin not in text:
         raise BodyError("goal body does not name the profile's loopx CLI (would run another loopx)")
-    text, replaced = bind_registry(text, goal.registry)
+    text, replaced = bind_registry(text, goal.registry, placeholders)
     guard = next((line.strip("`") for line in text.splitlines() if "quota should-run" in line), "")
     if not guard:
         raise BodyError(f"goal body for {mode.runtime_profile} has no quota guard command")

@@ -1,4 +1,7 @@
-"""How the app-server client reaches codex inside a trial: an interface and its Docker implementation.
+"""The ``docker-exec`` transport: the host's app-server client reaches codex through ``docker exec -i``.
+
+Kept for debugging (``--ak transport=docker-exec``) on harbor's local Docker environment only; the
+default transport is the in-sandbox driver (agents.sandbox_host), which works on every environment.
 
 ``docker exec -i`` because harbor's own ``environment.exec`` gives no stdin (and app-server speaks
 JSON-RPC over stdio). Every arm goes through the same transport, the same workdir (read from the
@@ -6,8 +9,8 @@ container, never assumed to be ``/app``), the same user (task.toml ``[agent].use
 credentials, forwarded by NAME only: ``-e NAME`` with the value in the docker client's own
 environment, so a secret never appears in any command line.
 
-Under any other harbor environment the arms fail fast with a message naming what is missing; the
-route for cloud sandboxes (a driver inside the sandbox) is in the README.
+Under any other harbor environment (a Podman/kata subclass of DockerEnvironment included) this
+transport refuses to start, naming the default transport instead.
 """
 
 from __future__ import annotations
@@ -127,10 +130,59 @@ class Transport(ABC):
         """What the trial's container runs, for the fairness audit: ``{"id", "content_sha256"}``."""
         return None
 
+    def container_exec(self):
+        """A ``ContainerExec`` (agents.loopx_profile) over this transport: ``bash -c`` in the container."""
+        from agents.loopx_profile import transport_exec
+
+        return transport_exec(self)
+
+    async def deliver(self, host_dir: Path, container_dir: str) -> int:
+        """Copy a staged host tree in (where no mount brought it); returns the bytes copied."""
+        await asyncio.to_thread(self.copy_in, host_dir, container_dir)
+        return tree_bytes(host_dir)
+
+
+def tree_bytes(root: Path) -> int:
+    """Bytes of the regular files under ``root`` (what a copy of it moves)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            p = os.path.join(dirpath, name)
+            if os.path.isfile(p) and not os.path.islink(p):
+                total += os.path.getsize(p)
+    return total
+
 
 def _docker(*args: str, timeout: float = 60, stdin: bytes | None = None, env=None) -> ExecResult:
     proc = subprocess.run(["docker", *args], input=stdin, capture_output=True, timeout=timeout, env=env)
     return ExecResult(proc.returncode, proc.stdout, proc.stderr)
+
+def image_of_container(container_id: str) -> dict[str, str] | None:
+    """The container's image: the engine's id (what docker-py calls ``container.image.id``) and
+    a content digest, the sha256 of its layer diff ids and runtime config (env, workdir, user,
+    entrypoint, cmd). Why both: harbor builds each trial's image with compose, which labels it
+    with the trial's own project, so two trials of one task get different image ids for the
+    same content; the audit compares the content. Asked with ``docker inspect``, as the
+    transports ask everything else."""
+    try:
+        res = _docker("inspect", "--format", "{{.Image}}", container_id, timeout=30)
+        iid = res.stdout.decode(errors="replace").strip()
+        if res.returncode != 0 or not iid.startswith("sha256:"):
+            return None
+        res = _docker("image", "inspect", "--format", "{{json .}}", iid, timeout=30)
+        info = json.loads(res.stdout) if res.returncode == 0 else None
+    except (subprocess.TimeoutExpired, ValueError):
+        return None
+    if not isinstance(info, dict):
+        return None
+    cfg = info.get("Config") or {}
+    content = {
+        "layers": (info.get("RootFS") or {}).get("Layers") or [],
+        **{k.lower(): cfg.get(k) for k in ("Env", "WorkingDir", "User", "Entrypoint", "Cmd")},
+    }
+    digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+    return {"id": iid, "content_sha256": f"sha256:{digest}"}
+
 
 
 def find_main_container(project: str) -> str:
@@ -274,30 +326,8 @@ class DockerExecTransport(Transport):
             time.sleep(0.5)
 
     def image(self) -> dict[str, str] | None:
-        """The container's image: the engine's id (what docker-py calls ``container.image.id``) and
-        a content digest, the sha256 of its layer diff ids and runtime config (env, workdir, user,
-        entrypoint, cmd). Why both: harbor builds each trial's image with compose, which labels it
-        with the trial's own project, so two trials of one task get different image ids for the
-        same content; the audit compares the content. Asked the way this transport asks
-        everything else: ``docker inspect``."""
-        try:
-            res = _docker("inspect", "--format", "{{.Image}}", self.container_id, timeout=30)
-            iid = res.stdout.decode(errors="replace").strip()
-            if res.returncode != 0 or not iid.startswith("sha256:"):
-                return None
-            res = _docker("image", "inspect", "--format", "{{json .}}", iid, timeout=30)
-            info = json.loads(res.stdout) if res.returncode == 0 else None
-        except (subprocess.TimeoutExpired, ValueError):
-            return None
-        if not isinstance(info, dict):
-            return None
-        cfg = info.get("Config") or {}
-        content = {
-            "layers": (info.get("RootFS") or {}).get("Layers") or [],
-            **{k.lower(): cfg.get(k) for k in ("Env", "WorkingDir", "User", "Entrypoint", "Cmd")},
-        }
-        digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
-        return {"id": iid, "content_sha256": f"sha256:{digest}"}
+        """The container's image (``image_of_container``)."""
+        return image_of_container(self.container_id)
 
     def describe(self) -> dict:
         return {
@@ -308,16 +338,29 @@ class DockerExecTransport(Transport):
         }
 
 
+def is_local_docker(environment) -> bool:
+    """harbor's DockerEnvironment on the Docker engine itself: a Podman/kata subclass (another
+    engine under the same class tree) is not, and neither is a wrapper of it."""
+    from harbor.environments.docker.docker import DockerEnvironment
+    from harbor.environments.docker.runtime import DOCKER_RUNTIME
+    from harbor.models.environment_type import EnvironmentType
+
+    kind = type(environment)
+    return (
+        isinstance(environment, DockerEnvironment)
+        and kind.type() == EnvironmentType.DOCKER
+        and kind.runtime() == DOCKER_RUNTIME
+    )
+
+
 def transport_for(environment, trial_name: str) -> Transport:
     """The transport for a harbor environment; fails fast for environments we cannot drive."""
-    from harbor.environments.docker.docker import DockerEnvironment
-
-    if not isinstance(environment, DockerEnvironment):
+    if not is_local_docker(environment):
         kind = type(environment).__name__
         raise UnsupportedEnvironment(
-            f"the codex arms need a local Docker environment (docker exec -i into the trial container); "
-            f"{kind} has no stdin-capable exec. Missing: a transport for {kind}. For cloud sandboxes run "
-            "the driver inside the sandbox (see README, 'Cloud sandboxes')."
+            f"--ak transport=docker-exec needs harbor's local Docker environment (docker exec -i into the "
+            f"trial container); {kind} is not one. Use the default transport (sandbox-driver), which "
+            "runs on every harbor environment."
         )
     cid = find_main_container(compose_project(trial_name))
     cfg = getattr(environment, "task_env_config", None)

@@ -1,7 +1,7 @@
 """The five arms as data: what differs between them, and nothing else.
 
-Every arm drives the same codex binary over the same transport (app-server through
-``docker exec -i``) with the same config, user, workdir, credentials and budgets. What differs is
+Every arm drives the same codex binary over the same transport (app-server driven from inside the
+sandbox by agents.sandbox_driver, or through ``docker exec -i`` when asked) with the same config, user, workdir, credentials and budgets. What differs is
 written here: the agent class, who owns continuation, the LoopX runtime profile, whether each turn
 needs a fresh turn instance. Deviations from the published design are ``disclosures``: they are
 copied into every receipt and every report automatically (the field's harness left this to hand).

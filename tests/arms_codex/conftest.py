@@ -88,7 +88,9 @@ class CmdlineWatcher(threading.Thread):
         self.secret = secret
         self.offenders: list[str] = []
         self.scans = 0
-        self.appserver_seen = 0  # scans that saw a `docker exec ... app-server` client: proof of overlap
+        self.appserver_seen = (
+            0  # scans that saw a codex app-server (client or in-container): proof of overlap
+        )
         self._stop_evt = threading.Event()
 
     def run(self) -> None:
@@ -98,7 +100,7 @@ class CmdlineWatcher(threading.Thread):
                 cmd = " ".join(proc.info.get("cmdline") or [])
                 if self.secret in cmd:
                     self.offenders.append(f"{proc.info['pid']}: {cmd[:200]}")
-                if "app-server" in cmd and "exec" in cmd:
+                if "app-server" in cmd:
                     saw = True
             self.scans += 1
             self.appserver_seen += saw
@@ -151,10 +153,9 @@ def _run_job(job: Job, out: Path, staged: StagedCodex, env: dict) -> JobOutcome:
     with log.open("wb") as fh:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT)
         if job.cancel_when_turn_started:
-            t_end = time.monotonic() + 300
+            t_end = time.monotonic() + 600  # the driver's upload and start come first
             while time.monotonic() < t_end and proc.poll() is None:
-                raws = list(job_dir.glob("*/agent/appserver.stdout.jsonl")) if job_dir.exists() else []
-                if raws and any('"turn/started"' in r.read_text(errors="replace") for r in raws):
+                if job_dir.exists() and _turn_started(job_dir):
                     time.sleep(2)  # let a few tool calls land
                     proc.send_signal(signal.SIGTERM)  # the harbor process we started, by its handle
                     cancelled_at = time.time()
@@ -166,6 +167,20 @@ def _run_job(job: Job, out: Path, staged: StagedCodex, env: dict) -> JobOutcome:
             proc.kill()
             rc = proc.wait()
     return JobOutcome(job, job_dir, rc, log, cancelled_at)
+
+
+def _turn_started(job_dir: Path) -> bool:
+    """A turn runs: seen in the raw app-server log (docker-exec) or the driver's status mirror."""
+    for raw in job_dir.glob("*/agent/appserver.stdout.jsonl"):
+        if '"turn/started"' in raw.read_text(errors="replace"):
+            return True
+    for mirror in job_dir.glob("*/agent/driver-status.json"):
+        try:
+            if json.loads(mirror.read_text()).get("turns", 0) >= 1:
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def _tree_copy(staged: StagedCodex, dest: Path) -> Path:

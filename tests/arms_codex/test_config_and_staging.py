@@ -62,8 +62,14 @@ def test_stage_from_an_empty_cache_keeps_the_whole_vendor_tree(tmp_path):
 
 
 def test_other_environments_fail_fast_naming_what_is_missing():
-    """Anything but harbor's Docker environment has no stdin-capable exec: fail before any turn."""
-    from agents.transport import UnsupportedEnvironment, transport_for
+    """``--ak transport=docker-exec`` needs harbor's local Docker environment: anything else (a
+    cloud sandbox, a Podman or kata subclass of DockerEnvironment) is refused before any turn,
+    naming the default transport that works there."""
+    from harbor.environments.docker.docker import DockerEnvironment
+    from harbor.environments.kata import KataEnvironment
+    from harbor.environments.podman import PodmanEnvironment
+
+    from agents.transport import UnsupportedEnvironment, is_local_docker, transport_for
 
     class CloudSandbox:  # stands for a non-Docker harbor environment (Modal, Daytona, ...)
         pass
@@ -71,6 +77,10 @@ def test_other_environments_fail_fast_naming_what_is_missing():
     try:
         transport_for(CloudSandbox(), "calc-partial__abc1234")
     except UnsupportedEnvironment as exc:
-        assert "Missing: a transport for CloudSandbox" in str(exc) and "driver inside the sandbox" in str(exc)
+        assert "CloudSandbox is not one" in str(exc) and "sandbox-driver" in str(exc)
     else:
         raise AssertionError("a non-Docker environment was accepted")
+    # the class tree alone is not the engine: instances without their constructor are enough here
+    assert is_local_docker(object.__new__(DockerEnvironment))
+    for other in (PodmanEnvironment, KataEnvironment):
+        assert not is_local_docker(object.__new__(other)), other

@@ -257,7 +257,8 @@ JOBS = [
     Job(
         "block-before-instruction",
         model="scripted/block",
-        ak={"mode": "ssh-goal"},
+        # the ordering is pinned on the host's session object: the docker-exec transport
+        ak={"mode": "ssh-goal", "transport": "docker-exec"},
         agent="tests.arms_loopx.race_agent:InstructionAfterGoalTurnAgent",
     ),
     Job(

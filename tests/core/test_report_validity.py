@@ -236,3 +236,15 @@ def test_fairness_audit_raises_the_alarm_when_one_trial_differs(handmade, tmp_pa
     assert alarm and "arms differ in: provider base URL" in alarm
     assert summary_line(summary["heartbeat"]).startswith("\u26a0")
     assert not summary_line(summary["plain"]).startswith("\u26a0")
+
+
+def test_fairness_audit_flags_a_mix_of_transports(handmade, tmp_path):
+    """One arm's trial through the in-sandbox driver, the rest through docker exec: a red line."""
+    out = tmp_path / "out"
+    shutil.copytree(handmade, out, symlinks=True)
+    driver = {"kind": "sandbox-driver", "environment": "DockerEnvironment", "workdir": "/app", "user": "agent"}
+    write_receipts(out, **{"goal/t02": {"transport": driver}})
+    au = build_report(RunModel.load(out))["audit"]
+    (d,) = au["differences"]
+    assert (d["fact"], d["task"]) == ("transport", "t02")
+    assert au["lines"] == ["arms differ in: transport (plain, heartbeat \u2260 goal; task t02)"]

@@ -10,6 +10,7 @@ and checks that every scanner finds it.
 from __future__ import annotations
 
 import base64
+import json
 import secrets
 import subprocess
 import sys
@@ -144,6 +145,13 @@ def test_a_canary_key_given_by_name_leaks_nowhere(out_tree, docker_engine, stage
     assert (out_tree / ".runner" / "events.jsonl").is_file()
     receipts = {p.relative_to(out_tree).parts[1] for p in (out_tree / TASK).rglob("agent/goal_receipt.json")}
     assert receipts == set(DEFAULT_ARMS), receipts
+    # every arm went through the in-sandbox driver, so the search above covered its credentials
+    # file (uploaded 0600, read and deleted by the driver): never in the tree, an exec or a cmdline
+    kinds = {
+        json.loads(p.read_text())["transport"]["kind"]
+        for p in (out_tree / TASK).rglob("agent/goal_receipt.json")
+    }
+    assert kinds == {"sandbox-driver"}, kinds
     assert samplers[0].samples > 20 and all(cmdlines.seen[k] > 0 for k in cmdlines.watch), cmdlines.seen
     assert len(docker.containers) >= len(DEFAULT_ARMS), docker.containers
     assert docker.execs, "no exec instance was inspected while the arms ran"

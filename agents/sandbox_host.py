@@ -1,0 +1,575 @@
+"""The host side of the ``sandbox-driver`` transport: upload, start, watch, stop, download.
+
+Only harbor's generic environment API is used (``exec`` without stdin, ``upload_file``,
+``upload_dir``, ``download_dir``), so every harbor environment can run the arms, not only a local
+Docker engine. The conversation itself runs inside the sandbox (agents.sandbox_driver); here:
+
+- the arm is prepared as on the docker-exec route (LoopX profile, gates 1-2, goal, body: short
+  execs), codex reaches the sandbox by the read-only mount when present, else by ``upload_dir``
+  (receipt: ``codex_delivery`` and the bytes copied);
+- credentials go into a 0600 file owned by the task user (``upload_file``), never into an exec's
+  environment (harbor's docker exec puts those on the command line); the driver reads and deletes
+  it before codex starts;
+- one short exec as the task user starts the driver detached (``setsid``, output to files); the
+  host then polls ``status.json`` with short execs. A failed poll (connection error) is retried and
+  never touches the driver; a status not rewritten for ``SILENT_SEC`` is a loud ArmFailure naming
+  the driver's last phase;
+- at the deadline: the ``stop`` file, then SIGTERM, then SIGKILL to the driver's process group,
+  each to the pid the driver reported with its start time re-checked (a reused pid is never hit);
+- at the end the evidence under /logs/agent is downloaded (regular files only, through
+  modes.safeio) and the driver's receipt merged into ``agent/goal_receipt.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets as pysecrets
+import shlex
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+from agents.receipt import Receipt
+from agents.sandbox_driver import CONFIG_NAME, MIN_PYTHON, RECEIPT_NAME, STATUS_NAME, STOP_NAME
+from agents.session import ArmFailure
+from agents.staging import CONTAINER_CODEX_ROOT, StagingError, load_staged
+from agents.transport import (
+    EnvironmentLost,
+    find_main_container,
+    image_of_container,
+    is_local_docker,
+    tree_bytes,
+)
+from modes import safeio
+from modes.config_digest import config_digests
+from modes.naming import compose_project
+
+REPO = Path(__file__).resolve().parents[1]
+#: The stdlib-only modules the driver needs, uploaded as a package tree (harbor is not installed there).
+BUNDLE = (
+    "agents/__init__.py",
+    "agents/appserver.py",
+    "agents/conversation.py",
+    "agents/drive.py",
+    "agents/loopx_body.py",
+    "agents/loopx_gates.py",
+    "agents/loopx_profile.py",
+    "agents/receipt.py",
+    "agents/sandbox_driver.py",
+    "agents/session.py",
+    "agents/staging.py",
+    "modes/__init__.py",
+    "modes/budget.py",
+    "modes/profiles.py",
+    "modes/safeio.py",
+)
+SANDBOX_BUNDLE = "/opt/marathon-driver"
+SANDBOX_LOGS = "/logs/agent"
+CTRL = f"{SANDBOX_LOGS}/driver"
+#: every exec of this transport carries this first line (a test environment injects faults into them)
+EXEC_MARK = "# marathon-driver"
+#: printed after the status: proof the sandbox ran the poll (a dead one answers nothing)
+ANSWER_MARK = "__marathon_status_end__"
+POLL_SEC = 2.0
+SILENT_SEC = 60.0
+#: after the driver's own budget ends: time for its wind-down before the host's stop file
+WIND_DOWN_GRACE_SEC = 20.0
+TERM_AFTER_SEC = 5.0
+KILL_AFTER_SEC = 5.0
+#: the driver's budget ends this much earlier than on the docker-exec route: its wind-down, the
+#: host's last poll and the evidence download must all fit before harbor's agent timeout
+EXTRA_MARGIN_SEC = 25.0
+#: the host's own stop (stop file) comes this long before harbor's timeout minus the usual margin
+HARD_STOP_BEFORE_SEC = 30.0
+#: host-side mirror of the driver's last status (live progress for a reader of the trial dir)
+STATUS_MIRROR = "driver-status.json"
+EXEC_TIMEOUT_SEC = 30
+EXEC_RETRIES = 4
+
+
+class SandboxTransport:
+    """Short execs, uploads and downloads on a harbor environment; the ``Transport`` parts the
+    LoopX preparation needs (``container_exec``, ``deliver``, ``workdir``, ``user``)."""
+
+    def __init__(self, environment, workdir: str, user: str | None) -> None:
+        self.environment = environment
+        self.workdir = workdir
+        self.user = user
+        self.lost_execs = 0
+        self.execs = 0
+        self.delivery: dict[str, Any] = {}
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        user: str | None = None,
+        timeout: int = EXEC_TIMEOUT_SEC,
+        retries: int = EXEC_RETRIES,
+    ):
+        """One exec without the agent's ``--ae`` overlay (it may hold a credential, and harbor's
+        docker exec would put it on a command line). A lost exec (the call raised: connection
+        reset, SDK timeout) is retried ``retries`` times; every command sent here is idempotent."""
+        env = self.environment
+        overlays = getattr(env, "_exec_env_overlays", None)
+        for attempt in range(retries + 1):
+            token = overlays.set(()) if overlays is not None else None
+            try:
+                self.execs += 1
+                return await env.exec(f"{EXEC_MARK}\n{command}", user=user or self.user, timeout_sec=timeout)
+            except Exception:
+                self.lost_execs += 1
+                if attempt == retries:
+                    raise
+            finally:
+                if token is not None:
+                    overlays.reset(token)
+            await asyncio.sleep(1.0 + attempt)
+        raise AssertionError("unreachable")
+
+    def container_exec(self):
+        """A ``ContainerExec`` for the LoopX preparation (its env values are not secrets)."""
+        from agents.loopx_profile import ExecResult
+
+        async def run(command, env=None, user=None, timeout_sec=None):
+            prefix = "".join(f"export {k}={shlex.quote(v)}; " for k, v in (env or {}).items())
+            r = await self.exec(prefix + command, user=user, timeout=int(timeout_sec or 300))
+            return ExecResult(int(r.return_code), r.stdout or "", r.stderr or "")
+
+        return run
+
+    async def deliver(self, host_dir: Path, container_dir: str) -> int:
+        q = shlex.quote(container_dir)
+        await self.exec(f"mkdir -p {q}", user="root")
+        await self.environment.upload_dir(host_dir, container_dir)
+        await self.exec(f"chmod -R a+rX {q}", user="root", timeout=300)
+        return tree_bytes(host_dir)
+
+    def describe(self) -> dict:
+        return {
+            "kind": "sandbox-driver",
+            "environment": type(self.environment).__name__,
+            "workdir": self.workdir,
+            "user": self.user,
+            "execs": self.execs,
+            "lost_execs": self.lost_execs,
+            **self.delivery,
+        }
+
+
+async def connect(environment) -> SandboxTransport:
+    """The task user's workdir, asked from the sandbox (never assumed to be /app)."""
+    user = getattr(environment, "default_user", None)
+    user = str(user) if user not in (None, "") else None
+    cfg = getattr(environment, "task_env_config", None)
+    workdir = getattr(cfg, "workdir", None)
+    t = SandboxTransport(environment, workdir or "/", user)
+    if not workdir:
+        r = await t.exec("pwd")
+        t.workdir = (r.stdout or "").strip().splitlines()[-1] if r.return_code == 0 and r.stdout else "/"
+    return t
+
+
+def bundle_dir(dest: Path) -> Path:
+    """The driver's package tree (stdlib-only modules) in ``dest``."""
+    for rel in BUNDLE:
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / rel, target)
+    return dest
+
+
+async def ensure_codex(agent, t: SandboxTransport) -> None:
+    """codex in the sandbox: the read-only mount when present, else uploaded (and said so)."""
+    probe = await t.exec(f"test -x {shlex.quote(agent.codex_bin)}", user="root")
+    if probe.return_code == 0:
+        t.delivery["codex_delivery"] = "mounted"
+        agent.receipt.extra["codex_delivery"] = "mount"
+        return
+    try:
+        staged = load_staged(agent.codex_version)
+    except StagingError as exc:
+        raise ArmFailure(str(exc)) from exc
+    t0 = time.monotonic()
+    copied = await t.deliver(staged.root, CONTAINER_CODEX_ROOT)
+    t.delivery.update(codex_delivery="uploaded", codex_bytes_copied=copied)
+    agent.receipt.extra["codex_delivery"] = "copy"
+    note = (
+        f"codex {staged.version} was copied into the container by upload_dir ({CONTAINER_CODEX_ROOT}, "
+        f"{copied} bytes, {time.monotonic() - t0:.1f} s) instead of mounted read-only"
+    )
+    agent.receipt.warnings.append(note)
+
+
+async def upload_credentials(t: SandboxTransport, secret: dict[str, str]) -> str:
+    """A 0600 file owned by the task user, through ``upload_file``; its path in the sandbox."""
+    path = f"/tmp/marathon-cred-{pysecrets.token_hex(8)}.json"
+    with tempfile.TemporaryDirectory(prefix="marathon-cred-") as d:
+        local = Path(d) / "cred.json"
+        fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(secret, fh)
+        await t.environment.upload_file(local, path)
+    owner = shlex.quote(t.user) if t.user else "0"
+    r = await t.exec(f"chown {owner} {path} && chmod 600 {path}", user="root")
+    if r.return_code != 0:
+        await t.exec(f"rm -f {path}", user="root")
+        raise ArmFailure(f"could not hand the credentials file to the task user: {(r.stderr or '')[-200:]}")
+    return path
+
+
+def start_command() -> str:
+    """Checks python3, then starts the driver once (a retried start finds ``started`` and stops)."""
+    need = ".".join(map(str, MIN_PYTHON))
+    return (
+        "command -v python3 >/dev/null 2>&1 || "
+        f"{{ echo 'missing: python3 (the marathon driver needs python3 >= {need} in the image)'; exit 5; }}; "
+        f"python3 -c 'import sys; sys.exit(0 if sys.version_info >= {MIN_PYTHON} else 1)' || "
+        f'{{ echo "missing: python3 >= {need} (the image has $(python3 -V 2>&1))"; exit 6; }}; '
+        f"mkdir {CTRL}/started 2>/dev/null || exit 0; "
+        f"cd {SANDBOX_BUNDLE} && setsid python3 -s -m agents.sandbox_driver {CTRL} "
+        f"</dev/null >{CTRL}/driver.log 2>&1 & echo started"
+    )
+
+
+async def start_driver(t: SandboxTransport) -> None:
+    """One start (retried execs find ``started`` and do nothing), or a loud failure naming what is missing."""
+    try:
+        r = await t.exec(start_command())
+    except Exception as exc:  # noqa: BLE001 - every retry was lost
+        raise ArmFailure(f"the driver could not be started: {EXEC_RETRIES + 1} execs lost ({exc})") from exc
+    if r.return_code != 0:
+        raise ArmFailure(f"the sandbox cannot run the driver: {(r.stdout or '').strip()[-300:]}")
+
+
+def _signal_command(status: dict, sig: str) -> str:
+    pid, ticks = int(status["pid"]), shlex.quote(str(status["start_ticks"]))
+    return (
+        f'[ "$(python3 -c \'import sys;print(open("/proc/{pid}/stat").read().rsplit(")",1)[1].split()[19])\' '
+        f'2>/dev/null)" = {ticks} ] && kill -{sig} -- -{pid}'
+    )
+
+
+class Watch:
+    """The host's view of one driver: status polls, silence, and the deadline's escalation."""
+
+    def __init__(self, t: SandboxTransport, hard_deadline: float | None, on_status, mirror: Path) -> None:
+        self.t = t
+        self.mirror = mirror
+        self.hard_deadline = hard_deadline
+        self.on_status = on_status
+        self.status: dict = {}
+        self.last_seq = None
+        self.last_change = time.monotonic()
+        self.budget_end: float | None = None
+        self.stop_at: float | None = None
+        self.term_at: float | None = None
+        self.kill_at: float | None = None
+        self.events: list[str] = []
+        self.last_answer = time.monotonic()
+
+    async def poll(self) -> dict | None:
+        try:
+            r = await self.t.exec(
+                f"cat {CTRL}/{STATUS_NAME} 2>/dev/null; echo; echo {ANSWER_MARK}", timeout=20
+            )
+        except Exception:  # noqa: BLE001 - a lost exec is retried at the next poll, never fatal
+            self.t.lost_execs += 1
+            return None
+        out = r.stdout or ""
+        if ANSWER_MARK not in out:  # the sandbox did not run the command (gone, or a lost reply)
+            return None
+        self.last_answer = time.monotonic()
+        try:
+            status = json.loads(out.split(ANSWER_MARK)[0].strip() or "null")
+        except ValueError:
+            return None
+        return status if isinstance(status, dict) else None
+
+    async def send(self, command: str, what: str) -> None:
+        try:
+            await self.t.exec(command)
+            self.events.append(f"{what} at {time.strftime('%H:%M:%S')}")
+        except Exception:  # noqa: BLE001 - every retry lost; the escalation goes on
+            self.events.append(f"{what} lost at {time.strftime('%H:%M:%S')}")
+
+    def due_deadline(self, now: float) -> bool:
+        ends = [d for d in (self.hard_deadline, self.budget_end) if d is not None]
+        return bool(ends) and now >= min(ends)
+
+    async def run(self) -> dict:
+        while True:
+            status = await self.poll()
+            now = time.monotonic()
+            if status is not None:
+                if status.get("seq") != self.last_seq:
+                    self.last_seq, self.last_change = status.get("seq"), now
+                    self.status = status
+                    self.on_status(status)
+                    safeio.write_atomic(self.mirror, json.dumps(status) + "\n")
+                    left = status.get("budget_left_sec")
+                    if left is not None:
+                        self.budget_end = now + float(left) + WIND_DOWN_GRACE_SEC
+                if status.get("done"):
+                    return status
+            if now - self.last_answer > SILENT_SEC:
+                raise EnvironmentLost(
+                    f"the sandbox answered no status poll for {SILENT_SEC:.0f} s "
+                    f"({self.t.lost_execs} execs lost; driver's last phase: {self.status.get('phase', 'not started')})"
+                )
+            if now - self.last_change > SILENT_SEC and self.stop_at is None:
+                raise ArmFailure(
+                    f"the in-sandbox driver has not updated its status for {SILENT_SEC:.0f} s "
+                    f"(last phase: {self.status.get('phase', 'not started')})"
+                )
+            await self.escalate(now)
+            await asyncio.sleep(POLL_SEC)
+
+    async def escalate(self, now: float) -> None:
+        if self.stop_at is None and self.due_deadline(now):
+            self.stop_at = now
+            await self.send(f"touch {CTRL}/{STOP_NAME}", "stop file")
+        elif self.stop_at is not None and self.term_at is None and now - self.stop_at > TERM_AFTER_SEC:
+            self.term_at = now
+            if self.status.get("pid"):
+                await self.send(_signal_command(self.status, "TERM"), "SIGTERM")
+        elif self.term_at is not None and self.kill_at is None and now - self.term_at > KILL_AFTER_SEC:
+            self.kill_at = now
+            if self.status.get("pid"):
+                await self.send(_signal_command(self.status, "KILL"), "SIGKILL")
+        elif self.kill_at is not None and now - self.kill_at > KILL_AFTER_SEC:
+            raise ArmFailure(
+                f"the in-sandbox driver did not end after SIGKILL (last phase: {self.status.get('phase')})"
+            )
+
+    async def stop_now(self) -> None:
+        """Cancellation: the stop file, the driver's wind-down (bounded), then SIGTERM."""
+        await self.send(f"touch {CTRL}/{STOP_NAME}", "stop file (cancelled)")
+        t_end = time.monotonic() + 15
+        while time.monotonic() < t_end:
+            status = await self.poll()
+            if status is not None and status.get("done"):
+                return
+            await asyncio.sleep(1)
+        if self.status.get("pid"):
+            await self.send(_signal_command(self.status, "TERM"), "SIGTERM (cancelled)")
+
+
+def import_evidence(src: Path, logs_dir: Path) -> list[str]:
+    """Regular files of the downloaded /logs/agent into the trial's agent dir (hostile input:
+    links and special files are skipped, every dir on the way made a real dir inside it)."""
+    copied: list[str] = []
+    for root, dirs, files in os.walk(src):
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+        rel = os.path.relpath(root, src)
+        dest_dir = logs_dir if rel == "." else logs_dir / rel
+        for name in files:
+            p = os.path.join(root, name)
+            if os.path.islink(p) or not os.path.isfile(p):
+                continue
+            if rel == "." and name in ("goal_receipt.json", "trajectory.json"):
+                continue  # the arm writes these on the host; the agent's own are not taken
+            safeio.ensure_dir(dest_dir, logs_dir)
+            with open(p, "rb") as fh:
+                safeio.write_atomic(dest_dir / name, fh.read())
+            copied.append(os.path.join(rel, name) if rel != "." else name)
+    return copied
+
+
+async def download_evidence(t: SandboxTransport, logs_dir: Path, receipt: Receipt) -> None:
+    with tempfile.TemporaryDirectory(prefix="marathon-evidence-") as d:
+        try:
+            await t.exec(f"chmod -R a+rX {SANDBOX_LOGS} 2>/dev/null; true", user="root", timeout=120)
+            await t.environment.download_dir(SANDBOX_LOGS, Path(d))
+            import_evidence(Path(d), logs_dir)
+        except Exception as exc:  # noqa: BLE001 - evidence is best effort, never masks the result
+            receipt.warnings.append(f"evidence download failed: {type(exc).__name__}: {exc}")
+
+
+def merge_receipt(host: Receipt, driver: dict) -> Receipt:
+    """The driver's receipt, with the host's transport, timings, warnings and extras kept."""
+    known = {f.name for f in fields(Receipt)}
+    data = {k: v for k, v in driver.items() if k in known}
+    merged = Receipt(**data)
+    merged.transport = host.transport
+    merged.timings = {**host.timings, **merged.timings}
+    merged.warnings = [*host.warnings, *[w for w in merged.warnings if w not in host.warnings]]
+    merged.errors = [*host.errors, *[e for e in merged.errors if e not in host.errors]]
+    merged.extra = {**host.extra, **merged.extra}
+    return merged
+
+
+def record_audit_facts(agent, environment) -> None:
+    """What the fairness audit compares, recorded as the docker-exec path records it: the staged
+    codex binary's sha256 and, on harbor's local Docker environment, the image's content digest
+    (other environments expose no image: the receipt says so and the audit compares what is there)."""
+    agent._record_codex_sha256()
+    image = None
+    if is_local_docker(environment):
+        try:
+            image = image_of_container(find_main_container(compose_project(agent._trial_name())))
+        except Exception:  # noqa: BLE001 - a fact not recorded is a warning, never a failed trial
+            image = None
+    if image is None:
+        agent.receipt.warnings.append(f"image digest not recorded: {type(environment).__name__} exposes no image")
+        return
+    agent.receipt.image_digest = image["content_sha256"]
+    agent.receipt.extra["image_id"] = image["id"]
+
+
+def driver_config(agent, t: SandboxTransport, instruction: str, cred_path: str, prep_sec: float) -> dict:
+    receipt = agent.receipt
+    harbor_sec = agent._harbor_sec()
+    config_toml = agent.config_toml(t.workdir)
+    receipt.config_toml = config_digests(config_toml)  # before the receipt travels to the driver
+    return {
+        "arm": agent.ARM,
+        "workdir": t.workdir,
+        "user": t.user,
+        "codex_bin": agent.codex_bin,
+        "codex_version": agent.codex_version,
+        "codex_home": agent.codex_home,
+        "config_toml": config_toml,
+        "appserver_env": agent.appserver_env(),
+        "credentials_file": cred_path,
+        "instruction": instruction,
+        "harness": agent.harness().state(),
+        "receipt": asdict(receipt),
+        "goal_timeout_sec": agent.goal_timeout_sec,
+        "harbor_sec": harbor_sec - EXTRA_MARGIN_SEC if harbor_sec is not None else None,
+        "run_deadline_in_sec": (receipt.goal_timeout_sec - prep_sec) if receipt.goal_timeout_sec else None,
+        "prep_before_sec": prep_sec,
+        "zero_token_limit": agent.zero_token_limit,
+        "logs_dir": SANDBOX_LOGS,
+        "scripted_log": "/var/log/scripted/requests.jsonl",
+        "extra_evidence": agent.sandbox_evidence(),
+    }
+
+
+async def upload_bundle(t: SandboxTransport) -> None:
+    """The driver package (read-only for the task user) and its control dir (owned by it)."""
+    owner = shlex.quote(t.user) if t.user else "0"
+    r = await t.exec(
+        f"mkdir -p {SANDBOX_BUNDLE} {CTRL} && rm -rf {CTRL}/started {CTRL}/{STOP_NAME} && "
+        f"chown {owner} {SANDBOX_LOGS} {CTRL}",
+        user="root",
+    )
+    if r.return_code != 0:
+        raise ArmFailure(f"cannot prepare {CTRL} in the sandbox: {(r.stderr or r.stdout or '')[-300:]}")
+    with tempfile.TemporaryDirectory(prefix="marathon-driver-") as d:
+        await t.environment.upload_dir(bundle_dir(Path(d) / "bundle"), SANDBOX_BUNDLE)
+    await t.exec(f"chmod -R a+rX {SANDBOX_BUNDLE}", user="root")
+
+
+async def upload_config(t: SandboxTransport, config: dict) -> None:
+    """The driver's config (no secret), readable by the task user only."""
+    owner = shlex.quote(t.user) if t.user else "0"
+    with tempfile.TemporaryDirectory(prefix="marathon-driver-") as d:
+        cfg = Path(d) / CONFIG_NAME
+        cfg.write_text(json.dumps(config))
+        await t.environment.upload_file(cfg, f"{CTRL}/{CONFIG_NAME}")
+    await t.exec(f"chown {owner} {CTRL}/{CONFIG_NAME} && chmod 600 {CTRL}/{CONFIG_NAME}", user="root")
+
+
+async def run_in_sandbox(agent, instruction: str, environment, context) -> None:
+    """``CodexAppServerAgent.run`` for the sandbox-driver transport."""
+    t0 = time.monotonic()
+    receipt = agent.receipt = agent.begin_receipt()
+    hard = None
+    harbor_sec = agent._harbor_sec()
+    if harbor_sec is not None:
+        from modes.budget import deadline_margin_sec
+
+        hard = t0 + harbor_sec - deadline_margin_sec(harbor_sec) - HARD_STOP_BEFORE_SEC
+    t: SandboxTransport | None = None
+    watch: Watch | None = None
+    cred: str | None = None
+    failure: ArmFailure | None = None
+    try:
+        t = await connect(environment)
+        receipt.transport = t.describe()
+        await agent.prepare(t)
+        secret = agent._credential()
+        await ensure_codex(agent, t)
+        record_audit_facts(agent, environment)
+        cred = await upload_credentials(t, secret)
+        del secret
+        await upload_bundle(t)
+        # the preparation so far counts against the budget (the driver adds its own from here)
+        await upload_config(t, driver_config(agent, t, instruction, cred, time.monotonic() - t0))
+        receipt.mark("driver_uploaded")
+        await start_driver(t)
+        receipt.mark("driver_started")
+
+        def on_status(status: dict) -> None:
+            if status.get("token_usage"):
+                agent._usage_to_context(status["token_usage"], context)
+
+        watch = Watch(t, hard, on_status, agent.logs_dir / STATUS_MIRROR)
+        final = await watch.run()
+        if final.get("failure"):
+            failure = ArmFailure(final["failure"].get("message") or "the driver failed")
+    except asyncio.CancelledError:
+        receipt.stop_reason = "cancelled"
+        receipt.errors.append("cancelled by harbor (agent timeout or SIGTERM)")
+        if watch is not None:
+            try:
+                await asyncio.wait_for(watch.stop_now(), 30)
+            except (Exception, asyncio.CancelledError):  # noqa: BLE001 - best effort under cancellation
+                pass
+        raise
+    except Exception as exc:
+        receipt.stop_reason = "error"
+        if str(exc) not in receipt.errors:
+            receipt.errors.append(f"{type(exc).__name__}: {exc}")
+        if watch is not None and watch.status.get("pid") and not watch.status.get("done"):
+            await watch.send(_signal_command(watch.status, "KILL"), "SIGKILL (host failure)")
+        raise
+    finally:
+        # a second cancellation here (harbor shutting down) must not cost the receipt: every await
+        # is bounded and its CancelledError ends only that step; the receipt is written synchronously
+        try:
+            if t is not None and cred is not None:
+                try:
+                    await asyncio.wait_for(t.exec(f"rm -f {cred}", user="root"), 30)
+                except (Exception, asyncio.CancelledError):  # noqa: BLE001 - the driver deleted it already
+                    pass
+            if t is not None:
+                try:
+                    await asyncio.wait_for(download_evidence(t, agent.logs_dir, receipt), 300)
+                except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001
+                    receipt.warnings.append(f"evidence download: {type(exc).__name__}: {exc}")
+        finally:
+            if t is not None:
+                receipt = agent.receipt = _merge_driver_receipt(agent, receipt, t, watch)
+            deferred = agent._finish_evidence(receipt, context)
+            if receipt.token_usage:
+                agent._usage_to_context(receipt.token_usage, context)
+            agent.finish_receipt(receipt, t0)
+    if failure is not None:
+        raise failure
+    if deferred is not None:
+        raise deferred
+
+
+def _merge_driver_receipt(agent, receipt: Receipt, t: SandboxTransport, watch: Watch | None) -> Receipt:
+    receipt.transport = {**t.describe(), "host_actions": watch.events if watch else []}
+    path = agent.logs_dir / "driver" / RECEIPT_NAME
+    raw = safeio.read_capped(path, agent.logs_dir) if path.exists() else None
+    if raw is None or isinstance(raw, safeio.Refused):
+        receipt.warnings.append("the driver left no receipt")
+        return receipt
+    try:
+        data = json.loads(raw)
+        merged = merge_receipt(receipt, data["receipt"])
+    except (ValueError, KeyError, TypeError) as exc:
+        receipt.warnings.append(f"the driver's receipt is unreadable: {exc}")
+        return receipt
+    if receipt.stop_reason in ("cancelled", "error") and merged.stop_reason not in ("error",):
+        merged.stop_reason = receipt.stop_reason
+    return merged

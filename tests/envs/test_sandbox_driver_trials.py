@@ -1,0 +1,210 @@
+"""The five arms through the in-sandbox driver: on a remote-like environment and on plain Docker.
+
+Real harbor, real Docker, the real codex and LoopX, the scripted model. The remote-like environment
+(tests.envs.remote_like) has no mounts, no container id and no stdin, delays every call and loses
+execs; the arms must solve the task there with the same rewards and the same receipts (apart from
+the transport) as on plain Docker. One task (calc-partial) per arm and environment, to keep the
+area at about two slow LoopX trials on a loaded two-core machine. Also: a deadline run through the
+remote-like environment ends at the deadline and is scored; ``kill -9`` of ``harbor run`` leaves no
+driver and no container after ``marathon cleanup``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from agents.loopx_staging import CONTAINER_PARTS_ROOT
+from agents.loopx_staging import load_staged as load_loopx
+from agents.scripted_model.image import ensure_demo_image
+from agents.staging import CONTAINER_CODEX_ROOT, stage_codex
+from runner.ops.docker_pool import our_projects
+
+pytestmark = pytest.mark.docker
+
+REPO = Path(__file__).resolve().parents[2]
+CALC = REPO / "runner" / "demo" / "tasks" / "calc-partial"
+REMOTE = "tests.envs.remote_like:RemoteLikeEnvironment"
+KEY_VAR = "MARATHON_TEST_MODEL_KEY"
+AGENTS = {
+    "plain": ("agents.codex_plain_appserver:CodexPlainAppServer", {}),
+    "goal": ("agents.codex_goal_agent:CodexGoalAgent", {}),
+    "ssh-goal": ("agents.codex_loopx_agent:CodexLoopxAgent", {"mode": "ssh-goal"}),
+    "codex-cli": ("agents.codex_loopx_agent:CodexLoopxAgent", {"mode": "codex-cli"}),
+    "heartbeat": ("agents.codex_loopx_agent:CodexLoopxAgent", {"mode": "heartbeat"}),
+}
+#: receipt fields that must not depend on the environment
+SAME = ("arm", "stop_reason", "goal_status_final", "our_turns", "deadline_hit", "errors")
+MAX_PARALLEL = 3  # the shared engine's address pool and two cores
+
+
+@dataclass
+class Run:
+    key: str
+    arm: str
+    env: str | None  # None: harbor's docker with the read-only mounts
+    model: str = "scripted/solve"
+    ae: dict = field(default_factory=dict)
+    ek: dict = field(default_factory=dict)
+
+
+def _harbor() -> str:
+    cand = Path(sys.executable).parent / "harbor"
+    return str(cand) if cand.exists() else "harbor"
+
+
+def _cmd(run: Run, jobs_dir: Path, job_name: str, mounts: list[dict]) -> list[str]:
+    agent, ak = AGENTS[run.arm]
+    cmd = [_harbor(), "run", "-p", str(CALC), "-a", agent, "-m", f"openai/{run.model}", "-o", str(jobs_dir),
+           "--job-name", job_name, "-n", "1", "-y", "--agent-timeout-multiplier", "6",
+           "--ak", f"api_key_var={KEY_VAR}"]  # fmt: skip
+    if run.env is None:
+        cmd += ["--mounts", json.dumps(mounts)]
+    else:
+        cmd += ["-e", run.env]
+    for k, v in ak.items():
+        cmd += ["--ak", f"{k}={v}"]
+    for k, v in run.ae.items():
+        cmd += ["--ae", f"{k}={v}"]
+    for k, v in run.ek.items():
+        cmd += ["--ek", f"{k}={v}"]
+    return cmd
+
+
+@pytest.fixture(scope="session")
+def sandbox_env(docker_engine, tmp_path_factory):
+    ensure_demo_image()
+    codex, parts = stage_codex(), load_loopx()
+    mounts = [
+        {"type": "bind", "source": str(codex.root), "target": CONTAINER_CODEX_ROOT, "read_only": True},
+        {"type": "bind", "source": str(parts.root), "target": CONTAINER_PARTS_ROOT, "read_only": True},
+    ]
+    secret = "sk-marathon-test-" + secrets.token_hex(12)
+    env = dict(os.environ, PYTHONPATH=str(REPO), LITELLM_LOCAL_MODEL_COST_MAP="True", **{KEY_VAR: secret})
+    return tmp_path_factory.mktemp("sandbox_driver"), mounts, env
+
+
+def _trial(job_dir: Path) -> Path:
+    (trial,) = [p for p in job_dir.iterdir() if p.is_dir()]
+    return trial
+
+
+@pytest.fixture(scope="session")
+def driver_runs(sandbox_env):
+    base, mounts, env = sandbox_env
+    runs = [Run(f"docker-{a}", a, None) for a in AGENTS] + [Run(f"remote-{a}", a, REMOTE) for a in AGENTS]
+    # one arm loses one exec in four, so the retries are exercised for certain
+    runs[len(AGENTS)].ek["fault_every"] = 4
+    runs.append(
+        Run("remote-deadline", "plain", REMOTE, model="scripted/never-finish", ae={"GOAL_TIMEOUT_SEC": "20"})
+    )
+
+    def one(run: Run) -> tuple[Path, int, str]:
+        jobs = base / run.key
+        log = base / f"{run.key}.log"
+        with log.open("wb") as fh:
+            rc = subprocess.run(_cmd(run, jobs, "job", mounts), cwd=REPO, env=env, stdout=fh,
+                                stderr=subprocess.STDOUT, timeout=1500).returncode  # fmt: skip
+        return jobs / "job", rc, log.read_text(errors="replace")[-2000:]
+
+    with ThreadPoolExecutor(MAX_PARALLEL) as pool:
+        futures = {r.key: pool.submit(one, r) for r in runs}
+        return {k: f.result() for k, f in futures.items()}
+
+
+def _outcome(runs, key) -> tuple[dict, dict]:
+    job_dir, _rc, log = runs[key]
+    trial = _trial(job_dir)
+    res = json.loads((trial / "result.json").read_text())
+    assert (trial / "agent" / "goal_receipt.json").is_file(), log
+    return res, json.loads((trial / "agent" / "goal_receipt.json").read_text())
+
+
+@pytest.mark.parametrize("arm", list(AGENTS))
+def test_every_arm_solves_through_the_remote_like_environment_as_on_docker(driver_runs, arm):
+    docker_res, docker_rec = _outcome(driver_runs, f"docker-{arm}")
+    remote_res, remote_rec = _outcome(driver_runs, f"remote-{arm}")
+    for res in (docker_res, remote_res):
+        assert res["exception_info"] is None, res["exception_info"]
+        assert res["verifier_result"]["rewards"]["reward"] == 1.0
+    assert {k: docker_rec[k] for k in SAME} == {k: remote_rec[k] for k in SAME}
+    assert docker_rec["transport"]["kind"] == remote_rec["transport"]["kind"] == "sandbox-driver"
+    assert docker_rec["transport"]["environment"] == "DockerEnvironment"
+    assert remote_rec["transport"]["environment"] == "RemoteLikeEnvironment"
+    # no mount there: codex (and LoopX's parts) were uploaded, and the receipt says how much
+    assert docker_rec["transport"]["codex_delivery"] == "mounted"
+    assert remote_rec["transport"]["codex_delivery"] == "uploaded"
+    assert remote_rec["transport"]["codex_bytes_copied"] > 10_000_000
+    if arm not in ("plain", "goal"):
+        assert docker_rec["extra"]["loopx"]["parts"]["delivery"] == "mounted"
+        assert remote_rec["extra"]["loopx"]["parts"]["delivery"] == "copied"
+    for rec in (docker_rec, remote_rec):
+        assert rec["turns"] >= 1 and rec["token_usage"].get("totalTokens", 0) > 0
+        assert {"sessions", "appserver.stdout.jsonl", "trajectory.json"} <= set(rec["evidence"])
+
+
+def test_lost_execs_are_retried_and_never_end_the_driver(driver_runs):
+    res, rec = _outcome(driver_runs, "remote-plain")
+    assert rec["transport"]["lost_execs"] >= 1, rec["transport"]
+    assert res["verifier_result"]["rewards"]["reward"] == 1.0
+
+
+def test_a_deadline_run_through_the_remote_like_environment_ends_at_the_deadline_and_is_scored(driver_runs):
+    res, rec = _outcome(driver_runs, "remote-deadline")
+    assert res["exception_info"] is None, res["exception_info"]
+    assert res["verifier_result"] is not None
+    assert rec["stop_reason"] == "deadline" and rec["deadline_hit"] is True
+    assert abs(rec["extra"]["deadline_after_sec"] - rec["budget_sec"]) <= 2 and rec["budget_sec"] == 20.0
+
+
+def test_kill_9_of_harbor_leaves_nothing_after_cleanup(sandbox_env):
+    """The driver outlives the host side (it is detached); ``marathon cleanup`` removes its container."""
+    base, mounts, env = sandbox_env
+    out = base / "kill-tree"
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    jobs = out / "calc-partial" / "plain" / stamp
+    run = Run("kill", "plain", None, model="scripted/never-finish")
+    proc = subprocess.Popen(_cmd(run, jobs, "plain", mounts), cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        t_end = time.monotonic() + 600
+        mirror = None
+        while time.monotonic() < t_end and proc.poll() is None:
+            found = list(jobs.glob("plain/*/agent/driver-status.json"))
+            if found and json.loads(found[0].read_text() or "{}").get("phase") == "drive":
+                mirror = found[0]
+                break
+            time.sleep(0.5)
+        assert mirror is not None, "the driver never reached its drive phase"
+    finally:
+        proc.send_signal(signal.SIGKILL)  # the harbor process this test started, by its handle
+        proc.wait()
+    projects = our_projects(out)
+    assert projects, "no compose project found for the trial"
+
+    def containers() -> list[str]:
+        ids = []
+        for p in projects:
+            r = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={p}"],
+                               capture_output=True, text=True, check=True)  # fmt: skip
+            ids += r.stdout.split()
+        return ids
+
+    alive = containers()
+    assert alive, "the trial's container went away with harbor: nothing to prove"
+    top = subprocess.run(["docker", "top", alive[0], "-o", "pid,args"], capture_output=True, text=True)
+    assert "agents.sandbox_driver" in top.stdout, "the detached driver should outlive harbor run"
+    r = subprocess.run([sys.executable, "-m", "runner.cli", "cleanup", str(out), "--yes"], cwd=REPO,
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert containers() == []
