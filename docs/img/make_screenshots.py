@@ -43,7 +43,7 @@ async def shoot(out: Path, dest: Path) -> list[Path]:
     app = make_app(out, watch=False, docker=False, offer_start=False)
     saved = []
     async with app.run_test(size=SIZE) as pilot:
-        await _until(pilot, lambda: bool(app.cells) and app.last_change_at is not None, "the grid")
+        await _until(pilot, lambda: bool(app.main.cells) and app.main.last_change_at is not None, "the grid")
         saved.append(Path(app.save_screenshot("grid.svg", str(dest))))
         app.action_compare(TASK)
         await _until(pilot, lambda: isinstance(app.screen, CompareScreen), "the comparison")

@@ -28,7 +28,7 @@ def test_the_key_saves_the_current_screen_as_svg(mini_tree, tmp_path, monkeypatc
         app = make_app(mini_tree, watch=False, docker=False, offer_start=False)
         async with app.run_test(size=(120, 32)) as pilot:
             await wait_for(
-                pilot, lambda: bool(app.cells) and app.last_change_at is not None, 30, "first grid"
+                pilot, lambda: bool(app.main.cells) and app.main.last_change_at is not None, 30, "first grid"
             )
             await pilot.pause()
             seen["screen"] = screen_text(app)
