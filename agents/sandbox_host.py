@@ -67,6 +67,7 @@ BUNDLE = (
     "modes/budget.py",
     "modes/profiles.py",
     "modes/safeio.py",
+    "modes/trial_files.py",
 )
 SANDBOX_BUNDLE = "/opt/marathon-driver"
 SANDBOX_LOGS = "/logs/agent"

@@ -17,7 +17,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -381,6 +381,37 @@ def verdict(
     if status.empty_ours:
         reason += f" ({len(status.empty_ours)} empty network(s) of ours can be reclaimed)"
     return GateVerdict(False, reason, status, eff_cap, eff_margin)
+
+
+def wait_for_gate(
+    n: int = 1,
+    *,
+    out: Path,
+    cap: int | None = None,
+    margin: int | None = None,
+    client: docker.DockerClient | None = None,
+    poll_sec: float = 10.0,
+    timeout_sec: float | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_wait: Callable[[GateVerdict, list[str]], None] = lambda v, reclaimed: None,
+) -> GateVerdict:
+    """Block until the gate opens for ``n`` more trials (or timeout / should_stop); while waiting,
+    reclaim empty networks of ours (never foreign ones) and tell ``on_wait`` the verdict and what
+    was reclaimed. The single-host driver checks the same ``verdict`` without blocking (it has other
+    pairs to look after); a cluster job has one pair and waits here on its own host."""
+    client = client or connect()
+    deadline = None if timeout_sec is None else time.monotonic() + timeout_sec
+    while True:
+        v = verdict(pool_status(out, client=client), n, cap=cap, margin=margin)
+        if v.ok:
+            return v
+        reclaimed = reclaim_empty_ours(out, client=client) if v.status.empty_ours else []
+        on_wait(v, reclaimed)
+        if reclaimed:
+            continue
+        if should_stop() or (deadline is not None and time.monotonic() >= deadline):
+            return v
+        time.sleep(poll_sec)
 
 
 # compose creates a trial's network a moment before it attaches the first container: a network
