@@ -178,12 +178,13 @@ class ScanIndex:
             # The file system's clock (an NFS server's differs from ours) at the scan's start: a
             # file changed since then may have been read half-way, or its change may not show in
             # its times yet; such files are never stored.
-            limit = self._t0 + (_fs_clock(self._dir) - time.time_ns()) - RACY_NS
             new = []
-            for k, sdir, arm_dir, got in self._fresh:
-                deps = _deps(sdir, arm_dir, got, limit)
-                if deps is not None:
-                    new.append((k, _dumps([k, deps, _encode(got)])))
+            if self._fresh:  # (a warm scan writes nothing, not even the clock probe)
+                limit = self._t0 + (_fs_clock(self._dir) - time.time_ns()) - RACY_NS
+                for k, sdir, arm_dir, got in self._fresh:
+                    deps = _deps(sdir, arm_dir, got, limit)
+                    if deps is not None:
+                        new.append((k, _dumps([k, deps, _encode(got)])))
             ops: list[tuple[str, Any]] = []
             if new:
                 ops.append(("INSERT OR REPLACE INTO stamps VALUES (?, ?)", new))

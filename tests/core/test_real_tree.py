@@ -120,6 +120,7 @@ def test_report_json_contract_on_a_real_tree(core_tree):
 
 @pytest.mark.parametrize("fmt", ["md", "csv", "html", "json"])
 def test_report_command_writes_each_format_and_modifies_nothing(core_tree, tmp_path, fmt, capsys):
+    RunModel.load(core_tree)  # makes the scan index: from here on only its own dir may change
     before = snapshot(core_tree.parent)
     target = tmp_path / f"report.{fmt}"
     assert cli.main(["report", str(core_tree), "--format", fmt, "--out", str(target)]) == 0
@@ -138,6 +139,7 @@ def test_report_command_writes_each_format_and_modifies_nothing(core_tree, tmp_p
 
 
 def test_status_command_counts_per_arm(core_tree, capsys):
+    RunModel.load(core_tree)  # makes the scan index: from here on only its own dir may change
     before = snapshot(core_tree.parent)
     assert cli.main(["status", str(core_tree), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
