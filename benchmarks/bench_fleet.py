@@ -5,7 +5,7 @@
 Brings up tests/fleet/two_hosts.py (host 2 = a private dockerd in a network namespace, a Ray head
 here and a Ray worker there, 2 docker_slots each), runs ``marathon run --cluster`` with harbor's
 ``nop`` as N arms over the 4 mini tasks at concurrency 4, and reads each attempt's Ray job log
-(``runner.fleet.job`` stamps its lines to the ms). A sample is a freed slot while pairs are still
+(``runner.schedule.fleet.job`` stamps its lines to the ms). A sample is a freed slot while pairs are still
 queued: from a harbor process's exit (its job's "harbor exited" line) to the next "harbor run PID"
 line on any host -- the runner's poll of the job API, its bookkeeping, the submission, Ray's
 placement and supervisor start, the job's start-up (imports, ray.init for the node id, host.json)
@@ -33,7 +33,7 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "fleet")]
 
 from two_hosts import RayNode, two_hosts  # noqa: E402
 
-from runner.fleet.cluster import Fleet  # noqa: E402
+from runner.schedule.fleet.cluster import Fleet  # noqa: E402
 
 TASKS = REPO / "runner" / "demo" / "tasks"
 

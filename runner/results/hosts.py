@@ -2,7 +2,7 @@
 
 Why: per-host truth (status, report, console, cleanup routing) must be what the attempt's own job
 recorded on the host where it ran, never inferred from the scheduler afterwards. The file sits in
-the attempt's stamp dir beside ``harbor-run.log`` (``runner.fleet.hostinfo`` writes it) and is read
+the attempt's stamp dir beside ``harbor-run.log`` (``runner.schedule.fleet.hostinfo`` writes it) and is read
 by the safe-open rules like every tree file: a FIFO, a symlink out or a malformed record is no host.
 """
 

@@ -259,7 +259,7 @@ class Driver:
         self.breaker = Breaker(cfg.breaker_k)
         self._failed: dict[str, tuple[Job, Verdict]] = {}  # stamp -> a failed attempt the breaker may void
         self._cleanup_pending: set[str] = set()  # trials whose leftovers could not be removed yet
-        self.fleet = None  # runner.fleet.cluster.Fleet with --cluster: attempts run as Ray jobs
+        self.fleet = None  # runner.schedule.fleet.cluster.Fleet with --cluster: attempts run as Ray jobs
         self.RayJob: type = Job
 
     # --- setup ---------------------------------------------------------------------------------
@@ -304,8 +304,8 @@ class Driver:
         tasks = self.preflight()
         modified = self.check_dataset(tasks)
         if self.cfg.cluster:
-            from runner.fleet.cluster import Fleet
-            from runner.fleet.launch import ray_job_class
+            from runner.schedule.fleet.cluster import Fleet
+            from runner.schedule.fleet.launch import ray_job_class
 
             self.fleet = Fleet.connect(self.cfg.cluster)
             self.RayJob = ray_job_class(Job)
@@ -445,13 +445,13 @@ class Driver:
         """A Ray job of this tree already runs (or waits for a slot) for the pair: never a second."""
         if self.fleet is None:
             return False
-        from runner.fleet.launch import active_pairs
+        from runner.schedule.fleet.launch import active_pairs
 
         return (task, arm) in active_pairs(self.fleet, self.out)
 
     def _start(self, task: str, arm: ArmSpec, claim: claimsmod.Claim) -> None:
         if self.fleet is not None:
-            from runner.fleet import launch
+            from runner.schedule.fleet import launch
 
             self.running.append(launch.start(self, task, arm, claim))
             self.stats.started += 1
@@ -486,7 +486,7 @@ class Driver:
     def _adopt_orphans(self, pairs: set[tuple[str, str]]) -> None:
         """A dead runner's harbor jobs that still run: wait for them instead of starting duplicates."""
         if self.fleet is not None:
-            from runner.fleet.launch import reattach
+            from runner.schedule.fleet.launch import reattach
 
             reattach(self, pairs)
             return
@@ -630,7 +630,7 @@ class Driver:
                 stopped_by=(self.stop_reason or "stop") if stopping else None,
             )
             if self.fleet is not None and isinstance(job, self.RayJob):
-                from runner.fleet.launch import classify
+                from runner.schedule.fleet.launch import classify
 
                 v = classify(self.fleet, job, v)
             status = "void" if v.kind == "infra" else "errored"

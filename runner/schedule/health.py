@@ -246,8 +246,8 @@ def _cluster_pairs(out: Path, cfg: RunConfig | None) -> set[tuple[str, str]]:
     claimed pair count as alive: nothing of it is cleaned up or taken over on a guess."""
     if cfg is None or not cfg.cluster:
         return set()
-    from runner.fleet.cluster import Fleet
-    from runner.fleet.launch import active_pairs
+    from runner.schedule.fleet.cluster import Fleet
+    from runner.schedule.fleet.launch import active_pairs
 
     try:
         return set(active_pairs(Fleet.connect(cfg.cluster), out))

@@ -8,10 +8,10 @@ import os
 import pytest
 
 from runner.errors import UserError
-from runner.fleet.cluster import attempt_id, entrypoint, job_api_address
-from runner.fleet.hostinfo import write_host
 from runner.results.hosts import HOST_JSON, HostRecord, read_host
 from runner.schedule.config import resolve, write_driver_env
+from runner.schedule.fleet.cluster import attempt_id, entrypoint, job_api_address
+from runner.schedule.fleet.hostinfo import write_host
 
 
 def test_cluster_addresses_name_the_job_api():
@@ -34,7 +34,7 @@ def test_the_job_command_names_the_attempt_and_no_value(tmp_path, monkeypatch):
     cfg = resolve(tmp_path, {"tasks_dir": str(tmp_path), "agent_env": ["SOME_KEY"]})
     write_driver_env(cfg)
     cmd = entrypoint(tmp_path, "calc-partial", "goal", "s1")
-    assert "runner.fleet.job" in cmd and f"{tmp_path} calc-partial goal s1" in cmd
+    assert "runner.schedule.fleet.job" in cmd and f"{tmp_path} calc-partial goal s1" in cmd
     assert "sk-proj" not in cmd and "sk-proj" not in (tmp_path / ".driver_env").read_text()
 
 

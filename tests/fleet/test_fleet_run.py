@@ -21,9 +21,9 @@ import pytest
 from runner_support import DEMO_TASKS, REPO, done_jobs
 from two_hosts import WORKER_IP, two_hosts
 
-from runner.fleet.cluster import Fleet
 from runner.results.events import read_events
 from runner.results.hosts import read_host
+from runner.schedule.fleet.cluster import Fleet
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

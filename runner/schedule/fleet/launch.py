@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runner.fleet.cluster import Fleet, RayJobState
 from runner.ops.void import Verdict, read_json
 from runner.results.events import EventKind
 from runner.results.hosts import read_host
 from runner.results.tree import job_dir, jobs_dir
 from runner.schedule import claims as claimsmod
+from runner.schedule.fleet.cluster import Fleet, RayJobState
 
 ENDED_BY_NODE = "node"
 

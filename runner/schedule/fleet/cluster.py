@@ -79,7 +79,7 @@ def attempt_id(out: Path, task: str, arm: str, stamp: str) -> str:
 def entrypoint(out: Path, task: str, arm: str, stamp: str) -> str:
     """The shell command of an attempt's job: this interpreter and this checkout (the same paths on
     every host), the tree and the attempt -- no value of any secret."""
-    args = [sys.executable, "-m", "runner.fleet.job", str(out), task, arm, stamp]
+    args = [sys.executable, "-m", "runner.schedule.fleet.job", str(out), task, arm, stamp]
     return (
         f"cd {shlex.quote(str(PROJECT_ROOT))} && exec env PYTHONPATH={shlex.quote(str(PROJECT_ROOT))} "
         + shlex.join(args)

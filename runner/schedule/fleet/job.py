@@ -1,4 +1,4 @@
-"""One attempt as a Ray job, on the host Ray placed it: ``python -m runner.fleet.job OUT TASK ARM STAMP``.
+"""One attempt as a Ray job, on the host Ray placed it: ``python -m runner.schedule.fleet.job OUT TASK ARM STAMP``.
 
 Why: the host that runs a trial is the one whose engine, address pool and processes it uses, so
 everything engine-side happens here, on that host: record the host (``host.json``), wait for this
@@ -17,10 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runner.fleet.hostinfo import this_host, write_host
 from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir
 from runner.schedule.config import resolve
 from runner.schedule.driver import HARBOR_LOG, arm_mounts, harbor_argv, job_env
+from runner.schedule.fleet.hostinfo import this_host, write_host
 from runner.secrets import screen_all
 
 
@@ -107,7 +107,7 @@ def cleanup_here(out: Path, trials: set[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 4:
-        print("usage: python -m runner.fleet.job OUT TASK ARM STAMP", file=sys.stderr)
+        print("usage: python -m runner.schedule.fleet.job OUT TASK ARM STAMP", file=sys.stderr)
         return 2
     out, task, arm, stamp = args
     return run(Path(out), task, arm, stamp)
