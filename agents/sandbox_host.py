@@ -34,6 +34,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from agents.base_codex import SCRIPTED_LOG
 from agents.receipt import Receipt
 from agents.sandbox_driver import CONFIG_NAME, MIN_PYTHON, RECEIPT_NAME, STATUS_NAME, STOP_NAME
 from agents.session import ArmFailure
@@ -417,7 +418,7 @@ def driver_config(agent, t: SandboxTransport, instruction: str, cred_path: str, 
         "prep_before_sec": prep_sec,
         "zero_token_limit": agent.zero_token_limit,
         "logs_dir": SANDBOX_LOGS,
-        "scripted_log": "/var/log/scripted/requests.jsonl",
+        "scripted_log": SCRIPTED_LOG,
         "extra_evidence": agent.sandbox_evidence(),
     }
 
@@ -445,6 +446,12 @@ async def upload_config(t: SandboxTransport, config: dict) -> None:
         cfg.write_text(json.dumps(config))
         await t.environment.upload_file(cfg, f"{CTRL}/{CONFIG_NAME}")
     await t.exec(f"chown {owner} {CTRL}/{CONFIG_NAME} && chmod 600 {CTRL}/{CONFIG_NAME}", user="root")
+
+
+def keep_scripted_log_command() -> str:
+    """What the driver would have copied, when it never started (a failed preparation)."""
+    dest = f"{SANDBOX_LOGS}/scripted-model"
+    return f"[ -f {SCRIPTED_LOG} ] && mkdir -p {dest} && cp {SCRIPTED_LOG} {dest}/; true"
 
 
 async def settle(coro, timeout: float):
@@ -522,6 +529,11 @@ async def run_in_sandbox(agent, instruction: str, environment, context) -> None:
                 try:
                     await settle(t.exec(f"rm -f {cred}", user="root"), 30)
                 except Exception:  # noqa: BLE001 - the driver deleted it already
+                    pass
+            if t is not None and watch is None:  # the driver never ran: keep the scripted model's log
+                try:
+                    await settle(t.exec(keep_scripted_log_command(), user="root"), 60)
+                except Exception:  # noqa: BLE001 - evidence is best effort
                     pass
             if t is not None:
                 try:
