@@ -34,6 +34,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from agents.base_codex import SCRIPTED_LOG
 from agents.receipt import Receipt
 from agents.sandbox_driver import CONFIG_NAME, MIN_PYTHON, RECEIPT_NAME, STATUS_NAME, STOP_NAME
 from agents.session import ArmFailure
@@ -447,7 +448,7 @@ def driver_config(agent, t: SandboxTransport, instruction: str, cred_path: str, 
         "prep_before_sec": prep_sec,
         "zero_token_limit": agent.zero_token_limit,
         "logs_dir": SANDBOX_LOGS,
-        "scripted_log": "/var/log/scripted/requests.jsonl",
+        "scripted_log": SCRIPTED_LOG,
         "extra_evidence": agent.sandbox_evidence(),
     }
 
@@ -475,6 +476,26 @@ async def upload_config(t: SandboxTransport, config: dict) -> None:
         cfg.write_text(json.dumps(config))
         await t.environment.upload_file(cfg, f"{CTRL}/{CONFIG_NAME}")
     await t.exec(f"chown {owner} {CTRL}/{CONFIG_NAME} && chmod 600 {CTRL}/{CONFIG_NAME}", user="root")
+
+
+def keep_scripted_log_command() -> str:
+    """What the driver would have copied, when it never started (a failed preparation)."""
+    dest = f"{SANDBOX_LOGS}/scripted-model"
+    return f"[ -f {SCRIPTED_LOG} ] && mkdir -p {dest} && cp {SCRIPTED_LOG} {dest}/; true"
+
+
+async def settle(coro, timeout: float):
+    """Run a bounded step to its end even while harbor cancels this task again and again (its
+    SIGTERM handling does): the step runs as its own task, each cancellation only ends one wait."""
+    task = asyncio.ensure_future(asyncio.wait_for(coro, timeout))
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            continue
+        except Exception:  # noqa: BLE001 - the caller reads the task's outcome below
+            break
+    return task.result()
 
 
 async def run_in_sandbox(agent, instruction: str, environment, context) -> None:
@@ -515,13 +536,13 @@ async def run_in_sandbox(agent, instruction: str, environment, context) -> None:
         final = await watch.run()
         if final.get("failure"):
             failure = ArmFailure(final["failure"].get("message") or "the driver failed")
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, KeyboardInterrupt):  # harbor's SIGTERM handler raises the latter
         receipt.stop_reason = "cancelled"
         receipt.errors.append("cancelled by harbor (agent timeout or SIGTERM)")
         if watch is not None:
             try:
-                await asyncio.wait_for(watch.stop_now(), 30)
-            except (Exception, asyncio.CancelledError):  # noqa: BLE001 - best effort under cancellation
+                await settle(watch.stop_now(), 30)
+            except Exception:  # noqa: BLE001 - best effort under cancellation
                 pass
         raise
     except Exception as exc:
@@ -532,18 +553,23 @@ async def run_in_sandbox(agent, instruction: str, environment, context) -> None:
             await watch.send(_signal_command(watch.status, "KILL"), "SIGKILL (host failure)")
         raise
     finally:
-        # a second cancellation here (harbor shutting down) must not cost the receipt: every await
-        # is bounded and its CancelledError ends only that step; the receipt is written synchronously
+        # a second cancellation here (harbor shutting down) must not cost the evidence: every step
+        # is bounded and settled (agents.sandbox_host.settle); the receipt is written synchronously
         try:
             if t is not None and cred is not None:
                 try:
-                    await asyncio.wait_for(t.exec(f"rm -f {cred}", user="root"), 30)
-                except (Exception, asyncio.CancelledError):  # noqa: BLE001 - the driver deleted it already
+                    await settle(t.exec(f"rm -f {cred}", user="root"), 30)
+                except Exception:  # noqa: BLE001 - the driver deleted it already
+                    pass
+            if t is not None and watch is None:  # the driver never ran: keep the scripted model's log
+                try:
+                    await settle(t.exec(keep_scripted_log_command(), user="root"), 60)
+                except Exception:  # noqa: BLE001 - evidence is best effort
                     pass
             if t is not None:
                 try:
-                    await asyncio.wait_for(download_evidence(t, agent.logs_dir, receipt), 300)
-                except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001
+                    await settle(download_evidence(t, agent.logs_dir, receipt), 300)
+                except Exception as exc:  # noqa: BLE001
                     receipt.warnings.append(f"evidence download: {type(exc).__name__}: {exc}")
         finally:
             if t is not None:
