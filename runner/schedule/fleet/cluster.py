@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import UserError
+from runner.schedule.config import PROJECT_ROOT
 
 #: The custom resource a Docker host declares when it joins (``ray start --resources``).
 SLOT = "docker_slots"
 #: Metadata key naming the output tree a job belongs to (its resolved path).
 META_OUT = "marathon_out"
 ACTIVE = frozenset({"PENDING", "RUNNING"})
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 #: Ray's uv hook would zip the client's working dir into the cluster's store with every job
 #: (a copy of the repo, and whatever files sit in it): never.
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
