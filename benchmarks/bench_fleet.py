@@ -33,6 +33,7 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "fleet")]
 
 from two_hosts import RayNode, two_hosts  # noqa: E402
 
+from agents.scripted_model.image import DEMO_IMAGE  # noqa: E402
 from runner.schedule.fleet.cluster import Fleet  # noqa: E402
 
 TASKS = REPO / "runner" / "demo" / "tasks"
@@ -77,7 +78,7 @@ def main() -> None:
     a = ap.parse_args()
     out = Path(tempfile.mkdtemp(prefix="bench-fleet-")) / "out"
     arms = ",".join(f"n{i}=nop" for i in range(a.arms))
-    with two_hosts(REPO, ("marathon-base:bookworm", "marathon-demo-base:1")) as th:
+    with two_hosts(REPO, ("marathon-base:bookworm", DEMO_IMAGE)) as th:
         env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"} | {"PYTHONPATH": str(REPO)}
         t0 = time.monotonic()
         r = subprocess.run([sys.executable, "-m", "runner.cli", "run", str(out), "--tasks-dir", str(TASKS),

@@ -21,6 +21,7 @@ import pytest
 from runner_support import DEMO_TASKS, REPO, done_jobs
 from two_hosts import WORKER_IP, two_hosts
 
+from agents.scripted_model.image import DEMO_IMAGE
 from runner.results.events import read_events
 from runner.results.hosts import read_host
 from runner.schedule.fleet.cluster import Fleet
@@ -29,7 +30,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 TASKS = ("calc-partial", "words-passrate")
 ARMS = ("oracle", "nop")
-IMAGES = ("marathon-base:bookworm", "marathon-demo-base:1")
+IMAGES = ("marathon-base:bookworm", DEMO_IMAGE)
 #: what harbor's stand-ins score on the mini-benchmark on one host (README: oracle solves each,
 #: nop fails each with a defined partial)
 EXPECTED = {

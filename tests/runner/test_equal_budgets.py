@@ -12,7 +12,7 @@ One task, not four: five arms x four tasks of LoopX installs at once overran a l
 machine; the budget rule does not depend on the task.
 
 The task's image is built FROM a demo image tagged for this test alone: the shared engine's
-``marathon-demo-base:1`` is rebuilt by any checkout whose scripted model differs, and one such
+the shared demo image tag is rebuilt by any checkout whose scripted model differs, and one such
 rebuild in the middle of a run gave one arm another image (the audit rightly flagged it).
 """
 
@@ -40,7 +40,7 @@ KEY_VAR = "MARATHON_DEMO_MODEL_KEY"
 @pytest.fixture(scope="module")
 def five_arm_deadline_run(docker_engine, module_out, tmp_path_factory):
     from agents.loopx_staging import stage_loopx
-    from agents.scripted_model.image import ensure_demo_image
+    from agents.scripted_model.image import DEMO_IMAGE, ensure_demo_image
     from agents.staging import stage_codex
 
     stage_codex()
@@ -49,7 +49,7 @@ def five_arm_deadline_run(docker_engine, module_out, tmp_path_factory):
     tasks = tmp_path_factory.mktemp("tasks")
     shutil.copytree(DEMO_TASKS / TASK, tasks / TASK)
     dockerfile = tasks / TASK / "environment" / "Dockerfile"
-    dockerfile.write_text(dockerfile.read_text().replace("FROM marathon-demo-base:1", f"FROM {image}", 1))
+    dockerfile.write_text(dockerfile.read_text().replace(f"FROM {DEMO_IMAGE}", f"FROM {image}", 1))
     assert f"FROM {image}" in dockerfile.read_text()
     try:
         yield _run(module_out, tasks, tmp_path_factory.mktemp("log") / "runner.log")
