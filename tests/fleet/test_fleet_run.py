@@ -223,6 +223,7 @@ def test_node_loss_voids_and_reruns_on_the_first_host(cluster, tmp_path):
                     break
             time.sleep(1)
         assert victim is not None, "no trial started on host 2"
+        assert not list(victim.glob("*/*__*/result.json")), "the trial on host 2 ended before the kill"
         raylet = th.worker.raylet()
         raylet.kill()  # SIGKILL, by the psutil handle of the raylet our `ray start` owns
         assert runner.wait(1800) == 0, (tmp_path / "runner.log").read_text()[-3000:]
@@ -236,6 +237,10 @@ def test_node_loss_voids_and_reruns_on_the_first_host(cluster, tmp_path):
     voided = [job.parent for *_, job in iter_job_dirs(voided_root(out))]
     lost = [v for v in voided if "lost at" in (v / VOID_README).read_text()]
     assert lost, f"no attempt voided as a lost node: {voided}"
+    # the lost node's harbor was ended by its own job, not left to finish a voided trial (Ray leaves
+    # an entrypoint running when its raylet dies)
+    finished = [r for v in lost for r in v.glob("*/*__*/result.json")]
+    assert finished == [], f"a voided attempt's trial ran on to its end: {finished}"
     for v in lost:
         h = read_host(v)
         assert h is not None and h.node_ip == WORKER_IP, v

@@ -5,8 +5,17 @@ everything engine-side happens here, on that host: record the host (``host.json`
 engine's address-pool gate, run ``harbor run`` against this engine (DOCKER_HOST of this host's Ray
 node), then remove what the trial left on this engine. The configuration is the tree's own
 ``.driver_env`` (the shared tree has the same path on every host); the agent env's ``${NAME}``
-references resolve from this host's environment. harbor stays in this job's process group, so when
-Ray ends the job -- or its supervisor dies with its node -- harbor ends with it.
+references resolve from this host's environment. harbor stays in this job's process group, so
+Ray's stop reaches it.
+
+A lost node is ended here too. When this host's raylet dies, the cluster counts the node dead and
+the runner voids the attempt and reruns it elsewhere, but Ray does not end the job's processes
+(measured with Ray 2.60: an entrypoint outlived its raylet's ``kill -9`` by more than a minute and
+ran to its end). Left alone, harbor would finish a trial the runner has already voided and write it
+into the tree. So the job watches its own raylet and, once it is gone, ends harbor and what harbor
+started (SIGKILL, by the PIDs it started: a SIGTERM would let harbor write a cancelled trial while
+the runner moves the attempt away), removes the trial's containers from this host's engine, and
+exits only once the cluster too counts the node dead, so the runner voids the attempt for its cause.
 """
 
 from __future__ import annotations
@@ -15,7 +24,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+
+import psutil
 
 from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir
 from runner.schedule.config import resolve
@@ -53,6 +66,80 @@ def say(msg: str) -> None:
     print(f"{datetime.now(UTC).isoformat(timespec='milliseconds')} {msg}", flush=True)
 
 
+#: how often the job looks at its raylet: a lost node's harbor ends within this, long before the
+#: cluster's health check (about 15 s here) declares the node dead and the runner voids the attempt
+RAYLET_POLL_SEC = 0.5
+#: the job's exit code when it ended harbor because its raylet was gone
+RC_NODE_LOST = 75
+#: how long such a job waits for the cluster to declare its node dead before it exits (Ray's
+#: health check took ~14 s here): a job that ended first would read, to the runner, as an attempt
+#: that failed on a live node, and its void would name the wrong cause
+LOST_WAIT_SEC = 300.0
+
+
+def own_raylet() -> psutil.Process | None:
+    """The raylet this job runs under: the nearest ancestor whose executable is ``raylet`` (the
+    job's supervisor is a worker the raylet started). Only looked at, never signalled."""
+    try:
+        for p in psutil.Process().parents():
+            try:
+                if Path(p.exe()).name == "raylet":
+                    return p
+            except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                continue
+    except psutil.Error:
+        pass
+    return None
+
+
+def end_tree(proc: subprocess.Popen) -> list[int]:
+    """SIGKILL harbor and every process it started (descendants first looked up, then all ended at
+    once, so none is left to start another). Returns the PIDs signalled."""
+    try:
+        root = psutil.Process(proc.pid)
+        procs = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return []
+    ended = []
+    for p in procs:
+        try:
+            p.kill()  # psutil checks the PID still names the process it saw (create time)
+            ended.append(p.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return ended
+
+
+def watch_raylet(raylet: psutil.Process, proc: subprocess.Popen, lost: threading.Event) -> None:
+    """End harbor once this node's raylet is gone (see the module's docstring)."""
+    while proc.poll() is None:
+        if not raylet.is_running() or raylet.status() == psutil.STATUS_ZOMBIE:
+            lost.set()
+            pids = end_tree(proc)
+            say(f"this host's raylet (PID {raylet.pid}) is gone: the cluster counts the node lost; "
+                f"harbor and its processes ended (SIGKILL to PIDs {pids})")  # fmt: skip
+            return
+        lost.wait(RAYLET_POLL_SEC)
+
+
+def wait_declared_dead(cluster: str, node_id: str, bound: float = LOST_WAIT_SEC) -> bool:
+    """Wait until the cluster counts ``node_id`` dead (True) or ``bound`` seconds pass (False)."""
+    from runner.schedule.fleet.cluster import Fleet
+
+    deadline = time.monotonic() + bound
+    fleet = None
+    while time.monotonic() < deadline:
+        try:
+            fleet = fleet or Fleet.connect(cluster)
+            node = fleet.nodes().get(node_id)
+            if node is None or not node.alive:
+                return True
+        except Exception:  # noqa: BLE001 - the head does not answer this time: ask again
+            pass
+        time.sleep(2.0)
+    return False
+
+
 def run(out: Path, task: str, arm: str, stamp: str) -> int:
     from runner.ops.docker_pool import wait_for_gate
 
@@ -81,11 +168,24 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    raylet, lost = own_raylet(), threading.Event()
+    if raylet is None:
+        say("no raylet among this job's ancestors: a lost node will not end harbor from here")
+    else:
+        threading.Thread(target=watch_raylet, args=(raylet, proc, lost), daemon=True).start()
     rc = proc.wait()
     say(f"harbor exited with {rc}")
-    if cfg.env == "docker":
+    if cfg.env == "docker":  # our_projects finds the trials in the voided attempts too
         cleanup_here(cfg.out, {t.name for t in iter_trial_dirs(job_dir(cfg.out, task, arm, stamp))})
-    return rc
+    if not lost.is_set():
+        return rc
+    declared = wait_declared_dead(cfg.cluster or "auto", rec.node_id)
+    say(
+        "the cluster counts this node dead"
+        if declared
+        else f"the cluster still counts this node alive after {LOST_WAIT_SEC:.0f} s"
+    )
+    return RC_NODE_LOST
 
 
 def cleanup_here(out: Path, trials: set[str]) -> None:
