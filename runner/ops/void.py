@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from modes import safeio
 from modes.trial_files import TrialFiles
 from runner.results import rules
 from runner.results.events import utc_now
+from runner.results.records import read_trial
 from runner.results.tree import VOID_README, iter_trial_dirs, voided_root, voided_trial_dir
 
 VOID_JSON = "void.json"
@@ -45,27 +45,6 @@ def _root_of(path: Path) -> Path:
     return parent.parent if parent.name in ("verifier", "agent") else parent
 
 
-def read_json(path: Path) -> dict | None:
-    """harbor writes JSON non-atomically: retry a torn read a few times; None when absent/corrupt.
-
-    Read by the tree's safe-open rules (modes.safeio): a FIFO, a symlink out or an oversized
-    file is None at once, never a blocked or exhausted runner.
-    """
-    for _ in range(5):
-        raw = safeio.read_capped(path, _root_of(path))
-        if isinstance(raw, safeio.Refused):
-            if raw.missing or raw.rule:
-                return None
-            time.sleep(0.05)
-            continue
-        try:
-            d = json.loads(raw)
-            return d if isinstance(d, dict) else None
-        except (ValueError, RecursionError):
-            time.sleep(0.05)
-    return None
-
-
 _TAIL_BYTES = 64 * 1024
 
 
@@ -86,14 +65,13 @@ def _tail(path: Path, n: int = 15) -> list[str]:
 
 def trial_facts(trial_dir: Path, stopped_by: str | None = None) -> tuple[rules.TrialFacts, list[str]]:
     """Read what ``rules.voiding_rule`` needs from a trial dir, and the evidence to keep."""
-    res = read_json(trial_dir / TrialFiles.RESULT)
-    if res is None:
+    rec = read_trial(trial_dir)  # the one reader of a trial's result.json (runner.results.records)
+    if not rec.finished:
         return rules.TrialFacts(has_result=False, stopped_by=stopped_by), []
-    exc = res.get("exception_info")
-    if not isinstance(exc, dict) or not exc:
+    if not rec.errored:
         return rules.TrialFacts(stopped_by=stopped_by), []
-    etype = str(exc.get("exception_type") or "") or "UnknownException"
-    msg = str(exc.get("exception_message") or "")
+    etype = rec.exception_type or "UnknownException"
+    msg = rec.exception_message or ""
     evidence = [f"exception_type: {etype}", f"exception_message: {msg[:2000]}"]
     evidence += [f"{TrialFiles.EXCEPTION}: {ln}" for ln in _tail(trial_dir / TrialFiles.EXCEPTION, 8)]
     try:
@@ -107,12 +85,12 @@ def trial_facts(trial_dir: Path, stopped_by: str | None = None) -> tuple[rules.T
     facts = rules.TrialFacts(
         exception_type=etype,
         text=text,
-        agent_started=res.get("agent_execution") is not None,
+        agent_started=rec.agent_started,
         cause=cause,
         stopped_by=stopped_by,
     )
     if not facts.agent_started:
-        evidence.append("failed in: " + ("agent setup" if res.get("agent_setup") else "environment start"))
+        evidence.append("failed in: " + ("agent setup" if rec.agent_setup_started else "environment start"))
     return facts, evidence
 
 

@@ -398,6 +398,8 @@ class TrialRecord:
     metrics: Metrics = field(default_factory=lambda: Metrics(state=MISSING))
     receipt: Receipt | None = None
     stale: bool = False  # result.json or metrics.json unreadable now; showing last good values
+    agent_setup_started: bool = False  # harbor began the agent's setup (its timing block exists)
+    agent_started: bool = False  # harbor began the agent's run (the environment and setup held)
     # Built from the finished job's summary (reward/exception/tokens from harbor's job stats, wall
     # time from the job's timestamps) instead of the trial's own result.json: see
     # trial_from_job_summary. exception_message, agent_sec and task_name are then unknown.
@@ -424,7 +426,7 @@ def trial_from_dict(
     name: str, d: Mapping[str, Any], metrics: Metrics, receipt: Receipt | None
 ) -> TrialRecord:
     exc = d.get("exception_info")
-    exc = exc if isinstance(exc, dict) else None
+    exc = exc if isinstance(exc, dict) and exc else None
     ar = d.get("agent_result")
     ar = ar if isinstance(ar, dict) else {}
     ae = d.get("agent_execution")
@@ -452,6 +454,8 @@ def trial_from_dict(
         agent_sec=_span_sec(ae.get("started_at"), ae.get("finished_at")),
         metrics=metrics,
         receipt=receipt,
+        agent_setup_started=bool(d.get("agent_setup")),
+        agent_started=d.get("agent_execution") is not None,
     )
 
 

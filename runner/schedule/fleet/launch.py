@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runner.ops.void import Verdict, read_json
+from runner.ops.void import Verdict
 from runner.results.events import EventKind
 from runner.results.hosts import read_host
+from runner.results.records import OK, read_job
 from runner.results.tree import job_dir, jobs_dir
 from runner.schedule import claims as claimsmod
 from runner.schedule.fleet.cluster import Fleet, RayJobState
@@ -117,8 +118,8 @@ def classify(fleet: Fleet, job, v: Verdict) -> Verdict:
             *fleet.logs_tail(rj.submission_id),
         ]
         return Verdict("infra", f"node {name} lost at {at}", evidence + v.evidence, v.trial)
-    harbor_result = read_json(job_dir(Path(job.claim_out), job.task, job.arm.name, job.stamp) / "result.json")
-    if harbor_result is None:
+    harbor_result = read_job(job_dir(Path(job.claim_out), job.task, job.arm.name, job.stamp))
+    if harbor_result.state != OK:
         evidence += fleet.logs_tail(rj.submission_id)
         return Verdict("infra", f"the Ray job ended ({rj.status}) without a harbor result", evidence + v.evidence,
                        v.trial)  # fmt: skip
