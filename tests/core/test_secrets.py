@@ -76,7 +76,7 @@ LEGIT = [
     "/var/lib/docker/overlay2/" + hashlib.sha256(b"x").hexdigest() + "/merged",
     "sha256:" + hashlib.sha256(b"layer").hexdigest(),
     hashlib.sha1(b"commit").hexdigest(),
-    uuid.uuid4().hex,
+    uuid.UUID(int=_R.getrandbits(128), version=4).hex,  # a uuid4 hex id, seeded: collection is stable
     str(uuid.UUID(int=_R.getrandbits(128))),
     "https://api.example.com/v1",
     "http://127.0.0.1:18080/v1",
