@@ -418,7 +418,9 @@ def record_audit_facts(agent, environment) -> None:
         except Exception:  # noqa: BLE001 - a fact not recorded is a warning, never a failed trial
             image = None
     if image is None:
-        agent.receipt.warnings.append(f"image digest not recorded: {type(environment).__name__} exposes no image")
+        agent.receipt.warnings.append(
+            f"image digest not recorded: {type(environment).__name__} exposes no image"
+        )
         return
     agent.receipt.image_digest = image["content_sha256"]
     agent.receipt.extra["image_id"] = image["id"]

@@ -157,6 +157,7 @@ def _docker(*args: str, timeout: float = 60, stdin: bytes | None = None, env=Non
     proc = subprocess.run(["docker", *args], input=stdin, capture_output=True, timeout=timeout, env=env)
     return ExecResult(proc.returncode, proc.stdout, proc.stderr)
 
+
 def image_of_container(container_id: str) -> dict[str, str] | None:
     """The container's image: the engine's id (what docker-py calls ``container.image.id``) and
     a content digest, the sha256 of its layer diff ids and runtime config (env, workdir, user,
@@ -182,7 +183,6 @@ def image_of_container(container_id: str) -> dict[str, str] | None:
     }
     digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
     return {"id": iid, "content_sha256": f"sha256:{digest}"}
-
 
 
 def find_main_container(project: str) -> str:

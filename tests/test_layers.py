@@ -53,7 +53,11 @@ def _edges() -> list[Edge]:
                     out += [Edge(src, a.name, (), where) for a in node.names]
                 elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                     names = tuple(a.name for a in node.names)
-                    if node.module in PACKAGES or node.module in ("runner.results", "runner.ops", "runner.schedule"):
+                    if node.module in PACKAGES or node.module in (
+                        "runner.results",
+                        "runner.ops",
+                        "runner.schedule",
+                    ):
                         # `from runner import model`: the dependency is on the submodule
                         out += [Edge(src, f"{node.module}.{n}", (), where) for n in names]
                     else:
@@ -146,7 +150,9 @@ def test_runner_reaches_console_only_to_open_it():
     bad = [
         str(e)
         for e in EDGES
-        if _in(e.src, "runner") and _in(e.dst, "console") and not (e.src in OPENS_THE_CONSOLE and e.dst == "console.app")
+        if _in(e.src, "runner")
+        and _in(e.dst, "console")
+        and not (e.src in OPENS_THE_CONSOLE and e.dst == "console.app")
     ]
     assert bad == []
 

@@ -28,7 +28,9 @@ def _configured(tmp_path: Path) -> tuple[Path, Path]:
     tasks, out = tmp_path / "tasks", tmp_path / "out"
     shutil.copytree(DEMO_TASKS / "calc-partial", tasks / "calc-partial")
     out.mkdir()
-    write_driver_env(resolve(out, {"tasks_dir": str(tasks), "arms": ["oracle"], "max_passes": 1}, resume=False))
+    write_driver_env(
+        resolve(out, {"tasks_dir": str(tasks), "arms": ["oracle"], "max_passes": 1}, resume=False)
+    )
     return out, tasks
 
 

@@ -409,7 +409,9 @@ class Driver:
                 continue
             if self._runs_on_cluster(task, arm):
                 queue.pop(0)
-                self.log.emit(EventKind.CLAIM_HELD, task=task, arm=arm, holder="a Ray job of this tree", state="live")
+                self.log.emit(
+                    EventKind.CLAIM_HELD, task=task, arm=arm, holder="a Ray job of this tree", state="live"
+                )
                 continue
             if not self._gate_ok():
                 return

@@ -77,7 +77,9 @@ def plan_start(out: Path, *, retry: str | None = None) -> StartPlan:
     out = Path(out).resolve()
     entry = Registry(out).runner_entry()
     if entry is not None:
-        return StartPlan(str(out), None, f"A runner of this tree is already alive: PID {entry.pid} {entry.argv}")
+        return StartPlan(
+            str(out), None, f"A runner of this tree is already alive: PID {entry.pid} {entry.argv}"
+        )
     if not read_driver_env(out):
         return StartPlan(
             str(out),

@@ -242,7 +242,12 @@ def test_fairness_audit_flags_a_mix_of_transports(handmade, tmp_path):
     """One arm's trial through the in-sandbox driver, the rest through docker exec: a red line."""
     out = tmp_path / "out"
     shutil.copytree(handmade, out, symlinks=True)
-    driver = {"kind": "sandbox-driver", "environment": "DockerEnvironment", "workdir": "/app", "user": "agent"}
+    driver = {
+        "kind": "sandbox-driver",
+        "environment": "DockerEnvironment",
+        "workdir": "/app",
+        "user": "agent",
+    }
     write_receipts(out, **{"goal/t02": {"transport": driver}})
     au = build_report(RunModel.load(out))["audit"]
     (d,) = au["differences"]

@@ -28,7 +28,9 @@ def _app(out: Path):
 
 
 async def _ready(pilot, app) -> None:
-    await wait_for(pilot, lambda: bool(app.main.cells) and app.main.last_change_at is not None, 60, "first grid")
+    await wait_for(
+        pilot, lambda: bool(app.main.cells) and app.main.last_change_at is not None, 60, "first grid"
+    )
     await pilot.pause()
 
 
