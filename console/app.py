@@ -28,9 +28,9 @@ from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
 from console import actions, view
-from console.feeds import EventTailReader, Key, TreeFeed, read_pool, read_runner_info
+from console.feeds import EventTailReader, Key, NodesReader, TreeFeed, cluster_of, read_pool, read_runner_info
 from console.keys import KEYS
-from console.messages import ActionDone, EventsData, Heartbeat, PoolData, RunnerData, TreeData
+from console.messages import ActionDone, EventsData, Heartbeat, NodesData, PoolData, RunnerData, TreeData
 from console.screens.confirm import ConfirmScreen, MessageScreen
 from console.screens.drill import DrillScreen
 from console.screens.help import HelpScreen
@@ -111,6 +111,9 @@ class ConsoleApp(App[int]):
             self.pool_worker()
         else:
             self.main.pool_error = "not polled (--no-docker)"
+        cluster = cluster_of(self.out)
+        if cluster is not None:
+            self.nodes_worker(cluster)
         self.main.polling = self.poll
         self.set_interval(1.0, self._tick)
         if not self.is_headless:
@@ -255,6 +258,17 @@ class ConsoleApp(App[int]):
             self._pool_wake.wait(self.pool_sec)
             self._pool_wake.clear()
 
+    @work(thread=True, group="nodes", exclusive=True, exit_on_error=False, name="asking the Ray cluster")
+    def nodes_worker(self, cluster: str) -> None:
+        """The cluster's Docker hosts (alive, slots) for the hosts panel, as sparingly as the pool."""
+        reader, last = NodesReader(cluster), None
+        while not self._stop.is_set():
+            got = reader.read()
+            if got != last:
+                last = got
+                self.post_message(NodesData(*got))
+            self._stop.wait(min(self.pool_sec, 5.0))
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Every worker's failure, the console's and its screens', is shown here, once, by name."""
         if event.state is not WorkerState.ERROR:
@@ -284,6 +298,9 @@ class ConsoleApp(App[int]):
 
     def on_pool_data(self, msg: PoolData) -> None:
         self.main.pool, self.main.pool_error = msg.status, msg.error
+
+    def on_nodes_data(self, msg: NodesData) -> None:
+        self.main.nodes, self.main.nodes_error = msg.nodes, msg.error
 
     def on_action_done(self, msg: ActionDone) -> None:
         self.main.busy = None

@@ -11,11 +11,16 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.results.events import EventReader
+from runner.results.hosts import HostUse
 from runner.results.model import Cell, RunModel, VoidedTrial, arm_order
 from runner.results.records import TrialRecord
 from runner.results.run_progress import RunProgress, Tally, event_time
+
+if TYPE_CHECKING:
+    from runner.schedule.fleet.cluster import NodeState
 
 Key = tuple[str, str]
 #: an event field as the tail shows it (nested values are left out)
@@ -174,6 +179,34 @@ def read_pool(out: Path, projects: Iterable[str] | None = None) -> tuple[PoolVie
         return None, str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
 
 
+# -- the cluster (a run with --cluster) -----------------------------------------------------------
+def cluster_of(out: Path) -> str | None:
+    """The Ray cluster the tree's runs use (``--cluster``, kept in ``.driver_env``), or None."""
+    from runner.schedule.config import read_driver_env
+
+    return read_driver_env(out).get("MARATHON_CLUSTER") or None
+
+
+class NodesReader:
+    """The cluster's account of its nodes (alive, slots), through the head's API, one call a poll."""
+
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
+        self._fleet = None
+
+    def read(self) -> tuple[tuple[NodeState, ...] | None, str | None]:
+        """The cluster's nodes by IP, or why it does not answer."""
+        try:
+            from runner.schedule.fleet.cluster import Fleet
+
+            self._fleet = self._fleet or Fleet.connect(self.cluster)
+            nodes = self._fleet.nodes().values()
+            return tuple(sorted(nodes, key=lambda n: (n.node_ip, n.node_id))), None
+        except Exception as exc:  # noqa: BLE001 - a head that does not answer is shown, not fatal
+            self._fleet = None
+            return None, (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+
+
 # -- the results tree ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ArmSummary:
@@ -235,6 +268,7 @@ class TreeSnapshot:
     notes: tuple[str, ...]
     scanned_at: float  # time.time() of the scan that produced these values
     history: Mapping[Key, Cell | None] = field(default_factory=dict)  # all-time cells, for drill-down
+    hosts: tuple[HostUse, ...] = ()  # a cluster run's hosts as the tree records them (host.json)
 
 
 class TreeFeed:
@@ -320,8 +354,9 @@ class TreeFeed:
         tasks = tuple(sorted({k[0] for k in scoped}))
         arms = tuple(arm_order(k[1] for k in scoped))
         return TreeSnapshot(
-            cells, changed is None, tasks, arms, summary, alarm, tuple(notes), time.time(), history
-        )
+            cells, changed is None, tasks, arms, summary, alarm, tuple(notes), time.time(), history,
+            tuple(m.host_use()),
+        )  # fmt: skip
 
 
 def arm_summary(model: RunModel, scope: str) -> tuple[dict[str, ArmSummary], str | None]:
@@ -354,6 +389,7 @@ class TrialRow:
     voided: bool
     reason: str | None
     run_id: str | None
+    host: str | None = None  # the host its attempt's host.json names (a cluster run)
 
 
 def list_trials(cell: Cell | None) -> list[TrialRow]:
@@ -362,10 +398,11 @@ def list_trials(cell: Cell | None) -> list[TrialRow]:
     if cell is None:
         return rows
     for att in sorted(cell.attempts, key=lambda a: a.stamp, reverse=True):
+        host = att.host.short() if att.host is not None else None
         for name, rec in sorted(att.trials.items()):
             path = str(Path(att.job_dir or "") / name)
-            rows.append(TrialRow(att.stamp, name, path, rec, False, att.reason, att.run_id))
+            rows.append(TrialRow(att.stamp, name, path, rec, False, att.reason, att.run_id, host))
         vt: VoidedTrial
         for name, vt in sorted(att.voided_trials.items()):
-            rows.append(TrialRow(att.stamp, name, vt.path, vt.record, True, vt.reason, att.run_id))
+            rows.append(TrialRow(att.stamp, name, vt.path, vt.record, True, vt.reason, att.run_id, host))
     return rows

@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from textual.message import Message
 
 from console.feeds import PoolView, RunEvent, RunnerInfo, TreeSnapshot
+
+if TYPE_CHECKING:
+    from runner.schedule.fleet.cluster import NodeState
 
 
 @dataclass
@@ -63,3 +67,14 @@ class ActionDone(Message):
     title: str
     text: str
     ok: bool = True
+
+
+@dataclass
+class NodesData(Message):
+    """The cluster's Docker hosts as its head reports them (or why it does not answer)."""
+
+    nodes: tuple[NodeState, ...] | None
+    error: str | None = None
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, NodesData)

@@ -122,6 +122,7 @@ class DrillScreen(Screen):
         self.trial: TrialRow | None = None
         self.file_id = FILES[0][0]
         self.source: LineSource | None = None
+        self._hosted = False  # the trials table has a host column (a cluster run's pair)
 
     def compose(self) -> ComposeResult:
         yield Static(id="drill-title")
@@ -154,6 +155,9 @@ class DrillScreen(Screen):
         table = self.query_one("#trials", DataTable)
         keep = self.trial.path if self.trial else None
         table.clear()
+        if not self._hosted and any(t.host for t in self.trials):  # a cluster run: which host ran it
+            table.add_column("host", key="host")
+            self._hosted = True
         for t in self.trials:
             status = trial_status(t)
             rec = t.record
@@ -169,6 +173,7 @@ class DrillScreen(Screen):
                 view.pct(rec.pass_rate),
                 view.duration(rec.wall_sec),
                 str(note)[:40],
+                *([t.host or "-"] if self._hosted else []),
                 key=t.path,
             )
         if self.trials:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on
@@ -25,8 +26,12 @@ from textual.widgets import Footer, Input, Static
 from console import view
 from console.feeds import ArmSummary, Key, PoolView, RunEvent, RunnerInfo, TreeSnapshot
 from console.widgets.grid import Grid
-from console.widgets.panels import ArmsPanel, EventTail, PoolGauge, RunnerPanel
+from console.widgets.panels import ArmsPanel, EventTail, HostsPanel, PoolGauge, RunnerPanel
+from runner.results.hosts import HostUse
 from runner.results.model import Cell
+
+if TYPE_CHECKING:
+    from runner.schedule.fleet.cluster import NodeState
 
 #: batching: cell updates that arrive within this window are applied in one repaint
 FLUSH_SEC = 0.08
@@ -44,6 +49,9 @@ class MainScreen(Screen):
     paused: reactive[bool] = reactive(False)
     scope: reactive[str] = reactive("run")
     polling: reactive[bool] = reactive(False)
+    hosts: reactive[tuple[HostUse, ...]] = reactive(())
+    nodes: reactive[tuple[NodeState, ...] | None] = reactive(None)
+    nodes_error: reactive[str | None] = reactive(None)
 
     def __init__(self, out: Path, clock=time.time, readonly: bool = False) -> None:
         super().__init__()
@@ -86,6 +94,7 @@ class MainScreen(Screen):
                 yield RunnerPanel(id="runner").data_bind(MainScreen.info, MainScreen.readonly)
                 yield PoolGauge(id="pool").data_bind(MainScreen.pool, MainScreen.pool_error)
             yield ArmsPanel(id="receipts").data_bind(MainScreen.info)
+            yield HostsPanel(id="hosts").data_bind(MainScreen.hosts, MainScreen.nodes, MainScreen.nodes_error)
             yield EventTail(id="events")
         yield Input(placeholder="filter rows (!text inverts) — Enter keeps, Esc clears", id="filter")
         yield Footer()
@@ -127,6 +136,7 @@ class MainScreen(Screen):
             self._rebuild = True
         self.tasks, self.arms = list(snap.tasks), list(snap.arms)
         self.summary, self.notes = dict(snap.summary), snap.notes
+        self.hosts = snap.hosts
         self.alarm = snap.alarm
         self.scanned_at = snap.scanned_at
         self._tree_pending = True

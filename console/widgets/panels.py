@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.reactive import reactive
@@ -13,7 +14,11 @@ from textual.widgets import Static
 
 from console import view
 from console.feeds import PoolView, RunEvent, RunnerInfo
+from runner.results.hosts import HostUse
 from runner.results.run_progress import progress_bar
+
+if TYPE_CHECKING:
+    from runner.schedule.fleet.cluster import NodeState
 
 #: per arm: (arm, (continuations, unblocks, error events))
 Receipts = tuple[tuple[str, tuple[int, int, int]], ...]
@@ -73,6 +78,57 @@ class PoolGauge(Widget):
         if s.empty_ours:
             t.append(f" · {s.empty_ours} empty ours", style="yellow")
         return t
+
+
+class HostsPanel(Widget):
+    """A cluster run's Docker hosts: alive or lost (the cluster's word), this tree's pairs running
+    there against the host's slots, and which pairs. Hidden for a single-host tree."""
+
+    hosts: reactive[tuple[HostUse, ...]] = reactive((), layout=True)
+    nodes: reactive[tuple[NodeState, ...] | None] = reactive(None, layout=True)
+    nodes_error: reactive[str | None] = reactive(None)
+
+    def get_content_width(self, container, viewport) -> int:
+        return max((len(line) for line in self.render().plain.splitlines()), default=0)
+
+    def watch_hosts(self) -> None:
+        self.display = bool(self.hosts or self.nodes)
+
+    def watch_nodes(self) -> None:
+        self.display = bool(self.hosts or self.nodes)
+
+    def render(self) -> Text:
+        rows = host_rows(self.hosts, self.nodes)
+        t = Text("hosts", style="bold")
+        if self.nodes_error:
+            t.append(f"  cluster: {self.nodes_error}", style="red")
+        elif self.nodes is None:
+            t.append("  cluster: asking…", style="dim")
+        t.append("\n")
+        w = min(max([len(r[0]) for r in rows] + [4]), 26)
+        for name, alive, slots, running in rows:
+            glyph, style = {True: ("●", "green"), False: ("○ lost", "bold red"), None: ("?", "dim")}[alive]
+            t.append(f"{glyph} ", style=style)
+            t.append(f"{name[:w]:<{w}} ")
+            total = "-" if slots is None else f"{slots:g}"
+            t.append(f"{len(running)}/{total} ")
+            t.append(", ".join(f"{task}/{arm}" for task, arm in running)[:60] or "idle", style="dim")
+            t.append("\n")
+        return t
+
+
+def host_rows(
+    hosts: tuple[HostUse, ...], nodes: tuple[NodeState, ...] | None
+) -> list[tuple[str, bool | None, float | None, tuple[tuple[str, str], ...]]]:
+    """(name, alive, slots, running pairs) per host: every host the tree names, matched to its Ray
+    node by node id, then every Docker node of the cluster the tree has not used yet."""
+    by_id = {n.node_id: n for n in nodes or ()}
+    rows = []
+    for u in hosts:
+        n = by_id.pop(u.node_id, None)
+        rows.append((u.name, None if n is None else n.alive, None if n is None else n.slots, u.running))
+    rows += [(n.node_ip, n.alive, n.slots, ()) for n in by_id.values() if n.slots > 0]  # Docker hosts only
+    return rows
 
 
 class ArmsPanel(Widget):

@@ -44,3 +44,16 @@ def read_host(stamp_dir: Path | str) -> HostRecord | None:
     return HostRecord(
         *vals, node_ip=ip if isinstance(ip, str) else "", docker_host=dh if isinstance(dh, str) else ""
     )
+
+
+@dataclass(frozen=True)
+class HostUse:
+    """One host's share of a tree, from its attempts' ``host.json``: how many attempts it ran (by
+    status) and which pairs run there now -- what ``status`` prints per host and the console's hosts
+    panel shows beside the cluster's own account of the node."""
+
+    name: str  # ``HostRecord.short()``
+    node_id: str  # the Ray node id its latest attempt recorded
+    attempts: int
+    by_status: tuple[tuple[str, int], ...]  # (status, attempts), in the order first seen
+    running: tuple[tuple[str, str], ...] = ()  # (task, arm) of its attempts still running

@@ -60,7 +60,7 @@ from modes.trial_files import TrialFiles
 from runner.results import records as results
 from runner.results import tree
 from runner.results.events import EventKind, EventReader
-from runner.results.hosts import HostRecord, read_host
+from runner.results.hosts import HostRecord, HostUse, read_host
 from runner.results.records import JobRecord, TrialRecord
 
 PENDING = "pending"
@@ -547,17 +547,29 @@ class RunModel:
     def attempts(self) -> list[Attempt]:
         return sorted(self._attempts.values(), key=lambda a: a.key)
 
-    def hosts(self) -> dict[str, dict[str, int]]:
-        """Per host (``host.json`` of each attempt): its attempts by status. Empty for a single-host
-        run (no attempt records a host)."""
-        per: dict[str, dict[str, int]] = {}
-        for a in self._attempts.values():
+    def host_use(self) -> list[HostUse]:
+        """Per host (``host.json`` of each attempt): its attempts by status and the pairs running
+        there, sorted by host. Empty for a single-host run (no attempt records a host)."""
+        nodes: dict[str, str] = {}
+        counts: dict[str, dict[str, int]] = {}
+        running: dict[str, list[tuple[str, str]]] = {}
+        for a in sorted(self._attempts.values(), key=lambda a: a.stamp):
             if a.host is None:
                 continue
-            row = per.setdefault(a.host.short(), {"attempts": 0})
-            row["attempts"] += 1
-            row[a.status] = row.get(a.status, 0) + 1
-        return dict(sorted(per.items()))
+            name = a.host.short()
+            nodes[name] = a.host.node_id  # the latest attempt's node
+            c = counts.setdefault(name, {})
+            c[a.status] = c.get(a.status, 0) + 1
+            if a.status == RUNNING:
+                running.setdefault(name, []).append((a.task, a.arm))
+        return [
+            HostUse(n, nodes[n], sum(c.values()), tuple(c.items()), tuple(sorted(running.get(n, ()))))
+            for n, c in sorted(counts.items())
+        ]
+
+    def hosts(self) -> dict[str, dict[str, int]]:
+        """Per host: its attempts, then its attempts by status (``host_use``, as ``status`` prints it)."""
+        return {u.name: {"attempts": u.attempts, **dict(u.by_status)} for u in self.host_use()}
 
     def host_of(self, task: str, arm: str, stamp: str | None) -> HostRecord | None:
         """The host that ran one attempt of (task, arm), by its stamp."""
