@@ -49,6 +49,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--codex-root", type=Path, help="a staged codex tree (default: the cache)")
     parser.add_argument("--loopx-parts", type=Path, help="staged LoopX parts (default: the cache)")
     parser.add_argument("--json", action="store_true", help="print the checks as JSON lines")
+    parser.add_argument(
+        "--env", default="docker",
+        help="the harbor environment the run will use (a type or module:Class): its credentials "
+        "are checked first, by harbor's own preflight; the arms' checks run on the local engine",
+    )  # fmt: skip
 
 
 def _arms(value: str | None) -> list[str]:
@@ -205,6 +210,17 @@ def run(args: argparse.Namespace) -> int:
 
     arms = _arms(args.arms)
     pre: list[Check] = []
+    if args.env != "docker":  # the run's environment, by the runner's own preflight check of it
+        from runner.schedule.config import resolve
+        from runner.schedule.preflight import check_environment
+
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg = resolve(Path(tmp), {"tasks_dir": str(MINI_TASK.parent), "env": args.env}, environ={})
+            problems = check_environment(cfg, os.environ)
+        if problems:
+            pre.append(Check("*", "environment", "FAIL", problems[0].line()))
+            return _print(pre, args.json)
+        pre.append(Check("*", "environment", "ok", f"harbor's preflight of --env {args.env} passed"))
     try:
         codex_root = args.codex_root or load_codex().root
         version = check_tree(codex_root)

@@ -13,6 +13,8 @@ will have:
 - the staged codex (of the configured ``codex_version``) and LoopX parts the arms mount exist;
 - the model/provider settings are complete for a model that is not the scripted stand-in;
 - every credential: each ``--ae`` ``${VAR}`` reference, and the variable ``api_key_var`` names;
+- an environment other than Docker (``--env daytona``, an import path ``module:Class``) exists and
+  has its credentials, by harbor's own preflight of that environment (in a child interpreter);
 - the Docker engine answers; a full address pool is a note (the gate will wait), not a failure.
 
 Any blocking problem: ``PreflightFailed`` (exit 2) with one line per problem saying what to do,
@@ -279,6 +281,72 @@ def check_credentials(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
     return problems
 
 
+#: harbor's own credential check of an environment (``EnvironmentFactory.run_preflight``, what
+#: ``harbor run`` calls before it queues a trial), in a child with the runner's environment
+_ENV_PROBE = """
+import json, sys
+name = sys.argv[1]
+def out(**d):
+    print(json.dumps(d))
+try:
+    from harbor.environments.factory import EnvironmentFactory
+    from harbor.models.environment_type import EnvironmentType
+    known = [e.value for e in EnvironmentType]
+    if ":" not in name and name not in known:
+        out(unknown=known)
+    else:
+        try:
+            if ":" in name:
+                EnvironmentFactory.run_preflight(None, import_path=name)
+            else:
+                EnvironmentFactory.run_preflight(EnvironmentType(name))
+            out(ok=True)
+        except SystemExit as exc:
+            out(missing=str(exc.code if exc.code is not None else exc))
+except BaseException as exc:
+    out(error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+"""
+
+
+def check_environment(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
+    """A harbor environment other than Docker (``--env daytona``, ``modal``, ... or an import path
+    ``module:Class``) exists and has its credentials, by harbor's own check of it: a run that would
+    fail at its first trial fails here, naming the variable, before anything starts."""
+    if cfg.env == "docker":
+        return []  # check_docker asks the engine itself
+    child_env = dict(env) | {"PYTHONPATH": project_pythonpath(env), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _ENV_PROBE, cfg.env], env=child_env, capture_output=True, text=True,
+            timeout=IMPORT_TIMEOUT_SEC, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        got = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as exc:
+        return [
+            Problem("environment", f"could not check --env {cfg.env}: {exc}", "check the Python environment")
+        ]
+    if "unknown" in got:
+        return [
+            Problem(
+                "environment",
+                f"--env {cfg.env} is not a harbor environment",
+                f"use one of {', '.join(got['unknown'])}, or an import path module:Class",
+            )
+        ]
+    if "missing" in got:
+        why = got["missing"].strip().removesuffix(".").removesuffix(" and try again")
+        return [Problem("environment", f"--env {cfg.env}: {why}", "set what it names in this shell")]
+    if "error" in got:
+        return [
+            Problem(
+                "environment",
+                f"--env {cfg.env} cannot be loaded ({got['error']})",
+                "install the environment's package, or fix the import path",
+            )
+        ]
+    return []
+
+
 def check_docker(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
     """The engine answers; a pool with no room now is a note: the gate waits, it does not fail."""
     if cfg.env != "docker":
@@ -313,6 +381,7 @@ def check(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
     problems += check_staging(cfg)
     problems += check_model(cfg)
     problems += check_credentials(cfg, env)
+    problems += check_environment(cfg, env)
     problems += check_docker(cfg, env)
     return problems
 

@@ -111,6 +111,10 @@ def test_every_problem_is_one_line_with_what_to_do(tmp_path, docker_engine):
     assert "will wait at the network gate" in preflight.render(probs)
 
 
+#: an environment that is not the local Docker engine (so no engine check) and needs no credential
+NO_ENGINE_ENV = "tests.envs.remote_like:RemoteLikeEnvironment"
+
+
 def test_modified_tasks_are_refused_unless_allowed(tmp_path):
     import shutil
 
@@ -118,11 +122,13 @@ def test_modified_tasks_are_refused_unless_allowed(tmp_path):
     shutil.copytree(DEMO_TASKS, tasks)
     with open(tasks / "two-stage" / "instruction.md", "a") as fh:
         fh.write("\nchanged\n")
-    cfg = resolve(tmp_path / "out", {"tasks_dir": str(tasks), "arms": ["nop"], "env": "none"}, environ={})
+    cfg = resolve(
+        tmp_path / "out", {"tasks_dir": str(tasks), "arms": ["nop"], "env": NO_ENGINE_ENV}, environ={}
+    )
     (p,) = preflight.check(cfg, {})
     assert p.blocking and "two-stage" in p.what and "--allow-modified" in p.todo
     allowed = resolve(
-        tmp_path / "out", {"tasks_dir": str(tasks), "arms": ["nop"], "env": "none", "allow_modified": True},
+        tmp_path / "out", {"tasks_dir": str(tasks), "arms": ["nop"], "env": NO_ENGINE_ENV, "allow_modified": True},
         environ={},
     )  # fmt: skip
     (note,) = preflight.check(allowed, {})
@@ -152,3 +158,38 @@ def test_the_demo_key_is_a_declared_literal_recorded_for_a_restart(tmp_path):
         _cfg(tmp_path / "o2", agent_env=[f"{DEMO_KEY_VAR}=sk-real-looking-value"])
     with pytest.raises(UserError, match="placeholder"):
         _cfg(tmp_path / "o3", agent_env_literal=[f"{DEMO_KEY_VAR}=sk-real-looking-value"])
+
+
+def test_a_cloud_environment_without_its_credential_starts_and_writes_nothing(tmp_path, monkeypatch):
+    """``--env e2b`` without E2B_API_KEY: harbor's own preflight of that environment says what is
+    missing, before the tree exists; the same check refuses ``verify-envs --env e2b`` before any
+    image is built (the fast tier hides the Docker engine: a build would fail otherwise)."""
+    monkeypatch.delenv("E2B_API_KEY", raising=False)
+    out = tmp_path / "out"
+    r = run_marathon("run", str(out), "--tasks-dir", str(DEMO_TASKS), "--arms", "oracle", "--env", "e2b",
+                     timeout=300)  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert "--env e2b: E2B requires E2B_API_KEY to be set" in r.stderr and "nothing was started" in r.stderr
+    assert not out.exists()
+
+    v = run_marathon("verify-envs", "--env", "e2b", timeout=300)
+    assert v.returncode == 1, v.stdout + v.stderr
+    assert v.stdout.splitlines() == [
+        "*          environment       FAIL  --env e2b: E2B requires E2B_API_KEY to be set. Please set this "
+        "environment variable: set what it names in this shell"
+    ]
+
+
+def test_an_unknown_environment_or_import_path_is_refused_naming_it(tmp_path):
+    cfg = _cfg(tmp_path / "a", env="nosuch", arms=["oracle"])
+    (p,) = preflight.check_environment(cfg, _env())
+    assert p.check == "environment" and p.what == "--env nosuch is not a harbor environment"
+    assert "docker, " in p.todo and "daytona" in p.todo and p.todo.endswith("or an import path module:Class")
+    (p,) = preflight.check_environment(_cfg(tmp_path / "b", env="nosuchmod:Env", arms=["oracle"]), _env())
+    assert "cannot be loaded" in p.what and "nosuchmod" in p.what
+    # an import path that loads and has no credential to check passes: the tests' remote-like sandbox
+    ok = _cfg(tmp_path / "c", env=NO_ENGINE_ENV, arms=["oracle"])
+    assert preflight.check_environment(ok, _env()) == []
+    assert (
+        preflight.check_environment(_cfg(tmp_path / "d", arms=["oracle"]), _env()) == []
+    )  # docker: the engine check
