@@ -10,9 +10,19 @@ here decides what to touch. No textual import: the same functions are testable w
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runner.ops.cleanup import CleanupPlan
+    from runner.ops.kill import KillPlan
+    from runner.ops.stop import RunnerStopPlan
+    from runner.ops.void import VoidPlan
+    from runner.schedule.start import StartPlan
+
+    #: the runner's own plan of one action, exactly what the dialog shows and ``act`` carries out
+    Plan = RunnerStopPlan | KillPlan | CleanupPlan | VoidPlan | StartPlan
 
 STOP = "stop"
 KILL = "kill"
@@ -34,7 +44,7 @@ class Planned:
     kind: str
     out: str
     text: str  # the exact plan, as shown in the dialog
-    parts: dict[str, Any] = field(default_factory=dict)
+    plan: Plan | None = None  # None: nothing to act on (``possible`` is False)
     possible: bool = True  # False: nothing to do (the dialog says why and offers only Cancel)
 
     @property
@@ -49,7 +59,7 @@ def plan_action(kind: str, out: Path, *, trial_path: str | None = None, reason: 
         from runner.ops.stop import plan_stop_runner
 
         plan = plan_stop_runner(out)
-        return Planned(kind, str(out), plan.render(), {"stop": plan}, possible=plan.possible)
+        return Planned(kind, str(out), plan.render(), plan, possible=plan.possible)
     if kind == KILL:
         from runner.ops.kill import plan_kill
         from runner.ops.procs import DEFAULT_GRACE_SEC
@@ -59,12 +69,12 @@ def plan_action(kind: str, out: Path, *, trial_path: str | None = None, reason: 
             f"The same sequence as `marathon kill --yes`: SIGTERM (by process group where safe), "
             f"{DEFAULT_GRACE_SEC:.0f} s grace, SIGKILL.\n{plan.render()}"
         )
-        return Planned(kind, str(out), text, {"kill": plan}, possible=not plan.empty)
+        return Planned(kind, str(out), text, plan, possible=not plan.empty)
     if kind == CLEANUP:
         from runner.ops.cleanup import plan_cleanup
 
         clean = plan_cleanup(out)
-        return Planned(kind, str(out), clean.render(), {"cleanup": clean}, possible=not clean.empty)
+        return Planned(kind, str(out), clean.render(), clean, possible=not clean.empty)
     if kind == VOID:
         from runner.ops.void import plan_void
 
@@ -75,12 +85,12 @@ def plan_action(kind: str, out: Path, *, trial_path: str | None = None, reason: 
             plan.render()
             + "\n\nThe trial is moved (never deleted) with a README; the runner reruns the pair in its next pass."
         )
-        return Planned(kind, str(out), text, {"void": plan})
+        return Planned(kind, str(out), text, plan)
     if kind == START:
         from runner.schedule.start import plan_start
 
         plan = plan_start(out)
-        return Planned(kind, str(out), plan.render(), {"start": plan}, possible=plan.possible)
+        return Planned(kind, str(out), plan.render(), plan, possible=plan.possible)
     raise ValueError(f"unknown action {kind!r}")
 
 
@@ -90,24 +100,24 @@ def act(planned: Planned) -> tuple[bool, str]:
     if kind == STOP:
         from runner.ops.stop import act_stop_runner
 
-        report = act_stop_runner(planned.parts["stop"])
+        report = act_stop_runner(planned.plan)
         return not report.still_alive, report.render()
     if kind == KILL:
         from runner.ops.kill import act_kill
         from runner.ops.procs import DEFAULT_GRACE_SEC
 
-        report = act_kill(planned.parts["kill"], grace_sec=DEFAULT_GRACE_SEC)
+        report = act_kill(planned.plan, grace_sec=DEFAULT_GRACE_SEC)
         return report.ok, report.render()
     if kind == CLEANUP:
         from runner.ops.cleanup import act_cleanup
 
-        rep = act_cleanup(planned.parts["cleanup"])
+        rep = act_cleanup(planned.plan)
         return rep.ok, rep.render()
     if kind == VOID:
         from runner.ops.void import act_void
         from runner.results.events import last_run_id
 
-        dest = act_void(planned.parts["void"], run_id=last_run_id(out))
+        dest = act_void(planned.plan, run_id=last_run_id(out))
         return (
             True,
             f"moved to {dest}\nthe runner reruns the pair in its next pass (R starts it if it is not running)",
@@ -115,6 +125,6 @@ def act(planned: Planned) -> tuple[bool, str]:
     if kind == START:
         from runner.schedule.start import act_start
 
-        pid = act_start(planned.parts["start"])
+        pid = act_start(planned.plan)
         return True, f"runner started, PID {pid} (detached; it keeps running when this console quits)"
     raise ValueError(f"unknown action {kind!r}")

@@ -477,7 +477,7 @@ def test_console_stop_signals_the_runner_alone_and_says_so(spawn, tmp_path):
     Registry(out).register(runner.pid, "runner", runner.args)
     planned = actions.plan_action(actions.STOP, out)
     assert "runner process alone (not its process group)" in planned.text
-    assert [t.pid for t in planned.parts["stop"].stop.targets] == [runner.pid]
+    assert [t.pid for t in planned.plan.stop.targets] == [runner.pid]
     ok, text = actions.act(planned)
     assert ok and f"sent SIGTERM to pid {runner.pid}" in text and "process group" not in text, text
     assert runner.wait(10) == 0
