@@ -674,11 +674,10 @@ class RunModel:
             self._scan_arm(task, arm_dir)
 
     def _arm_excluded(self, task: str, arm_dir: str, adir: str) -> bool:
-        try:
-            uid = os.stat(adir).st_uid
-        except OSError:
+        uid = tree.excluded_owner(adir, self._owner)
+        if uid == tree.UNREADABLE_DIR:
             return True
-        if self._owner is not None and uid != self._owner:
+        if uid is not None:
             self._excluded[adir] = Excluded(
                 path=os.path.relpath(adir, self._out_s),
                 reason=f"owned by uid {uid}, not the tree's owner uid {self._owner} (leftover of an earlier round)",
@@ -1124,10 +1123,7 @@ def pair_done(out: Path | str, task: str, arm: str) -> bool:
         if tree.arm_of_dir(arm_dir) != arm:
             continue
         adir = f"{base}/{task}/{arm_dir}"
-        try:
-            if os.stat(adir).st_uid != owner:
-                continue
-        except OSError:
+        if tree.excluded_owner(adir, owner) is not None:
             continue
         for stamp in tree.list_dirs(adir):
             name = tree.job_name_in(f"{adir}/{stamp}", arm_dir)

@@ -104,6 +104,22 @@ def _entry_is_dir(e: os.DirEntry) -> bool:
         return False
 
 
+#: what ``excluded_owner`` returns for an arm dir that cannot be looked at (gone, no permission)
+UNREADABLE_DIR = -1
+
+
+def excluded_owner(arm_path: str | os.PathLike, owner: int | None) -> int | None:
+    """The one rule for which arm dirs belong to a tree: an arm dir owned by another uid than the
+    tree's owner is a leftover of an earlier round (another user's run in a reused path) and is left
+    out everywhere. Returns that uid, ``UNREADABLE_DIR`` when the dir cannot be stat'ed, or None when
+    the dir counts. ``owner``: the tree's owner uid (None: not known, every readable dir counts)."""
+    try:
+        uid = os.stat(arm_path).st_uid
+    except OSError:
+        return UNREADABLE_DIR
+    return uid if owner is not None and uid != owner else None
+
+
 def job_name_in(stamp_dir: str | os.PathLike, arm_dir_name: str) -> str | None:
     """The job dir name under a stamp dir: ``<arm dir>`` or (for ``<arm>-<pid>`` dirs) ``<arm>``."""
     arm = arm_of_dir(arm_dir_name)
