@@ -76,6 +76,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     add_knobs(p)
     p.add_argument(
+        "--dataset", metavar="NAME@VERSION",
+        help="fetch the tasks the way harbor names them, through harbor's registry, into the cache "
+        "(instead of --tasks-dir) [recorded as $MARATHON_DATASET]",
+    )  # fmt: skip
+    p.add_argument("--registry-path", dest="registry_path", type=Path, help="a registry.json for --dataset")
+    p.add_argument("--repo", help="a git registry for --dataset (org/name or URL, optionally @ref)")
+    p.add_argument(
         "--resume", action="store_true", help="reuse OUT/.driver_env (flags given now override it)"
     )
     p.add_argument(
@@ -103,7 +110,21 @@ def run(args: argparse.Namespace) -> int:
     from runner.schedule.start import start_detached
 
     out = Path(args.out or default_out())
-    cfg = resolve(out, flags_of(args), resume=args.resume)
+    flags = flags_of(args)
+    if args.dataset:  # resolved once, into the cache: from here on it is an ordinary tasks dir
+        from runner.errors import UserError
+        from runner.schedule.dataset import fetch_dataset
+
+        if flags.get("tasks_dir"):
+            raise UserError("--dataset and --tasks-dir both name the tasks: give one")
+        got = fetch_dataset(args.dataset, registry_path=args.registry_path, repo=args.repo)
+        flags["tasks_dir"] = str(got.tasks_dir)
+        flags["tasks"] = flags.get("tasks") or list(got.tasks)
+    elif args.registry_path or args.repo:
+        from runner.errors import UserError
+
+        raise UserError("--registry-path and --repo only go with --dataset NAME@VERSION")
+    cfg = resolve(out, flags, resume=args.resume)
     if args.detach:
         d = Driver(cfg, resumed=args.resume)
         tasks = d.preflight()

@@ -71,6 +71,14 @@ KNOBS: tuple[Knob, ...] = (
         "harbor dataset dir holding the task dirs",
     ),
     Knob("tasks", "MARATHON_TASKS", "--tasks", (), "list", "comma list of task dir names (default: all)"),
+    Knob(
+        "dataset",
+        "MARATHON_DATASET",
+        "--dataset",
+        None,
+        "str",
+        "harbor dataset NAME@VERSION the tasks dir was fetched from (with --registry-path or --repo)",
+    ),
     Knob("arms", "MARATHON_ARMS", "--arms", DEFAULT_ARMS, "list", "comma list of arms, in order"),
     Knob("concurrency", "MARATHON_CONCURRENCY", "--concurrency", 4, "int", "(task, arm) jobs at once"),
     Knob("goal_timeout_sec", "GOAL_TIMEOUT_SEC", "--goal-timeout-sec", 5340, "int", "the arms' own deadline"),
@@ -155,6 +163,7 @@ class RunConfig:
     out: Path
     tasks_dir: Path | None = None
     tasks: tuple[str, ...] = ()
+    dataset: str | None = None  # NAME@VERSION the tasks dir was fetched from (--dataset), else None
     arms: tuple[str, ...] = DEFAULT_ARMS
     concurrency: int = 4
     goal_timeout_sec: int = 5340
