@@ -33,7 +33,10 @@ class HostRecord:
 
 def read_host(stamp_dir: Path | str) -> HostRecord | None:
     """The attempt's host record, or None when absent (a single-host run) or unreadable."""
-    loaded = records.load_json(os.path.join(os.fspath(stamp_dir), HOST_JSON))
+    path = os.path.join(os.fspath(stamp_dir), HOST_JSON)
+    if not os.path.lexists(path):  # a single-host tree: one lstat per attempt, not a safe open
+        return None
+    loaded = records.load_json(path)
     d = loaded.data
     if not loaded.ok or d is None:
         return None
