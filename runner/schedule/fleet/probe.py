@@ -68,7 +68,7 @@ def tree_cluster(out: Path | None, flag: str | None = None) -> str | None:
     (``MARATHON_CLUSTER`` in its ``.driver_env``), else None (a single-host tree)."""
     if flag:
         return flag
-    if out is None:
+    if out is None or not Path(out).is_dir():
         return None
     from runner.schedule.config import read_driver_env
 
