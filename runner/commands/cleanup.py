@@ -27,12 +27,21 @@ def configure(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dry-run", action="store_true", help="print the plan, change nothing (the default)")
     g.add_argument("--yes", action="store_true", help="act on the plan")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--cluster",
+        metavar="ADDR",
+        help="plan and act on every Docker host of this Ray cluster (default: the cluster OUT's run recorded)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from runner.ops.cleanup import act_cleanup, plan_cleanup
+    from runner.schedule.fleet.probe import tree_cluster
 
     args.out = args.out or default_out()
+    cluster = tree_cluster(args.out, args.cluster)
+    if cluster:
+        return run_hosts(args, cluster)
     plan = plan_cleanup(args.out, task=args.task, arm=args.arm, trial=args.trial)
     report = act_cleanup(plan) if args.yes else None
     if args.json:
@@ -45,3 +54,51 @@ def run(args: argparse.Namespace) -> int:
             print("done:")
             print(report.render())
     return 0 if report is None or report.ok else 1
+
+
+def run_hosts(args: argparse.Namespace, cluster: str) -> int:
+    """Each host's plan made on that host, the whole plan shown (every object with its host, every
+    host down named), then -- with --yes -- the removals, each on its host. Exit 0 only when every
+    host was listed and every removal succeeded."""
+    from runner.errors import NotAnOutputTree
+    from runner.ops.cleanup import (
+        CleanupPlan,
+        CleanupReport,
+        HostPlan,
+        render_host_plans,
+        render_host_reports,
+    )
+    from runner.schedule.fleet.probe import ask_hosts
+
+    if not args.out.is_dir():
+        raise NotAnOutputTree(f"{args.out} is not a directory (expected a marathon output tree)")
+
+    def host_plans(answers) -> list[HostPlan]:
+        return [
+            HostPlan(a.label, CleanupPlan.from_json(a.result) if a.ok else None, a.error) for a in answers
+        ]
+
+    def show(stage, answers) -> None:
+        if stage == "plan" and not args.json:
+            print(f"cluster {cluster}: {len(answers)} Docker host(s)")
+            print(render_host_plans(host_plans(answers)), flush=True)
+
+    params = {"task": args.task, "arm": args.arm, "trial": args.trial, "act": bool(args.yes)}
+    stages = ask_hosts(cluster, args.out, "cleanup", params, on_stage=show)
+    hosts = host_plans(stages.get("plan", []))
+    for a in stages.get("act", []):
+        for h in hosts:
+            if h.host == a.label:
+                h.report, h.error = (CleanupReport.from_json(a.result) if a.ok else None), a.error
+    if args.json:
+        print(json.dumps({"cluster": cluster, "hosts": [
+            {"host": h.host, "plan": h.plan.to_json() if h.plan else None, "error": h.error,
+             "report": h.report.to_json() if h.report else None} for h in hosts]}, indent=1))  # fmt: skip
+    elif not args.yes:
+        print("dry run: nothing changed (add --yes to remove the above)")
+    else:
+        print("done:")
+        print(render_host_reports(hosts) or "  nothing to remove")
+    listed = bool(hosts) and all(h.listed for h in hosts)
+    acted = all(not h.error and (h.report is None or h.report.ok) for h in hosts)
+    return 0 if listed and acted else 1

@@ -23,6 +23,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--net-margin", type=int, metavar="N", help="keep N networks free for others (default 2)")
     p.add_argument("-n", type=int, default=1, metavar="N", help="ask the gate about N new trials (default 1)")
+    p.add_argument(
+        "--cluster",
+        metavar="ADDR",
+        help="ask every Docker host of this Ray cluster (default: the cluster OUT's run recorded)",
+    )
 
 
 def render(status, verdict) -> str:
@@ -60,6 +65,11 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--{flag.replace('_', '-')} must not be negative")
     if args.out is not None and not args.out.is_dir():
         raise UserError(f"{args.out} is not a directory (expected a marathon output tree)")
+    from runner.schedule.fleet.probe import tree_cluster
+
+    cluster = tree_cluster(args.out, args.cluster)
+    if cluster:
+        return run_hosts(args, cluster)
     status = pool_status(args.out)
     v = verdict(status, args.n, cap=args.net_cap, margin=args.net_margin)
     if args.json:
@@ -67,3 +77,36 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render(status, v))
     return 0 if v.ok else 1
+
+
+def render_host(answer) -> str:
+    """One host's block of a cluster's ``marathon net``: the same rendering as on one host."""
+    from runner.ops.docker_pool import GateVerdict, PoolStatus
+
+    if not answer.up:
+        return f"host {answer.label}: down (not probed)"
+    if not answer.ok:
+        return f"host {answer.label}: not probed ({answer.error})"
+    status = PoolStatus.from_json(answer.result["status"])
+    v = GateVerdict.from_json(answer.result["gate"], status)
+    head = (
+        f"host {answer.label}: ours {status.used_ours}, foreign {status.used_foreign}, "
+        f"free {status.free} (cap {v.cap}, margin {v.margin}): {'OK' if v.ok else 'WAIT'}"
+    )
+    return head + "\n" + "\n".join("  " + ln for ln in render(status, v).splitlines())
+
+
+def run_hosts(args: argparse.Namespace, cluster: str) -> int:
+    """Every host of the cluster, each probed on itself; exit 0 only when every host was probed
+    and every gate lets a trial start."""
+    from runner.schedule.fleet.probe import ask_hosts
+
+    params = {"n": args.n, "cap": args.net_cap, "margin": args.net_margin}
+    answers = ask_hosts(cluster, args.out, "net", params).get("net", [])
+    if args.json:
+        print(json.dumps({"cluster": cluster, "hosts": [vars(a) for a in answers]}, indent=1))
+    else:
+        print(f"cluster {cluster}: {len(answers)} Docker host(s)")
+        print("\n".join(render_host(a) for a in answers))
+    ok = bool(answers) and all(a.ok and a.result["gate"]["ok"] for a in answers)
+    return 0 if ok else 1

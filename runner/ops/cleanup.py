@@ -58,21 +58,30 @@ class CleanupPlan:
     def to_json(self) -> dict:
         return asdict(self)
 
-    def render(self) -> str:
+    @classmethod
+    def from_json(cls, d: dict) -> CleanupPlan:
+        """The plan ``to_json`` gave (made on another host, carried back as JSON)."""
+        objs = {k: [DockerObj(**o) for o in d.get(k, [])] for k in ("containers", "networks", "images")}
+        return cls(str(d["out"]), dict(d.get("scope") or {}), list(d.get("projects") or []), **objs)
+
+    def render(self, host: str = "") -> str:
+        """The plan, one line per object; ``host`` (a cluster run's host) leads every object line."""
         scope = ", ".join(f"{k}={v}" for k, v in self.scope.items() if v) or "whole tree"
+        at = f"{host}  " if host else ""
+        where = f" on {host}" if host else ""
         lines = [
-            f"cleanup plan for {self.out} ({scope}): {len(self.projects)} compose project(s) of its trials",
+            f"cleanup plan for {self.out}{where} ({scope}): {len(self.projects)} compose project(s) of its trials",
             f"  containers to remove (force, with anonymous volumes): {len(self.containers)}",
         ]
         for c in self.containers:
-            lines.append(f"    {c.id[:12]}  {c.name:<40} {c.state:<10} project={c.project}")
+            lines.append(f"    {at}{c.id[:12]}  {c.name:<40} {c.state:<10} project={c.project}")
         lines.append(f"  networks to remove (after the containers): {len(self.networks)}")
         for n in self.networks:
-            lines.append(f"    {n.id[:12]}  {n.name:<40} {n.state:<10} project={n.project}")
+            lines.append(f"    {at}{n.id[:12]}  {n.name:<40} {n.state:<10} project={n.project}")
         lines.append(f"  images compose built for them (last, never forced): {len(self.images)}")
         for i in self.images:
             lines.append(
-                f"    {i.id.removeprefix('sha256:')[:12]}  {i.name:<40} {i.state:<10} project={i.project}"
+                f"    {at}{i.id.removeprefix('sha256:')[:12]}  {i.name:<40} {i.state:<10} project={i.project}"
             )
         lines.append('  selected by exact label "com.docker.compose.project" = a trial\'s compose project')
         return "\n".join(lines)
@@ -93,6 +102,10 @@ class CleanupReport:
 
     def to_json(self) -> dict:
         return asdict(self) | {"ok": self.ok}
+
+    @classmethod
+    def from_json(cls, d: dict) -> CleanupReport:
+        return cls(**{k: list(d.get(k) or []) for k in cls.__dataclass_fields__})
 
     def render(self) -> str:
         lines = [
@@ -217,3 +230,48 @@ def act_cleanup(plan: CleanupPlan, client: docker.DockerClient | None = None) ->
     report.removed_networks = call_engine(client, _act, projects, plan.networks, report)
     report.removed_images = call_engine(client, _act, projects, plan.images, report)
     return report
+
+
+@dataclass
+class HostPlan:
+    """One host's part of a cluster run's cleanup: its plan, made on that host (None when the host
+    was down or its plan could not be made), and what acting on it did."""
+
+    host: str  # NAME/IP
+    plan: CleanupPlan | None
+    error: str = ""  # why there is no plan, when the host was up
+    report: CleanupReport | None = None
+
+    @property
+    def listed(self) -> bool:
+        return self.plan is not None
+
+
+def render_host_plans(hosts: list[HostPlan]) -> str:
+    """A cluster run's whole cleanup plan: every host's, each object named with its host, and every
+    host whose objects could not be listed said as such."""
+    lines = []
+    for h in hosts:
+        if h.plan is not None:
+            lines.append(h.plan.render(host=h.host))
+        elif h.error:
+            lines.append(f"host {h.host}: its objects were not listed ({h.error})")
+        else:
+            lines.append(f"host {h.host} down: its objects were not listed")
+    unlisted = [h.host for h in hosts if not h.listed]
+    total = sum(len(h.plan.containers) + len(h.plan.networks) + len(h.plan.images) for h in hosts if h.plan)
+    lines.append(
+        f"{len(hosts)} host(s), {total} object(s) to remove"
+        + (f"; NOT listed: {', '.join(unlisted)}" if unlisted else "")
+    )
+    return "\n".join(lines)
+
+
+def render_host_reports(hosts: list[HostPlan]) -> str:
+    lines = []
+    for h in hosts:
+        if h.report is not None:
+            lines += [f"host {h.host}:", h.report.render()]
+        elif h.listed and h.error:
+            lines.append(f"host {h.host}: FAILED: {h.error}")
+    return "\n".join(lines)

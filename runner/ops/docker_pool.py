@@ -191,6 +191,13 @@ class PoolStatus:
         d["used"] = self.used
         return d
 
+    @classmethod
+    def from_json(cls, d: Mapping) -> PoolStatus:
+        """The status ``to_json`` gave (another host's, carried back as JSON)."""
+        fields = {k: v for k, v in d.items() if k not in ("used", "pools", "networks")}
+        return cls(**fields, pools=[Pool(**p) for p in d.get("pools", [])],
+                   networks=[NetInfo(**n) for n in d.get("networks", [])])  # fmt: skip
+
 
 def pools_from_info(info: Mapping) -> list[Pool]:
     """The daemon's address pools (or Docker's built-in defaults when it lists none)."""
@@ -339,6 +346,10 @@ class GateVerdict:
 
     def to_json(self) -> dict:
         return {"ok": self.ok, "reason": self.reason, "cap": self.cap, "margin": self.margin}
+
+    @classmethod
+    def from_json(cls, d: Mapping, status: PoolStatus) -> GateVerdict:
+        return cls(bool(d["ok"]), str(d["reason"]), status, int(d.get("cap", 0)), int(d.get("margin", 0)))
 
 
 def _env_int(name: str) -> int | None:

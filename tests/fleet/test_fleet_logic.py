@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -58,3 +59,74 @@ def test_host_json_round_trip_and_hostile_files(tmp_path):
     (tmp_path / HOST_JSON).unlink()
     (tmp_path / HOST_JSON).symlink_to("/etc/hostname")  # a symlink out of the dir is refused
     assert read_host(tmp_path) is None
+
+
+def _plan(out, *objs):
+    from runner.ops.cleanup import CleanupPlan, DockerObj
+
+    plan = CleanupPlan(str(out), {"task": None, "arm": None, "trial": None}, sorted({o[2] for o in objs}))
+    for kind, name, project in objs:
+        obj = DockerObj(kind, hashlib.sha256(name.encode()).hexdigest(), name, project, "running")
+        {"container": plan.containers, "network": plan.networks, "image": plan.images}[kind].append(obj)
+    return plan
+
+
+def test_a_cluster_cleanup_plan_names_the_host_of_every_object_and_every_host_down(tmp_path):
+    from runner.ops.cleanup import CleanupPlan, HostPlan, render_host_plans
+
+    p1 = _plan(tmp_path, ("container", "calc-partial__abc__env-main-1", "calc-partial__abc__env"),
+               ("network", "calc-partial__abc__env_default", "calc-partial__abc__env"))  # fmt: skip
+    p2 = _plan(tmp_path, ("container", "words-passrate__xyz__env-main-1", "words-passrate__xyz__env"))
+    assert CleanupPlan.from_json(json.loads(json.dumps(p1.to_json()))) == p1  # carried back as JSON
+    hosts = [
+        HostPlan("vm/10.213.0.1", p1),
+        HostPlan("vm/10.213.0.2", p2),
+        HostPlan("gpu7/10.0.0.7", None),
+        HostPlan("gpu8/10.0.0.8", None, "docker engine not reachable"),
+    ]
+    text = render_host_plans(hosts)
+    lines = text.splitlines()
+    objects = [ln for ln in lines if "project=" in ln]
+    assert len(objects) == 3
+    assert [ln.split()[0] for ln in objects] == ["vm/10.213.0.1", "vm/10.213.0.1", "vm/10.213.0.2"]
+    assert any("words-passrate__xyz__env-main-1" in ln and "vm/10.213.0.2" in ln for ln in objects)
+    assert "host gpu7/10.0.0.7 down: its objects were not listed" in lines
+    assert "host gpu8/10.0.0.8: its objects were not listed (docker engine not reachable)" in lines
+    assert lines[-1] == "4 host(s), 3 object(s) to remove; NOT listed: gpu7/10.0.0.7, gpu8/10.0.0.8"
+    assert not HostPlan("gpu7/10.0.0.7", None).listed
+
+
+def test_a_cluster_net_block_per_host_and_a_host_down(tmp_path):
+    from runner.commands.net import render_host
+    from runner.ops.docker_pool import NetInfo, Pool, PoolStatus, verdict
+    from runner.schedule.fleet.probe import HostAnswer, _stages, emit
+
+    status = PoolStatus(31, 2, 3, 26, [], [Pool("172.17.0.0/16", 16, 31, 5)],
+                        [NetInfo("calc-partial__abc__env_default", "n1", ["172.18.0.0/16"], "172.17.0.0/16",
+                                 "calc-partial__abc__env", True, False)])  # fmt: skip
+    v = verdict(status, 1, cap=20, margin=2)
+    assert PoolStatus.from_json(json.loads(json.dumps(status.to_json()))) == status
+    up = HostAnswer("vm", "10.213.0.2", "n2", True, {"status": status.to_json(), "gate": v.to_json()})
+    down = HostAnswer("gpu7", "10.0.0.7", "n7", False)
+    block = render_host(up)
+    assert block.splitlines()[0] == "host vm/10.213.0.2: ours 2, foreign 3, free 26 (cap 20, margin 2): OK"
+    assert "calc-partial__abc__env_default" in block and "gate: OK" in block
+    assert render_host(down) == "host gpu7/10.0.0.7: down (not probed)"
+    # the probe job's log, with Ray's own lines around the answers, gives the answers back
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        emit("net", [up, down])
+    assert _stages(f"2026 INFO worker.py -- Connecting\n{buf.getvalue()}bye\n") == {"net": [up, down]}
+
+
+def test_a_tree_of_a_cluster_run_names_its_cluster(tmp_path):
+    from runner.schedule.fleet.probe import tree_cluster
+
+    cfg = resolve(tmp_path, {"tasks_dir": str(tmp_path), "cluster": "ray://10.0.0.1:8265"})
+    write_driver_env(cfg)
+    assert tree_cluster(tmp_path) == "ray://10.0.0.1:8265"
+    assert tree_cluster(tmp_path, "ray://other:8265") == "ray://other:8265"
+    assert tree_cluster(tmp_path / "none") is None and tree_cluster(None) is None

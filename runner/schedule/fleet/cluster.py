@@ -69,21 +69,29 @@ def _local_dashboard() -> str:
     return f"http://{url}"
 
 
+def tree_key(out: Path) -> str:
+    """A short stable name of an output tree, for the ids of its Ray jobs."""
+    return hashlib.sha256(str(Path(out).resolve()).encode()).hexdigest()[:10]
+
+
 def attempt_id(out: Path, task: str, arm: str, stamp: str) -> str:
     """The Ray ``submission_id`` of one attempt: unique per tree, pair and stamp, readable in
     ``ray job list``."""
-    tree = hashlib.sha256(str(Path(out).resolve()).encode()).hexdigest()[:10]
-    return f"marathon-{tree}-{task}__{arm}__{stamp}"
+    return f"marathon-{tree_key(out)}-{task}__{arm}__{stamp}"
+
+
+def module_command(module: str, *args: str) -> str:
+    """The shell command of a job that runs ``python -m module args``: this interpreter and this
+    checkout (the same paths on every host) -- never the value of a secret."""
+    return (
+        f"cd {shlex.quote(str(PROJECT_ROOT))} && exec env PYTHONPATH={shlex.quote(str(PROJECT_ROOT))} "
+        + shlex.join([sys.executable, "-m", module, *args])
+    )
 
 
 def entrypoint(out: Path, task: str, arm: str, stamp: str) -> str:
-    """The shell command of an attempt's job: this interpreter and this checkout (the same paths on
-    every host), the tree and the attempt -- no value of any secret."""
-    args = [sys.executable, "-m", "runner.schedule.fleet.job", str(out), task, arm, stamp]
-    return (
-        f"cd {shlex.quote(str(PROJECT_ROOT))} && exec env PYTHONPATH={shlex.quote(str(PROJECT_ROOT))} "
-        + shlex.join(args)
-    )
+    """The shell command of an attempt's job: the tree and the attempt."""
+    return module_command("runner.schedule.fleet.job", str(out), task, arm, stamp)
 
 
 @dataclass(frozen=True)

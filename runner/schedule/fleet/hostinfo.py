@@ -1,4 +1,5 @@
-"""Writing ``host.json`` on the host that runs an attempt (``runner.results.records.hosts`` reads it).
+"""Where a cluster job runs: ``host.json`` on the host that runs an attempt (``runner.results.hosts`` reads it),
+and the job's own Ray connection from that host.
 
 Why: the record must come from the host itself -- its name, its Ray node, the engine its jobs
 drive -- at the moment the attempt starts there, never from the scheduler afterwards.
@@ -7,6 +8,7 @@ drive -- at the moment the attempt starts there, never from the scheduler afterw
 from __future__ import annotations
 
 import json
+import os
 import socket
 from dataclasses import asdict
 from pathlib import Path
@@ -31,3 +33,20 @@ def write_host(stamp_dir: Path, rec: HostRecord) -> Path:
     path = Path(stamp_dir) / HOST_JSON
     safeio.write_atomic(path, json.dumps(asdict(rec), indent=1) + "\n")
     return path
+
+
+def join_here() -> str:
+    """``ray.init`` as a driver of the job this process runs in, attached to this host's node;
+    returns this host's IP. The IP is this host's address facing the cluster's control store
+    (``RAY_ADDRESS``, set by the job's supervisor): Ray's own guess aims at a public resolver, which
+    a host without internet lacks, and then falls back to the host name -- and may attach to
+    another node."""
+    import ray
+
+    gcs = os.environ["RAY_ADDRESS"]
+    host, _, port = gcs.rpartition(":")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host, int(port)))  # UDP: no packet is sent, only the route is chosen
+        ip = s.getsockname()[0]
+    ray.init(address=gcs, _node_ip_address=ip, log_to_driver=False, logging_level="ERROR")
+    return ip

@@ -20,7 +20,6 @@ exits only once the cluster too counts the node dead, so the runner voids the at
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -33,25 +32,15 @@ import psutil
 from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir
 from runner.schedule.config import resolve
 from runner.schedule.driver import HARBOR_LOG, arm_mounts, harbor_argv, job_env
-from runner.schedule.fleet.hostinfo import this_host, write_host
+from runner.schedule.fleet.hostinfo import join_here, this_host, write_host
 from runner.secrets import screen_all
 
 
 def ray_node() -> tuple[str, str]:
-    """(node id, node IP) of the Ray node this job runs on, asked of the cluster itself. The IP is
-    this host's address facing the cluster's control store (``RAY_ADDRESS``, set by the job's
-    supervisor): Ray's own guess aims at a public resolver, which a host without internet lacks,
-    and then falls back to the host name -- and may attach to another node."""
-    import socket
-
+    """(node id, node IP) of the Ray node this job runs on, asked of the cluster itself."""
     import ray
 
-    gcs = os.environ["RAY_ADDRESS"]
-    host, _, port = gcs.rpartition(":")
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((host, int(port)))  # UDP: no packet is sent, only the route is chosen
-        ip = s.getsockname()[0]
-    ray.init(address=gcs, _node_ip_address=ip, log_to_driver=False, logging_level="ERROR")
+    ip = join_here()
     try:
         node_id = ray.get_runtime_context().get_node_id()
     finally:

@@ -1,0 +1,256 @@
+"""Asking every host of a cluster run about its own engine (``marathon net`` and ``marathon cleanup``).
+
+Why: a host's address pool and its Docker objects are seen only from that host -- its engine is the
+``DOCKER_HOST`` of its Ray node, its host routes are its own. The runner is only a client of the
+head's job API (the address ``--cluster`` names; it never joins the cluster, and the Ray client
+server's port is nothing ``--cluster`` records), so it submits one short Ray job,
+``python -m runner.schedule.fleet.probe OP OUT PARAMS``. That job lists the cluster's nodes and runs
+one task pinned to each alive node that declares ``docker_slots`` (``NodeAffinitySchedulingStrategy``
+with ``soft=False``, ``num_cpus=0``, so a full host is still asked): the probe, the cleanup plan and
+the removal run on that host, against that host's engine, by the runner's own functions. Each
+stage's answers are one JSON line of the job's log, which the client reads back through the job
+API -- the cleanup plan as soon as it is made, before anything is removed. A host whose node is dead
+is answered as down, never left out. Nothing secret is in the entrypoint, the tasks' arguments or
+the metadata: the tree's path, the scope and the gate's numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from runner.errors import UserError
+from runner.schedule.fleet.cluster import SLOT, Fleet, module_command, tree_key
+
+#: a stage's answers in the probe job's log: ``MARK STAGE JSON`` on one line
+MARK = "marathon-hosts"
+#: how long the probe job's tasks may take together (a host's engine that does not answer)
+TASK_SEC = 120.0
+#: how long the client waits for the probe job (its start, the tasks, a cleanup's removals)
+JOB_SEC = 900.0
+#: metadata key of a probe job: the tree it asked about (not ``META_OUT``: no attempt of the tree)
+META_PROBE = "marathon_probe"
+
+
+@dataclass(frozen=True)
+class HostAnswer:
+    """One host's answer to one stage: its result (a JSON object), or why there is none."""
+
+    host: str  # the host name its node reports
+    ip: str
+    node_id: str
+    up: bool
+    result: dict | None = None
+    error: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.host}/{self.ip}"
+
+    @property
+    def ok(self) -> bool:
+        return self.up and self.result is not None and not self.error
+
+    @classmethod
+    def from_json(cls, d: dict) -> HostAnswer:
+        return cls(str(d["host"]), str(d["ip"]), str(d["node_id"]), bool(d["up"]), d.get("result"),
+                   str(d.get("error") or ""))  # fmt: skip
+
+
+def tree_cluster(out: Path | None, flag: str | None = None) -> str | None:
+    """The cluster a command about ``out`` asks: ``--cluster``, else the one the tree's run recorded
+    (``MARATHON_CLUSTER`` in its ``.driver_env``), else None (a single-host tree)."""
+    if flag:
+        return flag
+    if out is None or not Path(out).is_dir():
+        return None
+    from runner.schedule.config import read_driver_env
+
+    return read_driver_env(out).get("MARATHON_CLUSTER") or None
+
+
+# --- the work on one host (a pinned task) -------------------------------------------------------
+
+
+def net_here(out: str | None, n: int, cap: int | None, margin: int | None) -> dict:
+    """This host's address pools and its gate's verdict (``marathon net`` on this host)."""
+    from runner.ops.docker_pool import pool_status, verdict
+
+    status = pool_status(Path(out) if out else None)
+    return {"status": status.to_json(), "gate": verdict(status, n, cap=cap, margin=margin).to_json()}
+
+
+def plan_here(out: str, scope: dict[str, str | None]) -> dict:
+    """This host's cleanup plan for the tree (``runner.ops.cleanup.plan_cleanup`` on this host)."""
+    from runner.ops.cleanup import plan_cleanup
+
+    return plan_cleanup(Path(out), **scope).to_json()
+
+
+def act_here(plan: dict) -> dict:
+    """Act on this host's plan (``runner.ops.cleanup.act_cleanup``: labels re-read before each removal)."""
+    from runner.ops.cleanup import CleanupPlan, act_cleanup
+
+    return act_cleanup(CleanupPlan.from_json(plan)).to_json()
+
+
+# --- the probe job, on the cluster -------------------------------------------------------------
+
+
+def cluster_hosts() -> tuple[list[HostAnswer], list[HostAnswer]]:
+    """(alive hosts, down hosts) of the cluster: every alive node declaring ``docker_slots``, and one
+    entry per address whose node is dead with no alive node at that address (a restarted host's old
+    node is not a host down)."""
+    import ray
+
+    alive, dead = [], {}
+    for n in ray.nodes():
+        slots = float((n.get("Resources") or {}).get(SLOT, 0))
+        h = HostAnswer(n.get("NodeManagerHostname", ""), n.get("NodeManagerAddress", ""), n["NodeID"],
+                       bool(n.get("Alive")))  # fmt: skip
+        if h.up and slots > 0:
+            alive.append(h)
+        elif not h.up and (slots > 0 or not n.get("Resources")):
+            dead[h.ip] = h  # a dead node's resources may be gone from the record: still a host lost
+    up_ips = {h.ip for h in alive}
+    down = [h for ip, h in dead.items() if ip not in up_ips]
+    return sorted(alive, key=lambda h: h.ip), sorted(down, key=lambda h: h.ip)
+
+
+def on_each(
+    hosts: list[HostAnswer], fn: Callable[..., dict], args: Callable[[HostAnswer], tuple]
+) -> list[HostAnswer]:
+    """``fn(*args(host))`` on every host, each in a task pinned to its node; every host answers
+    (its result, or the error or silence that stood in for one)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not hosts:
+        return []
+    task = ray.remote(num_cpus=0, max_retries=0)(fn)
+    refs = {
+        h.node_id: task.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(h.node_id, soft=False)
+        ).remote(*args(h))
+        for h in hosts
+    }
+    ray.wait(list(refs.values()), num_returns=len(refs), timeout=TASK_SEC)
+    answers = []
+    for h in hosts:
+        ref = refs[h.node_id]
+        try:
+            answers.append(HostAnswer(h.host, h.ip, h.node_id, True, ray.get(ref, timeout=0)))
+        except ray.exceptions.GetTimeoutError:
+            ray.cancel(ref, force=True)
+            answers.append(
+                HostAnswer(h.host, h.ip, h.node_id, True, error=f"no answer within {TASK_SEC:.0f} s")
+            )
+        except Exception as exc:  # noqa: BLE001 - the host's own error is its answer
+            first = (str(getattr(exc, "cause", None) or exc).strip().splitlines() or [type(exc).__name__])[-1]
+            answers.append(HostAnswer(h.host, h.ip, h.node_id, True, error=first[:300]))
+    return answers
+
+
+def emit(stage: str, answers: list[HostAnswer]) -> None:
+    print(f"{MARK} {stage} {json.dumps([asdict(a) for a in answers])}", flush=True)
+
+
+def job_main(op: str, out: str, params: dict[str, Any]) -> int:
+    """The probe job: ``net`` (each host's pools and gate) or ``cleanup`` (each host's plan, then,
+    with ``act``, the removals on the hosts whose plan is not empty)."""
+    import runner.schedule.fleet.probe as here  # the tasks' functions by module name, not __main__
+    from runner.schedule.fleet.hostinfo import join_here
+
+    join_here()
+    alive, down = cluster_hosts()
+    if op == "net":
+        emit(
+            "net",
+            on_each(alive, here.net_here, lambda h: (out, params["n"], params["cap"], params["margin"]))
+            + down,
+        )
+        return 0
+    scope = {k: params.get(k) for k in ("task", "arm", "trial")}
+    plans = on_each(alive, here.plan_here, lambda h: (out, scope))
+    emit("plan", plans + down)
+    if params.get("act"):
+        todo = [a for a in plans if a.ok and any(a.result[k] for k in ("containers", "networks", "images"))]
+        by_id = {a.node_id: a.result for a in todo}
+        emit("act", on_each(todo, here.act_here, lambda h: (by_id[h.node_id],)))
+    return 0
+
+
+# --- the runner's side -------------------------------------------------------------------------
+
+
+def ask_hosts(
+    cluster: str,
+    out: Path | None,
+    op: str,
+    params: dict[str, Any],
+    on_stage: Callable[[str, list[HostAnswer]], None] | None = None,
+) -> dict[str, list[HostAnswer]]:
+    """Run the probe job ``op`` on the cluster and return each stage's answers; ``on_stage`` sees
+    each stage as soon as the job's log holds it (a cleanup's plan before its removals)."""
+    fleet = Fleet.connect(cluster)
+    tree = str(Path(out).resolve()) if out is not None else ""
+    sid = f"marathon-{tree_key(Path(tree or '/'))}-{op}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
+    fleet.client.submit_job(
+        entrypoint=module_command("runner.schedule.fleet.probe", op, tree, json.dumps(params)),
+        submission_id=sid,
+        entrypoint_num_cpus=0,
+        metadata={META_PROBE: tree, "op": op},
+    )
+    stages: dict[str, list[HostAnswer]] = {}
+    deadline = time.monotonic() + JOB_SEC
+    try:
+        while True:
+            status = str(getattr(fleet.client.get_job_status(sid), "value", ""))
+            logs = fleet.client.get_job_logs(sid)
+            for stage, answers in _stages(logs).items():
+                if stage not in stages:
+                    stages[stage] = answers
+                    if on_stage:
+                        on_stage(stage, answers)
+            if status in ("SUCCEEDED", "FAILED", "STOPPED"):
+                break
+            if time.monotonic() > deadline:
+                fleet.stop(sid)
+                raise UserError(f"the cluster's probe job {sid} did not end within {JOB_SEC:.0f} s")
+            time.sleep(0.5)
+        if status != "SUCCEEDED":
+            tail = "\n".join(logs.splitlines()[-15:])
+            raise UserError(f"the cluster's probe job {sid} ended {status}:\n{tail}")
+    finally:
+        try:
+            fleet.client.delete_job(sid)  # a probe is no attempt: keep the cluster's job list to those
+        except Exception:  # noqa: BLE001, S110 - still running (stopped above) or already gone
+            pass
+    return stages
+
+
+def _stages(logs: str) -> dict[str, list[HostAnswer]]:
+    got = {}
+    for line in logs.splitlines():
+        if line.startswith(MARK + " "):
+            _, stage, raw = line.split(" ", 2)
+            got[stage] = [HostAnswer.from_json(d) for d in json.loads(raw)]
+    return got
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 3 or args[0] not in ("net", "cleanup"):
+        print("usage: python -m runner.schedule.fleet.probe net|cleanup OUT PARAMS_JSON", file=sys.stderr)
+        return 2
+    return job_main(args[0], args[1], json.loads(args[2]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
