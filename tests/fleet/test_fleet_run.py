@@ -137,6 +137,12 @@ def test_two_hosts_run_every_pair_once_and_clean_up(cluster, tmp_path):
         assert all(h is not None for h in hosts.values()), hosts
         nodes = {n["node_id"]: n["node_ip"] for n in th.nodes()}
         assert {h.node_id for h in hosts.values()} == set(nodes), f"both hosts must have worked: {hosts}"
+        # the console's hosts panel asks the same head: both Docker hosts alive, two slots each
+        from console.feeds import NodesReader
+
+        seen, error = NodesReader(th.cluster).read()
+        assert error is None and seen is not None, error
+        assert {(n.node_id, n.alive, n.slots) for n in seen if n.slots > 0} == {(n, True, 2.0) for n in nodes}
         for h in hosts.values():  # each job drove its own host's engine
             assert h.node_ip == nodes[h.node_id]
             assert h.docker_host == (
