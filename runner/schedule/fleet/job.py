@@ -102,7 +102,11 @@ def end_tree(proc: subprocess.Popen) -> list[int]:
 def watch_raylet(raylet: psutil.Process, proc: subprocess.Popen, lost: threading.Event) -> None:
     """End harbor once this node's raylet is gone (see the module's docstring)."""
     while proc.poll() is None:
-        if not raylet.is_running() or raylet.status() == psutil.STATUS_ZOMBIE:
+        try:
+            gone = not raylet.is_running() or raylet.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:  # it ended between the two looks
+            gone = True
+        if gone:
             lost.set()
             pids = end_tree(proc)
             say(f"this host's raylet (PID {raylet.pid}) is gone: the cluster counts the node lost; "
