@@ -361,8 +361,26 @@ class Driver:
             old[sig] = signal.signal(sig, handler)
         return old
 
+    def _release_stale_claims_of_done_pairs(self, all_pairs: list[tuple[str, str]]) -> None:
+        """A dead runner's claim on a pair that is done: its orphan harbor finished the pair before a
+        restarted runner could adopt it (after ``kill -9`` and ``health --fix``). Nothing will run
+        the pair again, so the claim is released here, as ``health --fix`` would (only while it is
+        still exactly that claim and still stale)."""
+        wanted = set(all_pairs)
+        for c in claimsmod.list_claims(self.out):
+            if (
+                (c.task, c.arm) in wanted
+                and c.state == claimsmod.STALE
+                and pair_done(self.out, c.task, c.arm)
+            ):
+                if claimsmod.remove_stale(self.out, c):
+                    self.log.emit(
+                        EventKind.CLAIM_RELEASE, task=c.task, arm=c.arm, stale_of=c.holder.describe()
+                    )
+
     def _passes(self, all_pairs: list[tuple[str, str]]) -> str:
         for pass_no in range(1, self.cfg.max_passes + 1):
+            self._release_stale_claims_of_done_pairs(all_pairs)
             queue = [p for p in all_pairs if not pair_done(self.out, *p) and not self._is_running(p)]
             if not queue and not self.running:
                 return "all pairs done"
