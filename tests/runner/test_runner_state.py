@@ -244,3 +244,27 @@ def test_a_zombie_holder_is_dead(tmp_path):
         assert r.acquired and r.replaced is not None and r.replaced.holder == holder
     finally:
         p.wait()
+
+
+def test_a_dead_runners_stale_claim_on_a_done_pair_is_released_by_the_next_runner(
+    mini_tree, tmp_path, dead_other
+):
+    """A pair an orphan harbor finished after its runner was killed keeps the dead runner's claim;
+    the next runner releases it (else `health` reports a stale claim forever). The tree is the recorded
+    mini tree (every pair done), the runner a real `marathon run` process, the holder a real exited one."""
+    import shutil
+
+    from runner_support import DEMO_TASKS, events, run_marathon
+
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    assert claims.try_claim(out, "calc-partial", "nop", dead_other).acquired
+    assert claims.try_claim(out, "calc-partial", "oracle", dead_other).acquired
+    claim = next(c for c in claims.list_claims(out) if c.arm == "nop")
+    assert claim.state == claims.STALE
+    r = run_marathon("run", str(out), "--tasks-dir", str(DEMO_TASKS), "--arms", "oracle,nop", "--plain",
+                     "--env", "tests.envs.remote_like:RemoteLikeEnvironment", timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert claims.list_claims(out) == []
+    released = {(e["task"], e["arm"]) for e in events(out, "claim_release") if e.get("stale_of")}
+    assert released == {("calc-partial", "nop"), ("calc-partial", "oracle")}
