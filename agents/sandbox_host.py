@@ -41,6 +41,7 @@ from agents.session import ArmFailure
 from agents.staging import CONTAINER_CODEX_ROOT, StagingError, load_staged
 from agents.transport import (
     EnvironmentLost,
+    container_lost,
     find_main_container,
     image_of_container,
     is_local_docker,
@@ -48,7 +49,7 @@ from agents.transport import (
 )
 from modes import safeio
 from modes.config_digest import config_digests
-from modes.naming import compose_project
+from modes.naming import ENVIRONMENT_LOST, compose_project
 
 REPO = Path(__file__).resolve().parents[1]
 #: The stdlib-only modules the driver needs, uploaded as a package tree (harbor is not installed there).
@@ -98,10 +99,12 @@ class SandboxTransport:
     """Short execs, uploads and downloads on a harbor environment; the ``Transport`` parts the
     LoopX preparation needs (``container_exec``, ``deliver``, ``workdir``, ``user``)."""
 
-    def __init__(self, environment, workdir: str, user: str | None) -> None:
+    def __init__(self, environment, workdir: str, user: str | None, container_id: str | None = None) -> None:
         self.environment = environment
         self.workdir = workdir
         self.user = user
+        #: the main container on harbor's local Docker environment: asked by ``lost`` (None elsewhere)
+        self.container_id = container_id
         self.lost_execs = 0
         self.execs = 0
         self.delivery: dict[str, Any] = {}
@@ -152,6 +155,14 @@ class SandboxTransport:
         await self.exec(f"chmod -R a+rX {q}", user="root", timeout=300)
         return tree_bytes(host_dir)
 
+    async def lost(self, settle_sec: float = 10.0) -> str | None:
+        """Why the sandbox is gone, asked after a step failed: the engine's own state of the main
+        container on harbor's local Docker environment (``agents.transport.container_lost``). On
+        other environments None: there the status watch's silence rule (``Watch.run``) says it."""
+        if self.container_id is None:
+            return None
+        return await asyncio.to_thread(container_lost, self.container_id, settle_sec)
+
     def describe(self) -> dict:
         return {
             "kind": "sandbox-driver",
@@ -164,13 +175,17 @@ class SandboxTransport:
         }
 
 
-async def connect(environment) -> SandboxTransport:
-    """The task user's workdir, asked from the sandbox (never assumed to be /app)."""
+async def connect(environment, trial_name: str) -> SandboxTransport:
+    """The task user's workdir, asked from the sandbox (never assumed to be /app); on harbor's
+    local Docker environment also the main container, so a failure can ask whether it still runs."""
     user = getattr(environment, "default_user", None)
     user = str(user) if user not in (None, "") else None
     cfg = getattr(environment, "task_env_config", None)
     workdir = getattr(cfg, "workdir", None)
-    t = SandboxTransport(environment, workdir or "/", user)
+    cid = None
+    if is_local_docker(environment):
+        cid = await asyncio.to_thread(find_main_container, compose_project(trial_name))
+    t = SandboxTransport(environment, workdir or "/", user, cid)
     if not workdir:
         r = await t.exec("pwd")
         t.workdir = (r.stdout or "").strip().splitlines()[-1] if r.return_code == 0 and r.stdout else "/"
@@ -319,6 +334,11 @@ class Watch:
                         self.budget_end = now + float(left) + WIND_DOWN_GRACE_SEC
                 if status.get("done"):
                     return status
+            elif now - self.last_answer > POLL_SEC and (gone := await self.t.lost(settle_sec=0)) is not None:
+                # an unanswered poll: a container that is not running ends the watch now, not in a minute
+                raise EnvironmentLost(
+                    f"{gone} (driver's last phase: {self.status.get('phase', 'not started')})"
+                )
             if now - self.last_answer > SILENT_SEC:
                 raise EnvironmentLost(
                     f"the sandbox answered no status poll for {SILENT_SEC:.0f} s "
@@ -406,15 +426,15 @@ def merge_receipt(host: Receipt, driver: dict) -> Receipt:
     return merged
 
 
-def record_audit_facts(agent, environment) -> None:
+def record_audit_facts(agent, environment, t: SandboxTransport) -> None:
     """What the fairness audit compares, recorded as the docker-exec path records it: the staged
     codex binary's sha256 and, on harbor's local Docker environment, the image's content digest
     (other environments expose no image: the receipt says so and the audit compares what is there)."""
     agent._record_codex_sha256()
     image = None
-    if is_local_docker(environment):
+    if t.container_id is not None:
         try:
-            image = image_of_container(find_main_container(compose_project(agent._trial_name())))
+            image = image_of_container(t.container_id)
         except Exception:  # noqa: BLE001 - a fact not recorded is a warning, never a failed trial
             image = None
     if image is None:
@@ -515,12 +535,12 @@ async def run_in_sandbox(agent, instruction: str, environment, context) -> None:
     cred: str | None = None
     failure: ArmFailure | None = None
     try:
-        t = await connect(environment)
+        t = await connect(environment, agent._trial_name())
         receipt.transport = t.describe()
         await agent.prepare(t)
         secret = agent._credential()
         await ensure_codex(agent, t)
-        record_audit_facts(agent, environment)
+        record_audit_facts(agent, environment, t)
         cred = await upload_credentials(t, secret)
         del secret
         await upload_bundle(t)
@@ -551,6 +571,10 @@ async def run_in_sandbox(agent, instruction: str, environment, context) -> None:
         receipt.stop_reason = "error"
         if str(exc) not in receipt.errors:
             receipt.errors.append(f"{type(exc).__name__}: {exc}")
+        lost = await t.lost() if t is not None and not isinstance(exc, EnvironmentLost) else None
+        if lost is not None:  # the sandbox failed under the agent: infrastructure, not the arm
+            receipt.errors.append(f"{ENVIRONMENT_LOST}: {lost}")
+            raise EnvironmentLost(f"{lost}; the step failed with {type(exc).__name__}: {exc}") from exc
         if watch is not None and watch.status.get("pid") and not watch.status.get("done"):
             await watch.send(_signal_command(watch.status, "KILL"), "SIGKILL (host failure)")
         raise

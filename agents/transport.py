@@ -209,6 +209,33 @@ def find_main_container(project: str) -> str:
     )
 
 
+def container_lost(container_id: str, settle_sec: float = 10.0) -> str | None:
+    """Why the container is gone (exited, removed, its engine unreachable), or None if it runs.
+
+    A killed container's exec'd processes die (exit 137) a moment before the engine marks the
+    container exited, so "running" is re-checked for ``settle_sec`` (only ever asked after a step
+    failed; a healthy container costs that wait once, on the failure path). The engine's own state,
+    never words the agent could print, so a failure the agent caused itself is not voided.
+    """
+    deadline = time.monotonic() + settle_sec
+    while True:
+        try:
+            res = _docker(
+                "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", container_id, timeout=30
+            )
+        except subprocess.TimeoutExpired:
+            return f"docker inspect of container {container_id[:12]} timed out"
+        if res.returncode != 0:
+            err = res.stderr.decode(errors="replace").strip().splitlines()
+            return f"container {container_id[:12]}: {err[-1] if err else 'docker inspect failed'}"
+        status, _, code = res.stdout.decode().strip().partition(" ")
+        if status != "running":
+            return f"container {container_id[:12]} is {status or 'gone'} (exit code {code or '?'})"
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.5)
+
+
 def container_workdir(cid: str) -> str:
     res = _docker("inspect", "--format", "{{.Config.WorkingDir}}", cid)
     return res.stdout.decode().strip() or "/"
@@ -300,30 +327,7 @@ class DockerExecTransport(Transport):
         _docker("exec", "-u", "0", self.container_id, "chmod", "-R", "a+rX", container_dir)
 
     def lost(self, settle_sec: float = 10.0) -> str | None:
-        """A killed container's exec'd processes die (exit 137) a moment before the engine marks
-        the container exited, so "running" is re-checked for ``settle_sec`` (only ever asked after
-        a step failed; a healthy container costs that wait once, on the failure path)."""
-        deadline = time.monotonic() + settle_sec
-        while True:
-            try:
-                res = _docker(
-                    "inspect",
-                    "--format",
-                    "{{.State.Status}} {{.State.ExitCode}}",
-                    self.container_id,
-                    timeout=30,
-                )
-            except subprocess.TimeoutExpired:
-                return f"docker inspect of container {self.container_id[:12]} timed out"
-            if res.returncode != 0:
-                err = res.stderr.decode(errors="replace").strip().splitlines()
-                return f"container {self.container_id[:12]}: {err[-1] if err else 'docker inspect failed'}"
-            status, _, code = res.stdout.decode().strip().partition(" ")
-            if status != "running":
-                return f"container {self.container_id[:12]} is {status or 'gone'} (exit code {code or '?'})"
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.5)
+        return container_lost(self.container_id, settle_sec)
 
     def image(self) -> dict[str, str] | None:
         """The container's image (``image_of_container``)."""
