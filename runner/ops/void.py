@@ -16,13 +16,18 @@ import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from modes import safeio
+from modes.naming import compose_project
 from modes.trial_files import TrialFiles
 from runner.results import rules
 from runner.results.events import utc_now
-from runner.results.records import read_trial
+from runner.results.records import parse_time, read_trial
 from runner.results.tree import VOID_README, iter_trial_dirs, voided_root, voided_trial_dir
+
+if TYPE_CHECKING:
+    from runner.ops.container_deaths import DeathWatch
 
 VOID_JSON = "void.json"
 
@@ -63,8 +68,11 @@ def _tail(path: Path, n: int = 15) -> list[str]:
     return data.decode("utf-8", "replace").splitlines()[-n:]
 
 
-def trial_facts(trial_dir: Path, stopped_by: str | None = None) -> tuple[rules.TrialFacts, list[str]]:
-    """Read what ``rules.voiding_rule`` needs from a trial dir, and the evidence to keep."""
+def trial_facts(
+    trial_dir: Path, stopped_by: str | None = None, deaths: DeathWatch | None = None
+) -> tuple[rules.TrialFacts, list[str]]:
+    """Read what ``rules.voiding_rule`` needs from a trial dir, and the evidence to keep;
+    ``deaths``: the runner's watch of the engine's container deaths, when it had one."""
     rec = read_trial(trial_dir)  # the one reader of a trial's result.json (runner.results.records)
     if not rec.finished:
         return rules.TrialFacts(has_result=False, stopped_by=stopped_by), []
@@ -82,24 +90,34 @@ def trial_facts(trial_dir: Path, stopped_by: str | None = None) -> tuple[rules.T
         cause = ""
     evidence.append(f"harbor failure cause: {cause or 'unknown'}")
     text = (msg + "\n" + "\n".join(_tail(trial_dir / TrialFiles.EXCEPTION, 60))).lower()
+    died = ""
+    ended = parse_time(rec.finished_at)
+    if deaths is not None and ended is not None and ended.tzinfo is not None:
+        death = deaths.death_before(compose_project(trial_dir.name), ended.timestamp())
+        if death is not None:
+            died = f"{death.describe()}, before the trial ended at {ended:%H:%M:%S} UTC"
+            evidence.append(died)
     facts = rules.TrialFacts(
         exception_type=etype,
         text=text,
         agent_started=rec.agent_started,
         cause=cause,
         stopped_by=stopped_by,
+        container_died=died,
     )
     if not facts.agent_started:
         evidence.append("failed in: " + ("agent setup" if rec.agent_setup_started else "environment start"))
     return facts, evidence
 
 
-def classify_trial(trial_dir: Path, stopped_by: str | None = None) -> Verdict:
+def classify_trial(
+    trial_dir: Path, stopped_by: str | None = None, deaths: DeathWatch | None = None
+) -> Verdict:
     """Void or score one trial by the one table, ``runner.results.rules.VOIDING`` (never by arm).
 
     A verifier ``BUILD FAILED`` is not an exception at all, so it is a scored result here.
     """
-    facts, evidence = trial_facts(trial_dir, stopped_by)
+    facts, evidence = trial_facts(trial_dir, stopped_by, deaths)
     rule = rules.voiding_rule(facts)
     if rule.verdict == rules.VOID:
         why = rule.what if rule.name != "stopped_by_runner" else f"{rule.what} ({stopped_by})"
@@ -111,10 +129,16 @@ def classify_trial(trial_dir: Path, stopped_by: str | None = None) -> Verdict:
     return Verdict("errored", f"{facts.exception_type}: {msg[:200]}", evidence, trial_dir.name, rule.name)
 
 
-def classify_job(job_dir: Path, log_path: Path | None = None, stopped_by: str | None = None) -> Verdict:
+def classify_job(
+    job_dir: Path,
+    log_path: Path | None = None,
+    stopped_by: str | None = None,
+    deaths: DeathWatch | None = None,
+) -> Verdict:
     """Classify a finished harbor job (one trial per job in marathon's layout); ``stopped_by`` is
-    the runner's stop reason when the runner itself ended the job."""
-    verdicts = [classify_trial(t, stopped_by) for t in iter_trial_dirs(job_dir)]
+    the runner's stop reason when the runner itself ended the job; ``deaths`` the runner's watch of
+    container deaths on its engine (``runner.ops.container_deaths``)."""
+    verdicts = [classify_trial(t, stopped_by, deaths) for t in iter_trial_dirs(job_dir)]
     infra = [v for v in verdicts if v.kind == "infra"]
     if infra:
         return infra[0]

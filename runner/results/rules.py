@@ -203,6 +203,9 @@ class TrialFacts:
     agent_started: bool = True
     cause: str = ""
     stopped_by: str | None = None
+    #: the engine's own account of the trial's main container dying without a stop request before
+    #: the trial ended ("" if it did not, or nobody watched): runner.ops.container_deaths
+    container_died: str = ""
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,8 @@ VOIDING: tuple[VoidRule, ...] = (
              lambda f: ENVIRONMENT_LOST in f.text),
     VoidRule("container_gone", VOID, "the container was removed or stopped from outside",
              lambda f: _CONTAINER_GONE.search(f.text) is not None),
+    VoidRule("container_died", VOID, "the engine saw the trial's container die under it (killed, OOM)",
+             lambda f: bool(f.container_died)),
     VoidRule("agent_failure", SCORED, "the agent's own failure (its commands, timeout, model errors)",
              lambda f: True),
 )  # fmt: skip

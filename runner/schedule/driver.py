@@ -260,6 +260,7 @@ class Driver:
         self._failed: dict[str, tuple[Job, Verdict]] = {}  # stamp -> a failed attempt the breaker may void
         self._cleanup_pending: set[str] = set()  # trials whose leftovers could not be removed yet
         self.fleet = None  # runner.schedule.fleet.cluster.Fleet with --cluster: attempts run as Ray jobs
+        self.deaths = None  # runner.ops.container_deaths.DeathWatch on the runner's own engine
         self.RayJob: type = Job
 
     # --- setup ---------------------------------------------------------------------------------
@@ -340,15 +341,27 @@ class Driver:
                 self.log.emit(EventKind.DATASET_MODIFIED, tasks=modified, allow_modified=True)
             for note in self.preflight_notes:
                 self.log.emit(EventKind.PREFLIGHT_NOTE, check=note.check, what=note.what, todo=note.todo)
+            self._watch_deaths()
             self._adopt_orphans(set(all_pairs))
             reason = self._passes(all_pairs)
             return self._shutdown(reason, all_pairs)
         finally:
+            if self.deaths is not None:
+                self.deaths.stop()
             for sig, h in old_handlers.items():
                 signal.signal(sig, h)
             with contextlib.suppress(Exception):
                 self.registry.unregister(os.getpid())
             lock.release()
+
+    def _watch_deaths(self) -> None:
+        """Follow the engine's container deaths before the first attempt starts, so a trial container
+        killed under harbor's verifier is voided, not scored (``runner.ops.container_deaths``)."""
+        if self.cfg.env != "docker" or self.fleet is not None:
+            return
+        from runner.ops.container_deaths import DeathWatch
+
+        self.deaths = DeathWatch().start()
 
     def _install_signals(self) -> dict:
         old = {}
@@ -648,6 +661,7 @@ class Driver:
                 jdir,
                 job.stamp_dir / HARBOR_LOG,
                 stopped_by=(self.stop_reason or "stop") if stopping else None,
+                deaths=self.deaths,
             )
             if self.fleet is not None and isinstance(job, self.RayJob):
                 from runner.schedule.fleet.launch import classify

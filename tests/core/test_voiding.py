@@ -8,8 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from modes.naming import compose_project
+from runner.ops.container_deaths import DeathWatch
 from runner.ops.void import classify_trial
 from runner.results import rules
+
+#: the engine's events for a docker kill and a docker stop (tests/data/record_engine_events.py)
+ENGINE_EVENTS = json.loads((Path(__file__).resolve().parents[1] / "data" / "engine-events.json").read_text())
+TRIAL = "calc-partial__abc1234"
 
 DAEMON = "Error response from daemon"
 COMPOSE = "Docker compose command failed for environment calc-partial. Command: docker compose exec main sh"
@@ -50,6 +56,14 @@ CASES = [
     ("container_gone", "RuntimeError", True, f"{DAEMON}: container 0123456789abcdef is not running", None),
     ("container_gone", "RuntimeError", True, f"{DAEMON}: No such container: 0123456789ab", None),
     ("container_gone", "RuntimeError", True, f'{COMPOSE}. Stderr: service "main" is not running', None),
+    # killed under harbor's verifier: harbor's own words say nothing of it, the engine's events do
+    (
+        "container_died",
+        "RewardFileNotFoundError",
+        True,
+        "No reward file found at /logs/verifier/reward.txt",
+        None,
+    ),
     # the arm's own failures after it started: scored, whatever daemon words they carry
     ("agent_failure", "RuntimeError", True, f"{COMPOSE}. Return code: 2. Stdout: {DAEMON}: conflict", None),
     ("agent_failure", "NonZeroAgentExitCodeError", True, f"codex exited 1; stderr: {DAEMON}: denied", None),
@@ -66,9 +80,11 @@ CASES = [
 ]
 
 
-def write_trial(root: Path, arm: str, etype: str | None, agent_ran: bool, msg: str) -> Path:
+def write_trial(
+    root: Path, arm: str, etype: str | None, agent_ran: bool, msg: str, finished_at: str = ""
+) -> Path:
     """A trial dir as harbor 0.25.0 leaves it (the fields classify_trial reads)."""
-    t = root / arm / "calc-partial__abc1234"
+    t = root / arm / TRIAL
     t.mkdir(parents=True)
     if etype == "-":
         return t  # harbor ended before writing result.json
@@ -76,6 +92,7 @@ def write_trial(root: Path, arm: str, etype: str | None, agent_ran: bool, msg: s
         "exception_info": {"exception_type": etype, "exception_message": msg} if etype else None,
         "agent_setup": {"started_at": "a", "finished_at": "b"},
         "agent_execution": {"started_at": "a", "finished_at": "b"} if agent_ran else None,
+        "finished_at": finished_at or None,
     }
     (t / "result.json").write_text(json.dumps(res))
     return t
@@ -86,8 +103,10 @@ def write_trial(root: Path, arm: str, etype: str | None, agent_ran: bool, msg: s
 )
 def test_each_row_of_the_voiding_table(tmp_path, row, etype, ran, msg, stop):
     verdicts = {}
+    deaths = watch_of("recorded-kill")
     for arm in ("plain", "goal", "ssh-goal", "codex-cli", "heartbeat"):
-        v = classify_trial(write_trial(tmp_path, arm, etype, ran, msg), stopped_by=stop)
+        ended = _iso(deaths.deaths_at(compose_project(TRIAL))[0] + 5) if row == "container_died" else ""
+        v = classify_trial(write_trial(tmp_path, arm, etype, ran, msg, ended), stopped_by=stop, deaths=deaths)
         verdicts[arm] = (v.kind, v.rule, v.reason)
     assert len(set(verdicts.values())) == 1, verdicts  # never depends on the arm
     kind, rule, reason = verdicts["plain"]
@@ -130,3 +149,62 @@ def test_an_engine_outage_is_the_gates_business_not_the_breakers():
     )
     assert not rules.engine_outage(f"{COMPOSE}. Stderr: {DAEMON}: pull access denied for img")
     assert not rules.engine_outage("401 invalid_api_key")
+
+
+def watch_of(recorded: str, as_project: str = compose_project(TRIAL)) -> DeathWatch:
+    """A watch (never started) fed the engine's recorded events of one container, as if that
+    container were the main container of ``as_project``."""
+    w = DeathWatch()
+    for ev in ENGINE_EVENTS:
+        attrs = ev["Actor"]["Attributes"]
+        if attrs["com.docker.compose.project"] == recorded:
+            w._record(
+                {
+                    **ev,
+                    "Actor": {
+                        **ev["Actor"],
+                        "Attributes": {**attrs, "com.docker.compose.project": as_project},
+                    },
+                }
+            )
+    return w
+
+
+def _iso(epoch: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(epoch, UTC).isoformat().replace("+00:00", "Z")
+
+
+def test_a_death_counts_only_without_a_stop_request_and_before_the_trial_ended(tmp_path):
+    project = compose_project(TRIAL)
+    killed, stopped = watch_of("recorded-kill"), watch_of("recorded-stop")
+    (died_at,) = killed.deaths_at(project)
+    (stopped_at,) = stopped.deaths_at(project)
+    assert killed.death_before(project, died_at + 1) is not None
+    assert killed.death_before(project, died_at - 1) is None  # after the trial: not under it
+    assert killed.death_before("another__project", died_at + 1) is None
+    assert (
+        stopped.death_before(project, stopped_at + 1) is None
+    )  # docker stop / compose down: harbor's teardown
+    # the same failure, read with each watch
+    t = write_trial(
+        tmp_path / "k", "plain", "RewardFileNotFoundError", True, "No reward file", _iso(died_at + 5)
+    )
+    v = classify_trial(t, deaths=killed)
+    assert (v.kind, v.rule) == ("infra", "container_died")
+    assert any("without a stop request" in e and "exit code 137" in e for e in v.evidence), v.evidence
+    t = write_trial(
+        tmp_path / "s", "plain", "RewardFileNotFoundError", True, "No reward file", _iso(stopped_at + 5)
+    )
+    assert classify_trial(t, deaths=stopped).kind == "errored"
+    assert classify_trial(t).kind == "errored"  # nobody watched (health, fleet): harbor's words decide
+
+
+def test_a_replayed_die_event_is_one_death():
+    w = watch_of("recorded-kill")
+    for ev in ENGINE_EVENTS:  # a reconnect replays from the last second the watch saw
+        if ev["Actor"]["Attributes"]["com.docker.compose.project"] == "recorded-kill":
+            w._record({**ev, "Actor": {**ev["Actor"], "Attributes": {**ev["Actor"]["Attributes"],
+                       "com.docker.compose.project": compose_project(TRIAL)}}})  # fmt: skip
+    assert len(w.deaths_at(compose_project(TRIAL))) == 1
