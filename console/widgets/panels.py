@@ -127,7 +127,7 @@ def host_rows(
     for u in hosts:
         n = by_id.pop(u.node_id, None)
         rows.append((u.name, None if n is None else n.alive, None if n is None else n.slots, u.running))
-    rows += [(n.node_ip, n.alive, n.slots, ()) for n in by_id.values() if n.slots > 0]  # Docker hosts only
+    rows += [(n.node_ip, n.alive, n.slots, ()) for n in by_id.values() if n.docker_host]
     return rows
 
 

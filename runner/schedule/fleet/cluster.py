@@ -17,6 +17,7 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,19 @@ from runner.schedule.config import PROJECT_ROOT
 
 #: The custom resource a Docker host declares when it joins (``ray start --resources``).
 SLOT = "docker_slots"
+
+
+def docker_slots(resources: Mapping[str, Any] | None) -> float:
+    """The ``docker_slots`` a Ray node declares (0 when none)."""
+    return float((resources or {}).get(SLOT, 0) or 0)
+
+
+def is_docker_host(slots: float) -> bool:
+    """The one rule of what a Docker host is: a node declaring ``docker_slots`` (``marathon``'s host
+    join sets it; the head and plain Ray nodes do not). Used by the probe and the console alike."""
+    return slots > 0
+
+
 #: Metadata key naming the output tree a job belongs to (its resolved path).
 META_OUT = "marathon_out"
 ACTIVE = frozenset({"PENDING", "RUNNING"})
@@ -117,6 +131,11 @@ class NodeState:
     end_time_ms: int | None
     message: str
 
+    @property
+    def docker_host(self) -> bool:
+        """Is this node a Docker host (``is_docker_host``)?"""
+        return is_docker_host(self.slots)
+
 
 class Fleet:
     """A Ray cluster seen through its job API. ``jobs()`` is one HTTP call, cached for
@@ -193,7 +212,7 @@ class Fleet:
                 n.node_id,
                 n.node_ip,
                 n.state == "ALIVE",
-                float((n.resources_total or {}).get(SLOT, 0)),
+                docker_slots(n.resources_total),
                 getattr(n, "end_time_ms", None),
                 getattr(n, "state_message", None) or "",
             )

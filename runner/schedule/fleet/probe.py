@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import UserError
-from runner.schedule.fleet.cluster import SLOT, Fleet, module_command, tree_key
+from runner.schedule.fleet.cluster import Fleet, docker_slots, is_docker_host, module_command, tree_key
 
 #: a stage's answers in the probe job's log: ``MARK STAGE JSON`` on one line
 MARK = "marathon-hosts"
@@ -111,12 +111,12 @@ def cluster_hosts() -> tuple[list[HostAnswer], list[HostAnswer]]:
 
     alive, dead = [], {}
     for n in ray.nodes():
-        slots = float((n.get("Resources") or {}).get(SLOT, 0))
+        slots = docker_slots(n.get("Resources"))
         h = HostAnswer(n.get("NodeManagerHostname", ""), n.get("NodeManagerAddress", ""), n["NodeID"],
                        bool(n.get("Alive")))  # fmt: skip
-        if h.up and slots > 0:
+        if h.up and is_docker_host(slots):
             alive.append(h)
-        elif not h.up and (slots > 0 or not n.get("Resources")):
+        elif not h.up and (is_docker_host(slots) or not n.get("Resources")):
             dead[h.ip] = h  # a dead node's resources may be gone from the record: still a host lost
     up_ips = {h.ip for h in alive}
     down = [h for ip, h in dead.items() if ip not in up_ips]
