@@ -44,9 +44,13 @@ def run(args: argparse.Namespace) -> int:
         return run_hosts(args, cluster)
     plan = plan_cleanup(args.out, task=args.task, arm=args.arm, trial=args.trial)
     report = act_cleanup(plan) if args.yes else None
+    note = engine_note(args.out)
     if args.json:
-        print(json.dumps({"plan": plan.to_json(), "report": report.to_json() if report else None}, indent=1))
+        print(json.dumps({"plan": plan.to_json(), "report": report.to_json() if report else None, "note": note},
+                         indent=1))  # fmt: skip
     else:
+        if note:
+            print(f"note: {note}")
         print(plan.render())
         if report is None:
             print("dry run: nothing changed (add --yes to remove the above)")
@@ -54,6 +58,20 @@ def run(args: argparse.Namespace) -> int:
             print("done:")
             print(report.render())
     return 0 if report is None or report.ok else 1
+
+
+def engine_note(out: Path) -> str | None:
+    """What cleanup cannot see: a run on another harbor environment than local Docker (the one
+    recorded in OUT/.driver_env) has its sandboxes with that provider, not on this engine."""
+    from runner.schedule.config import read_driver_env
+
+    env = read_driver_env(out).get("MARATHON_ENV") or "docker"
+    if env == "docker":
+        return None
+    return (
+        f"{out}'s run used harbor environment {env!r}: cleanup sees this host's Docker engine only; "
+        "sandboxes that environment keeps elsewhere are not listed (remove them with its own tools)"
+    )
 
 
 def run_hosts(args: argparse.Namespace, cluster: str) -> int:
