@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from agents.sandbox_driver import read_credentials
-from agents.sandbox_host import bundle_dir, import_evidence
+from agents.sandbox_host import ANSWER_MARK, bundle_dir, import_evidence, status_command
 
 
 def test_the_uploaded_bundle_imports_with_the_standard_library_alone(tmp_path):
@@ -45,3 +45,28 @@ def test_downloaded_evidence_keeps_regular_files_only(tmp_path):
     assert sorted(copied) == ["appserver.stdout.jsonl", "sessions/rollout-1.jsonl"]
     assert not (dest / "link.txt").exists() and not (dest / "fifo").exists()
     assert not (dest / "goal_receipt.json").exists()
+
+
+def _status_answer(cmd: str, timeout: float) -> str:
+    out = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=timeout).stdout
+    assert out.rstrip().endswith(ANSWER_MARK), out
+    return out.split(ANSWER_MARK)[0].strip()
+
+
+def test_the_status_poll_waits_in_the_sandbox_until_the_driver_is_done(tmp_path):
+    """The long poll (one host exec per ``LONG_POLL_SEC``, not per 2 s) ends as soon as the status
+    says done, with that status; with nothing to wait for it answers at once."""
+    status = tmp_path / "status.json"
+    status.write_text(json.dumps({"seq": 1, "done": False}) + "\n")
+    assert json.loads(_status_answer(status_command(str(status)), timeout=10)) == {"seq": 1, "done": False}
+    # the driver finishes while the poll waits (up to 60 steps): the poll ends with the done status
+    proc = subprocess.Popen(["sh", "-c", status_command(str(status), 60)], stdout=subprocess.PIPE, text=True)
+    status.write_text(json.dumps({"seq": 2, "done": True}) + "\n")  # the driver writes it atomically
+    out, _ = proc.communicate(timeout=30)  # far below the 60 steps it would otherwise take
+    assert json.loads(out.split(ANSWER_MARK)[0]) == {"seq": 2, "done": True}
+    # a missing status file (the driver not started yet) is an empty answer, still marked
+    assert _status_answer(status_command(str(tmp_path / "absent.json"), 1), timeout=10) == ""
+    # a path with a space or quote stays one word
+    odd = tmp_path / "it's here.json"
+    odd.write_text('{"done": true}\n')
+    assert _status_answer(status_command(str(odd), 5), timeout=10) == '{"done": true}'
