@@ -212,6 +212,64 @@ def test_two_hosts_run_every_pair_once_and_clean_up(cluster, tmp_path):
                 shared_docker("network", "rm", net, check=False)
 
 
+FIVE_ARMS = ("plain", "goal", "ssh-goal", "codex-cli", "heartbeat")
+
+
+@pytest.mark.timeout(3600)
+def test_the_five_codex_arms_run_over_both_hosts_and_score_as_on_one(cluster, tmp_path):
+    """The real arms (the staged codex binary, LoopX's three modes, the scripted model inside each
+    trial container) as Ray jobs on both hosts: every pair done once, each solves calc-partial as it
+    does on one host (``marathon demo --simple``: reward 1, partial 1), and the fairness audit finds
+    the same codex binary, transport and config on both engines."""
+    from runner.commands.demo import DEMO_KEY_VAR, DEMO_MODEL
+    from runner.secrets import DECLARED_NON_SECRETS
+
+    th = cluster
+    out = tmp_path / "out"
+    env = runner_env()
+    argv = [sys.executable, "-m", "runner.cli", "run", str(out), "--tasks-dir", str(DEMO_TASKS),
+            "--tasks", "calc-partial", "--arms", ",".join(FIVE_ARMS), "--concurrency", "4",
+            "--cluster", th.cluster, "--model", DEMO_MODEL, "--ak", f"api_key_var={DEMO_KEY_VAR}",
+            "--ae-literal", f"{DEMO_KEY_VAR}={DECLARED_NON_SECRETS[DEMO_KEY_VAR]}", "--plain",
+            "--agent-timeout-mult", "10", "--verifier-mult", "10"]  # fmt: skip
+    r = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=3000)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    done = done_jobs(out)
+    assert set(done) == {("calc-partial", a) for a in FIVE_ARMS}, r.stdout[-3000:]
+    assert {p: len(j) for p, j in done.items() if len(j) != 1} == {}
+    hosts = {p: read_host(j[0].parent) for p, j in done.items()}
+    assert all(h is not None for h in hosts.values()), hosts
+    assert {h.node_ip for h in hosts.values()} == {HEAD_IP, WORKER_IP}, (
+        f"both hosts must have worked: {hosts}"
+    )
+
+    rep = json.loads(cli("report", str(out), "--format", "json", env=env).stdout)
+    for a in FIVE_ARMS:
+        cell = rep["cells"]["calc-partial"][a]
+        assert (cell["status"], cell["reward"], cell["partial"]) == ("done", 1.0, 1.0), (a, cell)
+        assert cell["host"] == hosts[("calc-partial", a)].short()
+    au = rep["audit"]
+    for fact in ("codex_sha256", "image_digest", "transport"):
+        assert all(fact in facts for facts in au["compared"].values()), (fact, au["compared"])
+    # Each host builds the task image itself (harbor, from the same Dockerfile and base): WORKDIR
+    # stamps the build time into a layer, so the two builds differ in bytes and the audit says so,
+    # split exactly by host (arms on one host share one image). Known limit, in docs/fleet.md.
+    by_host: dict[str, set[str]] = {}
+    for (_t, a), h in hosts.items():
+        by_host.setdefault(h.node_ip, set()).add(a)
+    for d in au["differences"]:
+        if d["fact"] == "image_digest":
+            groups: dict[str, set[str]] = {}
+            for a, v in d["values"].items():
+                groups.setdefault(v, set()).add(a)
+            assert sorted(map(sorted, groups.values())) == sorted(map(sorted, by_host.values())), au["lines"]
+    # a LoopX preparation that outlasts its allowance on a loaded machine clamps that trial's budget
+    # (the audit then says budget_sec differs, as it should); nothing else may differ across hosts
+    assert [d for d in au["differences"] if d["fact"] not in ("budget_sec", "image_digest")] == [], au[
+        "lines"
+    ]
+
+
 @pytest.mark.timeout(3600)
 def test_runner_kill9_then_health_fix_reattaches_without_duplicates(cluster, tmp_path):
     """``kill -9`` of the runner while its Ray jobs run; ``marathon health --fix`` restarts it, and
