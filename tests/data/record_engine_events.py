@@ -32,7 +32,11 @@ def main() -> None:
     since = int(time.time())
     run("recorded-kill", ["kill"])
     run("recorded-stop", ["stop", "-t", "1"])
-    flt = {"type": "container", "event": ["kill", "die", "stop", "oom"], "label": ["com.docker.compose.project"]}
+    flt = {
+        "type": "container",
+        "event": ["kill", "die", "stop", "oom"],
+        "label": ["com.docker.compose.project"],
+    }
     events = []
     for e in client.events(since=since, until=int(time.time()) + 1, decode=True, filters=flt):
         attrs = e["Actor"]["Attributes"]
