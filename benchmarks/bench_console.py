@@ -64,7 +64,7 @@ async def start_to_grid(out: Path) -> tuple[float, float]:
     t0, c0 = time.perf_counter(), time.process_time()
     app = make_app(out, docker=False, offer_start=False)
     async with app.run_test(size=SIZE):
-        while app.last_change_at is None:
+        while app.main.last_change_at is None:
             await asyncio.sleep(0.005)
         return time.perf_counter() - t0, time.process_time() - c0
 
