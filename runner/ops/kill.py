@@ -41,10 +41,22 @@ class KillPlan:
 
     def to_json(self) -> dict:
         return {
+            "out": self.out,
             "stop_plan": self.stop.to_json(),
             "cleanup_plan": self.cleanup.to_json() if self.cleanup else None,
             "docker_error": self.docker_error,
         }
+
+    @classmethod
+    def from_json(cls, d: dict) -> KillPlan:
+        """The plan a cluster host made, sent back to that host to act on (``runner.schedule.fleet.probe``)."""
+        cleanup = d.get("cleanup_plan")
+        return cls(
+            str(d["out"]),
+            StopPlan.from_json(d["stop_plan"]),
+            CleanupPlan.from_json(cleanup) if cleanup is not None else None,
+            d.get("docker_error"),
+        )
 
 
 @dataclass
@@ -82,10 +94,29 @@ class KillReport:
             "ok": self.ok,
         }
 
+    @classmethod
+    def from_json(cls, d: dict) -> KillReport:
+        """The report a cluster host sent back (``runner.schedule.fleet.probe``)."""
 
-def plan_kill(out: Path, *, expected_argvs: Iterable[Sequence[str]] = ()) -> KillPlan:
-    """Freeze what a kill of ``out`` would touch now (nothing is changed)."""
-    stop = plan_stop(out, expected_argvs=expected_argvs)
+        def rep(k: str) -> CleanupReport | None:
+            return CleanupReport.from_json(d[k]) if d.get(k) is not None else None
+
+        late = d.get("cleanup_plan_after_stop")
+        return cls(
+            StopReport.from_json(d["stop_report"]),
+            rep("cleanup_report"),
+            CleanupPlan.from_json(late) if late is not None else None,
+            rep("late_cleanup_report"),
+            d.get("docker_error"),
+        )
+
+
+def plan_kill(
+    out: Path, *, expected_argvs: Iterable[Sequence[str]] = (), node: str | None = None
+) -> KillPlan:
+    """Freeze what a kill of ``out`` would touch now on this host (nothing is changed); ``node``:
+    this host's Ray node in a cluster run (the processes its jobs registered, ``plan_stop``)."""
+    stop = plan_stop(out, expected_argvs=expected_argvs, node=node)
     try:
         return KillPlan(str(out), stop, plan_cleanup(out))
     except Unavailable as exc:

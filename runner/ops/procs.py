@@ -144,6 +144,9 @@ class RegEntry:
     registered_at: float = 0.0
     start_ticks: int | None = None
     boot_id: str | None = None
+    #: the Ray node of the host whose process this is (a cluster run's job registers its harbor);
+    #: None for the runner's own host. PIDs are per host: only that host may look at or signal it.
+    node: str | None = None
 
     @property
     def ident(self) -> ProcIdentity | None:
@@ -197,6 +200,7 @@ class Registry:
                         registered_at=float(item.get("registered_at", 0.0)),
                         start_ticks=ident.start_ticks if ident else None,
                         boot_id=ident.boot_id if ident else None,
+                        node=item.get("node") if isinstance(item.get("node"), str) else None,
                     )
                 )
             except (KeyError, TypeError, ValueError, AttributeError):
@@ -215,9 +219,11 @@ class Registry:
         argv: Sequence[str],
         task: str | None = None,
         arm: str | None = None,
+        node: str | None = None,
     ) -> RegEntry:
-        """Record a live PID with its identity (read now), its argv redacted (``runner.secrets``).
-        Raises ProcessLookupError if gone."""
+        """Record a live PID with its identity (read now), its argv redacted (``runner.secrets``);
+        ``node``: the Ray node of this host in a cluster run (see ``RegEntry.node``). Raises
+        ProcessLookupError if gone."""
         ident = identity_of(pid)
         if ident is None:
             raise ProcessLookupError(f"no process {pid} to register")
@@ -231,38 +237,41 @@ class Registry:
             time.time(),
             ident.start_ticks,
             ident.boot_id,
+            node,
         )
         with self._locked():
-            entries = [e for e in self._read() if e.pid != pid]
+            entries = [e for e in self._read() if (e.pid, e.node) != (pid, node)]
             entries.append(entry)
             self._write(entries)
         return entry
 
-    def unregister(self, pid: int) -> None:
+    def unregister(self, pid: int, node: str | None = None) -> None:
         with self._locked():
             entries = self._read()
-            kept = [e for e in entries if e.pid != pid]
+            kept = [e for e in entries if (e.pid, e.node) != (pid, node)]
             if len(kept) != len(entries):
                 self._write(kept)
 
     def entries(self) -> list[RegEntry]:
         return self._read()
 
-    def live_entries(self) -> list[RegEntry]:
-        return [e for e in self._read() if e.is_live()]
+    def live_entries(self, node: str | None = None) -> list[RegEntry]:
+        """This host's (``node``, see ``RegEntry.node``) entries whose process runs."""
+        return [e for e in self._read() if e.node == node and e.is_live()]
 
     def runner_entry(self) -> RegEntry | None:
         """The live runner of this output tree (its identity matches), else None."""
         for e in self._read():
-            if e.role == ROLE_RUNNER and e.is_live():
+            if e.role == ROLE_RUNNER and e.node is None and e.is_live():
                 return e
         return None
 
-    def prune(self) -> list[RegEntry]:
-        """Drop entries whose process is gone or whose PID was recycled; return what was dropped."""
+    def prune(self, node: str | None = None) -> list[RegEntry]:
+        """Drop this host's entries (``node``) whose process is gone or whose PID was recycled;
+        return what was dropped. Other hosts' entries are theirs to judge."""
         with self._locked():
             entries = self._read()
-            live = [e for e in entries if e.is_live()]
+            live = [e for e in entries if e.node != node or e.is_live()]
             if len(live) != len(entries):
                 self._write(live)
         return [e for e in entries if e not in live]
@@ -313,6 +322,16 @@ class StopPlan:
     def to_json(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, d: dict) -> StopPlan:
+        """The plan another process made (a cluster host's, sent back to act on it there)."""
+        return cls(
+            out=str(d["out"]),
+            targets=[StopTarget(**t) for t in d.get("targets", [])],
+            skipped=[StopSkip(**x) for x in d.get("skipped", [])],
+            protected=[int(p) for p in d.get("protected", [])],
+        )
+
     def render(self) -> str:
         lines = [f"stop plan for {self.out}: {len(self.targets)} process(es)"]
         for t in self.targets:
@@ -362,11 +381,13 @@ def plan_stop(
     *,
     include_runner: bool = True,
     expected_argvs: Iterable[Sequence[str]] = (),
+    node: str | None = None,
 ) -> StopPlan:
     """Select the run's processes: registered live PIDs (identity verified) and their
     descendants, plus processes of the caller's own user whose argv equals an expected argv exactly
     (as a list) and their descendants of that user. Protected processes are listed as skipped,
-    never as targets."""
+    never as targets. ``node``: the host asking (its Ray node in a cluster run; None for the
+    runner's host): only the entries that host registered are its to select."""
     out = Path(out)
     prot = protected_pids()
     plan = StopPlan(out=str(out), protected=sorted(prot))
@@ -410,7 +431,7 @@ def plan_stop(
             add(d, f"descendant of {p.pid} ({why})", runner)
 
     for e in Registry(out).entries():
-        if e.role == ROLE_RUNNER and not include_runner:
+        if e.node != node or (e.role == ROLE_RUNNER and not include_runner):
             continue
         label = f"registered {e.role}" + (f" {e.task}/{e.arm}" if e.task or e.arm else "")
         ident = e.ident
@@ -484,6 +505,15 @@ class StopReport:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> StopReport:
+        return cls(
+            [Signalled(**x) for x in d.get("signalled", [])],
+            [int(p) for p in d.get("exited", [])],
+            [int(p) for p in d.get("still_alive", [])],
+            [StopSkip(**x) for x in d.get("skipped", [])],
+        )
 
     def render(self) -> str:
         lines = []

@@ -326,6 +326,83 @@ def test_runner_kill9_then_health_fix_reattaches_without_duplicates(cluster, tmp
 
 
 @pytest.mark.timeout(3600)
+def test_kill_stops_each_hosts_trials_from_a_task_on_that_host(cluster, tmp_path):
+    """The runner dies (``kill -9``) while trials run on both hosts; ``marathon kill OUT`` plans on
+    each host -- the harbor process its job registered there, the tree's objects on its engine --
+    and with ``--yes`` each host stops its own harbor and removes its own objects: nothing of the
+    run is left alive or on either engine, and a foreign look-alike on each survives."""
+    from runner.ops.docker_pool import our_projects
+    from runner.ops.procs import ROLE_RUNNER, Registry, alive
+
+    th, out, env = cluster, tmp_path / "out", runner_env()
+    tag = f"kill{os.getpid()}"
+    foreign1 = lookalike(shared_docker, tag)
+    foreign2 = lookalike(th.engine2.docker, tag)
+    nodes = {n["node_id"]: n["node_ip"] for n in th.nodes()}
+    with open(tmp_path / "runner.log", "wb") as log:
+        runner = subprocess.Popen(run_argv(out, th), cwd=REPO, env=env, stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 1200
+        harbors: dict[str, list] = {}
+        while time.monotonic() < deadline and runner.poll() is None:
+            harbors = {}
+            for e in Registry(out).entries():
+                trial_dirs = list(out.glob(f"{e.task}/{e.arm}/*/{e.arm}/*__*"))
+                if e.role == "harbor" and e.node in nodes and alive(e.ident) and trial_dirs:
+                    harbors.setdefault(e.node, []).append(e)
+            if set(harbors) == set(nodes):
+                break  # a harbor in its trial on each host
+            time.sleep(1)
+        assert set(harbors) == set(nodes), f"no trial running on each host: {harbors}"
+        runner.kill()  # SIGKILL, our own child by its Popen handle: its Ray jobs run on
+        runner.wait(30)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait(30)
+    try:
+        dry = cli("kill", str(out), "--json", env=env, timeout=900)
+        assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
+        plan = json.loads(dry.stdout)
+        assert plan["here"]["stop_plan"]["targets"] == []  # the runner is dead: nothing here
+        by_ip = {h["host"].rpartition("/")[2]: h for h in plan["hosts"]}
+        assert set(by_ip) == set(nodes.values()), plan["hosts"]
+        for node, entries in harbors.items():
+            targets = by_ip[nodes[node]]["plan"]["stop_plan"]["targets"]
+            want = {e.pid for e in entries if alive(e.ident)}
+            assert want <= {t["pid"] for t in targets if t["why"].startswith("registered harbor")}, (
+                nodes[node],
+                want,
+                targets,
+            )
+        assert all(alive(e.ident) for es in harbors.values() for e in es), "the dry run signalled"
+
+        k = cli("kill", str(out), "--yes", "--json", "--grace", "30", env=env, timeout=900)
+        assert k.returncode == 0, k.stdout[-3000:] + k.stderr[-3000:]
+        got = json.loads(k.stdout)
+        assert got["ok"] is True and len(got["hosts"]) == 2, got
+        assert [e for es in harbors.values() for e in es if alive(e.ident)] == []
+        left = [e for e in Registry(out).entries() if e.role != ROLE_RUNNER and alive(e.ident)]
+        assert left == [], left
+        projects = our_projects(out)
+        assert projects, "the run's trials have compose projects"
+        assert compose_objects(shared_docker, projects) == []
+        assert compose_objects(th.engine2.docker, projects) == []
+        deadline = time.monotonic() + 300
+        while [j for j in Fleet(th.dashboard).ours(out) if j.active] and time.monotonic() < deadline:
+            time.sleep(2)  # each job ends once its harbor has: cleanup on its host, then exit
+        assert [j.submission_id for j in Fleet(th.dashboard).ours(out) if j.active] == []
+        for docker, (ctr, net) in ((shared_docker, foreign1), (th.engine2.docker, foreign2)):
+            assert docker("inspect", "-f", "{{.State.Running}}", ctr).stdout.strip() == "true"
+            assert docker("network", "inspect", net, check=False).returncode == 0
+    finally:
+        for docker, (ctr, net) in ((shared_docker, foreign1), (th.engine2.docker, foreign2)):
+            docker("rm", "-f", ctr, check=False)
+            docker("network", "rm", net, check=False)
+
+
+@pytest.mark.timeout(3600)
 def test_node_loss_voids_and_reruns_on_the_first_host(cluster, tmp_path):
     """``kill -9`` of host 2's raylet while a trial runs there: that attempt is voided with "node ...
     lost at ..." as its reason, and its pair is done once, on host 1."""

@@ -29,9 +29,10 @@ from pathlib import Path
 
 import psutil
 
+from runner.ops.procs import Registry
 from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir
 from runner.schedule.config import resolve
-from runner.schedule.driver import HARBOR_LOG, arm_mounts, harbor_argv, job_env
+from runner.schedule.driver import HARBOR_LOG, ROLE_HARBOR, arm_mounts, harbor_argv, job_env
 from runner.schedule.fleet.hostinfo import join_here, this_host, write_host
 from runner.secrets import screen_all
 
@@ -154,6 +155,13 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logfh, stderr=subprocess.STDOUT,
                                 cwd=str(cfg.out), env=job_env())  # fmt: skip
     say(f"harbor run PID {proc.pid}")
+    # In the tree's process registry under this host's node: `marathon kill` of a cluster run stops
+    # it from a task pinned to this host (PIDs mean something on their own host only).
+    registry = Registry(cfg.out)
+    try:
+        registry.register(proc.pid, ROLE_HARBOR, argv, task=task, arm=arm, node=rec.node_id)
+    except ProcessLookupError:
+        pass  # harbor already ended: nothing to stop
 
     def forward(signum, _frame):  # Ray's stop: harbor cancels and tears its environment down
         if proc.poll() is None:
@@ -168,6 +176,7 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
         threading.Thread(target=watch_raylet, args=(raylet, proc, lost), daemon=True).start()
     rc = proc.wait()
     say(f"harbor exited with {rc}")
+    registry.unregister(proc.pid, node=rec.node_id)
     if cfg.env == "docker":  # our_projects finds the trials in the voided attempts too
         cleanup_here(cfg.out, {t.name for t in iter_trial_dirs(job_dir(cfg.out, task, arm, stamp))})
     if not lost.is_set():

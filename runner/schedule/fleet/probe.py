@@ -1,4 +1,5 @@
-"""Asking every host of a cluster run about its own engine (``marathon net`` and ``marathon cleanup``).
+"""Asking every host of a cluster run about its own engine and processes (``marathon net``,
+``cleanup`` and ``kill``).
 
 Why: a host's address pool and its Docker objects are seen only from that host -- its engine is the
 ``DOCKER_HOST`` of its Ray node, its host routes are its own. The runner is only a client of the
@@ -100,6 +101,22 @@ def act_here(plan: dict) -> dict:
     return act_cleanup(CleanupPlan.from_json(plan)).to_json()
 
 
+def kill_plan_here(out: str, node_id: str) -> dict:
+    """This host's kill plan (``runner.ops.kill.plan_kill``): the processes this host's jobs
+    registered (and their descendants), then the tree's Docker objects on this host's engine."""
+    from runner.ops.kill import plan_kill
+
+    return plan_kill(Path(out), node=node_id).to_json()
+
+
+def kill_act_here(plan: dict, grace_sec: float) -> dict:
+    """Carry out this host's kill plan (``runner.ops.kill.act_kill``: identities re-checked, this
+    task and its ancestors protected, TERM, the grace, KILL, then the removals)."""
+    from runner.ops.kill import KillPlan, act_kill
+
+    return act_kill(KillPlan.from_json(plan), grace_sec=grace_sec).to_json()
+
+
 # --- the probe job, on the cluster -------------------------------------------------------------
 
 
@@ -124,10 +141,13 @@ def cluster_hosts() -> tuple[list[HostAnswer], list[HostAnswer]]:
 
 
 def on_each(
-    hosts: list[HostAnswer], fn: Callable[..., dict], args: Callable[[HostAnswer], tuple]
+    hosts: list[HostAnswer],
+    fn: Callable[..., dict],
+    args: Callable[[HostAnswer], tuple],
+    timeout: float = TASK_SEC,
 ) -> list[HostAnswer]:
     """``fn(*args(host))`` on every host, each in a task pinned to its node; every host answers
-    (its result, or the error or silence that stood in for one)."""
+    (its result, or the error or silence that stood in for one, after ``timeout`` seconds)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -140,7 +160,7 @@ def on_each(
         ).remote(*args(h))
         for h in hosts
     }
-    ray.wait(list(refs.values()), num_returns=len(refs), timeout=TASK_SEC)
+    ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
     answers = []
     for h in hosts:
         ref = refs[h.node_id]
@@ -149,7 +169,7 @@ def on_each(
         except ray.exceptions.GetTimeoutError:
             ray.cancel(ref, force=True)
             answers.append(
-                HostAnswer(h.host, h.ip, h.node_id, True, error=f"no answer within {TASK_SEC:.0f} s")
+                HostAnswer(h.host, h.ip, h.node_id, True, error=f"no answer within {timeout:.0f} s")
             )
         except Exception as exc:  # noqa: BLE001 - the host's own error is its answer
             first = (str(getattr(exc, "cause", None) or exc).strip().splitlines() or [type(exc).__name__])[-1]
@@ -162,8 +182,9 @@ def emit(stage: str, answers: list[HostAnswer]) -> None:
 
 
 def job_main(op: str, out: str, params: dict[str, Any]) -> int:
-    """The probe job: ``net`` (each host's pools and gate) or ``cleanup`` (each host's plan, then,
-    with ``act``, the removals on the hosts whose plan is not empty)."""
+    """The probe job: ``net`` (each host's pools and gate), ``cleanup`` (each host's plan, then,
+    with ``act``, the removals on the hosts whose plan is not empty) or ``kill`` (the same with
+    each host's kill plan: its registered processes stopped, then its removals)."""
     import runner.schedule.fleet.probe as here  # the tasks' functions by module name, not __main__
     from runner.schedule.fleet.hostinfo import join_here
 
@@ -175,6 +196,20 @@ def job_main(op: str, out: str, params: dict[str, Any]) -> int:
             on_each(alive, here.net_here, lambda h: (out, params["n"], params["cap"], params["margin"]))
             + down,
         )
+        return 0
+    if op == "kill":
+        from runner.ops.kill import KillPlan
+
+        plans = on_each(alive, here.kill_plan_here, lambda h: (out, h.node_id))
+        emit("plan", plans + down)
+        if params.get("act"):
+            grace = float(params["grace"])
+            todo = {a.node_id: a.result for a in plans if a.ok and not KillPlan.from_json(a.result).empty}
+            hosts = [a for a in plans if a.node_id in todo]
+            emit(
+                "act",
+                on_each(hosts, here.kill_act_here, lambda h: (todo[h.node_id], grace), TASK_SEC + grace),
+            )
         return 0
     scope = {k: params.get(k) for k in ("task", "arm", "trial")}
     plans = on_each(alive, here.plan_here, lambda h: (out, scope))
@@ -246,8 +281,10 @@ def _stages(logs: str) -> dict[str, list[HostAnswer]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 3 or args[0] not in ("net", "cleanup"):
-        print("usage: python -m runner.schedule.fleet.probe net|cleanup OUT PARAMS_JSON", file=sys.stderr)
+    if len(args) != 3 or args[0] not in ("net", "cleanup", "kill"):
+        print(
+            "usage: python -m runner.schedule.fleet.probe net|cleanup|kill OUT PARAMS_JSON", file=sys.stderr
+        )
         return 2
     return job_main(args[0], args[1], json.loads(args[2]))
 
