@@ -81,8 +81,10 @@ ANSWER_MARK = "__marathon_status_end__"
 POLL_SEC = 2.0
 #: a status poll waits in the sandbox this long for the driver to be done (or until the host's next
 #: deadline), so the host runs one exec per this many seconds instead of one per POLL_SEC: each
-#: exec costs the host a ``docker compose exec`` process (3.5 % of a core at one per 2 s)
-LONG_POLL_SEC = 10.0
+#: exec costs the host about 0.1 CPU-s (``docker compose exec`` and its compose plugin, both Go
+#: programs): 5 % of a core at one per 2 s, 1 % at one per 10 s, 0.3 % at one per 30 s
+#: (benchmarks/bench_sandbox_driver.py). Half of SILENT_SEC, so a stalled driver is still seen in time.
+LONG_POLL_SEC = 30.0
 SILENT_SEC = 60.0
 #: after the driver's own budget ends: time for its wind-down before the host's stop file
 WIND_DOWN_GRACE_SEC = 20.0
@@ -305,11 +307,14 @@ class Watch:
         self.kill_at: float | None = None
         self.events: list[str] = []
         self.last_answer = time.monotonic()
+        #: the last poll brought no status (a lost exec, a sandbox that is gone, a driver not started)
+        self.no_status = False
 
     def wait_sec(self, now: float) -> float:
         """How long the next poll may wait in the sandbox: LONG_POLL_SEC, less once a deadline is
-        near, and 0 while the stop escalates (its steps are seconds apart)."""
-        if self.stop_at is not None:
+        near, and 0 while the stop escalates (its steps are seconds apart) or after a poll that
+        brought no status (two long polls lost in a row must not add up to SILENT_SEC of a driver that runs)."""
+        if self.stop_at is not None or self.no_status:
             return 0.0
         ends = [d for d in (self.hard_deadline, self.budget_end) if d is not None]
         return max(0.0, min([LONG_POLL_SEC, *(e - now for e in ends)]))
@@ -348,6 +353,7 @@ class Watch:
             asked = time.monotonic()
             status = await self.poll(self.wait_sec(asked))
             now = time.monotonic()
+            self.no_status = status is None
             if status is not None:
                 if status.get("seq") != self.last_seq:
                     self.last_seq, self.last_change = status.get("seq"), now

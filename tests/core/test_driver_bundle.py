@@ -9,7 +9,15 @@ import subprocess
 import sys
 
 from agents.sandbox_driver import read_credentials
-from agents.sandbox_host import ANSWER_MARK, bundle_dir, import_evidence, status_command
+from agents.sandbox_host import (
+    ANSWER_MARK,
+    LONG_POLL_SEC,
+    SILENT_SEC,
+    Watch,
+    bundle_dir,
+    import_evidence,
+    status_command,
+)
 
 
 def test_the_uploaded_bundle_imports_with_the_standard_library_alone(tmp_path):
@@ -70,3 +78,19 @@ def test_the_status_poll_waits_in_the_sandbox_until_the_driver_is_done(tmp_path)
     odd = tmp_path / "it's here.json"
     odd.write_text('{"done": true}\n')
     assert _status_answer(status_command(str(odd), 5), timeout=10) == '{"done": true}'
+
+
+def test_a_poll_waits_long_only_while_the_driver_answers_and_no_deadline_is_near(tmp_path):
+    """Long polls keep the host's CPU low; a poll that brought no status, a near deadline and the
+    stop's escalation each make the next poll short, so no rule of the watch waits a long poll."""
+    w = Watch(None, hard_deadline=1000.0, on_status=lambda s: None, mirror=tmp_path / "m.json")
+    assert w.wait_sec(0.0) == LONG_POLL_SEC
+    assert w.wait_sec(1000.0 - 7.5) == 7.5  # the host's own deadline is 7.5 s away
+    w.budget_end = 12.0
+    assert w.wait_sec(10.0) == 2.0  # the driver's budget (plus its wind-down) ends sooner
+    w.budget_end = None
+    w.no_status = True  # a lost exec: retry at once instead of waiting another long poll
+    assert w.wait_sec(0.0) == 0.0
+    w.no_status, w.stop_at = False, 5.0
+    assert w.wait_sec(6.0) == 0.0
+    assert 2 * LONG_POLL_SEC <= SILENT_SEC  # a stalled driver is seen within two polls of the rule
