@@ -3,10 +3,12 @@
 Real harbor, real Docker, the real codex and LoopX, the scripted model. The remote-like environment
 (tests.envs.remote_like) has no mounts, no container id and no stdin, delays every call and loses
 execs; the arms must solve the task there with the same rewards and the same receipts (apart from
-the transport) as on plain Docker. One task (calc-partial) per arm and environment, to keep the
-area at about two slow LoopX trials on a loaded two-core machine. Also: a deadline run through the
-remote-like environment ends at the deadline and is scored; ``kill -9`` of ``harbor run`` leaves no
-driver and no container after ``marathon cleanup``.
+the transport) as on plain Docker. Through it: ``marathon run`` of the five arms on the whole
+mini-benchmark (the all-solve model of ``marathon demo --simple``: every pair reward 1 on Docker),
+and calc-partial per arm through harbor directly on plain Docker, receipt against receipt. Also:
+lost execs (one in four) are retried, a deadline run through the remote-like environment ends at
+the deadline and is scored; ``kill -9`` of ``harbor run`` leaves no driver and no container after
+``marathon cleanup``.
 """
 
 from __future__ import annotations
@@ -28,12 +30,16 @@ from agents.loopx_staging import CONTAINER_PARTS_ROOT
 from agents.loopx_staging import load_staged as load_loopx
 from agents.scripted_model.image import ensure_demo_image
 from agents.staging import CONTAINER_CODEX_ROOT, stage_codex
+from modes.profiles import DEFAULT_ARMS
+from runner.commands.demo import DEMO_KEY_VAR, DEMO_MODEL
 from runner.ops.docker_pool import our_projects
+from runner.secrets import DECLARED_NON_SECRETS
 
 pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[2]
-CALC = REPO / "runner" / "demo" / "tasks" / "calc-partial"
+DEMO_TASKS = REPO / "runner" / "demo" / "tasks"
+CALC = DEMO_TASKS / "calc-partial"
 REMOTE = "tests.envs.remote_like:RemoteLikeEnvironment"
 KEY_VAR = "MARATHON_TEST_MODEL_KEY"
 AGENTS = {
@@ -45,6 +51,8 @@ AGENTS = {
 }
 #: receipt fields that must not depend on the environment
 SAME = ("arm", "stop_reason", "goal_status_final", "our_turns", "deadline_hit", "errors")
+#: of those, the ones that must not depend on the task either (the all-solve model)
+ENDING = ("arm", "stop_reason", "goal_status_final", "deadline_hit", "errors")
 MAX_PARALLEL = 3  # the shared engine's address pool and two cores
 
 
@@ -102,9 +110,9 @@ def _trial(job_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def driver_runs(sandbox_env):
     base, mounts, env = sandbox_env
-    runs = [Run(f"docker-{a}", a, None) for a in AGENTS] + [Run(f"remote-{a}", a, REMOTE) for a in AGENTS]
-    # one arm loses one exec in four, so the retries are exercised for certain
-    runs[len(AGENTS)].ek["fault_every"] = 4
+    runs = [Run(f"docker-{a}", a, None) for a in AGENTS]
+    # one run loses one exec in four, so the retries are exercised for certain
+    runs.append(Run("remote-faults", "plain", REMOTE, ek={"fault_every": 4}))
     runs.append(
         Run("remote-deadline", "plain", REMOTE, model="scripted/never-finish", ae={"GOAL_TIMEOUT_SEC": "20"})
     )
@@ -124,16 +132,73 @@ def driver_runs(sandbox_env):
 
 def _outcome(runs, key) -> tuple[dict, dict]:
     job_dir, _rc, log = runs[key]
-    trial = _trial(job_dir)
+    return _read_trial(_trial(job_dir), log)
+
+
+def _read_trial(trial: Path, log: str = "") -> tuple[dict, dict]:
     res = json.loads((trial / "result.json").read_text())
     assert (trial / "agent" / "goal_receipt.json").is_file(), log
     return res, json.loads((trial / "agent" / "goal_receipt.json").read_text())
 
 
+@dataclass
+class TreeRun:
+    out: Path
+    rc: int
+    log: str
+
+    def trials(self, task: str, arm: str) -> list[Path]:
+        """Every trial dir of (task, arm) in the tree outside marathon-voided/ (OUT/TASK/ARM/STAMP/JOB/TRIAL)."""
+        return [p.parent for p in self.out.glob(f"{task}/{arm}/*/*/*/result.json")]
+
+
+@pytest.fixture(scope="session")
+def mini_remote(sandbox_env) -> TreeRun:
+    """``marathon run`` of the five arms on the whole mini-benchmark through the remote-like
+    environment, with the all-solve model of ``marathon demo --simple``."""
+    base, _mounts, env = sandbox_env
+    out = base / "mini-remote"
+    argv = [sys.executable, "-m", "runner.cli", "run", str(out), "--tasks-dir", str(DEMO_TASKS),
+            "--arms", ",".join(DEFAULT_ARMS), "--concurrency", str(MAX_PARALLEL), "--env", REMOTE,
+            "--model", DEMO_MODEL, "--ak", f"api_key_var={DEMO_KEY_VAR}",
+            "--ae-literal", f"{DEMO_KEY_VAR}={DECLARED_NON_SECRETS[DEMO_KEY_VAR]}", "--plain",
+            "--agent-timeout-mult", "10", "--verifier-mult", "10"]  # fmt: skip
+    r = subprocess.run(argv, cwd=REPO, env=env | {"HARBOR_TELEMETRY": "0"}, capture_output=True, text=True,
+                       timeout=5400)  # fmt: skip
+    return TreeRun(out, r.returncode, (r.stdout[-3000:] + r.stderr[-3000:]))
+
+
+def test_the_five_arms_solve_the_mini_benchmark_through_the_remote_like_environment(mini_remote, driver_runs):
+    """Every pair done once and solved, as every pair is on Docker with this model; every receipt
+    says the driver carried it over the remote-like environment, with codex uploaded, and ends as
+    the same arm's receipt of calc-partial on plain Docker does."""
+    assert sorted(AGENTS) == sorted(DEFAULT_ARMS)
+    assert mini_remote.rc == 0, mini_remote.log
+    r = subprocess.run([sys.executable, "-m", "runner.cli", "report", str(mini_remote.out), "--format", "json"],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    rep = json.loads(r.stdout)
+    tasks = sorted(p.name for p in DEMO_TASKS.iterdir() if (p / "task.toml").is_file())
+    assert sorted(rep["tasks"]) == tasks and len(tasks) == 4
+    for task in tasks:
+        for arm in DEFAULT_ARMS:
+            cell = rep["cells"][task][arm]
+            assert (cell["status"], cell["reward"]) == ("done", 1.0), (task, arm, cell)
+            (trial,) = mini_remote.trials(task, arm)  # done exactly once, nothing voided
+            res, rec = _read_trial(trial, mini_remote.log)
+            assert res["exception_info"] is None, (task, arm, res["exception_info"])
+            assert rec["transport"]["kind"] == "sandbox-driver", (task, arm)
+            assert rec["transport"]["environment"] == "RemoteLikeEnvironment", (task, arm)
+            assert rec["transport"]["codex_delivery"] == "uploaded", (task, arm)
+            _, on_docker = _outcome(driver_runs, f"docker-{arm}")
+            assert {k: rec[k] for k in ENDING} == {k: on_docker[k] for k in ENDING}, (task, arm)
+    assert not (mini_remote.out / "marathon-voided").exists()
+
+
 @pytest.mark.parametrize("arm", list(AGENTS))
-def test_every_arm_solves_through_the_remote_like_environment_as_on_docker(driver_runs, arm):
+def test_every_arm_solves_through_the_remote_like_environment_as_on_docker(driver_runs, mini_remote, arm):
     docker_res, docker_rec = _outcome(driver_runs, f"docker-{arm}")
-    remote_res, remote_rec = _outcome(driver_runs, f"remote-{arm}")
+    (trial,) = mini_remote.trials("calc-partial", arm)
+    remote_res, remote_rec = _read_trial(trial, mini_remote.log)
     for res in (docker_res, remote_res):
         assert res["exception_info"] is None, res["exception_info"]
         assert res["verifier_result"]["rewards"]["reward"] == 1.0
@@ -154,7 +219,7 @@ def test_every_arm_solves_through_the_remote_like_environment_as_on_docker(drive
 
 
 def test_lost_execs_are_retried_and_never_end_the_driver(driver_runs):
-    res, rec = _outcome(driver_runs, "remote-plain")
+    res, rec = _outcome(driver_runs, "remote-faults")
     assert rec["transport"]["lost_execs"] >= 1, rec["transport"]
     assert res["verifier_result"]["rewards"]["reward"] == 1.0
 
