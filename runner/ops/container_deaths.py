@@ -12,7 +12,8 @@ container died without a stop request before the trial ended is voided
 tells them apart: the engine reports a killed container's ``die`` some milliseconds after its
 exec'd verifier has died and harbor has already closed the verifier phase.
 
-The watch only covers the runner's own engine (``--env docker`` without ``--cluster``); a
+The runner watches its own engine (``--env docker`` without ``--cluster``); in a cluster run each
+attempt's Ray job watches its host's engine and records what it saw (``runner.results.deaths``). A
 connection loss (engine restart) reconnects and replays from the last event the engine kept.
 """
 
@@ -21,32 +22,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from runner.ops.dockerapi import COMPOSE_PROJECT, connect
+from runner.results.deaths import Death, first_unstopped
 
 COMPOSE_SERVICE = "com.docker.compose.service"
 MAIN_SERVICE = "main"  # harbor's MAIN_SERVICE_NAME
 #: deaths kept at most (oldest dropped): one per trial container is plenty for any run's window
 MAX_KEPT = 20_000
-
-
-@dataclass
-class Death:
-    """One main container's end as the engine reported it."""
-
-    project: str
-    container: str
-    at: float  # the engine's event time, epoch seconds
-    exit_code: str
-    stopped: bool = False  # a ``stop`` event followed: docker stop / compose stop or down (harbor's)
-    oom: bool = False
-
-    def describe(self) -> str:
-        when = datetime.fromtimestamp(self.at, UTC).strftime("%H:%M:%S")
-        why = "killed by the OOM killer" if self.oom else f"exit code {self.exit_code}"
-        return f"the engine saw main container {self.container[:12]} die at {when} UTC ({why}) without a stop request"
 
 
 class DeathWatch:
@@ -81,10 +64,12 @@ class DeathWatch:
     def death_before(self, project: str, end: float) -> Death | None:
         """The first death of ``project``'s main container without a stop request before ``end``."""
         with self._lock:
-            for d in self._deaths.get(project, ()):
-                if not d.stopped and d.at < end:
-                    return d
-        return None
+            return first_unstopped(list(self._deaths.get(project, ())), end)
+
+    def deaths_of(self, projects: set[str]) -> list[Death]:
+        """Every death seen of these projects' main containers (what a cluster job records)."""
+        with self._lock:
+            return [Death(**vars(d)) for p in sorted(projects) for d in self._deaths.get(p, ())]
 
     def deaths_at(self, project: str) -> list[float]:
         """When ``project``'s main container died, as the engine said (for the reader and tests)."""

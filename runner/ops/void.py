@@ -27,7 +27,7 @@ from runner.results.records import parse_time, read_trial
 from runner.results.tree import VOID_README, iter_trial_dirs, voided_root, voided_trial_dir
 
 if TYPE_CHECKING:
-    from runner.ops.container_deaths import DeathWatch
+    from runner.results.deaths import Deaths
 
 VOID_JSON = "void.json"
 
@@ -69,10 +69,11 @@ def _tail(path: Path, n: int = 15) -> list[str]:
 
 
 def trial_facts(
-    trial_dir: Path, stopped_by: str | None = None, deaths: DeathWatch | None = None
+    trial_dir: Path, stopped_by: str | None = None, deaths: Deaths | None = None
 ) -> tuple[rules.TrialFacts, list[str]]:
     """Read what ``rules.voiding_rule`` needs from a trial dir, and the evidence to keep;
-    ``deaths``: the runner's watch of the engine's container deaths, when it had one."""
+    ``deaths``: the engine's account of container deaths, when there is one (the runner's own
+    watch, or a cluster job's record of its host: ``runner.results.deaths``)."""
     rec = read_trial(trial_dir)  # the one reader of a trial's result.json (runner.results.records)
     if not rec.finished:
         return rules.TrialFacts(has_result=False, stopped_by=stopped_by), []
@@ -110,9 +111,7 @@ def trial_facts(
     return facts, evidence
 
 
-def classify_trial(
-    trial_dir: Path, stopped_by: str | None = None, deaths: DeathWatch | None = None
-) -> Verdict:
+def classify_trial(trial_dir: Path, stopped_by: str | None = None, deaths: Deaths | None = None) -> Verdict:
     """Void or score one trial by the one table, ``runner.results.rules.VOIDING`` (never by arm).
 
     A verifier ``BUILD FAILED`` is not an exception at all, so it is a scored result here.
@@ -133,11 +132,11 @@ def classify_job(
     job_dir: Path,
     log_path: Path | None = None,
     stopped_by: str | None = None,
-    deaths: DeathWatch | None = None,
+    deaths: Deaths | None = None,
 ) -> Verdict:
     """Classify a finished harbor job (one trial per job in marathon's layout); ``stopped_by`` is
-    the runner's stop reason when the runner itself ended the job; ``deaths`` the runner's watch of
-    container deaths on its engine (``runner.ops.container_deaths``)."""
+    the runner's stop reason when the runner itself ended the job; ``deaths`` the engine's account of
+    container deaths (``runner.results.deaths``)."""
     verdicts = [classify_trial(t, stopped_by, deaths) for t in iter_trial_dirs(job_dir)]
     infra = [v for v in verdicts if v.kind == "infra"]
     if infra:

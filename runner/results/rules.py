@@ -204,7 +204,7 @@ class TrialFacts:
     cause: str = ""
     stopped_by: str | None = None
     #: the engine's own account of the trial's main container dying without a stop request before
-    #: the trial ended ("" if it did not, or nobody watched): runner.ops.container_deaths
+    #: the trial ended ("" if it did not, or nobody watched): runner.results.deaths
     container_died: str = ""
 
 

@@ -354,6 +354,15 @@ class Driver:
                 self.registry.unregister(os.getpid())
             lock.release()
 
+    def _deaths_for(self, job):
+        """The engine's account of the job's container deaths: the runner's own watch, or for a
+        Ray job the record its job made of the host's engine (``runner.results.deaths``)."""
+        if self.fleet is not None and isinstance(job, self.RayJob):
+            from runner.results.deaths import read_deaths
+
+            return read_deaths(job.stamp_dir)
+        return self.deaths
+
     def _watch_deaths(self) -> None:
         """Follow the engine's container deaths before the first attempt starts, so a trial container
         killed under harbor's verifier is voided, not scored (``runner.ops.container_deaths``)."""
@@ -661,7 +670,7 @@ class Driver:
                 jdir,
                 job.stamp_dir / HARBOR_LOG,
                 stopped_by=(self.stop_reason or "stop") if stopping else None,
-                deaths=self.deaths,
+                deaths=self._deaths_for(job),
             )
             if self.fleet is not None and isinstance(job, self.RayJob):
                 from runner.schedule.fleet.launch import classify

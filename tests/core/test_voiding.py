@@ -4,6 +4,7 @@ runner reads them (runner.ops.void.classify_trial), and the same verdict whateve
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,36 @@ def test_a_replayed_die_event_is_one_death():
             w._record({**ev, "Actor": {**ev["Actor"], "Attributes": {**ev["Actor"]["Attributes"],
                        "com.docker.compose.project": compose_project(TRIAL)}}})  # fmt: skip
     assert len(w.deaths_at(compose_project(TRIAL))) == 1
+
+
+def test_a_cluster_jobs_record_of_its_engine_answers_as_the_watch_did(tmp_path):
+    """A cluster job records what its host's engine said (``container-deaths.json``); the runner
+    reads the record and voids or scores exactly as with its own watch of the same events."""
+    from runner.results.deaths import DEATHS_JSON, read_deaths, write_deaths
+
+    project = compose_project(TRIAL)
+    for recorded, kind in (("recorded-kill", "infra"), ("recorded-stop", "errored")):
+        watch = watch_of(recorded)
+        stamp = tmp_path / recorded
+        stamp.mkdir()
+        write_deaths(stamp, watch.deaths_of({project, "another__project"}), "unix:///var/run/docker.sock")
+        rec = read_deaths(stamp)
+        assert rec is not None and rec.engine == "unix:///var/run/docker.sock"
+        (at,) = watch.deaths_at(project)
+        for end in (at - 1, at + 1):
+            assert rec.death_before(project, end) == watch.death_before(project, end)
+        t = write_trial(stamp / "t", "plain", "RewardFileNotFoundError", True, "No reward file", _iso(at + 5))
+        v = classify_trial(t, deaths=rec)
+        assert v.kind == kind, v
+        assert (v.rule == "container_died") == (kind == "infra")
+    assert read_deaths(tmp_path) is None  # no record: a single-host attempt, or a job that wrote none
+    # a malformed or hostile record is no record (never a void, never an exception)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for text in ('{"deaths": [{"project": 1}]}', '{"deaths": "x"}', "[]", '{"deaths": [{"project": "p", '
+                 '"container": "c", "exit_code": "137", "at": "soon"}]}'):  # fmt: skip
+        (bad / DEATHS_JSON).write_text(text)
+        assert read_deaths(bad) is None, text
+    (bad / DEATHS_JSON).unlink()
+    os.mkfifo(bad / DEATHS_JSON)
+    assert read_deaths(bad) is None

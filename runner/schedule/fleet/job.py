@@ -30,6 +30,7 @@ from pathlib import Path
 import psutil
 
 from runner.ops.procs import Registry
+from modes.naming import compose_project
 from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir
 from runner.schedule.config import resolve
 from runner.schedule.driver import HARBOR_LOG, ROLE_HARBOR, arm_mounts, harbor_argv, job_env
@@ -151,6 +152,7 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
         say(f"gate open: {v.reason}")
     argv = harbor_argv(cfg, task, spec, sdir, arm_mounts(cfg, spec))
     screen_all(("harbor argv", a) for a in argv)
+    deaths = watch_deaths() if cfg.env == "docker" else None
     with open(sdir / HARBOR_LOG, "ab") as logfh:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logfh, stderr=subprocess.STDOUT,
                                 cwd=str(cfg.out), env=job_env())  # fmt: skip
@@ -177,8 +179,11 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
     rc = proc.wait()
     say(f"harbor exited with {rc}")
     registry.unregister(proc.pid, node=rec.node_id)
+    trials = {t.name for t in iter_trial_dirs(job_dir(cfg.out, task, arm, stamp))}
     if cfg.env == "docker":  # our_projects finds the trials in the voided attempts too
-        cleanup_here(cfg.out, {t.name for t in iter_trial_dirs(job_dir(cfg.out, task, arm, stamp))})
+        cleanup_here(cfg.out, trials)
+    if deaths is not None:
+        record_deaths(deaths, sdir, trials)
     if not lost.is_set():
         return rc
     declared = wait_declared_dead(cfg.cluster or "auto", rec.node_id)
@@ -188,6 +193,35 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
         else f"the cluster still counts this node alive after {LOST_WAIT_SEC:.0f} s"
     )
     return RC_NODE_LOST
+
+
+def watch_deaths():
+    """Follow this host's engine for container deaths while harbor runs (the runner watches only its
+    own engine): a trial container killed under harbor's verifier is then voided, not scored."""
+    from runner.ops.container_deaths import DeathWatch
+
+    watch = DeathWatch().start()
+    if not watch.connected.is_set():
+        say("container deaths: this host's engine did not answer; none will be recorded")
+    return watch
+
+
+def record_deaths(watch, stamp_dir: Path, trials: set[str]) -> None:
+    """What the watch saw of this attempt's main containers, into ``container-deaths.json``
+    (``runner.results.deaths``), once harbor's teardown and the cleanup are done: a stop request
+    of harbor's ``compose down`` has reached the watch by then."""
+    from runner.ops.dockerapi import docker_host
+    from runner.results.deaths import write_deaths
+
+    try:
+        if watch.connected.is_set():
+            seen = watch.deaths_of({compose_project(t) for t in trials})
+            write_deaths(stamp_dir, seen, docker_host())
+            say(
+                f"container deaths recorded: {len(seen)} ({sum(not d.stopped for d in seen)} without a stop request)"
+            )
+    finally:
+        watch.stop()
 
 
 def cleanup_here(out: Path, trials: set[str]) -> None:
