@@ -361,13 +361,17 @@ class TreeFeed:
 
 def arm_summary(model: RunModel, scope: str) -> tuple[dict[str, ArmSummary], str | None]:
     """Per-arm summary, the infrastructure-bias alarm and the fairness audit (``runner.results.report``,
-    ``runner.results.audit``)."""
+    ``runner.results.audit``). Intervals computed before for the same cells come from the tree's
+    index (``runner.results.index.remembered_intervals``, as for `marathon status`): a console
+    opened on a finished run neither imports numpy nor bootstraps before its first grid."""
     from runner.results import audit, report
+    from runner.results.index import remembered_intervals
 
     cells = model.scoped(scope)
     arms = arm_order(k[1] for k in cells)
     try:
-        rows = {arm: report.arm_summary([c for k, c in cells.items() if k[1] == arm]) for arm in arms}
+        with remembered_intervals(model.out):
+            rows = {arm: report.arm_summary([c for k, c in cells.items() if k[1] == arm]) for arm in arms}
         alarms = [r["message"] for r in report.infrastructure(cells, arms) if r.get("alarm")]
         au = audit.audit(cells, arms)
         alarms += au["lines"]

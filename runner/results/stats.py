@@ -79,9 +79,10 @@ def bootstrap_mean_ci(
     call makes each interval independent of which other arms or pairs are in the report.
     """
     key = None
-    if _remembered is not None:
+    memo = _remembered  # read once: another thread may leave its remembered_intervals meanwhile
+    if memo is not None:
         key = interval_key(values, resamples, seed, confidence)
-        got = _remembered.get(key)
+        got = memo.get(key)
         if got is not None:
             return got
     import numpy as np  # here, not at the top: `marathon status` with remembered intervals never needs it
@@ -95,8 +96,8 @@ def bootstrap_mean_ci(
     means = x[idx].mean(axis=-1)
     alpha = (1 - confidence) / 2
     lo, hi = np.quantile(means, [alpha, 1 - alpha])
-    if key is not None:
-        _remembered[key] = (float(lo), float(hi))
+    if memo is not None and key is not None:
+        memo[key] = (float(lo), float(hi))
     return float(lo), float(hi)
 
 
