@@ -29,8 +29,8 @@ from pathlib import Path
 
 import psutil
 
-from runner.ops.procs import Registry
 from modes.naming import compose_project
+from runner.ops.procs import Registry
 from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir
 from runner.schedule.config import resolve
 from runner.schedule.driver import HARBOR_LOG, ROLE_HARBOR, arm_mounts, harbor_argv, job_env
