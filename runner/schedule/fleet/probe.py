@@ -1,5 +1,5 @@
 """Asking every host of a cluster run about its own engine and processes (``marathon net``,
-``cleanup`` and ``kill``).
+``cleanup``, ``kill`` and ``stage``).
 
 Why: a host's address pool and its Docker objects are seen only from that host -- its engine is the
 ``DOCKER_HOST`` of its Ray node, its host routes are its own. The runner is only a client of the
@@ -33,6 +33,8 @@ from runner.schedule.fleet.cluster import Fleet, docker_slots, is_docker_host, m
 MARK = "marathon-hosts"
 #: how long the probe job's tasks may take together (a host's engine that does not answer)
 TASK_SEC = 120.0
+#: how long one host may take to stage a part (a download and its checks)
+STAGE_SEC = 600.0
 #: how long the client waits for the probe job (its start, the tasks, a cleanup's removals)
 JOB_SEC = 900.0
 #: metadata key of a probe job: the tree it asked about (not ``META_OUT``: no attempt of the tree)
@@ -99,6 +101,13 @@ def act_here(plan: dict) -> dict:
     from runner.ops.cleanup import CleanupPlan, act_cleanup
 
     return act_cleanup(CleanupPlan.from_json(plan)).to_json()
+
+
+def stage_here(what: str, version: str | None, force: bool) -> dict:
+    """Stage ``what`` into this host's own cache (``runner.schedule.staging.stage``)."""
+    from runner.schedule.staging import stage
+
+    return stage(what, version, force)
 
 
 def kill_plan_here(out: str, node_id: str) -> dict:
@@ -197,6 +206,10 @@ def job_main(op: str, out: str, params: dict[str, Any]) -> int:
             + down,
         )
         return 0
+    if op == "stage":
+        emit("stage", on_each(alive, here.stage_here, lambda h: (params["what"], params.get("version"),
+                                                                  bool(params.get("force"))), STAGE_SEC) + down)  # fmt: skip
+        return 0
     if op == "kill":
         from runner.ops.kill import KillPlan
 
@@ -281,9 +294,10 @@ def _stages(logs: str) -> dict[str, list[HostAnswer]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 3 or args[0] not in ("net", "cleanup", "kill"):
+    if len(args) != 3 or args[0] not in ("net", "cleanup", "kill", "stage"):
         print(
-            "usage: python -m runner.schedule.fleet.probe net|cleanup|kill OUT PARAMS_JSON", file=sys.stderr
+            "usage: python -m runner.schedule.fleet.probe net|cleanup|kill|stage OUT PARAMS_JSON",
+            file=sys.stderr,
         )
         return 2
     return job_main(args[0], args[1], json.loads(args[2]))
