@@ -31,6 +31,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-proxy", dest="no_proxy", default=None, help="NO_PROXY for the build")
     p.add_argument("--build-network", dest="build_network", choices=("host", "default"), default="host")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--cluster",
+        metavar="ADDR",
+        help="build on every Docker host of this Ray cluster, each on its own engine with the proxy of its "
+        "own environment (a task pinned to each; DIR must be the same path on every host)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.tasks_dir:
         raise UserError("no tasks dir: pass --tasks-dir DIR (or set MARATHON_TASKS_DIR)")
+    if args.cluster:
+        return run_hosts(args)
     proxy, source = build_proxy(args.proxy, args.proxy_env, os.environ)
     no_proxy = args.no_proxy or os.environ.get("NO_PROXY") or os.environ.get("no_proxy") or DEFAULT_NO_PROXY
     if args.no_proxy:
@@ -64,12 +72,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"prebuilding tasks of {args.tasks_dir}: {via}, build network {args.build_network}")
 
     def show(r) -> None:
-        if args.json:
-            return
-        state = "ok " if r.ok else "FAILED"
-        print(f"  {state} {r.task:<28} {r.image:<44} {r.seconds:>6}s  {r.cached}/{r.steps} steps cached")
-        if r.error:
-            print("       " + r.error.replace("\n", "\n       "))
+        if not args.json:
+            print(render_result(r.to_json()))
 
     tasks = [t for t in (args.tasks or "").split(",") if t] or None
     results = prebuild(
@@ -79,3 +83,50 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=1))
     return 0 if all(r.ok for r in results) else 1
+
+
+def run_hosts(args) -> int:
+    """Each Docker host builds on its own engine; every host answers (its builds, or why not, or
+    down). The proxy is read on each host from its own environment: only ``--proxy`` (a URL without
+    credentials) or the *name* ``--proxy-env`` travels. Exit 0 only when every host built every task."""
+    from pathlib import Path
+
+    from runner.errors import UserError
+    from runner.schedule.fleet.probe import BUILD_SEC, ask_hosts
+    from runner.schedule.prebuild import build_proxy
+    from runner.secrets import NAME, screen
+
+    if args.proxy:
+        build_proxy(args.proxy, None, {})  # refuses a URL with credentials before it travels
+    if args.proxy_env and not NAME.match(args.proxy_env):
+        raise UserError("--proxy-env: expected the NAME of an environment variable")
+    if args.no_proxy:
+        screen("--no-proxy", args.no_proxy)
+    tasks = [t for t in (args.tasks or "").split(",") if t] or None
+    params = {"tasks_dir": str(Path(args.tasks_dir).resolve()), "tasks": tasks, "proxy": args.proxy,
+              "proxy_env": args.proxy_env, "no_proxy": args.no_proxy, "build_network": args.build_network}  # fmt: skip
+    answers = ask_hosts(args.cluster, None, "prebuild", params, job_sec=BUILD_SEC + 600).get("prebuild", [])
+    if args.json:
+        print(json.dumps([a.to_json() for a in answers], indent=1))
+    ok = bool(answers)
+    for a in answers:
+        built = a.ok and all(r["ok"] for r in a.result["results"])
+        ok = ok and built
+        if args.json:
+            continue
+        if not a.ok:
+            print(f"host {a.label}: NOT built ({a.error or 'down'})")
+            continue
+        print(f"host {a.label}: {a.result['via']}, build network {args.build_network}")
+        for r in a.result["results"]:
+            print(render_result(r))
+    return 0 if ok else 1
+
+
+def render_result(r: dict) -> str:
+    """One task's build (``BuildResult.to_json``), as a line and its error below."""
+    state = "ok " if r["ok"] else "FAILED"
+    line = f"  {state} {r['task']:<28} {r['image']:<44} {r['seconds']:>6}s  {r['cached']}/{r['steps']} steps cached"
+    if r["error"]:
+        line += "\n       " + r["error"].replace("\n", "\n       ")
+    return line

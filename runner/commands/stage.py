@@ -50,8 +50,7 @@ def run_hosts(args: argparse.Namespace) -> int:
     params = {"what": args.what, "version": args.version, "force": bool(args.force)}
     answers = ask_hosts(args.cluster, None, "stage", params).get("stage", [])
     if args.json:
-        print(json.dumps([{"host": a.label, "up": a.up, "result": a.result, "error": a.error} for a in answers],
-                         indent=2))  # fmt: skip
+        print(json.dumps([a.to_json() for a in answers], indent=2))
     else:
         for a in answers:
             if a.ok:

@@ -418,6 +418,27 @@ def test_stage_runs_on_every_host_into_its_own_cache(cluster):
         assert h["result"]["reported_version"] == f"codex-cli {DEFAULT_CODEX_VERSION}", h
 
 
+@pytest.mark.timeout(1800)
+def test_prebuild_builds_on_every_hosts_own_engine(cluster):
+    """``marathon prebuild --cluster`` builds the task image on each Docker host's own engine (a
+    task pinned to it): afterwards each engine holds the image, built there."""
+    th = cluster
+    r = cli("prebuild", "--tasks-dir", str(DEMO_TASKS), "--tasks", "calc-partial", "--cluster", th.cluster,
+            "--json", env=runner_env(), timeout=1500)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    got = json.loads(r.stdout)
+    assert sorted(h["host"].rpartition("/")[2] for h in got) == sorted((HEAD_IP, WORKER_IP)), got
+    for h in got:
+        assert h["up"] and not h["error"], h
+        assert [(b["task"], b["ok"]) for b in h["result"]["results"]] == [("calc-partial", True)], h
+        assert h["result"]["results"][0]["steps"] > 0, h  # a build ran there (cached or not)
+    images = {h["result"]["results"][0]["image"] for h in got}
+    assert len(images) == 1, images  # one name on every host
+    (image,) = images
+    for docker in (shared_docker, th.engine2.docker):  # each engine holds it now
+        assert docker("image", "inspect", image, check=False).returncode == 0, image
+
+
 @pytest.mark.timeout(3600)
 def test_node_loss_voids_and_reruns_on_the_first_host(cluster, tmp_path):
     """``kill -9`` of host 2's raylet while a trial runs there: that attempt is voided with "node ...

@@ -1,5 +1,5 @@
 """Asking every host of a cluster run about its own engine and processes (``marathon net``,
-``cleanup``, ``kill`` and ``stage``).
+``cleanup``, ``kill``, ``stage`` and ``prebuild``).
 
 Why: a host's address pool and its Docker objects are seen only from that host -- its engine is the
 ``DOCKER_HOST`` of its Ray node, its host routes are its own. The runner is only a client of the
@@ -35,6 +35,8 @@ MARK = "marathon-hosts"
 TASK_SEC = 120.0
 #: how long one host may take to stage a part (a download and its checks)
 STAGE_SEC = 600.0
+#: how long one host may take to build the task images (``prebuild``)
+BUILD_SEC = 4 * 3600.0
 #: how long the client waits for the probe job (its start, the tasks, a cleanup's removals)
 JOB_SEC = 900.0
 #: metadata key of a probe job: the tree it asked about (not ``META_OUT``: no attempt of the tree)
@@ -59,6 +61,10 @@ class HostAnswer:
     @property
     def ok(self) -> bool:
         return self.up and self.result is not None and not self.error
+
+    def to_json(self) -> dict:
+        """What a command's ``--json`` shows of one host's answer."""
+        return {"host": self.label, "up": self.up, "result": self.result, "error": self.error}
 
     @classmethod
     def from_json(cls, d: dict) -> HostAnswer:
@@ -108,6 +114,27 @@ def stage_here(what: str, version: str | None, force: bool) -> dict:
     from runner.schedule.staging import stage
 
     return stage(what, version, force)
+
+
+def prebuild_here(
+    tasks_dir: str,
+    tasks: list[str] | None,
+    proxy_flag: str | None,
+    proxy_env: str | None,
+    no_proxy: str | None,
+    build_network: str,
+) -> dict:
+    """Build the task images on this host's engine (``runner.schedule.prebuild.prebuild``); the
+    proxy comes from this host's own environment (never through Ray), as on one host."""
+    import os
+
+    from runner.schedule.prebuild import DEFAULT_NO_PROXY, build_proxy, prebuild, redact
+
+    proxy, source = build_proxy(proxy_flag, proxy_env, os.environ)
+    no_proxy = no_proxy or os.environ.get("NO_PROXY") or os.environ.get("no_proxy") or DEFAULT_NO_PROXY
+    results = prebuild(Path(tasks_dir), tasks, proxy=proxy, no_proxy=no_proxy, build_network=build_network)
+    via = f"proxy {redact(proxy)} from {source} (build only)" if proxy else "no proxy"
+    return {"via": via, "results": [r.to_json() for r in results]}
 
 
 def kill_plan_here(out: str, node_id: str) -> dict:
@@ -210,6 +237,11 @@ def job_main(op: str, out: str, params: dict[str, Any]) -> int:
         emit("stage", on_each(alive, here.stage_here, lambda h: (params["what"], params.get("version"),
                                                                   bool(params.get("force"))), STAGE_SEC) + down)  # fmt: skip
         return 0
+    if op == "prebuild":
+        args = (params["tasks_dir"], params.get("tasks"), params.get("proxy"), params.get("proxy_env"),
+                params.get("no_proxy"), params.get("build_network") or "host")  # fmt: skip
+        emit("prebuild", on_each(alive, here.prebuild_here, lambda h: args, BUILD_SEC) + down)
+        return 0
     if op == "kill":
         from runner.ops.kill import KillPlan
 
@@ -243,9 +275,11 @@ def ask_hosts(
     op: str,
     params: dict[str, Any],
     on_stage: Callable[[str, list[HostAnswer]], None] | None = None,
+    job_sec: float = JOB_SEC,
 ) -> dict[str, list[HostAnswer]]:
     """Run the probe job ``op`` on the cluster and return each stage's answers; ``on_stage`` sees
-    each stage as soon as the job's log holds it (a cleanup's plan before its removals)."""
+    each stage as soon as the job's log holds it (a cleanup's plan before its removals); the job
+    is stopped after ``job_sec`` seconds."""
     fleet = Fleet.connect(cluster)
     tree = str(Path(out).resolve()) if out is not None else ""
     sid = f"marathon-{tree_key(Path(tree or '/'))}-{op}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
@@ -256,7 +290,7 @@ def ask_hosts(
         metadata={META_PROBE: tree, "op": op},
     )
     stages: dict[str, list[HostAnswer]] = {}
-    deadline = time.monotonic() + JOB_SEC
+    deadline = time.monotonic() + job_sec
     try:
         while True:
             status = str(getattr(fleet.client.get_job_status(sid), "value", ""))
@@ -270,7 +304,7 @@ def ask_hosts(
                 break
             if time.monotonic() > deadline:
                 fleet.stop(sid)
-                raise UserError(f"the cluster's probe job {sid} did not end within {JOB_SEC:.0f} s")
+                raise UserError(f"the cluster's probe job {sid} did not end within {job_sec:.0f} s")
             time.sleep(0.5)
         if status != "SUCCEEDED":
             tail = "\n".join(logs.splitlines()[-15:])
@@ -294,9 +328,9 @@ def _stages(logs: str) -> dict[str, list[HostAnswer]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 3 or args[0] not in ("net", "cleanup", "kill", "stage"):
+    if len(args) != 3 or args[0] not in ("net", "cleanup", "kill", "stage", "prebuild"):
         print(
-            "usage: python -m runner.schedule.fleet.probe net|cleanup|kill|stage OUT PARAMS_JSON",
+            "usage: python -m runner.schedule.fleet.probe net|cleanup|kill|stage|prebuild OUT PARAMS_JSON",
             file=sys.stderr,
         )
         return 2
