@@ -336,11 +336,15 @@ def test_kill_stops_each_hosts_trials_from_a_task_on_that_host(cluster, tmp_path
 
     th, out, env = cluster, tmp_path / "out", runner_env()
     tag = f"kill{os.getpid()}"
+    tasks = slow_tasks(tmp_path / "tasks", tag)
     foreign1 = lookalike(shared_docker, tag)
     foreign2 = lookalike(th.engine2.docker, tag)
     nodes = {n["node_id"]: n["node_ip"] for n in th.nodes()}
+    # 4 pairs on 2 + 2 slots: a harbor on each host, in a verifier that takes ten minutes
+    argv = [sys.executable, "-m", "runner.cli", "run", str(out), "--tasks-dir", str(tasks), "--arms", "oracle,nop",
+            "--concurrency", "4", "--cluster", th.cluster, "--plain"]  # fmt: skip
     with open(tmp_path / "runner.log", "wb") as log:
-        runner = subprocess.Popen(run_argv(out, th), cwd=REPO, env=env, stdout=log,
+        runner = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log,
                                   stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 1200
@@ -400,6 +404,25 @@ def test_kill_stops_each_hosts_trials_from_a_task_on_that_host(cluster, tmp_path
         for docker, (ctr, net) in ((shared_docker, foreign1), (th.engine2.docker, foreign2)):
             docker("rm", "-f", ctr, check=False)
             docker("network", "rm", net, check=False)
+        shared_docker("image", "rm", *[f"hb__{t.name}" for t in tasks.iterdir()], check=False)
+
+
+def slow_tasks(root: Path, tag: str) -> Path:
+    """Two tasks whose verifier sleeps ten minutes (oracle's solution does nothing)."""
+    for name in ("slow-a", "slow-b"):
+        t = root / f"{name}-{tag}"
+        for d in ("environment", "tests", "solution"):
+            (t / d).mkdir(parents=True)
+        (t / "environment" / "Dockerfile").write_text(f"FROM {IMAGES[0]}\nWORKDIR /app\n")
+        (t / "tests" / "test.sh").write_text("#!/bin/bash\nsleep 600\necho 1 > /logs/verifier/reward.txt\n")
+        (t / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
+        (t / "instruction.md").write_text("Do nothing.\n")
+        (t / "task.toml").write_text(
+            f'schema_version = "1.4"\n\n[task]\nname = "fleet-kill/{t.name}"\n\n'
+            "[agent]\ntimeout_sec = 120.0\n\n[verifier]\ntimeout_sec = 900.0\n\n"
+            "[environment]\nbuild_timeout_sec = 300.0\n"
+        )
+    return root
 
 
 @pytest.mark.timeout(1800)
