@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from runner_support import DEMO_TASKS, REPO, done_jobs
+from runner_support import DEMO_TASKS, REPO, done_jobs, write_task
 from two_hosts import HEAD_IP, WORKER_IP, two_hosts
 
 from agents.scripted_model.image import DEMO_IMAGE
@@ -410,18 +410,9 @@ def test_kill_stops_each_hosts_trials_from_a_task_on_that_host(cluster, tmp_path
 def slow_tasks(root: Path, tag: str) -> Path:
     """Two tasks whose verifier sleeps ten minutes (oracle's solution does nothing)."""
     for name in ("slow-a", "slow-b"):
-        t = root / f"{name}-{tag}"
-        for d in ("environment", "tests", "solution"):
-            (t / d).mkdir(parents=True)
-        (t / "environment" / "Dockerfile").write_text(f"FROM {IMAGES[0]}\nWORKDIR /app\n")
-        (t / "tests" / "test.sh").write_text("#!/bin/bash\nsleep 600\necho 1 > /logs/verifier/reward.txt\n")
-        (t / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
-        (t / "instruction.md").write_text("Do nothing.\n")
-        (t / "task.toml").write_text(
-            f'schema_version = "1.4"\n\n[task]\nname = "fleet-kill/{t.name}"\n\n'
-            "[agent]\ntimeout_sec = 120.0\n\n[verifier]\ntimeout_sec = 900.0\n\n"
-            "[environment]\nbuild_timeout_sec = 300.0\n"
-        )
+        write_task(root, f"{name}-{tag}", f"fleet-kill/{name}-{tag}",
+                   "#!/bin/bash\nsleep 600\necho 1 > /logs/verifier/reward.txt\n", base=IMAGES[0],
+                   verifier_sec=900.0, solve_sh="#!/bin/bash\ntrue\n")  # fmt: skip
     return root
 
 

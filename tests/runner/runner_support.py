@@ -130,3 +130,24 @@ def dead_holder():
     holder = holder_for(p.pid, "dead-run")
     p.wait()
     return holder
+
+
+def write_task(root: Path, dirname: str, name: str, test_sh: str, *, base: str, verifier_sec: float = 300.0,
+               solve_sh: str | None = None) -> Path:  # fmt: skip
+    """A harbor task in ``root/dirname`` on ``base`` that does nothing but run ``test_sh`` as its
+    verifier (and ``solve_sh`` as oracle's solution, when given): for trials shaped by a test."""
+    t = root / dirname
+    (t / "environment").mkdir(parents=True)
+    (t / "tests").mkdir()
+    (t / "environment" / "Dockerfile").write_text(f"FROM {base}\nWORKDIR /app\n")
+    (t / "tests" / "test.sh").write_text(test_sh)
+    if solve_sh is not None:
+        (t / "solution").mkdir()
+        (t / "solution" / "solve.sh").write_text(solve_sh)
+    (t / "instruction.md").write_text("Do nothing.\n")
+    (t / "task.toml").write_text(
+        f'schema_version = "1.4"\n\n[task]\nname = "{name}"\n\n'
+        f"[agent]\ntimeout_sec = 120.0\n\n[verifier]\ntimeout_sec = {verifier_sec}\n\n"
+        "[environment]\nbuild_timeout_sec = 300.0\n"
+    )
+    return t

@@ -16,7 +16,7 @@ import subprocess
 import uuid
 
 import pytest
-from runner_support import DEMO_TASKS, events, run_marathon, start_marathon, wait_for
+from runner_support import DEMO_TASKS, events, run_marathon, start_marathon, wait_for, write_task
 
 from modes.naming import compose_project
 from runner.ops.void import VOID_JSON
@@ -39,17 +39,7 @@ def tasks(tmp_path, docker_engine):
     suffix = uuid.uuid4().hex[:6]
     root = tmp_path / "tasks"
     for name, script in TEST_SH.items():
-        t = root / name
-        (t / "environment").mkdir(parents=True)
-        (t / "tests").mkdir()
-        (t / "environment" / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nWORKDIR /app\n")
-        (t / "tests" / "test.sh").write_text(script)
-        (t / "instruction.md").write_text("Do nothing.\n")
-        (t / "task.toml").write_text(
-            f'schema_version = "1.4"\n\n[task]\nname = "deaths-test/{name}-{suffix}"\n\n'
-            "[agent]\ntimeout_sec = 120.0\n\n[verifier]\ntimeout_sec = 300.0\n\n"
-            "[environment]\nbuild_timeout_sec = 300.0\n"
-        )
+        write_task(root, name, f"deaths-test/{name}-{suffix}", script, base=BASE_IMAGE)
     yield root
     subprocess.run(["docker", "image", "rm", *[f"hb__{n}-{suffix}" for n in TEST_SH]], capture_output=True)
 
