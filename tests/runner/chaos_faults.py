@@ -8,6 +8,7 @@ targets come from one seeded ``random.Random`` so a failing seed can be replayed
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -399,6 +400,40 @@ class Injector:
             for nid in self.foreign_nets:
                 self.pd.docker("network", "rm", nid, check=False)
             self.finished.set()
+
+
+def diagnose(out: Path, pd, path: Path) -> str:
+    """What a run that did not end was doing, for the failure message and ``path``: the live
+    registered processes (with their age), each unfinished trial's last driver phase, the engine's
+    containers, the last events and the runner log's tail. Every read is bounded."""
+    lines: list[str] = []
+    now = time.time()
+    for e in Registry(out).entries():
+        live = e.is_live()
+        lines.append(f"registered {e.role} pid {e.pid} {e.task or ''}/{e.arm or ''} "
+                     f"{'LIVE' if live else 'gone'} age {now - e.registered_at:.0f} s")  # fmt: skip
+    for status in sorted(out.glob("*/*/*/*/*/agent/driver-status.json")):
+        with contextlib.suppress(OSError, ValueError):
+            st = json.loads(status.read_text()[:20_000])
+            if st.get("done"):
+                continue
+            age = now - status.stat().st_mtime
+            lines.append(f"trial {status.parents[1].name}: phase {st.get('phase')} done {st.get('done')} "
+                         f"seq {st.get('seq')} (status file {age:.0f} s old)")  # fmt: skip
+    r = pd.docker("ps", "-a", "--format", "{{.ID}} {{.Names}} {{.Status}}", check=False, timeout=30)
+    lines.append("engine containers:\n" + (r.stdout.strip() or r.stderr.strip()[-500:]))
+    events = out / ".runner" / "events.jsonl"
+    with contextlib.suppress(OSError):
+        lines.append("last events:\n" + "\n".join(ln[:300] for ln in events.read_text().splitlines()[-25:]))
+    log = out / ".runner" / "runner.log"
+    with contextlib.suppress(OSError):
+        lines.append(
+            "runner.log tail:\n"
+            + "\n".join(ln[:300] for ln in log.read_text(errors="replace").splitlines()[-40:])
+        )
+    text = "\n".join(lines)
+    path.write_text(text + "\n")
+    return text
 
 
 def marathon_cli(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
