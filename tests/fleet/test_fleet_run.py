@@ -300,14 +300,20 @@ def test_runner_kill9_then_health_fix_reattaches_without_duplicates(cluster, tmp
         for j in Fleet(th.dashboard).ours(out)
         if j.active
     }
+    first_run = next(iter(read_events(out)))["run_id"]
     h = cli("health", str(out), "--fix", env=env)
     assert "restarted the runner" in h.stdout, h.stdout + h.stderr
+
+    def restarted_runner_ended() -> bool:
+        # its own exit event, not "the lock is free": a restarted runner that finds every job ended
+        # takes and frees the lock in seconds, possibly before `health --fix` has returned
+        exits = [e for e in read_events(out) if e["event"] == "runner_exit" and e["run_id"] != first_run]
+        return bool(exits) and lock_holder(out) is None
+
     deadline = time.monotonic() + 1500
-    while lock_holder(out) is None and time.monotonic() < deadline:
-        time.sleep(1)  # the detached runner takes the lock
-    while lock_holder(out) is not None and time.monotonic() < deadline:
-        time.sleep(2)
-    assert lock_holder(out) is None, "the restarted runner did not finish"
+    while not restarted_runner_ended() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert restarted_runner_ended(), "the restarted runner did not finish"
     events = list(read_events(out))
     adopted = {f"{e['task']}/{e['arm']}" for e in events if e["event"] == "adopt"}
     # a job running at the kill is re-attached, unless it ended before the new runner looked (a
