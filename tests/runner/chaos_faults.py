@@ -418,7 +418,7 @@ def diagnose(out: Path, pd, path: Path) -> str:
             if st.get("done"):
                 continue
             age = now - status.stat().st_mtime
-            lines.append(f"trial {status.parents[1].name}: phase {st.get('phase')} done {st.get('done')} "
+            lines.append(f"trial {status.parents[1].name}: phase {st.get('phase')} "
                          f"seq {st.get('seq')} (status file {age:.0f} s old)")  # fmt: skip
     r = pd.docker("ps", "-a", "--format", "{{.ID}} {{.Names}} {{.Status}}", check=False, timeout=30)
     lines.append("engine containers:\n" + (r.stdout.strip() or r.stderr.strip()[-500:]))
