@@ -44,7 +44,7 @@ from harbor.agents.base import BaseAgent
 from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 
-from agents import setup_fault
+from agents import leftovers, setup_fault
 from agents.appserver import AppServerClient
 from agents.codex_config import PROVIDER_ID, ProviderSettings, build_config, render
 from agents.conversation import (
@@ -221,9 +221,11 @@ class CodexAppServerAgent(BaseAgent):
         transport: Transport | None = None
         conv: Conversation | None = None
         deferred: ArmFailure | None = None
+        before: frozenset[str] | None = None
         try:
             transport = transport_for(environment, self._trial_name())
             receipt.transport = transport.describe()
+            before = self._processes_now(transport)
             image = transport.image()
             if image is not None:
                 receipt.image_digest = image["content_sha256"]
@@ -252,9 +254,33 @@ class CodexAppServerAgent(BaseAgent):
             if conv is not None:
                 conv.finish()
             deferred = self._save_evidence(transport, receipt, context)
+            if transport is not None:
+                self._end_leftovers(transport, before, receipt)
             self.finish_receipt(receipt, t0)
         if deferred is not None:
             raise deferred
+
+    @staticmethod
+    def _processes_now(transport: Transport) -> frozenset[str] | None:
+        """The container's processes as the arm begins (agents.leftovers); None if not listable."""
+        try:
+            r = transport.run(["sh", "-c", leftovers.list_command()], user="0", timeout=60)
+        except Exception:  # noqa: BLE001 - then no sweep, and the receipt says so (leftovers.UNLISTED)
+            return None
+        return leftovers.parse_listing(r.stdout.decode(errors="replace")) or None
+
+    @staticmethod
+    def _end_leftovers(transport: Transport, before: frozenset[str] | None, receipt: Receipt) -> None:
+        """Synchronous (safe under cancellation): the agent phase's processes end before the verifier."""
+        if before is None:
+            leftovers.record(receipt, leftovers.UNLISTED)
+            return
+        try:
+            r = transport.run(["sh", "-c", leftovers.sweep_command(before)], user="0", timeout=60)
+            rec = leftovers.sweep_record(r.returncode, r.stdout.decode(errors="replace"))
+        except Exception as exc:  # noqa: BLE001 - recorded, never silent
+            rec = {"rule": leftovers.RULE, "ended": 0, "incomplete": f"{type(exc).__name__}: {exc}"}
+        leftovers.record(receipt, rec)
 
     def begin_receipt(self) -> Receipt:
         """A new receipt with the run's deadline (GOAL_TIMEOUT_SEC, clamped) and ``started``."""

@@ -34,6 +34,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from agents import leftovers
 from agents.base_codex import SCRIPTED_LOG
 from agents.receipt import Receipt
 from agents.sandbox_driver import CONFIG_NAME, MIN_PYTHON, RECEIPT_NAME, STATUS_NAME, STOP_NAME
@@ -566,9 +567,12 @@ async def run_in_sandbox(agent, instruction: str, environment, context) -> None:
     watch: Watch | None = None
     cred: str | None = None
     failure: ArmFailure | None = None
+    before: frozenset[str] | None = None
+    left: dict | None = None
     try:
         t = await connect(environment, agent._trial_name())
         receipt.transport = t.describe()
+        before = await leftovers.snapshot(t.container_exec())
         await agent.prepare(t)
         secret = agent._credential()
         await ensure_codex(agent, t)
@@ -629,9 +633,18 @@ async def run_in_sandbox(agent, instruction: str, environment, context) -> None:
                     await settle(download_evidence(t, agent.logs_dir, receipt), 300)
                 except Exception as exc:  # noqa: BLE001
                     receipt.warnings.append(f"evidence download: {type(exc).__name__}: {exc}")
+            if t is not None:  # last: the driver's evidence is down; nothing it left may outlive the phase
+                left = leftovers.UNLISTED
+                if before is not None:
+                    try:
+                        left = await settle(leftovers.end_leftovers(t.container_exec(), before), 90)
+                    except Exception as exc:  # noqa: BLE001 - recorded, never silent
+                        left = {**leftovers.UNLISTED, "incomplete": f"{type(exc).__name__}: {exc}"}
         finally:
             if t is not None:
                 receipt = agent.receipt = _merge_driver_receipt(agent, receipt, t, watch)
+                if left is not None:
+                    leftovers.record(receipt, left)
             deferred = agent._finish_evidence(receipt, context)
             if receipt.token_usage:
                 agent._usage_to_context(receipt.token_usage, context)

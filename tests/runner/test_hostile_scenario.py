@@ -9,7 +9,8 @@ background process rewriting /logs/verifier/metrics.json with a perfect score ev
 runs under one codex arm (plain) and one LoopX arm (ssh-goal), next to normal calc-partial pairs of
 the same arms. While it runs, `marathon status` is polled (each call finishes: its timeout is a
 guard, never a timed assertion) and the runner's RSS is sampled; at the end the console (Pilot)
-opens the tree and its drill-down shows the planted files refused.
+opens the tree and its drill-down shows the planted files refused. The forger does not outlive the
+agent phase (agents.leftovers): the verifier's score stands.
 """
 
 from __future__ import annotations
@@ -171,12 +172,10 @@ def test_hostile_pairs_are_never_scored_from_the_forged_file(hostile_run):
     m = RunModel.load(hostile_run["out"])
     for arm in ARMS.split(","):
         c = m.cells[("calc-hostile", arm)]
-        if c.status == "done":
-            # scored: then from the real verifier (calc-partial unsolved: 1 of 5), never the forgery
-            assert c.partial is not None and c.partial < 1.0 and c.pass_rate < 1.0, c
-        else:
-            assert c.status == "tampered", (arm, c.status, c.note, _why(c))
-            assert c.partial is None and c.reward is None
+        # the forger ended with the agent phase (agents.leftovers), so the verifier's own score
+        # stands (calc-partial unsolved: 1 of 5), never the forgery; nor is the pair lost to it
+        assert c.status == "done", (arm, c.status, c.note, _why(c))
+        assert c.partial is not None and c.partial < 1.0 and c.pass_rate < 1.0, c
         (trial,) = c.attempts[-1].trials.values()
         tdir = Path(c.attempts[-1].job_dir) / trial.name
         # the hostile command did run: its link and its sparse file are there
@@ -184,7 +183,10 @@ def test_hostile_pairs_are_never_scored_from_the_forged_file(hostile_run):
         assert (tdir / "agent" / "sparse.bin").stat().st_size == 2 << 30
         receipt = tdir / "agent" / "goal_receipt.json"
         assert receipt.is_file() and not receipt.is_symlink()  # the arm's own, replaced over the FIFO
-        assert json.loads(receipt.read_text())["arm"] == arm
+        rec = json.loads(receipt.read_text())
+        assert rec["arm"] == arm
+        left = rec["extra"]["left_running"]
+        assert left["ended"] >= 1 and "incomplete" not in left, left  # at least the forger
         traj = tdir / "agent" / "trajectory.json"
         assert not traj.exists() or (traj.is_file() and not traj.is_symlink())
 
