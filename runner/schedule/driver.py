@@ -33,6 +33,7 @@ from typing import Any
 from modes.naming import compose_project
 from modes.profiles import mode_for
 from runner.errors import UserError
+from runner.ops.held import start_held
 from runner.ops.procs import DEFAULT_GRACE_SEC, ProcIdentity, Registry, alive, signal_process
 from runner.ops.void import Verdict, act_void, classify_job, plan_void
 from runner.results.events import EventKind, EventLog, new_run_id
@@ -504,20 +505,23 @@ class Driver:
         jdir.mkdir(parents=True)
         argv = harbor_argv(self.cfg, task, arm, jdir, self._mounts.get(arm.name))
         screen_all(("harbor argv", a) for a in argv)  # e.g. staged mounts: nothing unscreened starts
+        # held at a gate until the registry and the claim name it (runner.ops.held): a runner killed
+        # in between leaves no harbor that nothing recorded, so a restart never starts a duplicate
         with open(jdir / HARBOR_LOG, "ab") as logfh:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=logfh,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                cwd=str(self.out),
-                env=self._job_env,
+            held = start_held(
+                argv, stdout=logfh, stderr=subprocess.STDOUT, cwd=str(self.out), env=self._job_env
             )
-        with contextlib.suppress(ProcessLookupError):
-            self.registry.register(proc.pid, ROLE_HARBOR, argv, task=task, arm=arm.name)
-        ref = claimsmod.job_ref(proc.pid, stamp)  # our unreaped child: present even if it exited
-        claim = claimsmod.set_job(self.out, claim, ref)
+        proc = held.proc
+        try:
+            with contextlib.suppress(ProcessLookupError):
+                self.registry.register(proc.pid, ROLE_HARBOR, argv, task=task, arm=arm.name)
+            ref = claimsmod.job_ref(proc.pid, stamp)  # our unreaped child: present even if it exited
+            claim = claimsmod.set_job(self.out, claim, ref)
+        except BaseException:
+            held.abort()  # it exits without running harbor
+            proc.wait()
+            raise
+        held.release()
         job = Job(
             task, arm, stamp, proc.pid, ref.ident, claim, time.monotonic(), proc, claim_out=str(self.out)
         )

@@ -30,6 +30,7 @@ from pathlib import Path
 import psutil
 
 from modes.naming import compose_project
+from runner.ops.held import start_held
 from runner.ops.procs import Registry
 from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir
 from runner.schedule.config import resolve
@@ -153,9 +154,10 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
     argv = harbor_argv(cfg, task, spec, sdir, arm_mounts(cfg, spec))
     screen_all(("harbor argv", a) for a in argv)
     deaths = watch_deaths() if cfg.env == "docker" else None
-    with open(sdir / HARBOR_LOG, "ab") as logfh:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logfh, stderr=subprocess.STDOUT,
-                                cwd=str(cfg.out), env=job_env())  # fmt: skip
+    with open(sdir / HARBOR_LOG, "ab") as logfh:  # held until registered (runner.ops.held)
+        held = start_held(argv, stdout=logfh, stderr=subprocess.STDOUT, cwd=str(cfg.out), env=job_env(),
+                          start_new_session=False)  # fmt: skip
+    proc = held.proc
     say(f"harbor run PID {proc.pid}")
     # In the tree's process registry under this host's node: `marathon kill` of a cluster run stops
     # it from a task pinned to this host (PIDs mean something on their own host only).
@@ -163,7 +165,12 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
     try:
         registry.register(proc.pid, ROLE_HARBOR, argv, task=task, arm=arm, node=rec.node_id)
     except ProcessLookupError:
-        pass  # harbor already ended: nothing to stop
+        pass  # the gate was signalled already: nothing to stop
+    except BaseException:
+        held.abort()
+        proc.wait()
+        raise
+    held.release()
 
     def forward(signum, _frame):  # Ray's stop: harbor cancels and tears its environment down
         if proc.poll() is None:
