@@ -19,12 +19,19 @@ import re
 import shlex
 from collections.abc import Awaitable, Callable
 
-#: One ``pid:starttime`` per line for every process of the sandbox except the script's own shell.
+#: One ``pid:starttime`` per line for every process of the sandbox except the script's own shell and
+#: its ancestors there (an environment's exec may wrap the command: ``timeout``, ``sh -c``).
 #: starttime is field 22 of /proc/<pid>/stat; after stripping "pid (comm) " it is the 20th field.
 _LIST = r"""
+anc=" "; q=$$
+while [ -n "$q" ] && [ "$q" != 0 ] && [ "$q" != 1 ]; do
+  anc="$anc$q "
+  read -r line < "/proc/$q/stat" 2>/dev/null || break
+  rest=${line##*) }; set -- $rest; q=$2
+done
 for d in /proc/[0-9]*; do
   p=${d#/proc/}
-  [ "$p" = "$$" ] && continue
+  case "$anc" in *" $p "*) continue ;; esac
   read -r line < "$d/stat" 2>/dev/null || continue
   rest=${line##*) }
   set -- $rest
@@ -34,25 +41,42 @@ done
 """
 
 #: Kill (SIGKILL) every process not named in $BEFORE (space-separated ``pid:starttime``) and not
-#: PID 1, in rounds (a process may fork while a round runs); prints the count killed per round.
+#: PID 1, in rounds a tenth of a second apart until a round finds none: a process may fork while a
+#: round runs, and a killed one stays listed until it has exited (it is killed again, not counted
+#: again). The script's own shell, its ancestors in the sandbox and its children (``sleep``) are
+#: never hit. Prints ``ended N`` (distinct processes killed), ``left M`` (still there after ~5 s)
+#: and, when M > 0, ``names`` (the comm of up to five of them, for the receipt).
 _SWEEP = r"""
-round=0
-while [ $round -lt 5 ]; do
-  round=$((round + 1)); n=0
+anc=" "; q=$$
+while [ -n "$q" ] && [ "$q" != 0 ] && [ "$q" != 1 ]; do
+  anc="$anc$q "
+  read -r line < "/proc/$q/stat" 2>/dev/null || break
+  rest=${line##*) }; set -- $rest; q=$2
+done
+killed=" "; ended=0; round=0; found=1; names=""
+while [ $found -gt 0 ] && [ $round -lt 50 ]; do
+  round=$((round + 1)); found=0; names=""
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
-    [ "$p" = "$$" ] || [ "$p" = 1 ] && continue
+    [ "$p" = 1 ] && continue
+    case "$anc" in *" $p "*) continue ;; esac
     read -r line < "$d/stat" 2>/dev/null || continue
     rest=${line##*) }
     set -- $rest
     [ "$1" = Z ] && continue
     [ "$2" = "$$" ] && continue
-    case " $BEFORE " in *" $p:${20} "*) continue ;; esac
-    kill -KILL "$p" 2>/dev/null && n=$((n + 1))
+    id="$p:${20}"
+    case " $BEFORE " in *" $id "*) continue ;; esac
+    kill -KILL "$p" 2>/dev/null || continue
+    found=$((found + 1))
+    [ $found -le 5 ] && { c=${line#*(}; names="$names ${c%)*}"; }
+    case "$killed" in *" $id "*) ;; *) killed="$killed$id "; ended=$((ended + 1)) ;; esac
   done
-  echo "killed $n"
-  [ $n -eq 0 ] && break
+  [ $found -gt 0 ] && { sleep 0.1 2>/dev/null || :; }
 done
+echo "ended $ended"
+echo "left $found"
+if [ $found -gt 0 ]; then echo "names$names"; fi
 """
 
 #: The rule as the receipt states it (the same for every arm).
@@ -85,9 +109,13 @@ def parse_listing(stdout: str) -> frozenset[str]:
 
 
 def parse_sweep(stdout: str) -> tuple[int, int]:
-    """(processes killed, processes still found in the last round) from a sweep's output."""
-    counts = [int(m.group(1)) for m in re.finditer(r"^killed (\d+)$", stdout, re.M)]
-    return sum(counts), (counts[-1] if counts else 0)
+    """(distinct processes killed, processes still found in the last round) from a sweep's output;
+    (0, -1) when it printed neither line."""
+    ended = re.search(r"^ended (\d+)$", stdout, re.M)
+    left = re.search(r"^left (\d+)$", stdout, re.M)
+    if ended is None or left is None:
+        return 0, -1
+    return int(ended.group(1)), int(left.group(1))
 
 
 async def snapshot(run: Exec) -> frozenset[str] | None:
@@ -107,10 +135,14 @@ async def end_leftovers(run: Exec, before: frozenset[str]) -> dict:
 
 def sweep_record(return_code: int, stdout: str) -> dict:
     """The receipt's ``left_running`` record of one sweep's exit code and output."""
-    killed, last = parse_sweep(stdout)
+    killed, left = parse_sweep(stdout)
     rec: dict = {"rule": RULE, "ended": killed}
-    if return_code != 0 or last:
-        rec["incomplete"] = f"exit {return_code}; {last} still killed in the last round"
+    if left < 0:
+        rec["incomplete"] = f"the sweep did not finish (exit {return_code})"
+    elif left:
+        m = re.search(r"^names (.*)$", stdout, re.M)
+        names = re.sub(r"[^\w .:+-]", "?", m.group(1))[:100] if m else ""
+        rec["incomplete"] = f"{left} process(es) still there after 50 rounds ({names})"
     return rec
 
 

@@ -9,6 +9,7 @@ stand for what the agent left. The scripts run inside the namespace (``nsenter``
 from __future__ import annotations
 
 import asyncio
+import shlex
 import shutil
 import subprocess
 import time
@@ -88,6 +89,23 @@ def test_records_name_processes_by_pid_and_start_time():
     """Identity is PID and start time: the same PID with another start time is a new process."""
     assert leftovers.parse_listing("1:100\n7:200\njunk\n8:\n") == frozenset({"1:100", "7:200"})
     assert "7:200" in leftovers.sweep_command(frozenset({"7:200"}))
-    assert leftovers.parse_sweep("killed 3\nkilled 1\nkilled 0\n") == (4, 0)
-    assert leftovers.sweep_record(0, "killed 2\nkilled 0\n") == {"rule": leftovers.RULE, "ended": 2}
-    assert "incomplete" in leftovers.sweep_record(0, "killed 2\n" * 5)
+    assert leftovers.parse_sweep("ended 4\nleft 0\n") == (4, 0)
+    assert leftovers.parse_sweep("garbage") == (0, -1)
+    assert leftovers.sweep_record(0, "ended 2\nleft 0\n") == {"rule": leftovers.RULE, "ended": 2}
+    assert "incomplete" in leftovers.sweep_record(0, "ended 2\nleft 1\n")
+    assert "incomplete" in leftovers.sweep_record(137, "")
+
+
+def test_the_sweep_spares_its_own_wrappers(namespace):
+    """An environment's exec may wrap the command (``timeout``, ``sh -c``): the sweep's ancestors in
+    the sandbox are new processes too, and must not be killed under it."""
+    run = exec_in(namespace)
+    before = asyncio.run(leftovers.snapshot(run))
+
+    async def wrapped(command, env=None, user=None, timeout_sec=None):
+        inner = "sh -c " + shlex.quote(command)
+        return await run(f"timeout 60 {inner}; echo wrapper-alive", env, user, timeout_sec)
+
+    r = asyncio.run(wrapped(leftovers.sweep_command(before), None, "root", 60))
+    assert r.stdout.strip().splitlines()[-1] == "wrapper-alive", r.stdout
+    assert leftovers.sweep_record(r.return_code, r.stdout) == {"rule": leftovers.RULE, "ended": 0}
