@@ -19,17 +19,23 @@ import re
 import shlex
 from collections.abc import Awaitable, Callable
 
-#: One ``pid:starttime`` per line for every process of the sandbox except the script's own shell and
-#: its ancestors there (an environment's exec may wrap the command: ``timeout``, ``sh -c``).
-#: starttime is field 22 of /proc/<pid>/stat; after stripping "pid (comm) " it is the 20th field.
-_LIST = r"""
+#: Sets ``anc`` to the script's own shell and its ancestors in the sandbox (space-separated PIDs):
+#: an environment's exec may wrap the command (``timeout``, ``sh -c``); neither script touches them.
+_ANCESTORS = r"""
 anc=" "; q=$$
 while [ -n "$q" ] && [ "$q" != 0 ] && [ "$q" != 1 ]; do
   anc="$anc$q "
   read -r line < "/proc/$q/stat" 2>/dev/null || break
   rest=${line##*) }; set -- $rest; q=$2
 done
-for d in /proc/[0-9]*; do
+"""
+
+#: One ``pid:starttime`` per line for every process of the sandbox except the script's own shell and
+#: its ancestors there (an environment's exec may wrap the command: ``timeout``, ``sh -c``).
+#: starttime is field 22 of /proc/<pid>/stat; after stripping "pid (comm) " it is the 20th field.
+_LIST = (
+    _ANCESTORS
+    + r"""for d in /proc/[0-9]*; do
   p=${d#/proc/}
   case "$anc" in *" $p "*) continue ;; esac
   read -r line < "$d/stat" 2>/dev/null || continue
@@ -39,6 +45,7 @@ for d in /proc/[0-9]*; do
   echo "$p:${20}"
 done
 """
+)
 
 #: Kill (SIGKILL) every process not named in $BEFORE (space-separated ``pid:starttime``) and not
 #: PID 1, in rounds a tenth of a second apart until a round finds none: a process may fork while a
@@ -46,14 +53,9 @@ done
 #: again). The script's own shell, its ancestors in the sandbox and its children (``sleep``) are
 #: never hit. Prints ``ended N`` (distinct processes killed), ``left M`` (still there after ~5 s)
 #: and, when M > 0, ``names`` (the comm of up to five of them, for the receipt).
-_SWEEP = r"""
-anc=" "; q=$$
-while [ -n "$q" ] && [ "$q" != 0 ] && [ "$q" != 1 ]; do
-  anc="$anc$q "
-  read -r line < "/proc/$q/stat" 2>/dev/null || break
-  rest=${line##*) }; set -- $rest; q=$2
-done
-killed=" "; ended=0; round=0; found=1; names=""
+_SWEEP = (
+    _ANCESTORS
+    + r"""killed=" "; ended=0; round=0; found=1; names=""
 while [ $found -gt 0 ] && [ $round -lt 50 ]; do
   round=$((round + 1)); found=0; names=""
   for d in /proc/[0-9]*; do
@@ -78,6 +80,7 @@ echo "ended $ended"
 echo "left $found"
 if [ $found -gt 0 ]; then echo "names$names"; fi
 """
+)
 
 #: The rule as the receipt states it (the same for every arm).
 RULE = "SIGKILL every sandbox process started after the arm began, before the verifier"
