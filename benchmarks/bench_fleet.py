@@ -8,8 +8,9 @@ here and a Ray worker there, 2 docker_slots each), runs ``marathon run --cluster
 (``runner.schedule.fleet.job`` stamps its lines to the ms). A sample is a freed slot while pairs are still
 queued: from a harbor process's exit (its job's "harbor exited" line) to the next "harbor run PID"
 line on any host -- the runner's poll of the job API, its bookkeeping, the submission, Ray's
-placement and supervisor start, the job's start-up (imports, ray.init for the node id, host.json)
-and the host's pool gate. Then the Ray processes of each node are sampled at idle (CPU % and RSS of
+placement and supervisor start, the job's start-up (its node id, host.json) and the host's pool
+gate; each sample is also split there (the job's submission time from the job API, its first log
+line, its host line). Then the Ray processes of each node are sampled at idle (CPU % and RSS of
 every descendant of its ``ray start``). Prints figures; asserts nothing.
 """
 
@@ -86,26 +87,43 @@ def main() -> None:
                            cwd=REPO, env=env, capture_output=True, text=True)  # fmt: skip
         wall = time.monotonic() - t0
         fleet = Fleet(th.dashboard)
-        starts, exits = [], []
+        exits: list[float] = []
+        attempts = []  # (submitted, job process start, host recorded, harbor start)
         for j in fleet.ours(out):
             log = fleet.client.get_job_logs(j.submission_id)
-            starts += _times(log, "harbor run PID")
+            info = fleet.client.get_job_info(j.submission_id)
             exits += _times(log, "harbor exited")
-        starts.sort()
-        samples = []
-        for s in starts[4:]:  # the first 4 fill the empty slots
+            first = (_times(log, "job process started") or [math.nan])[0]
+            host = (_times(log, "attempt ") or [math.nan])[0]
+            for s in _times(log, "harbor run PID"):
+                attempts.append((info.start_time / 1000, first, host, s))
+        attempts.sort(key=lambda a: a[3])
+        samples, phases = [], []
+        for sub, first, host, s in attempts[4:]:  # the first 4 fill the empty slots
             before = [e for e in exits if e < s]
             if before:
-                samples.append(s - max(before))
+                freed = max(before)
+                samples.append(s - freed)
+                # runner (freed -> submitted), Ray (-> the job's first line), the job's start-up
+                # (node id, host record), the gate and the held start
+                phases.append((sub - freed, first - sub, host - first, s - host))
         cpu_h, rss_h = idle(th.head, a.idle_sec)
         cpu_w, rss_w = idle(th.worker, a.idle_sec)
     print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; run rc {r.returncode}, "
-          f"{len(starts)} attempts in {wall:.0f} s")  # fmt: skip
+          f"{len(attempts)} attempts in {wall:.0f} s")  # fmt: skip
     if samples:
         ranked = sorted(samples)
         p95 = ranked[math.ceil(0.95 * len(ranked)) - 1]  # nearest rank: a measured sample, never extrapolated
         print(f"freed slot -> next harbor run (through Ray): n={len(samples)} median {statistics.median(samples):.2f} s"
               f", p95 {p95:.2f} s, max {ranked[-1]:.2f} s")  # fmt: skip
+        names = ("runner: freed -> submitted", "Ray: submitted -> job process", "job: node id + host record",
+                 "job: gate + held start")  # fmt: skip
+        for i, name in enumerate(names):
+            col = [ph[i] for ph in phases if not math.isnan(ph[i])]
+            if col:
+                print(
+                    f"  {name:32s} median {statistics.median(col):6.2f} s, max {max(col):6.2f} s (n={len(col)})"
+                )
     print(
         f"Ray at idle, head (GCS, dashboard, raylet, agents): CPU {cpu_h:.1f} % of a core, RSS {rss_h:.0f} MiB"
     )

@@ -130,3 +130,27 @@ def test_a_tree_of_a_cluster_run_names_its_cluster(tmp_path):
     assert tree_cluster(tmp_path) == "ray://10.0.0.1:8265"
     assert tree_cluster(tmp_path, "ray://other:8265") == "ray://other:8265"
     assert tree_cluster(tmp_path / "none") is None and tree_cluster(None) is None
+
+
+def test_a_job_reads_its_node_id_from_the_raylet_it_runs_under():
+    """The id is the raylet's own ``--node_id`` argument (as Ray's ``find_node_ids`` reads it); any
+    other value in that place is not taken for an id."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from runner.schedule.fleet.job import raylet_node_id
+
+    node = "ab" * 28
+    for arg, want in (
+        (f"--node_id={node}", node),
+        ("--node_id=../../etc", None),
+        ("--node-id=" + node, None),
+    ):
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--x=1", arg])
+        try:
+            assert raylet_node_id(psutil.Process(p.pid)) == want
+        finally:
+            p.kill()
+            p.wait()

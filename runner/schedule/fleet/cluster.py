@@ -139,9 +139,9 @@ class NodeState:
 
 class Fleet:
     """A Ray cluster seen through its job API. ``jobs()`` is one HTTP call, cached for
-    ``cache_sec`` so that a runner polling many jobs asks once per tick."""
+    ``cache_sec`` so that a runner polling many jobs asks at most twice a second."""
 
-    def __init__(self, address: str, *, cache_sec: float = 1.0) -> None:
+    def __init__(self, address: str, *, cache_sec: float = 0.5) -> None:
         from ray.job_submission import JobSubmissionClient
 
         self.address = address

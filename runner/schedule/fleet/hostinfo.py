@@ -35,18 +35,23 @@ def write_host(stamp_dir: Path, rec: HostRecord) -> Path:
     return path
 
 
-def join_here() -> str:
-    """``ray.init`` as a driver of the job this process runs in, attached to this host's node;
-    returns this host's IP. The IP is this host's address facing the cluster's control store
-    (``RAY_ADDRESS``, set by the job's supervisor): Ray's own guess aims at a public resolver, which
-    a host without internet lacks, and then falls back to the host name -- and may attach to
-    another node."""
-    import ray
-
-    gcs = os.environ["RAY_ADDRESS"]
-    host, _, port = gcs.rpartition(":")
+def facing_ip() -> str:
+    """This host's address facing the cluster's control store (``RAY_ADDRESS``, set by the job's
+    supervisor): Ray's own guess aims at a public resolver, which a host without internet lacks,
+    and then falls back to the host name."""
+    host, _, port = os.environ["RAY_ADDRESS"].rpartition(":")
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.connect((host, int(port)))  # UDP: no packet is sent, only the route is chosen
-        ip = s.getsockname()[0]
-    ray.init(address=gcs, _node_ip_address=ip, log_to_driver=False, logging_level="ERROR")
+        return s.getsockname()[0]
+
+
+def join_here() -> str:
+    """``ray.init`` as a driver of the job this process runs in, attached to this host's node (by
+    its ``facing_ip``: Ray's own guess may attach to another node); returns that IP."""
+    import ray
+
+    ip = facing_ip()
+    ray.init(
+        address=os.environ["RAY_ADDRESS"], _node_ip_address=ip, log_to_driver=False, logging_level="ERROR"
+    )
     return ip

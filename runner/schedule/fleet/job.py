@@ -20,6 +20,7 @@ exits only once the cluster too counts the node dead, so the runner voids the at
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -35,12 +36,20 @@ from runner.ops.procs import Registry
 from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir
 from runner.schedule.config import resolve
 from runner.schedule.driver import HARBOR_LOG, ROLE_HARBOR, arm_mounts, harbor_argv, job_env
-from runner.schedule.fleet.hostinfo import join_here, this_host, write_host
+from runner.schedule.fleet.hostinfo import facing_ip, join_here, this_host, write_host
 from runner.secrets import screen_all
 
 
 def ray_node() -> tuple[str, str]:
-    """(node id, node IP) of the Ray node this job runs on, asked of the cluster itself."""
+    """(node id, node IP) of the Ray node this job runs on. The id is the one this host's raylet
+    registered under (its ``--node_id`` argument, read as Ray's own ``find_node_ids`` does; the
+    raylet is found as this job's ancestor, never by name): no ``ray.init``, which cost the start of
+    every attempt a driver's connection to the cluster. Without a raylet among the ancestors, the
+    cluster itself is asked (``ray.init`` attached to this host's node)."""
+    raylet = own_raylet()
+    node_id = raylet_node_id(raylet) if raylet is not None else None
+    if node_id:
+        return node_id, facing_ip()
     import ray
 
     ip = join_here()
@@ -49,6 +58,20 @@ def ray_node() -> tuple[str, str]:
     finally:
         ray.shutdown()
     return node_id, ip
+
+
+def raylet_node_id(raylet: psutil.Process) -> str | None:
+    """The node id a raylet was started with (``--node_id=HEX``), or None."""
+    try:
+        args = raylet.cmdline()
+    except psutil.Error:
+        return None
+    for arg in args:
+        if arg.startswith("--node_id="):
+            value = arg.partition("=")[2]
+            if re.fullmatch(r"[0-9a-f]{56}", value):
+                return value
+    return None
 
 
 def say(msg: str) -> None:
@@ -139,6 +162,7 @@ def wait_declared_dead(cluster: str, node_id: str, bound: float = LOST_WAIT_SEC)
 def run(out: Path, task: str, arm: str, stamp: str) -> int:
     from runner.ops.docker_pool import wait_for_gate
 
+    say("job process started")
     cfg = resolve(out, {}, resume=True)
     spec = {s.name: s for s in cfg.arm_specs()}[arm]
     sdir = jobs_dir(cfg.out, task, arm, stamp)
