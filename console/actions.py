@@ -2,7 +2,8 @@
 
 Each action is one runner operation, the same one the CLI runs: start (``runner.schedule.start``),
 stop the runner alone (``runner.ops.stop``), kill (``runner.ops.kill``), cleanup
-(``runner.ops.cleanup``) and void (``runner.ops.void``). Planning freezes exactly what will be
+(``runner.ops.cleanup``) and void (``runner.ops.void``); kill and cleanup of a cluster run
+(``run --cluster``) plan and act host by host (``runner.schedule.fleet.hostops``). Planning freezes exactly what will be
 touched (PIDs with create times and argv; containers and networks by id and exact compose label) so
 the confirmation dialog can show it; acting re-checks each object just before touching it. Nothing
 here decides what to touch. No textual import: the same functions are testable without a screen.
@@ -19,10 +20,11 @@ if TYPE_CHECKING:
     from runner.ops.kill import KillPlan
     from runner.ops.stop import RunnerStopPlan
     from runner.ops.void import VoidPlan
+    from runner.schedule.fleet.hostops import HostsCleanupPlan, HostsKillPlan
     from runner.schedule.start import StartPlan
 
     #: the runner's own plan of one action, exactly what the dialog shows and ``act`` carries out
-    Plan = RunnerStopPlan | KillPlan | CleanupPlan | VoidPlan | StartPlan
+    Plan = RunnerStopPlan | KillPlan | CleanupPlan | VoidPlan | StartPlan | HostsKillPlan | HostsCleanupPlan
 
 STOP = "stop"
 KILL = "kill"
@@ -60,6 +62,12 @@ def plan_action(kind: str, out: Path, *, trial_path: str | None = None, reason: 
 
         plan = plan_stop_runner(out)
         return Planned(kind, str(out), plan.render(), plan, possible=plan.possible)
+    if kind in (KILL, CLEANUP):
+        from runner.schedule.fleet.probe import tree_cluster
+
+        cluster = tree_cluster(out)
+        if cluster:
+            return _plan_on_hosts(kind, out, cluster)
     if kind == KILL:
         from runner.ops.kill import plan_kill
         from runner.ops.procs import DEFAULT_GRACE_SEC
@@ -94,9 +102,37 @@ def plan_action(kind: str, out: Path, *, trial_path: str | None = None, reason: 
     raise ValueError(f"unknown action {kind!r}")
 
 
+def _plan_on_hosts(kind: str, out: Path, cluster: str) -> Planned:
+    """A cluster run's kill or cleanup: each host's plan made on that host (``runner.schedule.fleet.hostops``,
+    what ``marathon kill|cleanup`` of the tree runs), every object led by its host."""
+    from runner.ops.procs import DEFAULT_GRACE_SEC
+    from runner.schedule.fleet import hostops
+
+    if kind == KILL:
+        plan = hostops.plan_kill_hosts(cluster, out)
+        text = (
+            f"The same sequence as `marathon kill --yes` of a cluster run: the runner here, then each host's "
+            f"own plan on that host (SIGTERM, {DEFAULT_GRACE_SEC:.0f} s grace, SIGKILL; then its removals), "
+            f"then the tree's Ray jobs stopped and each host cleaned once more.\n{plan.render()}"
+        )
+        return Planned(kind, str(out), text, plan, possible=not plan.empty)
+    clean = hostops.plan_cleanup_hosts(cluster, out)
+    return Planned(kind, str(out), clean.render(), clean, possible=not clean.empty)
+
+
 def act(planned: Planned) -> tuple[bool, str]:
     """Carry out a frozen plan; returns (ok, report text)."""
     kind, out = planned.kind, Path(planned.out)
+    from runner.schedule.fleet import hostops
+
+    if isinstance(planned.plan, hostops.HostsKillPlan):
+        from runner.ops.procs import DEFAULT_GRACE_SEC
+
+        report = hostops.act_kill_hosts(planned.plan, DEFAULT_GRACE_SEC)
+        return report.ok, report.render()
+    if isinstance(planned.plan, hostops.HostsCleanupPlan):
+        done = hostops.act_cleanup_hosts(planned.plan)
+        return hostops.cleanup_hosts_ok(done), hostops.render_cleanup_reports(done)
     if kind == STOP:
         from runner.ops.stop import act_stop_runner
 

@@ -76,47 +76,29 @@ def engine_note(out: Path) -> str | None:
 
 def run_hosts(args: argparse.Namespace, cluster: str) -> int:
     """Each host's plan made on that host, the whole plan shown (every object with its host, every
-    host down named), then -- with --yes -- the removals, each on its host. Exit 0 only when every
-    host was listed and every removal succeeded."""
+    host down named), then -- with --yes -- the removals, each on its host, on exactly that plan
+    (``runner.schedule.fleet.hostops``, as the console's Cleanup key). Exit 0 only when every host
+    was listed and every removal succeeded."""
     from runner.errors import NotAnOutputTree
-    from runner.ops.cleanup import (
-        CleanupPlan,
-        CleanupReport,
-        HostPlan,
-        render_host_plans,
-        render_host_reports,
+    from runner.schedule.fleet.hostops import (
+        act_cleanup_hosts,
+        cleanup_hosts_ok,
+        plan_cleanup_hosts,
+        render_cleanup_reports,
     )
-    from runner.schedule.fleet.probe import ask_hosts
 
     if not args.out.is_dir():
         raise NotAnOutputTree(f"{args.out} is not a directory (expected a marathon output tree)")
-
-    def host_plans(answers) -> list[HostPlan]:
-        return [
-            HostPlan(a.label, CleanupPlan.from_json(a.result) if a.ok else None, a.error) for a in answers
-        ]
-
-    def show(stage, answers) -> None:
-        if stage == "plan" and not args.json:
-            print(f"cluster {cluster}: {len(answers)} Docker host(s)")
-            print(render_host_plans(host_plans(answers)), flush=True)
-
-    params = {"task": args.task, "arm": args.arm, "trial": args.trial, "act": bool(args.yes)}
-    stages = ask_hosts(cluster, args.out, "cleanup", params, on_stage=show)
-    hosts = host_plans(stages.get("plan", []))
-    for a in stages.get("act", []):
-        for h in hosts:
-            if h.host == a.label:
-                h.report, h.error = (CleanupReport.from_json(a.result) if a.ok else None), a.error
+    plan = plan_cleanup_hosts(cluster, args.out, task=args.task, arm=args.arm, trial=args.trial)
+    if not args.json:
+        print(plan.render(), flush=True)
+    if args.yes:
+        act_cleanup_hosts(plan)
     if args.json:
-        print(json.dumps({"cluster": cluster, "hosts": [
-            {"host": h.host, "plan": h.plan.to_json() if h.plan else None, "error": h.error,
-             "report": h.report.to_json() if h.report else None} for h in hosts]}, indent=1))  # fmt: skip
+        print(json.dumps(plan.to_json(), indent=1))
     elif not args.yes:
         print("dry run: nothing changed (add --yes to remove the above)")
     else:
         print("done:")
-        print(render_host_reports(hosts) or "  nothing to remove")
-    listed = bool(hosts) and all(h.listed for h in hosts)
-    acted = all(not h.error and (h.report is None or h.report.ok) for h in hosts)
-    return 0 if listed and acted else 1
+        print(render_cleanup_reports(plan))
+    return 0 if cleanup_hosts_ok(plan) else 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from runner.ops.procs import DEFAULT_GRACE_SEC
@@ -100,77 +99,31 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_hosts(args: argparse.Namespace, cluster: str) -> int:
-    """A cluster run's kill: first this host's part (the runner and what it registered here; it
-    stops its Ray jobs itself when it can), then each Docker host's own plan -- the harbor
-    processes its jobs registered and the tree's objects on its engine -- made and carried out by a
-    task pinned to that host, every plan shown before it is acted on, every host down named. Then
-    the tree's Ray jobs still pending or running are stopped through the job API and each host's
-    cleanup runs once more (what a job started between the plans and the stop). Exit 0 only when
-    every host was reached and nothing is left alive or unremoved."""
-    from runner.ops.cleanup import CleanupReport
-    from runner.ops.kill import KillPlan, KillReport
-    from runner.ops.procs import act_stop, plan_stop
-    from runner.schedule.fleet.cluster import Fleet
-    from runner.schedule.fleet.probe import ask_hosts
+    """A cluster run's kill (``runner.schedule.fleet.hostops``, as the console's Kill key): the plan
+    -- this host's part (the runner and what it registered here) and each Docker host's own (the
+    harbor processes its jobs registered and the tree's objects on its engine), every host down
+    named -- shown first; with --yes the runner is stopped, each host carries out its own plan, the
+    tree's Ray jobs still pending or running are stopped through the job API and each host's cleanup
+    runs once more. Exit 0 only when every host was reached and nothing is left alive or unremoved."""
+    from runner.schedule.fleet.hostops import (
+        act_kill_hosts,
+        kill_plan_json,
+        kill_report_json,
+        plan_kill_hosts,
+    )
 
-    here = plan_stop(args.out, expected_argvs=_argvs(args.argv))
-    result: dict = {"cluster": cluster, "here": {"stop_plan": here.to_json()}, "hosts": []}
-    ok = True
+    plan = plan_kill_hosts(cluster, args.out, expected_argvs=_argvs(args.argv))
     if not args.json:
-        print("this host (the runner's):")
-        print(here.render())
-    if args.yes:  # the runner first, so that it starts nothing while the hosts stop their trials
-        rep = act_stop(here, grace_sec=args.grace)
-        result["here"]["stop_report"] = rep.to_json()
-        ok = not rep.still_alive
-        if not args.json:
-            print("stopped here:")
-            print(rep.render())
-
-    def show(stage, answers) -> None:
-        if stage != "plan" or args.json:
-            return
-        print(f"cluster {cluster}: {len(answers)} Docker host(s)")
-        for a in answers:
-            if a.ok:
-                print(f"host {a.label}:")
-                print(KillPlan.from_json(a.result).render())
-            else:
-                print(f"host {a.label}: its processes and objects were not listed ({a.error or 'down'})")
-        if not args.yes:
+        print(plan.render(), flush=True)
+    if not args.yes:
+        if args.json:
+            print(json.dumps(kill_plan_json(plan), indent=1))
+        else:
             print("dry run: nothing changed (add --yes to act)")
-        sys.stdout.flush()
-
-    stages = ask_hosts(cluster, args.out, "kill", {"act": bool(args.yes), "grace": args.grace}, on_stage=show)
-    acts = {a.node_id: a for a in stages.get("act", [])}
-    for a in stages.get("plan", []):
-        host: dict = {"host": a.label, "plan": a.result if a.ok else None, "error": a.error}
-        ok = ok and a.ok
-        act = acts.get(a.node_id)
-        if act is not None:
-            host["report"], host["error"] = (act.result if act.ok else None), act.error
-            report = KillReport.from_json(act.result) if act.ok else None
-            ok = ok and report is not None and report.ok
-            if not args.json:
-                print(f"host {a.label}:")
-                print(report.render() if report is not None else f"  FAILED: {act.error}")
-        result["hosts"].append(host)
-    ok = ok and bool(stages.get("plan"))
-    if args.yes:
-        fleet = Fleet.connect(cluster)
-        left = [j.submission_id for j in fleet.ours(args.out) if j.active]
-        for sid in left:
-            fleet.stop(sid)
-        late = ask_hosts(cluster, args.out, "cleanup", {"act": True}).get("act", [])
-        result["ray_jobs_stopped"] = left
-        result["late_cleanup"] = [{"host": a.label, "report": a.result, "error": a.error} for a in late]
-        ok = ok and all(a.ok for a in late)
-        if not args.json:
-            print(f"Ray jobs of the tree still pending or running, stopped: {left or 'none'}")
-            for a in late:
-                print(f"host {a.label}, removed after the stop:")
-                print(CleanupReport.from_json(a.result).render() if a.ok else f"  FAILED: {a.error}")
-    result["ok"] = ok
+        return 0 if all(h.plan is not None for h in plan.hosts) and plan.hosts else 1
+    report = act_kill_hosts(plan, args.grace)
     if args.json:
-        print(json.dumps(result, indent=1))
-    return 0 if ok else 1
+        print(json.dumps(kill_report_json(report), indent=1))
+    else:
+        print(report.render())
+    return 0 if report.ok else 1

@@ -241,6 +241,7 @@ class HostPlan:
     plan: CleanupPlan | None
     error: str = ""  # why there is no plan, when the host was up
     report: CleanupReport | None = None
+    node_id: str = ""  # its Ray node: where acting on the plan runs
 
     @property
     def listed(self) -> bool:

@@ -335,8 +335,9 @@ def test_runner_kill9_then_health_fix_reattaches_without_duplicates(cluster, tmp
 def test_kill_stops_each_hosts_trials_from_a_task_on_that_host(cluster, tmp_path):
     """The runner dies (``kill -9``) while trials run on both hosts; ``marathon kill OUT`` plans on
     each host -- the harbor process its job registered there, the tree's objects on its engine --
-    and with ``--yes`` each host stops its own harbor and removes its own objects: nothing of the
-    run is left alive or on either engine, and a foreign look-alike on each survives."""
+    and the console's Kill key (the same ``runner.schedule.fleet.hostops`` plan, shown, then acted
+    on) has each host stop its own harbor and remove its own objects: nothing of the run is left
+    alive or on either engine, and a foreign look-alike on each survives."""
     from runner.ops.docker_pool import our_projects
     from runner.ops.procs import ROLE_RUNNER, Registry, alive
 
@@ -388,10 +389,15 @@ def test_kill_stops_each_hosts_trials_from_a_task_on_that_host(cluster, tmp_path
             )
         assert all(alive(e.ident) for es in harbors.values() for e in es), "the dry run signalled"
 
-        k = cli("kill", str(out), "--yes", "--json", "--grace", "30", env=env, timeout=900)
+        # the console's Kill key on the same tree: the same host-by-host plan, then acted on exactly
+        k = subprocess.run([sys.executable, "-c", CONSOLE_KILL, str(out)], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=900)  # fmt: skip
         assert k.returncode == 0, k.stdout[-3000:] + k.stderr[-3000:]
-        got = json.loads(k.stdout)
-        assert got["ok"] is True and len(got["hosts"]) == 2, got
+        shown, _, acted = k.stdout.partition("\n--- act ---\n")
+        for ip in nodes.values():
+            assert f"/{ip}:" in shown, shown  # each host's own plan, led by its host
+        assert shown.count("registered harbor") >= len(nodes), shown
+        assert acted.startswith("ok True"), acted
         assert [e for es in harbors.values() for e in es if alive(e.ident)] == []
         left = [e for e in Registry(out).entries() if e.role != ROLE_RUNNER and alive(e.ident)]
         assert left == [], left
@@ -411,6 +417,22 @@ def test_kill_stops_each_hosts_trials_from_a_task_on_that_host(cluster, tmp_path
             docker("rm", "-f", ctr, check=False)
             docker("network", "rm", net, check=False)
         shared_docker("image", "rm", *[f"hb__{t.name}" for t in tasks.iterdir()], check=False)
+
+
+#: what the console does on its Kill key (console.actions), printed: the dialog's plan, then the act
+CONSOLE_KILL = """
+import sys
+from pathlib import Path
+from console import actions
+planned = actions.plan_action(actions.KILL, Path(sys.argv[1]))
+assert planned.possible, planned.text
+print(planned.text)
+ok, text = actions.act(planned)
+print("\\n--- act ---")
+print("ok", ok)
+print(text)
+sys.exit(0 if ok else 1)
+"""
 
 
 def slow_tasks(root: Path, tag: str) -> Path:

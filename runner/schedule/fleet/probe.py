@@ -220,7 +220,8 @@ def emit(stage: str, answers: list[HostAnswer]) -> None:
 def job_main(op: str, out: str, params: dict[str, Any]) -> int:
     """The probe job: ``net`` (each host's pools and gate), ``cleanup`` (each host's plan, then,
     with ``act``, the removals on the hosts whose plan is not empty) or ``kill`` (the same with
-    each host's kill plan: its registered processes stopped, then its removals)."""
+    each host's kill plan: its registered processes stopped, then its removals). With ``plans``
+    (``runner.schedule.fleet.hostops``): no new plan, each host acts on the one it made before."""
     import runner.schedule.fleet.probe as here  # the tasks' functions by module name, not __main__
     from runner.schedule.fleet.hostinfo import join_here
 
@@ -241,6 +242,23 @@ def job_main(op: str, out: str, params: dict[str, Any]) -> int:
         args = (params["tasks_dir"], params.get("tasks"), params.get("proxy"), params.get("proxy_env"),
                 params.get("no_proxy"), params.get("build_network") or "host")  # fmt: skip
         emit("prebuild", on_each(alive, here.prebuild_here, lambda h: args, BUILD_SEC) + down)
+        return 0
+    if "plans" in params:  # act on exactly the plans the operator was shown, each on its own host
+        frozen = {p["node_id"]: p for p in params["plans"]}
+        if op == "kill":
+            grace = float(params["grace"])
+            fn, args, sec = (
+                here.kill_act_here,
+                (lambda h: (frozen[h.node_id]["plan"], grace)),
+                TASK_SEC + grace,
+            )
+        else:
+            fn, args, sec = here.act_here, (lambda h: (frozen[h.node_id]["plan"],)), TASK_SEC
+        up = [h for h in alive if h.node_id in frozen]
+        gone = [HostAnswer(p["host"], p["host"].rpartition("/")[2], node, False,
+                           error="down since its plan was made: nothing done there")
+                for node, p in frozen.items() if node not in {h.node_id for h in up}]  # fmt: skip
+        emit("act", on_each(up, fn, args, sec) + gone)
         return 0
     if op == "kill":
         from runner.ops.kill import KillPlan
