@@ -50,6 +50,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--loopx-parts", type=Path, help="staged LoopX parts (default: the cache)")
     parser.add_argument("--json", action="store_true", help="print the checks as JSON lines")
     parser.add_argument(
+        "--cluster",
+        help="check on every Docker host of this Ray cluster (a task pinned to each: its own cache and engine)",
+    )
+    parser.add_argument(
         "--env", default="docker",
         help="the harbor environment the run will use (a type or module:Class): its credentials "
         "are checked first, by harbor's own preflight; the arms' checks run on the local engine",
@@ -203,10 +207,6 @@ def run(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # harbor imports litellm: stay offline
     logging.getLogger("harbor").setLevel(logging.WARNING)
-    from agents.loopx_staging import load_staged as load_loopx
-    from agents.staging import StagingError, check_tree
-    from agents.staging import load_staged as load_codex
-    from modes.profiles import ARMS
 
     arms = _arms(args.arms)
     pre: list[Check] = []
@@ -221,23 +221,68 @@ def run(args: argparse.Namespace) -> int:
             pre.append(Check("*", "environment", "FAIL", problems[0].line()))
             return _print(pre, args.json)
         pre.append(Check("*", "environment", "ok", f"harbor's preflight of --env {args.env} passed"))
+    if args.cluster:
+        return run_hosts(args, arms, pre)
+    return _print(pre + checks_here(arms, args.task, args.codex_root, args.loopx_parts), args.json)
+
+
+def checks_here(
+    arms: list[str], task: Path, codex_root: Path | None = None, parts_root: Path | None = None
+) -> list[Check]:
+    """Every check of ``arms`` on this host: its staged parts (its own cache unless given) and its
+    Docker engine (``DOCKER_HOST``); what ``verify-envs`` runs here and, with ``--cluster``, on each
+    Docker host in a task pinned to it."""
+    from agents.loopx_staging import load_staged as load_loopx
+    from agents.staging import StagingError, check_tree
+    from agents.staging import load_staged as load_codex
+    from modes.profiles import ARMS
+
+    pre: list[Check] = []
     try:
-        codex_root = args.codex_root or load_codex().root
+        codex_root = codex_root or load_codex().root
         version = check_tree(codex_root)
         pre.append(Check("*", "staged-codex", "ok", f"{version} at {codex_root} (sidecar present)"))
     except StagingError as exc:
-        pre.append(Check("*", "staged-codex", "FAIL", str(exc)))
-        return _print(pre, args.json)
-    parts_root = None
+        return [*pre, Check("*", "staged-codex", "FAIL", str(exc))]
     if any(ARMS[a].loopx for a in arms):
         try:
-            parts_root = args.loopx_parts or load_loopx().root
+            parts_root = parts_root or load_loopx().root
             pre.append(Check("*", "staged-loopx", "ok", f"parts at {parts_root}"))
         except StagingError as exc:
-            pre.append(Check("*", "staged-loopx", "FAIL", str(exc)))
-            return _print(pre, args.json)
-    checks = asyncio.run(verify(arms, args.task, Path(codex_root), parts_root))
-    return _print(pre + checks, args.json)
+            return [*pre, Check("*", "staged-loopx", "FAIL", str(exc))]
+    return pre + asyncio.run(verify(arms, Path(task), Path(codex_root), parts_root))
+
+
+def run_hosts(args: argparse.Namespace, arms: list[str], pre: list[Check]) -> int:
+    """``checks_here`` on every Docker host of the cluster (``runner.schedule.fleet.probe``); each
+    host's lines led by its host, a host down or failing named. Exit 0 only when every host
+    answered and every check passed. ``--task`` must be at the same path on every host (the
+    default, the repo's mini task, is)."""
+    from runner.schedule.fleet.probe import ask_hosts
+
+    if args.codex_root or args.loopx_parts:
+        raise UserError(
+            "--codex-root/--loopx-parts name this host's trees; with --cluster each host uses its own cache"
+        )
+    params = {"arms": arms, "task": str(Path(args.task).resolve())}
+    answers = ask_hosts(args.cluster, None, "verify-envs", params).get("verify-envs", [])
+    ok = _print(pre, args.json) == EXIT_OK and bool(answers)
+    for a in answers:
+        checks = [Check(**c) for c in a.result["checks"]] if a.ok else []
+        for c in checks:
+            if args.json:
+                print(json.dumps({"host": a.label, **asdict(c)}), flush=True)
+            else:
+                print(f"{a.label:<24} {c.line()}", flush=True)
+        if not a.ok:
+            why = a.error or "down"
+            print(
+                json.dumps({"host": a.label, "error": why})
+                if args.json
+                else f"{a.label:<24} NOT checked ({why})"
+            )
+        ok = ok and a.ok and bool(checks) and all(c.status == "ok" for c in checks)
+    return EXIT_OK if ok else EXIT_FAILED
 
 
 def _print(checks: list[Check], as_json: bool) -> int:

@@ -461,6 +461,31 @@ def test_stage_runs_on_every_host_into_its_own_cache(cluster):
 
 
 @pytest.mark.timeout(1800)
+def test_verify_envs_checks_every_host_on_its_own_engine(cluster):
+    """``marathon verify-envs --cluster`` runs every check of an arm in a task pinned to each Docker
+    host, against that host's staged parts and its own engine: each host answers for each arm."""
+    for what in ("codex", "loopx"):  # each host's own cache (cheap when the stage test ran first)
+        st = cli("stage", what, "--cluster", cluster.cluster, env=runner_env(), timeout=900)
+        assert st.returncode == 0, st.stdout[-3000:] + st.stderr[-3000:]
+    r = cli("verify-envs", "--cluster", cluster.cluster, "--arms", "plain,ssh-goal", "--json",
+            env=runner_env(), timeout=1200)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lines = [json.loads(ln) for ln in r.stdout.splitlines() if ln.strip()]
+    by_host: dict[str, list[dict]] = {}
+    for ln in lines:
+        by_host.setdefault(ln["host"].rpartition("/")[2], []).append(ln)
+    assert sorted(by_host) == sorted((HEAD_IP, WORKER_IP)), lines
+    for ip, checks in by_host.items():
+        assert all(c["status"] == "ok" for c in checks), (ip, checks)
+        done = {(c["arm"], c["check"]) for c in checks}
+        assert {
+            ("plain", "app-server"),
+            ("ssh-goal", "app-server"),
+            ("ssh-goal", "gate:skills/list"),
+        } <= done, ip
+
+
+@pytest.mark.timeout(1800)
 def test_prebuild_builds_on_every_hosts_own_engine(cluster):
     """``marathon prebuild --cluster`` builds the task image on each Docker host's own engine (a
     task pinned to it): afterwards each engine holds the image, built there."""

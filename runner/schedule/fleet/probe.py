@@ -1,5 +1,5 @@
 """Asking every host of a cluster run about its own engine and processes (``marathon net``,
-``cleanup``, ``kill``, ``stage`` and ``prebuild``).
+``cleanup``, ``kill``, ``stage``, ``prebuild`` and ``verify-envs``).
 
 Why: a host's address pool and its Docker objects are seen only from that host -- its engine is the
 ``DOCKER_HOST`` of its Ray node, its host routes are its own. The runner is only a client of the
@@ -137,6 +137,18 @@ def prebuild_here(
     return {"via": via, "results": [r.to_json() for r in results]}
 
 
+def verify_here(arms: list[str], task: str) -> dict:
+    """``marathon verify-envs`` on this host (``runner.commands.verify_envs.checks_here``): its own
+    staged parts and engine."""
+    import os
+    from dataclasses import asdict
+
+    from runner.commands.verify_envs import checks_here
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    return {"checks": [asdict(c) for c in checks_here(arms, Path(task))]}
+
+
 def kill_plan_here(out: str, node_id: str) -> dict:
     """This host's kill plan (``runner.ops.kill.plan_kill``): the processes this host's jobs
     registered (and their descendants), then the tree's Docker objects on this host's engine."""
@@ -237,6 +249,12 @@ def job_main(op: str, out: str, params: dict[str, Any]) -> int:
     if op == "stage":
         emit("stage", on_each(alive, here.stage_here, lambda h: (params["what"], params.get("version"),
                                                                   bool(params.get("force"))), STAGE_SEC) + down)  # fmt: skip
+        return 0
+    if op == "verify-envs":
+        emit(
+            "verify-envs",
+            on_each(alive, here.verify_here, lambda h: (params["arms"], params["task"]), STAGE_SEC) + down,
+        )
         return 0
     if op == "prebuild":
         args = (params["tasks_dir"], params.get("tasks"), params.get("proxy"), params.get("proxy_env"),
@@ -346,9 +364,9 @@ def _stages(logs: str) -> dict[str, list[HostAnswer]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 3 or args[0] not in ("net", "cleanup", "kill", "stage", "prebuild"):
+    if len(args) != 3 or args[0] not in ("net", "cleanup", "kill", "stage", "prebuild", "verify-envs"):
         print(
-            "usage: python -m runner.schedule.fleet.probe net|cleanup|kill|stage|prebuild OUT PARAMS_JSON",
+            "usage: python -m runner.schedule.fleet.probe net|cleanup|kill|stage|prebuild|verify-envs OUT PARAMS_JSON",
             file=sys.stderr,
         )
         return 2
