@@ -114,9 +114,16 @@ def test_ops_build_on_results_and_never_on_schedule():
 SCHEDULE_READS_ARM_STAGING = ("agents.staging", "agents.loopx_staging")
 
 
+#: ``verify-envs`` runs each arm's own install code up to the first model call, here and (through
+#: the cluster probe) on every Docker host: only its module, ``runner.schedule.envcheck``, may.
+SCHEDULE_CHECKS_ARMS = ("agents.scripted_model", "agents.loopx_gates", "agents.transport")
+
+
 def test_schedule_builds_on_ops_and_results():
     allowed = ("runner.ops", "runner.results", "runner.errors", "runner.secrets", "modes")
-    assert _violations("runner.schedule", allowed + SCHEDULE_READS_ARM_STAGING) == []
+    assert _violations("runner.schedule", allowed + SCHEDULE_READS_ARM_STAGING + SCHEDULE_CHECKS_ARMS) == []
+    checkers = {e.src for e in EDGES if _in(e.src, "runner.schedule") and _in(e.dst, *SCHEDULE_CHECKS_ARMS)}
+    assert checkers == {"runner.schedule.envcheck"}
 
 
 def test_errors_and_secrets_are_below_everything_in_runner():

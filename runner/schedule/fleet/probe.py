@@ -138,12 +138,12 @@ def prebuild_here(
 
 
 def verify_here(arms: list[str], task: str) -> dict:
-    """``marathon verify-envs`` on this host (``runner.commands.verify_envs.checks_here``): its own
+    """``marathon verify-envs`` on this host (``runner.schedule.envcheck.checks_here``): its own
     staged parts and engine."""
     import os
     from dataclasses import asdict
 
-    from runner.commands.verify_envs import checks_here
+    from runner.schedule.envcheck import checks_here
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     return {"checks": [asdict(c) for c in checks_here(arms, Path(task))]}
