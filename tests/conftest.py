@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
+import ci_profile
 import pytest
 import real_trees
 
@@ -37,6 +38,10 @@ def docker_available() -> bool:
 
 #: What DOCKER_HOST is in a session without docker tests: the name says what to do about the error.
 NO_ENGINE = "unix:///nonexistent/fast-tier-has-no-docker--mark-the-test-pytest.mark.docker.sock"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    ci_profile.register(config)  # MARATHON_CI_PROFILE=<file>: per-test wall and CPU (docs/testing.md)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
