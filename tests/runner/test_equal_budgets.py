@@ -1,9 +1,11 @@
 """Equal budgets and a clean fairness audit on a real five-arm run.
 
 ``marathon run`` drives the five real arms (real harbor, Docker, codex, LoopX) on one mini task with
-the scripted ``never-finish`` model and a 90 s GOAL_TIMEOUT_SEC: more than the task's own 120 s
-agent timeout leaves a LoopX arm after its preparation (33 s on a quiet machine), so without the
-runner raising harbor's timeout the LoopX arms' budgets would be clamped and this test would fail.
+the scripted ``never-finish`` model and a 30 s GOAL_TIMEOUT_SEC. The test's copy of the task sets its
+own agent timeout to 40 s: less than a LoopX arm's preparation (33 s on a quiet machine) plus the
+budget, so without the runner raising harbor's timeout the LoopX arms' budgets would be clamped and
+this test would fail. (The budget rule does not depend on the budget's length; 30 s instead of the
+90 s this test once used keeps the five arms' run near two minutes.)
 The preparation differs by arm (the LoopX arms install their profile, the codex arms only check
 the mount), yet every receipt has the same ``budget_sec``, every deadline falls at
 ``budget_start + GOAL_TIMEOUT_SEC`` (within 2 s), and the receipts agree on the codex binary, the
@@ -33,7 +35,9 @@ from modes.profiles import ARMS, DEFAULT_ARMS
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 TASK = "calc-partial"
-BUDGET = 90
+BUDGET = 30
+#: the task copy's own agent timeout: shorter than a LoopX preparation plus BUDGET (see above)
+TASK_AGENT_TIMEOUT_SEC = 40.0
 KEY_VAR = "MARATHON_DEMO_MODEL_KEY"
 
 
@@ -51,6 +55,13 @@ def five_arm_deadline_run(docker_engine, module_out, tmp_path_factory):
     dockerfile = tasks / TASK / "environment" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text().replace(f"FROM {DEMO_IMAGE}", f"FROM {image}", 1))
     assert f"FROM {image}" in dockerfile.read_text()
+    toml = tasks / TASK / "task.toml"
+    toml.write_text(
+        toml.read_text().replace(
+            "[agent]\ntimeout_sec = 120.0", f"[agent]\ntimeout_sec = {TASK_AGENT_TIMEOUT_SEC}", 1
+        )
+    )
+    assert f"timeout_sec = {TASK_AGENT_TIMEOUT_SEC}" in toml.read_text()
     try:
         yield _run(module_out, tasks, tmp_path_factory.mktemp("log") / "runner.log")
     finally:
@@ -62,9 +73,9 @@ def _run(module_out, tasks, log):
         "run", str(module_out), "--tasks-dir", str(tasks), "--tasks", TASK,
         "--arms", ",".join(DEFAULT_ARMS), "--model", "scripted/never-finish",
         "--ak", f"api_key_var={KEY_VAR}", "--goal-timeout-sec", str(BUDGET),
-        # two at a time: three LoopX installs at once are slow on a loaded machine (the allowance
-        # holds them, but the run would take longer than it needs to)
-        "--concurrency", "2", "--max-passes", "2", "--plain",
+        # the five at once: the preparations overlap (the allowance holds a slow one), and the five
+        # budgets run side by side
+        "--concurrency", "5", "--max-passes", "2", "--plain",
         log=log, **{KEY_VAR: "scripted-placeholder"},
     )  # fmt: skip
     rc = proc.wait(timeout=2400)
@@ -90,6 +101,8 @@ def test_every_arm_gets_the_same_budget_whatever_its_preparation(five_arm_deadli
     assert min(rec[a]["prep_sec"] for a in loopx) > max(rec[a]["prep_sec"] for a in codex), {
         a: r["prep_sec"] for a, r in rec.items()
     }
+    # the premise: the task's own agent timeout could not hold a LoopX preparation plus the budget
+    assert min(rec[a]["prep_sec"] for a in loopx) + BUDGET > TASK_AGENT_TIMEOUT_SEC
     # harbor's agent timeout (raised by the runner) is the same for all and held budget + preparation
     (harbor_sec,) = {r["extra"]["harbor_agent_timeout_sec"] for r in rec.values()}
     for r in rec.values():
