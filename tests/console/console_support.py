@@ -95,10 +95,10 @@ def capture(tree: Path, size: tuple[int, int], keys=(), probe: Callable | None =
             await wait_for(
                 pilot, lambda: bool(app.main.cells) and app.main.last_change_at is not None, 30, "first grid"
             )
-            await pilot.pause()
+            await settled(pilot, app)
             for k in keys:
                 await pilot.press(k)
-                await pilot.pause(0.3)
+                await settled(pilot, app)
             got["screen"], got["probe"] = screen_text(app), probe(app) if probe else None
 
     run_async(go)
@@ -140,6 +140,23 @@ def check_snapshot(name: str, text: str) -> None:
 
 def run_async(fn: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(fn())
+
+
+async def settled(pilot, app, timeout: float = 30.0) -> None:
+    """Wait until the whole screen is painted (the footer too) and two looks 0.1 s apart agree: on
+    a loaded machine the grid can be drawn before the footer, and a capture then missed the footer."""
+    from console.app import screen_text
+
+    last = None
+    deadline = time.monotonic() + timeout
+    while True:
+        await pilot.pause(0.1)
+        now = screen_text(app)
+        if now == last and now.splitlines() and now.splitlines()[-1].strip():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the screen did not settle in {timeout}s:\n{now}")
+        last = now
 
 
 async def wait_for(
