@@ -44,7 +44,7 @@ from harbor.agents.base import BaseAgent
 from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 
-from agents import leftovers, setup_fault
+from agents import leftovers, litellm_map, setup_fault
 from agents.appserver import AppServerClient
 from agents.codex_config import PROVIDER_ID, ProviderSettings, build_config, render
 from agents.conversation import (
@@ -319,6 +319,18 @@ class CodexAppServerAgent(BaseAgent):
     # --- pieces ----------------------------------------------------------------------------------------
 
     @staticmethod
+    def _parse_model_name_for_connection(
+        model_name: str, *, skip_model_parsing: bool = False
+    ) -> tuple[str | None, str]:
+        """The provider and model of ``-m`` as LiteLLM would split them, from LiteLLM's model map read
+        as data (agents.litellm_map): harbor's own parser imports LiteLLM, 3-6 s of CPU in every
+        harbor process that runs an arm, for a provider the arms never use (codex gets the model and
+        the provider's URL from its own config). The runner starts the arms with
+        ``--skip-model-parsing-and-provider-mapping`` (harbor's preflight parses with LiteLLM
+        otherwise); this is what the agent's model info records then."""
+        return litellm_map.split_model_name(model_name)
+
+    @staticmethod
     def _model_from_name(model_name: str | None) -> str:
         if not model_name:
             return "scripted/solve"
@@ -573,12 +585,11 @@ class CodexAppServerAgent(BaseAgent):
     def _write_trajectory(self, receipt: Receipt, context: AgentContext) -> None:
         """ATIF trajectory.json through harbor's own codex rollout converter."""
         try:
-            from harbor.agents.installed.codex import Codex
             from harbor.utils.trajectory_utils import format_trajectory_json
 
             for name in safeio.set_aside_special(self.logs_dir / "sessions"):
                 receipt.warnings.append(f"sessions/{name}: not a regular file, moved aside")
-            conv = Codex(logs_dir=self.logs_dir, model_name=self.model_name or self.codex_model)
+            conv = litellm_map.converter(self.logs_dir, self.model_name or self.codex_model)
             traj = conv.convert_trajectory(self.logs_dir)
             if traj is None:
                 self._set_aside_foreign_trajectory(receipt)

@@ -128,6 +128,10 @@ def arm_mounts(cfg: RunConfig, arm: ArmSpec) -> str | None:
     return json.dumps(mounts) if mounts else None
 
 
+#: harbor 0.25.0's flag (hidden in its help) that passes ``-m`` to the agent unparsed
+SKIP_MODEL_PARSING = "--skip-model-parsing-and-provider-mapping"
+
+
 def harbor_argv(cfg: RunConfig, task: str, arm: ArmSpec, jdir: Path, mounts: str | None = None) -> list[str]:
     """The ``harbor run`` command of one (task, arm) job. No secret is ever in it: --ae values are
     ``${VAR}`` references that harbor resolves from its environment."""
@@ -155,6 +159,9 @@ def harbor_argv(cfg: RunConfig, task: str, arm: ArmSpec, jdir: Path, mounts: str
     for item in cfg.agent_env + cfg.agent_env_literal:
         argv += ["--ae", item]
     if not arm.builtin:
+        # the arms take -m as given (agents.base_codex): harbor's preflight would import LiteLLM to
+        # parse it, 3-6 s of CPU per attempt (agents/litellm_map.py says why that matters)
+        argv += [SKIP_MODEL_PARSING]
         argv += ["--ak", f"goal_timeout_sec={cfg.goal_timeout_sec}"]
         mode = mode_for(arm.name) if arm.real else None
         if mode is not None and mode.loopx:

@@ -110,6 +110,7 @@ from dataclasses import dataclass, field  # noqa: E402
 
 from agents.scripted_model.image import ensure_demo_image  # noqa: E402
 from agents.staging import CONTAINER_CODEX_ROOT, stage_codex  # noqa: E402
+from runner.schedule.driver import SKIP_MODEL_PARSING  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CALC = REPO / "runner" / "demo" / "tasks" / "calc-partial"
@@ -229,6 +230,7 @@ def _run(job: Job, out: Path, codex_root: Path, parts_root: Path, env: dict) -> 
         "-n",
         "1",
         "-y",
+        SKIP_MODEL_PARSING,  # as the runner starts the arms (runner.schedule.driver.harbor_argv)
         "--agent-timeout-multiplier",
         "3",
         "--mounts",

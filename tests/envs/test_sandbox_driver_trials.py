@@ -33,6 +33,7 @@ from agents.staging import CONTAINER_CODEX_ROOT, stage_codex
 from modes.profiles import DEFAULT_ARMS
 from runner.commands.demo import DEMO_KEY_VAR, DEMO_MODEL
 from runner.ops.docker_pool import our_projects
+from runner.schedule.driver import SKIP_MODEL_PARSING
 from runner.secrets import DECLARED_NON_SECRETS
 
 pytestmark = pytest.mark.docker
@@ -74,7 +75,7 @@ def _harbor() -> str:
 def _cmd(run: Run, jobs_dir: Path, job_name: str, mounts: list[dict]) -> list[str]:
     agent, ak = AGENTS[run.arm]
     cmd = [_harbor(), "run", "-p", str(CALC), "-a", agent, "-m", f"openai/{run.model}", "-o", str(jobs_dir),
-           "--job-name", job_name, "-n", "1", "-y", "--agent-timeout-multiplier", "6",
+           "--job-name", job_name, "-n", "1", "-y", "--agent-timeout-multiplier", "6", SKIP_MODEL_PARSING,
            "--ak", f"api_key_var={KEY_VAR}"]  # fmt: skip
     if run.env is None:
         cmd += ["--mounts", json.dumps(mounts)]
