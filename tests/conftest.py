@@ -44,6 +44,56 @@ def pytest_configure(config: pytest.Config) -> None:
     ci_profile.register(config)  # MARATHON_CI_PROFILE=<file>: per-test wall and CPU (docs/testing.md)
 
 
+# ------------------------------------------------------------------ the Docker tier in parallel
+#
+# `.ci/run` runs the Docker tier in xdist workers with ``--dist loadgroup`` (docs/testing.md): each
+# Docker module is one group, so its module and session fixtures (the shared real runs) are made
+# once, in one worker; modules that share a session fixture share a group. The longest groups are
+# collected first, so they start first and the short ones fill the gaps (xdist is told not to
+# reorder: ``--no-loadscope-reorder``). Tests marked ``alone`` need the machine's engine to
+# themselves (they read the shared address pool as a whole) and run after the parallel part.
+
+#: Docker modules whose tests share a session fixture: one group, so the fixture runs once
+SHARED_GROUPS = {
+    "tests/core/test_recorded_trees.py": "live_trees",
+    "tests/console/test_snapshots.py": "live_trees",
+}
+#: the Docker tier's longest groups, longest first (benchmarks/ci_cost.py measures them)
+LONGEST_FIRST = [
+    "tests/envs/test_sandbox_driver_trials.py",
+    "tests/runner/test_chaos.py",
+    "tests/fleet/test_fleet_run.py",
+    "tests/console/test_demo_varied.py",
+    "tests/arms_loopx/test_loopx_arm_trials.py",
+    "tests/runner/test_demo_resume.py",
+    "tests/runner/test_equal_budgets.py",
+    "tests/arms_codex/test_codex_arm_trials.py",
+    "tests/runner/test_runner_secret_leak.py",
+    "tests/runner/test_hostile_scenario.py",
+]
+
+
+def docker_group(item: pytest.Item) -> str:
+    """The xdist group of a Docker test: its module, or the group it shares a fixture with."""
+    module = item.nodeid.split("::", 1)[0]
+    return SHARED_GROUPS.get(module, module)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {m: i for i, m in enumerate(LONGEST_FIRST)}
+    for item in items:
+        if item.get_closest_marker("docker"):
+            item.add_marker(pytest.mark.xdist_group(docker_group(item)))
+
+    def order(item: pytest.Item) -> int:
+        if not item.get_closest_marker("docker"):
+            return len(rank) + 1
+        return rank.get(item.nodeid.split("::", 1)[0], len(rank))
+
+    items.sort(key=order)  # stable: within a module the written order stays
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Hide the engine from a session that selected no docker test (``-m "not docker"``, or only
     Docker-free modules): an unmarked test that talks to Docker then fails instead of passing on
