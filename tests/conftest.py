@@ -57,6 +57,8 @@ def pytest_configure(config: pytest.Config) -> None:
 SHARED_GROUPS = {
     "tests/core/test_recorded_trees.py": "live_trees",
     "tests/console/test_snapshots.py": "live_trees",
+    "tests/runner/test_equal_budgets.py": "five_arm_run",
+    "tests/runner/test_runner_secret_leak.py": "five_arm_run",
 }
 #: the Docker tier's longest groups, longest first (benchmarks/ci_cost.py measures them)
 LONGEST_FIRST = [
@@ -67,8 +69,8 @@ LONGEST_FIRST = [
     "tests/arms_loopx/test_loopx_arm_trials.py",
     "tests/runner/test_demo_resume.py",
     "tests/runner/test_equal_budgets.py",
-    "tests/arms_codex/test_codex_arm_trials.py",
     "tests/runner/test_runner_secret_leak.py",
+    "tests/arms_codex/test_codex_arm_trials.py",
     "tests/runner/test_hostile_scenario.py",
 ]
 

@@ -117,6 +117,9 @@ CALC = REPO / "runner" / "demo" / "tasks" / "calc-partial"
 AGENT = "agents.codex_loopx_agent:CodexLoopxAgent"
 KEY_VAR = "MARATHON_TEST_MODEL_KEY"
 MAX_PARALLEL_JOBS = 4
+#: GOAL_TIMEOUT_SEC of the never-finish trials: model time from the first model request (the LoopX
+#: preparation is outside it), long enough for the plan's first step on a loaded machine
+DEADLINE_SEC = 30
 #: an id the "future LoopX" wheel requires but does not deliver (see parts_variant)
 FUTURE_SKILL = "loopx-future-skill"
 
@@ -267,13 +270,13 @@ JOBS = [
         "never-ssh-goal",
         model="scripted/never-finish",
         ak={"mode": "ssh-goal"},
-        ae={"GOAL_TIMEOUT_SEC": "150"},
+        ae={"GOAL_TIMEOUT_SEC": str(DEADLINE_SEC)},
     ),
     Job(
         "never-heartbeat",
         model="scripted/never-finish",
         ak={"mode": "heartbeat"},
-        ae={"GOAL_TIMEOUT_SEC": "150"},
+        ae={"GOAL_TIMEOUT_SEC": str(DEADLINE_SEC)},
     ),
     Job("no-node", ak={"mode": "ssh-goal"}, parts="no-node"),
     Job("old-node", ak={"mode": "codex-cli"}, parts="old-node"),
