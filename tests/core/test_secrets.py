@@ -24,7 +24,7 @@ from runner import secrets
 from runner.errors import UserError
 from runner.ops.procs import Registry
 from runner.schedule.config import resolve, write_driver_env
-from runner.schedule.driver import harbor_argv
+from runner.schedule.harbor_run import harbor_argv
 from runner.schedule.prebuild import build_proxy
 
 REPO = Path(__file__).resolve().parents[2]
