@@ -55,6 +55,7 @@ from agents.conversation import (
 )
 from agents.drive import Harness
 from agents.receipt import Receipt, utc_now
+from agents.scripted_model import SCRIPTED_BASE_URL, SCRIPTED_LOG
 from agents.session import DEADLINE_MESSAGE, ArmFailure, CodexSession, is_deadline
 from agents.staging import (
     CONTAINER_CODEX_BIN,
@@ -73,9 +74,6 @@ from modes.naming import ENVIRONMENT_LOST
 from modes.profiles import mode_for
 from modes.trial_files import TrialFiles
 
-#: The scripted model listens here inside every mini-benchmark container.
-SCRIPTED_BASE_URL = "http://127.0.0.1:18080/v1"
-SCRIPTED_LOG = "/var/log/scripted/requests.jsonl"
 CODEX_HOME = "/var/tmp/marathon-codex"
 DEFAULT_KEY_VAR = "OPENAI_API_KEY"
 TIMEOUT_ENV = "GOAL_TIMEOUT_SEC"

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from agents import leftovers
-from agents.base_codex import SCRIPTED_LOG
 from agents.receipt import Receipt
 from agents.sandbox_driver import CONFIG_NAME, MIN_PYTHON, RECEIPT_NAME, STATUS_NAME, STOP_NAME
+from agents.scripted_model import SCRIPTED_LOG
 from agents.session import ArmFailure
 from agents.staging import CONTAINER_CODEX_ROOT, StagingError, load_staged
 from agents.transport import (

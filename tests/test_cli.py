@@ -1,7 +1,7 @@
 """The `marathon` command itself: every subcommand answers --help, bad input is one line.
 
 The entry point runs as a real process once per test below; the per-subcommand help goes through
-the same ``runner.cli.main`` in-process (13 interpreter starts were most of this module's time).
+the same ``marathon.cli.main`` in-process (13 interpreter starts were most of this module's time).
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import sys
 
 import pytest
 
-from runner.cli import COMMANDS, build_parser, main
+from marathon.cli import COMMANDS, build_parser, main
 
 
 def _marathon(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "marathon.cli", *args], capture_output=True, text=True, timeout=120
     )
 
 
@@ -33,7 +33,7 @@ def test_top_level_help_lists_every_built_subcommand():
 def test_each_subcommand_has_help(name, capsys):
     choices = build_parser()._subparsers._group_actions[0].choices
     if name not in choices:
-        pytest.fail(f"subcommand {name} is listed in runner.cli.COMMANDS but has no module")
+        pytest.fail(f"subcommand {name} is listed in marathon.cli.COMMANDS but has no module")
     with pytest.raises(SystemExit) as exit_:
         main([name, "--help"])
     assert exit_.value.code == 0, capsys.readouterr().err

@@ -31,6 +31,8 @@ from runner.results.tree import driver_env_path
 #: the checkout marathon runs from: harbor's job processes and a detached runner import our agents
 #: and modules from it, whatever their working directory
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+#: the bundled mini-benchmark (``marathon demo``, ``canary``, ``verify-envs``)
+DEMO_TASKS = PROJECT_ROOT / "runner" / "demo" / "tasks"
 
 
 def project_pythonpath(env: Mapping[str, str]) -> str:

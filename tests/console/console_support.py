@@ -25,7 +25,7 @@ FIXED_TS = "2026-01-01T00:00:00.000000Z"
 def marathon(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(REPO_ROOT))
     return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args],
+        [sys.executable, "-m", "marathon.cli", *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -200,7 +200,7 @@ class Tmux:
             f"LITELLM_LOCAL_MODEL_COST_MAP=True HARBOR_TELEMETRY=0 PYTHONPATH={REPO_ROOT} TERM=xterm-256color"
         )
         args = command if command is not None else f"console {out}"
-        cmd = f"cd {REPO_ROOT} && exec env {env} {sys.executable} -m runner.cli {args}"
+        cmd = f"cd {REPO_ROOT} && exec env {env} {sys.executable} -m marathon.cli {args}"
         self.run("new-session", "-d", "-s", self.session, "-x", str(cols), "-y", str(rows), cmd)
         return int(self.run("list-panes", "-t", self.session, "-F", "#{pane_pid}").split()[0])
 

@@ -231,14 +231,14 @@ def test_no_color_is_honoured(tree, monkeypatch):
 
 
 def test_console_command_imports_textual_only_when_run():
-    code = "import sys, runner.cli, runner.commands.console; print('textual' in sys.modules)"
+    code = "import sys, marathon.cli, marathon.commands.console; print('textual' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True)
     assert r.stdout.strip() == "False", r.stderr
 
 
 def test_console_command_bad_input_is_one_line():
     r = subprocess.run(
-        [sys.executable, "-m", "runner.cli", "console", "/nonexistent/tree"],
+        [sys.executable, "-m", "marathon.cli", "console", "/nonexistent/tree"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

@@ -289,7 +289,7 @@ def test_registry_stores_argv_redacted(tmp_path):
 def _marathon(*args: str, **env: str) -> subprocess.CompletedProcess:
     e = {**os.environ, "PYTHONPATH": str(REPO), **env}
     return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args],
+        [sys.executable, "-m", "marathon.cli", *args],
         cwd=REPO,
         env=e,
         capture_output=True,

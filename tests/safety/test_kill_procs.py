@@ -134,7 +134,7 @@ def test_kill_stops_the_tree_and_spares_decoys_shell_and_parent(spawn, tmp_path)
     shell = spawn(
         ["bash", "-c",
          f'while [ ! -e "{go}" ]; do sleep 0.05; done; '
-         f'"{sys.executable}" -m runner.cli kill "{out}" --yes --json --grace 5 > "{result}"; '
+         f'"{sys.executable}" -m marathon.cli kill "{out}" --yes --json --grace 5 > "{result}"; '
          f'echo "$?" > "{after}"', "marathon-kill-shell", str(out)],
         cwd=REPO,
     )  # fmt: skip
@@ -168,7 +168,7 @@ def test_never_signals_a_group_holding_the_caller(spawn, tmp_path):
     target = spawn(["sleep", "600"], group=True)
     Registry(out).register(target.pid, "harbor", target.args)
     r = subprocess.run(
-        [sys.executable, "-m", "runner.cli", "kill", str(out), "--yes", "--json", "--grace", "5"],
+        [sys.executable, "-m", "marathon.cli", "kill", str(out), "--yes", "--json", "--grace", "5"],
         cwd=REPO, capture_output=True, text=True, timeout=120, process_group=target.pid,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
