@@ -248,8 +248,8 @@ class CodexLoopxAgent(CodexAppServerAgent):
 
     # --- evidence ------------------------------------------------------------------------------------
 
-    def _save_evidence(self, transport, receipt, context):
-        if transport is not None and self.goal is not None:
+    def save_evidence(self, transport, receipt) -> None:
+        if self.goal is not None:
             dest = self.logs_dir / "loopx"
             for src, sub in (
                 (f"{self.goal.project.rstrip('/')}/.loopx", "project"),
@@ -260,12 +260,11 @@ class CodexLoopxAgent(CodexAppServerAgent):
                         receipt.evidence.append(f"loopx/{sub + '/' if sub else ''}{os.path.basename(src)}")
                 except Exception as exc:  # noqa: BLE001 - evidence is best effort
                     receipt.warnings.append(f"evidence copy of {src} failed: {exc}")
-        failure = super()._save_evidence(transport, receipt, context)  # reconciles the goal store too
+        super().save_evidence(transport, receipt)  # reconciles the goal store too
         session = getattr(self, "session", None)
         if session is not None and self._harness is not None:
             self._harness.finish(session)
         receipt.extra["loopx"] = json.loads(json.dumps(self.loopx, default=str))
-        return failure
 
     def sandbox_evidence(self) -> list[tuple[str, str]]:
         """(path in the sandbox, dir under /logs/agent) the in-sandbox driver copies at the end."""

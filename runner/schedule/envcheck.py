@@ -98,7 +98,7 @@ async def _verify_arm(
         workdir = container_workdir(cid)
         transport = DockerExecTransport(cid, workdir, None)
         add("container", True, f"{image} workdir {workdir} (network none)")
-        agent.receipt = agent._new_receipt()
+        agent.receipt = agent.new_receipt()
         if mode.loopx:
             t0 = time.monotonic()
             try:
@@ -124,7 +124,7 @@ async def _verify_arm(
                 add("body", True, f"{agent.body.chars} chars, sha256 {agent.body.sha256[:16]}")
         os.environ.setdefault(VERIFY_KEY_VAR, "verify-envs-no-token")
         try:
-            secret = agent._preflight(transport)
+            secret = agent.codex_preflight(transport)
         except Exception as exc:  # noqa: BLE001
             add("codex+config", False, str(exc))
             return checks
@@ -135,7 +135,7 @@ async def _verify_arm(
         )
         t0 = time.monotonic()
         try:
-            client = await agent._start_appserver(transport, secret)
+            client = await agent.start_appserver(transport, secret)
         except Exception as exc:  # noqa: BLE001
             add("app-server", False, str(exc))
             return checks
