@@ -436,6 +436,17 @@ def resolve(
     return cfg
 
 
+def stored_config(out: Path) -> RunConfig | None:
+    """The configuration the tree's run recorded (``.driver_env``, as ``--resume`` reads it, and
+    nothing of this process's environment), or None when there is none or it no longer resolves."""
+    if not read_driver_env(out):
+        return None
+    try:
+        return resolve(out, {}, resume=True, environ={})
+    except UserError:
+        return None
+
+
 def with_changes(cfg: RunConfig, **changes: Any) -> RunConfig:
     return replace(cfg, **changes)
 
