@@ -63,8 +63,8 @@ def check_arms(out: Path, task: str, arms: list[str], goal_sec: int) -> list[dic
 def run(args: argparse.Namespace) -> int:
     from runner.errors import UserError
     from runner.schedule.config import DEMO_TASKS, list_tasks, resolve
+    from runner.schedule.display import Progress
     from runner.schedule.driver import Driver
-    from runner.schedule.progress import Progress
 
     tasks_dir = Path(args.tasks_dir) if args.tasks_dir else DEMO_TASKS
     task = args.task or (list_tasks(tasks_dir) or [None])[0]

@@ -104,8 +104,8 @@ def varied_flags(out: Path, agent_timeout_mult: float | None) -> dict:
 def run(args: argparse.Namespace) -> int:
     from marathon.status_view import show
     from runner.schedule.config import DEMO_TASKS, resolve, write_driver_env
+    from runner.schedule.display import Progress
     from runner.schedule.driver import Driver
-    from runner.schedule.progress import Progress
     from runner.secrets import DECLARED_NON_SECRETS
 
     tasks = DEMO_TASKS

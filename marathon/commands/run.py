@@ -98,8 +98,8 @@ def flags_of(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from runner.schedule.config import resolve, with_changes, write_driver_env
+    from runner.schedule.display import Progress
     from runner.schedule.driver import Driver
-    from runner.schedule.progress import Progress
     from runner.schedule.start import start_detached
 
     out = tree_out(args, must_exist=False)

@@ -3,7 +3,7 @@
 What is local about an attempt lives here and nowhere else in the scheduler: the held start
 (``runner.ops.held``: registered in the process registry and the claim before harbor runs), the
 adoption of a dead runner's harbor processes by their claims, the engine's container-death watch
-(``runner.ops.container_deaths``), the address-pool gate with its reclaim of empty networks of
+(``runner.ops.death_watch``), the address-pool gate with its reclaim of empty networks of
 ours (``runner.ops.docker_pool``), and the removal of what ended trials left (``runner.ops.cleanup``),
 retried once an engine outage is over.
 """
@@ -68,7 +68,7 @@ class LocalLauncher:
     gate_recheck_sec: float = 2.0
     gate_waits: int = 0
     reclaimed: list[str] = field(default_factory=list)
-    deaths: Any = None  # runner.ops.container_deaths.DeathWatch on this host's engine
+    deaths: Any = None  # runner.ops.death_watch.DeathWatch on this host's engine
     _gate_waiting_since: float | None = None
     _gate_next_check: float = 0.0
     _cleanup_pending: set[str] = field(default_factory=set)  # trials whose leftovers could not be removed yet
@@ -83,9 +83,9 @@ class LocalLauncher:
 
     def begin(self) -> None:
         """Follow the engine's container deaths before the first attempt starts, so a trial container
-        killed under harbor's verifier is voided, not scored (``runner.ops.container_deaths``)."""
+        killed under harbor's verifier is voided, not scored (``runner.ops.death_watch``)."""
         if self.docker:
-            from runner.ops.container_deaths import DeathWatch
+            from runner.ops.death_watch import DeathWatch
 
             self.deaths = DeathWatch().start()
 

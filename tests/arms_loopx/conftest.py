@@ -13,8 +13,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from container_exec import docker_exec
 
-from agents.loopx_profile import docker_exec, install_profile
+from agents.loopx_profile import install_profile
 from agents.loopx_staging import CONTAINER_PARTS_ROOT, StagedLoopx, stage_loopx
 
 BASE_IMAGE = "marathon-base:bookworm"

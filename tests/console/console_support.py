@@ -85,7 +85,9 @@ def normalise(src: Path, dst: Path) -> Path:
 def capture(tree: Path, size: tuple[int, int], keys=(), probe: Callable | None = None):
     """The console's screen on ``tree`` (no watcher, no Docker, a fixed clock) after ``keys``, as
     text, and whatever ``probe(app)`` reads from it then."""
-    from console.app import make_app, screen_text
+    from textual_screen import screen_text
+
+    from console.app import make_app
 
     got = {}
 

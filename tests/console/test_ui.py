@@ -10,8 +10,9 @@ import time
 
 import pytest
 from console_support import REPO_ROOT, rewrite_partial, run_async, wait_for
+from textual_screen import screen_text
 
-from console.app import make_app, screen_text
+from console.app import make_app
 from console.screens.drill import DrillScreen
 from console.screens.help import HelpScreen
 from console.widgets.fileview import FileView

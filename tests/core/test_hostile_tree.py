@@ -270,8 +270,10 @@ def test_console_shows_each_cell_unreadable_or_tampered_and_the_drill_down_refus
     import asyncio
     import time
 
+    from textual_screen import screen_text
+
     from console import view
-    from console.app import make_app, screen_text
+    from console.app import make_app
     from console.screens.drill import FILES, DrillScreen
     from console.widgets.grid import Grid
 

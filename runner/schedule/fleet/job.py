@@ -230,7 +230,7 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
 def watch_deaths():
     """Follow this host's engine for container deaths while harbor runs (the runner watches only its
     own engine): a trial container killed under harbor's verifier is then voided, not scored."""
-    from runner.ops.container_deaths import DeathWatch
+    from runner.ops.death_watch import DeathWatch
 
     watch = DeathWatch().start()
     if not watch.connected.is_set():
