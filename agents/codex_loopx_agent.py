@@ -116,7 +116,7 @@ class CodexLoopxAgent(CodexAppServerAgent):
         self.goal: GoalSetup | None = None
         self.body: GoalBody | None = None
         self.required: tuple[str, ...] = ()
-        self._instruction = ""
+        self.instruction = ""  # the task's instruction: the goal's objective is made from it
         self._transport: Transport | None = None
         self._harness: LoopxHarness | None = None
         self.loopx: dict[str, Any] = {"ungated": self.ungated, "gates": [], "unblock_events": [], "ticks": []}
@@ -126,7 +126,7 @@ class CodexLoopxAgent(CodexAppServerAgent):
         return "codex-loopx"
 
     async def run(self, instruction, environment, context) -> None:
-        self._instruction = instruction
+        self.instruction = instruction
         await super().run(instruction, environment, context)
 
     # --- prepare: profile, gates 1-2, goal, body (before codex starts) -------------------------------
@@ -153,7 +153,8 @@ class CodexLoopxAgent(CodexAppServerAgent):
         )
         return staged.container_paths(), "copied"
 
-    def _gate(self, result) -> None:
+    def record_gate(self, result) -> None:
+        """Record a LoopX gate's verdict in the receipt, then require it (raises when it failed)."""
         self.loopx["gates"].append(result.as_dict())
         self.receipt.extra["loopx"] = self.loopx
         result.require()
@@ -179,8 +180,8 @@ class CodexLoopxAgent(CodexAppServerAgent):
             }
             self.required = await required_skill_ids(run, self.profile)
             self.loopx["required_skills"] = list(self.required)
-            self._gate(await gate_skills(run, self.profile, self.required))
-            self._gate(await gate_doctor(run, self.profile, str(self.mode.doctor_agent_type)))
+            self.record_gate(await gate_skills(run, self.profile, self.required))
+            self.record_gate(await gate_doctor(run, self.profile, str(self.mode.doctor_agent_type)))
             log.info(
                 "LoopX profile ready (%d skills + CLI + doctor ok; %s, node %s, %.1fs install)",
                 len(self.required),
@@ -194,7 +195,7 @@ class CodexLoopxAgent(CodexAppServerAgent):
                 transport.workdir,
                 self.goal_id,
                 self.agent_id,
-                _objective(self._instruction),
+                _objective(self.instruction),
                 user=transport.user,
             )
             self.loopx["goal"] = {

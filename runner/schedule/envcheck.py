@@ -102,7 +102,7 @@ async def _verify_arm(
         if mode.loopx:
             t0 = time.monotonic()
             try:
-                agent._instruction = (MINI_TASK / "instruction.md").read_text()
+                agent.instruction = (MINI_TASK / "instruction.md").read_text()
                 await agent.prepare(transport)
             except Exception as exc:  # noqa: BLE001 - the message names the failing step
                 lx = agent.loopx
@@ -146,7 +146,7 @@ async def _verify_arm(
                     "skills/list", {"cwds": [workdir], "forceReload": True}, timeout=60
                 )
                 try:
-                    agent._gate(skills_list_verdict(res, agent.required, workdir))
+                    agent.record_gate(skills_list_verdict(res, agent.required, workdir))
                     add("gate:skills/list", True, agent.loopx["gates"][-1]["detail"])
                 except GateFailure as exc:
                     add("gate:skills/list", False, exc.result.detail)
