@@ -165,7 +165,7 @@ def in_terminal(out: Path, idle_sec: float, settle: float = 30.0) -> dict:
 
     sock = f"bench-console-{os.getpid()}"
     env = f"LITELLM_LOCAL_MODEL_COST_MAP=True PYTHONPATH={REPO} TERM=xterm-256color"
-    cmd = f"cd {REPO} && exec env {env} {sys.executable} -m runner.cli console {out} --readonly"
+    cmd = f"cd {REPO} && exec env {env} {sys.executable} -m marathon.cli console {out} --readonly"
     tmux = ["tmux", "-L", sock]
     t0 = time.perf_counter()
     subprocess.run(

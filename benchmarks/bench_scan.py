@@ -42,7 +42,7 @@ PYDANTIC = str(REPO / "benchmarks" / "naive_pydantic.py")
 
 NO_INDEX = """
 import sys
-from runner.commands.status import status_data
+from marathon.status_view import status_data
 from runner.results.model import RunModel
 from runner.results.report import dump_json
 print(dump_json(status_data(RunModel.load(sys.argv[1], index=False), "run")))
@@ -76,7 +76,7 @@ def main() -> int:
 
 def measure(out: Path, trials: int, repeat: int) -> None:
     py = sys.executable
-    marathon = [py, "-m", "runner.cli"]
+    marathon = [py, "-m", "marathon.cli"]
     drop = lambda: shutil.rmtree(out / INDEX_DIR, ignore_errors=True)  # noqa: E731
     cases = [
         ("status --json, warm index", marathon + ["status", str(out), "--json"], None),

@@ -11,7 +11,6 @@ plan (Cancel focused), then carried out in a worker. The runner is never a child
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 import signal
 import sys
@@ -20,7 +19,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from rich.console import Console
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -463,21 +461,3 @@ def screenshot_console(out: Path | str, target: Path | str, size: tuple[int, int
     app = make_app(out, readonly=True, watch=False, offer_start=False, screenshot_to=target)
     app.run(headless=True, size=size)
     return int(app.return_code or 0)
-
-
-def screen_text(app: App) -> str:
-    """The current screen as plain text (snapshots, README captures)."""
-    width, height = app.size
-    console = Console(
-        width=width,
-        height=height,
-        file=io.StringIO(),
-        force_terminal=True,
-        color_system="truecolor",
-        record=True,
-        legacy_windows=False,
-        safe_box=False,
-    )
-    update = app.screen._compositor.render_update(full=True, screen_stack=app._background_screens)
-    console.print(update)
-    return console.export_text(styles=False)

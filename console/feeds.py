@@ -54,7 +54,7 @@ def read_runner_info(out: Path, events: EventTailReader | None = None) -> Runner
     """Is the runner alive (by its registry entry: PID + create time, never by pattern), and how is it set up."""
     from runner.ops.procs import Registry
     from runner.schedule.claims import list_claims
-    from runner.schedule.config import read_driver_env
+    from runner.schedule.config import read_driver_env, stored_config
 
     entry = None
     running = 0
@@ -64,39 +64,31 @@ def read_runner_info(out: Path, events: EventTailReader | None = None) -> Runner
         running = sum(1 for e in reg.live_entries() if e.role != "runner")
     except Exception:  # noqa: BLE001 - an unreadable registry shows as "not running", never crashes
         entry = None
-    try:
-        env = read_driver_env(out)
-    except Exception:  # noqa: BLE001
-        env = {}
+    try:  # the runner's own reading of .driver_env (what a restart would run)
+        has_config, cfg = bool(read_driver_env(out)), stored_config(out)
+    except Exception:  # noqa: BLE001 - an unreadable config shows as none, never crashes
+        has_config, cfg = False, None
     try:
         claims = len(list_claims(out))
     except Exception:  # noqa: BLE001 - an unreadable claims dir shows as none, never crashes
         claims = 0
-
-    def as_int(name: str) -> int | None:
-        try:
-            return int(env[name])
-        except (KeyError, ValueError):
-            return None
-
-    cfg = []
-    if env.get("MARATHON_ARMS"):
-        cfg.append(f"arms {env['MARATHON_ARMS']}")
-    if env.get("MARATHON_MODEL"):
-        cfg.append(f"model {env['MARATHON_MODEL']}")
-    if env.get("GOAL_TIMEOUT_SEC"):
-        cfg.append(f"goal {env['GOAL_TIMEOUT_SEC']}s")
+    line = []
+    if cfg is not None:
+        line.append(f"arms {','.join(cfg.arms)}")
+        if cfg.model:
+            line.append(f"model {cfg.model}")
+        line.append(f"goal {cfg.goal_timeout_sec}s")
     return RunnerInfo(
         alive=entry is not None,
         pid=entry.pid if entry else None,
         argv=tuple(entry.argv) if entry else (),
-        max_passes=as_int("MARATHON_MAX_PASSES"),
-        concurrency=as_int("MARATHON_CONCURRENCY"),
+        max_passes=cfg.max_passes if cfg else None,
+        concurrency=cfg.concurrency if cfg else None,
         running=running,
         claims=claims,
-        config_line=" · ".join(cfg),
-        has_config=bool(env),
-        budget_sec=as_int("GOAL_TIMEOUT_SEC"),
+        config_line=" · ".join(line),
+        has_config=has_config,
+        budget_sec=cfg.goal_timeout_sec if cfg else None,
         progress=events.tally.snapshot() if events else RunProgress(),
     )
 
@@ -182,9 +174,9 @@ def read_pool(out: Path, projects: Iterable[str] | None = None) -> tuple[PoolVie
 # -- the cluster (a run with --cluster) -----------------------------------------------------------
 def cluster_of(out: Path) -> str | None:
     """The Ray cluster the tree's runs use (``--cluster``, kept in ``.driver_env``), or None."""
-    from runner.schedule.config import read_driver_env
+    from runner.schedule.fleet.probe import tree_cluster
 
-    return read_driver_env(out).get("MARATHON_CLUSTER") or None
+    return tree_cluster(out)
 
 
 class NodesReader:

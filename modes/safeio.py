@@ -56,10 +56,6 @@ def _cap_from_env() -> int:
 JSON_CAP = _cap_from_env()
 
 
-def json_cap() -> int:
-    return JSON_CAP
-
-
 def cap_of(kind: str) -> int | None:
     if kind == JSON:
         return JSON_CAP

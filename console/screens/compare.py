@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from console import compare, view
+from console import compare_rows, view
 from console.keys import bindings_for
 from console.screens.reader import ReaderScreen
 from runner.results.model import Cell
@@ -52,7 +52,7 @@ class CompareScreen(Screen):
         self.arms = list(arms)
         self.cells = dict(cells)
         self.budget, self.now = budget, now
-        self.trials = {a: compare.shown_trial(self.cells.get(a)) for a in self.arms}
+        self.trials = {a: compare_rows.shown_trial(self.cells.get(a)) for a in self.arms}
         self.facts: dict[str, TrajectoryFacts] = {}
         self.tests: dict[str, TestOutcomes] = {}
 
@@ -77,8 +77,8 @@ class CompareScreen(Screen):
                 self.read_worker(arm, trial)
 
     @work(thread=True, group="compare-read", exit_on_error=False)
-    def read_worker(self, arm: str, trial: compare.ArmTrial) -> None:
-        facts, tests = compare.read_arm(trial)
+    def read_worker(self, arm: str, trial: compare_rows.ArmTrial) -> None:
+        facts, tests = compare_rows.read_arm(trial)
         self.post_message(ArmRead(arm, facts, tests))
 
     def on_arm_read(self, msg: ArmRead) -> None:
@@ -95,7 +95,7 @@ class CompareScreen(Screen):
         for a in self.arms:
             table.add_column(a, key=a)
         cols = {
-            a: compare.figure_rows(
+            a: compare_rows.figure_rows(
                 self.cells.get(a),
                 self.trials[a],
                 self.facts.get(a) if self.trials[a] else TrajectoryFacts(error="no trial"),
@@ -104,7 +104,7 @@ class CompareScreen(Screen):
             )  # fmt: skip
             for a in self.arms
         }
-        for label, key in compare.ROWS:
+        for label, key in compare_rows.ROWS:
             values = [cols[a][key] for a in self.arms]
             differ = len(set(values)) > 1
             row: list[Text] = [Text(label, style="bold" if differ else "")]

@@ -44,12 +44,15 @@ class DockerObj:
 
 @dataclass
 class CleanupPlan:
+    """One host's removals for an output tree, frozen (a ``runner.ops.plan.Plan``)."""
+
     out: str
     scope: dict[str, str | None]
     projects: list[str]
     containers: list[DockerObj] = field(default_factory=list)
     networks: list[DockerObj] = field(default_factory=list)
     images: list[DockerObj] = field(default_factory=list)
+    listed = True
 
     @property
     def empty(self) -> bool:
@@ -57,6 +60,9 @@ class CleanupPlan:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    def act(self) -> CleanupReport:
+        return act_cleanup(self)
 
     @classmethod
     def from_json(cls, d: dict) -> CleanupPlan:

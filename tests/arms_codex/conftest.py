@@ -26,7 +26,7 @@ import pytest
 
 from agents.scripted_model.image import ensure_demo_image
 from agents.staging import SIDECAR, StagedCodex, stage_codex
-from runner.schedule.driver import SKIP_MODEL_PARSING
+from runner.schedule.harbor_run import SKIP_MODEL_PARSING
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_TASKS = REPO / "runner" / "demo" / "tasks"

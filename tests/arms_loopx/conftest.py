@@ -13,8 +13,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from container_exec import docker_exec
 
-from agents.loopx_profile import docker_exec, install_profile
+from agents.loopx_profile import install_profile
 from agents.loopx_staging import CONTAINER_PARTS_ROOT, StagedLoopx, stage_loopx
 
 BASE_IMAGE = "marathon-base:bookworm"
@@ -110,7 +111,7 @@ from dataclasses import dataclass, field  # noqa: E402
 
 from agents.scripted_model.image import ensure_demo_image  # noqa: E402
 from agents.staging import CONTAINER_CODEX_ROOT, stage_codex  # noqa: E402
-from runner.schedule.driver import SKIP_MODEL_PARSING  # noqa: E402
+from runner.schedule.harbor_run import SKIP_MODEL_PARSING  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CALC = REPO / "runner" / "demo" / "tasks" / "calc-partial"

@@ -25,7 +25,7 @@ FIXED_TS = "2026-01-01T00:00:00.000000Z"
 def marathon(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(REPO_ROOT))
     return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args],
+        [sys.executable, "-m", "marathon.cli", *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -85,7 +85,9 @@ def normalise(src: Path, dst: Path) -> Path:
 def capture(tree: Path, size: tuple[int, int], keys=(), probe: Callable | None = None):
     """The console's screen on ``tree`` (no watcher, no Docker, a fixed clock) after ``keys``, as
     text, and whatever ``probe(app)`` reads from it then."""
-    from console.app import make_app, screen_text
+    from textual_screen import screen_text
+
+    from console.app import make_app
 
     got = {}
 
@@ -145,7 +147,7 @@ def run_async(fn: Callable[[], Awaitable[None]]) -> None:
 async def settled(pilot, app, timeout: float = 30.0) -> None:
     """Wait until the whole screen is painted (the footer too) and two looks 0.1 s apart agree: on
     a loaded machine the grid can be drawn before the footer, and a capture then missed the footer."""
-    from console.app import screen_text
+    from textual_screen import screen_text
 
     last = None
     deadline = time.monotonic() + timeout
@@ -217,7 +219,7 @@ class Tmux:
             f"LITELLM_LOCAL_MODEL_COST_MAP=True HARBOR_TELEMETRY=0 PYTHONPATH={REPO_ROOT} TERM=xterm-256color"
         )
         args = command if command is not None else f"console {out}"
-        cmd = f"cd {REPO_ROOT} && exec env {env} {sys.executable} -m runner.cli {args}"
+        cmd = f"cd {REPO_ROOT} && exec env {env} {sys.executable} -m marathon.cli {args}"
         self.run("new-session", "-d", "-s", self.session, "-x", str(cols), "-y", str(rows), cmd)
         return int(self.run("list-panes", "-t", self.session, "-F", "#{pane_pid}").split()[0])
 

@@ -14,8 +14,8 @@ import json
 import pytest
 from console_support import docker_leftovers, marathon
 
+from marathon.commands.demo import SETUP_FAULT_PAIR
 from modes.profiles import ARMS, DEFAULT_ARMS
-from runner.commands.demo import SETUP_FAULT_PAIR
 from runner.results.tree import VOID_README, events_path, voided_root
 
 # ~5 min on this 2-core machine with the five real arms; longer when it is shared

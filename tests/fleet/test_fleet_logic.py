@@ -97,7 +97,7 @@ def test_a_cluster_cleanup_plan_names_the_host_of_every_object_and_every_host_do
 
 
 def test_a_cluster_net_block_per_host_and_a_host_down(tmp_path):
-    from runner.commands.net import render_host
+    from marathon.commands.net import render_host
     from runner.ops.docker_pool import NetInfo, Pool, PoolStatus, verdict
     from runner.schedule.fleet.probe import HostAnswer, _stages, emit
 

@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+from marathon.options import add_out, tree_out
+
 HELP = "the comparison report: matrix, per-arm summary, paired comparisons, bias alarm (md/json/csv/html)"
 DESCRIPTION = (
     "Read an output tree (never writes to it) and render the task x arm matrix with reward, partial "
@@ -20,7 +22,7 @@ DESCRIPTION = (
 def configure(p: argparse.ArgumentParser) -> None:
     from runner.results.report import FORMATS
 
-    p.add_argument("out", nargs="?", type=Path, help="output tree (default $MARATHON_OUT or ./marathon-out)")
+    add_out(p)
     p.add_argument("--format", choices=FORMATS, default="md", help="output format (default md)")
     p.add_argument(
         "--out", dest="out_file", type=Path, metavar="FILE", help="write to FILE instead of stdout"
@@ -31,12 +33,11 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from runner.errors import UserError
-    from runner.results import tree
     from runner.results.index import remembered_intervals
     from runner.results.model import open_tree
     from runner.results.report import build_report, render
 
-    out = args.out or tree.default_out()
+    out = tree_out(args, must_exist=False)
     model = open_tree(out)
     if args.out_file is not None:
         target = os.path.abspath(args.out_file)
