@@ -27,6 +27,7 @@ COMMANDS: tuple[str, ...] = (
     "cleanup",
     "kill",
     "console",
+    "view",
     "canary",
     "prebuild",
     "stage",

@@ -19,6 +19,7 @@ from modes.naming import compose_project
 from modes.trial_files import TrialFiles
 from runner.errors import NotAnOutputTree, UserError
 from runner.ops.procs import Registry
+from runner.ops.viewer import status_line as viewer_status
 from runner.ops.void import act_void, classify_job, plan_void
 from runner.results.records import OK, read_job
 from runner.results.tree import claim_path, driver_env_path, iter_job_dirs, iter_trial_dirs
@@ -53,6 +54,7 @@ class HealthReport:
     running_trials: int
     findings: list[Finding] = field(default_factory=list)
     fixes: list[str] = field(default_factory=list)
+    viewer: str | None = None  # `marathon view` of this tree, when one serves (runner.ops.viewer)
 
     @property
     def ok(self) -> bool:
@@ -68,6 +70,8 @@ class HealthReport:
             f"  runner: {self.runner}{pid}",
             f"  pairs:  {self.pairs_done}/{self.pairs_total} done, {self.running_trials} trial(s) running",
         ]
+        if self.viewer:
+            lines.append(f"  viewer: {self.viewer}")
         if not self.findings:
             lines.append("  OK: nothing to fix")
         for f in self.findings:
@@ -236,7 +240,7 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
             findings.insert(
                 0, Finding("runner_dead", f"no live runner and {total - done} pair(s) not done", True)
             )
-    rep = HealthReport(str(out), state, pid, total, done, running, findings)
+    rep = HealthReport(str(out), state, pid, total, done, running, findings, viewer=viewer_status(out))
     return rep, cfg
 
 
