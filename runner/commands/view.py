@@ -27,6 +27,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--all-attempts", action="store_true", help="every attempt of all time, voided ones named so"
     )
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: a free one)")
+    p.add_argument(
+        "--poll",
+        action="store_true",
+        help="follow the tree by polling instead of inotify (NFS, as the console's)",
+    )
     what = p.add_mutually_exclusive_group()
     what.add_argument(
         "--detach",
@@ -53,7 +58,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--port {args.port}: expected 0..65535")
     open_tree(out)  # a one-line error for anything that is not an output tree, before any process
     if args.detach:
-        acc, started = viewer.start_or_show(out, all_attempts=args.all_attempts)
+        acc, started = viewer.start_or_show(
+            out, all_attempts=args.all_attempts, port=args.port, poll=args.poll
+        )
         print(("started " if started else "already running: ") + acc.render())
         return 0
     return viewer.serve(

@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from runner.errors import Busy, Unavailable, UserError
 from runner.ops.procs import Registry, alive, boot_id, identity_from, identity_of, signal_process
@@ -208,6 +208,15 @@ def _host_is_loopback(host: str | None) -> bool:
     return name.lower() in _LOOPBACK
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """The guard's own answer to a request harbor never sees: a refusal, or the token's redirect."""
+
+    status: int
+    detail: str
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+
 class Guard:
     """ASGI middleware in front of harbor's app: loopback Host, the token, read-only routes, CSP."""
 
@@ -233,11 +242,10 @@ class Guard:
     def _ok(self, value: str | None) -> bool:
         return value is not None and hmac.compare_digest(value.encode(), self._token)
 
-    def decide(self, scope: dict) -> tuple[int, str] | tuple[int, str, list] | None:
-        """None: pass to harbor. Else (status, why) to refuse, or (303, location, headers) to set
-        the cookie from a ``?token=`` and drop it from the address."""
+    def decide(self, scope: dict) -> Verdict | None:
+        """None: pass the request to harbor; else what to answer instead."""
         if not _host_is_loopback(_header(scope, b"host")):
-            return 421, "refused: the Host header must name 127.0.0.1 or localhost"
+            return Verdict(421, "refused: the Host header must name 127.0.0.1 or localhost")
         method = scope.get("method", "GET")
         query = parse_qsl((scope.get("query_string") or b"").decode("latin-1"), keep_blank_values=True)
         given = next((v for k, v in query if k == "token"), None)
@@ -246,18 +254,24 @@ class Guard:
         cookie = _cookie(_header(scope, b"cookie"), self.cookie)
         if given is not None and method in ("GET", "HEAD"):
             if not self._ok(given):
-                return 401, "refused: wrong token (use the address `marathon view` printed)"
+                return Verdict(401, "refused: wrong token (use the address `marathon view` printed)")
+            # the same page without the token; never "//host" (a redirect to another site)
             rest = [(k, v) for k, v in query if k != "token"]
-            location = scope.get("path", "/") + (f"?{urlencode(rest)}" if rest else "")
+            path = "/" + quote(scope.get("path", "/").lstrip("/"), safe="/:@!$&'()*+,;=-._~")
+            location = path + (f"?{urlencode(rest)}" if rest else "")
             set_cookie = f"{self.cookie}={given}; Path=/; HttpOnly; SameSite=Strict"
-            return 303, location, [(b"set-cookie", set_cookie.encode()), (b"location", location.encode())]
+            return Verdict(
+                303, "see other", ((b"set-cookie", set_cookie.encode()), (b"location", location.encode()))
+            )
         if not (self._ok(cookie) or self._ok(bearer)):
-            return 401, "refused: this viewer needs its token (open the address `marathon view` printed)"
+            return Verdict(
+                401, "refused: this viewer needs its token (open the address `marathon view` printed)"
+            )
         if method not in ("GET", "HEAD"):
-            return 403, f"refused: marathon view is read-only ({method} is never passed to harbor)"
+            return Verdict(403, f"refused: marathon view is read-only ({method} is never passed to harbor)")
         template = self._route_of(scope)
         if template not in READ_ROUTES:
-            return (
+            return Verdict(
                 403,
                 f"refused: marathon view serves only what reads the run ({template or scope.get('path')})",
             )
@@ -290,13 +304,9 @@ class Guard:
             (b"cache-control", b"no-store"),
         ]
         if verdict is not None:
-            status, text = verdict[0], verdict[1]
-            headers = [(b"content-type", b"application/json")] + extra
-            if status == 303:
-                headers += verdict[2]  # type: ignore[misc]
-                text = "see other"
-            body = json.dumps({"detail": text}).encode()
-            await send({"type": "http.response.start", "status": status, "headers": headers})
+            headers = [(b"content-type", b"application/json"), *extra, *verdict.headers]
+            body = json.dumps({"detail": verdict.detail}).encode()
+            await send({"type": "http.response.start", "status": verdict.status, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return
 
@@ -467,11 +477,12 @@ def serve(
     port: int = 0,
     say: Callable[[str], None] = print,
     show_token: bool = True,
+    poll: bool = False,
 ) -> int:
     """Serve harbor's viewer over ``out`` until SIGINT, SIGTERM or SIGHUP; leave nothing behind.
 
     ``show_token``: print the address with its token (a detached viewer's log gets it without;
-    its starter reads ``access.json``)."""
+    its starter reads ``access.json``). ``poll``: follow the tree by polling (NFS)."""
     out = Path(out).resolve()
     stop = _Stop()
     try:
@@ -484,7 +495,7 @@ def serve(
                 acc = running(out)
                 where = f"\n{acc.render(token=show_token)}" if acc else ""
                 raise Busy(f"a viewer of {out} is already running{where}") from None
-            _serve_locked(out, hv, all_attempts, port, say, show_token, stop)
+            _serve_locked(out, hv, all_attempts, port, say, show_token, poll, stop)
         say("viewer stopped")
         return 0
     finally:
@@ -498,6 +509,7 @@ def _serve_locked(
     port: int,
     say: Callable[[str], None],
     show_token: bool,
+    poll: bool,
     stop: _Stop,
 ) -> None:
     """``serve`` holding the tree's viewer lock: every step is undone on the way out."""
@@ -529,7 +541,13 @@ def _serve_locked(
             say(acc.render(token=show_token))
             if stop.event.is_set():
                 return
-            keeper = threading.Thread(target=live.follow, args=(stop.event,), name="jobs folder", daemon=True)
+            keeper = threading.Thread(
+                target=live.follow,
+                args=(stop.event,),
+                kwargs={"say": say, "poll": poll},
+                name="jobs folder",
+                daemon=True,
+            )
             keeper.start()
 
             class _Server(uvicorn.Server):
@@ -566,20 +584,27 @@ def _project_env() -> dict[str, str]:
     return dict(os.environ) | {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
 
 
-def viewer_argv(out: Path, all_attempts: bool = False) -> list[str]:
+def viewer_argv(out: Path, all_attempts: bool = False, port: int = 0, poll: bool = False) -> list[str]:
     """What a detached viewer runs (its log gets the address without the token)."""
     argv = [sys.executable, "-m", "runner.cli", "view", str(Path(out).resolve()), "--serve-detached"]
-    return argv + (["--all-attempts"] if all_attempts else [])
+    return argv + ["--port", str(port)] * bool(port) + ["--all-attempts"] * all_attempts + ["--poll"] * poll
 
 
-def start_detached(out: Path, *, all_attempts: bool = False, wait_sec: float = START_WAIT_SEC) -> Access:
+def start_detached(
+    out: Path,
+    *,
+    all_attempts: bool = False,
+    port: int = 0,
+    poll: bool = False,
+    wait_sec: float = START_WAIT_SEC,
+) -> Access:
     """Start the tree's viewer in a session of its own, never the caller's child (a short-lived
     launcher starts it and exits, as ``runner.schedule.start`` does for the runner); return how
     to reach it once it serves. Its output goes to ``<out>/.marathon/view/viewer.log`` (no token)."""
     out = Path(out).resolve()
     _prepare_dir(out)
     launched = subprocess.run(
-        [sys.executable, "-m", "runner.ops.viewer", *viewer_argv(out, all_attempts)],
+        [sys.executable, "-m", "runner.ops.viewer", *viewer_argv(out, all_attempts, port, poll)],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, env=_project_env(), timeout=60,
     )  # fmt: skip
     word = (launched.stdout or "").strip()
@@ -603,12 +628,13 @@ def start_detached(out: Path, *, all_attempts: bool = False, wait_sec: float = S
     raise UserError(f"the viewer (PID {word}) did not serve within {wait_sec:.0f} s; see {log}")
 
 
-def start_or_show(out: Path, *, all_attempts: bool = False) -> tuple[Access, bool]:
-    """The tree's viewer: the running one, or one started now (detached). (access, started now)."""
+def start_or_show(out: Path, **how: Any) -> tuple[Access, bool]:
+    """The tree's viewer: the running one, or one started now (``start_detached(out, **how)``).
+    Returns (how to reach it, started now)."""
     acc = running(out)
     if acc is not None:
         return acc, False
-    return start_detached(out, all_attempts=all_attempts), True
+    return start_detached(out, **how), True
 
 
 def stop(out: Path, wait_sec: float = 10.0) -> str:

@@ -35,7 +35,7 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -460,8 +460,15 @@ class LiveJobsFolder:
             roots.append(str(vr))
         return roots
 
-    def follow(self, stop: threading.Event, rescan_sec: float = RESCAN_SEC) -> None:
-        """Keep the folder current until ``stop`` is set (a thread of ``marathon view``)."""
+    def follow(
+        self,
+        stop: threading.Event,
+        rescan_sec: float = RESCAN_SEC,
+        poll: bool = False,
+        say: Callable[[str], None] = print,
+    ) -> None:
+        """Keep the folder current until ``stop`` is set (a thread of ``marathon view``). ``poll``:
+        stat the tree instead of inotify (NFS; and the fallback when inotify runs out of watches)."""
         from watchfiles import watch
 
         ours = str(self.out / INDEX_DIR)
@@ -472,24 +479,35 @@ class LiveJobsFolder:
         last_full = time.monotonic()
         while not stop.is_set():
             roots = self._roots()
-            for changes in watch(
-                *roots,
-                watch_filter=not_ours,
-                debounce=500,
-                step=100,
-                stop_event=stop,
-                rust_timeout=2000,
-                yield_on_timeout=True,
-                ignore_permission_denied=True,
-                raise_interrupt=False,
-            ):
-                if changes:
-                    self.update([p for _, p in changes])
-                if time.monotonic() - last_full >= rescan_sec:
-                    self.refresh()
-                    last_full = time.monotonic()
-                if self._roots() != roots:
-                    self.refresh()  # the voided root appeared: watch it too, and read it
-                    break
+            try:
+                for changes in watch(
+                    *roots,
+                    watch_filter=not_ours,
+                    debounce=500,
+                    step=100,
+                    stop_event=stop,
+                    rust_timeout=2000,
+                    yield_on_timeout=True,
+                    ignore_permission_denied=True,
+                    raise_interrupt=False,
+                    force_polling=poll or None,
+                    poll_delay_ms=2000,
+                ):
+                    if changes:
+                        self.update([p for _, p in changes])
+                    if time.monotonic() - last_full >= rescan_sec:
+                        self.refresh()
+                        last_full = time.monotonic()
+                    if self._roots() != roots:
+                        self.refresh()  # the voided root appeared: watch it too, and read it
+                        break
+            except OSError as exc:  # e.g. the inotify watch limit: poll instead, and say so
+                if poll:
+                    raise
+                print(
+                    f"marathon view: watching the tree failed ({exc}); polling it every 2 s instead",
+                    flush=True,
+                )
+                poll = True
             if stop.wait(0.05):
                 break

@@ -161,13 +161,16 @@ def test_the_guard_decides_without_harbor():
         hs = [(k.encode(), v.encode()) for k, v in headers.items()]
         return {"type": "http", "method": method, "path": path, "query_string": query, "headers": hs}
 
-    assert g.decide(scope())[0] == 401
-    assert g.decide(scope(query=b"token=tok"))[0] == 303
-    assert g.decide(scope("POST", query=b"token=tok"))[0] == 401  # a token in a POST's URL is not a session
-    assert g.decide(scope("POST", authorization="Bearer tok"))[0] == 403
-    assert g.decide(scope(authorization="Bearer tok"))[0] == 403  # no harbor route: nothing passes
-    assert g.decide(scope(host="[::1]:8", authorization="Bearer tok"))[0] == 403
-    assert g.decide(scope(host="127.0.0.1.nip.io", authorization="Bearer tok"))[0] == 421
+    assert g.decide(scope()).status == 401
+    assert g.decide(scope(query=b"token=tok")).status == 303
+    assert g.decide(scope("POST", query=b"token=tok")).status == 401  # a token in a POST's URL is no session
+    assert g.decide(scope("POST", authorization="Bearer tok")).status == 403
+    assert g.decide(scope(authorization="Bearer tok")).status == 403  # no harbor route: nothing passes
+    assert g.decide(scope(host="[::1]:8", authorization="Bearer tok")).status == 403
+    assert g.decide(scope(host="127.0.0.1.nip.io", authorization="Bearer tok")).status == 421
+    # the redirect keeps the page, drops the token, and never leaves the site ("//evil" is another host)
+    away = g.decide(scope(path="//evil.example/x y", query=b"token=tok&q=1"))
+    assert dict(away.headers)[b"location"] == b"/evil.example/x%20y?q=1"
 
 
 def test_detached_start_show_and_stop(mini_tree, tmp_path):
