@@ -479,6 +479,7 @@ class LiveJobsFolder:
         last_full = time.monotonic()
         while not stop.is_set():
             roots = self._roots()
+            first = True
             try:
                 for changes in watch(
                     *roots,
@@ -493,14 +494,15 @@ class LiveJobsFolder:
                     force_polling=poll or None,
                     poll_delay_ms=2000,
                 ):
-                    if changes:
-                        self.update([p for _, p in changes])
-                    if time.monotonic() - last_full >= rescan_sec:
+                    if first or time.monotonic() - last_full >= rescan_sec:
+                        # first: the watch is set up now; what changed before it is read by a rescan
+                        first = False
                         self.refresh()
                         last_full = time.monotonic()
+                    elif changes:
+                        self.update([p for _, p in changes])
                     if self._roots() != roots:
-                        self.refresh()  # the voided root appeared: watch it too, and read it
-                        break
+                        break  # the voided root appeared: watch it too (and rescan once watching)
             except OSError as exc:  # e.g. the inotify watch limit: poll instead, and say so
                 if poll:
                     raise

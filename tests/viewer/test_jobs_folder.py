@@ -185,7 +185,7 @@ def test_kept_current_while_the_run_goes_on(mini):
     t = threading.Thread(target=live.follow, args=(stop,), daemon=True)
     t.start()
     try:
-        time.sleep(1.0)  # the watch is set up
+        # whenever the watch gets set up, before or after this: follow() rescans once it watches
         _rerun(mini, "two-stage", "nop")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
