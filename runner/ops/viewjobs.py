@@ -160,9 +160,10 @@ class SyncReport:
 class _Trial:
     """The walk of one trial dir: its count, and what was left out (its note)."""
 
-    def __init__(self, report: SyncReport, where: str, about: tuple[str, ...] = ()) -> None:
+    def __init__(self, report: SyncReport, where: str, tmp: Path, about: tuple[str, ...] = ()) -> None:
         self.report = report
         self.where = where
+        self.tmp = tmp  # where a file is made before it is renamed into place (never a mirrored name)
         self.about = about
         self.files = 0
         self.notes: list[str] = []
@@ -242,7 +243,7 @@ def _put(dir_fd: int, name: str, st: os.stat_result, dst: Path, walk: _Trial, re
             return True  # the same file already
         if have.st_nlink == 1 and have.st_size == st.st_size and have.st_mtime_ns == st.st_mtime_ns:
             return True  # our copy of it, unchanged
-    tmp = dst.with_name(f".{dst.name}.marathon-tmp")
+    tmp = walk.tmp
     _remove(tmp)
     how = "linked"
     try:
@@ -346,9 +347,8 @@ def _write_note(dst: Path, walk: _Trial) -> None:
             return
     except OSError:
         pass
-    tmp = dst / f".{NOTE_FILE}.marathon-tmp"
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    walk.tmp.write_text(text)
+    os.replace(walk.tmp, path)
 
 
 def _mirror_trial(src: str, dst: Path, walk: _Trial) -> bool:
@@ -371,6 +371,8 @@ class JobsFolder:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self._tmp_dir = self.root.with_name(f".{self.root.name}-tmp")  # same filesystem, beside it
+        self._tmp = self._tmp_dir / "next"
 
     def sync(self, entries: Iterable[Entry], only: set[str] | None = None) -> SyncReport:
         """Make the folder hold exactly ``entries``; ``only``: (re)mirror just these names (the
@@ -378,6 +380,7 @@ class JobsFolder:
         entries = list(entries)
         rep = SyncReport(entries=len(entries))
         self.root.mkdir(parents=True, exist_ok=True)
+        self._tmp_dir.mkdir(exist_ok=True)
         for e in entries:
             if only is None or e.name in only or not (self.root / e.name).is_dir():
                 self._sync_entry(e, rep)
@@ -388,7 +391,7 @@ class JobsFolder:
         dst = self.root / e.name
         dst.mkdir(exist_ok=True)
         keep: set[str] = set()
-        job = _Trial(rep, e.name)
+        job = _Trial(rep, e.name, self._tmp)
         if e.job_dir is not None:
             try:
                 fd = os.open(e.job_dir, _DIR_FLAGS)
@@ -404,12 +407,13 @@ class JobsFolder:
                 finally:
                     os.close(fd)
         for t in e.trials:
-            if _mirror_trial(t.path, dst / t.name, _Trial(rep, f"{e.name}/{t.name}", e.about)):
+            if _mirror_trial(t.path, dst / t.name, _Trial(rep, f"{e.name}/{t.name}", self._tmp, e.about)):
                 keep.add(t.name)
         rep.removed += _prune(dst, keep)
 
     def remove(self) -> None:
         _remove(self.root)
+        _remove(self._tmp_dir)
 
 
 # ------------------------------------------------------------------------------ kept current
