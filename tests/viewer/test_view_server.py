@@ -221,3 +221,21 @@ def test_sigterm_ends_it_and_leaves_nothing(mini_tree, tmp_path):
     view = out / ".marathon" / "view"
     assert not (view / "access.json").exists() and not (view / "jobs").exists()
     assert json.loads((out / ".runner" / "registry.json").read_text())["processes"] == []
+
+
+def test_a_harbor_whose_viewer_cannot_be_served_fails_clearly(tmp_path):
+    """The installed harbor (the lock's) passes the check; a viewer without the routes its pages
+    need, or with another factory, is refused with one line naming the version."""
+    from fastapi import FastAPI
+
+    from runner.errors import Unavailable
+
+    hv = viewer_ops.load_harbor_viewer()
+    assert hv.version == viewer_ops.VERIFIED_HARBOR and len(hv.index_script_hashes()) >= 1
+    viewer_ops.build_app(hv, tmp_path)  # the real one: every needed route is there
+    bare = viewer_ops.HarborViewer("9.9.9", lambda folder, mode, static_dir: FastAPI(), hv.static_dir)
+    with pytest.raises(Unavailable, match=r"harbor 9\.9\.9's viewer lacks /api/jobs, .*cannot be served"):
+        viewer_ops.build_app(bare, tmp_path)
+    other = viewer_ops.HarborViewer("9.9.9", lambda folder: FastAPI(), hv.static_dir)
+    with pytest.raises(Unavailable, match=r"harbor 9\.9\.9's create_app differs from 0\.25\.0's"):
+        viewer_ops.build_app(other, tmp_path)
