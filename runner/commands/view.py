@@ -46,6 +46,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
+    import sys
+
     from runner.errors import UserError
     from runner.ops import viewer
     from runner.results.model import open_tree
@@ -63,7 +66,13 @@ def run(args: argparse.Namespace) -> int:
         )
         print(("started " if started else "already running: ") + acc.render())
         return 0
-    return viewer.serve(
-        out, all_attempts=args.all_attempts, port=args.port, show_token=not args.serve_detached,
+    rc = viewer.serve(
+        out, all_attempts=args.all_attempts, port=args.port, show_token=not args.serve_detached, poll=args.poll,
         say=lambda line: print(line, flush=True),
     )  # fmt: skip
+    # Everything of the viewer is undone (registry, access file, jobs folder, socket). A request
+    # still running in a worker thread cannot be cancelled (harbor's /api/pricing imports LiteLLM:
+    # 3-25 s here) and would hold the interpreter's exit until it finishes: leave now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)

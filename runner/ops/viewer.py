@@ -34,6 +34,7 @@ import getpass
 import hashlib
 import hmac
 import json
+import logging
 import os
 import re
 import secrets
@@ -460,6 +461,8 @@ class _Stop:
         self._old = {s: signal.signal(s, self._on) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
     def _on(self, _sig: int, _frame: Any) -> None:
+        # a request cancelled by the shutdown is no error worth a traceback on the operator's screen
+        logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)
         if self.server is not None:
             self.server.force_exit = self.server.should_exit
             self.server.should_exit = True

@@ -178,22 +178,30 @@ def test_a_running_trial_shows_only_harbors_files_until_it_finishes(mini):
     assert not (mirrored / NOTE_FILE).exists()
 
 
-def test_kept_current_while_the_run_goes_on(mini):
+def _wait_for(root: Path, present: str, absent: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        names = set(os.listdir(root))
+        if present in names and absent not in names:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{present} never replaced {absent}: {sorted(names)}")
+
+
+@pytest.mark.parametrize("poll", [False, True], ids=["inotify", "polling"])
+def test_kept_current_while_the_run_goes_on(mini, poll):
     live = LiveJobsFolder(mini, all_attempts=False)
     live.sync_all()
     stop = threading.Event()
-    t = threading.Thread(target=live.follow, args=(stop,), daemon=True)
+    t = threading.Thread(target=live.follow, args=(stop,), kwargs={"poll": poll}, daemon=True)
     t.start()
     try:
         # whenever the watch gets set up, before or after this: follow() rescans once it watches
         _rerun(mini, "two-stage", "nop")
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            names = set(os.listdir(live.root))
-            if "two-stage__nop__attempt-2" in names and "two-stage__nop__attempt-1" not in names:
-                break
-            time.sleep(0.2)
-        assert "two-stage__nop__attempt-2" in names and "two-stage__nop__attempt-1" not in names, names
+        _wait_for(live.root, "two-stage__nop__attempt-2", "two-stage__nop__attempt-1")
+        # it watches now (the rescan above came from its first look): this one only the watch sees
+        _rerun(mini, "two-stage", "nop", stamp="20261201T105651Z")
+        _wait_for(live.root, "two-stage__nop__attempt-3", "two-stage__nop__attempt-2")
     finally:
         stop.set()
         t.join(10)

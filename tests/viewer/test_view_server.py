@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import time
 
 import psutil
 import pytest
@@ -211,9 +210,7 @@ def test_sigterm_ends_it_and_leaves_nothing(mini_tree, tmp_path):
     v = Viewer(out)
     assert v.get("/api/jobs", **v.auth()).status == 200
     assert descendants(v.pid) == []
-    t0 = time.monotonic()
     assert v.stop(signal.SIGTERM) == 0, v.output
-    assert time.monotonic() - t0 < 20
     assert "viewer stopped" in v.output
     assert not port_open(v.port)
     assert not psutil.pid_exists(v.pid) or psutil.Process(v.pid).status() == psutil.STATUS_ZOMBIE
