@@ -49,7 +49,9 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=10050)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    print(f"python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores")
+    print(
+        f"python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-view-") as tmp:
         out = bench_tree(args.keep, Path(tmp), args.trials)
         for every in (True, False):
@@ -68,7 +70,7 @@ def main() -> int:
             entry = next(iter(live.entries.values()))
             result = Path(entry.trials[0].path) / "result.json"
 
-            def one_pair() -> None:
+            def one_pair(live: LiveJobsFolder = live, result: Path = result) -> None:
                 os.utime(result)
                 live.update([result])
 
@@ -85,7 +87,9 @@ def main() -> int:
             r = client.get("/api/jobs?page_size=100")
             assert r.status_code == 200, r.text
 
-        print(f"harbor's GET /api/jobs over {len(live.entries)} entries: {_fmt(*timed(list_jobs, args.repeat))}")
+        print(
+            f"harbor's GET /api/jobs over {len(live.entries)} entries: {_fmt(*timed(list_jobs, args.repeat))}"
+        )
         live.folder.remove()
     return 0
 
