@@ -392,6 +392,21 @@ class ConsoleApp(App[int]):
     def action_cleanup(self) -> None:
         self.request(actions.CLEANUP)
 
+    def action_web_viewer(self) -> None:
+        """harbor's web viewer of this tree (``runner.ops.viewer``): the running one, or one started
+        now, detached and registered like the runner; the dialog says how to reach it."""
+
+        def start_or_show() -> None:
+            from runner.ops.viewer import start_or_show
+
+            acc, started = start_or_show(self.out)
+            title = "harbor's web viewer: " + ("started" if started else "already running")
+            self.post_message(ActionDone(title, acc.render(), ok=True))
+
+        self.notify("harbor's web viewer: starting or finding it")
+        self.run_worker(start_or_show, name="harbor's web viewer", group="viewer", exclusive=True,
+                        thread=True, exit_on_error=False)  # fmt: skip
+
     def request(self, kind: str, trial_path: str | None = None) -> None:
         """Plan ``kind`` in a worker, then confirm, then act; refused in read-only mode."""
         if self.readonly:

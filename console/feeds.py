@@ -61,7 +61,7 @@ def read_runner_info(out: Path, events: EventTailReader | None = None) -> Runner
     try:
         reg = Registry(out)
         entry = reg.runner_entry()
-        running = sum(1 for e in reg.live_entries() if e.role != "runner")
+        running = sum(1 for e in reg.live_entries() if e.role not in ("runner", "viewer"))
     except Exception:  # noqa: BLE001 - an unreadable registry shows as "not running", never crashes
         entry = None
     try:  # the runner's own reading of .driver_env (what a restart would run)

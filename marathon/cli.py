@@ -29,6 +29,7 @@ COMMANDS: tuple[str, ...] = (
     "kill",
     "void",
     "console",
+    "view",
     "canary",
     "prebuild",
     "stage",

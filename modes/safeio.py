@@ -41,6 +41,11 @@ _KIND_NAMES = {
 }
 
 
+def kind_name(mode: int) -> str:
+    """What a file that is not a regular file is, in words ("a FIFO", "a symlink"), from its mode."""
+    return _KIND_NAMES.get(stat.S_IFMT(mode), "a special file")
+
+
 def _cap_from_env() -> int:
     raw = os.environ.get("MARATHON_MAX_JSON_BYTES", "")
     try:

@@ -171,3 +171,24 @@ def harbor_jobs() -> SimpleNamespace:
     return SimpleNamespace(
         start=real_trees.start_harbor_jobs, wait=real_trees.wait_harbor_jobs, run=real_trees.run_harbor_jobs
     )
+
+
+@pytest.fixture(scope="session")
+def demo_varied_tree(docker_engine, tmp_path_factory) -> Path:
+    """The out tree of one completed varied ``marathon demo --headless`` run (five real arms, 20
+    pairs, one setup failure voided and rerun; its voided root beside it), made once per session
+    and read by many tests. Read-only: copy it to change it. (Provisional, from the harbor-view
+    branch; ~5 min here.)"""
+    import sys
+
+    out = tmp_path_factory.mktemp("demo_varied") / "out"
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(repo))
+    # more harbor agent time than the demo's default, as tests/console/test_demo_varied.py: on this
+    # shared 2-core machine the LoopX arms' install alone can outlast it (not under test here)
+    r = subprocess.run(
+        [sys.executable, "-m", "marathon.cli", "demo", "--headless", "--agent-timeout-mult", "5", "--out", str(out)],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=3000,
+    )  # fmt: skip
+    assert r.returncode == 0 and "20/20 pairs done" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+    return out

@@ -6,6 +6,7 @@
     <out>/.driver_env                                   the runner's effective configuration
     <out>/.runner/                                      lock, PID registry, events.jsonl
     <out>/.marathon/index.sqlite                        the scan index (a cache: runner.results.index)
+    <out>/.marathon/view/jobs/<task>__<arm>__attempt-<n>/  harbor's viewer's jobs folder (runner.ops.viewjobs)
     <out>/../marathon-voided/<out-name>/...             voided trials, moved (never deleted), with README
 
 Everything that names a path or derives a name from one is here, so that no reader scans the
@@ -27,6 +28,7 @@ RUNNER_DIR = ".runner"
 EVENTS_FILE = "events.jsonl"
 INDEX_DIR = ".marathon"
 INDEX_FILE = "index.sqlite"
+VIEW_DIR = "view"  # under INDEX_DIR: the web viewer's jobs folder, lock and access file
 VOIDED_DIR = "marathon-voided"
 VOID_README = "README.md"
 #: The output tree when none is given (the same as `marathon run`).
@@ -63,6 +65,11 @@ def events_path(out: Path) -> Path:
 
 def driver_env_path(out: Path) -> Path:
     return out / DRIVER_ENV
+
+
+def view_dir(out: Path) -> Path:
+    """``<out>/.marathon/view``: what ``marathon view`` keeps (no agent mounts reach ``.marathon``)."""
+    return out / INDEX_DIR / VIEW_DIR
 
 
 def voided_root(out: Path) -> Path:

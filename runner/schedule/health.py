@@ -21,6 +21,7 @@ from modes.naming import compose_project
 from modes.trial_files import TrialFiles
 from runner.errors import NotAnOutputTree, UserError
 from runner.ops.procs import Registry
+from runner.ops.viewer import status_line as viewer_status
 from runner.ops.void import act_void, classify_job, plan_void
 from runner.results.records import OK, read_job
 from runner.results.tree import claim_path, driver_env_path, iter_job_dirs, iter_trial_dirs
@@ -55,6 +56,7 @@ class HealthReport:
     running_trials: int
     findings: list[Finding] = field(default_factory=list)
     fixes: list[str] = field(default_factory=list)
+    viewer: str | None = None  # `marathon view` of this tree, when one serves (runner.ops.viewer)
 
     @property
     def ok(self) -> bool:
@@ -70,6 +72,8 @@ class HealthReport:
             f"  runner: {self.runner}{pid}",
             f"  pairs:  {self.pairs_done}/{self.pairs_total} done, {self.running_trials} trial(s) running",
         ]
+        if self.viewer:
+            lines.append(f"  viewer: {self.viewer}")
         if not self.findings:
             lines.append("  OK: nothing to fix")
         for f in self.findings:
@@ -280,7 +284,10 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
     """Every check of ``CHECKS`` on what ``look`` read; nothing is changed."""
     seen = look(out)
     findings = [f for _name, one in CHECKS for f in one(seen)]
-    rep = HealthReport(str(seen.out), seen.state, seen.pid, seen.total, seen.done, seen.running, findings)
+    rep = HealthReport(
+        str(seen.out), seen.state, seen.pid, seen.total, seen.done, seen.running, findings,
+        viewer=viewer_status(seen.out),
+    )  # fmt: skip
     return rep, seen.cfg
 
 
