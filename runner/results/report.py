@@ -32,7 +32,7 @@ from itertools import combinations
 from typing import Any
 
 from modes import profiles
-from runner.results import audit, rules, stats
+from runner.results import audit, power, rules, stats, suspect
 from runner.results.model import DONE, ERRORED, STATUSES, VOIDED, Cell, RunModel
 
 FORMATS = ("md", "json", "csv", "html")
@@ -60,6 +60,13 @@ def _r(v: float | None, nd: int = 4) -> float | None:
 def _score(c: Cell, field: str) -> float | None:
     """A done cell's measure for means; build failures count as 0 (never dropped)."""
     return rules.scored_measure(getattr(c, field), c.build_failed, field)
+
+
+def cell_values(c: Cell, field: str) -> list[float]:
+    """A counted cell's values of a measure, one per attempt that scores it: its task's cluster
+    (``runner.results.clusters``). One value today (K = 1); repeats will list theirs."""
+    v = _score(c, field)
+    return [] if v is None else [v]
 
 
 MEASURES = ("reward", "partial", "pass_rate")
@@ -189,6 +196,7 @@ def paired(cells: dict[tuple[str, str], Cell], arms: list[str], tasks: list[str]
     bootstrap 95 % interval (per measure), wins/losses/ties by partial, the exact sign test and its
     Holm adjustment across every pair that has a common task."""
     out = []
+    diffs: dict[tuple[str, str, str], list[float]] = {}  # per-task differences, for the power figures
     for a, b in combinations(arms, 2):
         both = common_done(cells, a, b, tasks)
         row: dict[str, Any] = {"a": a, "b": b, "n": len(both), "tasks": both}
@@ -198,7 +206,8 @@ def paired(cells: dict[tuple[str, str], Cell], arms: list[str], tasks: list[str]
             row[f"{field}_a"] = _r(stats.mean([x for x, _ in pa]))
             row[f"{field}_b"] = _r(stats.mean([y for _, y in pa]))
             row[f"{field}_diff"] = _r(stats.mean([x - y for x, y in pa]))
-            row[f"{field}_diff_ci"] = _ci([x - y for x, y in pa])
+            diffs[(a, b, field)] = [x - y for x, y in pa]
+            row[f"{field}_diff_ci"] = _ci(diffs[(a, b, field)])
             row[f"{field}_n"] = len(pa)
         pp = [(_score(cells[(t, a)], "partial"), _score(cells[(t, b)], "partial")) for t in both]
         pp = [(x, y) for x, y in pp if x is not None and y is not None]
@@ -211,6 +220,7 @@ def paired(cells: dict[tuple[str, str], Cell], arms: list[str], tasks: list[str]
     family = [r for r in out if r["n"]]
     for r, p in zip(family, stats.holm([r["sign_test_p"] for r in family]), strict=True):
         r["sign_test_p_holm"] = p
+    power.annotate(out, diffs)  # MDE and tasks needed per measure, at the Holm level
     return out
 
 
@@ -247,10 +257,17 @@ def infrastructure(cells: dict[tuple[str, str], Cell], arms: list[str]) -> list[
     return out
 
 
-def build_report(model: RunModel, scope: str = "all") -> dict[str, Any]:
+def build_report(model: RunModel, scope: str = "all", exclude_suspect: bool = False) -> dict[str, Any]:
+    """The report's dict; ``exclude_suspect``: the other reading, every figure without the tasks
+    every arm failed alike (``runner.results.suspect``), labelled as such."""
     cells = model.scoped(scope)
     arms = [a for a in model.arms if any(k[1] == a for k in cells)]
     tasks = sorted({k[0] for k in cells})
+    suspects = suspect.find(cells, arms, tasks)
+    if exclude_suspect:
+        cells = {k: c for k, c in cells.items() if k[0] not in suspects}
+        tasks = [t for t in tasks if t not in suspects]
+    pairs = paired(cells, arms, tasks)
     stand_ins = [a for a in arms if profiles.mode_for(a) is None]
     return {
         "schema": SCHEMA,
@@ -262,7 +279,10 @@ def build_report(model: RunModel, scope: str = "all") -> dict[str, Any]:
         "tasks": tasks,
         "cells": {t: {a: cell_dict(cells[(t, a)]) for a in arms if (t, a) in cells} for t in tasks},
         "arm_summary": {a: arm_summary([c for k, c in cells.items() if k[1] == a]) for a in arms},
-        "paired": paired(cells, arms, tasks),
+        "paired": pairs,
+        "power": power.block(pairs),
+        "suspect": [s.as_dict() for s in suspects.values()],
+        "suspect_excluded": exclude_suspect,
         "infrastructure": infrastructure(cells, arms),
         "audit": audit.audit(cells, arms),
         "bootstrap": {
@@ -286,6 +306,8 @@ def build_report(model: RunModel, scope: str = "all") -> dict[str, Any]:
             "paired": "only tasks both arms completed; wins/losses by partial score; two-sided exact sign test, "
             "Holm-adjusted across every pair with a common task",
             "infrastructure": f"errored+voided attempts vs the other arms, Fisher's exact test; alarm at p < {ALARM_P}",
+            "power": "per pair and measure: MDE and tasks needed (runner.results.power)",
+            "suspect": f"{suspect.LABEL}: counted as any task unless suspect_excluded (the other reading)",
         },
     }
 
@@ -390,6 +412,7 @@ def pair_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     losses/ties by partial, the sign test's p and its Holm adjustment. Pairs without a common task
     are left out here (still listed in the JSON)."""
     heads = ["a", "b", "partial", "reward", "pass rate", "W/L/T", "sign p", "Holm p"]
+    heads += ["MDE (partial / reward / pass)", "tasks needed (partial / reward / pass)"]
     rows = []
     for p in rep["paired"]:
         if not p["n"]:
@@ -402,8 +425,62 @@ def pair_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 fmt_p(p["sign_test_p"]),
                 fmt_p(p["sign_test_p_holm"]),
             ]
+            + power_cells(p)
         )
     return heads, rows
+
+
+def power_cells(p: dict[str, Any]) -> list[str]:
+    """A pair's MDE and tasks needed per measure (``runner.results.power``), as ``0.13 / - / 0.12``."""
+    mde = " / ".join(_f(p.get(f"{f}_mde"), 2) for f in PAIR_MEASURES)
+    need = " / ".join(
+        power.fmt_tasks(p.get(f"{f}_tasks_needed"), p.get(f"{f}_tasks_needed_over")) for f in PAIR_MEASURES
+    )
+    return [mde, need]
+
+
+def power_lines(rep: dict[str, Any]) -> list[str]:
+    """What the MDE means, and the pairs whose reported differences are below it."""
+    block = rep.get("power")
+    if not block or not block["family"]:
+        return []
+    out = [power.headline(block)]
+    under = power.underpowered_lines(block, lambda m: m.replace("_", " "))
+    if under:
+        out.append(
+            'Underpowered: these differences are smaller than the run can detect; a "no difference" '
+            "among them is not evidence of none:"
+        )
+        out += under
+    return out
+
+
+def suspect_lines(rep: dict[str, Any]) -> list[str]:
+    """The tasks every arm failed alike, with the evidence, and which reading this is."""
+    sus = rep.get("suspect") or []
+    if not sus:
+        return []
+    how = (
+        "Excluded from every figure of this reading (the other reading, --exclude-suspect)."
+        if rep.get("suspect_excluded")
+        else "Counted like any task (the default reading); --exclude-suspect prints the other reading."
+    )
+    return [f"{s['task']}: {suspect.LABEL}: {s['evidence']}" for s in sus] + [how]
+
+
+def reading_banner(rep: dict[str, Any]) -> str | None:
+    """The label of the other reading: never mistaken for the default one."""
+    if not rep.get("suspect_excluded"):
+        return None
+    names = ", ".join(s["task"] for s in rep.get("suspect") or []) or "none"
+    return (
+        f"OTHER READING: the {len(rep.get('suspect') or [])} suspect task(s) every arm failed alike are "
+        f"excluded from every figure ({names}). The default reading (without --exclude-suspect) counts them."
+    )
+
+
+def _task_label(rep: dict[str, Any], t: str) -> str:
+    return f"{t} ⚠suspect" if any(s["task"] == t for s in rep.get("suspect") or []) else t
 
 
 def _audit_lines(rep: dict[str, Any], alarm) -> list[str]:
@@ -446,6 +523,8 @@ def _md_table(heads: list[str], rows: list[list[str]]) -> list[str]:
 def render_md(rep: dict[str, Any]) -> str:
     arms, tasks = rep["arms"], rep["tasks"]
     lines = [f"# marathon report: {rep['out']}", ""]
+    if banner := reading_banner(rep):
+        lines += [f"**{banner}**", ""]
     lines.append(f"Scope: {rep['scope']}" + (f" (run {rep['run_id']})" if rep["run_id"] else "") + ".")
     lines += ["", "## Infrastructure-bias alarm", ""]
     alarms = [r for r in rep["infrastructure"] if r["alarm"]]
@@ -468,7 +547,7 @@ def render_md(rep: dict[str, Any]) -> str:
     lines.append("|---" * (len(arms) + 1) + "|")
     for t in tasks:
         row = [_cell_text(rep["cells"][t].get(a)) for a in arms]
-        lines.append(f"| {t} | " + " | ".join(row) + " |")
+        lines.append(f"| {_task_label(rep, t)} | " + " | ".join(row) + " |")
     lines += ["", "## Per arm (means over done cells, 95 % bootstrap intervals)", ""]
     lines += _md_table(*arm_table(rep))
     lines += [
@@ -477,6 +556,17 @@ def render_md(rep: dict[str, Any]) -> str:
         "",
     ]
     lines += _md_table(*pair_table(rep))
+    if power_text := power_lines(rep):
+        lines += ["", power_text[0]] + (
+            ["", power_text[1], ""] + [f"- {t}" for t in power_text[2:]] if len(power_text) > 1 else []
+        )
+    if sus := suspect_lines(rep):
+        lines += [
+            "",
+            "## Suspect tasks (every arm failed alike: more often the environment than the task)",
+            "",
+        ]
+        lines += [f"- {t}" for t in sus[:-1]] + ["", sus[-1]]
     lines += ["", "## Disclosed deviations", ""]
     if rep["disclosures"]:
         for a, ds in rep["disclosures"].items():
@@ -529,6 +619,8 @@ def render_html(rep: dict[str, Any]) -> str:
     parts = []
     arms, tasks = rep["arms"], rep["tasks"]
     parts.append(f"<h1>marathon report</h1><p>{e(rep['out'])} &middot; scope {e(rep['scope'])}</p>")
+    if banner := reading_banner(rep):
+        parts.append(f'<p class="alarm">{e(banner)}</p>')
     alarms = [r for r in rep["infrastructure"] if r["alarm"]]
     parts.append("<h2>Infrastructure-bias alarm</h2>")
     parts += [f'<p class="alarm">ALARM: {e(r["message"])}</p>' for r in alarms] or [
@@ -548,6 +640,16 @@ def render_html(rep: dict[str, Any]) -> str:
     parts.append(_html_table(*arm_table(rep)))
     parts.append("<h2>Paired comparisons (diff = a − b, 95 % paired bootstrap)</h2>")
     parts.append(_html_table(*pair_table(rep)))
+    if power_text := power_lines(rep):
+        parts.append(f'<p class="note">{e(power_text[0])}</p>')
+        if len(power_text) > 1:
+            parts.append(f'<p class="alarm">{e(power_text[1])}</p><ul>')
+            parts += [f"<li>{e(t)}</li>" for t in power_text[2:]]
+            parts.append("</ul>")
+    if sus := suspect_lines(rep):
+        parts.append("<h2>Suspect tasks (every arm failed alike)</h2><ul>")
+        parts += [f'<li class="suspect">{e(t)}</li>' for t in sus[:-1]]
+        parts.append(f"</ul><p>{e(sus[-1])}</p>")
     from runner.results import plots
 
     parts.append("<h2>Figures</h2>")
@@ -557,7 +659,7 @@ def render_html(rep: dict[str, Any]) -> str:
     parts += [f"<th>{e(a)}</th>" for a in arms]
     parts.append("</tr>")
     for t in tasks:
-        parts.append(f"<tr><td>{e(t)}</td>")
+        parts.append(f"<tr><td>{e(_task_label(rep, t))}</td>")
         for a in arms:
             c = rep["cells"][t].get(a)
             cls = e(c["status"]) + (" build" if c and c["build_failed"] else "") if c else ""
@@ -578,6 +680,7 @@ def render_html(rep: dict[str, Any]) -> str:
     style = (
         "body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
         ".errored{background:#fdd}.voided{background:#eee}.build{color:#a00}.alarm{color:#a00;font-weight:bold}"
+        ".suspect{color:#a60}.note{max-width:60em}"
         "figure{display:inline-block;vertical-align:top;margin:0.5em 1em 0.5em 0}figcaption{font-weight:bold;margin-bottom:4px}figure svg{max-width:100%;height:auto}"
     )
     return (
