@@ -380,7 +380,18 @@ class ConsoleApp(App[int]):
 
         cells = {a: self.main.cells.get((task, a)) for a in self.main.arms}
         budget = self.main.info.budget_sec if self.main.info else None
-        self.push_screen(CompareScreen(self.out, task, self.main.arms, cells, budget, self.clock()))
+        self.push_screen(
+            CompareScreen(
+                self.out,
+                task,
+                self.main.arms,
+                cells,
+                budget,
+                self.clock(),
+                all_cells=self.main.cells,
+                suspect=self.main.suspect.get(task),
+            )
+        )
 
     def action_start_runner(self) -> None:
         self.request(actions.START)
