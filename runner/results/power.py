@@ -330,7 +330,7 @@ def sd(values: Sequence[float]) -> float | None:
     if n < 2:
         return None
     m = math.fsum(values) / n
-    return math.sqrt(math.fsum((v - m) ** 2 for v in values) / (n - 1))
+    return math.sqrt(math.fsum([(v - m) * (v - m) for v in values]) / (n - 1))
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from runner.results.model import DONE, ERRORED, Cell
-from runner.results.verifier_tests import ERROR, FAIL, read_outcomes
 
 #: failure kinds, in the words the report uses
 BUILD = "build failed"
@@ -142,6 +141,8 @@ def failure(cell: Cell | None) -> Failure | None:
     tdir = _trial_dir(cell)
     if tdir is None:
         return None
+    from runner.results.verifier_tests import ERROR, FAIL, read_outcomes  # only for these cells
+
     failing = tuple(n for n, o in read_outcomes(tdir).outcomes if o in (FAIL, ERROR))
     return Failure(TESTS, tuple(sorted(failing))) if failing else None
 
