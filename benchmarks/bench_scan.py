@@ -11,6 +11,7 @@ Measures, each as whole processes (wall and CPU of the child, from its rusage), 
 Targets (issue 11): warm status/report <= 0.5 s and >= 3x faster than the pydantic script.
 
     uv run python benchmarks/bench_scan.py [--keep DIR] [--trials 10050] [--repeat 5]
+        [--shape few-tasks|many-tasks]
 
 The tree replicates the recorded real harbor trees (tests/data/trees) as benchmarks/bench_model.py
 does; no Docker needed. Figures are printed, never asserted.
@@ -34,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from bench_model import bench_tree  # noqa: E402
+from bench_model import SHAPES, bench_tree  # noqa: E402
 
 from runner.results.tree import INDEX_DIR  # noqa: E402
 
@@ -66,9 +67,15 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=10_050)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--keep", type=Path, help="build the tree here and keep it")
+    ap.add_argument(
+        "--shape",
+        choices=SHAPES,
+        default="few-tasks",
+        help="few-tasks: 50 tasks x 5 arms x 40 attempts; many-tasks: 2,010 tasks x 5 arms x 1",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-scan-") as tmp:
-        out = bench_tree(args.keep, Path(tmp), args.trials)
+        out = bench_tree(args.keep, Path(tmp), args.trials, tasks=SHAPES[args.shape])
         time.sleep(3)  # the index stores only files older than its racy window (RACY_NS)
         measure(out, args.trials, args.repeat)
     return 0

@@ -157,7 +157,10 @@ class ConsoleApp(App[int]):
     def painted(self) -> None:
         """The main screen has shown a grid: the watcher may now set up its (many) watches, and a
         ``--screenshot`` run saves it and exits."""
-        self._painted.set()
+        # after the next refresh: the watcher's inotify setup holds the GIL for seconds on a large
+        # tree (watchfiles builds its watches in one call), so it must not start before the grid is
+        # on the terminal
+        self.call_after_refresh(self._painted.set)
         if self.screenshot_to is not None:
             target, self.screenshot_to = self.screenshot_to, None
             self.call_after_refresh(lambda: (self.action_screenshot(str(target)), self.exit(0)))
@@ -378,7 +381,18 @@ class ConsoleApp(App[int]):
 
         cells = {a: self.main.cells.get((task, a)) for a in self.main.arms}
         budget = self.main.info.budget_sec if self.main.info else None
-        self.push_screen(CompareScreen(self.out, task, self.main.arms, cells, budget, self.clock()))
+        self.push_screen(
+            CompareScreen(
+                self.out,
+                task,
+                self.main.arms,
+                cells,
+                budget,
+                self.clock(),
+                all_cells=self.main.cells,
+                suspect=self.main.suspect.get(task),
+            )
+        )
 
     def action_start_runner(self) -> None:
         self.request(actions.START)

@@ -261,6 +261,8 @@ class TreeSnapshot:
     scanned_at: float  # time.time() of the scan that produced these values
     history: Mapping[Key, Cell | None] = field(default_factory=dict)  # all-time cells, for drill-down
     hosts: tuple[HostUse, ...] = ()  # a cluster run's hosts as the tree records them (host.json)
+    #: tasks every arm failed alike (``runner.results.suspect``): task -> the evidence line
+    suspect: Mapping[str, str] = field(default_factory=dict)
 
 
 class TreeFeed:
@@ -347,7 +349,7 @@ class TreeFeed:
         arms = tuple(arm_order(k[1] for k in scoped))
         return TreeSnapshot(
             cells, changed is None, tasks, arms, summary, alarm, tuple(notes), time.time(), history,
-            tuple(m.host_use()),
+            tuple(m.host_use()), suspect_tasks(scoped, arms, tasks),
         )  # fmt: skip
 
 
@@ -372,6 +374,16 @@ def arm_summary(model: RunModel, scope: str) -> tuple[dict[str, ArmSummary], str
     except Exception as exc:  # noqa: BLE001 - a summary bug must not take the grid down
         return {}, f"summary unavailable: {exc}"
     return summary, "; ".join(alarms) or None
+
+
+def suspect_tasks(cells: Mapping[Key, Cell], arms: Iterable[str], tasks: Iterable[str]) -> dict[str, str]:
+    """The tasks every arm failed alike, each with its evidence (the report's rule and words)."""
+    from runner.results import suspect
+
+    try:
+        return {t: f"{suspect.LABEL}: {s.evidence}" for t, s in suspect.find(cells, arms, tasks).items()}
+    except Exception:  # noqa: BLE001 - a marking bug must not take the grid down
+        return {}
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ COMMANDS: tuple[str, ...] = (
     "run",
     "status",
     "report",
+    "plan-size",
     "health",
     "net",
     "cleanup",

@@ -115,13 +115,16 @@ def _entry_is_dir(e: os.DirEntry) -> bool:
 UNREADABLE_DIR = -1
 
 
-def excluded_owner(arm_path: str | os.PathLike, owner: int | None) -> int | None:
+def excluded_owner(
+    arm_path: str | os.PathLike, owner: int | None, st: os.stat_result | None = None
+) -> int | None:
     """The one rule for which arm dirs belong to a tree: an arm dir owned by another uid than the
     tree's owner is a leftover of an earlier round (another user's run in a reused path) and is left
     out everywhere. Returns that uid, ``UNREADABLE_DIR`` when the dir cannot be stat'ed, or None when
-    the dir counts. ``owner``: the tree's owner uid (None: not known, every readable dir counts)."""
+    the dir counts. ``owner``: the tree's owner uid (None: not known, every readable dir counts);
+    ``st``: the dir's stat when the caller has it."""
     try:
-        uid = os.stat(arm_path).st_uid
+        uid = (st or os.stat(arm_path)).st_uid
     except OSError:
         return UNREADABLE_DIR
     return uid if owner is not None and uid != owner else None
