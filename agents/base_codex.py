@@ -28,7 +28,11 @@ prefix), ``goal_timeout_sec``, ``codex_version``, ``codex_bin``, ``request_max_r
 ``stream_max_retries``, ``zero_token_limit``, ``model_catalog_json``, ``codex_delivery``
 (``mount``, the default: harbor ``--mounts`` the staged tree; ``copy``: copy it in, noted in the receipt;
 the sandbox driver uploads it whenever no mount brought it), ``transport`` (``sandbox-driver`` | ``docker-exec``),
-``setup_fault_once`` (``<task>/<arm>@<marker>``: that pair's first setup fails; agents.setup_fault).
+``setup_fault_once`` (``<task>/<arm>@<marker>``: that pair's first setup fails; agents.setup_fault),
+``gateway`` (``local``: the model gateway through the relay the in-sandbox driver starts on the
+sandbox's loopback, to the attempt's socket the runner mounted; ``https://HOST:PORT/v1``: a remote
+sandbox's route to the gateway's TLS listener. Either way codex's key is the attempt's token from
+``modes.gateway.TOKEN_VAR``, never the real key: docs/gateway.md).
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ from agents.transport import Transport, UnsupportedEnvironment
 from modes import safeio
 from modes.budget import deadline_margin_sec
 from modes.config_digest import config_digests
+from modes.gateway import LOCAL, RELAY_BASE_URL, TOKEN_VAR
 from modes.profiles import mode_for
 from modes.trial_files import TrialFiles
 
@@ -154,9 +159,17 @@ class CodexAppServerAgent(BaseAgent):
         codex_delivery: str = "mount",
         setup_fault_once: str | None = None,
         transport: str = SANDBOX_DRIVER,
+        gateway: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(logs_dir, model_name, **kwargs)
+        if gateway == LOCAL:
+            provider_base_url, api_key_var = RELAY_BASE_URL, TOKEN_VAR
+        elif gateway and gateway.startswith("https://"):
+            provider_base_url, api_key_var = gateway.rstrip("/"), TOKEN_VAR
+        elif gateway:
+            raise ValueError(f"gateway must be {LOCAL!r} or the gateway's https:// URL, not {gateway!r}")
+        self.gateway = gateway
         if setup_fault_once:
             setup_fault.parse(setup_fault_once)  # a malformed spec fails at construction, for every arm
         self.setup_fault_once = setup_fault_once
@@ -310,6 +323,7 @@ class CodexAppServerAgent(BaseAgent):
                 "base_url": self.provider_base_url,
                 "api_key_var": self.api_key_var,
                 "wire_api": "responses",
+                "gateway": self.gateway,
             },
             goal_timeout_sec=self.goal_timeout_sec,
         )
@@ -536,8 +550,9 @@ class CodexAppServerAgent(BaseAgent):
         except Exception as exc:  # noqa: BLE001 - a converter bug must not hide the run's own result
             receipt.warnings.append(f"trajectory conversion failed: {type(exc).__name__}: {exc}")
             self._set_aside_foreign_trajectory(receipt)
-        if context.cost_usd is None:
-            context.cost_usd = 0.0 if self.provider_base_url == SCRIPTED_BASE_URL else None
+        if context.cost_usd is None:  # the scripted stand-in costs nothing, wherever it is reached
+            scripted = self.provider_base_url == SCRIPTED_BASE_URL or self.codex_model.startswith("scripted/")
+            context.cost_usd = 0.0 if scripted else None
         for usage in (context.model_usage or {}).values():
             usage.cost_usd = context.cost_usd
         context.metadata = {

@@ -17,6 +17,7 @@ from agents.envelope import Arm, RunContext
 from agents.receipt import Receipt
 from agents.session import ArmFailure
 from agents.transport import Transport, transport_for
+from modes.gateway import LOCAL
 
 
 def processes_now(transport: Transport) -> frozenset[str] | None:
@@ -52,6 +53,11 @@ class DockerExecRun:
 
     async def run(self, run: RunContext) -> ArmFailure | None:
         arm, receipt = self.arm, run.receipt
+        if getattr(arm, "gateway", None) == LOCAL:
+            raise ArmFailure(
+                "--ak gateway=local needs the in-sandbox driver (it runs the relay to the gateway's "
+                "socket): drop --ak transport=docker-exec, or run without the gateway (--gateway 0)"
+            )
         t = self.transport = transport_for(run.environment, arm.trial_name())
         receipt.transport = t.describe()
         self.before = processes_now(t)

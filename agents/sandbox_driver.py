@@ -212,6 +212,28 @@ def _save_evidence(cfg: dict, logs_dir: Path, receipt, session) -> None:
             receipt.evidence.append(name)
 
 
+async def start_relay(r: dict):
+    """The model gateway's local route (``agents.relay``): the sandbox's loopback to the attempt's
+    socket, before codex starts. A missing mount is a loud failure here, not a failed first turn."""
+    from agents.relay import Relay
+    from agents.session import ArmFailure
+
+    sock_dir = os.path.dirname(r["socket"])
+    if not os.path.isdir(sock_dir):
+        raise ArmFailure(
+            f"the model gateway's socket dir {sock_dir} is not mounted in the sandbox (the runner mounts "
+            "it with harbor --mounts; a remote sandbox reaches the gateway by its TLS URL instead)"
+        )
+    relay = Relay(r["host"], int(r["port"]), r["socket"])
+    try:
+        await relay.start()
+    except OSError as exc:
+        raise ArmFailure(
+            f"the relay to the model gateway cannot listen on {r['host']}:{r['port']}: {exc}"
+        ) from exc
+    return relay
+
+
 async def drive_in_sandbox(ctrl: Path) -> int:
     """The whole conversation; returns 0, and leaves the outcome in receipt.json and status.json."""
     from agents.conversation import Conversation
@@ -231,8 +253,11 @@ async def drive_in_sandbox(ctrl: Path) -> int:
     conv: Conversation | None = None
     harness = None
     failure: dict | None = None
+    relay = None
     try:
         secret = read_credentials(cfg["credentials_file"])
+        if cfg.get("relay"):
+            relay = await start_relay(cfg["relay"])
         status.phase = "preflight"
         await asyncio.to_thread(_preflight, cfg, receipt)
         receipt.mark("preflight_done")
@@ -283,6 +308,9 @@ async def drive_in_sandbox(ctrl: Path) -> int:
         status.phase = "evidence"
         if conv is not None:
             conv.finish()
+        if relay is not None:
+            await relay.close()
+            receipt.extra["relay"] = relay.stats
         try:
             _save_evidence(cfg, logs_dir, receipt, conv.session if conv else None)
             if harness is not None and conv is not None and conv.session is not None:

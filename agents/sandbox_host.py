@@ -53,6 +53,7 @@ from agents.transport import (
 from modes import safeio
 from modes.budget import deadline_margin_sec
 from modes.config_digest import config_digests
+from modes.gateway import LOCAL, RELAY_HOST, RELAY_PORT, SANDBOX_SOCKET
 from modes.naming import compose_project
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,6 +67,7 @@ BUNDLE = (
     "agents/loopx_gates.py",
     "agents/loopx_profile.py",
     "agents/receipt.py",
+    "agents/relay.py",
     "agents/sandbox_driver.py",
     "agents/session.py",
     "agents/staging.py",
@@ -508,6 +510,12 @@ def driver_config(agent, t: SandboxTransport, instruction: str, cred_path: str, 
         "logs_dir": SANDBOX_LOGS,
         "scripted_log": SCRIPTED_LOG,
         "extra_evidence": agent.sandbox_evidence(),
+        # the model gateway's local route: the relay from the sandbox's loopback to the mounted socket
+        "relay": (
+            {"host": RELAY_HOST, "port": RELAY_PORT, "socket": SANDBOX_SOCKET}
+            if getattr(agent, "gateway", None) == LOCAL
+            else None
+        ),
     }
 
 

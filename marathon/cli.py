@@ -31,6 +31,7 @@ COMMANDS: tuple[str, ...] = (
     "void",
     "console",
     "view",
+    "gateway",
     "canary",
     "prebuild",
     "stage",

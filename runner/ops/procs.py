@@ -561,6 +561,21 @@ def signal_process(ident: ProcIdentity, sig: signal.Signals) -> bool:
         os.close(fd)
 
 
+def terminate(ident: ProcIdentity, what: str, wait_sec: float = 10.0) -> str:
+    """SIGTERM to one service of a run (the viewer, the gateway: by its registered identity) and
+    wait for it to exit; one line saying what happened (``UserError`` if it outlives ``wait_sec``)."""
+    from runner.errors import UserError
+
+    if not signal_process(ident, signal.SIGTERM):
+        return f"the {what} (PID {ident.pid}) had already exited"
+    deadline = time.monotonic() + wait_sec
+    while alive(ident) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if alive(ident):
+        raise UserError(f"the {what} (PID {ident.pid}) is still running {wait_sec:.0f} s after SIGTERM")
+    return f"stopped the {what} (PID {ident.pid})"
+
+
 def _wait(procs: list[ProcIdentity], timeout: float) -> list[ProcIdentity]:
     """Wait until every process has exited (zombies count as exited); return the survivors."""
     deadline = time.monotonic() + timeout

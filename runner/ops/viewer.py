@@ -51,7 +51,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
 from runner.errors import Busy, Unavailable, UserError
-from runner.ops.procs import Registry, alive, boot_id, identity_from, identity_of, signal_process
+from runner.ops.procs import Registry, alive, boot_id, identity_from, identity_of, terminate
 from runner.results.tree import view_dir
 
 ROLE_VIEWER = "viewer"
@@ -648,14 +648,7 @@ def stop(out: Path, wait_sec: float = 10.0) -> str:
         return f"no viewer of {out} is running"
     ident = identity_from(asdict(acc))
     assert ident is not None
-    if not signal_process(ident, signal.SIGTERM):
-        return f"the viewer (PID {acc.pid}) had already exited"
-    deadline = time.monotonic() + wait_sec
-    while alive(ident) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if alive(ident):
-        raise UserError(f"the viewer (PID {acc.pid}) is still running {wait_sec:.0f} s after SIGTERM")
-    return f"stopped the viewer of {out} (PID {acc.pid})"
+    return terminate(ident, f"viewer of {out}", wait_sec)
 
 
 def _launch(argv: list[str]) -> int:

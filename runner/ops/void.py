@@ -77,11 +77,16 @@ def trial_facts(
     rec = read_trial(trial_dir)  # the one reader of a trial's result.json (runner.results.records)
     if not rec.finished:
         return rules.TrialFacts(has_result=False, stopped_by=stopped_by), []
+    gw = gateway_outage(trial_dir)
     if not rec.errored:
+        if gw:
+            return rules.TrialFacts(stopped_by=stopped_by, gateway_failed=gw), [gw]
         return rules.TrialFacts(stopped_by=stopped_by), []
     etype = rec.exception_type or "UnknownException"
     msg = rec.exception_message or ""
     evidence = [f"exception_type: {etype}", f"exception_message: {msg[:2000]}"]
+    if gw:
+        evidence.append(gw)
     evidence += [f"{TrialFiles.EXCEPTION}: {ln}" for ln in _tail(trial_dir / TrialFiles.EXCEPTION, 8)]
     try:
         from harbor.models.trial.error_policy import policy_for
@@ -105,10 +110,24 @@ def trial_facts(
         cause=cause,
         stopped_by=stopped_by,
         container_died=died,
+        gateway_failed=gw,
     )
     if not facts.agent_started:
         evidence.append("failed in: " + ("agent setup" if rec.agent_setup_started else "environment start"))
     return facts, evidence
+
+
+def gateway_outage(trial_dir: Path) -> str:
+    """The runner's record of the model gateway dying while this trial's attempt was live at it
+    (``runner.results.ledger.outage_of``), described; "" when there is none."""
+    from runner.results.ledger import outage_of
+
+    p = Path(trial_dir)
+    if len(p.parents) < 5:
+        return ""
+    task, arm, stamp, out = p.parents[3].name, p.parents[2].name, p.parents[1].name, p.parents[4]
+    o = outage_of(out, task, arm, stamp)
+    return o.describe() if o is not None else ""
 
 
 def classify_trial(trial_dir: Path, stopped_by: str | None = None, deaths: Deaths | None = None) -> Verdict:

@@ -54,6 +54,10 @@ class EventKind(StrEnum):
     CLEANUP_PLAN = "cleanup_plan"
     CLEANUP_ERROR = "cleanup_error"
     STOP_REQUESTED = "stop_requested"
+    GATEWAY_START = "gateway_start"  # pid, upstream, reused: the run's model gateway on this host
+    GATEWAY_RESTART = "gateway_restart"  # a dead gateway replaced; the attempts it served are voided
+    GATEWAY_STOP = "gateway_stop"  # the runner's exit stopped its gateway
+    GATEWAY_ERROR = "gateway_error"  # the gateway could not be started (the runner waits and retries)
 
 
 def utc_now() -> str:

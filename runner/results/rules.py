@@ -206,6 +206,9 @@ class TrialFacts:
     #: the engine's own account of the trial's main container dying without a stop request before
     #: the trial ended ("" if it did not, or nobody watched): runner.results.deaths
     container_died: str = ""
+    #: the runner's own record of the model gateway dying while the attempt was live at it (""
+    #: if it did not): runner.results.ledger.outage_of
+    gateway_failed: str = ""
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,8 @@ class VoidRule:
 VOIDING: tuple[VoidRule, ...] = (
     VoidRule("no_result", VOID, "harbor ended before the trial finished (no result.json)",
              lambda f: not f.has_result),
+    VoidRule("gateway_failed", VOID, "the model gateway failed while the attempt was live at it (calls refused or cut)",
+             lambda f: bool(f.gateway_failed)),
     VoidRule("finished", SCORED, "finished without exception", lambda f: not f.exception_type),
     VoidRule("stopped_by_runner", VOID, "stopped by the runner", lambda f: f.stopped_by is not None),
     VoidRule("harbor_cause", VOID, "harbor classifies the exception as the sandbox's or its own",

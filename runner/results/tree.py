@@ -5,6 +5,8 @@
     <out>/.claims/<task>__<arm>.claim                   in-progress claim
     <out>/.driver_env                                   the runner's effective configuration
     <out>/.runner/                                      lock, PID registry, events.jsonl
+    <out>/.runner/gateway/                              the model gateway: ledger.jsonl (one line per model
+                                                        call), attempts/<id>.json, outages.jsonl, state.json
     <out>/.marathon/index.sqlite                        the scan index (a cache: runner.results.index)
     <out>/.marathon/view/jobs/<task>__<arm>__attempt-<n>/  harbor's viewer's jobs folder (runner.ops.viewjobs)
     <out>/../marathon-voided/<out-name>/...             voided trials, moved (never deleted), with README
@@ -28,6 +30,9 @@ RUNNER_DIR = ".runner"
 EVENTS_FILE = "events.jsonl"
 INDEX_DIR = ".marathon"
 INDEX_FILE = "index.sqlite"
+GATEWAY_DIR = "gateway"  # under RUNNER_DIR: the model gateway's ledger, attempts, outages, state
+LEDGER_FILE = "ledger.jsonl"
+OUTAGES_FILE = "outages.jsonl"  # under GATEWAY_DIR: each dead gateway found and replaced
 VIEW_DIR = "view"  # under INDEX_DIR: the web viewer's jobs folder, lock and access file
 VOIDED_DIR = "marathon-voided"
 VOID_README = "README.md"
@@ -61,6 +66,33 @@ def runner_dir(out: Path) -> Path:
 
 def events_path(out: Path) -> Path:
     return out / RUNNER_DIR / EVENTS_FILE
+
+
+def gateway_dir(out: Path) -> Path:
+    """``<out>/.runner/gateway``: what the model gateway and the runner's side of it keep (no agent
+    mount reaches ``.runner``)."""
+    return out / RUNNER_DIR / GATEWAY_DIR
+
+
+def ledger_path(out: Path, host: str | None = None) -> Path:
+    """The ledger of one host's gateway: ``ledger.jsonl`` (this host), ``ledger.<host>.jsonl`` (a
+    cluster host's: one writer per file)."""
+    return gateway_dir(out) / (LEDGER_FILE if not host else f"ledger.{host}.jsonl")
+
+
+def outages_path(out: Path) -> Path:
+    return gateway_dir(out) / OUTAGES_FILE
+
+
+def ledger_paths(out: Path) -> list[Path]:
+    """Every host's ledger of the tree, sorted by name."""
+    try:
+        names = sorted(
+            n for n in os.listdir(gateway_dir(out)) if n.startswith("ledger") and n.endswith(".jsonl")
+        )
+    except OSError:
+        return []
+    return [gateway_dir(out) / n for n in names]
 
 
 def driver_env_path(out: Path) -> Path:

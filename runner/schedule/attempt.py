@@ -133,3 +133,7 @@ class Launcher(Protocol):
     def engine_answers(self) -> bool:
         """Does the engine the attempts run on answer right now (the breaker ignores an outage)?"""
         ...
+
+    def tend(self, running: list[Attempt]) -> None:
+        """Once per loop of the driver: keep alive what the running attempts depend on (this host's
+        model gateway; a cluster's hosts tend their own)."""

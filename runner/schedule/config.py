@@ -115,6 +115,30 @@ KNOBS: tuple[Knob, ...] = (
         "pause after this many consecutive attempts fail the same way (0 = never)",
     ),
     Knob("model", "MARATHON_MODEL", "--model", None, "str", "harbor -m for every arm"),
+    Knob(
+        "gateway",
+        "MARATHON_GATEWAY",
+        "--gateway",
+        True,
+        "bool",
+        "route the codex arms' model calls through the run's gateway (per-attempt tokens, the ledger)",
+    ),
+    Knob(
+        "model_base_url",
+        "MARATHON_MODEL_BASE_URL",
+        "--model-base-url",
+        None,
+        "str",
+        "the provider the gateway forwards to (default OpenAI's; `scripted`: the stand-in, the default for scripted/ models)",
+    ),
+    Knob(
+        "model_key_var",
+        "MARATHON_MODEL_KEY_VAR",
+        "--model-key-var",
+        None,
+        "str",
+        "NAME of the variable with the real model key, read by the gateway alone (default --ak api_key_var, else OPENAI_API_KEY)",
+    ),
     Knob("env", "MARATHON_ENV", "--env", "docker", "str", "harbor environment type (-e)"),
     Knob(
         "cluster",
@@ -177,6 +201,9 @@ class RunConfig:
     max_passes: int = 3
     breaker_k: int = 3
     model: str | None = None
+    gateway: bool = True
+    model_base_url: str | None = None
+    model_key_var: str | None = None
     env: str = "docker"
     cluster: str | None = None
     build_network: str = "host"
@@ -415,6 +442,8 @@ def resolve(
         raise UserError("--max-passes must be at least 1")
     if values["build_network"] not in ("host", "default"):
         raise UserError("--build-network must be host or default")
+    if values["model_key_var"] is not None and not secrets.NAME.match(values["model_key_var"]):
+        raise UserError("--model-key-var: expected the NAME of an environment variable (the key stays in it)")
     values["agent_env"] = check_agent_env(values["agent_env"])
     values["agent_env_literal"] = tuple(secrets.agent_env_literal(i) for i in values["agent_env_literal"])
     twice = secrets.duplicate_env_keys(values["agent_env"] + values["agent_env_literal"])

@@ -33,6 +33,7 @@ from runner.errors import UserError
 from runner.ops.procs import DEFAULT_GRACE_SEC, Registry
 from runner.ops.void import Verdict, act_void, plan_void
 from runner.results.events import EventKind, EventLog, new_run_id
+from runner.results.ledger import outage_of
 from runner.results.model import (  # the model's reading of done: the runner never disagrees with status
     pair_done,
 )
@@ -220,6 +221,7 @@ class Driver:
             self.log.emit(EventKind.PASS_START, pass_no=pass_no, n_pairs=len(queue))
             failed: list[tuple[str, str, str]] = []
             while (queue or self.running) and self.stop_reason is None:
+                self.launcher.tend(self.running)
                 failed += self._reap()
                 if self.breaker.tripped is not None and not self.running:
                     break  # paused: the in-flight pairs have finished
@@ -319,6 +321,8 @@ class Driver:
         self.finished.append(job)
         self.launcher.ended(job, stopping=stopping)
         done = read_job(job.job_dir).done  # the one reader of harbor's job result (runner.results.records)
+        if done and outage_of(self.out, job.task, job.arm.name, job.stamp) is not None:
+            done = False  # its gateway died under it: voided by the table's gateway_failed row, not scored
         elapsed = round(time.monotonic() - job.started, 1)
         retry: str | None = None
         if done:

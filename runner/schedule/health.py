@@ -20,9 +20,11 @@ from modes.budget import harbor_timeout_needed_sec
 from modes.naming import compose_project
 from modes.trial_files import TrialFiles
 from runner.errors import NotAnOutputTree, UserError
+from runner.ops.gateway.process import status_line as gateway_status
 from runner.ops.procs import Registry
 from runner.ops.viewer import status_line as viewer_status
 from runner.ops.void import act_void, classify_job, plan_void
+from runner.results.ledger import outage_of
 from runner.results.records import OK, read_job
 from runner.results.tree import claim_path, driver_env_path, iter_job_dirs, iter_trial_dirs
 from runner.schedule import claims as claimsmod
@@ -57,6 +59,7 @@ class HealthReport:
     findings: list[Finding] = field(default_factory=list)
     fixes: list[str] = field(default_factory=list)
     viewer: str | None = None  # `marathon view` of this tree, when one serves (runner.ops.viewer)
+    gateway: str | None = None  # the run's model gateway on this host, when one serves
 
     @property
     def ok(self) -> bool:
@@ -72,6 +75,8 @@ class HealthReport:
             f"  runner: {self.runner}{pid}",
             f"  pairs:  {self.pairs_done}/{self.pairs_total} done, {self.running_trials} trial(s) running",
         ]
+        if self.gateway:
+            lines.append(f"  gateway: {self.gateway}")
         if self.viewer:
             lines.append(f"  viewer: {self.viewer}")
         if not self.findings:
@@ -216,6 +221,17 @@ def _check_jobs(seen: Seen) -> list[Finding]:
             if seen.cfg and age is not None and age > _task_budget_sec(seen.cfg, j.task):
                 found.append(Finding("past_budget", f"{j.task}/{j.arm} stamp {j.stamp}: running {age / 60:.0f} min",
                                      False, {"task": j.task, "arm": j.arm, "stamp": j.stamp, "age_sec": round(age)}))  # fmt: skip
+        elif (
+            j.rec.state == OK
+            and j.rec.done
+            and not j.unfinished
+            and not live
+            and outage_of(seen.out, j.task, j.arm, j.stamp)
+        ):
+            v = classify_job(j.job)  # done, but its gateway died under it: the table's gateway_failed row
+            if v.kind == "infra":
+                found.append(Finding("errored_not_voided", f"{j.task}/{j.arm} stamp {j.stamp}: {v.reason}", True,
+                                     {"job": str(j.job), "reason": v.reason, "evidence": v.evidence}))  # fmt: skip
         elif j.rec.state == OK and not j.rec.done and j.rec.n_errored > 0 and not j.unfinished:
             v = classify_job(j.job)
             if v.kind == "infra" and not live:
@@ -271,9 +287,30 @@ def _check_runner(seen: Seen) -> list[Finding]:
     return [Finding("runner_dead", f"no live runner and {seen.total - seen.done} pair(s) not done", True)]
 
 
+def _check_gateway(seen: Seen) -> list[Finding]:
+    """The run's model gateway on this host, while something needs it: a live runner, or attempts
+    whose harbor still runs (``--fix`` restarts it; the attempts it failed are voided when they end)."""
+    if seen.cfg is None or seen.cfg.cluster:
+        return []
+    from runner.ops.gateway.attempts import LIVE, list_records
+    from runner.ops.gateway.process import running
+    from runner.schedule.gateway import gateway_on
+
+    if not gateway_on(seen.cfg) or running(seen.out) is not None:
+        return []
+    live = [r for r in list_records(seen.out) if r.state == LIVE and not r.gone()]
+    if not seen.alive and not live:
+        return []
+    what = (
+        f"the run's model gateway is not running ({len(live)} live attempt(s) reach their model through it)"
+    )
+    return [Finding("gateway_dead", what, True, {"attempts": [r.id for r in live]})]
+
+
 #: The checks, in the order their findings are reported.
 CHECKS: tuple[tuple[str, Callable[[Seen], list[Finding]]], ...] = (
     ("runner", _check_runner),
+    ("gateway", _check_gateway),
     ("jobs", _check_jobs),
     ("claims", _check_claims),
     ("leaks", _check_leaks),
@@ -286,7 +323,7 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
     findings = [f for _name, one in CHECKS for f in one(seen)]
     rep = HealthReport(
         str(seen.out), seen.state, seen.pid, seen.total, seen.done, seen.running, findings,
-        viewer=viewer_status(seen.out),
+        viewer=viewer_status(seen.out), gateway=gateway_status(seen.out),
     )  # fmt: skip
     return rep, seen.cfg
 
@@ -335,6 +372,12 @@ def fix(out: Path) -> HealthReport:
                 rep.fixes.append(
                     f"removed {len(r.removed_containers)} container(s), {len(r.removed_networks)} network(s) of ended trials"
                 )
+        elif f.kind == "gateway_dead" and cfg is not None:
+            from runner.ops.gateway.process import ensure
+            from runner.schedule.gateway import settings_for
+
+            st, _ = ensure(out, settings_for(cfg), by="health --fix")
+            rep.fixes.append(f"restarted the model gateway: {st.describe()}")
         elif f.kind == "errored_not_voided":
             dest = act_void(plan_void(out, Path(f.data["job"]), f.data["reason"], f.data["evidence"]))
             rep.fixes.append(f"voided {f.what.split(':')[0]} -> {dest}")

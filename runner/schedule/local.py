@@ -27,6 +27,7 @@ from runner.results.events import EventKind, EventLog
 from runner.schedule import claims as claimsmod
 from runner.schedule.attempt import Attempt, Pair, new_stamp
 from runner.schedule.config import ArmSpec, RunConfig
+from runner.schedule.gateway import end_attempt, gateway_on, key_var_of, settings_for, wire_attempt
 from runner.schedule.harbor_run import ROLE_HARBOR, harbor_argv, job_env
 from runner.schedule.lock import Holder
 from runner.secrets import screen_all
@@ -72,11 +73,16 @@ class LocalLauncher:
     _gate_waiting_since: float | None = None
     _gate_next_check: float = 0.0
     _cleanup_pending: set[str] = field(default_factory=set)  # trials whose leftovers could not be removed yet
+    gateway_check_sec: float = 1.0
+    _gateway_next_check: float = 0.0
 
     def __post_init__(self) -> None:
         self.out = self.cfg.out
         self.registry = Registry(self.out)
+        self.gateway = gateway_on(self.cfg)
         self._job_env = job_env()
+        if self.gateway:  # harbor never needs the real key: only the gateway holds it
+            self._job_env.pop(key_var_of(self.cfg), None)
         self.docker = self.cfg.env == "docker"  # harbor's local Docker: the engine is this host's
 
     # --- a run's life ------------------------------------------------------------------------------
@@ -88,10 +94,49 @@ class LocalLauncher:
             from runner.ops.death_watch import DeathWatch
 
             self.deaths = DeathWatch().start()
+        if self.gateway:
+            self._ensure_gateway(first=True)
 
     def close(self) -> None:
         if self.deaths is not None:
             self.deaths.stop()
+        if self.gateway:
+            from runner.ops.gateway.process import stop
+
+            with contextlib.suppress(Exception):  # the attempts have ended: nothing needs it now
+                self.log.emit(EventKind.GATEWAY_STOP, result=stop(self.out))
+
+    # --- the model gateway (runner.ops.gateway) --------------------------------------------------
+
+    def _ensure_gateway(self, first: bool = False) -> bool:
+        """The tree's gateway serves (a dead one is restarted: the attempts it served are voided
+        by the voiding table's ``gateway_failed`` row, from the outage this records)."""
+        from runner.errors import UserError
+        from runner.ops.gateway.process import ensure
+
+        try:
+            st, started = ensure(self.out, settings_for(self.cfg), by="runner")
+        except UserError as exc:
+            self.log.emit(EventKind.GATEWAY_ERROR, error=str(exc))
+            if first:
+                raise
+            return False
+        if first:
+            self.log.emit(EventKind.GATEWAY_START, pid=st.pid, upstream=st.upstream, reused=not started)
+        elif started:
+            self.log.emit(EventKind.GATEWAY_RESTART, pid=st.pid, upstream=st.upstream)
+        return True
+
+    def tend(self, running: list[Attempt]) -> None:
+        """Once a second: the gateway still serves (restarted if not)."""
+        now = time.monotonic()
+        if not self.gateway or now < self._gateway_next_check:
+            return
+        self._gateway_next_check = now + self.gateway_check_sec
+        from runner.ops.gateway.process import running as gateway_running
+
+        if gateway_running(self.out) is None:
+            self._ensure_gateway()
 
     # --- starting -----------------------------------------------------------------------------------
 
@@ -102,23 +147,38 @@ class LocalLauncher:
         stamp = new_stamp(self.out / task / arm.name)
         att = LocalAttempt(task, arm, stamp, claim, self.out, time.monotonic())
         att.stamp_dir.mkdir(parents=True)
-        argv = harbor_argv(self.cfg, task, arm, att.stamp_dir, self.mounts.get(arm.name))
+        mounts, env = self.mounts.get(arm.name), self._job_env
+        wiring = wire_attempt(self.cfg, task, arm, stamp) if self.gateway else None
+        if wiring is not None:  # a per-attempt token and socket (runner.schedule.gateway)
+            mounts, env = wiring.mounts(mounts), wiring.env(env)
+        argv = harbor_argv(self.cfg, task, arm, att.stamp_dir, mounts)
+        if wiring is not None:
+            argv += wiring.agent_kwargs()
         screen_all(("harbor argv", a) for a in argv)  # e.g. staged mounts: nothing unscreened starts
         # held at a gate until the registry and the claim name it (runner.ops.held): a runner killed
         # in between leaves no harbor that nothing recorded, so a restart never starts a duplicate
-        with open(att.harbor_log, "ab") as logfh:
-            held = start_held(
-                argv, stdout=logfh, stderr=subprocess.STDOUT, cwd=str(self.out), env=self._job_env
-            )
+        try:
+            with open(att.harbor_log, "ab") as logfh:
+                held = start_held(argv, stdout=logfh, stderr=subprocess.STDOUT, cwd=str(self.out), env=env)
+        except BaseException:
+            if wiring is not None:
+                end_attempt(self.out, task, arm.name, stamp, "harbor did not start")
+            raise
         proc = held.proc
         try:
             with contextlib.suppress(ProcessLookupError):
                 self.registry.register(proc.pid, ROLE_HARBOR, argv, task=task, arm=arm.name)
             ref = claimsmod.job_ref(proc.pid, stamp)  # our unreaped child: present even if it exited
             att.claim = claimsmod.set_job(self.out, claim, ref)
+            if wiring is not None:  # a killed attempt's token is refused at once
+                from runner.ops.gateway.attempts import set_harbor
+
+                set_harbor(self.out, wiring.attempt_id, proc.pid)
         except BaseException:
             held.abort()  # it exits without running harbor
             proc.wait()
+            if wiring is not None:
+                end_attempt(self.out, task, arm.name, stamp, "harbor did not start")
             raise
         held.release()
         att.pid, att.ident, att.proc, att.started = proc.pid, ref.ident, proc, time.monotonic()
@@ -215,6 +275,10 @@ class LocalLauncher:
     def ended(self, attempt: Attempt, *, stopping: bool) -> None:
         with contextlib.suppress(Exception):
             self.registry.unregister(attempt.pid)
+        if self.gateway:  # its token is refused from now on
+            with contextlib.suppress(Exception):
+                end_attempt(self.out, attempt.task, attempt.arm.name, attempt.stamp,
+                            "stopped by the runner" if stopping else "ended")  # fmt: skip
         if not stopping:
             # harbor takes its environment down itself, unless the engine was away at that moment:
             # what it left is removed now (or once the engine answers again)

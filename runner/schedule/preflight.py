@@ -32,8 +32,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from modes.gateway import SCRIPTED_UPSTREAM
 from runner.errors import EXIT_USAGE, UserError
 from runner.schedule.config import RunConfig, list_tasks, missing_env_refs, project_pythonpath
+from runner.secrets import DECLARED_NON_SECRETS, ref_name
 
 #: where every codex arm's credential comes from unless ``--ak api_key_var=NAME`` says otherwise
 DEFAULT_KEY_VAR = "OPENAI_API_KEY"  # agents.base_codex.DEFAULT_KEY_VAR (not imported: harbor is heavy)
@@ -240,6 +242,13 @@ def check_model(cfg: RunConfig) -> list[Problem]:
     model = kw.get("model") or cfg.model
     if not model:
         return [Problem("model", f"arms {', '.join(arms)} have no model", "pass --model NAME")]
+    from runner.schedule.gateway import gateway_on, upstream_of
+
+    if gateway_on(cfg):  # the gateway forwards to --model-base-url (default: OpenAI's)
+        if upstream_of(cfg) == SCRIPTED_UPSTREAM and SCRIPTED_PREFIX not in model:
+            return [Problem("model", f"model {model} is not a scripted/ scenario, but the gateway's upstream is the scripted stand-in",
+                            "pass --model-base-url URL (the provider) for a real model")]  # fmt: skip
+        return []
     if SCRIPTED_PREFIX in model or kw.get("provider_base_url"):
         return []
     return [
@@ -263,6 +272,19 @@ def check_credentials(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
             )
         )
     kw = agent_kwargs(cfg)
+    from runner.schedule.gateway import gateway_on, key_var_of
+
+    if gateway_on(cfg):  # the key is the gateway's alone: read from this shell, never the agents'
+        var = key_var_of(cfg)
+        for item in cfg.agent_env:
+            if ref_name(item) == var:
+                problems.append(Problem("credentials", f"--ae {item.partition('=')[0]} passes the model key {var} to the agents, "
+                                        "but with the gateway only the gateway holds it (the arms get a per-attempt token)",
+                                        f"drop --ae {item.partition('=')[0]} (or run without the gateway: --gateway 0)"))  # fmt: skip
+        if not env.get(var) and var not in DECLARED_NON_SECRETS:
+            problems.append(Problem("credentials", f"the model key {var} (read by the gateway) is not set in this shell",
+                                    f"export {var} in this shell"))  # fmt: skip
+        return problems
     if not _codex_arms(cfg) and "api_key_var" not in kw:
         return problems
     var = kw.get("api_key_var") or DEFAULT_KEY_VAR

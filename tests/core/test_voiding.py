@@ -57,6 +57,10 @@ CASES = [
     ("container_gone", "RuntimeError", True, f"{DAEMON}: container 0123456789abcdef is not running", None),
     ("container_gone", "RuntimeError", True, f"{DAEMON}: No such container: 0123456789ab", None),
     ("container_gone", "RuntimeError", True, f'{COMPOSE}. Stderr: service "main" is not running', None),
+    # the model gateway died while the attempt was live at it (the runner's outages.jsonl): void,
+    # whatever the trial says, finished or not
+    ("gateway_failed", None, True, "", None),
+    ("gateway_failed", "ArmFailure", True, "turn failed: stream disconnected", None),
     # killed under harbor's verifier: harbor's own words say nothing of it, the engine's events do
     (
         "container_died",
@@ -99,6 +103,21 @@ def write_trial(
     return t
 
 
+def gateway_failed_trial(tmp_path: Path, arm: str, etype: str | None, ran: bool, msg: str) -> Path:
+    """A trial in a tree's layout whose attempt the runner recorded as live at a gateway that died."""
+    from runner.results.tree import outages_path
+
+    out = tmp_path / f"out-{arm}"
+    stamp = "2026-12-01__08-00-00"
+    trial = write_trial(out / "calc-partial" / arm / stamp, arm, etype, ran, msg)
+    other = {"task": "calc-partial", "arm": arm, "stamp": "2026-12-01__07-00-00"}  # another attempt
+    row = {"host": None, "down_since": 1.0, "restarted_at": 2.0, "by": "runner",
+           "live_attempts": [other, {"id": "a1", "task": "calc-partial", "arm": arm, "stamp": stamp}]}  # fmt: skip
+    outages_path(out).parent.mkdir(parents=True)
+    outages_path(out).write_text(json.dumps(row) + "\n")
+    return trial
+
+
 @pytest.mark.parametrize(
     ("row", "etype", "ran", "msg", "stop"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
 )
@@ -107,7 +126,11 @@ def test_each_row_of_the_voiding_table(tmp_path, row, etype, ran, msg, stop):
     deaths = watch_of("recorded-kill")
     for arm in ("plain", "goal", "ssh-goal", "codex-cli", "heartbeat"):
         ended = _iso(deaths.deaths_at(compose_project(TRIAL))[0] + 5) if row == "container_died" else ""
-        v = classify_trial(write_trial(tmp_path, arm, etype, ran, msg, ended), stopped_by=stop, deaths=deaths)
+        if row == "gateway_failed":
+            trial = gateway_failed_trial(tmp_path, arm, etype, ran, msg)
+        else:
+            trial = write_trial(tmp_path, arm, etype, ran, msg, ended)
+        v = classify_trial(trial, stopped_by=stop, deaths=deaths)
         verdicts[arm] = (v.kind, v.rule, v.reason)
     assert len(set(verdicts.values())) == 1, verdicts  # never depends on the arm
     kind, rule, reason = verdicts["plain"]

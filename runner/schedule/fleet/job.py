@@ -31,12 +31,15 @@ from pathlib import Path
 import psutil
 
 from modes.naming import compose_project
+from runner.ops.gateway.attempts import set_harbor
+from runner.ops.gateway.process import ensure as ensure_gateway
 from runner.ops.held import start_held
 from runner.ops.procs import Registry
 from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir
 from runner.schedule.attempt import HARBOR_LOG
 from runner.schedule.config import resolve
 from runner.schedule.fleet.hostinfo import facing_ip, join_here, this_host, write_host
+from runner.schedule.gateway import end_attempt, gateway_on, key_var_of, settings_for, wire_attempt
 from runner.schedule.harbor_run import ROLE_HARBOR, arm_mounts, harbor_argv, job_env
 from runner.secrets import screen_all
 
@@ -176,11 +179,20 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
             on_wait=lambda v, reclaimed: say(f"gate waits: {v.reason}; reclaimed {len(reclaimed)}"),
         )  # fmt: skip
         say(f"gate open: {v.reason}")
-    argv = harbor_argv(cfg, task, spec, sdir, arm_mounts(cfg, spec))
+    mounts, env = arm_mounts(cfg, spec), job_env()
+    wiring = None
+    if gateway_on(cfg):  # this host's gateway, with this host's key (runner.schedule.gateway)
+        env.pop(key_var_of(cfg), None)
+        st, started = ensure_gateway(cfg.out, settings_for(cfg, rec.node_id), by=f"job {task}/{arm}/{stamp}")
+        say(f"gateway {'started' if started else 'serving'}: PID {st.pid}, upstream {st.upstream}")
+        wiring = wire_attempt(cfg, task, spec, stamp, host=rec.node_id)
+        if wiring is not None:
+            mounts, env = wiring.mounts(mounts), wiring.env(env)
+    argv = harbor_argv(cfg, task, spec, sdir, mounts) + (wiring.agent_kwargs() if wiring else [])
     screen_all(("harbor argv", a) for a in argv)
     deaths = watch_deaths() if cfg.env == "docker" else None
     with open(sdir / HARBOR_LOG, "ab") as logfh:  # held until registered (runner.ops.held)
-        held = start_held(argv, stdout=logfh, stderr=subprocess.STDOUT, cwd=str(cfg.out), env=job_env(),
+        held = start_held(argv, stdout=logfh, stderr=subprocess.STDOUT, cwd=str(cfg.out), env=env,
                           start_new_session=False)  # fmt: skip
     proc = held.proc
     say(f"harbor run PID {proc.pid}")
@@ -195,6 +207,8 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
         held.abort()
         proc.wait()
         raise
+    if wiring is not None:
+        set_harbor(cfg.out, wiring.attempt_id, proc.pid)
     held.release()
 
     def forward(signum, _frame):  # Ray's stop: harbor cancels and tears its environment down
@@ -210,6 +224,8 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
         threading.Thread(target=watch_raylet, args=(raylet, proc, lost), daemon=True).start()
     rc = proc.wait()
     say(f"harbor exited with {rc}")
+    if wiring is not None:
+        end_attempt(cfg.out, task, arm, stamp, f"harbor exited with {rc}")
     registry.unregister(proc.pid, node=rec.node_id)
     trials = {t.name for t in iter_trial_dirs(job_dir(cfg.out, task, arm, stamp))}
     if cfg.env == "docker":  # our_projects finds the trials in the voided attempts too

@@ -138,6 +138,9 @@ class RayLauncher:
     def engine_answers(self) -> bool:
         return True  # each host's engine is its job's to ask
 
+    def tend(self, running: list[Attempt]) -> None:
+        pass  # each host's gateway is its jobs' to keep (runner.schedule.fleet.job)
+
 
 def classify(fleet: Fleet, job: RayAttempt, v: Verdict) -> Verdict:
     """The verdict of an ended Ray job: a lost node or a job that ended without a harbor result

@@ -1,0 +1,112 @@
+"""The relay inside the sandbox: the sandbox's loopback to the gateway's unix socket, byte for byte.
+
+Why: codex speaks HTTP to a base URL, and on local Docker the gateway is reachable only through the
+attempt's unix socket, bind-mounted into the trial (``modes.gateway``). No credential is involved
+here: codex sends the attempt's token, the gateway checks it. The relay is started by the in-sandbox
+driver (``agents.sandbox_driver``) before codex and runs in the driver's own event loop; stdlib only,
+like everything uploaded into a sandbox.
+
+A connection the gateway does not take (socket missing, gateway down) is answered ``502`` with an
+OpenAI-shaped error naming the gateway, so codex's log says what happened, and is counted in
+``stats`` (the driver's receipt shows them; the runner's own record of a gateway outage is what
+voids an attempt, never this count, which the agent could forge).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+CHUNK = 64 * 1024
+
+
+class Relay:
+    """One listening relay: ``await start()``, ``await close()``; ``stats`` for the receipt."""
+
+    def __init__(self, host: str, port: int, socket_path: str) -> None:
+        self.host = host
+        self.port = port
+        self.socket_path = socket_path
+        self.server: asyncio.AbstractServer | None = None
+        self.stats = {"connections": 0, "unreachable": 0, "last_unreachable": None}
+        self._tasks: set[asyncio.Task] = set()
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._handle, self.host, self.port, reuse_address=True)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.server is not None:
+            try:
+                await asyncio.wait_for(self.server.wait_closed(), 5)
+            except TimeoutError:
+                pass
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        self.stats["connections"] += 1
+        try:
+            try:
+                up_r, up_w = await asyncio.open_unix_connection(self.socket_path)
+            except OSError as exc:
+                self.stats["unreachable"] += 1
+                self.stats["last_unreachable"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                await _refuse(writer, f"the marathon model gateway is unreachable ({exc.strerror or exc})")
+                return
+            await _splice(reader, writer, up_r, up_w)
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+            writer.close()
+
+
+async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    try:
+        while chunk := await src.read(CHUNK):
+            dst.write(chunk)
+            await dst.drain()
+    except (ConnectionError, OSError):
+        pass
+
+
+async def _splice(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    up_r: asyncio.StreamReader,
+    up_w: asyncio.StreamWriter,
+) -> None:
+    """Both directions until either side closes; then both are closed at once. codex never half-closes
+    a request, so its EOF means it went away: the gateway sees the connection drop and cancels its
+    upstream request (a model still thinking is not left running for nobody)."""
+    to_up = asyncio.ensure_future(_pipe(reader, up_w))
+    to_client = asyncio.ensure_future(_pipe(up_r, writer))
+    try:
+        await asyncio.wait({to_up, to_client}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (to_up, to_client):
+            t.cancel()
+        await asyncio.gather(to_up, to_client, return_exceptions=True)
+        up_w.close()
+
+
+async def _refuse(writer: asyncio.StreamWriter, message: str) -> None:
+    body = json.dumps(
+        {"error": {"message": message, "type": "server_error", "code": "gateway_unreachable", "param": None}}
+    ).encode()
+    head = (
+        "HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    try:
+        writer.write(head + body)
+        await writer.drain()
+    except (ConnectionError, OSError):
+        pass

@@ -1,0 +1,46 @@
+"""The model gateway's contract with the sandbox: what the runner, the gateway and the arms must spell
+identically, so it lives below all three.
+
+Why a gateway: the agent under test runs as root in its sandbox, so whatever credential enters the
+sandbox is the agent's. With the gateway (``runner.ops.gateway``) the real model key stays in one
+host process; a sandbox gets a random per-attempt token that the gateway accepts only for that
+attempt, only while it runs, only within its model budget. On local Docker the sandbox reaches the
+gateway through a unix socket bind-mounted at ``SANDBOX_SOCKET_DIR`` (one socket per attempt) and a
+small relay the in-sandbox driver starts on the sandbox's own loopback (``agents.relay``); codex's
+provider base URL is the relay's (``RELAY_BASE_URL``), the same for every arm, and codex's
+``env_key`` names ``TOKEN_VAR``. A remote sandbox reaches the gateway's TLS URL instead.
+"""
+
+from __future__ import annotations
+
+#: where the attempt's socket dir is bind-mounted (read-only) inside the trial's container
+SANDBOX_SOCKET_DIR = "/run/marathon-gateway"
+#: the socket's name in its dir (on the host: one dir per attempt)
+SOCKET_NAME = "gw.sock"
+SANDBOX_SOCKET = f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}"
+#: the relay listens here, on the sandbox's own loopback (the scripted model of the old route used 18080)
+RELAY_HOST = "127.0.0.1"
+RELAY_PORT = 18791
+RELAY_BASE_URL = f"http://{RELAY_HOST}:{RELAY_PORT}/v1"
+#: the variable that holds the attempt's token: in harbor's environment (the runner puts it there),
+#: then in codex's (its ``env_key``); never the real key
+TOKEN_VAR = "MARATHON_GATEWAY_TOKEN"
+#: ``--ak gateway=local``: the relay to the mounted socket; ``--ak gateway=https://...``: a TLS URL
+LOCAL = "local"
+#: the header the gateway sets on every forwarded request (OpenAI's own request-tracing header):
+#: ``<attempt id>.<n>``, so the upstream's records and the ledger can be joined call by call
+REQUEST_ID_HEADER = "x-client-request-id"
+#: the model base URL that makes the gateway start the scripted model (``agents/scripted_model``)
+#: next to itself, on a unix socket, as its upstream: the demo's and the tests' provider
+SCRIPTED_UPSTREAM = "scripted"
+
+
+def request_id(attempt: str, n: int) -> str:
+    return f"{attempt}.{n}"
+
+
+def attempt_of_request_id(value: str | None) -> str | None:
+    """The attempt id a ``REQUEST_ID_HEADER`` value names (None when it names none)."""
+    if not value or "." not in value:
+        return None
+    return value.rsplit(".", 1)[0] or None

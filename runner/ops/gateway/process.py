@@ -1,0 +1,370 @@
+"""The gateway as a process of the run: started detached, registered, watched, restarted, stopped.
+
+Why registered: ``marathon kill``, ``cleanup``, ``health`` and ``health --fix`` know a run's processes
+only from the PID registry (never by a command-line pattern), so the gateway registers there as
+``gateway`` (with its Ray node on a cluster host). It runs in a session of its own, never a child
+of the runner: a runner killed and restarted finds it serving and keeps it; attempts that outlive
+their runner keep their model.
+
+Files (``<out>/.runner/gateway/``; a cluster host's carry its node: ``state.<node>.json``):
+
+- ``state.json``: pid and identity, instance, upstream, key variable NAME, heartbeat (``at``, every
+  2 s), what it serves; never the key;
+- ``gateway.log``: its output (no key, no token);
+- ``outages.jsonl``: each time a dead gateway was found and restarted (by the runner or
+  ``health --fix``): since when it was silent (its last heartbeat), when it was noticed and
+  restarted. An attempt whose model time overlaps an outage is voided (``runner.results.rules``,
+  row ``gateway_failed``), whatever it scored: its calls may have failed or been cut.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from modes import safeio
+from modes.gateway import SCRIPTED_UPSTREAM
+from runner.errors import UserError
+from runner.ops.gateway import attempts as att
+from runner.ops.procs import Registry, alive, boot_id, identity_from, identity_of, terminate
+from runner.results.tree import gateway_dir, outages_path
+
+ROLE_GATEWAY = "gateway"
+LOG_FILE = "gateway.log"
+#: how long a start waits for the gateway to serve (it imports aiohttp, binds, reads the ledger)
+START_WAIT_SEC = 30.0
+#: the default provider of a real run (what codex itself would call)
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+REPO = Path(__file__).resolve().parents[3]
+SCRIPTED_SERVER = REPO / "agents" / "scripted_model" / "host.py"
+
+
+def state_path(out: Path, host: str | None = None) -> Path:
+    return gateway_dir(out) / ("state.json" if not host else f"state.{host}.json")
+
+
+@dataclass(frozen=True)
+class GatewayState:
+    out: str
+    pid: int
+    start_ticks: int
+    boot_id: str
+    instance: str
+    host: str | None
+    upstream: str
+    key_var: str
+    started: float
+    at: float  # heartbeat
+    tcp_port: int | None = None
+    served: int = 0
+    attempts: int = 0
+
+    @property
+    def ident(self):
+        return identity_from(asdict(self))
+
+    def describe(self) -> str:
+        return f"PID {self.pid}, upstream {self.upstream}, key ${self.key_var}"
+
+
+def write_state(gw: Any) -> None:
+    """The gateway's own heartbeat (``gw``: a ``server.Gateway``)."""
+    me = identity_of(os.getpid())
+    assert me is not None
+    st = GatewayState(
+        str(gw.out), me.pid, me.start_ticks, boot_id(), gw.instance, gw.host, gw.upstream_label, gw.key_var,
+        gw.started_at, time.time(), gw.tcp_port, gw.served, sum(1 for a in gw.live.values() if a.site is not None),
+    )  # fmt: skip
+    safeio.write_atomic(state_path(gw.out, gw.host), json.dumps(asdict(st)) + "\n")
+
+
+def read_state(out: Path, host: str | None = None) -> GatewayState | None:
+    try:
+        d = json.loads(state_path(out, host).read_text())
+        return GatewayState(**d)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def running(out: Path, host: str | None = None) -> GatewayState | None:
+    """The tree's live gateway on this host (its state's identity runs and is registered), or None."""
+    out = Path(out).resolve()
+    st = read_state(out, host)
+    if st is None or not alive(st.ident):
+        return None
+    for e in Registry(out).entries():
+        if e.role == ROLE_GATEWAY and e.node == host and e.ident == st.ident:
+            return st
+    return None
+
+
+def status_line(out: Path, host: str | None = None) -> str | None:
+    """For ``health`` and ``status``: the gateway that serves, or None."""
+    st = running(out, host)
+    if st is None:
+        return None
+    return f"serving (PID {st.pid}, upstream {st.upstream}, {st.attempts} attempt socket(s), {st.served} call(s))"
+
+
+# ------------------------------------------------------------------------------ starting
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """What a gateway of a run is started with (from the run's configuration; no secret: the key's
+    variable NAME only)."""
+
+    upstream: str = DEFAULT_BASE_URL
+    key_var: str = "OPENAI_API_KEY"
+    tasks_dir: str | None = None  # the scripted upstream's plans (``SCRIPTED_UPSTREAM`` only)
+    host: str | None = None
+    tls_listen: str | None = None  # HOST:PORT of the TLS listener for remote sandboxes
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+
+def gateway_argv(out: Path, s: GatewaySettings) -> list[str]:
+    argv = [sys.executable, "-m", "marathon.cli", "gateway", str(Path(out).resolve()),
+            "--model-base-url", s.upstream, "--key-var", s.key_var, "--serve-detached"]  # fmt: skip
+    if s.tasks_dir:
+        argv += ["--scripted-tasks", s.tasks_dir]
+    if s.host:
+        argv += ["--node", s.host]
+    if s.tls_listen:
+        argv += ["--tls-listen", s.tls_listen, "--tls-cert", s.tls_cert or "", "--tls-key", s.tls_key or ""]
+    return argv
+
+
+def _project_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    paths = [str(REPO), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    return dict(os.environ) | {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))} | (extra or {})
+
+
+def start_detached(out: Path, s: GatewaySettings, *, wait_sec: float = START_WAIT_SEC) -> GatewayState:
+    """Start the tree's gateway in a session of its own (a short-lived launcher starts it and exits,
+    as for the runner and the viewer) and wait until it serves. The key stays in the environment it
+    inherits from this process: checked here by name, so a missing key is one line now."""
+    out = Path(out).resolve()
+    if not os.environ.get(s.key_var):
+        raise UserError(
+            f"the model key variable {s.key_var} is not set in this environment: the gateway reads the "
+            f"key from it (export {s.key_var}, then start again)"
+        )
+    gdir = gateway_dir(out)
+    gdir.mkdir(parents=True, exist_ok=True)
+    launched = subprocess.run(
+        [sys.executable, "-m", "runner.ops.gateway.process", str(gdir / LOG_FILE), *gateway_argv(out, s)],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=_project_env(), timeout=60,
+    )  # fmt: skip
+    word = (launched.stdout or "").strip()
+    if launched.returncode != 0 or not word.isdigit():
+        tail = " | ".join(((launched.stdout or "") + (launched.stderr or "")).strip().splitlines()[-3:])
+        raise UserError(f"the gateway did not start (launcher exit {launched.returncode}): {tail}")
+    ident = identity_of(int(word))
+    deadline = time.monotonic() + wait_sec
+    while time.monotonic() < deadline:
+        st = running(out, s.host)
+        if st is not None and ident is not None and st.pid == ident.pid:
+            return st
+        if not alive(ident):
+            raise UserError(f"the gateway exited at once: {_log_tail(out)}")
+        time.sleep(0.05)
+    raise UserError(f"the gateway (PID {word}) did not serve within {wait_sec:.0f} s; see {gdir / LOG_FILE}")
+
+
+def _log_tail(out: Path, n: int = 3) -> str:
+    try:
+        lines = (gateway_dir(out) / LOG_FILE).read_text(errors="replace").strip().splitlines()[-n:]
+    except OSError:
+        lines = []
+    return " | ".join(lines) or "no output"
+
+
+def ensure(out: Path, s: GatewaySettings, *, by: str) -> tuple[GatewayState, bool]:
+    """The tree's gateway on this host: the running one, or one started now. A gateway that died
+    while attempts were live is an outage, recorded before the new one starts. Returns (state,
+    started now)."""
+    st = running(out, s.host)
+    if st is not None:
+        return st, False
+    old = read_state(out, s.host)
+    live = [r for r in att.list_records(out, s.host) if r.state == att.LIVE and not r.gone()]
+    noticed = time.time()
+    new = start_detached(out, s)
+    if old is not None and live:
+        record_outage(out, s.host, old, noticed, new, by, [r.id for r in live])
+    return new, True
+
+
+def record_outage(
+    out: Path,
+    host: str | None,
+    old: GatewayState,
+    noticed: float,
+    new: GatewayState,
+    by: str,
+    live: list[str],
+) -> None:
+    row = {
+        "host": host, "down_since": old.at, "noticed_at": noticed, "restarted_at": new.started,
+        "old_pid": old.pid, "new_pid": new.pid, "by": by, "live_attempts": live,
+    }  # fmt: skip
+    fd = safeio.open_append(outages_path(out))
+    try:
+        os.write(fd, (json.dumps(row) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def stop(out: Path, host: str | None = None, wait_sec: float = 10.0) -> str:
+    """SIGTERM to the tree's gateway (by its registered identity); one line saying what happened."""
+    out = Path(out).resolve()
+    st = running(out, host)
+    if st is None:
+        return f"no gateway of {out} is running"
+    return terminate(st.ident, f"gateway of {out}", wait_sec)
+
+
+# ------------------------------------------------------------------------------ serving
+
+
+def _pdeathsig() -> None:
+    """The scripted upstream dies with its gateway (a killed gateway leaves no model behind)."""
+    import ctypes
+
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def start_scripted(out: Path, tasks_dir: str | None, instance: str) -> tuple[subprocess.Popen, str]:
+    """The scripted Responses-API model (stdlib, ``agents/scripted_model/server.py``) as this gateway's
+    upstream, on a unix socket next to the attempts' sockets; its request log under the gateway dir."""
+    root = att.ensure_socket_root(out)
+    sock = str(root / f"scripted-{instance}.sock")
+    log_dir = gateway_dir(out) / "scripted"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ) | {"SCRIPTED_SOCKET": sock, "SCRIPTED_LOG": str(log_dir / "requests.jsonl")}
+    if tasks_dir:
+        env["SCRIPTED_TASKS"] = str(tasks_dir)
+    with open(log_dir / "server.log", "ab") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-S", str(SCRIPTED_SERVER)], stdin=subprocess.DEVNULL, stdout=fh,
+            stderr=subprocess.STDOUT, env=env, preexec_fn=_pdeathsig,
+        )  # fmt: skip
+    deadline = time.monotonic() + 15
+    while not os.path.exists(sock):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise UserError(f"the scripted model did not start; see {log_dir / 'server.log'}")
+        time.sleep(0.02)
+    return proc, sock
+
+
+def serve(
+    out: Path,
+    *,
+    upstream: str,
+    key_var: str,
+    tasks_dir: str | None = None,
+    host: str | None = None,
+    tls_listen: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    say: Any = print,
+) -> int:
+    """``marathon gateway``: serve until SIGTERM/SIGINT/SIGHUP, registered as ``gateway`` meanwhile."""
+    import ssl
+    import uuid
+
+    from runner.ops.gateway import server
+    from runner.secrets import DECLARED_NON_SECRETS
+
+    out = Path(out).resolve()
+    key = os.environ.get(key_var) or DECLARED_NON_SECRETS.get(key_var)
+    if not key:
+        raise UserError(f"the model key variable {key_var} is not set: the gateway reads the key from it")
+    tcp = tls = None
+    if tls_listen:
+        host_s, _, port_s = tls_listen.rpartition(":")
+        if not port_s.isdigit():
+            raise UserError(f"--tls-listen {tls_listen!r}: expected HOST:PORT")
+        tcp = (host_s or "0.0.0.0", int(port_s))
+        try:
+            tls = server.load_tls(tls_cert, tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise UserError(f"--tls-cert/--tls-key: cannot load the certificate: {exc}") from None
+        if tls is None:
+            raise UserError("--tls-listen needs --tls-cert and --tls-key (the operator's certificate)")
+    instance = uuid.uuid4().hex[:12]
+    child = None
+    label = upstream
+    if upstream == SCRIPTED_UPSTREAM:
+        child, sock = start_scripted(out, tasks_dir, instance)
+        upstream = f"unix:{sock}"
+        label = f"scripted model (PID {child.pid})"
+    try:
+        up = server.Upstream.parse(upstream)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    registry = Registry(out)
+    gw = server.Gateway(
+        out, key, up, host, tcp, tls, instance=instance, say=say, upstream_label=label, key_var=key_var
+    )
+    gw.on_beat = lambda: write_state(gw)
+    del key
+    registered = False
+
+    def ready() -> None:
+        nonlocal registered
+        registry.register(os.getpid(), ROLE_GATEWAY, list(sys.argv), node=host)
+        registered = True
+        write_state(gw)
+        say(f"gateway of {out}: upstream {label}, key from ${key_var}, PID {os.getpid()}"
+            + (f", TLS on {tcp[0]}:{gw.tcp_port}" if tcp else ""))  # fmt: skip
+
+    import asyncio
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.add_signal_handler(sig, gw.stop_event.set)
+        await gw.run(ready=ready)
+
+    try:
+        asyncio.run(main())
+    finally:
+        if registered:
+            with contextlib.suppress(Exception):
+                registry.unregister(os.getpid(), host)
+        if child is not None:
+            child.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(5)
+            with contextlib.suppress(OSError):
+                os.unlink(upstream[len("unix:") :])
+    say("gateway stopped")
+    return 0
+
+
+def _launch(log: str, argv: list[str]) -> int:
+    """The launcher's one job: start the gateway in its own session, print its PID, exit."""
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+            start_new_session=True, close_fds=True, env=_project_env(),
+        )  # fmt: skip
+    print(proc.pid, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_launch(sys.argv[1], sys.argv[2:]))

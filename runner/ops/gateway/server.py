@@ -1,0 +1,493 @@
+"""The gateway process: per-attempt sockets in, the provider out, every call on the ledger.
+
+One process per (output tree, host), ``marathon gateway OUT`` (started and registered by the
+runner; ``runner.ops.gateway.process``). It holds the real key, read by NAME from its own
+environment at start-up and kept in memory only; nothing it writes or logs carries it.
+
+Per call: the attempt is the one whose socket the call came in on (local Docker), or whose token it
+carries (the TLS listener for remote sandboxes); the token is checked against the attempt's record
+(``runner.ops.gateway.attempts``) and refused ``401`` -- logged on the ledger with the attempt --
+when it is missing or another attempt's, when the attempt ended, its harbor process is gone, or its
+model budget (from its first forwarded call, ``modes.budget``'s rule) is spent. Otherwise the request
+goes upstream as it came (the body untouched, the token replaced by the real key, an
+``x-client-request-id`` added), and the answer comes back as it arrives: SSE chunks are written on
+as they are read, never buffered whole. A client that goes away cancels the handler (aiohttp's
+``handler_cancellation``), which closes the upstream request.
+
+Why aiohttp: one maintained library for the server (many unix sites and a TLS site in one loop,
+handler cancellation on disconnect) and the client (streamed reads, unix and TCP connectors, TLS);
+it is already installed (Ray depends on it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import os
+import queue
+import socket
+import ssl
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiohttp import web
+
+from modes.gateway import REQUEST_ID_HEADER, request_id
+from runner.ops.gateway import attempts as att
+from runner.results import ledger as L
+from runner.results.tree import ledger_path
+
+POLL_SEC = 0.25
+HEARTBEAT_SEC = 2.0
+#: an ended attempt's socket stays bound this long (its calls refused ``attempt_ended`` and logged:
+#: a process the agent left running still finds the socket), then it and its dir are removed
+ENDED_GRACE_SEC = 600.0
+MAX_BODY = 64 * 1024 * 1024
+#: request headers never forwarded (hop-by-hop, or ours to set)
+DROP_REQUEST = frozenset(
+    {
+        "host", "connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "te",
+        "trailer", "transfer-encoding", "upgrade", "content-length", "authorization",
+        "accept-encoding", REQUEST_ID_HEADER,
+    }
+)  # fmt: skip
+DROP_RESPONSE = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "content-length",
+        "content-encoding",
+        "upgrade",
+        "trailer",
+    }
+)
+
+
+def _json_error(status: int, code: str, message: str, kind: str = "invalid_request_error") -> web.Response:
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return web.Response(status=status, text=json.dumps(body), content_type="application/json")
+
+
+class LedgerWriter:
+    """Append-only, fsync'd, from a thread of its own (the event loop never waits on the disk)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        from modes.safeio import open_append
+
+        self.fd = open_append(path)
+        self.q: queue.Queue[bytes | None] = queue.Queue()
+        self.thread = threading.Thread(target=self._run, name="ledger", daemon=True)
+        self.thread.start()
+
+    def write(self, row: dict[str, Any]) -> None:
+        self.q.put((json.dumps(row, separators=(",", ":"), default=str) + "\n").encode())
+
+    def _run(self) -> None:
+        while True:
+            line = self.q.get()
+            batch = [line]
+            while True:  # whatever queued meanwhile goes in the same fsync
+                try:
+                    batch.append(self.q.get_nowait())
+                except queue.Empty:
+                    break
+            stop = None in batch
+            data = b"".join(b for b in batch if b is not None)
+            if data:
+                os.write(self.fd, data)
+                os.fsync(self.fd)
+            if stop:
+                return
+
+    def close(self) -> None:
+        self.q.put(None)
+        self.thread.join(10)
+        os.close(self.fd)
+
+
+@dataclass
+class Live:
+    """One attempt as this gateway serves it."""
+
+    record: att.AttemptRecord
+    mtime_ns: int
+    site: web.UnixSite | None = None
+    sock: str | None = None
+    first_at: float | None = None
+    n: int = 0
+
+
+@dataclass
+class Upstream:
+    """Where calls go: ``https://host/v1``, ``http://127.0.0.1:PORT/v1`` or ``unix:/path.sock`` (its
+    base path ``/v1``)."""
+
+    base: str
+    unix: str | None = None
+
+    @classmethod
+    def parse(cls, url: str) -> Upstream:
+        if url.startswith("unix:"):
+            return cls("http://localhost/v1", unix=url[len("unix:") :])
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc or "@" in parts.netloc:
+            raise ValueError(
+                f"model base URL must be http(s)://host[:port]/path without credentials: {url!r}"
+            )
+        return cls(url.rstrip("/"))
+
+    def url_for(self, path: str, query: str) -> str:
+        """``/v1/responses`` under our base -> the same path under the upstream's base."""
+        rest = path[len("/v1") :] if path == "/v1" or path.startswith("/v1/") else path
+        return self.base + rest + (f"?{query}" if query else "")
+
+
+@dataclass
+class Gateway:
+    out: Path
+    key: str
+    upstream: Upstream
+    host: str | None = None
+    tcp: tuple[str, int] | None = None
+    tls: ssl.SSLContext | None = None
+    instance: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    say: Any = print
+    upstream_label: str = ""  # how the state file shows the upstream (never with credentials)
+    key_var: str = ""  # the NAME the key was read from (shown; the value never)
+    on_beat: Any = None  # called every HEARTBEAT_SEC
+
+    def __post_init__(self) -> None:
+        self.live: dict[str, Live] = {}
+        self.by_sock: dict[str, str] = {}  # socket path -> attempt id
+        self.by_token: dict[str, str] = {}  # token sha256 -> attempt id
+        self.ledger = LedgerWriter(ledger_path(self.out, self.host))
+        self.stop_event = asyncio.Event()
+        self.served = 0
+        self.tcp_port: int | None = None
+        self._first: dict[str, float] = {}  # attempt id -> its first forwarded call (the budget's start)
+        self.started_at = time.time()
+        self.upstream_label = self.upstream_label or self.upstream.base
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, ready: Any = None) -> None:
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        self.runner = web.AppRunner(
+            app, handler_cancellation=True, access_log=None, auto_decompress=False, max_field_size=65536
+        )
+        await self.runner.setup()
+        conn: aiohttp.BaseConnector
+        if self.upstream.unix:
+            conn = aiohttp.UnixConnector(path=self.upstream.unix, limit=0)
+        else:
+            conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        self.client = aiohttp.ClientSession(
+            connector=conn, auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None, sock_connect=30)
+        )
+        self._restore_first_calls()
+        if self.tcp is not None:
+            site = web.TCPSite(self.runner, self.tcp[0], self.tcp[1], ssl_context=self.tls)
+            await site.start()
+            self.tcp_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.ledger.write({"kind": L.GATEWAY_START, "at": time.time(), "gateway": self.instance,
+                           "pid": os.getpid(), "host": self.host, "upstream": self.upstream_label})  # fmt: skip
+        await self.sync()
+        if ready is not None:
+            ready()
+        beat = asyncio.ensure_future(self._beat())
+        try:
+            while not self.stop_event.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop_event.wait(), POLL_SEC)
+                await self.sync()
+        finally:
+            beat.cancel()
+            await self.close()
+
+    async def close(self) -> None:
+        for a in list(self.live.values()):
+            await self._unbind(a)
+        await self.runner.cleanup()
+        await self.client.close()
+        self.ledger.write(
+            {"kind": L.GATEWAY_STOP, "at": time.time(), "gateway": self.instance, "host": self.host}
+        )
+        self.ledger.close()
+
+    async def _beat(self) -> None:
+        """The heartbeat (``on_beat``: the state file ``runner.ops.gateway.process`` keeps)."""
+        while True:
+            if self.on_beat is not None:
+                with contextlib.suppress(OSError):
+                    self.on_beat()
+            await asyncio.sleep(HEARTBEAT_SEC)
+
+    def _restore_first_calls(self) -> None:
+        """A restarted gateway keeps each attempt's budget start: its first forwarded call, from the
+        ledger this host's gateways wrote."""
+        for row in L.LedgerReader(self.out).read_new():
+            c = L.call_from_dict(row)
+            if c is None or not c.attempt or not c.forwarded or c.host != self.host:
+                continue
+            self._first.setdefault(c.attempt, c.at)
+            self._first[c.attempt] = min(self._first[c.attempt], c.at)
+
+    # ------------------------------------------------------------------ attempts
+
+    async def sync(self) -> None:
+        """The attempts of this host from their records: bind a socket for each live one, close the
+        socket of each that ended (or whose record is gone)."""
+        seen = set()
+        try:
+            names = os.listdir(att.attempts_dir(self.out))
+        except OSError:
+            names = []
+        for name in names:
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            aid = name[: -len(".json")]
+            try:
+                mtime = os.stat(att.record_path(self.out, aid)).st_mtime_ns
+            except OSError:
+                continue
+            cur = self.live.get(aid)
+            if cur is None or cur.mtime_ns != mtime:
+                rec = att.read_record(self.out, aid)
+                if rec is None or rec.host != self.host:
+                    continue
+                if cur is None:
+                    cur = self.live[aid] = Live(rec, mtime, first_at=self._first.get(aid))
+                    self.by_token[rec.token_sha256] = aid
+                else:
+                    cur.record, cur.mtime_ns = rec, mtime
+            seen.add(aid)
+            rec = cur.record
+            over = rec.state == att.ENDED and time.time() > (rec.ended_at or 0) + ENDED_GRACE_SEC
+            if over and cur.sock is not None:
+                await self._unbind(cur, remove_dir=True)
+            elif not over and cur.site is None and rec.state == att.LIVE:
+                await self._bind(cur)
+        for aid in set(self.live) - seen:
+            a = self.live.pop(aid)
+            self.by_token.pop(a.record.token_sha256, None)
+            await self._unbind(a, remove_dir=True)
+
+    async def _bind(self, a: Live) -> None:
+        d = att.socket_dir(self.out, a.record.id)
+        if not d.is_dir():
+            return  # issued on another host, or removed: nothing to bind here
+        path = str(att.socket_path(self.out, a.record.id))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a dead gateway's socket: this one takes its place in the same dir
+        site = web.UnixSite(self.runner, path)
+        try:
+            await site.start()
+            os.chmod(path, 0o666)  # the trial's task user connects through the mount
+        except OSError as exc:
+            self.say(f"gateway: cannot bind the socket of attempt {a.record.id}: {exc}")
+            return
+        a.site, a.sock = site, path
+        self.by_sock[path] = a.record.id
+
+    async def _unbind(self, a: Live, remove_dir: bool = False) -> None:
+        """Stop serving an attempt's socket; ``remove_dir`` once it ended (a live attempt's dir stays:
+        it is bind-mounted into its trial, and the next gateway binds its socket there again)."""
+        if a.site is not None:
+            with contextlib.suppress(Exception):
+                await a.site.stop()
+        if a.sock is not None:
+            self.by_sock.pop(a.sock, None)
+            with contextlib.suppress(OSError):
+                os.unlink(a.sock)
+            if remove_dir:
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.dirname(a.sock))
+        a.site, a.sock = None, None
+
+    def _fresh(self, aid: str) -> Live | None:
+        """The attempt with its record as it is on disk now (ended or killed a moment ago counts)."""
+        a = self.live.get(aid)
+        if a is None:
+            return None
+        try:
+            mtime = os.stat(att.record_path(self.out, aid)).st_mtime_ns
+        except OSError:
+            return None  # the record is gone: no attempt to serve
+        if mtime != a.mtime_ns:
+            rec = att.read_record(self.out, aid)
+            if rec is not None:
+                a.record, a.mtime_ns = rec, mtime
+        return a
+
+    # ------------------------------------------------------------------ calls
+
+    def authorize(
+        self, sock_attempt: str | None, token: str | None, now: float
+    ) -> tuple[str | None, Live | None]:
+        """(refusal reason or None, the attempt the call counts for)."""
+        sha = att.token_sha256(token) if token else None
+        owner = self.by_token.get(sha) if sha else None
+        if sock_attempt is not None:
+            a = self._fresh(sock_attempt)
+            if a is None:
+                return L.ENDED, None
+            if sha is None or not hmac.compare_digest(sha, a.record.token_sha256):
+                return (L.OTHER_ATTEMPT if owner else L.NO_TOKEN), a
+        else:  # the TCP listener: the token names the attempt
+            a = self._fresh(owner) if owner else None
+            if a is None:
+                return L.NO_TOKEN, None
+        rec = a.record
+        if rec.state == att.ENDED:
+            return L.ENDED, a
+        if rec.gone():
+            return L.GONE, a
+        if rec.budget_sec and a.first_at is not None and now > a.first_at + rec.budget_sec:
+            return L.BUDGET, a
+        return None, a
+
+    def _row(self, a: Live | None, request: web.BaseRequest, now: float) -> dict[str, Any]:
+        rec = a.record if a is not None else None
+        return {
+            "kind": L.CALL, "v": L.SCHEMA, "at": now, "gateway": self.instance, "host": self.host,
+            "attempt": rec.id if rec else None, "task": rec.task if rec else None,
+            "arm": rec.arm if rec else None, "stamp": rec.stamp if rec else None,
+            "method": request.method, "path": request.path,
+        }  # fmt: skip
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        now, t0 = time.time(), time.monotonic()
+        sockname = request.transport.get_extra_info("sockname") if request.transport else None
+        auth = request.headers.get("Authorization", "")
+        token = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+        if isinstance(sockname, str) and sockname not in self.by_sock:
+            reason, a = L.ENDED, None  # the socket of an attempt unbound a moment ago
+        else:
+            reason, a = self.authorize(
+                self.by_sock.get(sockname) if isinstance(sockname, str) else None, token, now
+            )
+        row = self._row(a, request, now)
+        if reason is None and not (request.path == "/v1" or request.path.startswith("/v1/")):
+            reason = L.NOT_FOUND
+        if reason is not None:
+            row.update(outcome=L.REFUSED, refused=reason, status=404 if reason == L.NOT_FOUND else 401)
+            row["total_ms"] = round((time.monotonic() - t0) * 1000, 3)
+            self.ledger.write(row)
+            self.say(f"gateway: refused {request.method} {request.path} ({reason}) attempt {row['attempt']}")
+            if reason == L.NOT_FOUND:
+                return _json_error(
+                    404, reason, f"the marathon gateway forwards /v1/... only, not {request.path}"
+                )
+            return _json_error(401, reason, REFUSAL_TEXT[reason])
+        assert a is not None
+        return await self.forward(request, a, row, now, t0)
+
+    async def forward(
+        self, request: web.BaseRequest, a: Live, row: dict[str, Any], now: float, t0: float
+    ) -> web.StreamResponse:
+        from runner.ops.gateway.wire import UsageScanner, request_params
+
+        body = await request.read()
+        params, stream = request_params(body, request.headers.get("Content-Encoding"))
+        if a.first_at is None:
+            a.first_at = now
+            self._first[a.record.id] = now
+        a.n += 1
+        rid = request_id(a.record.id, a.n)
+        row.update(request_id=rid, params=params, stream=stream, model_time_sec=round(now - a.first_at, 3))
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in DROP_REQUEST}
+        headers.update(
+            {"Authorization": f"Bearer {self.key}", REQUEST_ID_HEADER: rid, "Accept-Encoding": "identity"}
+        )
+        first: float | None = None
+        resp: web.StreamResponse | None = None
+        scanner: UsageScanner | None = None
+        row["outcome"] = L.GATEWAY_ERROR
+        try:
+            try:
+                up_cm = self.client.request(
+                    request.method, self.upstream.url_for(request.path, request.query_string),
+                    headers=headers, data=body, allow_redirects=False,
+                )  # fmt: skip
+                up = await up_cm.__aenter__()
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                row.update(outcome=L.UPSTREAM_ERROR, status=502, error=f"{type(exc).__name__}")
+                return _json_error(
+                    502,
+                    "upstream_unreachable",
+                    f"the model provider is unreachable ({type(exc).__name__})",
+                    "server_error",
+                )
+            try:
+                scanner = UsageScanner(up.headers.get("Content-Type"))
+                resp = web.StreamResponse(
+                    status=up.status, reason=up.reason,
+                    headers={k: v for k, v in up.headers.items() if k.lower() not in DROP_RESPONSE},
+                )  # fmt: skip
+                row["status"] = up.status
+                await resp.prepare(request)
+                async for chunk in up.content.iter_any():
+                    if first is None:
+                        first = time.monotonic()
+                    scanner.feed(chunk)
+                    await resp.write(chunk)
+                await resp.write_eof()
+                row["outcome"] = L.OK if up.status < 400 else L.UPSTREAM_ERROR
+            finally:
+                await up_cm.__aexit__(*sys.exc_info())
+            return resp
+        except asyncio.CancelledError:
+            row["outcome"] = L.CLIENT_CLOSED
+            raise
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            row["outcome"] = L.CLIENT_CLOSED
+            raise
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            row.update(outcome=L.UPSTREAM_ERROR, error=f"{type(exc).__name__}")
+            raise
+        finally:
+            if scanner is not None:
+                scanner.close()
+                row.update(response_id=scanner.response_id, usage=scanner.usage, final=scanner.final)
+            row["first_byte_ms"] = round((first - t0) * 1000, 3) if first is not None else None
+            row["total_ms"] = round((time.monotonic() - t0) * 1000, 3)
+            self.served += 1
+            self.ledger.write(row)
+
+
+REFUSAL_TEXT = {
+    L.NO_TOKEN: "no valid marathon attempt token (the gateway accepts only the token of the attempt it serves)",
+    L.OTHER_ATTEMPT: "this token belongs to another attempt: refused here",
+    L.ENDED: "the attempt this token was issued for has ended (finished, voided or stopped)",
+    L.GONE: "the attempt this token was issued for is gone (its harbor process no longer runs)",
+    L.BUDGET: "the attempt's model budget is spent: no further model calls",
+}
+
+
+# ---------------------------------------------------------------------------------------- main
+
+
+def load_tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    if not cert:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,197 @@
+"""What the gateway reads off the wire, as pure functions: the request's behaviour parameters and the
+response's own ``usage``, without buffering a stream.
+
+Why pure and apart from the server: the ledger's figures and the wire fairness audit stand on these
+two readings; they are tested on their own (hostile, truncated, compressed input) and the server
+only calls them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import zlib
+from typing import Any
+
+#: the SSE events that carry the final ``response`` object (with ``usage``)
+FINAL_EVENTS = (b"response.completed", b"response.incomplete", b"response.failed")
+#: the most of a non-streamed JSON answer read for its usage
+MAX_JSON_ANSWER = 16 * 1024 * 1024
+#: the longest SSE event kept while waiting for its end (a final event is a few KB; deltas are skipped)
+MAX_EVENT = 4 * 1024 * 1024
+
+
+def _sha256_json(v: Any) -> str:
+    return hashlib.sha256(json.dumps(v, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def decode_body(raw: bytes, encoding: str | None) -> bytes | None:
+    """The request body as JSON bytes (gzip, deflate, zstd when the module is there); None if not."""
+    enc = (encoding or "").strip().lower()
+    try:
+        if enc in ("", "identity"):
+            return raw
+        if enc == "gzip":
+            return gzip.decompress(raw)
+        if enc == "deflate":
+            return zlib.decompress(raw)
+        if enc == "zstd":
+            import zstandard  # noqa: PLC0415 - optional: codex compresses only for OpenAI's own provider
+
+            return zstandard.ZstdDecompressor().decompress(raw, max_output_size=256 * 1024 * 1024)
+    except Exception:  # noqa: BLE001 - an undecodable body is forwarded as is, its parameters unknown
+        return None
+    return None
+
+
+def request_params(raw: bytes, encoding: str | None = None) -> tuple[dict[str, Any], bool]:
+    """(the request's behaviour parameters, whether it asks for a stream). Unknown when the body is
+    not a JSON object: ``{"unparsed": reason}``."""
+    body = decode_body(raw, encoding)
+    if body is None:
+        return {"unparsed": f"body encoding {encoding!r}"}, False
+    try:
+        d = json.loads(body or b"{}")
+    except (ValueError, RecursionError):
+        return {"unparsed": "not JSON"}, False
+    if not isinstance(d, dict):
+        return {"unparsed": "not a JSON object"}, False
+    reasoning = d.get("reasoning") if isinstance(d.get("reasoning"), dict) else {}
+    text = d.get("text") if isinstance(d.get("text"), dict) else {}
+    p: dict[str, Any] = {
+        "model": d.get("model"),
+        "reasoning_effort": reasoning.get("effort"),
+        "reasoning_summary": reasoning.get("summary"),
+        "temperature": d.get("temperature"),
+        "top_p": d.get("top_p"),
+        "max_output_tokens": d.get("max_output_tokens"),
+        "tools_sha256": _sha256_json(d["tools"]) if "tools" in d else None,
+        "instructions_sha256": (
+            hashlib.sha256(d["instructions"].encode()).hexdigest()
+            if isinstance(d.get("instructions"), str)
+            else None
+        ),
+        "tool_choice": d.get("tool_choice"),
+        "parallel_tool_calls": d.get("parallel_tool_calls"),
+        "service_tier": d.get("service_tier"),
+        "text_verbosity": text.get("verbosity"),
+        "n_tools": len(d["tools"]) if isinstance(d.get("tools"), list) else None,
+        "n_input_items": len(d["input"]) if isinstance(d.get("input"), list) else None,
+    }
+    return {k: v for k, v in p.items() if v is not None}, d.get("stream") is True
+
+
+def usage_of(response: Any) -> dict[str, int] | None:
+    """The ledger's token counts from a Responses API ``usage`` object (None when there is none)."""
+    if not isinstance(response, dict) or not isinstance(response.get("usage"), dict):
+        return None
+    u = response["usage"]
+
+    def n(v: Any) -> int:
+        return int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
+
+    inp = u.get("input_tokens_details") if isinstance(u.get("input_tokens_details"), dict) else {}
+    out = u.get("output_tokens_details") if isinstance(u.get("output_tokens_details"), dict) else {}
+    return {
+        "input": n(u.get("input_tokens")),
+        "cached": n(inp.get("cached_tokens")),
+        "output": n(u.get("output_tokens")),
+        "reasoning": n(out.get("reasoning_tokens")),
+        "total": n(u.get("total_tokens")),
+    }
+
+
+class UsageScanner:
+    """Fed the answer's bytes as they pass, keeps what the ledger needs: the response id, its final
+    status and ``usage``. A stream is cut into events at blank lines; only an event naming a final
+    type is parsed (the many deltas are skipped unparsed), and nothing is kept beyond one event."""
+
+    def __init__(self, content_type: str | None) -> None:
+        self.sse = "text/event-stream" in (content_type or "").lower()
+        self._buf = bytearray()
+        self.response_id: str | None = None
+        self.usage: dict[str, int] | None = None
+        self.final: str | None = None  # completed | incomplete | failed
+        self.overflow = False
+
+    def feed(self, chunk: bytes) -> None:
+        if not self.sse:
+            if len(self._buf) + len(chunk) <= MAX_JSON_ANSWER:
+                self._buf += chunk
+            else:
+                self.overflow = True
+            return
+        self._buf += chunk
+        while True:
+            cut = _event_end(self._buf)
+            if cut is None:
+                break
+            event, rest = bytes(self._buf[: cut[0]]), cut[1]
+            del self._buf[:rest]
+            self._event(event)
+        if len(self._buf) > MAX_EVENT:  # a runaway event (no blank line): drop it, never grow without end
+            self.overflow = True
+            self._buf.clear()
+
+    def close(self) -> None:
+        """The answer ended: parse a non-streamed JSON answer, or a last event without its blank line."""
+        if not self.sse:
+            if not self.overflow and self._buf:
+                try:
+                    d = json.loads(bytes(self._buf))
+                except (ValueError, RecursionError):
+                    d = None
+                if isinstance(d, dict):
+                    self._take(d)
+        elif self._buf.strip():
+            self._event(bytes(self._buf))
+        self._buf.clear()
+
+    def _event(self, event: bytes) -> None:
+        if b"response.created" in event and self.response_id is None:
+            d = _data(event)
+            if isinstance(d, dict) and isinstance(d.get("response"), dict):
+                rid = d["response"].get("id")
+                self.response_id = rid if isinstance(rid, str) else None
+            return
+        if not any(k in event for k in FINAL_EVENTS):
+            return
+        d = _data(event)
+        if isinstance(d, dict) and isinstance(d.get("response"), dict):
+            kind = str(d.get("type") or "")
+            self.final = kind.rpartition(".")[2] or None
+            self._take(d["response"])
+
+    def _take(self, response: dict) -> None:
+        rid = response.get("id")
+        if isinstance(rid, str):
+            self.response_id = rid
+        u = usage_of(response)
+        if u is not None:
+            self.usage = u
+
+
+def _event_end(buf: bytearray) -> tuple[int, int] | None:
+    """(end of the event, start of the next) at the first blank line, either line ending."""
+    best = None
+    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
+        i = buf.find(sep)
+        if i >= 0 and (best is None or i < best[0]):
+            best = (i, i + len(sep))
+    return best
+
+
+def _data(event: bytes) -> Any:
+    """The JSON of an SSE event's ``data:`` lines (joined as the SSE spec says)."""
+    lines = []
+    for line in event.splitlines():
+        if line.startswith(b"data:"):
+            v = line[5:]
+            lines.append(v[1:] if v.startswith(b" ") else v)
+    if not lines:
+        return None
+    try:
+        return json.loads(b"\n".join(lines))
+    except (ValueError, RecursionError):
+        return None
