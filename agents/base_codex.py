@@ -160,6 +160,7 @@ class CodexAppServerAgent(BaseAgent):
         setup_fault_once: str | None = None,
         transport: str = SANDBOX_DRIVER,
         gateway: str | None = None,
+        gateway_ca: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(logs_dir, model_name, **kwargs)
@@ -170,6 +171,8 @@ class CodexAppServerAgent(BaseAgent):
         elif gateway:
             raise ValueError(f"gateway must be {LOCAL!r} or the gateway's https:// URL, not {gateway!r}")
         self.gateway = gateway
+        #: the CA of the gateway's TLS certificate, on the host (the remote route; uploaded)
+        self.gateway_ca = gateway_ca
         if setup_fault_once:
             setup_fault.parse(setup_fault_once)  # a malformed spec fails at construction, for every arm
         self.setup_fault_once = setup_fault_once

@@ -130,6 +130,7 @@ class Conversation:
         r.extra["harbor_agent_timeout_sec"] = harbor_sec
         r.prep_sec = round(prep, 3)
         r.budget_start = utc_now()
+        r.extra["budget_start_epoch"] = round(time.time(), 3)  # to the ms: the ledger's clock is the same
         r.budget_sec = round(budget, 3) if budget is not None else None
         r.extra["budget_source"] = source
         self.session.deadline = now + budget if budget is not None else None

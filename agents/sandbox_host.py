@@ -53,7 +53,7 @@ from agents.transport import (
 from modes import safeio
 from modes.budget import deadline_margin_sec
 from modes.config_digest import config_digests
-from modes.gateway import LOCAL, RELAY_HOST, RELAY_PORT, SANDBOX_SOCKET
+from modes.gateway import CA_VAR, LOCAL, RELAY_HOST, RELAY_PORT, SANDBOX_CA, SANDBOX_SOCKET
 from modes.naming import compose_project
 
 REPO = Path(__file__).resolve().parents[1]
@@ -250,6 +250,16 @@ async def upload_credentials(t: SandboxTransport, secret: dict[str, str]) -> str
         await t.exec(f"rm -f {path}", user="root")
         raise ArmFailure(f"could not hand the credentials file to the task user: {(r.stderr or '')[-200:]}")
     return path
+
+
+async def upload_gateway_ca(t: SandboxTransport, ca: Path) -> None:
+    """The CA of the gateway's TLS certificate, where codex is told to find it (the remote route)."""
+    if not ca.is_file():
+        raise ArmFailure(f"gateway_ca {ca}: no such file on the host (the CA of the gateway's certificate)")
+    await t.environment.upload_file(ca, SANDBOX_CA)
+    r = await t.exec(f"chmod 644 {SANDBOX_CA}", user="root")
+    if r.return_code != 0:
+        raise ArmFailure(f"could not place the gateway's CA in the sandbox: {(r.stderr or '')[-200:]}")
 
 
 def start_command() -> str:
@@ -497,7 +507,10 @@ def driver_config(agent, t: SandboxTransport, instruction: str, cred_path: str, 
         "codex_version": agent.codex_version,
         "codex_home": agent.codex_home,
         "config_toml": config_toml,
-        "appserver_env": agent.appserver_env(),
+        "appserver_env": {
+            **agent.appserver_env(),
+            **({CA_VAR: SANDBOX_CA} if getattr(agent, "gateway_ca", None) else {}),
+        },
         "credentials_file": cred_path,
         "instruction": instruction,
         "harness": agent.harness().state(),
@@ -587,6 +600,8 @@ class SandboxDriverRun:
         await arm.prepare(t)
         secret = arm.credential()
         await ensure_codex(arm, t)
+        if getattr(arm, "gateway_ca", None):
+            await upload_gateway_ca(t, Path(arm.gateway_ca))
         record_audit_facts(arm, run.environment, t)
         self.cred = await upload_credentials(t, secret)
         del secret

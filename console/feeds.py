@@ -55,13 +55,14 @@ def read_runner_info(out: Path, events: EventTailReader | None = None) -> Runner
     from runner.ops.procs import Registry
     from runner.schedule.claims import list_claims
     from runner.schedule.config import read_driver_env, stored_config
+    from runner.schedule.harbor_run import ROLE_HARBOR
 
     entry = None
     running = 0
     try:
         reg = Registry(out)
         entry = reg.runner_entry()
-        running = sum(1 for e in reg.live_entries() if e.role not in ("runner", "viewer"))
+        running = sum(1 for e in reg.live_entries() if e.role == ROLE_HARBOR)
     except Exception:  # noqa: BLE001 - an unreadable registry shows as "not running", never crashes
         entry = None
     try:  # the runner's own reading of .driver_env (what a restart would run)
@@ -358,7 +359,7 @@ def arm_summary(model: RunModel, scope: str) -> tuple[dict[str, ArmSummary], str
     ``runner.results.audit``). Intervals computed before for the same cells come from the tree's
     index (``runner.results.index.remembered_intervals``, as for `marathon status`): a console
     opened on a finished run neither imports numpy nor bootstraps before its first grid."""
-    from runner.results import audit, report
+    from runner.results import report
     from runner.results.index import remembered_intervals
 
     cells = model.scoped(scope)
@@ -367,8 +368,8 @@ def arm_summary(model: RunModel, scope: str) -> tuple[dict[str, ArmSummary], str
         with remembered_intervals(model.out):
             rows = {arm: report.arm_summary([c for k, c in cells.items() if k[1] == arm]) for arm in arms}
         alarms = [r["message"] for r in report.infrastructure(cells, arms) if r.get("alarm")]
-        au = audit.audit(cells, arms)
-        alarms += au["lines"]
+        au = report.full_audit(cells, arms, model)  # the receipts' setup facts and the wire's parameters
+        alarms += au["lines"] + au["wire"]["lines"]
         differing = set(au["arms_differing"])  # the summary row's warning mark
         summary = {arm: ArmSummary.of(d, arm in differing) for arm, d in rows.items()}
     except Exception as exc:  # noqa: BLE001 - a summary bug must not take the grid down

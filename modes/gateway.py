@@ -27,6 +27,11 @@ RELAY_BASE_URL = f"http://{RELAY_HOST}:{RELAY_PORT}/v1"
 TOKEN_VAR = "MARATHON_GATEWAY_TOKEN"
 #: ``--ak gateway=local``: the relay to the mounted socket; ``--ak gateway=https://...``: a TLS URL
 LOCAL = "local"
+#: where a remote sandbox gets the CA of the gateway's certificate (``--ak gateway_ca=HOST_PATH``,
+#: uploaded; public, not a secret), and the variable that makes codex trust it (codex >= 0.113
+#: honours ``CODEX_CA_CERTIFICATE``, openai/codex#14239)
+SANDBOX_CA = "/tmp/marathon-gateway-ca.pem"
+CA_VAR = "CODEX_CA_CERTIFICATE"
 #: the header the gateway sets on every forwarded request (OpenAI's own request-tracing header):
 #: ``<attempt id>.<n>``, so the upstream's records and the ledger can be joined call by call
 REQUEST_ID_HEADER = "x-client-request-id"

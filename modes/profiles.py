@@ -24,9 +24,17 @@ class Masked:
     what: str
     why: str
     config_keys: tuple[str, ...] = ()
+    #: request parameters (``runner.results.ledger.PARAMS`` names) this difference may make the arm
+    #: send the model differently; the wire fairness audit does not compare them
+    wire_params: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
-        return {"what": self.what, "why": self.why, "config_keys": list(self.config_keys)}
+        return {
+            "what": self.what,
+            "why": self.why,
+            "config_keys": list(self.config_keys),
+            "wire_params": list(self.wire_params),
+        }
 
 
 #: codex's native-goal feature flag: on for the goal arms, an arm without a goal may switch it off
@@ -201,6 +209,11 @@ def masked(arms: list[str] | tuple[str, ...] | None = None) -> dict[str, list[di
     """Each arm's declared masked differences, for receipts and reports (only arms that have any)."""
     names = list(arms) if arms is not None else list(ARMS)
     return {a: [m.as_dict() for m in ARMS[a].masked] for a in names if a in ARMS and ARMS[a].masked}
+
+
+def masked_wire_params() -> tuple[str, ...]:
+    """The request parameters any arm declares masked: the wire audit compares the others."""
+    return tuple(sorted({p for m in ARMS.values() for d in m.masked for p in d.wire_params}))
 
 
 def masked_config_keys() -> tuple[str, ...]:

@@ -59,6 +59,7 @@ SHARED_GROUPS = {
     "tests/console/test_snapshots.py": "live_trees",
     "tests/runner/test_equal_budgets.py": "five_arm_run",
     "tests/runner/test_runner_secret_leak.py": "five_arm_run",
+    "tests/runner/test_gateway_wire.py": "five_arm_run",
 }
 #: the Docker tier's longest groups, longest first (benchmarks/ci_cost.py measures them)
 LONGEST_FIRST = [

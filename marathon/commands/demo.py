@@ -2,8 +2,8 @@
 
 Everything is real except the model: harbor runs the four mini tasks in Docker, every arm drives the
 staged codex binary over app-server, the LoopX arms install the real LoopX profile, and the model is
-the scripted Responses-API server each mini-benchmark image carries (listening on 127.0.0.1 inside
-the trial container). One model name for every arm. By default ``scripted/demo``: it runs any LoopX
+the scripted Responses-API server on the host, the upstream of the run's model gateway (every call
+goes sandbox -> relay -> the attempt's socket -> gateway -> scripted model, as a real run's do). One model name for every arm. By default ``scripted/demo``: it runs any LoopX
 guard it finds in the goal body, then plays the scenario the task's plan assigns to the harness it
 sees (``runner/demo/tasks/*/environment/plan.json``, ``"demo"``), so the 20 pairs show partial
 scores, a deadline, a build failure, an unblock and, through ``setup_fault_once``, one voided and
@@ -106,7 +106,6 @@ def run(args: argparse.Namespace) -> int:
     from runner.schedule.config import DEMO_TASKS, resolve, write_driver_env
     from runner.schedule.display import Progress
     from runner.schedule.driver import Driver
-    from runner.secrets import DECLARED_NON_SECRETS
 
     tasks = DEMO_TASKS
     out = fresh_out(args.out)
@@ -116,10 +115,10 @@ def run(args: argparse.Namespace) -> int:
     flags["goal_timeout_sec"] = DEMO_GOAL_TIMEOUT_SEC
     if any(a in DEFAULT_ARMS for a in arms):
         _prepare_real_arms(arms)
-        # The scripted model accepts any key: the declared placeholder, recorded in .driver_env.
+        # The scripted model accepts any key: the declared placeholder, which the run's gateway holds
+        # (runner.secrets.DECLARED_NON_SECRETS); the arms get per-attempt tokens (docs/gateway.md).
         flags["model"] = DEMO_MODEL
         flags["agent_kwargs"] = [f"api_key_var={DEMO_KEY_VAR}"]
-        flags["agent_env_literal"] = [f"{DEMO_KEY_VAR}={DECLARED_NON_SECRETS[DEMO_KEY_VAR]}"]
         if not args.simple:
             flags.update(varied_flags(out, args.agent_timeout_mult))
     cfg = resolve(out, flags, environ={})

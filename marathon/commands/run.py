@@ -43,6 +43,21 @@ def add_knobs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-passes", dest="max_passes", type=int, help=h("max_passes"))
     p.add_argument("--breaker-k", dest="breaker_k", type=int, help=h("breaker_k"))
     p.add_argument("--model", "-m", help=h("model"))
+    gw = p.add_mutually_exclusive_group()
+    gw.add_argument("--gateway", dest="gateway", action="store_const", const="1", help=h("gateway"))
+    gw.add_argument(
+        "--no-gateway", dest="gateway", action="store_const", const="0",
+        help="the arms reach the provider themselves, with the real key in their sandboxes (not for real keys)",
+    )  # fmt: skip
+    p.add_argument("--model-base-url", dest="model_base_url", metavar="URL", help=h("model_base_url"))
+    p.add_argument("--model-key-var", dest="model_key_var", metavar="NAME", help=h("model_key_var"))
+    p.add_argument("--gateway-url", dest="gateway_url", metavar="URL", help=h("gateway_url"))
+    p.add_argument(
+        "--gateway-tls-listen", dest="gateway_tls_listen", metavar="HOST:PORT", help=h("gateway_tls_listen")
+    )
+    p.add_argument("--gateway-tls-cert", dest="gateway_tls_cert", metavar="PEM", help=h("gateway_tls_cert"))
+    p.add_argument("--gateway-tls-key", dest="gateway_tls_key", metavar="PEM", help=h("gateway_tls_key"))
+    p.add_argument("--gateway-ca", dest="gateway_ca", metavar="PEM", help=h("gateway_ca"))
     p.add_argument("--env", "-e", help=h("env"))
     p.add_argument("--cluster", metavar="ray://HEAD:PORT|auto", help=h("cluster"))
     p.add_argument(

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from modes.profiles import masked_wire_params
+from runner.results import ledger as L
 from runner.results.model import DONE, Cell
 
 LABELS = {
@@ -37,11 +39,17 @@ LABELS = {
 DECLARED: frozenset[str] = frozenset()
 
 
-def _setup_of(c: Cell) -> dict[str, str]:
-    """The setup facts of the attempt that scores the cell (else its latest attempt with a receipt)."""
+def _in_order(c: Cell) -> list:
+    """The cell's attempts, the one that scores it first, then the latest first."""
     atts = sorted(c.attempts, key=lambda a: a.stamp, reverse=True)
     if c.status == DONE and c.scored_by:
         atts.sort(key=lambda a: a.stamp != c.scored_by)  # stable: the scoring attempt first
+    return atts
+
+
+def _setup_of(c: Cell) -> dict[str, str]:
+    """The setup facts of the attempt that scores the cell (else its latest attempt with a receipt)."""
+    atts = _in_order(c)
     for a in atts:
         for t in a.trials.values():
             if t.receipt is not None and t.receipt.setup:
@@ -57,20 +65,37 @@ def audit(cells: dict[tuple[str, str], Cell], arms: list[str]) -> dict[str, Any]
     [arm]}``. An arm is "differing" when its value is not the most common one of that task.
     """
     compared: dict[str, set[str]] = {a: set() for a in arms}
-    diffs: list[dict[str, Any]] = []
-    tasks = sorted({t for t, _ in cells})
-    for task in tasks:
+    by_task: dict[str, dict[str, dict[str, str]]] = {}
+    for task in sorted({t for t, _ in cells}):
         setups = {a: _setup_of(c) for a in arms if (c := cells.get((task, a))) is not None}
         for a, s in setups.items():
             compared[a] |= set(s)
-        if sum(1 for s in setups.values() if s) < 2:
-            continue  # fewer than two arms recorded a setup here: nothing to compare
-        for fact in LABELS:
-            if fact in DECLARED:
-                continue
-            values = {a: s[fact] for a, s in setups.items() if fact in s}
+        by_task[task] = setups
+    labels = {k: v for k, v in LABELS.items() if k not in DECLARED}
+    diffs, lines, differing = _differences(by_task, labels, arms)
+    lines = [f"arms differ in: {t}" for t in lines]
+    return {
+        "compared": {a: sorted(compared[a], key=list(LABELS).index) for a in arms},
+        "declared": sorted(DECLARED),
+        "differences": diffs,
+        "lines": lines,
+        "arms_differing": [a for a in arms if a in differing],
+    }
+
+
+def _differences(
+    values_by_task: dict[str, dict[str, dict[str, str]]], labels: dict[str, str], arms: list[str]
+) -> tuple[list[dict[str, Any]], list[str], set[str]]:
+    """(differences, red lines, differing arms) of per-task, per-arm facts: any fact whose value is
+    not the same for every arm that recorded it, named the way ``audit`` names its own."""
+    diffs: list[dict[str, Any]] = []
+    for task, per_arm in sorted(values_by_task.items()):
+        if sum(1 for v in per_arm.values() if v) < 2:
+            continue
+        for fact in labels:
+            values = {a: v[fact] for a, v in per_arm.items() if fact in v}
             if len(set(values.values())) > 1:
-                diffs.append({"fact": fact, "label": LABELS[fact], "task": task, "values": values})
+                diffs.append({"fact": fact, "label": labels[fact], "task": task, "values": values})
     by_fact: dict[str, list[dict[str, Any]]] = {}
     for d in diffs:
         by_fact.setdefault(d["fact"], []).append(d)
@@ -87,11 +112,40 @@ def audit(cells: dict[tuple[str, str], Cell], arms: list[str]) -> dict[str, Any]
             if text not in groups:
                 groups.append(text)
         tasks_txt = f"; {len(ds)} task(s)" if len(ds) > 1 else f"; task {ds[0]['task']}"
-        lines.append(f"arms differ in: {LABELS[fact]} ({'; '.join(groups)}{tasks_txt})")
+        lines.append(f"{labels[fact]} ({'; '.join(groups)}{tasks_txt})")
+    return diffs, lines, differing
+
+
+def wire_audit(cells: dict[tuple[str, str], Cell], arms: list[str], ledger: L.Ledger) -> dict[str, Any]:
+    """The wire fairness audit: per task, the request parameters that decide the model's behaviour
+    (``runner.results.ledger.PARAMS``: model, reasoning effort, temperature, top_p, output limit, the
+    tool list's and the instructions' sha256, ...) as the gateway saw each arm send them, from the
+    ledger. A parameter an arm sent differently, and that ``modes.profiles`` does not declare for it
+    (``Masked.wire_params``), is a red line like the config audit's, and the arm is marked.
+
+    An attempt the ledger does not have (a run without the gateway) is not compared; ``compared``
+    lists what was, so "not recorded" is visible, never a silent pass."""
+    declared = masked_wire_params()
+    labels = {k: v for k, v in L.PARAMS.items() if k not in declared}
+    by_task: dict[str, dict[str, dict[str, str]]] = {}
+    seen: set[str] = set()
+    for (task, arm), c in cells.items():
+        if arm not in arms:
+            continue
+        for a in _in_order(c):
+            u = ledger.usage(a.task, a.arm_dir, a.stamp)
+            if u is None or not u.forwarded:
+                continue
+            values = {k: v for k in labels if (v := u.param_value(k)) is not None}
+            seen |= set(values)
+            by_task.setdefault(task, {})[arm] = values
+            break
+    diffs, lines, differing = _differences(by_task, labels, arms)
     return {
-        "compared": {a: sorted(compared[a], key=list(LABELS).index) for a in arms},
-        "declared": sorted(DECLARED),
+        "compared": [labels[k] for k in labels if k in seen],
+        "declared": sorted(declared),
+        "arms_compared": sorted({a for per in by_task.values() for a in per}, key=arms.index),
         "differences": diffs,
-        "lines": lines,
+        "lines": [f"arms sent the model different {t}" for t in lines],
         "arms_differing": [a for a in arms if a in differing],
     }

@@ -515,6 +515,7 @@ def _encode(got: Stamp) -> list[Any]:
 _I_METRICS = TrialRecord.__slots__.index("metrics")
 _I_RECEIPT = TrialRecord.__slots__.index("receipt")
 _I_SETUP = Receipt.__slots__.index("setup")
+_I_USAGE = Receipt.__slots__.index("token_usage")
 _I_EXC = JobRecord.__slots__.index("exception_types")
 
 
@@ -529,6 +530,7 @@ def _decode(v: list[Any]) -> Stamp:
         r = row[_I_RECEIPT]
         if r is not None:
             r[_I_SETUP] = tuple(tuple(p) for p in r[_I_SETUP])
+            r[_I_USAGE] = tuple(r[_I_USAGE]) if r[_I_USAGE] is not None else None
             row[_I_RECEIPT] = Receipt(*r)
         t = TrialRecord(*row)
         trials[t.name] = t

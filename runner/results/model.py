@@ -63,8 +63,11 @@ from runner.results import records as results
 from runner.results import tree
 from runner.results.events import EventKind, EventReader
 from runner.results.hosts import HostRecord, HostUse, read_host
+from runner.results.ledger import AttemptUsage, Ledger, LedgerReader
 from runner.results.records import JobRecord, TrialRecord
 
+#: ``Figures.tokens_source`` of tokens read from the gateway's ledger
+LEDGER = "ledger"
 PENDING = "pending"
 RUNNING = "running"
 DONE = "done"
@@ -125,6 +128,13 @@ class Figures:
     goal_status: str | None = None
     deadline_hit: bool = False  # the arm's deadline ended the agent phase (the receipt says so)
     in_progress_metrics: bool = False  # a trial's metrics say phase initialized/starting
+    #: where the token figures come from: "ledger" (the gateway's, on the wire), else the agent's own
+    #: report through harbor (None); with the ledger, what the agent said is kept beside it
+    tokens_source: str | None = None
+    agent_input_tokens: int | None = None
+    agent_output_tokens: int | None = None
+    #: the receipts' own (input, cached, output) token totals, for the reconciliation with the ledger
+    receipt_usage: tuple[int, int, int] | None = None
 
     @property
     def has_score(self) -> bool:
@@ -267,6 +277,7 @@ def _figures(trials: Iterable[TrialRecord]) -> Figures:
             goal_status=r.final_goal_status if r else None,
             deadline_hit=bool(r and r.timed_out),
             in_progress_metrics=m.state == results.IN_PROGRESS,
+            receipt_usage=r.token_usage if r else None,
         )
     rewards = [t.reward for t in done if t.reward is not None]
     partials = [t.partial for t in done if t.metrics.is_score and t.partial is not None]
@@ -342,9 +353,26 @@ def _attempt_status(a: Attempt) -> str:
     return RUNNING
 
 
-def _refresh_attempt(a: Attempt) -> None:
+def _with_ledger(f: Figures, u: AttemptUsage | None) -> Figures:
+    """The figures with the tokens the gateway saw on the wire, when its ledger has the attempt
+    (running attempts too: the console's live figures); what the agent reported is kept beside."""
+    if u is None or not u.forwarded:
+        return f
+    return replace(
+        f,
+        n_input_tokens=u.input,
+        n_output_tokens=u.output,
+        tokens_source=LEDGER,
+        agent_input_tokens=f.n_input_tokens,
+        agent_output_tokens=f.n_output_tokens,
+    )
+
+
+def _refresh_attempt(a: Attempt, ledger: Ledger | None = None) -> None:
     a.status = _attempt_status(a)
     a.figures = _figures(a.trials.values())
+    if ledger is not None:
+        a.figures = _with_ledger(a.figures, ledger.usage(a.task, a.arm_dir, a.stamp))
     bad = []
     if a.job is not None and (a.job.stale or a.job.state in (results.UNREADABLE, results.EMPTY)):
         bad.append(f"{a.job_dir}/result.json")
@@ -494,6 +522,8 @@ class RunModel:
         self.claims: set[Key] = set()
         self.runs: list[Run] = []
         self._events = EventReader(self.out)
+        self._ledger_reader = LedgerReader(self.out)
+        self.ledger = Ledger()  # the gateway's ledger (runner.results.ledger); empty without one
         self._event_stamp_run: dict[AttemptKey | tuple[str, str, str], str] = {}
         self._scoped_cache: dict[str, dict[Key, Cell]] = {}
         self.markers: set[str] = set()
@@ -659,6 +689,7 @@ class RunModel:
         except OSError:
             self._owner = None
         self._read_events()
+        self._read_ledger()
         self._read_claims()
         index = None
         if self.use_index and self._owner is not None:
@@ -859,6 +890,8 @@ class RunModel:
             if parts[1:] == (tree.EVENTS_FILE,) or len(parts) == 1:
                 self._read_events()
                 return True
+            if len(parts) == 3 and parts[1] == tree.GATEWAY_DIR and parts[2].startswith("ledger"):
+                pairs.update(self._read_ledger())
             return False
         if head == tree.CLAIMS_DIR:
             self.markers.add(head)
@@ -953,6 +986,25 @@ class RunModel:
             pass
         self.claims = claims
 
+    def _read_ledger(self) -> set[Key]:
+        """Take in the new lines of the gateway's ledgers; mark the attempts they touch for a re-read
+        of their figures, and return their pairs."""
+        rows = self._ledger_reader.read_new()
+        if self._ledger_reader.restarted:  # a ledger replaced or truncated: read all of them again
+            self._ledger_reader = LedgerReader(self.out)
+            self.ledger = Ledger()
+            rows = self._ledger_reader.read_new()
+            touched = set(self.ledger.attempts) | self.ledger.add_rows(rows)
+        else:
+            touched = self.ledger.add_rows(rows)
+        pairs = set()
+        for task, arm, stamp in touched:
+            for ak in self._by_pair.get((task, tree.arm_of_dir(arm)), ()):
+                if ak[1] == arm and ak[2] == stamp:
+                    self._dirty.add(ak)
+                    pairs.add((task, tree.arm_of_dir(arm)))
+        return pairs
+
     def _read_events(self) -> None:
         """Take in the new lines of events.jsonl (``runner.results.events.EventReader``)."""
         new = self._events.read_new()
@@ -1028,7 +1080,7 @@ class RunModel:
                         a = self._attempts[ak] = replace(a, run_id=rid)
                         self._dirty.add(ak)
                 if full or ak in self._dirty:  # only attempts re-read since the last rebuild
-                    _refresh_attempt(a)
+                    _refresh_attempt(a, self.ledger)
                 atts.append(a)
             if not atts:
                 self.cells.pop(k, None)  # the matrix fill below adds it back as pending if it belongs

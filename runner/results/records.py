@@ -288,6 +288,9 @@ class Receipt:
     # the trial's setup as the arm recorded it (codex, transport, credentials, model, budget), for
     # the fairness audit (runner.results.audit): (fact, value) pairs, values as short strings
     setup: tuple[tuple[str, str], ...] = ()
+    # what the arm reported it used (app-server's thread total): (input, cached input, output)
+    # tokens, reconciled with the gateway's ledger (runner.results.ledger.reconcile)
+    token_usage: tuple[int, int, int] | None = None
 
 
 #: receipt paths of the setup facts the fairness audit compares across arms (agents/receipt.py)
@@ -354,7 +357,15 @@ def receipt_from_dict(d: Mapping[str, Any]) -> Receipt:
         timed_out=timed_out if isinstance(timed_out, bool) else None,
         arm=_str(d.get("arm")),
         setup=_setup(d),
+        token_usage=_token_usage(d.get("token_usage")),
     )
+
+
+def _token_usage(v: Any) -> tuple[int, int, int] | None:
+    if not isinstance(v, Mapping) or not v:
+        return None
+    n = [_num(v.get(k)) for k in ("inputTokens", "cachedInputTokens", "outputTokens")]
+    return tuple(int(x) if x is not None and x >= 0 else 0 for x in n)  # type: ignore[return-value]
 
 
 def read_receipt(trial_dir: Path | str) -> Receipt | None:

@@ -111,6 +111,7 @@ def cell_dict(c: Cell) -> dict[str, Any]:
         "cost_usd": _r(_scored(c, "cost_usd"), 6),
         "n_input_tokens": _scored(c, "n_input_tokens"),
         "n_output_tokens": _scored(c, "n_output_tokens"),
+        "tokens_source": f.tokens_source or "agent",
         "spend_usd": _r(s_cost, 6),
         "spend_input_tokens": s_in,
         "spend_output_tokens": s_out,
@@ -292,6 +293,39 @@ def infrastructure(cells: dict[tuple[str, str], Cell], arms: list[str]) -> list[
     return out
 
 
+def full_audit(cells: dict, arms: list[str], model: RunModel) -> dict[str, Any]:
+    """The fairness audit of the receipts' setup facts, with the wire audit of the gateway's ledger
+    (``audit["wire"]``); an arm either marks is marked (the console's summary row, the report)."""
+    au = audit.audit(cells, arms)
+    au["wire"] = audit.wire_audit(cells, arms, model.ledger)
+    marked = set(au["arms_differing"]) | set(au["wire"]["arms_differing"])
+    au["arms_differing"] = [a for a in arms if a in marked]
+    return au
+
+
+def reconciliation(cells: dict, arms: list[str], model: RunModel) -> dict[str, Any]:
+    """The receipts' self-reported tokens against the gateway's ledger, per done cell whose attempt
+    went through the gateway: a difference is a flagged line (token counts are integers: any
+    difference is more than rounding), never silently one or the other."""
+    from runner.results.ledger import reconcile
+
+    lines, compared = [], 0
+    for (task, arm), c in sorted(cells.items()):
+        if arm not in arms or c.status != DONE or c.figures.tokens_source != "ledger":
+            continue
+        att = next((a for a in c.attempts if a.stamp == c.scored_by), None)
+        u = model.ledger.usage(task, att.arm_dir, att.stamp) if att is not None else None
+        if u is None:
+            continue
+        compared += 1
+        got = c.figures.receipt_usage
+        said = (
+            dict(zip(("inputTokens", "cachedInputTokens", "outputTokens"), got, strict=True)) if got else None
+        )
+        lines += [f"{task} × {arm} ({att.stamp}): {d}" for d in reconcile(u, said)]
+    return {"compared": compared, "lines": lines}
+
+
 def build_report(model: RunModel, scope: str = "all", exclude_suspect: bool = False) -> dict[str, Any]:
     """The report's dict; ``exclude_suspect``: the other reading, every figure without the tasks
     every arm failed alike (``runner.results.suspect``), labelled as such."""
@@ -319,7 +353,8 @@ def build_report(model: RunModel, scope: str = "all", exclude_suspect: bool = Fa
         "suspect": [s.as_dict() for s in suspects.values()],
         "suspect_excluded": exclude_suspect,
         "infrastructure": infrastructure(cells, arms),
-        "audit": audit.audit(cells, arms),
+        "audit": full_audit(cells, arms, model),
+        "reconciliation": reconciliation(cells, arms, model),
         "bootstrap": {
             "method": "percentile",
             "resamples": stats.BOOTSTRAP_RESAMPLES,
@@ -519,18 +554,45 @@ def _task_label(rep: dict[str, Any], t: str) -> str:
 
 
 def _audit_lines(rep: dict[str, Any], alarm) -> list[str]:
-    """The audit's red lines, or what was compared and found equal (never a silent pass)."""
+    """The audit's red lines, or what was compared and found equal (never a silent pass); then the
+    wire audit's (what the arms sent the model, from the gateway's ledger)."""
     au = rep["audit"]
     if au["lines"]:
-        return [alarm(t) for t in au["lines"]]
-    facts = sorted({f for fs in au["compared"].values() for f in fs}, key=list(audit.LABELS).index)
-    if not facts:
-        return ["No arm recorded its setup (no receipts): nothing to compare."]
-    missing = [a for a, fs in au["compared"].items() if not fs]
-    out = [f"No undeclared difference between arms in: {', '.join(audit.LABELS[f] for f in facts)}."]
-    if missing:
-        out.append(f"Not recorded by: {', '.join(missing)}.")
-    return out
+        out = [alarm(t) for t in au["lines"]]
+    else:
+        facts = sorted({f for fs in au["compared"].values() for f in fs}, key=list(audit.LABELS).index)
+        if not facts:
+            out = ["No arm recorded its setup (no receipts): nothing to compare."]
+        else:
+            out = [f"No undeclared difference between arms in: {', '.join(audit.LABELS[f] for f in facts)}."]
+            missing = [a for a, fs in au["compared"].items() if not fs]
+            if missing:
+                out.append(f"Not recorded by: {', '.join(missing)}.")
+    wire = au.get("wire")
+    if wire is None:
+        return out
+    if wire["lines"]:
+        return out + [alarm(t) for t in wire["lines"]]
+    if not wire["compared"]:
+        return out + [
+            "On the wire: no attempt went through the model gateway (no ledger): nothing to compare."
+        ]
+    return out + [
+        f"On the wire (the gateway's ledger), no undeclared difference in what the arms sent the model: "
+        f"{', '.join(wire['compared'])}."
+    ]
+
+
+def reconciliation_lines(rep: dict[str, Any], flag) -> list[str]:
+    """The receipts' tokens against the ledger: flagged differences, or how many agreed."""
+    rec = rep.get("reconciliation") or {}
+    if not rec.get("compared"):
+        return []
+    if rec["lines"]:
+        return [flag(t) for t in rec["lines"]]
+    return [
+        f"The receipts' own token counts equal the gateway's ledger for all {rec['compared']} done cell(s)."
+    ]
 
 
 def masked_lines(rep: dict[str, Any]) -> list[str]:
@@ -577,6 +639,8 @@ def render_md(rep: dict[str, Any]) -> str:
         )
     lines += ["", "## Fairness audit (setup facts from the receipts, per task)", ""]
     lines += _audit_lines(rep, lambda t: f"- **ALARM** {t}")
+    if rec := reconciliation_lines(rep, lambda t: f"- **FLAG** tokens differ: {t}"):
+        lines += ["", "## Tokens: the receipts against the gateway's ledger", "", *rec]
     lines += ["", "## Results (reward / partial / test pass rate; ✗build = build failed, counted as 0)", ""]
     lines.append("| task | " + " | ".join(arms) + " |")
     lines.append("|---" * (len(arms) + 1) + "|")
@@ -671,6 +735,9 @@ def render_html(rep: dict[str, Any]) -> str:
         f'<p class="alarm">{e(t)}</p>' if t.startswith("ALARM ") else f"<p>{e(t)}</p>"
         for t in _audit_lines(rep, lambda t: f"ALARM {t}")
     ]
+    if rec := reconciliation_lines(rep, lambda t: f"FLAG tokens differ: {t}"):
+        parts.append("<h2>Tokens: the receipts against the gateway's ledger</h2>")
+        parts += [f'<p class="alarm">{e(t)}</p>' if t.startswith("FLAG ") else f"<p>{e(t)}</p>" for t in rec]
     parts.append("<h2>Per arm (means over done cells, 95 % bootstrap intervals)</h2>")
     parts.append(_html_table(*arm_table(rep)))
     parts.append("<h2>Paired comparisons (diff = a − b, 95 % paired bootstrap)</h2>")

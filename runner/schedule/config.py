@@ -132,6 +132,46 @@ KNOBS: tuple[Knob, ...] = (
         "the provider the gateway forwards to (default OpenAI's; `scripted`: the stand-in, the default for scripted/ models)",
     ),
     Knob(
+        "gateway_url",
+        "MARATHON_GATEWAY_URL",
+        "--gateway-url",
+        None,
+        "str",
+        "remote sandboxes: the gateway's TLS URL as they reach it (https://HOST:PORT/v1); default: the local socket route",
+    ),
+    Knob(
+        "gateway_tls_listen",
+        "MARATHON_GATEWAY_TLS_LISTEN",
+        "--gateway-tls-listen",
+        None,
+        "str",
+        "HOST:PORT the gateway serves remote sandboxes on (with --gateway-tls-cert and --gateway-tls-key)",
+    ),
+    Knob(
+        "gateway_tls_cert",
+        "MARATHON_GATEWAY_TLS_CERT",
+        "--gateway-tls-cert",
+        None,
+        "str",
+        "the operator's certificate (PEM)",
+    ),
+    Knob(
+        "gateway_tls_key",
+        "MARATHON_GATEWAY_TLS_KEY",
+        "--gateway-tls-key",
+        None,
+        "str",
+        "its private key (PEM path)",
+    ),
+    Knob(
+        "gateway_ca",
+        "MARATHON_GATEWAY_CA",
+        "--gateway-ca",
+        None,
+        "str",
+        "the CA (PEM) the remote sandboxes are given to trust the gateway's certificate (a private CA)",
+    ),
+    Knob(
         "model_key_var",
         "MARATHON_MODEL_KEY_VAR",
         "--model-key-var",
@@ -203,6 +243,11 @@ class RunConfig:
     model: str | None = None
     gateway: bool = True
     model_base_url: str | None = None
+    gateway_url: str | None = None
+    gateway_tls_listen: str | None = None
+    gateway_tls_cert: str | None = None
+    gateway_tls_key: str | None = None
+    gateway_ca: str | None = None
     model_key_var: str | None = None
     env: str = "docker"
     cluster: str | None = None
@@ -442,6 +487,13 @@ def resolve(
         raise UserError("--max-passes must be at least 1")
     if values["build_network"] not in ("host", "default"):
         raise UserError("--build-network must be host or default")
+    url = values["gateway_url"]
+    if url is not None and not (url.startswith("https://") and len(url) > len("https://")):
+        raise UserError("--gateway-url: the gateway's https:// URL as the remote sandboxes reach it")
+    if values["gateway_tls_listen"] and not (values["gateway_tls_cert"] and values["gateway_tls_key"]):
+        raise UserError(
+            "--gateway-tls-listen needs --gateway-tls-cert and --gateway-tls-key (the operator's certificate)"
+        )
     if values["model_key_var"] is not None and not secrets.NAME.match(values["model_key_var"]):
         raise UserError("--model-key-var: expected the NAME of an environment variable (the key stays in it)")
     values["agent_env"] = check_agent_env(values["agent_env"])

@@ -59,6 +59,9 @@ def settings_for(cfg: RunConfig, host: str | None = None) -> GatewaySettings:
         key_var=key_var_of(cfg),
         tasks_dir=str(cfg.tasks_dir) if up == SCRIPTED_UPSTREAM and cfg.tasks_dir else None,
         host=host,
+        tls_listen=cfg.gateway_tls_listen,
+        tls_cert=cfg.gateway_tls_cert,
+        tls_key=cfg.gateway_tls_key,
     )
 
 
@@ -68,13 +71,17 @@ class Wiring:
 
     issued: attempts.Issued
     key_var: str
+    url: str | None = None  # the remote route: the gateway's TLS URL (no socket, no mount)
+    ca: str | None = None  # the CA a remote sandbox is given to trust the gateway's certificate
 
     @property
     def attempt_id(self) -> str:
         return self.issued.record.id
 
-    def mounts(self, mounts: str | None) -> str:
-        """harbor ``--mounts`` JSON with the attempt's socket dir added."""
+    def mounts(self, mounts: str | None) -> str | None:
+        """harbor ``--mounts`` JSON with the attempt's socket dir added (the local route)."""
+        if self.url:
+            return mounts
         return json.dumps([*(json.loads(mounts) if mounts else []), self.issued.mount])
 
     def env(self, job_env: dict[str, str]) -> dict[str, str]:
@@ -83,9 +90,10 @@ class Wiring:
         env[TOKEN_VAR] = self.issued.token
         return env
 
-    @staticmethod
-    def agent_kwargs() -> list[str]:
-        return ["--ak", f"gateway={LOCAL}"]
+    def agent_kwargs(self) -> list[str]:
+        return ["--ak", f"gateway={self.url or LOCAL}"] + (
+            ["--ak", f"gateway_ca={self.ca}"] if self.url and self.ca else []
+        )
 
 
 def wire_attempt(
@@ -95,8 +103,11 @@ def wire_attempt(
     a run with ``--gateway 0``). Its wire budget is the run's ``GOAL_TIMEOUT_SEC``, the same for every arm."""
     if not (cfg.gateway and arm.real):
         return None
-    issued = attempts.issue(cfg.out, task, arm.name, stamp, budget_sec=cfg.goal_timeout_sec, host=host)
-    return Wiring(issued, key_var_of(cfg))
+    remote = cfg.gateway_url
+    issued = attempts.issue(
+        cfg.out, task, arm.name, stamp, budget_sec=cfg.goal_timeout_sec, host=host, socket=not remote
+    )
+    return Wiring(issued, key_var_of(cfg), remote, cfg.gateway_ca)
 
 
 def end_attempt(out: Path, task: str, arm: str, stamp: str, reason: str) -> None:

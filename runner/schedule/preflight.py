@@ -174,13 +174,22 @@ print(json.dumps(res))
 """
 
 
+def _child_env(cfg: RunConfig, env: Mapping[str, str]) -> dict[str, str]:
+    """A probe's environment: the runner's, without the model key when the gateway holds it (no
+    process of the run but the gateway needs it)."""
+    from runner.schedule.gateway import gateway_on, key_var_of
+
+    drop = key_var_of(cfg) if gateway_on(cfg) else None
+    return {k: v for k, v in env.items() if k != drop}
+
+
 def check_arms(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
     """Every arm's agent imports, in a child interpreter with the harbor job's PYTHONPATH (a
     missing module found here costs seconds; found by harbor, it costs one errored trial per pair)."""
     refs = {s.name: s.agent for s in cfg.arm_specs() if not s.builtin}
     if not refs:
         return []
-    child_env = dict(env) | {"PYTHONPATH": project_pythonpath(env)}
+    child_env = _child_env(cfg, env) | {"PYTHONPATH": project_pythonpath(env)}
     try:
         proc = subprocess.run(
             [sys.executable, "-c", _IMPORT_PROBE, json.dumps(sorted(set(refs.values())))],
@@ -244,6 +253,10 @@ def check_model(cfg: RunConfig) -> list[Problem]:
         return [Problem("model", f"arms {', '.join(arms)} have no model", "pass --model NAME")]
     from runner.schedule.gateway import gateway_on, upstream_of
 
+    if gateway_on(cfg) and cfg.env != "docker" and not cfg.gateway_url:
+        return [Problem("model", f"the arms run in remote sandboxes (--env {cfg.env}), which the gateway's local socket cannot reach",
+                        "pass --gateway-url https://HOST:PORT/v1 with --gateway-tls-listen, --gateway-tls-cert and "
+                        "--gateway-tls-key (and --gateway-ca for a private CA): docs/gateway.md; or --no-gateway")]  # fmt: skip
     if gateway_on(cfg):  # the gateway forwards to --model-base-url (default: OpenAI's)
         if upstream_of(cfg) == SCRIPTED_UPSTREAM and SCRIPTED_PREFIX not in model:
             return [Problem("model", f"model {model} is not a scripted/ scenario, but the gateway's upstream is the scripted stand-in",
@@ -336,7 +349,10 @@ def check_environment(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
     fail at its first trial fails here, naming the variable, before anything starts."""
     if cfg.env == "docker":
         return []  # check_docker asks the engine itself
-    child_env = dict(env) | {"PYTHONPATH": project_pythonpath(env), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    child_env = _child_env(cfg, env) | {
+        "PYTHONPATH": project_pythonpath(env),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
     try:
         proc = subprocess.run(
             [sys.executable, "-c", _ENV_PROBE, cfg.env], env=child_env, capture_output=True, text=True,

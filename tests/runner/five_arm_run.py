@@ -1,12 +1,16 @@
-"""One real five-arm run read by several test modules: equal budgets, the canary leak search (and
-later the model gateway's wire checks). Made once per session (tests/runner/conftest.py
-``five_arm_run``); its modules share one xdist group (tests/conftest.py ``SHARED_GROUPS``).
+"""One real five-arm run read by several test modules: equal budgets, the canary leak search and the
+model gateway's wire checks. Made once per session (tests/runner/conftest.py ``five_arm_run``); its
+modules share one xdist group (tests/conftest.py ``SHARED_GROUPS``).
 
 ``marathon run`` drives the five real arms (real harbor, Docker, codex, LoopX) on one mini task with
-the scripted ``never-finish`` model and a 30 s GOAL_TIMEOUT_SEC, all five at once. The credential is
-a canary given to the runner by name only (``--ae VAR``), and while the arms run, samplers search
-every process command line on the machine, ``docker inspect`` of the run's containers and their
-exec instances, and the live registry for it.
+the scripted ``never-finish`` model and a 30 s GOAL_TIMEOUT_SEC, all five at once, through the run's
+model gateway (the default): the scripted model is the gateway's upstream on the host. The real key
+is a canary given to the runner by name only (``--model-key-var VAR``: the gateway reads it), and
+while the arms run, samplers search every process command line and environment on the machine,
+``/proc/*/environ`` and ``/proc/*/cmdline`` inside each trial container, ``docker inspect`` of the
+run's containers and their exec instances, and the live registry for it. The in-container sampler
+also reads each arm's per-attempt token (what an agent could steal); a prober then sends each token
+to every other live attempt's socket, where the gateway must refuse it.
 
 The task copy sets its own agent timeout to 40 s: less than a LoopX arm's preparation (33 s on a
 quiet machine) plus the budget, so without the runner raising harbor's timeout the LoopX arms'
@@ -26,9 +30,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from leak_search import CmdlineScan, DockerScan, Sampler, needles
+from leak_search import CmdlineScan, ContainerProcScan, DockerScan, HostEnvironScan, Sampler, needles
 from runner_support import DEMO_TASKS, done_jobs, start_marathon, trial_names
 
+from modes.gateway import TOKEN_VAR
 from modes.naming import compose_project
 from modes.profiles import DEFAULT_ARMS
 
@@ -56,6 +61,10 @@ class FiveArmRun:
     cmdlines: CmdlineScan
     docker: DockerScan
     samplers: list[Sampler]
+    procs: ContainerProcScan
+    host_env: HostEnvironScan
+    #: (token's attempt, socket's attempt, HTTP status, the refusal's code) of each cross-attempt probe
+    probes: list[tuple[str, str, int, str]]
 
 
 def make(base: Path) -> FiveArmRun:
@@ -113,7 +122,14 @@ def _run(base: Path, tasks: Path) -> FiveArmRun:
             return []
         return [f"registry.json (live): {k}" for k, n in found.items() if n in data]
 
-    samplers = [Sampler(cmdlines), Sampler(docker), Sampler(registry_now)]
+    procs = ContainerProcScan(found, lambda: set(docker.containers), TOKEN_VAR)
+    host_env = HostEnvironScan(found)
+    probes: list[tuple[str, str, int, str]] = []
+    samplers = [
+        Sampler(cmdlines), Sampler(docker), Sampler(registry_now),
+        Sampler(procs, every=5.0), Sampler(host_env, every=2.0),
+        Sampler(lambda: probe_cross_attempt(out, procs, probes), every=2.0),
+    ]  # fmt: skip
     for s in samplers:
         s.start()
     log = base / "runner.console.log"
@@ -121,7 +137,7 @@ def _run(base: Path, tasks: Path) -> FiveArmRun:
         proc = start_marathon(
             "run", str(out), "--tasks-dir", str(tasks), "--tasks", TASK,
             "--arms", ",".join(DEFAULT_ARMS), "--model", "scripted/never-finish",
-            "--ak", f"api_key_var={var}", "--ae", var,  # by name only: the arm reads it, harbor resolves it
+            "--model-key-var", var,  # by name only: the gateway reads it; the arms get per-attempt tokens
             "--goal-timeout-sec", str(BUDGET),
             # the five at once: the preparations overlap (the allowance holds a slow one), and the
             # five budgets run side by side; a second pass is the runner's own answer to an errored pair
@@ -138,5 +154,55 @@ def _run(base: Path, tasks: Path) -> FiveArmRun:
             (path,) = jobs[0].glob("*/agent/goal_receipt.json")
             receipts[arm] = json.loads(path.read_text())
     return FiveArmRun(
-        out, rc, log.read_text(errors="replace"), receipts, var, found, cmdlines, docker, samplers
-    )
+        out, rc, log.read_text(errors="replace"), receipts, var, found, cmdlines, docker, samplers,
+        procs, host_env, probes,
+    )  # fmt: skip
+
+
+def post_on_socket(sock: str, token: str) -> tuple[int, str]:
+    """A minimal Responses API call on an attempt's host-side socket, with ``token``: (status, the
+    error's code)."""
+    import http.client
+    import socket as socketmod
+
+    class Conn(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socketmod.socket(socketmod.AF_UNIX)
+            self.sock.settimeout(10)
+            self.sock.connect(sock)
+
+    c = Conn("localhost")
+    try:
+        c.request("POST", "/v1/responses", json.dumps({"model": "probe", "input": []}),
+                  {"Authorization": f"Bearer {token}", "Content-Type": "application/json"})  # fmt: skip
+        r = c.getresponse()
+        body = r.read()
+    finally:
+        c.close()
+    try:
+        code = json.loads(body)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        code = ""
+    return r.status, code
+
+
+def probe_cross_attempt(out: Path, procs: ContainerProcScan, probes: list) -> list[str]:
+    """Each token read from a sandbox, sent once to every other live attempt's socket (an agent that
+    carried its token elsewhere): the gateway must refuse every one."""
+    from runner.ops.gateway import attempts
+
+    recs = {r.token_sha256: r for r in attempts.list_records(out)}
+    live = [r for r in recs.values() if r.state == attempts.LIVE]
+    done = {(a, b) for a, b, _s, _c in probes}
+    for tokens in list(procs.captured.values()):
+        for token in tokens:
+            own = recs.get(attempts.token_sha256(token))
+            if own is None:
+                continue
+            for other in live:
+                sock = attempts.socket_path(out, other.id)
+                if other.id == own.id or (own.id, other.id) in done or not sock.exists():
+                    continue
+                status, code = post_on_socket(str(sock), token)
+                probes.append((own.id, other.id, status, code))
+    return []

@@ -154,3 +154,82 @@ def _exec_inspect(exec_id: str) -> bytes:
         return b""
     finally:
         client.close()
+
+
+#: run inside a trial container by ``ContainerProcScan``: every process's environ and cmdline,
+#: hex-encoded per pid so the host searches them (the needles never enter the container)
+_PROC_DUMP = (
+    "import os,json\n"
+    "out={}\n"
+    "for p in os.listdir('/proc'):\n"
+    " if p.isdigit():\n"
+    "  for f in ('environ','cmdline'):\n"
+    "   try: out[p+'/'+f]=open('/proc/'+p+'/'+f,'rb').read().hex()\n"
+    "   except OSError: pass\n"
+    "print(json.dumps(out))\n"
+)
+
+
+class ContainerProcScan:
+    """``/proc/*/environ`` and ``/proc/*/cmdline`` of every process INSIDE each of the run's trial
+    containers (``docker exec``, as root: the agent's own view of its sandbox), searched on the host.
+    Also keeps, per container, the values of ``capture`` (an environment variable the arms are meant
+    to have: the gateway's per-attempt token), for the tests that use a token from elsewhere."""
+
+    def __init__(self, found: dict[str, bytes], containers: Callable[[], set[str]], capture: str) -> None:
+        self.found = found
+        self.containers = containers
+        self.capture = capture.encode() + b"="
+        self.captured: dict[str, set[str]] = {}  # container id -> values of ``capture``
+        self.scanned: dict[str, int] = {}  # container id -> samples that read its processes
+        self.procs_seen = 0
+
+    def __call__(self) -> list[str]:
+        hits = []
+        for cid in sorted(self.containers()):
+            r = subprocess.run(
+                ["docker", "exec", "-u", "0", cid, "python3", "-c", _PROC_DUMP],
+                capture_output=True, timeout=60,
+            )  # fmt: skip
+            if r.returncode != 0:
+                continue  # gone, or not started yet
+            try:
+                dump = json.loads(r.stdout)
+            except ValueError:
+                continue
+            self.scanned[cid] = self.scanned.get(cid, 0) + 1
+            for name, hexed in dump.items():
+                data = bytes.fromhex(hexed)
+                self.procs_seen += 1
+                hits += [f"container {cid[:12]} /proc/{name}: {kind}" for kind in hits_in(data, self.found)]
+                if name.endswith("/environ"):
+                    for var in data.split(b"\0"):
+                        if var.startswith(self.capture):
+                            self.captured.setdefault(cid, set()).add(var[len(self.capture) :].decode())
+        return hits
+
+
+class HostEnvironScan:
+    """``/proc/*/environ`` of every process on this host (root reads all): which processes hold the
+    secret, with their command lines, for the test to judge (the gateway and the runner that starts
+    it are the ones that may)."""
+
+    def __init__(self, found: dict[str, bytes]) -> None:
+        self.found = found
+        self.holders: dict[int, str] = {}  # pid -> its command line (first sample that saw it)
+
+    def __call__(self) -> list[str]:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) in self.holders:
+                continue
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as fh:
+                    env = fh.read()
+                if not hits_in(env, self.found):
+                    continue
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            self.holders[int(pid)] = cmd
+        return []

@@ -73,7 +73,9 @@ def test_receipts_record_the_binary_config_and_image_and_the_audit_is_clean(five
     binary = load_staged().binary
     assert {r["codex_sha256"] for r in rec.values()} == {file_sha256(binary)}
     # one image content for the five arms, though compose gave each trial's build its own image id
-    (image,) = {r["image_digest"] for r in rec.values()}
+    images = {a: r["image_digest"] for a, r in rec.items()}
+    assert len(set(images.values())) == 1, images
+    (image,) = set(images.values())
     assert image.startswith("sha256:")
     assert all(r["extra"]["image_id"].startswith("sha256:") for r in rec.values())
     assert len({r["config_toml"]["normalized_sha256"] for r in rec.values()}) == 1

@@ -1,8 +1,12 @@
-"""A canary secret, given to ``marathon run`` only by name, appears nowhere: not in the output tree
-(every file, binary too: events, logs, ``.driver_env``, ``registry.json``, receipts, rollouts), not
-on the console, not in ``docker inspect`` of any trial container or its exec instances, not in any
-process command line on the machine, sampled every 0.5 s while the five arms run (LoopX arms too):
-the shared five-arm run of tests/runner/five_arm_run.py.
+"""A canary model key, given to ``marathon run`` only by name, appears nowhere but in the gateway (and
+the runner that starts it): not in the output tree (every file, binary too: events, logs,
+``.driver_env``, ``registry.json``, the ledger, receipts, rollouts), not on the console, not in
+``docker inspect`` of any trial container or its exec instances, not in ``/proc/*/environ`` or
+``/proc/*/cmdline`` of any process inside any trial container, not in any process command line on
+the machine, and in no process environment on the machine but the gateway's and the runner's,
+sampled while the five arms run (LoopX arms too): the shared five-arm run of
+tests/runner/five_arm_run.py, where the arms reach the model through the gateway with per-attempt
+tokens.
 
 The first test proves the search can fail: it plants the canary in each place and each encoding
 and checks that every scanner finds it.
@@ -100,3 +104,15 @@ def test_a_canary_key_given_by_name_leaks_nowhere(five_arm_run):
     assert len(docker.containers) >= len(DEFAULT_ARMS), docker.containers
     assert docker.execs, "no exec instance was inspected while the arms ran"
     assert run.var in (out_tree / ".driver_env").read_text()  # the name is recorded, the value is not
+
+    # inside every trial container: every process's environ and cmdline were read, none held the key
+    assert len(run.procs.scanned) >= len(DEFAULT_ARMS) and run.procs.procs_seen > 0, run.procs.scanned
+    # ... while each sandbox did hold its own per-attempt token (what the arms use instead)
+    assert len({t for ts in run.procs.captured.values() for t in ts}) >= len(DEFAULT_ARMS)
+    # on the host, only the gateway (it forwards the key) and the runner that starts it hold it:
+    # no harbor process, no docker client, no codex, no scripted model
+    holders = run.host_env.holders
+    assert any(" gateway " in c for c in holders.values()), holders
+    for pid, cmd in holders.items():
+        assert (" -m marathon.cli run " in f" {cmd} " or " -m marathon.cli gateway " in f" {cmd} "
+                or " -m runner.ops.gateway.process " in f" {cmd} "), (pid, cmd)  # fmt: skip

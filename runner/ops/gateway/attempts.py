@@ -195,9 +195,11 @@ def issue(
     *,
     budget_sec: float | None,
     host: str | None = None,
+    socket: bool = True,
 ) -> Issued:
     """A fresh attempt: a random token, its record (live), and its socket dir (the gateway binds the
-    socket in it within a poll; the dir exists now, so harbor can mount it before the container starts)."""
+    socket in it within a poll; the dir exists now, so harbor can mount it before the container
+    starts). ``socket=False``: a remote sandbox's attempt, reached by token on the TLS listener."""
     token = secrets.token_urlsafe(32)
     rec = AttemptRecord(
         id="a" + uuid.uuid4().hex[:15],
@@ -209,10 +211,11 @@ def issue(
         budget_sec=float(budget_sec) if budget_sec else None,
         created=time.time(),
     )
-    ensure_socket_root(out)
     sdir = socket_dir(out, rec.id)
-    os.mkdir(sdir, 0o755)
-    os.chmod(sdir, 0o755)  # the task user in the trial traverses it (the umask may have cut it)
+    if socket:
+        ensure_socket_root(out)
+        os.mkdir(sdir, 0o755)
+        os.chmod(sdir, 0o755)  # the task user in the trial traverses it (the umask may have cut it)
     _write(out, rec)
     return Issued(rec, token, sdir)
 

@@ -190,8 +190,8 @@ def _log_tail(out: Path, n: int = 3) -> str:
 
 def ensure(out: Path, s: GatewaySettings, *, by: str) -> tuple[GatewayState, bool]:
     """The tree's gateway on this host: the running one, or one started now. A gateway that died
-    while attempts were live is an outage, recorded before the new one starts. Returns (state,
-    started now)."""
+    while attempts were live at it (their harbor still running) is an outage, recorded once the new
+    one serves. Returns (state, started now)."""
     st = running(out, s.host)
     if st is not None:
         return st, False
@@ -200,7 +200,7 @@ def ensure(out: Path, s: GatewaySettings, *, by: str) -> tuple[GatewayState, boo
     noticed = time.time()
     new = start_detached(out, s)
     if old is not None and live:
-        record_outage(out, s.host, old, noticed, new, by, [r.id for r in live])
+        record_outage(out, s.host, old, noticed, new, by, live)
     return new, True
 
 
@@ -211,11 +211,14 @@ def record_outage(
     noticed: float,
     new: GatewayState,
     by: str,
-    live: list[str],
+    live: list[att.AttemptRecord],
 ) -> None:
+    """One line of ``outages.jsonl`` (read by ``runner.results.ledger.read_outages``): the attempts
+    that were live at the gateway when it was found dead are the ones it failed."""
     row = {
         "host": host, "down_since": old.at, "noticed_at": noticed, "restarted_at": new.started,
-        "old_pid": old.pid, "new_pid": new.pid, "by": by, "live_attempts": live,
+        "old_pid": old.pid, "new_pid": new.pid, "by": by,
+        "live_attempts": [{"id": r.id, "task": r.task, "arm": r.arm, "stamp": r.stamp} for r in live],
     }  # fmt: skip
     fd = safeio.open_append(outages_path(out))
     try:
@@ -245,14 +248,18 @@ def _pdeathsig() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def start_scripted(out: Path, tasks_dir: str | None, instance: str) -> tuple[subprocess.Popen, str]:
-    """The scripted Responses-API model (stdlib, ``agents/scripted_model/server.py``) as this gateway's
-    upstream, on a unix socket next to the attempts' sockets; its request log under the gateway dir."""
+def start_scripted(
+    out: Path, tasks_dir: str | None, instance: str, key_var: str
+) -> tuple[subprocess.Popen, str]:
+    """The scripted Responses-API model (stdlib, ``agents/scripted_model/host.py``) as this gateway's
+    upstream, on a unix socket next to the attempts' sockets; its request log under the gateway dir.
+    It gets the key only as the gateway sends it, per call: not in its environment."""
     root = att.ensure_socket_root(out)
     sock = str(root / f"scripted-{instance}.sock")
     log_dir = gateway_dir(out) / "scripted"
     log_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ) | {"SCRIPTED_SOCKET": sock, "SCRIPTED_LOG": str(log_dir / "requests.jsonl")}
+    env = {k: v for k, v in os.environ.items() if k != key_var}
+    env |= {"SCRIPTED_SOCKET": sock, "SCRIPTED_LOG": str(log_dir / "requests.jsonl")}
     if tasks_dir:
         env["SCRIPTED_TASKS"] = str(tasks_dir)
     with open(log_dir / "server.log", "ab") as fh:
@@ -308,7 +315,7 @@ def serve(
     child = None
     label = upstream
     if upstream == SCRIPTED_UPSTREAM:
-        child, sock = start_scripted(out, tasks_dir, instance)
+        child, sock = start_scripted(out, tasks_dir, instance, key_var)
         upstream = f"unix:{sock}"
         label = f"scripted model (PID {child.pid})"
     try:

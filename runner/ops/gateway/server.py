@@ -177,6 +177,7 @@ class Gateway:
         self.tcp_port: int | None = None
         self._first: dict[str, float] = {}  # attempt id -> its first forwarded call (the budget's start)
         self.started_at = time.time()
+        self._dir_mtime: int | None = None
         self.upstream_label = self.upstream_label or self.upstream.base
 
     # ------------------------------------------------------------------ lifecycle
@@ -251,7 +252,13 @@ class Gateway:
         socket of each that ended (or whose record is gone)."""
         seen = set()
         try:
+            # a record is written by a rename in this dir: an unchanged dir has no new or changed record
+            # (then only the ended attempts' grace is looked at)
+            dir_mtime = os.stat(att.attempts_dir(self.out)).st_mtime_ns
+            if dir_mtime == self._dir_mtime and not self._ending():
+                return
             names = os.listdir(att.attempts_dir(self.out))
+            self._dir_mtime = dir_mtime
         except OSError:
             names = []
         for name in names:
@@ -283,6 +290,16 @@ class Gateway:
             a = self.live.pop(aid)
             self.by_token.pop(a.record.token_sha256, None)
             await self._unbind(a, remove_dir=True)
+
+    def _ending(self) -> bool:
+        """An ended attempt's socket still bound, its grace over: the next sync removes it."""
+        now = time.time()
+        return any(
+            a.sock is not None
+            and a.record.state == att.ENDED
+            and now > (a.record.ended_at or 0) + ENDED_GRACE_SEC
+            for a in self.live.values()
+        )
 
     async def _bind(self, a: Live) -> None:
         d = att.socket_dir(self.out, a.record.id)
@@ -375,9 +392,11 @@ class Gateway:
         if isinstance(sockname, str) and sockname not in self.by_sock:
             reason, a = L.ENDED, None  # the socket of an attempt unbound a moment ago
         else:
-            reason, a = self.authorize(
-                self.by_sock.get(sockname) if isinstance(sockname, str) else None, token, now
-            )
+            unix = self.by_sock.get(sockname) if isinstance(sockname, str) else None
+            reason, a = self.authorize(unix, token, now)
+            if reason == L.NO_TOKEN and token and unix is None:  # the TLS route: an attempt issued
+                await self.sync()  # since the last poll is known after one more look at the records
+                reason, a = self.authorize(None, token, now)
         row = self._row(a, request, now)
         if reason is None and not (request.path == "/v1" or request.path.startswith("/v1/")):
             reason = L.NOT_FOUND
@@ -415,6 +434,7 @@ class Gateway:
         resp: web.StreamResponse | None = None
         scanner: UsageScanner | None = None
         row["outcome"] = L.GATEWAY_ERROR
+        delivered: str | None = None
         try:
             try:
                 up_cm = self.client.request(
@@ -443,16 +463,16 @@ class Gateway:
                         first = time.monotonic()
                     scanner.feed(chunk)
                     await resp.write(chunk)
+                delivered = L.OK if up.status < 400 else L.UPSTREAM_ERROR  # every byte of the answer is out
                 await resp.write_eof()
-                row["outcome"] = L.OK if up.status < 400 else L.UPSTREAM_ERROR
+                row["outcome"] = delivered
             finally:
                 await up_cm.__aexit__(*sys.exc_info())
             return resp
-        except asyncio.CancelledError:
-            row["outcome"] = L.CLIENT_CLOSED
-            raise
-        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-            row["outcome"] = L.CLIENT_CLOSED
+        except (asyncio.CancelledError, ConnectionResetError, aiohttp.ClientConnectionResetError):
+            # gone before the answer was out: cut (a client that hangs up after the last byte, while
+            # the chunked framing is still being closed, got the whole answer)
+            row["outcome"] = delivered or L.CLIENT_CLOSED
             raise
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             row.update(outcome=L.UPSTREAM_ERROR, error=f"{type(exc).__name__}")

@@ -1,0 +1,229 @@
+"""What the model gateway adds: latency per call (first byte, whole answer) against the provider
+reached directly, and its CPU and memory with 12 streams at once.
+
+    uv run python benchmarks/bench_gateway.py [--calls 300] [--streams 12] [--seconds 30]
+
+The provider is a stdlib SSE server on the host's loopback (one thread per call, no model: what is
+measured is the path, not a model). Each call gets the same answer: ``response.created``, 40 text
+deltas and ``response.completed`` with usage (about 6 KB), the shape of a short codex turn.
+
+1. Latency: ``--calls`` calls one after the other, alternately straight to the provider and through
+   the gateway (``marathon gateway``, started as the runner starts it, an attempt issued, the call on
+   the attempt's unix socket with its token), each timed by the client from its request to the
+   first byte of the answer and to its end. The overhead is the difference of the two paths'
+   p50/p95, and the per-call difference of the medians.
+2. Load: ``--streams`` clients, each on its own attempt, calling for ``--seconds`` a provider that
+   streams every answer over 2 s (40 deltas 50 ms apart: a live model's pace); the gateway's CPU
+   time (psutil, the gateway process and its children) over the wall time, and its RSS at the end.
+
+Targets (issue 27): under 5 ms p50 first-byte overhead on loopback; under 2 % of a core and 150 MB
+with 12 streams.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from runner.ops.gateway import attempts, process  # noqa: E402
+
+KEY_VAR = "MARATHON_BENCH_GATEWAY_KEY"
+DELTAS = 40
+
+
+def _event(kind: str, data: dict) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+
+def provider(pace_sec: float) -> ThreadingHTTPServer:
+    usage = {"input_tokens": 1000, "output_tokens": 40, "total_tokens": 1040}
+
+    class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            self.wfile.write(_event("response.created", {"response": {"id": "r"}}))
+            self.wfile.flush()
+            for _ in range(DELTAS):
+                if pace_sec:
+                    time.sleep(pace_sec)
+                self.wfile.write(_event("response.output_text.delta", {"delta": "x" * 80}))
+                self.wfile.flush()
+            self.wfile.write(_event("response.completed", {"response": {"id": "r", "usage": usage}}))
+            self.wfile.flush()
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+BODY = json.dumps(
+    {"model": "bench", "stream": True, "input": [{"type": "message", "content": "x" * 2000}]}
+).encode()
+
+
+def call(connect, token: str | None) -> tuple[float, float]:
+    """(first byte, whole answer) in ms, timed by the client."""
+    s = connect()
+    head = (f"POST /v1/responses HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(BODY)}\r\nConnection: close\r\n"
+            + (f"Authorization: Bearer {token}\r\n" if token else "") + "\r\n").encode()  # fmt: skip
+    t0 = time.perf_counter()
+    s.sendall(head + BODY)
+    first = None
+    got = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        if first is None:
+            first = time.perf_counter()
+        got += chunk
+        if b"response.completed" in got and (got.endswith(b"\r\n0\r\n\r\n") or got.endswith(b"\n\n")):
+            break
+    end = time.perf_counter()
+    s.close()
+    assert b"response.completed" in got, got[:300]
+    return (first - t0) * 1000, (end - t0) * 1000
+
+
+def tcp(port: int):
+    return lambda: socket.create_connection(("127.0.0.1", port))
+
+
+def unix(path: Path):
+    def c():
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(str(path))
+        return s
+
+    return c
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--streams", type=int, default=12)
+    ap.add_argument("--seconds", type=float, default=30.0)
+    args = ap.parse_args()
+    os.environ[KEY_VAR] = "sk-bench-" + os.urandom(8).hex()
+    base = Path(tempfile.mkdtemp(prefix="bench-gw-"))
+    out = base / "out"
+    out.mkdir()
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    fast = provider(0.0)
+    try:
+        st = process.start_detached(
+            out,
+            process.GatewaySettings(
+                upstream=f"http://127.0.0.1:{fast.server_address[1]}/v1", key_var=KEY_VAR
+            ),
+        )
+        a = attempts.issue(out, "bench", "plain", "s0", budget_sec=None)
+        sock = attempts.socket_path(out, a.record.id)
+        while not sock.exists():
+            time.sleep(0.05)
+        direct, via = [], []
+        for i in range(args.calls + 20):
+            d = call(tcp(fast.server_address[1]), None)
+            g = call(unix(sock), a.token)
+            if i >= 20:  # warm-up
+                direct.append(d)
+                via.append(g)
+        for name, idx in (("first byte", 0), ("whole answer", 1)):
+            dd, gg = [x[idx] for x in direct], [x[idx] for x in via]
+            diffs = [g - d for d, g in zip(dd, gg, strict=True)]
+            print(f"{name}: direct p50 {pct(dd, .5):.2f} ms p95 {pct(dd, .95):.2f} ms | via gateway p50 "
+                  f"{pct(gg, .5):.2f} ms p95 {pct(gg, .95):.2f} ms | added p50 {pct(gg, .5) - pct(dd, .5):.2f} ms "
+                  f"p95 {pct(gg, .95) - pct(dd, .95):.2f} ms (median per-call difference {statistics.median(diffs):.2f} ms)",
+                  flush=True)  # fmt: skip
+        process.stop(out)
+
+        slow = provider(0.05)
+        st = process.start_detached(
+            out,
+            process.GatewaySettings(
+                upstream=f"http://127.0.0.1:{slow.server_address[1]}/v1", key_var=KEY_VAR
+            ),
+        )
+        issued = [
+            attempts.issue(out, "bench", f"arm{i}", f"s{i + 1}", budget_sec=None) for i in range(args.streams)
+        ]
+        for iss in issued:
+            while not attempts.socket_path(out, iss.record.id).exists():
+                time.sleep(0.05)
+        gw = psutil.Process(st.pid)
+
+        def cpu() -> float:
+            t = gw.cpu_times()
+            return (
+                t.user
+                + t.system
+                + sum(c.cpu_times().user + c.cpu_times().system for c in gw.children(recursive=True))
+            )
+
+        stop = time.monotonic() + args.seconds
+        counts = [0] * args.streams
+
+        def client(i: int) -> None:
+            iss = issued[i]
+            while time.monotonic() < stop:
+                call(unix(attempts.socket_path(out, iss.record.id)), iss.token)
+                counts[i] += 1
+
+        c0, w0 = cpu(), time.monotonic()
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(args.streams)]
+        for t in threads:
+            t.start()
+        rss = 0
+        while any(t.is_alive() for t in threads):
+            rss = max(rss, gw.memory_info().rss)
+            time.sleep(0.5)
+        c1, w1 = cpu(), time.monotonic()
+        print(f"{args.streams} streams for {w1 - w0:.1f} s ({sum(counts)} calls, each ~2 s of SSE): gateway CPU "
+              f"{100 * (c1 - c0) / (w1 - w0):.2f} % of one core, peak RSS {rss / 1e6:.1f} MB", flush=True)  # fmt: skip
+        led = [json.loads(x) for x in (out / ".runner" / "gateway" / "ledger.jsonl").read_text().splitlines()]
+        calls = [x for x in led if x.get("kind") == "call" and x.get("outcome") == "ok"]
+        print(
+            f"ledger: {len(calls)} calls recorded, every one with usage: {all(x.get('usage') for x in calls)}"
+        )
+        process.stop(out)
+    finally:
+        print(f"load average after: {os.getloadavg()}", flush=True)
+        shutil.rmtree(attempts.socket_root(out), ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

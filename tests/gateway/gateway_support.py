@@ -1,0 +1,147 @@
+"""A provider stand-in for the gateway's own tests, and clients for the gateway's sockets.
+
+``Provider`` is a real HTTP server on the host's loopback (stdlib, in a thread of the test) whose
+answers the test steers through the request's ``model``: a stream that waits for the test before it
+ends (pass-through, not buffering), a stream that never ends (a client that goes away must cancel
+it), a non-streamed JSON answer, a quick stream. It records what reached it (the key, the request
+id), never what the gateway is supposed to keep to itself.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+USAGE = {
+    "input_tokens": 1234,
+    "input_tokens_details": {"cached_tokens": 200},
+    "output_tokens": 56,
+    "output_tokens_details": {"reasoning_tokens": 7},
+    "total_tokens": 1290,
+}
+
+
+def sse(kind: str, data: dict) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+
+class Provider:
+    def __init__(self) -> None:
+        self.seen: list[dict] = []
+        self.go = threading.Event()
+        self.disconnected = threading.Event()
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):  # quiet
+                pass
+
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                provider.seen.append(
+                    {"auth": self.headers.get("Authorization"), "request_id": self.headers.get("x-client-request-id"),
+                     "accept_encoding": self.headers.get("Accept-Encoding"), "model": body.get("model")}
+                )  # fmt: skip
+                model = body.get("model")
+                if model == "json":
+                    data = json.dumps({"id": "resp_json", "object": "response", "usage": USAGE}).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                self.wfile.write(sse("response.created", {"response": {"id": "resp_1"}}))
+                self.wfile.flush()
+                if model == "stream-wait":
+                    provider.go.wait(20)
+                elif model == "stream-forever":
+                    try:
+                        for _ in range(600):
+                            time.sleep(0.05)
+                            self.wfile.write(b": keepalive\n\n")
+                            self.wfile.flush()
+                    except OSError:
+                        provider.disconnected.set()
+                    return
+                self.wfile.write(sse("response.output_text.delta", {"delta": "hi"}))
+                self.wfile.write(sse("response.completed", {"response": {"id": "resp_1", "usage": USAGE}}))
+                self.wfile.flush()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> Provider:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.go.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class UnixConn(http.client.HTTPConnection):
+    def __init__(self, path: str | Path, timeout: float = 30) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path_ = str(path)
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path_)
+
+
+def post(sock: str | Path, token: str | None, model: str = "quick") -> tuple[int, bytes]:
+    c = UnixConn(sock)
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        c.request("POST", "/v1/responses", json.dumps({"model": model, "stream": True, "input": []}), headers)
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def code_of(body: bytes) -> str | None:
+    try:
+        return json.loads(body)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def raw_request(token: str, model: str) -> bytes:
+    body = json.dumps({"model": model, "stream": True, "input": []}).encode()
+    return (
+        f"POST /v1/responses HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+def wait_for(pred, timeout: float, what: str, step: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -1,0 +1,293 @@
+"""The model gateway itself, as a real process (``marathon gateway``, started the way the runner
+starts it) between real HTTP clients on the attempts' unix sockets and a real HTTP provider on the
+host's loopback (tests/gateway/gateway_support.py). No Docker: the sandbox side is the socket.
+
+What it must do, each one a test: forward a stream as it arrives (never buffer it whole); cancel the
+upstream call when the client goes away; put the real key upstream only (never in what it writes);
+record every call on the ledger with the response's own usage; refuse (401, on the ledger, with the
+attempt) a missing token, another attempt's token, an ended attempt's, a killed attempt's and one
+past its model budget; keep an attempt's budget start across its own restart (which is recorded as
+an outage); serve remote sandboxes over TLS with the operator's certificate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from gateway_support import USAGE, Provider, code_of, post, raw_request, wait_for
+
+from runner.ops.gateway import attempts, process
+from runner.results import ledger as L
+from runner.results.tree import gateway_dir
+
+KEY_VAR = "MARATHON_GW_TEST_KEY"
+
+
+@pytest.fixture
+def key(monkeypatch) -> str:
+    value = "sk-gwtest-" + os.urandom(12).hex()
+    monkeypatch.setenv(KEY_VAR, value)
+    return value
+
+
+@pytest.fixture
+def provider():
+    with Provider() as p:
+        yield p
+
+
+@pytest.fixture
+def gateway(tmp_path, key, provider):
+    out = tmp_path / "out"
+    out.mkdir()
+    s = process.GatewaySettings(upstream=provider.url, key_var=KEY_VAR)
+    st = process.start_detached(out, s)
+    try:
+        yield out, s, st
+    finally:
+        for host in (None,):
+            try:
+                process.stop(out, host)
+            except Exception:  # noqa: BLE001 - a test that killed it already
+                pass
+        shutil.rmtree(attempts.socket_root(out), ignore_errors=True)
+
+
+def issue(out: Path, arm: str = "plain", budget: float | None = None) -> attempts.Issued:
+    iss = attempts.issue(out, "t1", arm, f"2026-01-01__00-00-{len(list(attempts.list_records(out))):02d}",
+                         budget_sec=budget)  # fmt: skip
+    wait_for(lambda: attempts.socket_path(out, iss.record.id).exists(), 10, "the attempt's socket")
+    return iss
+
+
+def calls(out: Path) -> list[L.Call]:
+    return L.read_ledger(out).calls
+
+
+def test_a_call_is_forwarded_with_the_real_key_and_recorded_with_its_usage(gateway, provider, key):
+    out, _s, _st = gateway
+    a = issue(out)
+    status, body = post(attempts.socket_path(out, a.record.id), a.token)
+    assert status == 200 and b"response.completed" in body
+    (seen,) = provider.seen
+    assert seen["auth"] == f"Bearer {key}"  # the key upstream, the token replaced
+    assert seen["request_id"] == f"{a.record.id}.1" and seen["accept_encoding"] == "identity"
+    (c,) = wait_for(lambda: calls(out), 5, "the ledger line")
+    assert (c.outcome, c.status, c.attempt, c.task, c.arm) == (L.OK, 200, a.record.id, "t1", "plain")
+    assert c.usage == (1234, 200, 56, 7) and c.response_id == "resp_1"
+    assert c.param("model") == "quick" and c.first_byte_ms <= c.total_ms
+    # a non-streamed JSON answer is read for its usage too
+    assert post(attempts.socket_path(out, a.record.id), a.token, model="json")[0] == 200
+    js = wait_for(lambda: [c for c in calls(out) if c.param("model") == "json"], 5, "the JSON call")
+    assert js[0].usage == (USAGE["input_tokens"], 200, 56, 7)
+    # the key is in none of the gateway's files (ledger, log, state, attempts)
+    for p in gateway_dir(out).rglob("*"):
+        if p.is_file():
+            assert key.encode() not in p.read_bytes(), p
+
+
+def test_a_stream_passes_as_it_arrives_never_buffered_whole(gateway, provider):
+    out, _s, _st = gateway
+    a = issue(out)
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(str(attempts.socket_path(out, a.record.id)))
+        s.sendall(raw_request(a.token, "stream-wait"))
+        got = b""
+        while b"response.created" not in got:
+            got += s.recv(65536)
+        # the first event reached the client while the provider still holds the rest back
+        assert not provider.go.is_set() and b"response.completed" not in got
+        provider.go.set()
+        while b"response.completed" not in got:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    assert b"response.completed" in got
+    (c,) = wait_for(lambda: calls(out), 5, "the ledger line")
+    assert c.outcome == L.OK and c.usage is not None and c.first_byte_ms < c.total_ms
+
+
+def test_a_client_that_goes_away_cancels_the_upstream_call(gateway, provider):
+    out, _s, _st = gateway
+    a = issue(out)
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(10)
+    s.connect(str(attempts.socket_path(out, a.record.id)))
+    s.sendall(raw_request(a.token, "stream-forever"))
+    got = b""
+    while b"keepalive" not in got:
+        got += s.recv(65536)
+    s.close()  # the agent's codex went away mid-stream
+    assert provider.disconnected.wait(10), "the gateway kept the upstream call running for nobody"
+    (c,) = wait_for(lambda: calls(out), 5, "the ledger line")
+    assert c.outcome == L.CLIENT_CLOSED and c.usage is None
+
+
+def test_tokens_are_refused_without_a_token_from_another_attempt_ended_killed_or_past_budget(
+    gateway, provider
+):
+    out, _s, _st = gateway
+    a, b = issue(out, "plain"), issue(out, "goal")
+    sock_a, sock_b = attempts.socket_path(out, a.record.id), attempts.socket_path(out, b.record.id)
+    assert code_of(post(sock_a, None)[1]) == L.NO_TOKEN
+    assert code_of(post(sock_a, "not-a-token")[1]) == L.NO_TOKEN
+    status, body = post(sock_b, a.token)  # a token carried into another attempt's sandbox
+    assert (status, code_of(body)) == (401, L.OTHER_ATTEMPT)
+    assert post(sock_a, a.token)[0] == 200 and post(sock_b, b.token)[0] == 200
+    # a replayed after its attempt ended: its socket stays bound a while, to refuse it on the record
+    attempts.end(out, a.record.id, "ended")
+    assert (post(sock_a, a.token)[0], code_of(post(sock_a, a.token)[1])) == (401, L.ENDED)
+    # b's harbor process was killed: its token is refused at once, before the runner notices
+    doomed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    attempts.set_harbor(out, b.record.id, doomed.pid)
+    assert post(sock_b, b.token)[0] == 200
+    doomed.kill()  # the process this test started, by its handle
+    doomed.wait()
+    assert code_of(post(sock_b, b.token)[1]) == L.GONE
+    # c's budget: 1 s from its first forwarded call
+    c = issue(out, "heartbeat", budget=1.0)
+    sock_c = attempts.socket_path(out, c.record.id)
+    assert post(sock_c, c.token)[0] == 200
+    time.sleep(1.2)
+    assert code_of(post(sock_c, c.token)[1]) == L.BUDGET
+    forwarded = len(provider.seen)
+    led = wait_for(lambda: L.read_ledger(out) if len(calls(out)) >= 11 else None, 5, "every line")
+    refused = [x for x in led.calls if x.outcome == L.REFUSED]
+    assert [x.refused for x in refused] == [
+        L.NO_TOKEN, L.NO_TOKEN, L.OTHER_ATTEMPT, L.ENDED, L.ENDED, L.GONE, L.BUDGET
+    ]  # fmt: skip
+    assert all(x.status == 401 and x.usage is None for x in refused)
+    # each refusal is on the ledger with the attempt whose socket it came in on
+    assert [x.attempt for x in refused] == [a.record.id, a.record.id, b.record.id, a.record.id,
+                                            a.record.id, b.record.id, c.record.id]  # fmt: skip
+    assert forwarded == 4  # nothing refused went upstream
+    assert led.usage("t1", "heartbeat", c.record.stamp).refused == {L.BUDGET: 1}
+
+
+def test_a_killed_gateway_is_restarted_with_the_outage_recorded_and_the_budget_kept(gateway, provider):
+    out, s, st = gateway
+    a = issue(out, budget=4.0)
+    sock = attempts.socket_path(out, a.record.id)
+    assert post(sock, a.token)[0] == 200
+    first = wait_for(lambda: calls(out), 5, "the first call")[0].at
+    os.kill(st.pid, signal.SIGKILL)  # the gateway this test started (its registered identity)
+    wait_for(lambda: process.running(out) is None, 10, "the gateway to be gone")
+    new, started = process.ensure(out, s, by="test")
+    assert started and new.pid != st.pid
+    (o,) = L.read_outages(out)
+    assert ("t1", "plain", a.record.stamp) in o.attempts and o.by == "test"
+    wait_for(lambda: sock.exists(), 10, "the socket bound again in the same dir")
+    assert post(sock, a.token)[0] == 200  # the restarted gateway serves the attempt ...
+    later = [c for c in calls(out) if c.outcome == L.OK][-1]
+    assert abs(later.model_time_sec - (later.at - first)) < 0.01  # ... on the budget from its first call
+    time.sleep(max(0.0, first + 4.2 - time.time()))
+    assert code_of(post(sock, a.token)[1]) == L.BUDGET
+
+
+def _cert(tmp: Path) -> tuple[Path, Path]:
+    cert, key = tmp / "gw.crt", tmp / "gw.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+def test_remote_sandboxes_reach_it_over_tls_by_token(tmp_path, key, provider):
+    out = tmp_path / "out"
+    out.mkdir()
+    cert, tls_key = _cert(tmp_path)
+    s = process.GatewaySettings(upstream=provider.url, key_var=KEY_VAR, tls_listen="127.0.0.1:0",
+                                tls_cert=str(cert), tls_key=str(tls_key))  # fmt: skip
+    st = process.start_detached(out, s)
+    try:
+        a = attempts.issue(out, "t1", "plain", "2026-01-01__00-00-00", budget_sec=None)
+        url = f"https://127.0.0.1:{st.tcp_port}/v1/responses"
+        ctx = ssl.create_default_context(cafile=str(cert))
+
+        def call(token: str) -> tuple[int, bytes]:
+            req = urllib.request.Request(url, data=json.dumps({"model": "quick", "stream": True}).encode(),
+                                         headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+            try:
+                with urllib.request.urlopen(req, context=ctx, timeout=20) as r:
+                    return r.status, r.read()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read()
+
+        wait_for(lambda: process.running(out) is not None, 10, "the gateway")
+        status, body = call(a.token)
+        assert status == 200 and b"response.completed" in body
+        assert code_of(call("nobody's token")[1]) == L.NO_TOKEN
+        attempts.end(out, a.record.id, "ended")
+        time.sleep(0.5)  # the gateway re-reads the record on each call; this only lets the write land
+        assert code_of(call(a.token)[1]) == L.ENDED
+        # plain HTTP on the TLS port gets nowhere
+        with pytest.raises(Exception):  # noqa: B017 - any failure: a reset, a bad status line
+            urllib.request.urlopen(url.replace("https", "http"), timeout=5)
+    finally:
+        process.stop(out)
+        shutil.rmtree(attempts.socket_root(out), ignore_errors=True)
+
+
+def test_health_finds_a_dead_gateway_that_live_attempts_need_and_fix_restarts_it(tmp_path, monkeypatch):
+    """``marathon health`` of a run whose gateway died under a live attempt (its harbor still runs):
+    a ``gateway_dead`` finding; ``--fix`` restarts it from the run's own settings (.driver_env) and
+    records the outage, so the attempt is voided by the table when it ends."""
+    from runner.schedule.config import resolve, write_driver_env
+    from runner.schedule.gateway import settings_for
+    from runner.schedule.health import check, fix
+
+    monkeypatch.setenv("MARATHON_DEMO_MODEL_KEY", "scripted-demo-placeholder")
+    out = tmp_path / "out"
+    tasks = Path(__file__).resolve().parents[2] / "runner" / "demo" / "tasks"
+    cfg = resolve(out, {"tasks_dir": str(tasks), "tasks": ["calc-partial"], "arms": ["plain"],
+                        "model": "scripted/solve", "agent_kwargs": ["api_key_var=MARATHON_DEMO_MODEL_KEY"]},
+                  environ={})  # fmt: skip
+    write_driver_env(cfg)
+    harbor = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"]
+    )  # the attempt's "harbor"
+    # a live runner of the tree (so health restarts only what is dead: the gateway)
+    from runner.ops.procs import Registry
+
+    Registry(out).register(harbor.pid, "runner", ["marathon", "run", str(out)])
+    try:
+        st = process.start_detached(out, settings_for(cfg))
+        a = attempts.issue(out, "calc-partial", "plain", "2026-01-01__00-00-00", budget_sec=30)
+        attempts.set_harbor(out, a.record.id, harbor.pid)
+        rep, _ = check(out)
+        assert (
+            rep.gateway
+            and "serving" in rep.gateway
+            and not [f for f in rep.findings if f.kind == "gateway_dead"]
+        )
+        os.kill(st.pid, signal.SIGKILL)  # the gateway this test started
+        wait_for(lambda: process.running(out) is None, 10, "the gateway to be gone")
+        rep, _ = check(out)
+        (dead,) = [f for f in rep.findings if f.kind == "gateway_dead"]
+        assert dead.fixable and dead.data["attempts"] == [a.record.id]
+        fixed = fix(out)
+        assert any(x.startswith("restarted the model gateway") for x in fixed.fixes), fixed.fixes
+        new = process.running(out)
+        assert new is not None and new.pid != st.pid
+        (o,) = L.read_outages(out)
+        assert o.by == "health --fix" and ("calc-partial", "plain", "2026-01-01__00-00-00") in o.attempts
+    finally:
+        harbor.kill()  # the process this test started, by its handle
+        harbor.wait()
+        process.stop(out)
+        shutil.rmtree(attempts.socket_root(out), ignore_errors=True)

@@ -1,0 +1,185 @@
+"""What the gateway reads off the wire (runner.ops.gateway.wire), the ledger's one reader
+(runner.results.ledger) and the scripted model on the host (agents/scripted_model/host.py): pure
+logic and a real stdlib server, no Docker."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runner.ops.gateway.wire import UsageScanner, request_params, usage_of
+from runner.results import ledger as L
+
+REPO = Path(__file__).resolve().parents[2]
+USAGE = {
+    "input_tokens": 900,
+    "input_tokens_details": {"cached_tokens": 100},
+    "output_tokens": 30,
+    "output_tokens_details": {"reasoning_tokens": 5},
+    "total_tokens": 930,
+}
+
+
+def _stream(n_deltas: int = 50, crlf: bool = False) -> bytes:
+    def ev(kind: str, data: dict) -> str:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n"
+
+    s = ev("response.created", {"response": {"id": "resp_9"}})
+    s += ": keepalive\n\n" + "".join(
+        ev("response.output_text.delta", {"delta": "x" * 20}) for _ in range(n_deltas)
+    )
+    s += ev("response.completed", {"response": {"id": "resp_9", "status": "completed", "usage": USAGE}})
+    return (s.replace("\n", "\r\n") if crlf else s).encode()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=400), min_size=1, max_size=80), st.booleans())
+def test_usage_is_read_from_a_stream_however_it_is_cut_into_chunks(cuts, crlf):
+    data = _stream(crlf=crlf)
+    sc = UsageScanner("text/event-stream; charset=utf-8")
+    pos = 0
+    for n in cuts * 200:
+        if pos >= len(data):
+            break
+        sc.feed(data[pos : pos + n])
+        pos += n
+    sc.feed(data[pos:])
+    sc.close()
+    assert sc.usage == {"input": 900, "cached": 100, "output": 30, "reasoning": 5, "total": 930}
+    assert (sc.response_id, sc.final) == ("resp_9", "completed")
+
+
+def test_a_cut_stream_has_no_usage_and_a_runaway_event_is_dropped():
+    data = _stream()
+    sc = UsageScanner("text/event-stream")
+    sc.feed(data[: data.index(b"response.completed")])  # the client went away before the end
+    sc.close()
+    assert sc.usage is None and sc.response_id == "resp_9"
+    runaway = UsageScanner("text/event-stream")
+    runaway.feed(b"data: " + b"x" * (5 * 1024 * 1024))  # no blank line, ever
+    assert runaway.overflow and len(runaway._buf) == 0
+
+
+def test_a_json_answer_and_an_incomplete_one():
+    sc = UsageScanner("application/json")
+    sc.feed(json.dumps({"id": "r1", "usage": USAGE}).encode())
+    sc.close()
+    assert sc.usage["input"] == 900 and sc.response_id == "r1"
+    inc = UsageScanner("text/event-stream")
+    inc.feed(b'event: response.incomplete\ndata: {"type":"response.incomplete","response":{"id":"r2","usage":'
+             + json.dumps(USAGE).encode() + b"}}\n\n")  # fmt: skip
+    assert inc.final == "incomplete" and inc.usage["output"] == 30
+    assert usage_of({"usage": {"input_tokens": -5, "output_tokens": True}}) == {
+        "input": 0, "cached": 0, "output": 0, "reasoning": 0, "total": 0
+    }  # fmt: skip
+
+
+def test_request_parameters_plain_and_gzipped():
+    body = {
+        "model": "gpt-5.5", "reasoning": {"effort": "high", "summary": "auto"}, "temperature": 0.2,
+        "max_output_tokens": 1000, "tools": [{"type": "function", "name": "exec_command"}],
+        "instructions": "be brief", "stream": True, "input": [{"type": "message"}],
+    }  # fmt: skip
+    p, stream = request_params(json.dumps(body).encode())
+    assert stream and p["model"] == "gpt-5.5" and p["reasoning_effort"] == "high"
+    assert p["temperature"] == 0.2 and p["max_output_tokens"] == 1000 and p["n_tools"] == 1
+    assert len(p["tools_sha256"]) == 64 and len(p["instructions_sha256"]) == 64
+    # key order in the tool list's JSON does not change its hash; a different tool list does
+    same = dict(body, tools=[{"name": "exec_command", "type": "function"}])
+    assert request_params(json.dumps(same).encode())[0]["tools_sha256"] == p["tools_sha256"]
+    other = dict(body, tools=[{"type": "function", "name": "update_goal"}])
+    assert request_params(json.dumps(other).encode())[0]["tools_sha256"] != p["tools_sha256"]
+    assert request_params(gzip.compress(json.dumps(body).encode()), "gzip")[0] == p
+    assert request_params(b"\x00garbage", "gzip")[0] == {"unparsed": "body encoding 'gzip'"}
+    assert request_params(b"[1, 2]")[0] == {"unparsed": "not a JSON object"}
+
+
+def test_the_ledger_reader_is_incremental_and_sums_per_attempt(tmp_path):
+    from runner.results.tree import ledger_path
+
+    out = tmp_path / "out"
+    path = ledger_path(out)
+    path.parent.mkdir(parents=True)
+
+    def row(**kw) -> str:
+        base = {"kind": "call", "at": 1000.0, "attempt": "a1", "task": "t", "arm": "plain",
+                "stamp": "s1", "outcome": "ok", "status": 200}  # fmt: skip
+        return json.dumps({**base, **kw}) + "\n"
+
+    path.write_text(
+        row(usage={"input": 10, "cached": 2, "output": 3, "reasoning": 1}, params={"model": "m", "top_p": 1})
+        + row(at=1001.0, usage={"input": 5, "cached": 0, "output": 1, "reasoning": 0}, params={"model": "m2"})
+        + row(at=1002.0, outcome="refused", refused="budget_exhausted", status=401)
+        + "not json\n"
+        + '{"kind": "call", "at": 5'  # a torn last line waits
+    )
+    reader = L.LedgerReader(out)
+    led = L.Ledger()
+    led.add_rows(reader.read_new())
+    u = led.usage("t", "plain", "s1")
+    assert (u.calls, u.forwarded, u.input, u.cached, u.output, u.reasoning) == (3, 2, 15, 2, 4, 1)
+    assert u.refused == {"budget_exhausted": 1} and u.first_at == 1000.0 and u.first_refused_at == 1002.0
+    assert u.param_value("model") == "m | m2" and u.param_value("top_p") == "1"
+    assert reader.skipped == 1
+    with path.open("a") as fh:
+        fh.write('.0, "attempt": "a2", "task": "t", "arm": "goal", "stamp": "s2", "outcome": "ok"}\n')
+    assert led.add_rows(reader.read_new()) == {("t", "goal", "s2")}  # the torn line, now whole
+    assert L.reconcile(u, {"inputTokens": 15, "cachedInputTokens": 2, "outputTokens": 4}) == []
+    assert L.reconcile(u, {"inputTokens": 12, "cachedInputTokens": 2, "outputTokens": 4}) == [
+        "input tokens: receipt 12, ledger 15 (-3)"
+    ]
+
+
+def test_the_scripted_model_on_the_host_finds_the_task_from_the_request(tmp_path):
+    """host.py: one server for every task; the plan is the task whose instruction codex sent."""
+    sock = tmp_path / "s.sock"
+    log = tmp_path / "requests.jsonl"
+    env = dict(os.environ, SCRIPTED_SOCKET=str(sock), SCRIPTED_LOG=str(log),
+               SCRIPTED_TASKS=str(REPO / "runner" / "demo" / "tasks"))  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-S", str(REPO / "agents" / "scripted_model" / "host.py")], env=env
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        from gateway_support import UnixConn
+
+        def ask(task: str, rid: str) -> dict:
+            text = (REPO / "runner" / "demo" / "tasks" / task / "instruction.md").read_text()
+            body = {"model": "scripted/solve", "input": [
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Task:\n" + text}]}]}  # fmt: skip
+            c = UnixConn(sock)
+            c.request("POST", "/v1/responses", json.dumps(body), {"x-client-request-id": rid})
+            r = c.getresponse()
+            sse = r.read().decode()
+            c.close()
+            items = [json.loads(x[6:]) for x in sse.splitlines() if x.startswith("data: ")]
+            return next(i["item"] for i in items if i["type"] == "response.output_item.done")
+
+        for task in ("calc-partial", "two-stage"):
+            plan = json.loads(
+                (REPO / "runner" / "demo" / "tasks" / task / "environment" / "plan.json").read_text()
+            )
+            item = ask(task, f"a-{task}.1")
+            assert json.loads(item["arguments"])["cmd"] == plan["steps"][0], task
+        rows = [json.loads(x) for x in log.read_text().splitlines()]
+        assert [(r["task"], r["attempt"], r["request_id"]) for r in rows] == [
+            ("calc-partial", "a-calc-partial", "a-calc-partial.1"), ("two-stage", "a-two-stage", "a-two-stage.1")
+        ]  # fmt: skip
+        assert all(r["usage"]["input_tokens"] > 0 for r in rows)
+        c = UnixConn(sock)
+        c.request("GET", "/__scripted/stats")
+        stats = json.loads(c.getresponse().read())
+        assert stats == {"requests": 2, "by_attempt": {"a-calc-partial": 1, "a-two-stage": 1}}
+    finally:
+        proc.terminate()  # the server this test started, by its handle
+        proc.wait(10)

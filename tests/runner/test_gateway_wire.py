@@ -1,0 +1,130 @@
+"""The model gateway on the shared five-arm run (tests/runner/five_arm_run.py: the five real arms at
+once on calc-partial, the scripted ``never-finish`` model as the gateway's upstream, a 30 s
+GOAL_TIMEOUT_SEC): every model call of every arm went over the wire through the gateway, and the
+wire shows what the receipts claim.
+
+- the ledger equals the scripted model's own log, attempt by attempt and call by call (the gateway's
+  ``x-client-request-id`` joins them): the same calls, the same tokens;
+- the receipts' self-reported usage agrees with the ledger (``runner.results.ledger.reconcile``);
+- the budget at the wire: no call was forwarded after an attempt's first forwarded call plus the
+  budget, and every arm's harness stopped its model at the same model time measured on the wire
+  (within 1 s), which is where the gateway's refusal would cut it;
+- a token read from one sandbox was refused on every other attempt's socket (the prober);
+- ``status`` and ``report`` take their tokens from the ledger, and the wire fairness audit finds
+  the five arms sent the same behaviour parameters (``runner.results.audit.wire_audit``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from five_arm_run import BUDGET, TASK
+from runner_support import done_jobs, run_marathon
+
+from modes.profiles import DEFAULT_ARMS
+from runner.results import ledger as L
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def wire(five_arm_run):
+    run = five_arm_run
+    assert run.rc == 0, run.console[-3000:]
+    assert set(run.receipts) == set(DEFAULT_ARMS), run.console[-3000:]
+    led = L.read_ledger(run.out)
+    log = run.out / ".runner" / "gateway" / "scripted" / "requests.jsonl"
+    model = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+    # the done attempt of each arm (the receipts are theirs): its stamp
+    stamps = {arm: jobs[0].parent.name for (task, arm), jobs in done_jobs(run.out).items() if task == TASK}
+    return run, led, model, stamps
+
+
+def test_every_arm_went_through_the_gateway(wire):
+    run, led, _model, stamps = wire
+    for arm, r in run.receipts.items():
+        assert r["provider"]["gateway"] == "local", arm
+        assert r["provider"]["api_key_var"] == "MARATHON_GATEWAY_TOKEN", arm  # the token, never the key
+        assert r["extra"]["relay"]["connections"] > 0 and r["extra"]["relay"]["unreachable"] == 0, arm
+        u = led.usage(TASK, arm, stamps[arm])
+        assert u is not None and u.forwarded > 0, arm
+
+
+def test_the_ledger_equals_the_scripted_models_own_count_per_attempt(wire):
+    run, led, model, stamps = wire
+    for arm in DEFAULT_ARMS:
+        calls = [c for c in led.calls if c.key == (TASK, arm, stamps[arm]) and c.forwarded]
+        (aid,) = {c.attempt for c in calls}
+        seen = {m["request_id"]: m for m in model if m.get("attempt") == aid}
+        assert {c.request_id for c in calls} == set(seen), arm  # the same calls, no more, no fewer
+        assert len(calls) == len(seen) > 3, arm
+        for c in calls:
+            m = seen[c.request_id]
+            if c.usage is None:  # the answer was cut before its usage passed (client gone): say so
+                assert c.outcome == L.CLIENT_CLOSED, (arm, c)
+                continue
+            u = m["usage"]
+            assert c.usage == (
+                u["input_tokens"],
+                u["input_tokens_details"]["cached_tokens"],
+                u["output_tokens"],
+                u["output_tokens_details"]["reasoning_tokens"],
+            ), (arm, c.request_id)
+        usage = led.usage(TASK, arm, stamps[arm])
+        with_usage = [seen[c.request_id]["usage"] for c in calls if c.usage is not None]
+        assert usage.input == sum(u["input_tokens"] for u in with_usage)
+        assert usage.output == sum(u["output_tokens"] for u in with_usage)
+
+
+def test_the_receipts_usage_reconciles_with_the_ledger(wire):
+    run, led, _model, stamps = wire
+    for arm, r in run.receipts.items():
+        assert L.reconcile(led.usage(TASK, arm, stamps[arm]), r["token_usage"]) == [], arm
+
+
+def test_the_budget_holds_at_the_wire_the_same_for_every_arm(wire):
+    run, led, _model, stamps = wire
+    cut = {}
+    for arm, r in run.receipts.items():
+        u = led.usage(TASK, arm, stamps[arm])
+        calls = [c for c in led.calls if c.key == (TASK, arm, stamps[arm]) and c.forwarded]
+        # nothing was forwarded past the budget at the wire: the gateway would have refused it
+        assert max(c.model_time_sec for c in calls) <= BUDGET, arm
+        assert min(c.at for c in calls) == u.first_at
+        # where the harness stopped its model, in model time on the wire
+        stopped = r["extra"]["budget_start_epoch"] + r["extra"]["deadline_after_sec"]
+        cut[arm] = stopped - u.first_at
+        assert abs(cut[arm] - BUDGET) <= 1.0, (arm, cut[arm])
+        # the last accepted call came within the budget, at most one model step before the cut
+        assert u.last_accepted_model_sec <= BUDGET
+    assert max(cut.values()) - min(cut.values()) <= 1.0, cut
+
+
+def test_a_token_from_one_sandbox_is_refused_on_every_other_attempt(wire):
+    run, led, _model, _stamps = wire
+    tokens = {t for ts in run.procs.captured.values() for t in ts}
+    assert len(tokens) >= len(DEFAULT_ARMS), "the sampler did not read each arm's token in its sandbox"
+    assert run.probes, "no cross-attempt probe ran while two attempts were live"
+    assert {(s, c) for _a, _b, s, c in run.probes} == {(401, L.OTHER_ATTEMPT)}, run.probes
+    refused = [c for c in led.calls if c.refused == L.OTHER_ATTEMPT]
+    assert len(refused) == len(run.probes)  # each refusal is on the ledger, with the socket's attempt
+    assert {c.attempt for c in refused} == {b for _a, b, _s, _c in run.probes}
+
+
+def test_status_and_report_take_tokens_from_the_ledger_and_the_wire_audit_is_clean(wire):
+    run, led, _model, stamps = wire
+    rep = run_marathon("report", str(run.out), "--format", "json")
+    assert rep.returncode == 0, rep.stderr
+    data = json.loads(rep.stdout)
+    for arm in DEFAULT_ARMS:
+        cell = data["cells"][TASK][arm]
+        u = led.usage(TASK, arm, stamps[arm])
+        assert cell["n_input_tokens"] == u.input and cell["n_output_tokens"] == u.output, (arm, cell)
+        assert cell["tokens_source"] == "ledger", cell
+    assert data["reconciliation"] == {"compared": len(DEFAULT_ARMS), "lines": []}, data["reconciliation"]
+    wire_audit = data["audit"]["wire"]
+    assert wire_audit["lines"] == [], wire_audit
+    assert {"model", "tool list (sha256)"} <= set(wire_audit["compared"]), wire_audit
+    text = run_marathon("report", str(run.out)).stdout
+    assert "ALARM" not in text, text
