@@ -54,7 +54,6 @@ from agents.conversation import (
     preflight_verdict,
 )
 from agents.drive import Harness
-from agents.receipt import Receipt, utc_now
 from agents.session import DEADLINE_MESSAGE, ArmFailure, CodexSession, is_deadline
 from agents.staging import (
     CONTAINER_CODEX_BIN,
@@ -71,6 +70,7 @@ from modes.budget import deadline_margin_sec
 from modes.config_digest import config_digests
 from modes.naming import ENVIRONMENT_LOST
 from modes.profiles import mode_for
+from modes.receipt import Receipt, utc_now
 from modes.trial_files import TrialFiles
 
 #: The scripted model listens here inside every mini-benchmark container.

@@ -36,7 +36,6 @@ from typing import Any
 
 from agents import leftovers
 from agents.base_codex import SCRIPTED_LOG
-from agents.receipt import Receipt
 from agents.sandbox_driver import CONFIG_NAME, MIN_PYTHON, RECEIPT_NAME, STATUS_NAME, STOP_NAME
 from agents.session import ArmFailure
 from agents.staging import CONTAINER_CODEX_ROOT, StagingError, load_staged
@@ -51,6 +50,7 @@ from agents.transport import (
 from modes import safeio
 from modes.config_digest import config_digests
 from modes.naming import ENVIRONMENT_LOST, compose_project
+from modes.receipt import Receipt
 
 REPO = Path(__file__).resolve().parents[1]
 #: The stdlib-only modules the driver needs, uploaded as a package tree (harbor is not installed there).
@@ -62,15 +62,16 @@ BUNDLE = (
     "agents/loopx_body.py",
     "agents/loopx_gates.py",
     "agents/loopx_profile.py",
-    "agents/receipt.py",
     "agents/sandbox_driver.py",
     "agents/session.py",
     "agents/staging.py",
     "modes/__init__.py",
     "modes/budget.py",
     "modes/profiles.py",
+    "modes/receipt.py",
     "modes/safeio.py",
     "modes/trial_files.py",
+    "modes/values.py",
 )
 SANDBOX_BUNDLE = "/opt/marathon-driver"
 SANDBOX_LOGS = "/logs/agent"

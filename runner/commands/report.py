@@ -27,6 +27,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--run", action="store_true", help="only the current run (default: all time)")
     p.add_argument("--pretty", action="store_true", help="indent the JSON for a human (default: one line)")
+    p.add_argument(
+        "--exclude-flagged",
+        action="store_true",
+        help="the other reading, labelled as such: leave flagged cells (holes the agent could have made) "
+        "out of the means and pairs instead of counting them as failures",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         if os.path.isdir(target):
             raise UserError(f"--out {args.out_file}: is a directory; give a file name")
     with remembered_intervals(model.out):
-        rep = build_report(model, "run" if args.run else "all")
+        rep = build_report(model, "run" if args.run else "all", args.exclude_flagged)
     text = render(rep, args.format, args.pretty)
     if args.out_file is None:
         sys.stdout.write(text)

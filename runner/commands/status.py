@@ -12,9 +12,11 @@ DESCRIPTION = (
     "large) and tampered (a verifier file changed after the verifier finished) in the current run "
     "(the last runner start in OUT/.runner/events.jsonl; --all for all time), the mean reward, "
     "partial score (with n = done and its 95 % bootstrap interval) and test pass rate over done pairs, build "
-    "failures, and receipt events (continuations, unblocks, error events). Excluded leftover dirs "
-    "and unreadable files are listed, never silently skipped. Exit 0; 2 when OUT is not an output "
-    "tree."
+    "failures, and receipt events (continuations, unblocks, error events). A cell with a hole in "
+    "what the agent can write (a file refused, made nonsense or tampered with) counts against its "
+    "arm as a failure and is flagged: n counts it, flag says how many (--exclude-flagged prints the "
+    "other reading, labelled). Excluded leftover dirs and unreadable files are listed, never "
+    "silently skipped. Exit 0; 2 when OUT is not an output tree."
 )
 
 
@@ -23,6 +25,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output (one line)")
     p.add_argument("--pretty", action="store_true", help="with --json: indented for a human")
     p.add_argument("--all", action="store_true", help="count all runs, not only the current one")
+    p.add_argument(
+        "--exclude-flagged",
+        action="store_true",
+        help="the other reading: leave flagged cells out of the means instead of counting them as failures",
+    )
 
 
 def _f(v, nd: int = 3) -> str:
@@ -37,21 +44,23 @@ def _iso(t) -> str | None:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ") if t is not None else None
 
 
-def status_data(model, scope: str) -> dict:
-    from runner.results.report import arm_summary, cell_dict
+def status_data(model, scope: str, exclude_flagged: bool = False) -> dict:
+    from runner.results.report import HEADLINE, OTHER_READING, arm_summary, cell_dict
 
     cells = model.scoped(scope)
     arms = [a for a in model.arms if any(k[1] == a for k in cells)]
-    per_arm = {a: arm_summary([c for k, c in cells.items() if k[1] == a]) for a in arms}
+    per_arm = {a: arm_summary([c for k, c in cells.items() if k[1] == a], exclude_flagged) for a in arms}
     all_cells = model.scoped("all")
     return {
         "out": str(model.out),
         "scope": scope if model.runs else "all",
+        "reading": OTHER_READING if exclude_flagged else HEADLINE,
+        "exclude_flagged": exclude_flagged,
         "run_id": model.run_id,
         "run_started": _iso(model.current_run.started) if model.current_run else None,
         "arms": arms,
         "per_arm": per_arm,
-        "total": arm_summary(list(cells.values())),
+        "total": arm_summary(list(cells.values()), exclude_flagged),
         "all_time_done": sum(1 for c in all_cells.values() if c.status == "done"),
         "all_time_pairs": len(all_cells),
         "claims": sorted(f"{t}__{a}" for t, a in model.claims),
@@ -62,7 +71,7 @@ def status_data(model, scope: str) -> dict:
             {
                 "task": c.task,
                 "arm": c.arm,
-                **{k: v for k, v in cell_dict(c).items() if k in ("status", "note")},
+                **{k: v for k, v in cell_dict(c).items() if k in ("status", "flagged", "note")},
             }
             for c in sorted(cells.values(), key=lambda c: (c.arm, c.task))
             if c.note
@@ -71,11 +80,14 @@ def status_data(model, scope: str) -> dict:
 
 
 def render(d: dict) -> str:
+    """The status table for a terminal: every name and note from the tree through
+    ``modes.safetext.clean`` (no control, bidi or undecodable character reaches the terminal)."""
+    from modes.safetext import clean
     from runner.results.report import fmt_mean
 
-    head = f"marathon status {d['out']}"
+    head = f"marathon status {clean(d['out'], None)}"
     if d["scope"] == "run":
-        head += f"  run {d['run_id']} (started {d['run_started'] or '?'})"
+        head += f"  run {clean(d['run_id'])} (started {d['run_started'] or '?'})"
         head += f"; all time: {d['all_time_done']}/{d['all_time_pairs']} pairs done"
     else:
         head += "  (all time)"
@@ -88,6 +100,8 @@ def render(d: dict) -> str:
         "void",
         "unrd",
         "tamp",
+        "n",
+        "flag",
         "reward",
         "partial [95% CI]",
         "pass",
@@ -97,8 +111,11 @@ def render(d: dict) -> str:
         "errev",
         "cost$",
     )
+    arms = {a: clean(a, 60) for a in d["arms"]}
     widths = (
-        max([len("arm"), 5] + [len(a) for a in d["arms"]]),
+        max([len("arm"), 5] + [len(a) for a in arms.values()]),
+        4,
+        4,
         4,
         4,
         4,
@@ -119,11 +136,13 @@ def render(d: dict) -> str:
         head,
         "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cols, widths, strict=True))),
     ]
+    if d.get("exclude_flagged"):
+        lines.insert(1, f"reading: {d['reading']}")
 
     def row(name: str, s: dict) -> str:
         vals = (
             name, s["done"], s["running"], s["pending"], s["errored"], s["voided"],
-            s.get("unreadable", 0), s.get("tampered", 0),
+            s.get("unreadable", 0), s.get("tampered", 0), s["n"], s["flagged_in_n"],
             _f(s["reward"]), fmt_mean(s["partial"], s["partial_ci"]), _f(s["pass_rate"]), s["build_failed"],
             _f(s["continuations"]), _f(s["unblocks"]), _f(s["error_events"]), _f(s["cost_usd"], 4),
         )  # fmt: skip
@@ -133,20 +152,20 @@ def render(d: dict) -> str:
         )
 
     for a in d["arms"]:
-        lines.append(row(a, d["per_arm"][a]))
+        lines.append(row(arms[a], d["per_arm"][a]))
     if len(d["arms"]) > 1:
         lines.append(row("total", d["total"]))
     if not d["arms"]:
         lines.append("no pairs yet")
-    for host, row in d.get("hosts", {}).items():
-        rest = ", ".join(f"{n} {k}" for k, n in row.items() if k != "attempts")
-        lines.append(f"host {host}: {row['attempts']} attempt(s) ({rest})")
+    for host, hrow in d.get("hosts", {}).items():
+        rest = ", ".join(f"{n} {clean(k)}" for k, n in hrow.items() if k != "attempts")
+        lines.append(f"host {clean(host)}: {hrow['attempts']} attempt(s) ({rest})")
     for e in d["excluded"]:
-        lines.append(f"excluded: {e['path']}: {e['reason']}")
+        lines.append(f"excluded: {clean(e['path'])}: {clean(e['reason'])}")
     for u in d["unreadable"]:
-        lines.append(f"unreadable: {u}")
+        lines.append(f"unreadable: {clean(u, None)}")
     for n in d["notes"]:
-        lines.append(f"note: {n['task']} x {n['arm']}: {n['note']}")
+        lines.append(f"note: {clean(n['task'])} x {clean(n['arm'])}: {clean(n['note'], None)}")
     return "\n".join(lines)
 
 
@@ -158,6 +177,6 @@ def run(args: argparse.Namespace) -> int:
 
     model = open_tree(args.out or tree.default_out())
     with remembered_intervals(model.out):
-        d = status_data(model, "all" if args.all else "run")
+        d = status_data(model, "all" if args.all else "run", args.exclude_flagged)
     print(dump_json(d, args.pretty) if args.json else render(d))
     return 0

@@ -58,7 +58,7 @@ from typing import Any
 from modes.profiles import ARMS
 from modes.trial_files import TrialFiles
 from runner.results import records as results
-from runner.results import tree
+from runner.results import rules, tree
 from runner.results.events import EventKind, EventReader
 from runner.results.hosts import HostRecord, HostUse, read_host
 from runner.results.records import JobRecord, TrialRecord
@@ -129,6 +129,25 @@ class Figures:
         return (self.partial is not None or self.reward is not None) and not self.in_progress_metrics
 
 
+@dataclass(frozen=True, slots=True)
+class Hole:
+    """Why an attempt is no score: a file refused or made nonsense (``UNREADABLE``) or changed after
+    its verifier finished (``TAMPERED``); ``side``: who could have done it (``rules.hole_side``)."""
+
+    status: str  # UNREADABLE | TAMPERED
+    where: str  # "<trial>/<file relative to it>" or "result.json" of the job
+    why: str
+    side: str  # rules.AGENT_SIDE | rules.HARNESS_SIDE
+
+    @property
+    def flagged(self) -> bool:
+        """The hole rule: a hole the agent could have made counts against its arm."""
+        return self.side == rules.AGENT_SIDE
+
+    def text(self) -> str:
+        return f"{self.where}: {self.why}"
+
+
 @dataclass(slots=True)
 class Attempt:
     """One harbor job of a pair: ``<out>/<task>/<arm dir>/<stamp>/<job>``, plus its voided trials."""
@@ -146,10 +165,24 @@ class Attempt:
     figures: Figures = field(default_factory=Figures)
     unreadable: tuple[str, ...] = ()
     host: HostRecord | None = None  # from the attempt's host.json (a cluster run), never inferred
+    holes: tuple[Hole, ...] = ()  # why the attempt is UNREADABLE or TAMPERED (``_attempt_holes``)
 
     @property
     def voided(self) -> bool:
         return self.status == VOIDED
+
+    @property
+    def flagged(self) -> bool:
+        """A hole through what the agent can write: counted against the arm as a failure."""
+        return any(h.flagged for h in self.holes)
+
+    @property
+    def infrastructure(self) -> bool:
+        """Not the arm's doing (the bias alarm's count): errored, voided, or a hole in what only the
+        harness writes."""
+        if self.status in (ERRORED, VOIDED):
+            return True
+        return self.status in (UNREADABLE, TAMPERED) and not self.flagged
 
     @property
     def reason(self) -> str | None:
@@ -193,6 +226,9 @@ class Cell:
     claimed: bool = False
     unreadable: bool = False
     note: str = ""
+    #: the hole rule (``rules.counts_in_means``): the cell's latest attempt has a hole the agent could
+    #: have made; it counts against its arm as a failure (every score 0), never drops out of a mean
+    flagged: bool = False
 
     reward = _figure("reward")
     partial = _figure("partial")
@@ -260,9 +296,9 @@ def _figures(trials: Iterable[TrialRecord]) -> Figures:
             wall_sec=t.wall_sec,
             continuations=r.continuations if r else None,
             unblocks=r.unblocks if r else None,
-            error_events=r.error_events if r else None,
-            goal_status=r.final_goal_status if r else None,
-            deadline_hit=bool(r and r.timed_out),
+            error_events=r.errors if r else None,
+            goal_status=r.goal_status_final if r else None,
+            deadline_hit=bool(r and r.deadline_hit),
             in_progress_metrics=m.state == results.IN_PROGRESS,
         )
     rewards = [t.reward for t in done if t.reward is not None]
@@ -277,7 +313,7 @@ def _figures(trials: Iterable[TrialRecord]) -> Figures:
         except TypeError:  # naive vs aware
             wall = _sum_opt(t.wall_sec for t in done)
     receipts = [t.receipt for t in done if t.receipt is not None and t.receipt.state == results.OK]
-    status = next((r.final_goal_status for r in reversed(receipts) if r.final_goal_status), None)
+    status = next((r.goal_status_final for r in reversed(receipts) if r.goal_status_final), None)
     return Figures(
         reward=_mean(rewards),
         partial=_mean(partials),
@@ -289,34 +325,57 @@ def _figures(trials: Iterable[TrialRecord]) -> Figures:
         wall_sec=wall,
         continuations=_sum_opt(r.continuations for r in receipts),
         unblocks=_sum_opt(r.unblocks for r in receipts),
-        error_events=_sum_opt(r.error_events for r in receipts),
+        error_events=_sum_opt(r.errors for r in receipts),
         goal_status=status,
-        deadline_hit=any(r.timed_out for r in receipts),
+        deadline_hit=any(r.deadline_hit for r in receipts),
         in_progress_metrics=any(t.metrics.state == results.IN_PROGRESS for t in done),
     )
 
 
-def _trial_problems(t: TrialRecord) -> list[tuple[str, str, str]]:
-    """(status, file, reason) for each file of a trial that is refused or tampered: never a score."""
+_BROKEN = (results.UNREADABLE, results.EMPTY, results.INVALID)
+
+
+def _trial_holes(t: TrialRecord) -> list[Hole]:
+    """The holes of one trial: each file refused, tampered with, or (once harbor finished the trial
+    and its files are final) unreadable or holding a value that makes no sense. Never a score."""
     out = []
     if t.state == results.REFUSED:
-        out.append((UNREADABLE, results.RESULT_JSON, t.error))
-    if t.metrics.state == results.REFUSED:
-        out.append((UNREADABLE, TrialFiles.METRICS, t.metrics.error))
-    if t.receipt is not None and t.receipt.state == results.REFUSED:
-        out.append((UNREADABLE, TrialFiles.RECEIPT, t.receipt.error))
-    if t.metrics.state == results.TAMPERED:
-        out.append((TAMPERED, TrialFiles.VERIFIER_DIR, t.metrics.error))
+        where = t.name if t.error == results.LINKED_DIR else f"{t.name}/{results.RESULT_JSON}"
+        out.append(Hole(UNREADABLE, where, t.error, rules.HARNESS_SIDE))
+    finished = t.state == results.OK and not t.stale
+    if t.bad:
+        out.append(
+            Hole(UNREADABLE, f"{t.name}/{results.RESULT_JSON}", t.bad, t.bad_side or rules.HARNESS_SIDE)
+        )
+    m = t.metrics
+    if m.state == results.TAMPERED:
+        out.append(Hole(TAMPERED, f"{t.name}/{TrialFiles.VERIFIER_DIR}", m.error, rules.AGENT_SIDE))
+    elif m.state == results.REFUSED or finished and m.state in _BROKEN:
+        out.append(
+            Hole(UNREADABLE, f"{t.name}/{TrialFiles.METRICS}", m.error, rules.hole_side(TrialFiles.METRICS))
+        )
+    r = t.receipt
+    if r is not None and (r.state == results.REFUSED or finished and r.state in _BROKEN):
+        out.append(
+            Hole(UNREADABLE, f"{t.name}/{TrialFiles.RECEIPT}", r.error, rules.hole_side(TrialFiles.RECEIPT))
+        )
     return out
+
+
+def _attempt_holes(a: Attempt) -> tuple[Hole, ...]:
+    holes = [h for t in a.trials.values() for h in _trial_holes(t)]
+    job = a.job
+    if job is not None and job.state == results.REFUSED:
+        holes.append(Hole(UNREADABLE, results.RESULT_JSON, job.error, rules.HARNESS_SIDE))
+    return tuple(holes)
 
 
 def _attempt_status(a: Attempt) -> str:
     live = a.trials
     if a.voided_trials and not live:
         return VOIDED
-    problems = {p[0] for t in live.values() for p in _trial_problems(t)}
-    if problems:
-        return TAMPERED if TAMPERED in problems else UNREADABLE
+    if a.holes:
+        return TAMPERED if any(h.status == TAMPERED for h in a.holes) else UNREADABLE
     job = a.job
     if job is None or job.state != results.OK and not job.stale:
         # No readable job result: derive the job's counts from its trials (harbor sums them the same way).
@@ -324,8 +383,6 @@ def _attempt_status(a: Attempt) -> str:
             return RUNNING
         if any(not t.finished for t in live.values()):
             return RUNNING
-        from runner.results import rules
-
         errored = sum(1 for t in live.values() if t.errored)
         return DONE if rules.done_of_counts(len(live), errored) else ERRORED
     if job.done:
@@ -340,19 +397,18 @@ def _attempt_status(a: Attempt) -> str:
 
 
 def _refresh_attempt(a: Attempt) -> None:
+    a.holes = _attempt_holes(a)
     a.status = _attempt_status(a)
     a.figures = _figures(a.trials.values())
     bad = []
     if a.job is not None and (a.job.stale or a.job.state in (results.UNREADABLE, results.EMPTY)):
         bad.append(f"{a.job_dir}/result.json")
-    elif a.job is not None and a.job.state == results.REFUSED:
+    elif a.job is not None and a.job.state == results.INVALID:
         bad.append(f"{a.job_dir}/result.json: {a.job.error}")
     for t in a.trials.values():
         if t.stale or t.state in (results.UNREADABLE, results.EMPTY):
             bad.append(f"{a.job_dir}/{t.name}")
-        for status, rel, why in _trial_problems(t):
-            if status == UNREADABLE:
-                bad.append(f"{a.job_dir}/{t.name}/{rel}: {why}")
+    bad.extend(f"{a.job_dir}/{h.text()}" for h in a.holes if h.status == UNREADABLE)
     a.unreadable = tuple(bad)
 
 
@@ -372,14 +428,18 @@ def build_cell(task: str, arm: str, attempts: Iterable[Attempt], claimed: bool =
         if scoring is None:
             scoring = done[-1]
     live = [a for a in atts if not a.voided]
+    flagged = False
     if live and live[-1].status in (UNREADABLE, TAMPERED):
-        # the latest attempt has a refused or tampered file: never a score, never an older one
+        # the latest attempt has a hole: never a score, never an older one; a hole the agent could
+        # have made counts against the arm (the hole rule)
         shown = live[-1]
         status = shown.status
         scoring = None
         newer = None
-        for t in shown.trials.values():
-            notes.extend(f"tampered: {t.name}: {why}" for st, _, why in _trial_problems(t) if st == TAMPERED)
+        flagged = shown.flagged
+        notes.extend(f"tampered: {h.text()}" for h in shown.holes if h.status == TAMPERED)
+        if flagged:
+            notes.append("flagged: counted as a failure (a hole in what the agent can write)")
     elif scoring is not None:
         status = DONE
         later = [
@@ -430,6 +490,7 @@ def build_cell(task: str, arm: str, attempts: Iterable[Attempt], claimed: bool =
         claimed=claimed,
         unreadable=unreadable,
         note="; ".join(notes),
+        flagged=flagged,
     )
 
 
@@ -1055,11 +1116,14 @@ def _merge_trial(rec: TrialRecord, old: TrialRecord | None) -> TrialRecord:
     if old is None:
         return rec
     stale = False
+    # harbor writes result.json last: once it reads clean, the verifier's files are final, and one
+    # unreadable now is a hole (the hole rule), not a half-written file to wait for
+    settled = rec.state == results.OK
     if rec.state in (results.UNREADABLE, results.EMPTY) and old.state == results.OK:
         rec = replace(old, metrics=rec.metrics, receipt=rec.receipt, error=rec.error)
         stale = True
     m_old, m_new = old.metrics, rec.metrics
-    if m_old.is_score and m_new.state in (results.UNREADABLE, results.EMPTY):
+    if m_old.is_score and m_new.state in (results.UNREADABLE, results.EMPTY) and not settled:
         rec = replace(rec, metrics=replace(m_old, error=m_new.error))
         stale = True
     elif m_old.is_score and m_new.state == results.IN_PROGRESS:
@@ -1074,6 +1138,8 @@ def _read_stamp(sdir: str, arm_dir: str) -> _Stamp | None:
     arm = tree.arm_of_dir(arm_dir)
     for name in (arm_dir,) if arm == arm_dir else (arm_dir, arm):
         jdir = f"{sdir}/{name}"
+        if os.path.islink(jdir):  # never followed: it would bring in results from anywhere
+            return name, results.JobRecord(state=results.REFUSED, error=f"job dir: {results.LINKED_DIR}"), {}
         loaded = results.load_json(f"{jdir}/{results.RESULT_JSON}")
         if loaded.state == results.MISSING and not os.path.isdir(jdir):
             continue  # (a stat only when the job result is missing)
@@ -1083,7 +1149,12 @@ def _read_stamp(sdir: str, arm_dir: str) -> _Stamp | None:
         summary = results.trial_from_job_summary(loaded.data, jdir) if loaded.data is not None else None
         if summary is not None:
             return name, job, {summary.name: summary}
-        return name, job, {n: results.read_trial(f"{jdir}/{n}") for n in tree.list_dirs(jdir)}
+        links: list[str] = []  # trial dirs that are symlinks: listed as refused, never read
+        trials = {n: results.read_trial(f"{jdir}/{n}") for n in tree.list_dirs(jdir, links)}
+        for n in links:
+            if n not in tree.JOB_FILES:
+                trials[n] = results.read_trial(f"{jdir}/{n}")
+        return name, job, trials
     return None
 
 

@@ -85,8 +85,11 @@ def test_status_lists_each_hostile_cell_unreadable_with_its_reason(hostile):
         assert phrase in notes[case]["note"], (case, notes[case])
     total = d["total"]
     assert total["done"] == 2 and total["unreadable"] == 8 and total["tampered"] == 1
-    # only the two normal pairs score: the forged 1.0 partials never count
-    assert total["partial"] == pytest.approx(0.2)
+    # the forged 1.0 partials never count: the two normal pairs score 0.2, and every hole the agent
+    # could have made (all but the FIFO at harbor's own result.json) counts as a failure, flagged
+    assert total["n"] == 10 and total["flagged_in_n"] == 8
+    assert total["partial"] == pytest.approx(0.04)
+    assert not notes["fifo-result"]["flagged"] and notes["fifo-metrics"]["flagged"]
     assert "OUTSIDE-SECRET" not in p.stdout + p.stderr
     assert 0 < rss_kb < RSS_CAP_KB, f"status peaked at {rss_kb} KB"
     text, _ = _marathon("status", str(out))
@@ -183,7 +186,7 @@ def test_console_file_view_refuses_and_never_blocks(tmp_path):
 
 def test_host_writes_replace_planted_fifos_symlinks_and_dirs(tmp_path):
     """The arms' host-side writes into /logs/agent: a planted name neither blocks nor redirects."""
-    from agents.receipt import RECEIPT_NAME, Receipt
+    from modes.receipt import RECEIPT_NAME, Receipt
 
     agent = tmp_path / "trial" / "agent"
     agent.mkdir(parents=True)
