@@ -14,10 +14,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from modes import safetext
 from modes.budget import harbor_timeout_needed_sec
 from modes.naming import compose_project
 from modes.trial_files import TrialFiles
-from runner.errors import NotAnOutputTree, UserError
+from runner.errors import NotAnOutputTree, Unavailable, UserError
 from runner.ops.procs import Registry
 from runner.ops.void import act_void, classify_job, plan_void
 from runner.results.records import OK, read_job
@@ -37,7 +38,7 @@ SLACK_SEC = 600  # build, setup and teardown on top of the agent and verifier bu
 
 @dataclass
 class Finding:
-    kind: str  # runner_dead, run_paused, stale_claim, orphan_job, past_budget, leak, errored_not_voided
+    kind: str  # runner_dead, run_paused, stale_claim, orphan_job, past_budget, leak, errored_not_voided, untrusted
     what: str
     fixable: bool = False
     data: dict = field(default_factory=dict)
@@ -71,7 +72,7 @@ class HealthReport:
         if not self.findings:
             lines.append("  OK: nothing to fix")
         for f in self.findings:
-            lines.append(f"  {f.kind:<19} {f.what}")
+            lines.append(f"  {f.kind:<19} {safetext.clean(f.what, None)}")
         for fx in self.fixes:
             lines.append(f"  FIXED: {fx}")
         return "\n".join(lines)
@@ -125,6 +126,11 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
     else:
         state, pid = ("not running" if driver_env_path(out).exists() else "never started"), None
     claims = claimsmod.list_claims(out)
+    # what could decide a signal or a removal but is not the runner's user's alone: named, left alone
+    untrusted = [f"{u}: left alone" for u in claimsmod.untrusted_claims(out)]
+    why = Registry(out).untrusted()
+    if why:
+        untrusted.append(f"registry {why}: nothing is signalled from it")
     on_cluster = _cluster_pairs(out, cfg)
     live_pairs = {(c.task, c.arm) for c in claims if c.state != claimsmod.STALE} | on_cluster
 
@@ -210,7 +216,13 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
     dead_trials = unclaimed_running if state != "alive" else set()
     leak_trials = finished_trials | dead_trials
     if leak_trials and (cfg is None or cfg.env == "docker"):
-        plan = _leak_plan(out, leak_trials)
+        try:
+            plan = _leak_plan(out, leak_trials)
+        except Unavailable as exc:  # the rest of the report is still worth having (an engine restart)
+            plan = None
+            findings.append(Finding("engine_unreachable", f"leaks not checked: {exc}"))
+        if plan is not None and plan.left_alone:
+            findings += [Finding("untrusted", f"{w}: left alone") for w in plan.left_alone]
         if plan is not None and not plan.empty:
             names = [c.name for c in plan.containers] + [n.name for n in plan.networks]
             findings.append(
@@ -236,6 +248,7 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
             findings.insert(
                 0, Finding("runner_dead", f"no live runner and {total - done} pair(s) not done", True)
             )
+    findings += [Finding("untrusted", u) for u in untrusted]
     rep = HealthReport(str(out), state, pid, total, done, running, findings)
     return rep, cfg
 
