@@ -65,7 +65,7 @@ class CompareScreen(Screen):
 
     def on_mount(self) -> None:
         n = sum(1 for t in self.trials.values() if t is not None)
-        title = Text(f"{self.task_name}", style="bold")
+        title = Text(view.clean(self.task_name, 80), style="bold")
         title.append(f"   {n} of {len(self.arms)} arms · a column is the attempt that scores the pair · "
                      "Enter reads its trajectory", style="dim")  # fmt: skip
         self.query_one("#compare-title", Static).update(title)
@@ -93,7 +93,7 @@ class CompareScreen(Screen):
         table.clear(columns=True)
         table.add_column("", key="_label")
         for a in self.arms:
-            table.add_column(a, key=a)
+            table.add_column(view.plain(a), key=a)
         cols = {
             a: compare.figure_rows(
                 self.cells.get(a),
@@ -116,7 +116,7 @@ class CompareScreen(Screen):
                     style = "red"
                 elif key == "build" and v == "FAILED":
                     style = "bold red"
-                text = v if key != "last_message" else v[:LAST_MESSAGE_CHARS]
+                text = view.clean(v, LAST_MESSAGE_CHARS if key == "last_message" else None)
                 row.append(Text(text, style=style, no_wrap=True, overflow="ellipsis"))
             table.add_row(*row, key=key)
         if col:
@@ -138,14 +138,14 @@ class CompareScreen(Screen):
         split = set(disagreements(got))
         sources = sorted({o.source for o in got.values()})
         t = Text("tests × arms", style="bold")
-        t.append(f"   from {', '.join(sources)} · ", style="dim")
+        t.append(f"   from {view.clean(', '.join(sources))} · ", style="dim")
         t.append(f"{len(split)} test(s) passed by one arm and failed by another (marked ≠)",
                  style="bold yellow" if split else "dim")  # fmt: skip
         title.update(t)
         table.add_column("", key="_mark")
         table.add_column("test", key="_test")
         for a in self.arms:
-            table.add_column(a, key=a)
+            table.add_column(view.plain(a), key=a)
         names: dict[str, None] = {}
         for o in got.values():
             names.update(dict.fromkeys(n for n, _ in o.outcomes))
@@ -153,7 +153,7 @@ class CompareScreen(Screen):
         for name in names:
             differ = name in split
             row = [Text("≠" if differ else "", style="bold yellow"),
-                   Text(name, style="bold yellow" if differ else "", no_wrap=True, overflow="ellipsis")]  # fmt: skip
+                   view.plain(name, "bold yellow" if differ else "", no_wrap=True, overflow="ellipsis")]  # fmt: skip
             for a in self.arms:
                 outcome = maps.get(a, {}).get(name)
                 label, style = OUTCOME_TEXT.get(outcome, ("·", "dim"))
@@ -176,7 +176,8 @@ class CompareScreen(Screen):
             return
         trial = self.trials.get(arm)
         if trial is None:
-            self.notify(f"{arm} has no trial on {self.task_name} yet", severity="warning")
+            self.notify(f"{view.clean(arm, 40)} has no trial on {view.clean(self.task_name, 80)} yet",
+                        severity="warning", markup=False)  # fmt: skip
             return
         running = view.status_of(self.cells.get(arm)) == "running"
         self.app.push_screen(

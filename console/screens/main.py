@@ -290,7 +290,7 @@ class MainScreen(Screen):
             or None
         )
         run = view.progress_text(self.info, spend_usd, spend_tok, now)
-        t = Text(f"marathon {self.out.name}", style="bold")
+        t = Text(f"marathon {view.clean(self.out.name, 60)}", style="bold")
         if run:
             t.append(f"  {run}")
         pad = max(1, self.size.width - t.cell_len - right.cell_len)
@@ -323,7 +323,7 @@ class MainScreen(Screen):
             for i, (_, line, style) in enumerate(lines):
                 if i:
                     text.append("  ")
-                text.append(line, style=style)
+                text.append(view.clean(line), style=style)  # reasons from events, audit lines from receipts
             banner.update(text)
         new = {k for k, _, _ in lines if k and k not in self._rung}
         if new:

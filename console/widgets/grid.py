@@ -72,7 +72,7 @@ class Grid(DataTable):
         self.arm_major, self.mode = arm_major, mode
         self.rows_order, self.cols_order = rows, cols
         self.clear(columns=True)
-        label_w = min(max([len(r) for r in rows] + [6]), 24 if width >= 120 else 12)
+        label_w = min(max([len(view.clean(r)) for r in rows] + [6]), 24 if width >= 120 else 12)
         # every column costs two characters of padding; keep two for the scrollbar
         room = width - (label_w + 2) - 2
         sum_w = 0
@@ -89,7 +89,7 @@ class Grid(DataTable):
         if arm_major:
             self.add_column("mean", key=SUMMARY, width=sum_w)
         for c in cols:
-            self.add_column(c[:cw], key=c, width=cw)
+            self.add_column(view.plain(view.clean(c)[:cw]), key=c, width=cw)
         self.fixed_columns = 2 if arm_major else 1
         self.fixed_rows = 1 if rows and not arm_major else 0  # the summary row exists only with rows
         if not arm_major and rows:
@@ -98,7 +98,7 @@ class Grid(DataTable):
             values = [Text("mean", style="bold")] + [Text("\n".join(lines[c]), style="bold") for c in cols]
             self.add_row(*values, key=SUMMARY, height=height)
         for r in rows:
-            values = [Text(r[:label_w])]
+            values = [view.plain(view.clean(r)[:label_w])]
             if arm_major:
                 values.append(Text(view.summary_line(summary.get(r), sum_w, True), style="bold"))
             values += [self._cell(cells.get(self._pair(r, c))) for c in cols]
