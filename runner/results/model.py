@@ -55,6 +55,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from modes import safeio
 from modes.profiles import ARMS
 from modes.trial_files import TrialFiles
 from runner.results import records as results
@@ -415,8 +416,26 @@ def _refresh_attempt(a: Attempt) -> None:
 # ------------------------------------------------------------------------------------------ cells
 
 
-def build_cell(task: str, arm: str, attempts: Iterable[Attempt], claimed: bool = False) -> Cell:
-    """The cell of one pair from its attempts: the latest done attempt with a score scores it."""
+#: the note of a done cell without a partial score on a task whose other trials have one
+NO_PARTIAL = (
+    "no partial score (verifier/metrics.json missing or without one) where other trials of this task "
+    "have one: a hole in what the agent can write, counted as a failure"
+)
+
+
+def partial_scored(a: Attempt) -> bool:
+    """Is this attempt done with a partial score? (A task with one such attempt writes partial scores:
+    a done cell of it without one is a hole, ``build_cell``'s ``task_scored``.)"""
+    return a.status == DONE and a.figures.partial is not None and not a.figures.in_progress_metrics
+
+
+def build_cell(
+    task: str, arm: str, attempts: Iterable[Attempt], claimed: bool = False, task_scored: bool = False
+) -> Cell:
+    """The cell of one pair from its attempts: the latest done attempt with a score scores it.
+
+    ``task_scored``: some attempt of this task (any arm) has a partial score; a done cell without one
+    (its metrics.json deleted or emptied of scores) is then a hole and counts as a failure."""
     atts = sorted(attempts, key=lambda a: (a.stamp, a.arm_dir))
     cost_all = _sum_opt(a.figures.cost_usd for a in atts)
     unreadable = any(a.unreadable for a in atts)
@@ -449,6 +468,10 @@ def build_cell(task: str, arm: str, attempts: Iterable[Attempt], claimed: bool =
         if newer:
             notes.append(f"newer attempt {later[-1].stamp} is {newer}; score kept from {scoring.stamp}")
         shown = scoring
+        f0 = scoring.figures
+        if task_scored and f0.partial is None and not f0.build_failed:
+            status, flagged = UNREADABLE, True  # the hole rule: the cell never leaves the partial mean
+            notes.append(NO_PARTIAL)
     else:
         newer = None
         live = [a for a in atts if not a.voided]
@@ -467,7 +490,7 @@ def build_cell(task: str, arm: str, attempts: Iterable[Attempt], claimed: bool =
     if unreadable:
         notes.append("unreadable: " + ", ".join(f for a in atts for f in a.unreadable))
     f = shown.figures if shown is not None else _NO_FIGURES
-    scored = status == DONE
+    scored = status == DONE and not flagged
     if not scored or f.in_progress_metrics:  # shown, but not a score: the same figures without one
         f = replace(
             f,
@@ -515,11 +538,16 @@ def _ts(v: Any) -> datetime | None:
     return None
 
 
+#: a runner_start's task and arm lists are taken up to this many names (a planted event naming a
+#: million tasks must not make a million pending cells)
+MAX_PLANNED = 20_000
+
+
 def _strs(v: Any) -> tuple[str, ...]:
     if isinstance(v, str):
-        v = [x for x in v.replace(",", " ").split() if x]
+        v = [x for x in v[: MAX_PLANNED * 64].replace(",", " ").split() if x]
     if isinstance(v, (list, tuple)):
-        return tuple(str(x) for x in v if isinstance(x, str))
+        return tuple(x for x in v[:MAX_PLANNED] if isinstance(x, str) and x and "/" not in x)
     return ()
 
 
@@ -549,6 +577,8 @@ class RunModel:
         self._prev: RunModel | None = None  # during refresh(): the model whose last good values to keep
         self._dirty: set[AttemptKey] = set()  # attempts (re)read since the last rebuild
         self._filled: set[Key] = set()  # pending cells the last matrix fill added
+        self._scored_tasks: set[str] = set()  # tasks with a partial score somewhere (``_task_scored``)
+        self._arms_seen: set[str] = set()  # every arm with an attempt (for ``_task_scored``)
         self.use_index = False  # RunModel.load turns it on: scans go through the scan index
         #: (attempts taken from the scan index, attempts read) of the last scan; None without one
         self.index_hits: tuple[int, int] | None = None
@@ -658,7 +688,10 @@ class RunModel:
             if att.run_id == run.run_id:
                 per.setdefault((att.task, att.arm), []).append(att)
                 keys.add((att.task, att.arm))
-        cells = {k: build_cell(k[0], k[1], per.get(k, ()), k in self.claims) for k in sorted(keys)}
+        scored = {a.task for atts in per.values() for a in atts if partial_scored(a)}
+        cells = {
+            k: build_cell(k[0], k[1], per.get(k, ()), k in self.claims, k[0] in scored) for k in sorted(keys)
+        }
         self._scoped_cache[scope] = cells
         return cells
 
@@ -770,6 +803,7 @@ class RunModel:
             arm = tree.arm_of_dir(arm_dir)
             a = self._attempts[key] = Attempt(task=task, arm=arm, arm_dir=arm_dir, stamp=stamp)
             self._by_pair.setdefault((task, arm), set()).add(key)
+            self._arms_seen.add(arm)
             self._dirty.add(key)
             return a
         a = self._attempts[key] = replace(a, trials=dict(a.trials), voided_trials=dict(a.voided_trials))
@@ -982,7 +1016,7 @@ class RunModel:
 
     def _read_events(self) -> None:
         """Take in the new lines of events.jsonl (``runner.results.events.EventReader``)."""
-        new = self._events.read_new()
+        new = self._events.iter_new()  # streamed: a long journal is never held whole
         if self._events.restarted:  # replaced or truncated: what the old file said is gone
             self.runs = []
             self._event_stamp_run = {}
@@ -1043,8 +1077,9 @@ class RunModel:
             pairs = set(self._by_pair) | set(self.cells)
             self.cells = {}
         changed: set[Key] = set()
+        per: dict[Key, list[Attempt]] = {}
         for k in pairs:
-            atts = []
+            atts = per[k] = []
             for ak in self._by_pair.get(k, ()):
                 a = self._attempts.get(ak)
                 if a is None:
@@ -1057,10 +1092,22 @@ class RunModel:
                 if full or ak in self._dirty:  # only attempts re-read since the last rebuild
                     _refresh_attempt(a)
                 atts.append(a)
+        # which tasks have a partial score somewhere (``build_cell``'s task_scored); a task that
+        # gained or lost its last one rebuilds all its cells
+        tasks = {k[0] for k in pairs}
+        now = {t for t in tasks if self._task_scored(t)}
+        flipped = (now ^ self._scored_tasks) & tasks
+        self._scored_tasks = (self._scored_tasks - tasks) | now
+        if flipped:
+            for k in self._by_pair:
+                if k[0] in flipped and k not in per:
+                    pairs.add(k)
+                    per[k] = [a for ak in self._by_pair[k] if (a := self._attempts.get(ak)) is not None]
+        for k, atts in per.items():
             if not atts:
                 self.cells.pop(k, None)  # the matrix fill below adds it back as pending if it belongs
                 continue
-            self.cells[k] = build_cell(k[0], k[1], atts, k in self.claims)
+            self.cells[k] = build_cell(k[0], k[1], atts, k in self.claims, k[0] in self._scored_tasks)
         self._dirty.clear()
         self._fill_matrix()
         for k in pairs | (set(old) ^ set(self.cells)) | self._filled:
@@ -1068,6 +1115,14 @@ class RunModel:
             if o is not n and o != n:
                 changed.add(k)
         return changed
+
+    def _task_scored(self, task: str) -> bool:
+        for arm in self._arms_seen:
+            for ak in self._by_pair.get((task, arm), ()):
+                a = self._attempts.get(ak)
+                if a is not None and partial_scored(a):
+                    return True
+        return False
 
     def _fill_matrix(self) -> None:
         """Every task x arm seen or planned has a cell; a pair with no attempt is pending (or claimed)."""
@@ -1093,11 +1148,12 @@ class RunModel:
 def _void_reason(*dirs: str) -> str:
     """The first meaningful line of the README next to a voided trial (trial, job or stamp dir)."""
     for d in dirs:
-        try:
-            with open(os.path.join(d, tree.VOID_README), encoding="utf-8", errors="replace") as f:
-                text = f.read(4096)
-        except OSError:
-            continue
+        raw = safeio.read_own(os.path.join(d, tree.VOID_README), 4096 * 16)  # a FIFO there never blocks
+        if isinstance(raw, safeio.Refused):
+            if raw.missing:
+                continue
+            return f"voided (README {raw.reason})"
+        text = raw[:4096].decode("utf-8", "replace")
         for line in text.splitlines():
             line = line.strip().lstrip("#").strip()
             if line.lower().startswith("voided:"):  # runner.ops.void writes "# Voided: <reason>"

@@ -456,7 +456,8 @@ def read_trial(trial_dir: Path | str) -> TrialRecord:
             name=name, state=loaded.state, error=loaded.error, metrics=metrics, receipt=receipt
         )
     data = loaded.data or {}
-    if metrics.state not in (MISSING, IN_PROGRESS, REFUSED):  # a score, or a file made nonsense
+    # a score, a file made nonsense, or gone; ``phase: initialized`` is a verifier (re)run's own mark
+    if metrics.state not in (REFUSED, IN_PROGRESS):
         ver = data.get("verifier")
         why = tampered(d, parse_time(ver.get("finished_at")) if isinstance(ver, dict) else None)
         if why:
@@ -495,8 +496,11 @@ def tampered(trial_dir: str, verifier_finished: datetime | None) -> str:
     in that file), after it stopped the environment and fixed the log dirs' owner. So a verifier
     file that was modified after the verifier finished (its mtime), or whose inode changed after
     ``result.json`` was written (its ctime, which no one can set back), was written by someone
-    other than the verifier: typically a process the agent left running. Copies of a tree (which
-    keep mtimes and renew every ctime) stay consistent with both rules.
+    other than the verifier: typically a process the agent left running. The same holds for the
+    verifier dir itself: an entry added, removed or renamed there after ``result.json`` (its ctime)
+    means a file of the verifier's was deleted or planted (a deleted metrics.json would otherwise
+    just leave its cell without a partial score). Copies of a tree (which keep mtimes and renew
+    every ctime, the dir's before the files') stay consistent with these rules.
     """
     times = safeio.lstat_times(f"{trial_dir}/{RESULT_JSON}")
     if times is None:
@@ -514,6 +518,12 @@ def tampered(trial_dir: str, verifier_finished: datetime | None) -> str:
             return f"{rel} changed {(ctime - res_ctime) / 1e9:.1f} s after harbor wrote result.json"
         if fin_ns is not None and mtime > fin_ns + TAMPER_SLACK_NS:
             return f"{rel} written {(mtime - fin_ns) / 1e9:.1f} s after the verifier finished"
+    t = safeio.lstat_times(f"{trial_dir}/{TrialFiles.VERIFIER_DIR}")
+    if t is not None and t[1] > res_ctime + TAMPER_SLACK_NS:
+        return (
+            f"{TrialFiles.VERIFIER_DIR}/ changed (a file added, removed or renamed) "
+            f"{(t[1] - res_ctime) / 1e9:.1f} s after harbor wrote result.json"
+        )
     return ""
 
 
@@ -564,7 +574,7 @@ def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | 
     raw = _read(f"{tdir}/{RESULT_JSON}", tdir)
     if isinstance(raw, Loaded):
         return None  # the trial's own result.json is missing or refused: read the trial dir
-    if metrics.state not in (MISSING, IN_PROGRESS, REFUSED):
+    if metrics.state not in (REFUSED, IN_PROGRESS):
         why = tampered(tdir, verifier_finished(raw))
         if why:
             metrics = Metrics(state=TAMPERED, error=why)
