@@ -95,6 +95,11 @@ def capture(tree: Path, size: tuple[int, int], keys=(), probe: Callable | None =
             await wait_for(
                 pilot, lambda: bool(app.main.cells) and app.main.last_change_at is not None, 30, "first grid"
             )
+            # the footer lists the bindings one refresh after the screen mounts: on a loaded machine
+            # the capture could come first and find that line blank
+            await wait_for(
+                pilot, lambda: screen_text(app).rstrip("\n").splitlines()[-1].strip() != "", 30, "footer"
+            )
             await pilot.pause()
             for k in keys:
                 await pilot.press(k)

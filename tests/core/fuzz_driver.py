@@ -1,0 +1,78 @@
+"""Run every reader command once on a tree, in this one process, and record how each went.
+
+``python tests/core/fuzz_driver.py OUT RESULTS_DIR``: status (text and JSON), report (json, md, csv,
+html), health --json and the console's --screenshot, each through ``runner.cli.main`` as a user
+runs it, its stdout and stderr written to files (UTF-8, strict: a lone surrogate would fail the
+write), its exit code or the exception that escaped, its wall time and its own peak RSS (the
+kernel's ``VmHWM``, reset before each command by writing 5 to ``/proc/self/clear_refs``). The
+property test (tests/core/test_fuzz_hostile.py) runs it as a child with a timeout, so a hang is a
+failure naming the command that hung (``progress``), never a stuck test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def commands(out: str, res: Path) -> list[tuple[str, list[str]]]:
+    return [
+        ("status", ["status", out, "--all"]),
+        ("status.json", ["status", out, "--all", "--json"]),
+        ("report.json", ["report", out, "--format", "json"]),
+        ("report.md", ["report", out, "--format", "md"]),
+        ("report.csv", ["report", out, "--format", "csv"]),
+        ("report.html", ["report", out, "--format", "html"]),
+        ("health", ["health", out, "--json"]),
+        ("screenshot", ["console", out, "--screenshot", str(res / "screenshot.svg"), "--size", "130x40"]),
+    ]
+
+
+def peak_kb() -> int:
+    with open("/proc/self/status") as fh:
+        return int(next(line.split()[1] for line in fh if line.startswith("VmHWM:")))
+
+
+def main(out: str, res_dir: str) -> int:
+    sys.path.insert(0, str(REPO))
+    from runner import cli
+
+    res = Path(res_dir)
+    results = []
+    for name, args in commands(out, res):
+        (res / "progress").write_text(name)
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")
+        except OSError:
+            pass
+        t0 = time.monotonic()
+        with (
+            open(res / f"{name}.out", "wb") as o,
+            open(res / f"{name}.err", "wb") as e,
+            io.TextIOWrapper(o, encoding="utf-8", errors="strict", write_through=True) as so,
+            io.TextIOWrapper(e, encoding="utf-8", errors="strict", write_through=True) as se,
+            contextlib.redirect_stdout(so),
+            contextlib.redirect_stderr(se),
+        ):
+            try:
+                rc: int | str = cli.main(args)
+            except SystemExit as exc:
+                rc = f"SystemExit {exc.code}"
+            except BaseException as exc:  # noqa: BLE001 - what escaped is the finding
+                rc = f"raised {type(exc).__name__}: {str(exc)[:300]}"
+        results.append({"name": name, "rc": rc, "sec": time.monotonic() - t0, "peak_kb": peak_kb()})
+    (res / "results.json").write_text(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
+    sys.exit(main(sys.argv[1], sys.argv[2]))
