@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -275,8 +276,17 @@ def metrics_from_dict(d: Mapping[str, Any]) -> Metrics:
 
 
 def read_metrics(trial_dir: Path | str) -> Metrics:
+    """``verifier/metrics.json``; missing because ``verifier/`` itself is not a directory (a FIFO, a
+    file, a symlink planted in place of harbor's mount) is ``REFUSED``, never a trial without one."""
     d = os.fspath(trial_dir)
     loaded = load_json(f"{d}/{TrialFiles.METRICS}", d)
+    if loaded.state == MISSING:
+        try:
+            mode = os.lstat(f"{d}/{TrialFiles.VERIFIER_DIR}").st_mode
+        except OSError:
+            mode = None
+        if mode is not None and not stat.S_ISDIR(mode):
+            return Metrics(state=REFUSED, error=f"{TrialFiles.VERIFIER_DIR}/ is not a directory")
     if not loaded.ok:
         return Metrics(state=loaded.state, error=loaded.error)
     return metrics_from_dict(loaded.data or {})

@@ -164,6 +164,8 @@ KINDS = ("json", "perturb", "deep", "bytes", "text", "fifo", "chardev", "dir", "
 def spoil(draw, targets: list[tuple[str, str]]) -> tuple[str, str, str, object]:
     rel, whose = draw(st.sampled_from(targets))
     kind = draw(st.sampled_from(DIR_KINDS if rel.endswith("/verifier") else KINDS))
+    if rel.endswith("/verifier") and kind == "absent":
+        whose = HARNESS  # harbor's mount point: the agent cannot remove it, only the harness's side can
     if kind == "json":
         arg: object = draw(json_values)
     elif kind == "perturb":
