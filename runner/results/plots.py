@@ -81,7 +81,12 @@ def means(rep: dict[str, Any]) -> Any:
             lo.append(e[0])
             hi.append(e[1])
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=3, label=MEASURE_LABELS[field])
-    ax.set_xticks(range(len(arms)), [f"{_short(a, 16)}\nn = {rep['arm_summary'][a]['n']}" for a in arms])
+    ticks = []
+    for a in arms:
+        s = rep["arm_summary"][a]
+        flagged = f" ({s['flagged_in_n']} flagged)" if s.get("flagged_in_n") else ""
+        ticks.append(f"{_short(a, 16)}\nn = {s['n']}{flagged}")
+    ax.set_xticks(range(len(arms)), ticks)
     ax.set_ylim(-0.05, 1.05)
     ax.set_ylabel("mean")
     ax.grid(axis="y", alpha=0.3)
