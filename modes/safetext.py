@@ -138,3 +138,31 @@ def json_text(dumped: str) -> str:
     if _UNSAFE_JSON.search(dumped) is None:
         return dumped
     return _UNSAFE_JSON.sub(_json_sub, dumped)
+
+
+def _finite(v: object) -> object:
+    if isinstance(v, float):
+        return v if v == v and v not in (float("inf"), float("-inf")) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
+def dumps(obj: object, *, pretty: bool = False, default=None, nonfinite_as_null: bool = False) -> str:
+    """The one JSON encoder of everything marathon prints or writes: strict RFC 8259 (no ``NaN`` or
+    ``Infinity``: ``allow_nan=False`` raises on one, a bug to see; ``nonfinite_as_null`` writes null
+    instead, for a journal line that must never stop the runner) and ``json_text`` (no control,
+    bidi or undecodable character raw in the text). ``pretty``: indented; else one line."""
+    import json
+
+    kw: dict = {"ensure_ascii": False, "allow_nan": False, "default": default}
+    kw.update({"indent": 2} if pretty else {"separators": (",", ":")})
+    try:
+        text = json.dumps(obj, **kw)
+    except ValueError:
+        if not nonfinite_as_null:
+            raise
+        text = json.dumps(_finite(obj), **kw)
+    return json_text(text)

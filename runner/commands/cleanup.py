@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from modes import safetext
 from runner.results.tree import default_out
 
 HELP = "remove the run's leftover compose containers and networks (prints the plan; --yes acts)"
@@ -46,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
     report = act_cleanup(plan) if args.yes else None
     note = engine_note(args.out)
     if args.json:
-        print(json.dumps({"plan": plan.to_json(), "report": report.to_json() if report else None, "note": note},
-                         indent=1))  # fmt: skip
+        doc = {"plan": plan.to_json(), "report": report.to_json() if report else None, "note": note}
+        print(safetext.dumps(doc, pretty=True))
     else:
         if note:
             print(f"note: {note}")
@@ -95,7 +95,7 @@ def run_hosts(args: argparse.Namespace, cluster: str) -> int:
     if args.yes:
         act_cleanup_hosts(plan)
     if args.json:
-        print(json.dumps(plan.to_json(), indent=1))
+        print(safetext.dumps(plan.to_json(), pretty=True))
     elif not args.yes:
         print("dry run: nothing changed (add --yes to remove the above)")
     else:

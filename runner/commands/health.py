@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from modes import safetext
+
 HELP = "check a run (runner alive, stale claims, trials past budget, leaked networks, errors not voided)"
 DESCRIPTION = (
     "Check an output tree: is its runner alive (by its PID registry, never by a process pattern), "
@@ -25,13 +27,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runner.results.report import dump_json
     from runner.results.tree import default_out
     from runner.schedule.health import check, fix
 
     out = Path(args.out or default_out())
     rep = fix(out) if args.fix else check(out)[0]
-    print(dump_json(rep.to_json(), pretty=True) if args.json else rep.render())
+    print(safetext.dumps(rep.to_json(), pretty=True) if args.json else rep.render())
     if args.fix:
         unfixed = [f for f in rep.findings if not f.fixable]
         return 0 if not unfixed else 1

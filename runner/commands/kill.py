@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from modes import safetext
 from runner.ops.procs import DEFAULT_GRACE_SEC
 from runner.results.tree import default_out
 
@@ -84,14 +85,14 @@ def run(args: argparse.Namespace) -> int:
         print(plan.cleanup.render() if plan.cleanup else f"cleanup: {plan.docker_error}")
     if not args.yes:
         if args.json:
-            print(json.dumps(result, indent=1))
+            print(safetext.dumps(result, pretty=True))
         else:
             print("dry run: nothing changed (add --yes to act)")
         return 0
     report = act_kill(plan, grace_sec=args.grace)
     result |= report.to_json()
     if args.json:
-        print(json.dumps(result, indent=1))
+        print(safetext.dumps(result, pretty=True))
     else:
         print("stopped:")
         print(report.render())
@@ -117,13 +118,13 @@ def run_hosts(args: argparse.Namespace, cluster: str) -> int:
         print(plan.render(), flush=True)
     if not args.yes:
         if args.json:
-            print(json.dumps(kill_plan_json(plan), indent=1))
+            print(safetext.dumps(kill_plan_json(plan), pretty=True))
         else:
             print("dry run: nothing changed (add --yes to act)")
         return 0 if all(h.plan is not None for h in plan.hosts) and plan.hosts else 1
     report = act_kill_hosts(plan, args.grace)
     if args.json:
-        print(json.dumps(kill_report_json(report), indent=1))
+        print(safetext.dumps(kill_report_json(report), pretty=True))
     else:
         print(report.render())
     return 0 if report.ok else 1

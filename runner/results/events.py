@@ -19,6 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from modes import safetext
 from runner.results.tree import events_path
 
 Listener = Callable[[dict[str, Any]], None]
@@ -94,7 +95,8 @@ def append_event(out: Path, rec: dict[str, Any]) -> None:
     rec = {**rec, "event": EventKind(rec["event"])}
     path = events_path(Path(out))
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(rec, default=str, separators=(",", ":")) + "\n").encode()
+    # strict JSON (a non-finite number is null: a journal line never stops the runner)
+    line = (safetext.dumps(rec, default=str, nonfinite_as_null=True) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(fd, line)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from datetime import UTC, datetime
 from itertools import combinations
 from typing import Any
@@ -396,11 +395,7 @@ def dump_json(d: Any, pretty: bool = False) -> str:
     Strict RFC 8259: ``allow_nan=False`` (every number passed ``modes.values`` on the way in, so a
     NaN here is a bug that must fail loudly, never print ``NaN``), and no control, bidi or
     undecodable character raw in the text (``modes.safetext.json_text``)."""
-    if pretty:
-        text = json.dumps(d, indent=2, ensure_ascii=False, allow_nan=False)
-    else:
-        text = json.dumps(d, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return safetext.json_text(text)
+    return safetext.dumps(d, pretty=pretty)
 
 
 #: cell statuses of a pair whose file broke a safe-open rule, made no sense or was changed after its
