@@ -271,11 +271,13 @@ def load_own_json(path: str | os.PathLike, cap: int = OWN_CAP, depth: int = OWN_
     return data
 
 
-def untrusted(path: str | os.PathLike, uid: int | None = None) -> str:
+def untrusted(path: str | os.PathLike, uid: int | None = None, others_may_write: bool = False) -> str:
     """Why ``path`` (looked at itself: a symlink is not followed) may not decide a signal or a
     removal: "" when it is ``uid``'s (default: this process's effective user, the runner's) and
     neither group- nor world-writable; else the reason, for the plan to name. A missing path is ""
-    (nothing to trust)."""
+    (nothing to trust). ``others_may_write``: a dir made writable by design (harbor makes every
+    trial dir 0o777 for the container's user): only its owner is checked, and what is in it must
+    pass on its own."""
     uid = os.geteuid() if uid is None else uid
     try:
         st = os.lstat(path)
@@ -287,9 +289,25 @@ def untrusted(path: str | os.PathLike, uid: int | None = None) -> str:
         return "a symlink"
     if st.st_uid != uid:
         return f"owned by uid {st.st_uid}, not the runner's uid {uid}"
-    if st.st_mode & 0o022:
+    if others_may_write and stat.S_ISDIR(st.st_mode):
+        return ""
+    if st.st_mode & 0o002 or st.st_mode & 0o020 and not _private_group(st.st_gid, uid):
         return f"writable by others (mode {stat.S_IMODE(st.st_mode):o})"
     return ""
+
+
+def _private_group(gid: int, uid: int) -> bool:
+    """Is ``gid`` the user's own group (a user-private group: its primary group, no other member)?
+    Then group-writable is writable by that user alone (a umask of 002 makes everything so)."""
+    import grp
+    import pwd
+
+    try:
+        user = pwd.getpwuid(uid)
+        group = grp.getgrgid(gid)
+    except KeyError:
+        return False
+    return user.pw_gid == gid and set(group.gr_mem) <= {user.pw_name}
 
 
 def lstat_times(path: str | os.PathLike) -> tuple[int, int] | None:

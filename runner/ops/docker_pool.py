@@ -174,9 +174,13 @@ def project_scan(
                     continue
                 if wanted is not None and tdir.name not in wanted:
                     continue
-                why = safeio.untrusted(tdir) or safeio.untrusted(tdir / TrialFiles.CONFIG)
+                # harbor makes the trial dir 0o777 (TrialPaths.mkdir): its owner counts, and the
+                # config.json in it must be the runner's and writable by nobody else
+                cfg = tdir / TrialFiles.CONFIG
+                why = safeio.untrusted(tdir, others_may_write=True)
+                why = f"{tdir}: {why}" if why else (f"{cfg}: {w}" if (w := safeio.untrusted(cfg)) else "")
                 if why:
-                    scan.left_alone.append(f"{tdir}: {why}")
+                    scan.left_alone.append(why)
                     continue
                 scan.projects |= trial_projects(tdir)
     return scan

@@ -379,10 +379,21 @@ def test_cleanup_leaves_alone_what_another_user_planted_beside_out(core, tmp_pat
     plan = CleanupPlan(str(core), {}, sorted(scan.projects), left_alone=scan.left_alone)
     assert "left alone (not trusted to decide a removal)" in plan.render()
     assert CleanupPlan.from_json(json.loads(json.dumps(plan.to_json()))).left_alone == scan.left_alone
-    # a world-writable trial dir of ours decides nothing either
+    # a job dir of ours that others can write decides nothing either
     _chown_tree(vroot.parent, os.geteuid())
     os.chmod(planted.parent, 0o777)
     assert not any(p.startswith("victim") for p in project_scan(core).projects)
+    # harbor makes every trial dir 0o777 (TrialPaths.mkdir): that alone is no reason to leave it,
+    # but a config.json another user put in it is
+    from runner.ops.docker_pool import trial_projects
+
+    tdir = trial_dir(core, "calc-partial", "oracle")
+    mine = trial_projects(tdir)
+    os.chmod(tdir, 0o777)
+    assert mine and mine <= project_scan(core).projects
+    os.chown(tdir / "config.json", 12345, -1)
+    scan = project_scan(core)
+    assert not mine & scan.projects and any("config.json: owned by uid 12345" in w for w in scan.left_alone)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="making files of another user needs root")
