@@ -59,6 +59,8 @@ SHARED_GROUPS = {
     "tests/console/test_snapshots.py": "live_trees",
     "tests/runner/test_equal_budgets.py": "five_arm_run",
     "tests/runner/test_runner_secret_leak.py": "five_arm_run",
+    "tests/console/test_demo_varied.py": "demo_varied_run",
+    "tests/viewer/test_view_browser.py": "demo_varied_run",
 }
 #: the Docker tier's longest groups, longest first (benchmarks/ci_cost.py measures them)
 LONGEST_FIRST = [
@@ -174,21 +176,28 @@ def harbor_jobs() -> SimpleNamespace:
 
 
 @pytest.fixture(scope="session")
-def demo_varied_tree(docker_engine, tmp_path_factory) -> Path:
-    """The out tree of one completed varied ``marathon demo --headless`` run (five real arms, 20
-    pairs, one setup failure voided and rerun; its voided root beside it), made once per session
-    and read by many tests. Read-only: copy it to change it. (Provisional, from the harbor-view
-    branch; ~5 min here.)"""
+def demo_varied_run(docker_engine, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One completed varied ``marathon demo --headless`` run (the README's main job: five real arms,
+    20 pairs, one setup failure voided and rerun; its voided root beside it) and what the command
+    printed, made once per session and read by many tests (tests/console/test_demo_varied.py,
+    tests/viewer/test_view_browser.py: one xdist group). Read-only: copy the tree to change it."""
     import sys
 
     out = tmp_path_factory.mktemp("demo_varied") / "out"
     repo = Path(__file__).resolve().parent.parent
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(repo))
-    # more harbor agent time than the demo's default, as tests/console/test_demo_varied.py: on this
-    # shared 2-core machine the LoopX arms' install alone can outlast it (not under test here)
+    # more harbor agent time than the demo's 2 x 120 s: on a loaded 2-core machine the LoopX arms'
+    # install alone can outlast it, and harbor's timeout is an errored attempt, not under test here
     r = subprocess.run(
         [sys.executable, "-m", "marathon.cli", "demo", "--headless", "--agent-timeout-mult", "5", "--out", str(out)],
         cwd=repo, env=env, capture_output=True, text=True, timeout=3000,
     )  # fmt: skip
+    return out, r
+
+
+@pytest.fixture(scope="session")
+def demo_varied_tree(demo_varied_run) -> Path:
+    """The out tree of ``demo_varied_run``, which must have finished every pair."""
+    out, r = demo_varied_run
     assert r.returncode == 0 and "20/20 pairs done" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
     return out
