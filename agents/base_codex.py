@@ -33,7 +33,6 @@ the sandbox driver uploads it whenever no mount brought it), ``transport`` (``sa
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
@@ -44,7 +43,7 @@ from harbor.agents.base import BaseAgent
 from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 
-from agents import leftovers, setup_fault
+from agents import litellm_map, setup_fault
 from agents.appserver import AppServerClient
 from agents.codex_config import PROVIDER_ID, ProviderSettings, build_config, render
 from agents.conversation import (
@@ -54,6 +53,7 @@ from agents.conversation import (
     preflight_verdict,
 )
 from agents.drive import Harness
+from agents.scripted_model import SCRIPTED_BASE_URL, SCRIPTED_LOG
 from agents.session import DEADLINE_MESSAGE, ArmFailure, CodexSession, is_deadline
 from agents.staging import (
     CONTAINER_CODEX_BIN,
@@ -64,18 +64,14 @@ from agents.staging import (
     file_sha256,
     load_staged,
 )
-from agents.transport import EnvironmentLost, Transport, UnsupportedEnvironment, transport_for
+from agents.transport import Transport, UnsupportedEnvironment
 from modes import safeio
 from modes.budget import deadline_margin_sec
 from modes.config_digest import config_digests
-from modes.naming import ENVIRONMENT_LOST
 from modes.profiles import mode_for
 from modes.receipt import Receipt, utc_now
 from modes.trial_files import TrialFiles
 
-#: The scripted model listens here inside every mini-benchmark container.
-SCRIPTED_BASE_URL = "http://127.0.0.1:18080/v1"
-SCRIPTED_LOG = "/var/log/scripted/requests.jsonl"
 CODEX_HOME = "/var/tmp/marathon-codex"
 DEFAULT_KEY_VAR = "OPENAI_API_KEY"
 TIMEOUT_ENV = "GOAL_TIMEOUT_SEC"
@@ -193,7 +189,7 @@ class CodexAppServerAgent(BaseAgent):
     async def setup(self, environment: BaseEnvironment) -> None:
         """Nothing to install: codex comes from the read-only staged mount, checked in run(). The
         demo's one voided attempt fails here (``setup_fault_once``, agents.setup_fault)."""
-        setup_fault.maybe_fail(self.setup_fault_once, self.ARM, self._trial_name())
+        setup_fault.maybe_fail(self.setup_fault_once, self.ARM, self.trial_name())
 
     def harness(self) -> Harness:
         """The arm's loop (agents.drive): the same object runs here or inside the sandbox."""
@@ -210,82 +206,23 @@ class CodexAppServerAgent(BaseAgent):
         return {"CODEX_HOME": self.codex_home}
 
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        """One run in the envelope every arm shares (agents.envelope), carried by the transport chosen."""
+        from agents.envelope import run_arm
+
         if self.transport_kind == SANDBOX_DRIVER:
-            from agents.sandbox_host import run_in_sandbox
+            from agents.sandbox_host import SandboxDriverRun
 
-            await run_in_sandbox(self, instruction, environment, context)
-            return
-        t0 = time.monotonic()
-        receipt = self.receipt = self.begin_receipt()
-        deadline = t0 + receipt.goal_timeout_sec if receipt.goal_timeout_sec else None
-        transport: Transport | None = None
-        conv: Conversation | None = None
-        deferred: ArmFailure | None = None
-        before: frozenset[str] | None = None
-        try:
-            transport = transport_for(environment, self._trial_name())
-            receipt.transport = transport.describe()
-            before = self._processes_now(transport)
-            image = transport.image()
-            if image is not None:
-                receipt.image_digest = image["content_sha256"]
-                receipt.extra["image_id"] = image["id"]
-            await self.prepare(transport)
-            await self.open_session(transport, deadline=deadline, context=context)
-            conv = self.conversation
-            conv.start_budget(t0, self.goal_timeout_sec, self._harbor_sec())
-            await conv.drive(self.drive, instruction)
-        except asyncio.CancelledError:
-            receipt.stop_reason = "cancelled"
-            receipt.errors.append("cancelled by harbor (agent timeout or SIGTERM)")
-            raise
-        except Exception as exc:
-            receipt.stop_reason = "error"
-            if str(exc) not in receipt.errors:
-                receipt.errors.append(f"{type(exc).__name__}: {exc}")
-            if conv is not None:  # stop codex first: asking the engine takes time it would fill with turns
-                conv.finish()
-            lost = transport.lost() if transport is not None else None
-            if lost is not None:  # the sandbox failed under the agent: infrastructure, not the arm
-                receipt.errors.append(f"{ENVIRONMENT_LOST}: {lost}")
-                raise EnvironmentLost(f"{lost}; the step failed with {type(exc).__name__}: {exc}") from exc
-            raise
-        finally:
-            if conv is not None:
-                conv.finish()
-            deferred = self._save_evidence(transport, receipt, context)
-            if transport is not None:
-                self._end_leftovers(transport, before, receipt)
-            self.finish_receipt(receipt, t0)
-        if deferred is not None:
-            raise deferred
+            carrier = SandboxDriverRun(self)
+        else:
+            from agents.docker_exec_run import DockerExecRun
 
-    @staticmethod
-    def _processes_now(transport: Transport) -> frozenset[str] | None:
-        """The container's processes as the arm begins (agents.leftovers); None if not listable."""
-        try:
-            r = transport.run(["sh", "-c", leftovers.list_command()], user="0", timeout=60)
-        except Exception:  # noqa: BLE001 - then no sweep, and the receipt says so (leftovers.UNLISTED)
-            return None
-        return leftovers.parse_listing(r.stdout.decode(errors="replace")) or None
-
-    @staticmethod
-    def _end_leftovers(transport: Transport, before: frozenset[str] | None, receipt: Receipt) -> None:
-        """Synchronous (safe under cancellation): the agent phase's processes end before the verifier."""
-        if before is None:
-            leftovers.record(receipt, leftovers.UNLISTED)
-            return
-        try:
-            r = transport.run(["sh", "-c", leftovers.sweep_command(before)], user="0", timeout=60)
-            rec = leftovers.sweep_record(r.returncode, r.stdout.decode(errors="replace"))
-        except Exception as exc:  # noqa: BLE001 - recorded, never silent
-            rec = {"rule": leftovers.RULE, "ended": 0, "incomplete": f"{type(exc).__name__}: {exc}"}
-        leftovers.record(receipt, rec)
+            carrier = DockerExecRun(self)
+        await run_arm(self, carrier, instruction, environment, context)
 
     def begin_receipt(self) -> Receipt:
         """A new receipt with the run's deadline (GOAL_TIMEOUT_SEC, clamped) and ``started``."""
         deadline_sec, source = self._effective_deadline_sec()
-        receipt = self._new_receipt()
+        receipt = self.new_receipt()
         receipt.goal_timeout_sec = deadline_sec
         receipt.extra["deadline_source"] = source
         receipt.mark("started")
@@ -299,7 +236,7 @@ class CodexAppServerAgent(BaseAgent):
             receipt.timings["duration_sec"] = round(time.monotonic() - t0, 3)
         receipt.write(self.logs_dir)
 
-    def _harbor_sec(self) -> float | None:
+    def harbor_sec(self) -> float | None:
         return harbor_agent_timeout_sec(Path(self.logs_dir).resolve().parent)
 
     async def open_session(
@@ -307,16 +244,28 @@ class CodexAppServerAgent(BaseAgent):
     ) -> CodexSession:
         """Preflight, config.toml, ``codex app-server --strict-config``, initialize: a ready session.
 
-        Needs ``self.receipt`` (run() creates it; a direct caller sets ``self.receipt = self._new_receipt()``).
+        Needs ``self.receipt`` (run() creates it; a direct caller sets ``self.receipt = self.new_receipt()``).
         """
-        secret = self._preflight(transport)
+        secret = self.codex_preflight(transport)
         self.receipt.mark("preflight_done")
-        on_usage = (lambda total: self._usage_to_context(total, context)) if context is not None else None
-        await self._start_appserver(transport, secret, on_usage=on_usage, deadline=deadline)
+        on_usage = (lambda total: self.usage_to_context(total, context)) if context is not None else None
+        await self.start_appserver(transport, secret, on_usage=on_usage, deadline=deadline)
         self.session = self.conversation.session
         return self.session
 
     # --- pieces ----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _parse_model_name_for_connection(
+        model_name: str, *, skip_model_parsing: bool = False
+    ) -> tuple[str | None, str]:
+        """The provider and model of ``-m`` as LiteLLM would split them, from LiteLLM's model map read
+        as data (agents.litellm_map): harbor's own parser imports LiteLLM, 3-6 s of CPU in every
+        harbor process that runs an arm, for a provider the arms never use (codex gets the model and
+        the provider's URL from its own config). The runner starts the arms with
+        ``--skip-model-parsing-and-provider-mapping`` (harbor's preflight parses with LiteLLM
+        otherwise); this is what the agent's model info records then."""
+        return litellm_map.split_model_name(model_name)
 
     @staticmethod
     def _model_from_name(model_name: str | None) -> str:
@@ -344,10 +293,10 @@ class CodexAppServerAgent(BaseAgent):
             return limit, "GOAL_TIMEOUT_SEC clamped below harbor agent timeout"
         return self.goal_timeout_sec, "GOAL_TIMEOUT_SEC"
 
-    def _trial_name(self) -> str:
+    def trial_name(self) -> str:
         return Path(self.logs_dir).resolve().parent.name  # logs_dir = <trial>/agent
 
-    def _new_receipt(self) -> Receipt:
+    def new_receipt(self) -> Receipt:
         return Receipt(
             arm=self.ARM,
             mode=self.mode.as_dict() if self.mode else None,
@@ -365,7 +314,7 @@ class CodexAppServerAgent(BaseAgent):
             goal_timeout_sec=self.goal_timeout_sec,
         )
 
-    def _credential(self) -> dict[str, str]:
+    def credential(self) -> dict[str, str]:
         value = self._extra_env.get(self.api_key_var) or os.environ.get(self.api_key_var)
         if not value:
             raise ArmFailure(
@@ -374,9 +323,9 @@ class CodexAppServerAgent(BaseAgent):
             )
         return {self.api_key_var: value}
 
-    def _preflight(self, transport: Transport) -> dict[str, str]:
+    def codex_preflight(self, transport: Transport) -> dict[str, str]:
         """Everything that would otherwise fail silently later, checked before the first turn."""
-        secret = self._credential()
+        secret = self.credential()
         self.receipt.extra["codex_delivery"] = self.codex_delivery
         if self.codex_delivery == "copy":
             self._copy_codex_in(transport)
@@ -384,7 +333,7 @@ class CodexAppServerAgent(BaseAgent):
         out = (res.stdout + res.stderr).decode(errors="replace").strip()
         out = preflight_verdict(res.returncode, out, self.codex_version)
         self.receipt.extra["codex_version_in_container"] = out
-        self._record_codex_sha256()
+        self.record_codex_sha256()
         config = self.config_toml(transport.workdir)
         self.receipt.config_toml = config_digests(config)
         write = transport.run(["sh", "-c", CONFIG_WRITE_SCRIPT, "sh", self.codex_home], stdin=config.encode())
@@ -392,7 +341,7 @@ class CodexAppServerAgent(BaseAgent):
             raise ArmFailure(f"writing {self.codex_home}/config.toml failed: {write.stderr.decode()[-300:]}")
         return secret
 
-    def _record_codex_sha256(self) -> None:
+    def record_codex_sha256(self) -> None:
         """sha256 of the staged codex binary this trial ran: under the host directory harbor mounted
         at /opt/codex (or the staged tree copied in), hashed once per file version (staging.file_sha256)."""
         rel = Path(CONTAINER_CODEX_BIN).relative_to(CONTAINER_CODEX_ROOT)
@@ -439,7 +388,7 @@ class CodexAppServerAgent(BaseAgent):
         safeio.write_atomic(self.logs_dir / "codex-config.toml", config)
         return config
 
-    async def _start_appserver(
+    async def start_appserver(
         self, transport: Transport, secret: dict[str, str], *, on_usage=None, deadline: float | None = None
     ) -> AppServerClient:
         proc = await transport.spawn(
@@ -455,7 +404,7 @@ class CodexAppServerAgent(BaseAgent):
         await self.conversation.open(proc, deadline)
         return self.conversation.client
 
-    def _usage_to_context(self, total: dict, context: AgentContext) -> None:
+    def usage_to_context(self, total: dict, context: AgentContext) -> None:
         """Keep harbor's context current, so a timeout or cancellation keeps the counts.
 
         app-server's ``thread/tokenUsage/updated`` is the one spend source (the Mode says so); we
@@ -476,12 +425,9 @@ class CodexAppServerAgent(BaseAgent):
             )
         }
 
-    def _save_evidence(
-        self, transport: Transport | None, receipt: Receipt, context: AgentContext
-    ) -> ArmFailure | None:
-        """Synchronous copies (safe under cancellation); returns a failure the rollouts reveal, if any."""
-        if transport is None:
-            return None
+    def save_evidence(self, transport: Transport, receipt: Receipt) -> None:
+        """The docker-exec route's evidence out of the container: synchronous copies (safe under
+        cancellation). What every route does on the host with it is ``finish_evidence``."""
         copies = {
             f"{self.codex_home}/sessions": self.logs_dir,
             SCRIPTED_LOG: self.logs_dir / "scripted-model",
@@ -509,11 +455,10 @@ class CodexAppServerAgent(BaseAgent):
         for name in ("appserver.stdout.jsonl", "appserver.stderr.log"):
             if (self.logs_dir / name).exists():
                 receipt.evidence.append(name)
-        return self._finish_evidence(receipt, context)
 
-    def _finish_evidence(self, receipt: Receipt, context: AgentContext) -> ArmFailure | None:
-        """Host-side, on the evidence in the trial's agent dir (either transport): the rollout scan
-        and the ATIF trajectory; returns a failure the rollouts reveal, if any."""
+    def finish_evidence(self, receipt: Receipt, context: AgentContext) -> ArmFailure | None:
+        """Host-side, on the evidence in the trial's agent dir (either transport; agents.envelope):
+        the rollout scan and the ATIF trajectory; returns a failure the rollouts reveal, if any."""
         if (self.logs_dir / "codex-config.toml").exists() and "codex-config.toml" not in receipt.evidence:
             receipt.evidence.append("codex-config.toml")
         failure = self._scan_rollouts(receipt)
@@ -573,12 +518,11 @@ class CodexAppServerAgent(BaseAgent):
     def _write_trajectory(self, receipt: Receipt, context: AgentContext) -> None:
         """ATIF trajectory.json through harbor's own codex rollout converter."""
         try:
-            from harbor.agents.installed.codex import Codex
             from harbor.utils.trajectory_utils import format_trajectory_json
 
             for name in safeio.set_aside_special(self.logs_dir / "sessions"):
                 receipt.warnings.append(f"sessions/{name}: not a regular file, moved aside")
-            conv = Codex(logs_dir=self.logs_dir, model_name=self.model_name or self.codex_model)
+            conv = litellm_map.converter(self.logs_dir, self.model_name or self.codex_model)
             traj = conv.convert_trajectory(self.logs_dir)
             if traj is None:
                 self._set_aside_foreign_trajectory(receipt)

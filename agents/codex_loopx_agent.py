@@ -116,7 +116,7 @@ class CodexLoopxAgent(CodexAppServerAgent):
         self.goal: GoalSetup | None = None
         self.body: GoalBody | None = None
         self.required: tuple[str, ...] = ()
-        self._instruction = ""
+        self.instruction = ""  # the task's instruction: the goal's objective is made from it
         self._transport: Transport | None = None
         self._harness: LoopxHarness | None = None
         self.loopx: dict[str, Any] = {"ungated": self.ungated, "gates": [], "unblock_events": [], "ticks": []}
@@ -126,7 +126,7 @@ class CodexLoopxAgent(CodexAppServerAgent):
         return "codex-loopx"
 
     async def run(self, instruction, environment, context) -> None:
-        self._instruction = instruction
+        self.instruction = instruction
         await super().run(instruction, environment, context)
 
     # --- prepare: profile, gates 1-2, goal, body (before codex starts) -------------------------------
@@ -153,7 +153,8 @@ class CodexLoopxAgent(CodexAppServerAgent):
         )
         return staged.container_paths(), "copied"
 
-    def _gate(self, result) -> None:
+    def record_gate(self, result) -> None:
+        """Record a LoopX gate's verdict in the receipt, then require it (raises when it failed)."""
         self.loopx["gates"].append(result.as_dict())
         self.receipt.extra["loopx"] = self.loopx
         result.require()
@@ -179,8 +180,8 @@ class CodexLoopxAgent(CodexAppServerAgent):
             }
             self.required = await required_skill_ids(run, self.profile)
             self.loopx["required_skills"] = list(self.required)
-            self._gate(await gate_skills(run, self.profile, self.required))
-            self._gate(await gate_doctor(run, self.profile, str(self.mode.doctor_agent_type)))
+            self.record_gate(await gate_skills(run, self.profile, self.required))
+            self.record_gate(await gate_doctor(run, self.profile, str(self.mode.doctor_agent_type)))
             log.info(
                 "LoopX profile ready (%d skills + CLI + doctor ok; %s, node %s, %.1fs install)",
                 len(self.required),
@@ -194,7 +195,7 @@ class CodexLoopxAgent(CodexAppServerAgent):
                 transport.workdir,
                 self.goal_id,
                 self.agent_id,
-                _objective(self._instruction),
+                _objective(self.instruction),
                 user=transport.user,
             )
             self.loopx["goal"] = {
@@ -248,8 +249,8 @@ class CodexLoopxAgent(CodexAppServerAgent):
 
     # --- evidence ------------------------------------------------------------------------------------
 
-    def _save_evidence(self, transport, receipt, context):
-        if transport is not None and self.goal is not None:
+    def save_evidence(self, transport, receipt) -> None:
+        if self.goal is not None:
             dest = self.logs_dir / "loopx"
             for src, sub in (
                 (f"{self.goal.project.rstrip('/')}/.loopx", "project"),
@@ -260,12 +261,11 @@ class CodexLoopxAgent(CodexAppServerAgent):
                         receipt.evidence.append(f"loopx/{sub + '/' if sub else ''}{os.path.basename(src)}")
                 except Exception as exc:  # noqa: BLE001 - evidence is best effort
                     receipt.warnings.append(f"evidence copy of {src} failed: {exc}")
-        failure = super()._save_evidence(transport, receipt, context)  # reconciles the goal store too
+        super().save_evidence(transport, receipt)  # reconciles the goal store too
         session = getattr(self, "session", None)
         if session is not None and self._harness is not None:
             self._harness.finish(session)
         receipt.extra["loopx"] = json.loads(json.dumps(self.loopx, default=str))
-        return failure
 
     def sandbox_evidence(self) -> list[tuple[str, str]]:
         """(path in the sandbox, dir under /logs/agent) the in-sandbox driver copies at the end."""

@@ -18,7 +18,6 @@ import asyncio
 import json
 import logging
 import shlex
-import subprocess
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
 
@@ -49,28 +48,6 @@ class ExecResult:
 
 #: Runs one ``bash -c`` command in the trial container: (command, env, user, timeout_sec) -> result.
 ContainerExec = Callable[[str, Mapping[str, str] | None, str | None, float | None], Awaitable[ExecResult]]
-
-
-def docker_exec(container_id: str, workdir: str | None = None) -> ContainerExec:
-    """A ContainerExec over ``docker exec`` on a container we started (verify-envs, tests)."""
-
-    async def run(command, env=None, user=None, timeout_sec=None) -> ExecResult:
-        argv = ["docker", "exec"]
-        if workdir:
-            argv += ["-w", workdir]
-        if user:
-            argv += ["-u", user]
-        for k, v in (env or {}).items():
-            argv += ["-e", f"{k}={v}"]
-        argv += [container_id, "bash", "-c", command]
-
-        def call() -> ExecResult:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_sec)
-            return ExecResult(p.returncode, p.stdout, p.stderr)
-
-        return await asyncio.to_thread(call)
-
-    return run
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The host side of the ``sandbox-driver`` transport: upload, start, watch, stop, download.
+"""The host side of the ``sandbox-driver`` transport: upload, start, watch, stop, download (the
+carrier ``SandboxDriverRun`` of the envelope every arm shares, agents.envelope).
 
 Only harbor's generic environment API is used (``exec`` without stdin, ``upload_file``,
 ``upload_dir``, ``download_dir``), so every harbor environment can run the arms, not only a local
@@ -35,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from agents import leftovers
-from agents.base_codex import SCRIPTED_LOG
+from agents.envelope import Arm, RunContext
 from agents.sandbox_driver import CONFIG_NAME, MIN_PYTHON, RECEIPT_NAME, STATUS_NAME, STOP_NAME
+from agents.scripted_model import SCRIPTED_LOG
 from agents.session import ArmFailure
 from agents.staging import CONTAINER_CODEX_ROOT, StagingError, load_staged
 from agents.transport import (
@@ -48,8 +50,9 @@ from agents.transport import (
     tree_bytes,
 )
 from modes import safeio
+from modes.budget import deadline_margin_sec
 from modes.config_digest import config_digests
-from modes.naming import ENVIRONMENT_LOST, compose_project
+from modes.naming import compose_project
 from modes.receipt import Receipt
 
 REPO = Path(__file__).resolve().parents[1]
@@ -464,7 +467,7 @@ def record_audit_facts(agent, environment, t: SandboxTransport) -> None:
     """What the fairness audit compares, recorded as the docker-exec path records it: the staged
     codex binary's sha256 and, on harbor's local Docker environment, the image's content digest
     (other environments expose no image: the receipt says so and the audit compares what is there)."""
-    agent._record_codex_sha256()
+    agent.record_codex_sha256()
     image = None
     if t.container_id is not None:
         try:
@@ -482,7 +485,7 @@ def record_audit_facts(agent, environment, t: SandboxTransport) -> None:
 
 def driver_config(agent, t: SandboxTransport, instruction: str, cred_path: str, prep_sec: float) -> dict:
     receipt = agent.receipt
-    harbor_sec = agent._harbor_sec()
+    harbor_sec = agent.harbor_sec()
     config_toml = agent.config_toml(t.workdir)
     receipt.config_toml = config_digests(config_toml)  # before the receipt travels to the driver
     return {
@@ -554,112 +557,107 @@ async def settle(coro, timeout: float):
     return task.result()
 
 
-async def run_in_sandbox(agent, instruction: str, environment, context) -> None:
-    """``CodexAppServerAgent.run`` for the sandbox-driver transport."""
-    t0 = time.monotonic()
-    receipt = agent.receipt = agent.begin_receipt()
-    hard = None
-    harbor_sec = agent._harbor_sec()
-    if harbor_sec is not None:
-        from modes.budget import deadline_margin_sec
+class SandboxDriverRun:
+    """An ``agents.envelope.Carrier``: the conversation runs inside the sandbox (see the module
+    docstring); the host uploads, starts, watches, stops and downloads."""
 
-        hard = t0 + harbor_sec - deadline_margin_sec(harbor_sec) - HARD_STOP_BEFORE_SEC
-    t: SandboxTransport | None = None
-    watch: Watch | None = None
-    cred: str | None = None
-    failure: ArmFailure | None = None
-    before: frozenset[str] | None = None
-    left: dict | None = None
-    try:
-        t = await connect(environment, agent._trial_name())
+    def __init__(self, arm: Arm) -> None:
+        self.arm = arm
+        self.t: SandboxTransport | None = None
+        self.watch: Watch | None = None
+        self.cred: str | None = None
+        self.before: frozenset[str] | None = None
+
+    async def run(self, run: RunContext) -> ArmFailure | None:
+        arm, receipt = self.arm, run.receipt
+        hard = None
+        harbor_sec = arm.harbor_sec()
+        if harbor_sec is not None:
+            hard = run.t0 + harbor_sec - deadline_margin_sec(harbor_sec) - HARD_STOP_BEFORE_SEC
+        t = self.t = await connect(run.environment, arm.trial_name())
         receipt.transport = t.describe()
-        before = await leftovers.snapshot(t.container_exec())
-        await agent.prepare(t)
-        secret = agent._credential()
-        await ensure_codex(agent, t)
-        record_audit_facts(agent, environment, t)
-        cred = await upload_credentials(t, secret)
+        self.before = await leftovers.snapshot(t.container_exec())
+        await arm.prepare(t)
+        secret = arm.credential()
+        await ensure_codex(arm, t)
+        record_audit_facts(arm, run.environment, t)
+        self.cred = await upload_credentials(t, secret)
         del secret
         await upload_bundle(t)
         # the preparation so far counts against the budget (the driver adds its own from here)
-        await upload_config(t, driver_config(agent, t, instruction, cred, time.monotonic() - t0))
+        await upload_config(t, driver_config(arm, t, run.instruction, self.cred, time.monotonic() - run.t0))
         receipt.mark("driver_uploaded")
         await start_driver(t)
         receipt.mark("driver_started")
 
         def on_status(status: dict) -> None:
             if status.get("token_usage"):
-                agent._usage_to_context(status["token_usage"], context)
+                arm.usage_to_context(status["token_usage"], run.harbor)
 
-        watch = Watch(t, hard, on_status, agent.logs_dir / STATUS_MIRROR)
-        final = await watch.run()
+        self.watch = Watch(t, hard, on_status, arm.logs_dir / STATUS_MIRROR)
+        final = await self.watch.run()
         if final.get("failure"):
-            failure = ArmFailure(final["failure"].get("message") or "the driver failed")
-    except (asyncio.CancelledError, KeyboardInterrupt):  # harbor's SIGTERM handler raises the latter
-        receipt.stop_reason = "cancelled"
-        receipt.errors.append("cancelled by harbor (agent timeout or SIGTERM)")
-        if watch is not None:
+            return ArmFailure(final["failure"].get("message") or "the driver failed")
+        return None
+
+    async def cancelled(self, run: RunContext) -> None:
+        """The stop file, the driver's wind-down, then SIGTERM: bounded, and settled even while
+        harbor cancels again."""
+        if self.watch is not None:
             try:
-                await settle(watch.stop_now(), 30)
+                await settle(self.watch.stop_now(), 30)
             except Exception:  # noqa: BLE001 - best effort under cancellation
                 pass
-        raise
-    except Exception as exc:
-        receipt.stop_reason = "error"
-        if str(exc) not in receipt.errors:
-            receipt.errors.append(f"{type(exc).__name__}: {exc}")
-        lost = await t.lost() if t is not None and not isinstance(exc, EnvironmentLost) else None
-        if lost is not None:  # the sandbox failed under the agent: infrastructure, not the arm
-            receipt.errors.append(f"{ENVIRONMENT_LOST}: {lost}")
-            raise EnvironmentLost(f"{lost}; the step failed with {type(exc).__name__}: {exc}") from exc
-        if watch is not None and watch.status.get("pid") and not watch.status.get("done"):
+
+    async def failed(self, run: RunContext, exc: BaseException) -> str | None:
+        """A lost sandbox says so; otherwise a driver still running is killed (its pid re-checked)."""
+        watch = self.watch
+        lost = await self.t.lost() if self.t is not None and not isinstance(exc, EnvironmentLost) else None
+        if lost is None and watch is not None and watch.status.get("pid") and not watch.status.get("done"):
             await watch.send(_signal_command(watch.status, "KILL"), "SIGKILL (host failure)")
-        raise
-    finally:
-        # a second cancellation here (harbor shutting down) must not cost the evidence: every step
-        # is bounded and settled (agents.sandbox_host.settle); the receipt is written synchronously
+        return lost
+
+    async def collect(self, run: RunContext) -> None:
+        """Every step bounded and settled (a second cancellation must not cost the evidence); the
+        driver's receipt merged into the run's last, whatever happened before."""
+        t = self.t
+        if t is None:
+            return
+        left: dict | None = None
         try:
-            if t is not None and cred is not None:
+            if self.cred is not None:
                 try:
-                    await settle(t.exec(f"rm -f {cred}", user="root"), 30)
+                    await settle(t.exec(f"rm -f {self.cred}", user="root"), 30)
                 except Exception:  # noqa: BLE001 - the driver deleted it already
                     pass
-            if t is not None and watch is None:  # the driver never ran: keep the scripted model's log
+            if self.watch is None:  # the driver never ran: keep the scripted model's log
                 try:
                     await settle(t.exec(keep_scripted_log_command(), user="root"), 60)
                 except Exception:  # noqa: BLE001 - evidence is best effort
                     pass
-            if t is not None:
+            try:
+                await settle(download_evidence(t, self.arm.logs_dir, run.receipt), 300)
+            except Exception as exc:  # noqa: BLE001
+                run.receipt.warnings.append(f"evidence download: {type(exc).__name__}: {exc}")
+            # last: the driver's evidence is down; nothing it left may outlive the phase
+            left = leftovers.UNLISTED
+            if self.before is not None:
                 try:
-                    await settle(download_evidence(t, agent.logs_dir, receipt), 300)
-                except Exception as exc:  # noqa: BLE001
-                    receipt.warnings.append(f"evidence download: {type(exc).__name__}: {exc}")
-            if t is not None:  # last: the driver's evidence is down; nothing it left may outlive the phase
-                left = leftovers.UNLISTED
-                if before is not None:
-                    try:
-                        left = await settle(leftovers.end_leftovers(t.container_exec(), before), 90)
-                    except Exception as exc:  # noqa: BLE001 - recorded, never silent
-                        left = {**leftovers.UNLISTED, "incomplete": f"{type(exc).__name__}: {exc}"}
+                    left = await settle(leftovers.end_leftovers(t.container_exec(), self.before), 90)
+                except Exception as exc:  # noqa: BLE001 - recorded, never silent
+                    left = {**leftovers.UNLISTED, "incomplete": f"{type(exc).__name__}: {exc}"}
         finally:
-            if t is not None:
-                receipt = agent.receipt = _merge_driver_receipt(agent, receipt, t, watch)
-                if left is not None:
-                    leftovers.record(receipt, left)
-            deferred = agent._finish_evidence(receipt, context)
-            if receipt.token_usage:
-                agent._usage_to_context(receipt.token_usage, context)
-            agent.finish_receipt(receipt, t0)
-    if failure is not None:
-        raise failure
-    if deferred is not None:
-        raise deferred
+            run.receipt = _merge_driver_receipt(self.arm.logs_dir, run.receipt, t, self.watch)
+            if left is not None:
+                leftovers.record(run.receipt, left)
 
 
-def _merge_driver_receipt(agent, receipt: Receipt, t: SandboxTransport, watch: Watch | None) -> Receipt:
+def _merge_driver_receipt(
+    logs_dir: Path, receipt: Receipt, t: SandboxTransport, watch: Watch | None
+) -> Receipt:
     receipt.transport = {**t.describe(), "host_actions": watch.events if watch else []}
-    path = agent.logs_dir / "driver" / RECEIPT_NAME
-    raw = safeio.read_capped(path, agent.logs_dir) if path.exists() else None
+    path = logs_dir / "driver" / RECEIPT_NAME
+    raw = safeio.read_capped(path, logs_dir) if path.exists() else None
     if raw is None or isinstance(raw, safeio.Refused):
         receipt.warnings.append("the driver left no receipt")
         return receipt

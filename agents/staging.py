@@ -54,9 +54,6 @@ class StagedCodex:
         """The harbor ``--mounts`` entry that gives a trial this tree read-only."""
         return {"type": "bind", "source": str(self.root), "target": target, "read_only": True}
 
-    def mounts_json(self) -> str:
-        return json.dumps([self.mount()])
-
 
 def cache_root() -> Path:
     env = os.environ.get("MARATHON_CACHE")

@@ -82,7 +82,7 @@ def main() -> None:
     with two_hosts(REPO, ("marathon-base:bookworm", DEMO_IMAGE)) as th:
         env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"} | {"PYTHONPATH": str(REPO)}
         t0 = time.monotonic()
-        r = subprocess.run([sys.executable, "-m", "runner.cli", "run", str(out), "--tasks-dir", str(TASKS),
+        r = subprocess.run([sys.executable, "-m", "marathon.cli", "run", str(out), "--tasks-dir", str(TASKS),
                             "--arms", arms, "--concurrency", "4", "--cluster", th.cluster, "--plain"],
                            cwd=REPO, env=env, capture_output=True, text=True)  # fmt: skip
         wall = time.monotonic() - t0

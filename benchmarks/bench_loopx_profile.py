@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 from agents.loopx_body import render_body
 from agents.loopx_gates import gate_doctor, gate_skills, required_skill_ids
-from agents.loopx_profile import docker_exec, install_profile, setup_goal
+from agents.loopx_profile import install_profile, setup_goal
 from agents.loopx_staging import CONTAINER_PARTS_ROOT, stage_loopx
 from modes.profiles import ARMS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from container_exec import docker_exec  # noqa: E402  (a test helper: a container of our own)
 
 
 async def bench(cid: str, parts: dict) -> list[tuple[str, float, str]]:

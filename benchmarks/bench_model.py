@@ -80,11 +80,17 @@ def source_trials(src: Path) -> list[tuple[Path, Path]]:
     return found
 
 
-def build(src: Path, out: Path, n: int) -> int:
-    """Replicate real trials into ``n`` jobs of one trial: 50 tasks x 5 arms x n/250 stamps."""
+#: the two shapes of the scan benchmarks: few tasks with many attempts (50 tasks x 5 arms x 40
+#: stamps) and many tasks with one (2,010 tasks x 5 arms: a 500-task benchmark with repeats)
+SHAPES = {"few-tasks": 50, "many-tasks": 2010}
+
+
+def build(src: Path, out: Path, n: int, n_tasks: int = SHAPES["few-tasks"]) -> int:
+    """Replicate real trials into ``n`` jobs of one trial: ``n_tasks`` tasks x 5 arms x as many
+    stamps as it takes (50 tasks: n/250 stamps; 2,010 tasks and n = 10,050: one)."""
     trials = source_trials(src)
     arms = ["plain", "goal", "ssh-goal", "codex-cli", "heartbeat"]
-    n_tasks = 50
+    width = max(2, len(str(n_tasks - 1)))
     made = 0
     s = 0
     while made < n:
@@ -94,7 +100,7 @@ def build(src: Path, out: Path, n: int) -> int:
                 if made == n:
                     return made
                 job_src, trial_src = trials[made % len(trials)]
-                job = out / f"task-{t:02d}" / arm / stamp / arm
+                job = out / f"task-{t:0{width}d}" / arm / stamp / arm
                 job.mkdir(parents=True)
                 shutil.copy2(job_src / "result.json", job / "result.json")
                 shutil.copytree(trial_src, job / trial_src.name, symlinks=True)
@@ -107,14 +113,19 @@ def build(src: Path, out: Path, n: int) -> int:
 
 
 def bench_tree(
-    keep: Path | None, tmp: Path, trials: int, source: Path | None = None, fresh: bool = False
+    keep: Path | None,
+    tmp: Path,
+    trials: int,
+    source: Path | None = None,
+    fresh: bool = False,
+    tasks: int = SHAPES["few-tasks"],
 ) -> Path:
     """The benchmark tree: ``keep`` when already built there, else built (in ``keep`` or ``tmp``)."""
     out = keep or tmp / "out"
     if not (out.exists() and any(out.iterdir())):
         src = source or (make_source(tmp) if fresh else recorded_source(tmp))
         t = time.perf_counter()
-        made = build(src, out, trials)
+        made = build(src, out, trials, tasks)
         print(
             f"built {made} trials from {len(source_trials(src))} real ones in {time.perf_counter() - t:.1f} s"
         )

@@ -11,6 +11,7 @@ Measures, each as whole processes (wall and CPU of the child, from its rusage), 
 Targets (issue 11): warm status/report <= 0.5 s and >= 3x faster than the pydantic script.
 
     uv run python benchmarks/bench_scan.py [--keep DIR] [--trials 10050] [--repeat 5]
+        [--shape few-tasks|many-tasks]
 
 The tree replicates the recorded real harbor trees (tests/data/trees) as benchmarks/bench_model.py
 does; no Docker needed. Figures are printed, never asserted.
@@ -34,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from bench_model import bench_tree  # noqa: E402
+from bench_model import SHAPES, bench_tree  # noqa: E402
 
 from runner.results.tree import INDEX_DIR  # noqa: E402
 
@@ -42,7 +43,7 @@ PYDANTIC = str(REPO / "benchmarks" / "naive_pydantic.py")
 
 NO_INDEX = """
 import sys
-from runner.commands.status import status_data
+from marathon.status_view import status_data
 from runner.results.model import RunModel
 from runner.results.report import dump_json
 print(dump_json(status_data(RunModel.load(sys.argv[1], index=False), "run")))
@@ -66,9 +67,15 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=10_050)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--keep", type=Path, help="build the tree here and keep it")
+    ap.add_argument(
+        "--shape",
+        choices=SHAPES,
+        default="few-tasks",
+        help="few-tasks: 50 tasks x 5 arms x 40 attempts; many-tasks: 2,010 tasks x 5 arms x 1",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-scan-") as tmp:
-        out = bench_tree(args.keep, Path(tmp), args.trials)
+        out = bench_tree(args.keep, Path(tmp), args.trials, tasks=SHAPES[args.shape])
         time.sleep(3)  # the index stores only files older than its racy window (RACY_NS)
         measure(out, args.trials, args.repeat)
     return 0
@@ -76,7 +83,7 @@ def main() -> int:
 
 def measure(out: Path, trials: int, repeat: int) -> None:
     py = sys.executable
-    marathon = [py, "-m", "runner.cli"]
+    marathon = [py, "-m", "marathon.cli"]
     drop = lambda: shutil.rmtree(out / INDEX_DIR, ignore_errors=True)  # noqa: E731
     cases = [
         ("status --json, warm index", marathon + ["status", str(out), "--json"], None),

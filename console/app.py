@@ -11,7 +11,6 @@ plan (Cancel focused), then carried out in a worker. The runner is never a child
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 import signal
 import sys
@@ -20,7 +19,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from rich.console import Console
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -160,7 +158,10 @@ class ConsoleApp(App[int]):
     def painted(self) -> None:
         """The main screen has shown a grid: the watcher may now set up its (many) watches, and a
         ``--screenshot`` run saves it and exits."""
-        self._painted.set()
+        # after the next refresh: the watcher's inotify setup holds the GIL for seconds on a large
+        # tree (watchfiles builds its watches in one call), so it must not start before the grid is
+        # on the terminal
+        self.call_after_refresh(self._painted.set)
         if self.screenshot_to is not None:
             target, self.screenshot_to = self.screenshot_to, None
             self.call_after_refresh(lambda: (self.action_screenshot(str(target)), self.exit(0)))
@@ -385,7 +386,18 @@ class ConsoleApp(App[int]):
 
         cells = {a: self.main.cells.get((task, a)) for a in self.main.arms}
         budget = self.main.info.budget_sec if self.main.info else None
-        self.push_screen(CompareScreen(self.out, task, self.main.arms, cells, budget, self.clock()))
+        self.push_screen(
+            CompareScreen(
+                self.out,
+                task,
+                self.main.arms,
+                cells,
+                budget,
+                self.clock(),
+                all_cells=self.main.cells,
+                suspect=self.main.suspect.get(task),
+            )
+        )
 
     def action_start_runner(self) -> None:
         self.request(actions.START)
@@ -398,6 +410,21 @@ class ConsoleApp(App[int]):
 
     def action_cleanup(self) -> None:
         self.request(actions.CLEANUP)
+
+    def action_web_viewer(self) -> None:
+        """harbor's web viewer of this tree (``runner.ops.viewer``): the running one, or one started
+        now, detached and registered like the runner; the dialog says how to reach it."""
+
+        def start_or_show() -> None:
+            from runner.ops.viewer import start_or_show
+
+            acc, started = start_or_show(self.out)
+            title = "harbor's web viewer: " + ("started" if started else "already running")
+            self.post_message(ActionDone(title, acc.render(), ok=True))
+
+        self.notify("harbor's web viewer: starting or finding it")
+        self.run_worker(start_or_show, name="harbor's web viewer", group="viewer", exclusive=True,
+                        thread=True, exit_on_error=False)  # fmt: skip
 
     def request(self, kind: str, trial_path: str | None = None) -> None:
         """Plan ``kind`` in a worker, then confirm, then act; refused in read-only mode."""
@@ -468,21 +495,3 @@ def screenshot_console(out: Path | str, target: Path | str, size: tuple[int, int
     app = make_app(out, readonly=True, watch=False, offer_start=False, screenshot_to=target)
     app.run(headless=True, size=size)
     return int(app.return_code or 0)
-
-
-def screen_text(app: App) -> str:
-    """The current screen as plain text (snapshots, README captures)."""
-    width, height = app.size
-    console = Console(
-        width=width,
-        height=height,
-        file=io.StringIO(),
-        force_terminal=True,
-        color_system="truecolor",
-        record=True,
-        legacy_windows=False,
-        safe_box=False,
-    )
-    update = app.screen._compositor.render_update(full=True, screen_stack=app._background_screens)
-    console.print(update)
-    return console.export_text(styles=False)

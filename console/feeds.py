@@ -54,49 +54,41 @@ def read_runner_info(out: Path, events: EventTailReader | None = None) -> Runner
     """Is the runner alive (by its registry entry: PID + create time, never by pattern), and how is it set up."""
     from runner.ops.procs import Registry
     from runner.schedule.claims import list_claims
-    from runner.schedule.config import read_driver_env
+    from runner.schedule.config import read_driver_env, stored_config
 
     entry = None
     running = 0
     try:
         reg = Registry(out)
         entry = reg.runner_entry()
-        running = sum(1 for e in reg.live_entries() if e.role != "runner")
+        running = sum(1 for e in reg.live_entries() if e.role not in ("runner", "viewer"))
     except Exception:  # noqa: BLE001 - an unreadable registry shows as "not running", never crashes
         entry = None
-    try:
-        env = read_driver_env(out)
-    except Exception:  # noqa: BLE001
-        env = {}
+    try:  # the runner's own reading of .driver_env (what a restart would run)
+        has_config, cfg = bool(read_driver_env(out)), stored_config(out)
+    except Exception:  # noqa: BLE001 - an unreadable config shows as none, never crashes
+        has_config, cfg = False, None
     try:
         claims = len(list_claims(out))
     except Exception:  # noqa: BLE001 - an unreadable claims dir shows as none, never crashes
         claims = 0
-
-    def as_int(name: str) -> int | None:
-        try:
-            return int(env[name])
-        except (KeyError, ValueError):
-            return None
-
-    cfg = []
-    if env.get("MARATHON_ARMS"):
-        cfg.append(f"arms {env['MARATHON_ARMS']}")
-    if env.get("MARATHON_MODEL"):
-        cfg.append(f"model {env['MARATHON_MODEL']}")
-    if env.get("GOAL_TIMEOUT_SEC"):
-        cfg.append(f"goal {env['GOAL_TIMEOUT_SEC']}s")
+    line = []
+    if cfg is not None:
+        line.append(f"arms {','.join(cfg.arms)}")
+        if cfg.model:
+            line.append(f"model {cfg.model}")
+        line.append(f"goal {cfg.goal_timeout_sec}s")
     return RunnerInfo(
         alive=entry is not None,
         pid=entry.pid if entry else None,
         argv=tuple(entry.argv) if entry else (),
-        max_passes=as_int("MARATHON_MAX_PASSES"),
-        concurrency=as_int("MARATHON_CONCURRENCY"),
+        max_passes=cfg.max_passes if cfg else None,
+        concurrency=cfg.concurrency if cfg else None,
         running=running,
         claims=claims,
-        config_line=" · ".join(cfg),
-        has_config=bool(env),
-        budget_sec=as_int("GOAL_TIMEOUT_SEC"),
+        config_line=" · ".join(line),
+        has_config=has_config,
+        budget_sec=cfg.goal_timeout_sec if cfg else None,
         progress=events.tally.snapshot() if events else RunProgress(),
     )
 
@@ -183,10 +175,10 @@ def read_pool(out: Path, projects: Iterable[str] | None = None) -> tuple[PoolVie
 def cluster_of(out: Path) -> str | None:
     """The Ray cluster the tree's runs use (``--cluster``, kept in ``.driver_env``), or None."""
     from runner.errors import UserError
-    from runner.schedule.config import read_driver_env
+    from runner.schedule.fleet.probe import tree_cluster
 
     try:
-        return read_driver_env(out).get("MARATHON_CLUSTER") or None
+        return tree_cluster(out)
     except UserError:  # a .driver_env that cannot be read: the runner panel says so, not a crash
         return None
 
@@ -275,6 +267,8 @@ class TreeSnapshot:
     scanned_at: float  # time.time() of the scan that produced these values
     history: Mapping[Key, Cell | None] = field(default_factory=dict)  # all-time cells, for drill-down
     hosts: tuple[HostUse, ...] = ()  # a cluster run's hosts as the tree records them (host.json)
+    #: tasks every arm failed alike (``runner.results.suspect``): task -> the evidence line
+    suspect: Mapping[str, str] = field(default_factory=dict)
 
 
 class TreeFeed:
@@ -361,7 +355,7 @@ class TreeFeed:
         arms = tuple(arm_order(k[1] for k in scoped))
         return TreeSnapshot(
             cells, changed is None, tasks, arms, summary, alarm, tuple(notes), time.time(), history,
-            tuple(m.host_use()),
+            tuple(m.host_use()), suspect_tasks(scoped, arms, tasks),
         )  # fmt: skip
 
 
@@ -386,6 +380,16 @@ def arm_summary(model: RunModel, scope: str) -> tuple[dict[str, ArmSummary], str
     except Exception as exc:  # noqa: BLE001 - a summary bug must not take the grid down
         return {}, f"summary unavailable: {exc}"
     return summary, "; ".join(alarms) or None
+
+
+def suspect_tasks(cells: Mapping[Key, Cell], arms: Iterable[str], tasks: Iterable[str]) -> dict[str, str]:
+    """The tasks every arm failed alike, each with its evidence (the report's rule and words)."""
+    from runner.results import suspect
+
+    try:
+        return {t: f"{suspect.LABEL}: {s.evidence}" for t, s in suspect.find(cells, arms, tasks).items()}
+    except Exception:  # noqa: BLE001 - a marking bug must not take the grid down
+        return {}
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,14 @@ KEYS: tuple[Key, ...] = (
         where="any",
     ),
     Key(
+        "w",
+        "web_viewer",
+        "harbor's web viewer of this tree: start it (or show the running one) and how to reach it",
+        short="Web",
+        where="any",
+        show=False,
+    ),
+    Key(
         "V",
         "void",
         "void the selected trial and rerun the pair",

@@ -45,6 +45,11 @@ _KIND_NAMES = {
 }
 
 
+def kind_name(mode: int) -> str:
+    """What a file that is not a regular file is, in words ("a FIFO", "a symlink"), from its mode."""
+    return _KIND_NAMES.get(stat.S_IFMT(mode), "a special file")
+
+
 def _cap_from_env() -> int:
     raw = os.environ.get("MARATHON_MAX_JSON_BYTES", "")
     try:
@@ -58,10 +63,6 @@ def _cap_from_env() -> int:
 #: harbor's own trial ``result.json`` is a few KB; a file bigger than the cap is not something
 #: harbor or a verifier wrote, so it is refused rather than parsed.
 JSON_CAP = _cap_from_env()
-
-
-def json_cap() -> int:
-    return JSON_CAP
 
 
 def cap_of(kind: str) -> int | None:

@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
+import ci_profile
 import pytest
 import real_trees
 
@@ -37,6 +38,64 @@ def docker_available() -> bool:
 
 #: What DOCKER_HOST is in a session without docker tests: the name says what to do about the error.
 NO_ENGINE = "unix:///nonexistent/fast-tier-has-no-docker--mark-the-test-pytest.mark.docker.sock"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    ci_profile.register(config)  # MARATHON_CI_PROFILE=<file>: per-test wall and CPU (docs/testing.md)
+
+
+# ------------------------------------------------------------------ the Docker tier in parallel
+#
+# `.ci/run` runs the Docker tier in xdist workers with ``--dist loadgroup`` (docs/testing.md): each
+# Docker module is one group, so its module and session fixtures (the shared real runs) are made
+# once, in one worker; modules that share a session fixture share a group. The longest groups are
+# collected first, so they start first and the short ones fill the gaps (xdist is told not to
+# reorder: ``--no-loadscope-reorder``). Tests marked ``alone`` need the machine's engine to
+# themselves (they read the shared address pool as a whole) and run after the parallel part.
+
+#: Docker modules whose tests share a session fixture: one group, so the fixture runs once
+SHARED_GROUPS = {
+    "tests/core/test_recorded_trees.py": "live_trees",
+    "tests/console/test_snapshots.py": "live_trees",
+    "tests/runner/test_equal_budgets.py": "five_arm_run",
+    "tests/runner/test_runner_secret_leak.py": "five_arm_run",
+    "tests/console/test_demo_varied.py": "demo_varied_run",
+    "tests/viewer/test_view_browser.py": "demo_varied_run",
+}
+#: the Docker tier's longest groups, longest first (benchmarks/ci_cost.py measures them)
+LONGEST_FIRST = [
+    "tests/envs/test_sandbox_driver_trials.py",
+    "tests/runner/test_chaos.py",
+    "tests/fleet/test_fleet_run.py",
+    "tests/console/test_demo_varied.py",
+    "tests/arms_loopx/test_loopx_arm_trials.py",
+    "tests/runner/test_demo_resume.py",
+    "tests/runner/test_equal_budgets.py",
+    "tests/runner/test_runner_secret_leak.py",
+    "tests/arms_codex/test_codex_arm_trials.py",
+    "tests/runner/test_hostile_scenario.py",
+]
+
+
+def docker_group(item: pytest.Item) -> str:
+    """The xdist group of a Docker test: its module, or the group it shares a fixture with."""
+    module = item.nodeid.split("::", 1)[0]
+    return SHARED_GROUPS.get(module, module)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {m: i for i, m in enumerate(LONGEST_FIRST)}
+    for item in items:
+        if item.get_closest_marker("docker"):
+            item.add_marker(pytest.mark.xdist_group(docker_group(item)))
+
+    def order(item: pytest.Item) -> int:
+        if not item.get_closest_marker("docker"):
+            return len(rank) + 1
+        return rank.get(item.nodeid.split("::", 1)[0], len(rank))
+
+    items.sort(key=order)  # stable: within a module the written order stays
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -114,3 +173,31 @@ def harbor_jobs() -> SimpleNamespace:
     return SimpleNamespace(
         start=real_trees.start_harbor_jobs, wait=real_trees.wait_harbor_jobs, run=real_trees.run_harbor_jobs
     )
+
+
+@pytest.fixture(scope="session")
+def demo_varied_run(docker_engine, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One completed varied ``marathon demo --headless`` run (the README's main job: five real arms,
+    20 pairs, one setup failure voided and rerun; its voided root beside it) and what the command
+    printed, made once per session and read by many tests (tests/console/test_demo_varied.py,
+    tests/viewer/test_view_browser.py: one xdist group). Read-only: copy the tree to change it."""
+    import sys
+
+    out = tmp_path_factory.mktemp("demo_varied") / "out"
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(repo))
+    # more harbor agent time than the demo's 2 x 120 s: on a loaded 2-core machine the LoopX arms'
+    # install alone can outlast it, and harbor's timeout is an errored attempt, not under test here
+    r = subprocess.run(
+        [sys.executable, "-m", "marathon.cli", "demo", "--headless", "--agent-timeout-mult", "5", "--out", str(out)],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=3000,
+    )  # fmt: skip
+    return out, r
+
+
+@pytest.fixture(scope="session")
+def demo_varied_tree(demo_varied_run) -> Path:
+    """The out tree of ``demo_varied_run``, which must have finished every pair."""
+    out, r = demo_varied_run
+    assert r.returncode == 0 and "20/20 pairs done" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+    return out

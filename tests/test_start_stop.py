@@ -35,7 +35,7 @@ def _configured(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _runner_children() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if "runner.cli" in " ".join(p.cmdline())]
+    return [p for p in psutil.Process().children(recursive=True) if "marathon.cli" in " ".join(p.cmdline())]
 
 
 def test_start_without_a_configuration_is_refused_and_says_how(tmp_path):

@@ -9,6 +9,7 @@ trajectory in the reader. Trajectories and verifier files are read in a worker.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from console import compare, view
+from console import compare_rows, view
 from console.keys import bindings_for
 from console.screens.reader import ReaderScreen
 from runner.results.model import Cell
@@ -41,26 +42,39 @@ class ArmRead(Message):
     tests: TestOutcomes
 
 
+@dataclass
+class PairsRead(Message):
+    table: compare_rows.PairTable | None
+    error: str | None = None
+
+
 class CompareScreen(Screen):
     BINDINGS = bindings_for("compare")
     BINDINGS += [("escape,q", "back", "Back"), ("question_mark,f1", "app.help", "Help")]
 
     def __init__(self, out: Path, task: str, arms: list[str], cells: dict[str, Cell | None], budget: float | None = None,
-                 now: float | None = None) -> None:  # fmt: skip
+                 now: float | None = None, all_cells: Mapping[compare_rows.Key, Cell] | None = None,
+                 suspect: str | None = None) -> None:  # fmt: skip
         super().__init__()
         self.out, self.task_name = out, task
         self.arms = list(arms)
         self.cells = dict(cells)
+        self.all_cells = dict(all_cells or {})  # every task's cells: the paired comparisons
+        self.suspect = suspect  # the evidence, when every arm failed this task alike
         self.budget, self.now = budget, now
-        self.trials = {a: compare.shown_trial(self.cells.get(a)) for a in self.arms}
+        self.trials = {a: compare_rows.shown_trial(self.cells.get(a)) for a in self.arms}
         self.facts: dict[str, TrajectoryFacts] = {}
         self.tests: dict[str, TestOutcomes] = {}
 
     def compose(self) -> ComposeResult:
         yield Static(id="compare-title")
+        yield Static(id="compare-suspect")
         yield DataTable(id="compare-figures", cursor_type="column", zebra_stripes=True)
         yield Static(id="compare-tests-title")
         yield DataTable(id="compare-tests", cursor_type="column")
+        yield Static(id="compare-pairs-title")
+        yield DataTable(id="compare-pairs", cursor_type="none", zebra_stripes=True)
+        yield Static(id="compare-pairs-notes")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -69,16 +83,55 @@ class CompareScreen(Screen):
         title.append(f"   {n} of {len(self.arms)} arms · a column is the attempt that scores the pair · "
                      "Enter reads its trajectory", style="dim")  # fmt: skip
         self.query_one("#compare-title", Static).update(title)
+        sus = self.query_one("#compare-suspect", Static)
+        sus.display = bool(self.suspect)
+        if self.suspect:
+            sus.update(Text(f"⚠ {view.clean(self.suspect, None)}"))  # task, test and exception text
         self.fill_figures()
         self.fill_tests()
         self.query_one("#compare-figures", DataTable).focus()
         for arm, trial in self.trials.items():
             if trial is not None:
                 self.read_worker(arm, trial)
+        pairs_title = self.query_one("#compare-pairs-title", Static)
+        if len(self.arms) > 1 and self.all_cells:
+            pairs_title.update(Text("pairs over every task: computing…", style="dim"))
+            self.pairs_worker()
+        else:
+            pairs_title.display = False
+            self.query_one("#compare-pairs", DataTable).display = False
+        self.query_one("#compare-pairs-notes", Static).display = False
+
+    @work(thread=True, group="compare-pairs", exit_on_error=False)
+    def pairs_worker(self) -> None:
+        try:
+            self.post_message(PairsRead(compare_rows.pair_table(self.out, self.all_cells, self.arms)))
+        except Exception as exc:  # noqa: BLE001 - shown in place of the table, never fatal
+            self.post_message(PairsRead(None, f"{type(exc).__name__}: {exc}"))
+
+    def on_pairs_read(self, msg: PairsRead) -> None:
+        title = self.query_one("#compare-pairs-title", Static)
+        table = self.query_one("#compare-pairs", DataTable)
+        if msg.table is None:
+            title.update(Text(f"pairs over every task: unavailable ({view.clean(msg.error)})", style="red"))
+            return
+        t = Text("pairs over every task", style="bold")
+        t.append(f"   diff = a − b · {msg.table.level}", style="dim")
+        title.update(t)
+        table.clear(columns=True)
+        for h in compare_rows.PAIR_HEADS:
+            table.add_column(h)
+        for row in msg.table.rows:
+            table.add_row(*(view.plain(v) for v in row))  # arm names: cleaned, never read as markup
+        if msg.table.underpowered:
+            notes = self.query_one("#compare-pairs-notes", Static)
+            notes.update(Text("underpowered (a \"no difference\" here is not evidence of none): "
+                              + view.clean(" · ".join(msg.table.underpowered), None), style="yellow"))  # fmt: skip
+            notes.display = True
 
     @work(thread=True, group="compare-read", exit_on_error=False)
-    def read_worker(self, arm: str, trial: compare.ArmTrial) -> None:
-        facts, tests = compare.read_arm(trial)
+    def read_worker(self, arm: str, trial: compare_rows.ArmTrial) -> None:
+        facts, tests = compare_rows.read_arm(trial)
         self.post_message(ArmRead(arm, facts, tests))
 
     def on_arm_read(self, msg: ArmRead) -> None:
@@ -95,7 +148,7 @@ class CompareScreen(Screen):
         for a in self.arms:
             table.add_column(view.plain(a), key=a)
         cols = {
-            a: compare.figure_rows(
+            a: compare_rows.figure_rows(
                 self.cells.get(a),
                 self.trials[a],
                 self.facts.get(a) if self.trials[a] else TrajectoryFacts(error="no trial"),
@@ -104,7 +157,7 @@ class CompareScreen(Screen):
             )  # fmt: skip
             for a in self.arms
         }
-        for label, key in compare.ROWS:
+        for label, key in compare_rows.ROWS:
             values = [cols[a][key] for a in self.arms]
             differ = len(set(values)) > 1
             row: list[Text] = [Text(label, style="bold" if differ else "")]

@@ -65,6 +65,7 @@ class MainScreen(Screen):
         self.arms: list[str] = []
         self.summary: dict[str, ArmSummary] = {}
         self.notes: tuple[str, ...] = ()
+        self.suspect: dict[str, str] = {}  # task -> evidence: every arm failed it alike
         self.scanned_at: float | None = None
         # the operator's view of it
         self.filter_text = ""
@@ -136,6 +137,9 @@ class MainScreen(Screen):
             self._rebuild = True
         self.tasks, self.arms = list(snap.tasks), list(snap.arms)
         self.summary, self.notes = dict(snap.summary), snap.notes
+        if dict(snap.suspect) != self.suspect:  # the marks are in the row labels: rebuild
+            self.suspect = dict(snap.suspect)
+            self._rebuild = True
         self.hosts = snap.hosts
         self.alarm = snap.alarm
         self.scanned_at = snap.scanned_at
@@ -237,6 +241,7 @@ class MainScreen(Screen):
             mode=self.mode,
             width=self.size.width or 80,
             keep=self.selected,
+            marked=self.suspect,
         )
 
     def paint_status(self) -> None:
@@ -256,8 +261,12 @@ class MainScreen(Screen):
             t, a = self.selected
             budget = self.info.budget_sec if self.info else None
             line = view.cell_detail(t, a, self.cells.get(self.selected), budget, now, width)
+            if t in self.suspect:  # first, at most half the line, so the width never cuts it away
+                mark = f"⚠ {view.clean(self.suspect[t], None)}"  # task and test names from the tree
+                half = max(20, width // 2)
+                line = (mark if len(mark) <= half else mark[: half - 1] + "…") + " · " + line
         else:
-            notes = f" · {'; '.join(self.notes)}" if self.notes else ""
+            notes = f" · {view.clean('; '.join(self.notes), None)}" if self.notes else ""
             line = f"{len(self.tasks)} tasks × {len(self.arms)} arms{notes}"
         if line != self._shown.get("detail"):  # an idle console repaints nothing
             self._shown["detail"] = line

@@ -6,7 +6,7 @@ cursor stays on the same (task, arm) when rows are re-sorted or filtered (htop's
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from rich.text import Text
 from textual.coordinate import Coordinate
@@ -28,6 +28,15 @@ SUMMARY = "__summary__"
 #: a cell's width in characters, at least and at most (below the minimum the grid scrolls sideways)
 MIN_CELL = 8
 MAX_CELL = 32
+
+
+def _label(name: str, width: int, marked: bool) -> Text:
+    """A task's name in a row label or column head (from the tree, so cleaned and never read as
+    markup: ``view.plain``); ``⚠`` first when every arm failed it alike."""
+    name = view.clean(name)
+    if marked:
+        return view.plain("⚠" + name[: max(0, width - 1)], style="yellow")
+    return view.plain(name[:width])
 
 
 class Grid(DataTable):
@@ -65,9 +74,11 @@ class Grid(DataTable):
         mode: str = "score",
         width: int = 80,
         keep: tuple[str, str] | None = None,
+        marked: Collection[str] = (),
     ) -> None:
         """Rebuild the table (new names, sort, filter, transpose, mode, width), keeping the cursor on
-        its pair. Column widths follow the terminal; each cell shows the figures that fit."""
+        its pair. Column widths follow the terminal; each cell shows the figures that fit. Tasks in
+        ``marked`` (every arm failed them alike) carry a ``⚠`` before their name."""
         keep = keep or self.restoring or self.current_pair()
         self.arm_major, self.mode = arm_major, mode
         self.rows_order, self.cols_order = rows, cols
@@ -89,7 +100,7 @@ class Grid(DataTable):
         if arm_major:
             self.add_column("mean", key=SUMMARY, width=sum_w)
         for c in cols:
-            self.add_column(view.plain(view.clean(c)[:cw]), key=c, width=cw)
+            self.add_column(_label(c, cw, c in marked), key=c, width=cw)
         self.fixed_columns = 2 if arm_major else 1
         self.fixed_rows = 1 if rows and not arm_major else 0  # the summary row exists only with rows
         if not arm_major and rows:
@@ -98,7 +109,7 @@ class Grid(DataTable):
             values = [Text("mean", style="bold")] + [Text("\n".join(lines[c]), style="bold") for c in cols]
             self.add_row(*values, key=SUMMARY, height=height)
         for r in rows:
-            values = [view.plain(view.clean(r)[:label_w])]
+            values = [_label(r, label_w, r in marked)]
             if arm_major:
                 values.append(Text(view.summary_line(summary.get(r), sum_w, True), style="bold"))
             values += [self._cell(cells.get(self._pair(r, c))) for c in cols]

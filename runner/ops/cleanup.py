@@ -45,6 +45,8 @@ class DockerObj:
 
 @dataclass
 class CleanupPlan:
+    """One host's removals for an output tree, frozen (a ``runner.ops.plan.Plan``)."""
+
     out: str
     scope: dict[str, str | None]
     projects: list[str]
@@ -54,6 +56,7 @@ class CleanupPlan:
     #: dirs that could have named a project but are not trusted to decide a removal (another
     #: user's, or writable by others: ``docker_pool.project_scan``), named and left alone
     left_alone: list[str] = field(default_factory=list)
+    listed = True
 
     @property
     def empty(self) -> bool:
@@ -61,6 +64,9 @@ class CleanupPlan:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    def act(self) -> CleanupReport:
+        return act_cleanup(self)
 
     @classmethod
     def from_json(cls, d: dict) -> CleanupPlan:

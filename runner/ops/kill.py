@@ -26,10 +26,15 @@ from runner.ops.procs import DEFAULT_GRACE_SEC, StopPlan, StopReport, act_stop, 
 
 @dataclass
 class KillPlan:
+    """One host's kill, frozen (a ``runner.ops.plan.Plan``): the processes to stop, then the
+    Docker objects to remove."""
+
     out: str
     stop: StopPlan
     cleanup: CleanupPlan | None
     docker_error: str | None = None
+    grace_sec: float = DEFAULT_GRACE_SEC
+    listed = True
 
     @property
     def empty(self) -> bool:
@@ -37,7 +42,13 @@ class KillPlan:
 
     def render(self) -> str:
         clean = self.cleanup.render() if self.cleanup else f"cleanup not possible: {self.docker_error}"
-        return f"1. {self.stop.render()}\n\n2. then {clean}"
+        return (
+            f"SIGTERM (by process group where safe), {self.grace_sec:.0f} s grace, SIGKILL; then the removals.\n"
+            f"1. {self.stop.render()}\n\n2. then {clean}"
+        )
+
+    def act(self) -> KillReport:
+        return act_kill(self)
 
     def to_json(self) -> dict:
         return {
@@ -112,20 +123,25 @@ class KillReport:
 
 
 def plan_kill(
-    out: Path, *, expected_argvs: Iterable[Sequence[str]] = (), node: str | None = None
+    out: Path,
+    *,
+    expected_argvs: Iterable[Sequence[str]] = (),
+    node: str | None = None,
+    grace_sec: float = DEFAULT_GRACE_SEC,
 ) -> KillPlan:
     """Freeze what a kill of ``out`` would touch now on this host (nothing is changed); ``node``:
     this host's Ray node in a cluster run (the processes its jobs registered, ``plan_stop``)."""
     stop = plan_stop(out, expected_argvs=expected_argvs, node=node)
     try:
-        return KillPlan(str(out), stop, plan_cleanup(out))
+        return KillPlan(str(out), stop, plan_cleanup(out), grace_sec=grace_sec)
     except Unavailable as exc:
-        return KillPlan(str(out), stop, None, str(exc))
+        return KillPlan(str(out), stop, None, str(exc), grace_sec=grace_sec)
 
 
-def act_kill(plan: KillPlan, grace_sec: float = DEFAULT_GRACE_SEC) -> KillReport:
-    """Carry out a kill plan: stop (TERM, ``grace_sec``, KILL), then the Docker cleanup."""
-    report = KillReport(act_stop(plan.stop, grace_sec=grace_sec))
+def act_kill(plan: KillPlan, grace_sec: float | None = None) -> KillReport:
+    """Carry out a kill plan: stop (TERM, the grace, KILL), then the Docker cleanup."""
+    grace = plan.grace_sec if grace_sec is None else grace_sec
+    report = KillReport(act_stop(plan.stop, grace_sec=grace))
     out = Path(plan.out)
     try:
         if plan.cleanup is not None:

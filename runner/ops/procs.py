@@ -542,6 +542,11 @@ class StopReport:
     still_alive: list[int] = field(default_factory=list)
     skipped: list[StopSkip] = field(default_factory=list)
 
+    @property
+    def ok(self) -> bool:
+        """Every process the plan named has exited."""
+        return not self.still_alive
+
     def to_json(self) -> dict:
         return asdict(self)
 

@@ -21,14 +21,26 @@ RUNNER_WIND_DOWN_SEC = DEFAULT_GRACE_SEC + 10.0 + 60.0
 
 @dataclass
 class RunnerStopPlan:
-    """The runner to stop, frozen at plan time (``stop`` is None: no live runner)."""
+    """The runner to stop, frozen at plan time (``stop`` is None: no live runner); a
+    ``runner.ops.plan.Plan``."""
 
     out: str
     stop: StopPlan | None
+    listed = True
 
     @property
     def possible(self) -> bool:
         return self.stop is not None and bool(self.stop.targets)
+
+    @property
+    def empty(self) -> bool:
+        return not self.possible
+
+    def to_json(self) -> dict:
+        return {"out": self.out, "stop_plan": self.stop.to_json() if self.stop else None}
+
+    def act(self) -> StopReport:
+        return act_stop_runner(self)
 
     def render(self) -> str:
         if self.stop is None:

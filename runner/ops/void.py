@@ -22,7 +22,7 @@ from modes import safeio
 from modes.naming import compose_project
 from modes.trial_files import TrialFiles
 from runner.results import rules
-from runner.results.events import utc_now
+from runner.results.events import last_run_id, utc_now
 from runner.results.records import parse_time, read_trial
 from runner.results.tree import VOID_README, iter_trial_dirs, voided_root, voided_trial_dir
 
@@ -155,7 +155,8 @@ def classify_job(
 
 @dataclass(frozen=True)
 class VoidPlan:
-    """Move ``source`` (a job's stamp dir, or one trial dir) to ``dest`` with a README."""
+    """Move ``source`` (a job's stamp dir, or one trial dir) to ``dest`` with a README (a
+    ``runner.ops.plan.Plan``; the operator's void of a trial, and the runner's of an attempt)."""
 
     out: str
     source: str
@@ -166,9 +167,36 @@ class VoidPlan:
     trial: str | None
     reason: str
     evidence: list[str]
+    empty = False
+    listed = True
 
     def render(self) -> str:
-        return f"void {self.source}\n  -> {self.dest}\n  reason: {self.reason}"
+        return (
+            f"void {self.source}\n  -> {self.dest}\n  reason: {self.reason}\n\n"
+            "The trial is moved (never deleted) with a README; the runner reruns the pair in its next pass."
+        )
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def act(self) -> VoidReport:
+        """Move it aside, recorded under the tree's last run (the one that made the trial)."""
+        return VoidReport(act_void(self, run_id=last_run_id(Path(self.out))))
+
+
+@dataclass(frozen=True)
+class VoidReport:
+    dest: Path
+    ok = True
+
+    def render(self) -> str:
+        return (
+            f"moved to {self.dest}\nthe runner reruns the pair in its next pass "
+            "(start it if it is not running: R in the console, `marathon run OUT --resume`)"
+        )
+
+    def to_json(self) -> dict:
+        return {"dest": str(self.dest), "ok": True}
 
 
 def plan_void(out: Path, trial_or_job: Path, reason: str, evidence: list[str] | None = None) -> VoidPlan:

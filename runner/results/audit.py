@@ -63,6 +63,8 @@ def audit(cells: dict[tuple[str, str], Cell], arms: list[str]) -> dict[str, Any]
         setups = {a: _setup_of(c) for a in arms if (c := cells.get((task, a))) is not None}
         for a, s in setups.items():
             compared[a] |= set(s)
+        if sum(1 for s in setups.values() if s) < 2:
+            continue  # fewer than two arms recorded a setup here: nothing to compare
         for fact in LABELS:
             if fact in DECLARED:
                 continue

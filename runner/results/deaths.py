@@ -3,7 +3,7 @@ cluster job leaves of its own host's engine.
 
 Why: the voiding row ``container_died`` (``runner.results.rules.VOIDING``) asks one question of
 the engine: did this trial's main container die without a stop request before the trial ended?
-On one host the runner follows its own engine (``runner.ops.container_deaths.DeathWatch``). In a
+On one host the runner follows its own engine (``runner.ops.death_watch.DeathWatch``). In a
 cluster run the trial ran on another host's engine, which the runner does not watch; the attempt's
 Ray job watches that engine while harbor runs and records what it saw of its own trials' main
 containers in the attempt's stamp dir, beside ``host.json``. The runner then asks the record the

@@ -32,6 +32,7 @@ import os
 import sqlite3
 import stat
 import time
+import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -49,6 +50,9 @@ BUSY_SEC = 0.5
 _SCHEMA = "CREATE TABLE IF NOT EXISTS stamps (key TEXT PRIMARY KEY, entry TEXT NOT NULL)"
 _META = "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL)"
 _INTERVALS = "CREATE TABLE IF NOT EXISTS intervals (key TEXT PRIMARY KEY, lo REAL NOT NULL, hi REAL NOT NULL)"
+#: one row per task and arm dir (path relative to the tree): its identity and its subdirs' names
+#: joined by "/" (the one character a name cannot hold)
+_DIRS = "CREATE TABLE IF NOT EXISTS dirs (path TEXT PRIMARY KEY, ident TEXT NOT NULL, names TEXT NOT NULL)"
 #: remembered bootstrap intervals kept (the newest); a live run makes a few new ones per change
 KEEP_INTERVALS = 5000
 
@@ -87,6 +91,9 @@ class ScanIndex:
         self._t0 = time.time_ns()  # the scan's start by our clock (see save for the file system's)
         self._fresh: list[tuple[str, str, str, Stamp]] = []
         self._seen: set[str] = set()
+        self._dirs: dict[str, tuple[str, str]] | None = None  # path -> (ident, names), on first use
+        self._dirs_fresh: list[tuple[str, str, str, int]] = []  # (path, ident, names, ctime_ns)
+        self._dirs_seen: set[str] = set()
         self.hits = 0
         self.misses = 0
 
@@ -125,6 +132,38 @@ class ScanIndex:
                 return None
             return cls(out, None, None)
         return cls(out, conn, rows)
+
+    # ------------------------------------------------------------------------ dir listings
+
+    def listing(self, rel: str, st: os.stat_result) -> list[str] | None:
+        """The subdir names ``tree.list_dirs`` gave for the dir ``rel`` (relative to the tree), when
+        the dir still ``lstat``s the same (``st``); None when it changed or was never stored.
+
+        Why this holds: a dir's entries cannot be added, removed, renamed or replaced by another
+        kind without its mtime and ctime changing; a dir changed within the racy window is never
+        stored (``save``). A 2,010-task tree has 12,000 dirs to list before any result is read.
+        """
+        self._dirs_seen.add(rel)
+        if self._dirs is None:
+            self._dirs = {}
+            if self._conn is not None:
+                try:
+                    self._dirs = {
+                        p: (i, n) for p, i, n in self._conn.execute("SELECT path, ident, names FROM dirs")
+                    }
+                except sqlite3.Error:
+                    pass
+        row = self._dirs.get(rel)
+        if row is None or not stat.S_ISDIR(st.st_mode) or row[0] != _listing_ident(rel, st, row[1]):
+            return None
+        return row[1].split("/") if row[1] else []
+
+    def put_listing(self, rel: str, st: os.stat_result, names: list[str]) -> None:
+        """A fresh listing of ``rel``, stored by ``save`` when the dir is settled."""
+        self._dirs_seen.add(rel)
+        if stat.S_ISDIR(st.st_mode) and all("/" not in n for n in names):
+            joined = "/".join(names)
+            self._dirs_fresh.append((rel, _listing_ident(rel, st, joined), joined, st.st_ctime_ns))
 
     # ------------------------------------------------------------------------ entries
 
@@ -181,19 +220,26 @@ class ScanIndex:
             # file changed since then may have been read half-way, or its change may not show in
             # its times yet; such files are never stored.
             new = []
-            if self._fresh:  # (a warm scan writes nothing, not even the clock probe)
+            dirs = []
+            if self._fresh or self._dirs_fresh:  # (a warm scan writes nothing, not even the clock probe)
                 limit = self._t0 + (_fs_clock(self._dir) - time.time_ns()) - RACY_NS
                 for k, sdir, arm_dir, got in self._fresh:
                     deps = _deps(sdir, arm_dir, got, limit)
                     if deps is not None:
                         new.append((k, _dumps([k, *deps, _encode(got)])))
+                dirs = [(rel, ident, names) for rel, ident, names, ctime in self._dirs_fresh if ctime < limit]
             ops: list[tuple[str, Any]] = []
             if new:
                 ops.append(("INSERT OR REPLACE INTO stamps VALUES (?, ?)", new))
+            if dirs:
+                ops.append(("INSERT OR REPLACE INTO dirs VALUES (?, ?, ?)", dirs))
             if scanned_all:
                 gone = [(k,) for k in self._parsed() if k not in self._seen]
                 if gone:
                     ops.append(("DELETE FROM stamps WHERE key = ?", gone))
+                gone_dirs = [(p,) for p in (self._dirs or {}) if p not in self._dirs_seen]
+                if gone_dirs:
+                    ops.append(("DELETE FROM dirs WHERE path = ?", gone_dirs))
             if ops:
                 _write(self._conn, ops)
         except (OSError, sqlite3.DatabaseError):
@@ -294,6 +340,7 @@ def _connect(path: str, euid: int) -> sqlite3.Connection | None:
             conn.execute(_SCHEMA)
             conn.execute(_META)
             conn.execute(_INTERVALS)
+            conn.execute(_DIRS)
             fp = fingerprint()
             got = conn.execute("SELECT v FROM meta WHERE k = 'fingerprint'").fetchone()
             if got is None or got[0] != fp:  # made by other code: its entries mean nothing to this one
@@ -302,8 +349,10 @@ def _connect(path: str, euid: int) -> sqlite3.Connection | None:
                     [
                         ("DROP TABLE IF EXISTS stamps", ()),
                         ("DROP TABLE IF EXISTS intervals", ()),
+                        ("DROP TABLE IF EXISTS dirs", ()),
                         (_SCHEMA, ()),
                         (_INTERVALS, ()),
+                        (_DIRS, ()),
                         ("INSERT OR REPLACE INTO meta VALUES ('fingerprint', ?)", (fp,)),
                     ],
                 )
@@ -352,6 +401,12 @@ def _create(d: str) -> sqlite3.Connection | None:
 
 def _ident(st: os.stat_result) -> str:
     return f"{st.st_mode}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+def _listing_ident(rel: str, st: os.stat_result, names: str) -> str:
+    """A listing's identity: its dir's, and a checksum of what it lists (a row edited or garbled
+    in the table is not served)."""
+    return f"{_ident(st)}#{zlib.crc32(f'{rel}/{names}'.encode('utf-8', 'surrogateescape')):x}"
 
 
 def _idents(sdir: str, rels: list[str]) -> str:

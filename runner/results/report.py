@@ -3,12 +3,14 @@
 Built from the results model only (``build_report(model) -> dict``), then rendered as md, json,
 csv or html. The dict is the JSON contract other tools read:
 
-    schema "marathon-report-v2", arms, tasks, cells[task][arm]{reward, partial, pass_rate,
-    build_failed, status, cost_usd, n_input_tokens, n_output_tokens, spend_usd, ...},
-    arm_summary[arm]{n, reward, partial, pass_rate, *_ci, build_failed, cost_usd, cost_per_solved,
-    spend_usd, ...}, paired[{a, b, n, *_diff, *_diff_ci, wins, losses, ties, sign_test_p,
-    sign_test_p_holm}], infrastructure[...], bootstrap{method, resamples, seed, confidence},
-    disclosures{arm: [...]}, masked{arm: [{what, why, config_keys}]}, masked_config_keys
+    schema "marathon-report-v3", arms, tasks, cells[task][arm]{reward, partial, pass_rate,
+    build_failed, status, flagged, cost_usd, n_input_tokens, n_output_tokens, spend_usd, ...},
+    reading, exclude_flagged, arm_summary[arm]{n, flagged, flagged_in_n, reward, partial,
+    pass_rate, *_ci, build_failed, cost_usd, cost_per_solved, spend_usd, ...}, paired[{a, b, n,
+    flagged_a, flagged_b, *_diff, *_diff_ci, *_mde, *_tasks_needed, wins, losses, ties,
+    sign_test_p, sign_test_p_holm}], power{...}, suspect[...], suspect_excluded,
+    infrastructure[...], bootstrap{method, resamples, seed, confidence}, disclosures{arm: [...]},
+    masked{arm: [{what, why, config_keys}]}, masked_config_keys
 
 Why cost apart from spend: an arm's cost is what its scored attempts cost (the sum of its cells);
 what errored and voided attempts cost is the run's spend, not the arm's, or an arm that hit more
@@ -30,14 +32,15 @@ from itertools import combinations
 from typing import Any
 
 from modes import profiles, safetext
-from runner.results import audit, rules, stats
-from runner.results.model import DONE, STATUSES, Cell, RunModel
+from runner.results import audit, power, rules, stats, suspect
+from runner.results.model import DONE, ERRORED, STATUSES, VOIDED, Cell, RunModel
 
 FORMATS = ("md", "json", "csv", "html")
 #: The JSON contract's version. v2: cell and arm cost/tokens are the scoring attempts' (spend_* is
 #: every attempt), per-arm and paired 95 % intervals, Holm-adjusted p, p-values unrounded. v3: the
 #: hole rule (flagged cells count as failures in n, the means and the pairs; ``flagged``,
-#: ``flagged_in_n``, ``flagged_a``/``flagged_b``, ``reading``, ``exclude_flagged``).
+#: ``flagged_in_n``, ``flagged_a``/``flagged_b``, ``reading``, ``exclude_flagged``); also ``power``
+#: (MDE and tasks needed per pair), ``suspect`` and ``suspect_excluded``.
 SCHEMA = "marathon-report-v3"
 ALARM_P = 0.05
 ALARM_TEXT = "suspect infrastructure before capability"
@@ -68,6 +71,13 @@ def counted(c: Cell, exclude_flagged: bool = False) -> bool:
     return rules.counts_in_means(c.status == DONE, c.flagged, exclude_flagged)
 
 
+def cell_values(c: Cell, field: str) -> list[float]:
+    """A counted cell's values of a measure, one per attempt that scores it: its task's cluster
+    (``runner.results.clusters``). One value today (K = 1); repeats will list theirs."""
+    v = _score(c, field)
+    return [] if v is None else [v]
+
+
 MEASURES = ("reward", "partial", "pass_rate")
 PAIR_MEASURES = ("partial", "reward", "pass_rate")  # the paired table leads with partial (wins are by it)
 
@@ -79,9 +89,12 @@ def spend(c: Cell) -> tuple[float | None, int | None, int | None]:
     Why apart from the cell's cost: an arm that hit more infrastructure errors spent more, but that
     is the run's cost, not the arm's; the arm's cost is its scoring attempts'.
     """
-    recs = [
-        t for a in c.attempts for t in (*a.trials.values(), *(v.record for v in a.voided_trials.values()))
-    ]
+    atts = c.attempts
+    if len(atts) == 1 and len(atts[0].trials) == 1 and not atts[0].voided_trials:
+        # the usual pair: one attempt of one trial (sum() of one value is the value)
+        (t,) = atts[0].trials.values()
+        return t.cost_usd, t.n_input_tokens, t.n_output_tokens
+    recs = [t for a in atts for t in (*a.trials.values(), *(v.record for v in a.voided_trials.values()))]
 
     def total(field: str):
         vals = [v for t in recs if (v := getattr(t, field)) is not None]
@@ -97,27 +110,28 @@ def _scored(c: Cell, field: str):
 
 def cell_dict(c: Cell) -> dict[str, Any]:
     s_cost, s_in, s_out = spend(c)
+    f = c.figures  # the cell's figures, read from their record once (not through ten properties)
     return {
         "status": c.status,
-        "reward": _r(c.reward),
-        "partial": _r(c.partial),
-        "pass_rate": _r(c.pass_rate),
-        "build_failed": c.build_failed,
+        "reward": _r(f.reward),
+        "partial": _r(f.partial),
+        "pass_rate": _r(f.pass_rate),
+        "build_failed": f.build_failed,
         "cost_usd": _r(_scored(c, "cost_usd"), 6),
         "n_input_tokens": _scored(c, "n_input_tokens"),
         "n_output_tokens": _scored(c, "n_output_tokens"),
         "spend_usd": _r(s_cost, 6),
         "spend_input_tokens": s_in,
         "spend_output_tokens": s_out,
-        "wall_sec": _r(c.wall_sec, 1),
+        "wall_sec": _r(f.wall_sec, 1),
         "attempts": c.n_attempts,
         "errored_attempts": c.n_errored,
         "voided_attempts": c.n_voided,
-        "continuations": c.continuations,
-        "unblocks": c.unblocks,
-        "error_events": c.error_events,
-        "goal_status": c.goal_status,
-        "deadline_hit": c.deadline_hit,
+        "continuations": f.continuations,
+        "unblocks": f.unblocks,
+        "error_events": f.error_events,
+        "goal_status": f.goal_status,
+        "deadline_hit": f.deadline_hit,
         "scored_by": c.scored_by,
         "host": c.scored_on,
         "newer": c.newer,
@@ -132,54 +146,80 @@ def _ci(values: list[float]) -> list[float] | None:
     return None if ci is None else [_r(ci[0]), _r(ci[1])]
 
 
+def _total(got: list) -> Any:
+    """The sum of what is known (in order: sum() compensates floats); None when nothing is."""
+    got = [v for v in got if v is not None]
+    return sum(got) if got else None
+
+
+#: the receipt figures an arm's summary sums over all its cells
+RECEIPT_SUMS = ("continuations", "unblocks", "error_events")
+
+
 def arm_summary(cells: list[Cell], exclude_flagged: bool = False) -> dict[str, Any]:
     """One arm's figures over its cells: means (with 95 % bootstrap intervals) over the counted
     cells (done, and flagged ones as failures: the hole rule; ``exclude_flagged``: done only), the
-    arm's cost over its scoring attempts, and the run's spend over every attempt."""
+    arm's cost over its scoring attempts, and the run's spend over every attempt.
+
+    One pass over the cells and one over the counted ones (a 10,000-cell tree's status called this
+    for every figure in turn, half a million attribute reads)."""
     # in task order: the bootstrap draws positions, so the same tree must list its cells the same way
-    done = sorted((c for c in cells if c.status == DONE), key=lambda c: (c.task, c.arm))
     means_of = sorted((c for c in cells if counted(c, exclude_flagged)), key=lambda c: (c.task, c.arm))
-    counts = {s: sum(1 for c in cells if c.status == s) for s in STATUSES}
-
-    def vals(field: str) -> list[float]:
-        return [v for c in means_of if (v := _score(c, field)) is not None]
-
-    def s(field: str, of: list[Cell] = cells) -> int | float | None:
-        got = [getattr(c, field) for c in of if getattr(c, field) is not None]
-        return sum(got) if got else None
-
-    def total(got: list) -> Any:
-        got = [v for v in got if v is not None]
-        return sum(got) if got else None
-
-    cost = s("cost_usd", done)
-    spends = [spend(c) for c in cells]
-    spend_cost = total([x[0] for x in spends])
-    solved = sum(1 for c in done if c.reward == 1.0)
-    means = {f: _r(stats.mean(vals(f))) for f in MEASURES}
+    counts = dict.fromkeys(STATUSES, 0)
+    attempts = errored = voided = flagged = 0
+    receipts: dict[str, list] = {k: [] for k in RECEIPT_SUMS}
+    spends: tuple[list, list, list] = ([], [], [])
+    for c in cells:
+        if c.status in counts:
+            counts[c.status] += 1
+        flagged += c.flagged
+        attempts += len(c.attempts)
+        for a in c.attempts:
+            errored += a.status == ERRORED
+            voided += a.status == VOIDED
+        f = c.figures
+        for k, got in receipts.items():
+            got.append(getattr(f, k))
+        for got, v in zip(spends, spend(c), strict=True):
+            got.append(v)
+    vals: dict[str, list[float]] = {m: [] for m in MEASURES}
+    cost, tok_in, tok_out = [], [], []
+    solved = build_failed = flagged_in_n = 0
+    for c in means_of:
+        for m, got in vals.items():
+            if (v := _score(c, m)) is not None:
+                got.append(v)
+        if c.status != DONE:  # a flagged cell: a failure in the means, nothing it says is cost
+            flagged_in_n += 1
+            continue
+        f = c.figures
+        cost.append(f.cost_usd)
+        tok_in.append(f.n_input_tokens)
+        tok_out.append(f.n_output_tokens)
+        solved += f.reward == 1.0
+        build_failed += bool(f.build_failed)
+    cost_usd = _total(cost)
     return {
         "n": len(means_of),
-        "flagged": sum(1 for c in cells if c.flagged),
-        "flagged_in_n": sum(1 for c in means_of if c.flagged),
-        **means,
-        **{f"{f}_ci": _ci(vals(f)) for f in MEASURES},
-        "build_failed": sum(1 for c in done if c.build_failed),
-        "cost_usd": _r(cost, 6),
-        "n_input_tokens": s("n_input_tokens", done),
-        "n_output_tokens": s("n_output_tokens", done),
+        "flagged": flagged,
+        "flagged_in_n": flagged_in_n,
+        **{m: _r(stats.mean(vals[m])) for m in MEASURES},
+        **{f"{m}_ci": _ci(vals[m]) for m in MEASURES},
+        "build_failed": build_failed,
+        "cost_usd": _r(cost_usd, 6),
+        "n_input_tokens": _total(tok_in),
+        "n_output_tokens": _total(tok_out),
         "solved": solved,
-        "cost_per_solved": _r(cost / solved, 6) if cost is not None and solved else None,
-        "spend_usd": _r(spend_cost, 6),
-        "spend_input_tokens": total([x[1] for x in spends]),
-        "spend_output_tokens": total([x[2] for x in spends]),
+        "cost_per_solved": _r(cost_usd / solved, 6) if cost_usd is not None and solved else None,
+        "spend_usd": _r(_total(spends[0]), 6),
+        "spend_input_tokens": _total(spends[1]),
+        "spend_output_tokens": _total(spends[2]),
         "cells": len(cells),
         **counts,
-        "attempts": sum(c.n_attempts for c in cells),
-        "errored_attempts": sum(c.n_errored for c in cells),
-        "voided_attempts": sum(c.n_voided for c in cells),
-        "continuations": s("continuations"),
-        "unblocks": s("unblocks"),
-        "error_events": s("error_events"),
+        "attempts": attempts,
+        "errored_attempts": errored,
+        "voided_attempts": voided,
+        **{k: _total(got) for k, got in receipts.items()},
     }
 
 
@@ -206,21 +246,31 @@ def paired(
     sign test and its Holm adjustment across every pair that has a common task, and how many of
     the compared cells of each side are flagged (counted as failures by the hole rule)."""
     out = []
+    diffs: dict[tuple[str, str, str], list[float]] = {}  # per-task differences, for the power figures
+    scores: dict[tuple[str, str], tuple[float | None, ...]] = {}  # each cell's measures, read once
+
+    def score(key: tuple[str, str]) -> tuple[float | None, ...]:
+        got = scores.get(key)
+        if got is None:
+            got = scores[key] = tuple(_score(cells[key], f) for f in MEASURES)
+        return got
+
     for a, b in combinations(arms, 2):
         both = common_done(cells, a, b, tasks, exclude_flagged)
         row: dict[str, Any] = {"a": a, "b": b, "n": len(both), "tasks": both}
         row["flagged_a"] = sum(1 for t in both if cells[(t, a)].flagged)
         row["flagged_b"] = sum(1 for t in both if cells[(t, b)].flagged)
-        for field in MEASURES:
-            pa = [(_score(cells[(t, a)], field), _score(cells[(t, b)], field)) for t in both]
-            pa = [(x, y) for x, y in pa if x is not None and y is not None]
+        sa, sb = [score((t, a)) for t in both], [score((t, b)) for t in both]
+        for i, field in enumerate(MEASURES):
+            pa = [(x[i], y[i]) for x, y in zip(sa, sb, strict=True) if x[i] is not None and y[i] is not None]
+            d = diffs[(a, b, field)] = [x - y for x, y in pa]
             row[f"{field}_a"] = _r(stats.mean([x for x, _ in pa]))
             row[f"{field}_b"] = _r(stats.mean([y for _, y in pa]))
-            row[f"{field}_diff"] = _r(stats.mean([x - y for x, y in pa]))
-            row[f"{field}_diff_ci"] = _ci([x - y for x, y in pa])
+            row[f"{field}_diff"] = _r(stats.mean(d))
+            row[f"{field}_diff_ci"] = _ci(d)
             row[f"{field}_n"] = len(pa)
-        pp = [(_score(cells[(t, a)], "partial"), _score(cells[(t, b)], "partial")) for t in both]
-        pp = [(x, y) for x, y in pp if x is not None and y is not None]
+            if field == "partial":  # wins and losses are by partial
+                pp = pa
         wins = sum(1 for x, y in pp if x > y)
         losses = sum(1 for x, y in pp if x < y)
         ties = sum(1 for x, y in pp if x == y)
@@ -230,6 +280,7 @@ def paired(
     family = [r for r in out if r["n"]]
     for r, p in zip(family, stats.holm([r["sign_test_p"] for r in family]), strict=True):
         r["sign_test_p_holm"] = p
+    power.annotate(out, diffs)  # MDE and tasks needed per measure, at the Holm level
     return out
 
 
@@ -273,10 +324,21 @@ HEADLINE = "flagged cells counted as failures (the hole rule)"
 OTHER_READING = "flagged cells excluded: the other reading (--exclude-flagged), not the headline"
 
 
-def build_report(model: RunModel, scope: str = "all", exclude_flagged: bool = False) -> dict[str, Any]:
+def build_report(
+    model: RunModel, scope: str = "all", exclude_flagged: bool = False, exclude_suspect: bool = False
+) -> dict[str, Any]:
+    """The report's dict. Two other readings, each labelled as such: ``exclude_flagged``, flagged
+    cells left out of the means and pairs instead of counted as failures (the hole rule);
+    ``exclude_suspect``, every figure without the tasks every arm failed alike
+    (``runner.results.suspect``)."""
     cells = model.scoped(scope)
     arms = [a for a in model.arms if any(k[1] == a for k in cells)]
     tasks = sorted({k[0] for k in cells})
+    suspects = suspect.find(cells, arms, tasks)
+    if exclude_suspect:
+        cells = {k: c for k, c in cells.items() if k[0] not in suspects}
+        tasks = [t for t in tasks if t not in suspects]
+    pairs = paired(cells, arms, tasks, exclude_flagged)
     stand_ins = [a for a in arms if profiles.mode_for(a) is None]
     return {
         "schema": SCHEMA,
@@ -292,7 +354,10 @@ def build_report(model: RunModel, scope: str = "all", exclude_flagged: bool = Fa
         "arm_summary": {
             a: arm_summary([c for k, c in cells.items() if k[1] == a], exclude_flagged) for a in arms
         },
-        "paired": paired(cells, arms, tasks, exclude_flagged),
+        "paired": pairs,
+        "power": power.block(pairs),
+        "suspect": [s.as_dict() for s in suspects.values()],
+        "suspect_excluded": exclude_suspect,
         "infrastructure": infrastructure(cells, arms),
         "audit": audit.audit(cells, arms),
         "bootstrap": {
@@ -319,6 +384,8 @@ def build_report(model: RunModel, scope: str = "all", exclude_flagged: bool = Fa
             "Holm-adjusted across every pair with a common task",
             "infrastructure": "errored+voided attempts and holes only the harness could have made vs the other "
             f"arms, Fisher's exact test; alarm at p < {ALARM_P}",
+            "power": "per pair and measure: MDE and tasks needed (runner.results.power)",
+            "suspect": f"{suspect.LABEL}: counted as any task unless suspect_excluded (the other reading)",
         },
     }
 
@@ -431,6 +498,7 @@ def pair_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     losses/ties by partial, the sign test's p and its Holm adjustment. Pairs without a common task
     are left out here (still listed in the JSON)."""
     heads = ["a", "b", "flagged a/b", "partial", "reward", "pass rate", "W/L/T", "sign p", "Holm p"]
+    heads += ["MDE (partial / reward / pass)", "tasks needed (partial / reward / pass)"]
     rows = []
     for p in rep["paired"]:
         if not p["n"]:
@@ -443,8 +511,63 @@ def pair_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 fmt_p(p["sign_test_p"]),
                 fmt_p(p["sign_test_p_holm"]),
             ]
+            + power_cells(p)
         )
     return heads, rows
+
+
+def power_cells(p: dict[str, Any]) -> list[str]:
+    """A pair's MDE and tasks needed per measure (``runner.results.power``), as ``0.13 / - / 0.12``."""
+    mde = " / ".join(_f(p.get(f"{f}_mde"), 2) for f in PAIR_MEASURES)
+    need = " / ".join(
+        power.fmt_tasks(p.get(f"{f}_tasks_needed"), p.get(f"{f}_tasks_needed_over")) for f in PAIR_MEASURES
+    )
+    return [mde, need]
+
+
+def power_lines(rep: dict[str, Any]) -> list[str]:
+    """What the MDE means, and the pairs whose reported differences are below it."""
+    block = rep.get("power")
+    if not block or not block["family"]:
+        return []
+    out = [power.headline(block)]
+    under = power.underpowered_lines(block, lambda m: m.replace("_", " "))
+    if under:
+        out.append(
+            'Underpowered: these differences are smaller than the run can detect; a "no difference" '
+            "among them is not evidence of none:"
+        )
+        out += under
+    return out
+
+
+def suspect_lines(rep: dict[str, Any]) -> list[str]:
+    """The tasks every arm failed alike, with the evidence, and which reading this is."""
+    sus = rep.get("suspect") or []
+    if not sus:
+        return []
+    how = (
+        "Excluded from every figure of this reading (the other reading, --exclude-suspect)."
+        if rep.get("suspect_excluded")
+        else "Counted like any task (the default reading); --exclude-suspect prints the other reading."
+    )
+    return [f"{s['task']}: {suspect.LABEL}: {s['evidence']}" for s in sus] + [how]
+
+
+def reading_banner(rep: dict[str, Any]) -> str | None:
+    """The label of the other reading: never mistaken for the default one."""
+    if not rep.get("suspect_excluded"):
+        return None
+    names = ", ".join(s["task"] for s in rep.get("suspect") or []) or "none"
+    return (
+        f"OTHER READING: the {len(rep.get('suspect') or [])} suspect task(s) every arm failed alike are "
+        f"excluded from every figure ({names}). The default reading (without --exclude-suspect) counts them."
+    )
+
+
+def _task_label(rep: dict[str, Any], t: str, esc=lambda t: t) -> str:
+    """A task's name as a table row shows it (``esc``: the format's escaping of a tree name)."""
+    return f"{esc(t)} ⚠suspect" if any(s["task"] == t for s in rep.get("suspect") or []) else esc(t)
 
 
 def _audit_lines(rep: dict[str, Any], alarm, esc=lambda t, cap=None: t) -> list[str]:
@@ -508,6 +631,8 @@ def render_md(rep: dict[str, Any]) -> str:
     m = safetext.md
     arms, tasks = rep["arms"], rep["tasks"]
     lines = [f"# marathon report: {m(rep['out'])}", ""]
+    if banner := reading_banner(rep):
+        lines += [f"**{m(banner, None)}**", ""]
     lines.append(f"Scope: {rep['scope']}" + (f" (run {m(rep['run_id'])})" if rep["run_id"] else "") + ".")
     lines.append(f"Reading: {rep['reading']}.")
     lines += ["", "## Infrastructure-bias alarm", ""]
@@ -531,7 +656,7 @@ def render_md(rep: dict[str, Any]) -> str:
     lines.append("|---" * (len(arms) + 1) + "|")
     for t in tasks:
         row = [_cell_text(rep["cells"][t].get(a)) for a in arms]
-        lines.append(f"| {m(t)} | " + " | ".join(row) + " |")
+        lines.append(f"| {_task_label(rep, t, m)} | " + " | ".join(row) + " |")
     lines += [
         "",
         "## Per arm (means over done cells and flagged ones as failures, 95 % bootstrap intervals)",
@@ -544,6 +669,19 @@ def render_md(rep: dict[str, Any]) -> str:
         "",
     ]
     lines += _md_table(*pair_table(rep), names=2)
+    if power_text := power_lines(rep):  # the underpowered lines name arms: escaped
+        lines += ["", power_text[0]] + (
+            ["", power_text[1], ""] + [f"- {m(t, None)}" for t in power_text[2:]]
+            if len(power_text) > 1
+            else []
+        )
+    if sus := suspect_lines(rep):  # task names, test names and exception messages from the tree
+        lines += [
+            "",
+            "## Suspect tasks (every arm failed alike: more often the environment than the task)",
+            "",
+        ]
+        lines += [f"- {m(t, None)}" for t in sus[:-1]] + ["", sus[-1]]
     lines += ["", "## Disclosed deviations", ""]
     if rep["disclosures"]:
         for a, ds in rep["disclosures"].items():
@@ -611,6 +749,8 @@ def render_html(rep: dict[str, Any]) -> str:
     parts = []
     arms, tasks = rep["arms"], rep["tasks"]
     parts.append(f"<h1>marathon report</h1><p>{e(rep['out'])} &middot; scope {e(rep['scope'])}</p>")
+    if banner := reading_banner(rep):
+        parts.append(f'<p class="alarm">{e(banner, None)}</p>')
     parts.append(f"<p>Reading: {e(rep['reading'])}.</p>")
     alarms = [r for r in rep["infrastructure"] if r["alarm"]]
     parts.append("<h2>Infrastructure-bias alarm</h2>")
@@ -633,6 +773,16 @@ def render_html(rep: dict[str, Any]) -> str:
     parts.append(_html_table(*arm_table(rep)))
     parts.append("<h2>Paired comparisons (diff = a − b, 95 % paired bootstrap)</h2>")
     parts.append(_html_table(*pair_table(rep)))
+    if power_text := power_lines(rep):
+        parts.append(f'<p class="note">{e(power_text[0])}</p>')
+        if len(power_text) > 1:
+            parts.append(f'<p class="alarm">{e(power_text[1])}</p><ul>')
+            parts += [f"<li>{e(t, None)}</li>" for t in power_text[2:]]
+            parts.append("</ul>")
+    if sus := suspect_lines(rep):
+        parts.append("<h2>Suspect tasks (every arm failed alike)</h2><ul>")
+        parts += [f'<li class="suspect">{e(t, None)}</li>' for t in sus[:-1]]
+        parts.append(f"</ul><p>{e(sus[-1], None)}</p>")
     from runner.results import plots
 
     parts.append("<h2>Figures</h2>")
@@ -642,7 +792,7 @@ def render_html(rep: dict[str, Any]) -> str:
     parts += [f"<th>{e(a)}</th>" for a in arms]
     parts.append("</tr>")
     for t in tasks:
-        parts.append(f"<tr><td>{e(t)}</td>")
+        parts.append(f"<tr><td>{e(_task_label(rep, t))}</td>")
         for a in arms:
             c = rep["cells"][t].get(a)
             cls = e(c["status"]) + (" build" if c and c["build_failed"] else "") if c else ""
@@ -672,6 +822,7 @@ def render_html(rep: dict[str, Any]) -> str:
     style = (
         "body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
         ".errored{background:#fdd}.voided{background:#eee}.build{color:#a00}.alarm{color:#a00;font-weight:bold}"
+        ".suspect{color:#a60}.note{max-width:60em}"
         "figure{display:inline-block;vertical-align:top;margin:0.5em 1em 0.5em 0}figcaption{font-weight:bold;margin-bottom:4px}figure svg{max-width:100%;height:auto}"
     )
     return (

@@ -2,7 +2,7 @@
 durations at the run's concurrency, the spend rate, how the run ended, an open network-gate wait.
 
 Why here: this is arithmetic over the event log, which is part of the output tree; the runner's tty
-display (``runner.schedule.progress``) and the console both render it, neither computes it.
+display (``runner.schedule.display``) and the console both render it, neither computes it.
 """
 
 from __future__ import annotations

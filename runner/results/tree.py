@@ -6,6 +6,7 @@
     <out>/.driver_env                                   the runner's effective configuration
     <out>/.runner/                                      lock, PID registry, events.jsonl
     <out>/.marathon/index.sqlite                        the scan index (a cache: runner.results.index)
+    <out>/.marathon/view/jobs/<task>__<arm>__attempt-<n>/  harbor's viewer's jobs folder (runner.ops.viewjobs)
     <out>/../marathon-voided/<out-name>/...             voided trials, moved (never deleted), with README
 
 Everything that names a path or derives a name from one is here, so that no reader scans the
@@ -27,6 +28,7 @@ RUNNER_DIR = ".runner"
 EVENTS_FILE = "events.jsonl"
 INDEX_DIR = ".marathon"
 INDEX_FILE = "index.sqlite"
+VIEW_DIR = "view"  # under INDEX_DIR: the web viewer's jobs folder, lock and access file
 VOIDED_DIR = "marathon-voided"
 VOID_README = "README.md"
 #: The output tree when none is given (the same as `marathon run`).
@@ -63,6 +65,11 @@ def events_path(out: Path) -> Path:
 
 def driver_env_path(out: Path) -> Path:
     return out / DRIVER_ENV
+
+
+def view_dir(out: Path) -> Path:
+    """``<out>/.marathon/view``: what ``marathon view`` keeps (no agent mounts reach ``.marathon``)."""
+    return out / INDEX_DIR / VIEW_DIR
 
 
 def voided_root(out: Path) -> Path:
@@ -119,13 +126,16 @@ def _entry_is_dir(e: os.DirEntry) -> bool:
 UNREADABLE_DIR = -1
 
 
-def excluded_owner(arm_path: str | os.PathLike, owner: int | None) -> int | None:
+def excluded_owner(
+    arm_path: str | os.PathLike, owner: int | None, st: os.stat_result | None = None
+) -> int | None:
     """The one rule for which arm dirs belong to a tree: an arm dir owned by another uid than the
     tree's owner is a leftover of an earlier round (another user's run in a reused path) and is left
     out everywhere. Returns that uid, ``UNREADABLE_DIR`` when the dir cannot be stat'ed, or None when
-    the dir counts. ``owner``: the tree's owner uid (None: not known, every readable dir counts)."""
+    the dir counts. ``owner``: the tree's owner uid (None: not known, every readable dir counts);
+    ``st``: the dir's stat when the caller has it."""
     try:
-        uid = os.stat(arm_path).st_uid
+        uid = (st or os.stat(arm_path)).st_uid
     except OSError:
         return UNREADABLE_DIR
     return uid if owner is not None and uid != owner else None

@@ -32,6 +32,8 @@ from runner.results.tree import driver_env_path
 #: the checkout marathon runs from: harbor's job processes and a detached runner import our agents
 #: and modules from it, whatever their working directory
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+#: the bundled mini-benchmark (``marathon demo``, ``canary``, ``verify-envs``)
+DEMO_TASKS = PROJECT_ROOT / "runner" / "demo" / "tasks"
 
 
 def project_pythonpath(env: Mapping[str, str]) -> str:
@@ -448,6 +450,17 @@ def resolve(
     if len(set(names)) != len(names):
         raise UserError(f"duplicate arm in --arms: {','.join(names)}")
     return cfg
+
+
+def stored_config(out: Path) -> RunConfig | None:
+    """The configuration the tree's run recorded (``.driver_env``, as ``--resume`` reads it, and
+    nothing of this process's environment), or None when there is none or it no longer resolves."""
+    if not read_driver_env(out):
+        return None
+    try:
+        return resolve(out, {}, resume=True, environ={})
+    except UserError:
+        return None
 
 
 def with_changes(cfg: RunConfig, **changes: Any) -> RunConfig:

@@ -98,11 +98,11 @@ async def _verify_arm(
         workdir = container_workdir(cid)
         transport = DockerExecTransport(cid, workdir, None)
         add("container", True, f"{image} workdir {workdir} (network none)")
-        agent.receipt = agent._new_receipt()
+        agent.receipt = agent.new_receipt()
         if mode.loopx:
             t0 = time.monotonic()
             try:
-                agent._instruction = (MINI_TASK / "instruction.md").read_text()
+                agent.instruction = (MINI_TASK / "instruction.md").read_text()
                 await agent.prepare(transport)
             except Exception as exc:  # noqa: BLE001 - the message names the failing step
                 lx = agent.loopx
@@ -124,7 +124,7 @@ async def _verify_arm(
                 add("body", True, f"{agent.body.chars} chars, sha256 {agent.body.sha256[:16]}")
         os.environ.setdefault(VERIFY_KEY_VAR, "verify-envs-no-token")
         try:
-            secret = agent._preflight(transport)
+            secret = agent.codex_preflight(transport)
         except Exception as exc:  # noqa: BLE001
             add("codex+config", False, str(exc))
             return checks
@@ -135,7 +135,7 @@ async def _verify_arm(
         )
         t0 = time.monotonic()
         try:
-            client = await agent._start_appserver(transport, secret)
+            client = await agent.start_appserver(transport, secret)
         except Exception as exc:  # noqa: BLE001
             add("app-server", False, str(exc))
             return checks
@@ -146,7 +146,7 @@ async def _verify_arm(
                     "skills/list", {"cwds": [workdir], "forceReload": True}, timeout=60
                 )
                 try:
-                    agent._gate(skills_list_verdict(res, agent.required, workdir))
+                    agent.record_gate(skills_list_verdict(res, agent.required, workdir))
                     add("gate:skills/list", True, agent.loopx["gates"][-1]["detail"])
                 except GateFailure as exc:
                     add("gate:skills/list", False, exc.result.detail)

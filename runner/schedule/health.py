@@ -10,9 +10,11 @@ classifier in ``runner.ops.void``, ours-or-not through ``runner.ops.docker_pool`
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from modes import safetext
 from modes.budget import harbor_timeout_needed_sec
@@ -20,6 +22,7 @@ from modes.naming import compose_project
 from modes.trial_files import TrialFiles
 from runner.errors import NotAnOutputTree, Unavailable, UserError
 from runner.ops.procs import Registry
+from runner.ops.viewer import status_line as viewer_status
 from runner.ops.void import act_void, classify_job, plan_void
 from runner.results.records import OK, read_job
 from runner.results.tree import claim_path, driver_env_path, iter_job_dirs, iter_trial_dirs
@@ -54,6 +57,7 @@ class HealthReport:
     running_trials: int
     findings: list[Finding] = field(default_factory=list)
     fixes: list[str] = field(default_factory=list)
+    viewer: str | None = None  # `marathon view` of this tree, when one serves (runner.ops.viewer)
 
     @property
     def ok(self) -> bool:
@@ -69,6 +73,8 @@ class HealthReport:
             f"  runner: {self.runner}{pid}",
             f"  pairs:  {self.pairs_done}/{self.pairs_total} done, {self.running_trials} trial(s) running",
         ]
+        if self.viewer:
+            lines.append(f"  viewer: {safetext.clean(self.viewer, None)}")
         if not self.findings:
             lines.append("  OK: nothing to fix")
         for f in self.findings:
@@ -105,7 +111,69 @@ def _stamp_age_sec(stamp: str) -> float | None:
     return (datetime.now(UTC) - t).total_seconds()
 
 
-def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
+@dataclass
+class JobSeen:
+    """One harbor job of the tree as health reads it."""
+
+    task: str
+    arm: str
+    stamp: str
+    job: Path
+    rec: Any  # runner.results.records.JobRecord
+    unfinished: list[Path]  # its trials without a result.json
+
+
+@dataclass
+class Seen:
+    """What health reads of a tree, once; every check below reads only this."""
+
+    out: Path
+    cfg: RunConfig | None
+    state: str  # "alive" | "not running" | "never started"
+    pid: int | None
+    claims: list[claimsmod.Claim]
+    on_cluster: set[tuple[str, str]]  # pairs whose Ray job is pending or running
+    live_pairs: set[tuple[str, str]]  # pairs a live runner, harbor job or Ray job holds
+    tasks: list[str]
+    arms: list[str]
+    jobs: list[JobSeen] = field(default_factory=list)
+    done_pairs: set[tuple[str, str]] = field(default_factory=set)
+    finished_trials: set[str] = field(default_factory=set)
+    unclaimed_running: set[str] = field(default_factory=set)  # unfinished, their pair held by nobody
+    untrusted: list[str] = field(default_factory=list)  # what may not decide a signal or removal, and why
+
+    @property
+    def alive(self) -> bool:
+        return self.state == "alive"
+
+    @property
+    def running(self) -> int:
+        return sum(len(j.unfinished) for j in self.jobs if (j.task, j.arm) in self.live_pairs)
+
+    @property
+    def total(self) -> int:
+        return len(self.tasks) * len(self.arms)
+
+    @property
+    def done(self) -> int:
+        return sum(1 for t in self.tasks for a in self.arms if (t, a) in self.done_pairs)
+
+
+def _runner_state(out: Path) -> tuple[str, int | None]:
+    """The runner by its registry entry, else by the lock (PID + identity, never a process pattern)."""
+    runner = Registry(out).runner_entry()
+    if runner is not None and not runner.is_live():
+        runner = None  # a zombie (killed, not yet reaped) is not a runner
+    holder = lock_holder(out)
+    if runner is not None:
+        return "alive", runner.pid
+    if holder is not None:
+        return "alive", holder.pid
+    return ("not running" if driver_env_path(out).exists() else "never started"), None
+
+
+def look(out: Path) -> Seen:
+    """Read the tree: its configuration, runner, claims, cluster jobs and every job dir."""
     out = Path(out).resolve()
     if not out.is_dir():
         raise NotAnOutputTree(f"{out} is not a directory (expected a marathon output tree)")
@@ -115,16 +183,7 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
             cfg = resolve(out, {}, resume=True, environ={})
         except UserError:
             cfg = None
-    runner = Registry(out).runner_entry()
-    if runner is not None and not runner.is_live():
-        runner = None  # a zombie (killed, not yet reaped) is not a runner
-    holder = lock_holder(out)
-    if runner is not None:
-        state, pid = "alive", runner.pid
-    elif holder is not None:
-        state, pid = "alive", holder.pid
-    else:
-        state, pid = ("not running" if driver_env_path(out).exists() else "never started"), None
+    state, pid = _runner_state(out)
     claims = claimsmod.list_claims(out)
     # what could decide a signal or a removal but is not the runner's user's alone: named, left alone
     untrusted = [f"{u}: left alone" for u in claimsmod.untrusted_claims(out)]
@@ -133,124 +192,123 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
         untrusted.append(f"registry {why}: nothing is signalled from it")
     on_cluster = _cluster_pairs(out, cfg)
     live_pairs = {(c.task, c.arm) for c in claims if c.state != claimsmod.STALE} | on_cluster
-
     tasks = list(cfg.tasks) if cfg and cfg.tasks else []
     if cfg and not tasks and cfg.tasks_dir:
         from runner.schedule.config import list_tasks
 
         tasks = list_tasks(cfg.tasks_dir)
     arms = [s.name for s in cfg.arm_specs()] if cfg else []
-    done_pairs: set[tuple[str, str]] = set()
-    findings: list[Finding] = []
-    running = 0
-    finished_trials: set[str] = set()
-    running_trials: set[str] = set()
-    unclaimed_running: set[str] = set()  # unfinished trials of pairs nobody (runner or orphan job) holds
+    seen = Seen(out, cfg, state, pid, claims, on_cluster, live_pairs, tasks, arms, untrusted=untrusted)
     for task, arm, _adir, stamp, job in iter_job_dirs(out):
         rec = read_job(job)
         if rec.done:
-            done_pairs.add((task, arm))
+            seen.done_pairs.add((task, arm))
         trials = list(iter_trial_dirs(job))
-        for t in trials:
-            (finished_trials if (t / TrialFiles.RESULT).exists() else running_trials).add(t.name)
-            if not (t / TrialFiles.RESULT).exists() and (task, arm) not in live_pairs:
-                unclaimed_running.add(t.name)
         unfinished = [t for t in trials if not (t / TrialFiles.RESULT).exists()]
-        if unfinished and (task, arm) in live_pairs:
-            running += len(unfinished)
-            age = _stamp_age_sec(stamp)
-            if cfg and age is not None and age > _task_budget_sec(cfg, task):
-                findings.append(
-                    Finding(
-                        "past_budget",
-                        f"{task}/{arm} stamp {stamp}: running {age / 60:.0f} min",
-                        False,
-                        {"task": task, "arm": arm, "stamp": stamp, "age_sec": round(age)},
-                    )  # fmt: skip
-                )
-        elif rec.state == OK and not rec.done and rec.n_errored > 0 and not unfinished:
-            v = classify_job(job)
-            if v.kind == "infra" and (task, arm) not in live_pairs:
-                findings.append(
-                    Finding(
-                        "errored_not_voided",
-                        f"{task}/{arm} stamp {stamp}: {v.reason}",
-                        True,
-                        {"job": str(job), "reason": v.reason, "evidence": v.evidence},
-                    )  # fmt: skip
-                )
-    for c in claims:
-        st = c.state
-        if (c.task, c.arm) in on_cluster:
-            if state != "alive":
-                findings.append(
-                    Finding(
-                        "orphan_job",
-                        f"{c.task}/{c.arm}: its Ray job runs without a runner (a restarted runner re-attaches)",
-                        True,
-                        {"claim": c.to_json()},
-                    )  # fmt: skip
-                )
-        elif st == claimsmod.STALE:
-            findings.append(
-                Finding(
-                    "stale_claim",
-                    f"{c.task}/{c.arm} held by dead {c.holder.describe()}",
-                    True,
-                    {"claim": c.to_json()},
-                )  # fmt: skip
-            )
-        elif st == claimsmod.ORPHAN and state != "alive":
-            findings.append(
-                Finding(
-                    "orphan_job",
-                    f"{c.task}/{c.arm}: harbor PID {c.job.pid if c.job else '?'} runs without a "
-                    "runner (a restarted runner adopts it)",
-                    True,
-                    {"claim": c.to_json()},
-                )  # fmt: skip
-            )
-    # leaked compose projects: containers/networks of trials that are finished (harbor tears down
-    # before it writes result.json) or unfinished with no live claim (a dead harness)
-    # an unfinished trial is dead only when no live runner and no live harbor job holds its pair
-    dead_trials = unclaimed_running if state != "alive" else set()
-    leak_trials = finished_trials | dead_trials
-    if leak_trials and (cfg is None or cfg.env == "docker"):
-        try:
-            plan = _leak_plan(out, leak_trials)
-        except Unavailable as exc:  # the rest of the report is still worth having (an engine restart)
-            plan = None
-            findings.append(Finding("engine_unreachable", f"leaks not checked: {exc}"))
-        if plan is not None and plan.left_alone:
-            findings += [Finding("untrusted", f"{w}: left alone") for w in plan.left_alone]
-        if plan is not None and not plan.empty:
-            names = [c.name for c in plan.containers] + [n.name for n in plan.networks]
-            findings.append(
-                Finding(
-                    "leak",
-                    f"{len(plan.containers)} container(s), {len(plan.networks)} network(s) of "
-                    f"ended trials: {', '.join(names[:6])}",
-                    True,
-                    {"plan": plan.to_json()},
-                )  # fmt: skip
-            )
-    total = len(tasks) * len(arms)
-    done = sum(1 for t in tasks for a in arms if (t, a) in done_pairs)
-    if state != "alive" and cfg is not None and done < total:
-        from runner.schedule.breaker import last_pause
+        seen.finished_trials |= {t.name for t in trials if t not in unfinished}
+        if (task, arm) not in live_pairs:
+            seen.unclaimed_running |= {t.name for t in unfinished}
+        seen.jobs.append(JobSeen(task, arm, stamp, job, rec, unfinished))
+    return seen
 
-        paused = last_pause(out)
-        if paused is not None:
-            # the cause needs a person: restarting would only rerun the wall of failures
-            what = f"the circuit breaker paused the run: {paused}; then `marathon run {out} --resume`"
-            findings.insert(0, Finding("run_paused", what, False))
-        else:
-            findings.insert(
-                0, Finding("runner_dead", f"no live runner and {total - done} pair(s) not done", True)
-            )
-    findings += [Finding("untrusted", u) for u in untrusted]
-    rep = HealthReport(str(out), state, pid, total, done, running, findings)
-    return rep, cfg
+
+def _check_jobs(seen: Seen) -> list[Finding]:
+    """Trials past their budget (by the runner's UTC stamps), and infrastructure-errored jobs that
+    nothing voided (the one classifier, ``runner.ops.void``)."""
+    found = []
+    for j in seen.jobs:
+        live = (j.task, j.arm) in seen.live_pairs
+        if j.unfinished and live:
+            age = _stamp_age_sec(j.stamp)
+            if seen.cfg and age is not None and age > _task_budget_sec(seen.cfg, j.task):
+                found.append(Finding("past_budget", f"{j.task}/{j.arm} stamp {j.stamp}: running {age / 60:.0f} min",
+                                     False, {"task": j.task, "arm": j.arm, "stamp": j.stamp, "age_sec": round(age)}))  # fmt: skip
+        elif j.rec.state == OK and not j.rec.done and j.rec.n_errored > 0 and not j.unfinished:
+            v = classify_job(j.job)
+            if v.kind == "infra" and not live:
+                found.append(Finding("errored_not_voided", f"{j.task}/{j.arm} stamp {j.stamp}: {v.reason}", True,
+                                     {"job": str(j.job), "reason": v.reason, "evidence": v.evidence}))  # fmt: skip
+    return found
+
+
+def _check_claims(seen: Seen) -> list[Finding]:
+    """Claims whose holder is dead (stale), and jobs that run without a runner (orphans; a restarted
+    runner adopts them, or re-attaches to a cluster's Ray job)."""
+    found = []
+    for c in seen.claims:
+        if (c.task, c.arm) in seen.on_cluster:
+            if not seen.alive:
+                found.append(Finding("orphan_job", f"{c.task}/{c.arm}: its Ray job runs without a runner "
+                                     "(a restarted runner re-attaches)", True, {"claim": c.to_json()}))  # fmt: skip
+        elif c.state == claimsmod.STALE:
+            found.append(Finding("stale_claim", f"{c.task}/{c.arm} held by dead {c.holder.describe()}", True,
+                                 {"claim": c.to_json()}))  # fmt: skip
+        elif c.state == claimsmod.ORPHAN and not seen.alive:
+            found.append(Finding("orphan_job", f"{c.task}/{c.arm}: harbor PID {c.job.pid if c.job else '?'} runs "
+                                 "without a runner (a restarted runner adopts it)", True, {"claim": c.to_json()}))  # fmt: skip
+    return found
+
+
+def _check_leaks(seen: Seen) -> list[Finding]:
+    """Containers and networks of ended trials: finished ones (harbor tears down before it writes
+    result.json), and unfinished ones whose pair no live runner or harbor job holds."""
+    leak_trials = seen.finished_trials | (seen.unclaimed_running if not seen.alive else set())
+    if not leak_trials or (seen.cfg is not None and seen.cfg.env != "docker"):
+        return []
+    try:
+        plan = _leak_plan(seen.out, leak_trials)
+    except Unavailable as exc:  # the rest of the report is still worth having (an engine restart)
+        return [Finding("engine_unreachable", f"leaks not checked: {exc}")]
+    if plan is None:
+        return []
+    found = [Finding("untrusted", f"{w}: left alone") for w in plan.left_alone]
+    if plan.empty:
+        return found
+    names = [c.name for c in plan.containers] + [n.name for n in plan.networks]
+    what = (f"{len(plan.containers)} container(s), {len(plan.networks)} network(s) of ended trials: "
+            f"{', '.join(names[:6])}")  # fmt: skip
+    return [*found, Finding("leak", what, True, {"plan": plan.to_json()})]
+
+
+def _check_runner(seen: Seen) -> list[Finding]:
+    """No live runner while pairs are not done: restart it (``--fix``), unless the circuit breaker
+    paused the run (the cause needs a person: restarting would rerun the same wall of failures)."""
+    if seen.alive or seen.cfg is None or seen.done >= seen.total:
+        return []
+    from runner.schedule.breaker import last_pause
+
+    paused = last_pause(seen.out)
+    if paused is not None:
+        what = f"the circuit breaker paused the run: {paused}; then `marathon run {seen.out} --resume`"
+        return [Finding("run_paused", what, False)]
+    return [Finding("runner_dead", f"no live runner and {seen.total - seen.done} pair(s) not done", True)]
+
+
+def _check_trust(seen: Seen) -> list[Finding]:
+    """What could decide a signal or a removal but is not the runner's user's alone (claims, the
+    registry: ``modes.safeio.untrusted``): named; nothing is signalled or removed because of it."""
+    return [Finding("untrusted", u) for u in seen.untrusted]
+
+
+#: The checks, in the order their findings are reported.
+CHECKS: tuple[tuple[str, Callable[[Seen], list[Finding]]], ...] = (
+    ("runner", _check_runner),
+    ("jobs", _check_jobs),
+    ("claims", _check_claims),
+    ("leaks", _check_leaks),
+    ("trust", _check_trust),
+)
+
+
+def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
+    """Every check of ``CHECKS`` on what ``look`` read; nothing is changed."""
+    seen = look(out)
+    findings = [f for _name, one in CHECKS for f in one(seen)]
+    rep = HealthReport(
+        str(seen.out), seen.state, seen.pid, seen.total, seen.done, seen.running, findings,
+        viewer=viewer_status(seen.out),
+    )  # fmt: skip
+    return rep, seen.cfg
 
 
 def _cluster_pairs(out: Path, cfg: RunConfig | None) -> set[tuple[str, str]]:

@@ -157,7 +157,7 @@ def prebuild(
 ) -> list[BuildResult]:
     """Build each task's image (tasks with a Dockerfile and no prebuilt ``docker_image``)."""
     from runner.schedule.config import list_tasks
-    from runner.schedule.driver import BUILD_OVERLAY_TEXT, builds_from_dockerfile
+    from runner.schedule.harbor_run import BUILD_OVERLAY_TEXT, builds_from_dockerfile
 
     tasks_dir = Path(tasks_dir).resolve()
     names = list(tasks) if tasks else list_tasks(tasks_dir)

@@ -39,7 +39,7 @@ LAUNCHER_TIMEOUT_SEC = 60.0
 
 def runner_argv(out: Path) -> list[str]:
     """What a started runner runs: the tree's own configuration (``--resume``), timestamped lines."""
-    return [sys.executable, "-m", "runner.cli", "run", str(Path(out).resolve()), "--resume", "--plain"]
+    return [sys.executable, "-m", "marathon.cli", "run", str(Path(out).resolve()), "--resume", "--plain"]
 
 
 def log_tail(path: Path, lines: int, cap: int = 64 << 10) -> list[str]:
@@ -67,15 +67,27 @@ def log_path(out: Path) -> Path:
 
 @dataclass(frozen=True)
 class StartPlan:
-    """Whether a runner of ``out`` can start now, and what it would run (argv is None: it cannot)."""
+    """Whether a runner of ``out`` can start now, and what it would run (argv is None: it cannot);
+    a ``runner.ops.plan.Plan``."""
 
     out: str
     argv: tuple[str, ...] | None
     why: str  # why not; or the configuration, the log and the preflight's notes
+    listed = True
 
     @property
     def possible(self) -> bool:
         return self.argv is not None
+
+    @property
+    def empty(self) -> bool:
+        return not self.possible
+
+    def to_json(self) -> dict:
+        return {"out": self.out, "argv": list(self.argv) if self.argv else None, "why": self.why}
+
+    def act(self) -> StartReport:
+        return StartReport(act_start(self))
 
     def render(self) -> str:
         if self.argv is None:
@@ -84,6 +96,18 @@ class StartPlan:
             "Start, detached (own session; survives this console and the ssh session):\n"
             f"  argv {list(self.argv)}\n{self.why}"
         )
+
+
+@dataclass(frozen=True)
+class StartReport:
+    pid: int
+    ok = True
+
+    def render(self) -> str:
+        return f"runner started, PID {self.pid} (detached; it keeps running when this console or shell ends)"
+
+    def to_json(self) -> dict:
+        return {"pid": self.pid, "ok": True}
 
 
 def plan_start(out: Path, *, retry: str | None = None) -> StartPlan:

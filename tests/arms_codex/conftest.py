@@ -26,6 +26,7 @@ import pytest
 
 from agents.scripted_model.image import ensure_demo_image
 from agents.staging import SIDECAR, StagedCodex, stage_codex
+from runner.schedule.harbor_run import SKIP_MODEL_PARSING
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_TASKS = REPO / "runner" / "demo" / "tasks"
@@ -138,6 +139,7 @@ def _run_job(job: Job, out: Path, staged: StagedCodex, env: dict) -> JobOutcome:
         "-n",
         str(job.n),
         "-y",
+        SKIP_MODEL_PARSING,  # as the runner starts the arms (runner.schedule.driver.harbor_argv)
         "--ak",
         f"api_key_var={KEY_VAR}",
     ]

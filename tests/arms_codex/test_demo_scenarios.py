@@ -114,8 +114,8 @@ def test_every_plan_names_only_known_scenarios_and_harnesses():
 
 def test_docs_table_is_the_plans_table():
     """docs/arms.md shows the demo's task x arm table; it must be what the images carry."""
+    from marathon.commands.demo import SETUP_FAULT_PAIR
     from modes.profiles import DEFAULT_ARMS
-    from runner.commands.demo import SETUP_FAULT_PAIR
 
     text = (REPO / "docs" / "arms.md").read_text().split("## The demo's scenarios", 1)[1].split("\n## ", 1)[0]
     rows = {}

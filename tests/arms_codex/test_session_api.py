@@ -58,7 +58,7 @@ def container(container_factory, staged_codex) -> str:
 def _agent(tmp_path, model: str, monkeypatch) -> CodexGoalAgent:
     monkeypatch.setenv(KEY_VAR, "sk-session-test")
     agent = CodexGoalAgent(logs_dir=tmp_path, model_name=model, api_key_var=KEY_VAR)
-    agent.receipt = agent._new_receipt()
+    agent.receipt = agent.new_receipt()
     return agent
 
 
@@ -143,7 +143,7 @@ def test_code_mode_host_failure_at_runtime_fails_loudly(
     monkeypatch.setenv(KEY_VAR, "sk-session-test")
     agent = CodexGoalAgent(logs_dir=tmp_path / "logs", model_name="scripted/solve", api_key_var=KEY_VAR,
                            codex_bin="/opt/wrap/bin/codex", model_catalog_json="/opt/wrap/catalog.json")  # fmt: skip
-    agent.receipt = agent._new_receipt()
+    agent.receipt = agent.new_receipt()
 
     async def scenario():
         session = await agent.open_session(

@@ -13,8 +13,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from container_exec import docker_exec
 
-from agents.loopx_profile import docker_exec, install_profile
+from agents.loopx_profile import install_profile
 from agents.loopx_staging import CONTAINER_PARTS_ROOT, StagedLoopx, stage_loopx
 
 BASE_IMAGE = "marathon-base:bookworm"
@@ -110,12 +111,16 @@ from dataclasses import dataclass, field  # noqa: E402
 
 from agents.scripted_model.image import ensure_demo_image  # noqa: E402
 from agents.staging import CONTAINER_CODEX_ROOT, stage_codex  # noqa: E402
+from runner.schedule.harbor_run import SKIP_MODEL_PARSING  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CALC = REPO / "runner" / "demo" / "tasks" / "calc-partial"
 AGENT = "agents.codex_loopx_agent:CodexLoopxAgent"
 KEY_VAR = "MARATHON_TEST_MODEL_KEY"
 MAX_PARALLEL_JOBS = 4
+#: GOAL_TIMEOUT_SEC of the never-finish trials: model time from the first model request (the LoopX
+#: preparation is outside it), long enough for the plan's first step on a loaded machine
+DEADLINE_SEC = 30
 #: an id the "future LoopX" wheel requires but does not deliver (see parts_variant)
 FUTURE_SKILL = "loopx-future-skill"
 
@@ -229,6 +234,7 @@ def _run(job: Job, out: Path, codex_root: Path, parts_root: Path, env: dict) -> 
         "-n",
         "1",
         "-y",
+        SKIP_MODEL_PARSING,  # as the runner starts the arms (runner.schedule.driver.harbor_argv)
         "--agent-timeout-multiplier",
         "3",
         "--mounts",
@@ -265,13 +271,13 @@ JOBS = [
         "never-ssh-goal",
         model="scripted/never-finish",
         ak={"mode": "ssh-goal"},
-        ae={"GOAL_TIMEOUT_SEC": "150"},
+        ae={"GOAL_TIMEOUT_SEC": str(DEADLINE_SEC)},
     ),
     Job(
         "never-heartbeat",
         model="scripted/never-finish",
         ak={"mode": "heartbeat"},
-        ae={"GOAL_TIMEOUT_SEC": "150"},
+        ae={"GOAL_TIMEOUT_SEC": str(DEADLINE_SEC)},
     ),
     Job("no-node", ak={"mode": "ssh-goal"}, parts="no-node"),
     Job("old-node", ak={"mode": "codex-cli"}, parts="old-node"),

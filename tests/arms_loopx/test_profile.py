@@ -7,10 +7,11 @@ import difflib
 from pathlib import Path
 
 import pytest
+from container_exec import docker_exec
 
 from agents.loopx_body import bind_registry, placeholder_tokens, render_body
 from agents.loopx_gates import gate_doctor, gate_skills, required_skill_ids
-from agents.loopx_profile import ProfileError, docker_exec, install_profile, profile_paths, setup_goal
+from agents.loopx_profile import ProfileError, install_profile, profile_paths, setup_goal
 from modes.profiles import ARMS
 
 LOOPX_ARMS = [a for a, m in ARMS.items() if m.loopx]

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.docker
 def _verify(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")
     return subprocess.run(
-        [sys.executable, "-m", "runner.cli", "verify-envs", *args],
+        [sys.executable, "-m", "marathon.cli", "verify-envs", *args],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -25,7 +25,7 @@ FIXED_TS = "2026-01-01T00:00:00.000000Z"
 def marathon(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(REPO_ROOT))
     return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args],
+        [sys.executable, "-m", "marathon.cli", *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -85,7 +85,9 @@ def normalise(src: Path, dst: Path) -> Path:
 def capture(tree: Path, size: tuple[int, int], keys=(), probe: Callable | None = None):
     """The console's screen on ``tree`` (no watcher, no Docker, a fixed clock) after ``keys``, as
     text, and whatever ``probe(app)`` reads from it then."""
-    from console.app import make_app, screen_text
+    from textual_screen import screen_text
+
+    from console.app import make_app
 
     got = {}
 
@@ -95,15 +97,10 @@ def capture(tree: Path, size: tuple[int, int], keys=(), probe: Callable | None =
             await wait_for(
                 pilot, lambda: bool(app.main.cells) and app.main.last_change_at is not None, 30, "first grid"
             )
-            # the footer lists the bindings one refresh after the screen mounts: on a loaded machine
-            # the capture could come first and find that line blank
-            await wait_for(
-                pilot, lambda: screen_text(app).rstrip("\n").splitlines()[-1].strip() != "", 30, "footer"
-            )
-            await pilot.pause()
+            await settled(pilot, app)
             for k in keys:
                 await pilot.press(k)
-                await pilot.pause(0.3)
+                await settled(pilot, app)
             got["screen"], got["probe"] = screen_text(app), probe(app) if probe else None
 
     run_async(go)
@@ -145,6 +142,23 @@ def check_snapshot(name: str, text: str) -> None:
 
 def run_async(fn: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(fn())
+
+
+async def settled(pilot, app, timeout: float = 30.0) -> None:
+    """Wait until the whole screen is painted (the footer too) and two looks 0.1 s apart agree: on
+    a loaded machine the grid can be drawn before the footer, and a capture then missed the footer."""
+    from textual_screen import screen_text
+
+    last = None
+    deadline = time.monotonic() + timeout
+    while True:
+        await pilot.pause(0.1)
+        now = screen_text(app)
+        if now == last and now.splitlines() and now.splitlines()[-1].strip():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the screen did not settle in {timeout}s:\n{now}")
+        last = now
 
 
 async def wait_for(
@@ -205,7 +219,7 @@ class Tmux:
             f"LITELLM_LOCAL_MODEL_COST_MAP=True HARBOR_TELEMETRY=0 PYTHONPATH={REPO_ROOT} TERM=xterm-256color"
         )
         args = command if command is not None else f"console {out}"
-        cmd = f"cd {REPO_ROOT} && exec env {env} {sys.executable} -m runner.cli {args}"
+        cmd = f"cd {REPO_ROOT} && exec env {env} {sys.executable} -m marathon.cli {args}"
         self.run("new-session", "-d", "-s", self.session, "-x", str(cols), "-y", str(rows), cmd)
         return int(self.run("list-panes", "-t", self.session, "-F", "#{pane_pid}").split()[0])
 

@@ -21,8 +21,9 @@ from console_support import (
     wait_for,
     write_config,
 )
+from textual_screen import screen_text
 
-from console.app import make_app, screen_text
+from console.app import make_app
 from console.screens.confirm import ConfirmScreen, MessageScreen
 from console.screens.drill import DrillScreen
 

@@ -14,9 +14,10 @@ import pytest
 import real_trees
 from console_support import capture as support_capture
 from console_support import check_snapshot, normalise, run_async, wait_for
+from textual_screen import screen_text
 
 from console import view
-from console.app import make_app, screen_text
+from console.app import make_app
 from console.widgets.grid import Grid
 from runner.results.model import RunModel
 

@@ -14,8 +14,9 @@ import shutil
 
 import pytest
 from console_support import run_async, wait_for
+from textual_screen import screen_text
 
-from console.app import ConsoleApp, screen_text
+from console.app import ConsoleApp
 from console.messages import NodesData
 from console.screens.drill import DrillScreen
 from runner.results.hosts import HostRecord

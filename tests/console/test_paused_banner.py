@@ -6,8 +6,9 @@ import shutil
 
 import pytest
 from console_support import run_async, wait_for
+from textual_screen import screen_text
 
-from console.app import make_app, screen_text
+from console.app import make_app
 from runner.results.events import EventLog
 
 pytestmark = [pytest.mark.docker]

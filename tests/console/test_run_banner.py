@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 from console_support import rewrite_partial, run_async, wait_for
+from textual_screen import screen_text
 
 import console.app
-from console.app import ConsoleApp, screen_text
+from console.app import ConsoleApp
 from console.screens.drill import DrillScreen
 from console.widgets.grid import Grid
 from runner.ops.procs import Registry

@@ -7,8 +7,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from console_support import marathon, run_async, wait_for
+from textual_screen import screen_text
 
-from console.app import make_app, screen_text
+from console.app import make_app
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 

@@ -1,9 +1,10 @@
 """Run every reader command once on a tree, in this one process, and record how each went.
 
 ``python tests/core/fuzz_driver.py OUT RESULTS_DIR``: status (text and JSON), report (json, md, csv,
-html), health --json and the console's --screenshot, each through ``runner.cli.main`` as a user
-runs it, its stdout and stderr written to files (UTF-8, strict: a lone surrogate would fail the
-write), its exit code or the exception that escaped, its wall time and its own peak RSS (the
+html), health --json, plan-size (text and JSON) and the console's --screenshot, each through
+``marathon.cli.main`` as a user runs it, and the jobs folder ``marathon view`` serves (made in
+the results dir), its stdout and stderr written to files (UTF-8, strict: a lone surrogate would
+fail the write), its exit code or the exception that escaped, its wall time and its own peak RSS (the
 kernel's ``VmHWM``, reset before each command by writing 5 to ``/proc/self/clear_refs``). The
 property test (tests/core/test_fuzz_hostile.py) runs it as a child with a timeout, so a hang is a
 failure naming the command that hung (``progress``), never a stuck test.
@@ -31,8 +32,22 @@ def commands(out: str, res: Path) -> list[tuple[str, list[str]]]:
         ("report.csv", ["report", out, "--format", "csv"]),
         ("report.html", ["report", out, "--format", "html"]),
         ("health", ["health", out, "--json"]),
+        ("plan-size", ["plan-size", out]),
+        ("plan-size.json", ["plan-size", out, "--json"]),
+        ("viewjobs", ["viewjobs", out, str(res / "viewjobs")]),
         ("screenshot", ["console", out, "--screenshot", str(res / "screenshot.svg"), "--size", "130x40"]),
     ]
+
+
+def viewjobs(out: str, root: str) -> int:
+    """``marathon view``'s jobs folder made from the tree (what harbor's viewer would be served),
+    into ``root``; its report's counts printed."""
+    from runner.ops.viewjobs import JobsFolder, plan_entries
+    from runner.results.model import RunModel
+
+    rep = JobsFolder(Path(root)).sync(plan_entries(RunModel.load(out), all_attempts=True))
+    print(f"{rep.entries} entries, {rep.linked} linked, {rep.copied} copied, {len(rep.left_out)} left out")
+    return 0
 
 
 def peak_kb() -> int:
@@ -42,7 +57,7 @@ def peak_kb() -> int:
 
 def main(out: str, res_dir: str) -> int:
     sys.path.insert(0, str(REPO))
-    from runner import cli
+    from marathon import cli
 
     res = Path(res_dir)
     results = []
@@ -63,7 +78,7 @@ def main(out: str, res_dir: str) -> int:
             contextlib.redirect_stderr(se),
         ):
             try:
-                rc: int | str = cli.main(args)
+                rc: int | str = viewjobs(*args[1:]) if args[0] == "viewjobs" else cli.main(args)
             except SystemExit as exc:
                 rc = f"SystemExit {exc.code}"
             except BaseException as exc:  # noqa: BLE001 - what escaped is the finding

@@ -125,7 +125,7 @@ def arm_config(workdir: str = "/app", **edit) -> str:
 
 
 def write_receipts(out: Path, configs: dict[str, str] | None = None, **changes: dict) -> None:
-    """Give every done trial of ``out`` a receipt written by the arms' own writer (agents.receipt),
+    """Give every done trial of ``out`` a receipt written by the arms' own writer (modes.receipt),
     all with the same setup; ``changes={"heartbeat/t05": {"model": "x"}}`` alters one trial's, and
     ``configs={"heartbeat/t05": text}`` gives one trial another config.toml (hashed as the arm does)."""
     from modes.config_digest import config_digests

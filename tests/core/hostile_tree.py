@@ -151,7 +151,7 @@ def _peak():
     sys.stderr.flush()
 atexit.register(_peak)
 sys.argv = ["marathon", *sys.argv[1:]]
-runpy.run_module("runner.cli", run_name="__main__", alter_sys=True)
+runpy.run_module("marathon.cli", run_name="__main__", alter_sys=True)
 """
 
 

@@ -3,7 +3,7 @@ than local Docker keeps its sandboxes with that provider, not on this engine."""
 
 from __future__ import annotations
 
-from runner.commands.cleanup import engine_note
+from marathon.commands.cleanup import engine_note
 
 
 def test_a_tree_of_another_environment_gets_the_local_engine_only_note(tmp_path):

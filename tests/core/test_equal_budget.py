@@ -16,7 +16,7 @@ from agents.staging import file_sha256
 from modes.budget import MAX_MARGIN_SEC, PREP_ALLOWANCE_SEC, agent_timeout_multiplier, deadline_margin_sec
 from modes.profiles import DEFAULT_ARMS
 from runner.schedule.config import agent_timeout_mult, resolve
-from runner.schedule.driver import harbor_argv
+from runner.schedule.harbor_run import harbor_argv
 from runner.schedule.health import _task_budget_sec
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,8 +8,9 @@ harbor's results and configs, the verifier dir itself) and from the runner's own
 scan index), and gives each hostile contents: JSON of any shape and depth, huge, infinite, negative
 and non-numeric numbers, wrong types, invalid UTF-8, control and bidi characters, FIFOs, devices,
 directories, symlinks in, out, looping and dangling, sparse 2 GiB files, or nothing at all. Then
-``fuzz_driver.py`` runs status (text and JSON), report (json, md, csv, html), health and the
-console's screenshot on it in a child, and the test asserts: no exception escapes and no command
+``fuzz_driver.py`` runs status (text and JSON), report (json, md, csv, html), health, plan-size
+(text and JSON), the console's screenshot and ``marathon view``'s jobs folder on it in a child,
+and the test asserts: no exception escapes and no command
 fails, each finishes within a bound, each stays under a peak RSS, the JSON is strict RFC 8259, no
 output holds a control byte, the SVG is valid XML, no counted cell leaves a mean, a mutated cell
 that is not flagged keeps its exact scores, and no arm's mean is higher than with each flagged
@@ -318,7 +319,7 @@ def check_example(base: Path, baseline: dict, spoils: list, work: Path, stats: l
         text = (res / f"{name}.out").read_bytes()
         no_control_bytes(text, name)
         no_control_bytes(err, f"{name} stderr")
-        if name in ("status.json", "report.json") or (name == "health" and rc != 2):
+        if name in ("status.json", "report.json", "plan-size.json") or (name == "health" and rc != 2):
             strict_json(text.decode("utf-8"))
     svg = (res / "screenshot.svg").read_text(encoding="utf-8")
     ET.fromstring(svg)

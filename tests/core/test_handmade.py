@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from treefix import verifier_wrote
 
-from runner import cli
+from marathon import cli
 from runner.results import model, tree
 from runner.results.model import DONE, ERRORED, PENDING, RUNNING, VOIDED, RunModel
 

@@ -17,8 +17,8 @@ import hostile_tree
 import pytest
 import real_trees
 
+from marathon import cli
 from modes import safetext
-from runner import cli
 from runner.results import tree
 from runner.results.model import RunModel
 from runner.results.report import build_report, render
@@ -33,12 +33,14 @@ def trial_dir(out: Path, task: str, arm: str) -> Path:
 
 
 def every_output(out: Path) -> dict[str, str]:
-    """status (text and JSON), report in all four formats: each must exit 0, in a child process."""
+    """status (text and JSON), report in all four formats, plan-size: each must exit 0, in a child
+    process."""
     got = {}
     for name, args in {
         "status": ["status", str(out), "--all"],
         "status.json": ["status", str(out), "--all", "--json"],
         **{f"report.{f}": ["report", str(out), "--format", f] for f in ("md", "json", "csv", "html")},
+        "plan-size": ["plan-size", str(out)],
     }.items():
         p, rss = hostile_tree.run_marathon(*args, timeout=300)
         assert p.returncode == 0, (name, p.stderr)
@@ -182,6 +184,24 @@ def test_a_hole_never_moves_the_headline(handmade, tmp_path):
     assert cli.main(["status", str(out), "--exclude-flagged"]) == 0
 
 
+def test_a_single_attempt_without_the_partial_its_task_has_is_flagged(core):
+    """A done pair of one attempt is built on a short path (most cells of a large tree): it must
+    apply the hole rule too. calc-partial x oracle's metrics.json emptied of its scores (the reward
+    in result.json kept) while the task's other trials have a partial: flagged, a failure."""
+    from runner.results.model import NO_PARTIAL
+
+    assert cell(core, "calc-partial", "oracle").partial is not None
+    assert len(cell(core, "calc-partial", "oracle").attempts) == 1
+    metrics = trial_dir(core, "calc-partial", "oracle") / "verifier" / "metrics.json"
+    metrics.write_text(json.dumps({"phase": "done"}))
+    real_trees.restore_write_order(core)
+    c = cell(core, "calc-partial", "oracle")
+    assert (c.status, c.flagged, c.partial) == ("unreadable", True, None), (c.status, c.note)
+    assert NO_PARTIAL in c.note
+    s = build_report(RunModel.load(core, index=False))["arm_summary"]["oracle"]
+    assert s["flagged_in_n"] == 1
+
+
 def test_a_hole_only_the_harness_could_make_is_infrastructure_not_the_arms(core):
     """A FIFO at harbor's own trial result.json (which the agent cannot reach) is unreadable, not a
     score and not flagged; the bias alarm counts it with the errored and voided attempts."""
@@ -222,12 +242,36 @@ def test_names_and_exception_types_from_the_tree_reach_no_output_raw(core, tmp_p
     screenshot(core, tmp_path)
 
 
+def test_suspect_evidence_and_underpowered_pairs_are_escaped_in_every_format(core):
+    """The suspect tasks' evidence names tasks, failing tests and exception messages from the
+    tree, and the underpowered lines name arms: md and html escape them, the JSON stays strict."""
+    rep = build_report(RunModel.load(core, index=False))
+    evidence = f"all 2 arms: partial 0, the same 1 failing test(s): {ESC_NAME}"
+    rep["suspect"] = [{"task": ESC_NAME, "arms": ["nop", "oracle"], "kind": "same failing tests",
+                       "detail": [ESC_NAME], "evidence": evidence}]  # fmt: skip
+    rep["suspect_excluded"] = True  # the banner names the tasks too
+    rep["tasks"].append(ESC_NAME)
+    rep["cells"][ESC_NAME] = {}
+    if rep["power"] and rep["power"]["family"]:
+        rep["power"]["underpowered"] = [
+            {"a": ESC_NAME, "b": "nop", "measure": "partial", "diff": 0.01, "mde": 0.5, "n": 3,
+             "tasks_needed": None, "tasks_needed_over": None}
+        ]  # fmt: skip
+    md, html = render(rep, "md"), render(rep, "html")
+    for name, text in (("md", md), ("html", html)):
+        no_control_bytes(text, name)
+    assert "<img" not in html and "\\<img" in md and "[red]" not in md.replace("\\[red\\]", "")
+    strict_json(render(rep, "json"))
+
+
 def test_the_compare_screen_shows_no_escape_from_a_test_name(core):
     """ESC / OSC 52 bytes in a test name from test-stdout.txt reached the terminal through the
     compare screen (Rich keeps ESC)."""
     import asyncio
 
-    from console.app import make_app, screen_text
+    from textual_screen import screen_text
+
+    from console.app import make_app
     from console.screens.compare import CompareScreen
     from console.widgets.grid import Grid
 
@@ -447,7 +491,7 @@ def test_a_repo_url_with_credentials_is_refused_before_anything_runs(tmp_path, c
 def test_no_traceback_without_debug_and_no_url_with_credentials_in_an_error(monkeypatch, capsys, tmp_path):
     """Whatever fails inside a command is one line (credentials redacted), the traceback only with
     --debug."""
-    from runner.commands import status
+    from marathon.commands import status
 
     def boom(args):
         raise RuntimeError("fetch of https://bob:hunter2hunter2@example.invalid/x.git failed\nsecond line")

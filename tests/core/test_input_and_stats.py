@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import cli
+from marathon import cli
 from runner.errors import EXIT_USAGE
 from runner.results import stats
 from runner.results.model import DONE, ERRORED, Attempt, build_cell
@@ -21,9 +21,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def test_runner_imports_without_textual_in_a_fresh_interpreter():
     code = (
-        "import sys, runner, runner.results.model, runner.results.report, runner.results.records, runner.results.stats, runner.cli;"
-        "import runner.commands.status, runner.commands.report;"
-        "runner.cli.build_parser();"
+        "import sys, runner, runner.results.model, runner.results.report, runner.results.records, runner.results.stats, marathon.cli;"
+        "import marathon.commands.status, marathon.commands.report;"
+        "marathon.cli.build_parser();"
         "print('textual' in sys.modules)"
     )
     out = subprocess.run(

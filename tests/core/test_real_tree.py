@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from treefix import verifier_wrote
 
-from runner import cli
+from marathon import cli
 from runner.results import tree
 from runner.results.model import DONE, ERRORED, RunModel
 from runner.results.report import build_report, render

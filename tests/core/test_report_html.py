@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import cli
+from marathon import cli
 from runner.results import plots
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

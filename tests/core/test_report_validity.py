@@ -15,7 +15,7 @@ import pytest
 import scipy.stats
 from handmade_tree import COST, ERRORED_COST, GOAL, PLAIN, TASKS, TOKENS, VOIDED_COST, write_receipts
 
-from runner import cli
+from marathon import cli
 from runner.results import stats
 from runner.results.model import DONE, RunModel
 from runner.results.report import build_report, fmt_diff, fmt_mean, fmt_p, fmt_signed, render

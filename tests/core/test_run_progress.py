@@ -1,4 +1,4 @@
-"""The run's progress from its events (``runner.schedule.progress``): counts per arm, ETA from the observed
+"""The run's progress from its events (``runner.schedule.display``): counts per arm, ETA from the observed
 trial durations at the run's concurrency, and spend per hour, on fixed events."""
 
 from __future__ import annotations

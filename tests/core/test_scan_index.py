@@ -182,3 +182,44 @@ def test_a_file_changed_behind_the_index_is_never_served_stale(core_tree, tmp_pa
     after = RunModel.load(out)
     assert after.cells == RunModel.load(out, index=False).cells
     assert after.cells[("calc-partial", "nop")].status == "tampered"
+
+
+def test_dir_listings_come_from_the_index_only_while_their_dirs_are_unchanged(core_tree, tmp_path):
+    """The task and arm dirs' listings are remembered (a 2,010-task tree has 12,000 of them): a new
+    attempt, a new arm dir, a removed one, a dir swapped for a symlink and nonsense rows in the
+    table each show at once, as a scan that lists every dir shows them."""
+    import sqlite3
+
+    out = tmp_path / "out"
+    shutil.copytree(core_tree, out, symlinks=True, ignore=shutil.ignore_patterns(INDEX_DIR))
+    _age(out)
+    RunModel.load(out)
+    conn = sqlite3.connect(_index(out))
+    stored = dict(conn.execute("SELECT path, names FROM dirs").fetchall())
+    conn.close()
+    assert stored["calc-partial"] == "crash/nop/oracle/partial" and "calc-partial/nop" in stored
+    assert figures(out) == figures(out, index=False)
+
+    src = out / "calc-partial" / "nop"
+    (stamp,) = os.listdir(src)
+    shutil.copytree(src / stamp, src / "20991231T235959Z", symlinks=True)  # a new attempt of a pair
+    goal = out / "calc-partial" / "goal"
+    shutil.copytree(src, goal, symlinks=True)  # a new arm dir
+    for st in os.listdir(goal):
+        (goal / st / "nop").rename(goal / st / "goal")
+    shutil.rmtree(out / "build-gate" / "nop")  # a removed one
+    shutil.rmtree(out / "two-stage" / "oracle")
+    os.symlink(out / "words-passrate" / "oracle", out / "two-stage" / "oracle")  # a dir swapped for a symlink
+    m = RunModel.load(out)
+    assert m.cells.keys() == RunModel.load(out, index=False).cells.keys()
+    assert {"20991231T235959Z"} <= {a.stamp for a in m.cells[("calc-partial", "nop")].attempts}
+    assert ("calc-partial", "goal") in m.cells and m.cells[("build-gate", "nop")].status == "pending"
+    assert not m.cells[("two-stage", "oracle")].attempts
+    assert figures(out) == figures(out, index=False)
+
+    conn = sqlite3.connect(_index(out))
+    conn.execute("UPDATE dirs SET names = 'no-such-arm/../x'")
+    conn.execute("UPDATE dirs SET ident = 'nonsense' WHERE rowid % 2 = 0")
+    conn.commit()
+    conn.close()
+    assert figures(out) == figures(out, index=False)

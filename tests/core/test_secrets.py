@@ -24,7 +24,7 @@ from runner import secrets
 from runner.errors import UserError
 from runner.ops.procs import Registry
 from runner.schedule.config import resolve, write_driver_env
-from runner.schedule.driver import harbor_argv
+from runner.schedule.harbor_run import harbor_argv
 from runner.schedule.prebuild import build_proxy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -289,7 +289,7 @@ def test_registry_stores_argv_redacted(tmp_path):
 def _marathon(*args: str, **env: str) -> subprocess.CompletedProcess:
     e = {**os.environ, "PYTHONPATH": str(REPO), **env}
     return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args],
+        [sys.executable, "-m", "marathon.cli", *args],
         cwd=REPO,
         env=e,
         capture_output=True,

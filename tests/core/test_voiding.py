@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from modes.naming import compose_project
-from runner.ops.container_deaths import DeathWatch
+from runner.ops.death_watch import DeathWatch
 from runner.ops.void import classify_trial
 from runner.results import rules
 

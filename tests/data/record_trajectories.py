@@ -81,7 +81,7 @@ def run_groups(root: Path, tasks: Path) -> list[Path]:
         out = root / f"out{i}"
         outs.append(out)
         argv = [
-            sys.executable, "-m", "runner.cli", "run", str(out),
+            sys.executable, "-m", "marathon.cli", "run", str(out),
             "--tasks-dir", str(tasks), "--arms", arms, "--model", model,
             "--ak", f"api_key_var={KEY_VAR}", "--max-passes", "1", "--concurrency", "3",
             "--goal-timeout-sec", str(timeout), "--allow-modified", "--plain",

@@ -30,9 +30,10 @@ from agents.loopx_staging import CONTAINER_PARTS_ROOT
 from agents.loopx_staging import load_staged as load_loopx
 from agents.scripted_model.image import ensure_demo_image
 from agents.staging import CONTAINER_CODEX_ROOT, stage_codex
+from marathon.commands.demo import DEMO_KEY_VAR, DEMO_MODEL
 from modes.profiles import DEFAULT_ARMS
-from runner.commands.demo import DEMO_KEY_VAR, DEMO_MODEL
 from runner.ops.docker_pool import our_projects
+from runner.schedule.harbor_run import SKIP_MODEL_PARSING
 from runner.secrets import DECLARED_NON_SECRETS
 
 pytestmark = pytest.mark.docker
@@ -74,7 +75,7 @@ def _harbor() -> str:
 def _cmd(run: Run, jobs_dir: Path, job_name: str, mounts: list[dict]) -> list[str]:
     agent, ak = AGENTS[run.arm]
     cmd = [_harbor(), "run", "-p", str(CALC), "-a", agent, "-m", f"openai/{run.model}", "-o", str(jobs_dir),
-           "--job-name", job_name, "-n", "1", "-y", "--agent-timeout-multiplier", "6",
+           "--job-name", job_name, "-n", "1", "-y", "--agent-timeout-multiplier", "6", SKIP_MODEL_PARSING,
            "--ak", f"api_key_var={KEY_VAR}"]  # fmt: skip
     if run.env is None:
         cmd += ["--mounts", json.dumps(mounts)]
@@ -158,7 +159,7 @@ def mini_remote(sandbox_env) -> TreeRun:
     environment, with the all-solve model of ``marathon demo --simple``."""
     base, _mounts, env = sandbox_env
     out = base / "mini-remote"
-    argv = [sys.executable, "-m", "runner.cli", "run", str(out), "--tasks-dir", str(DEMO_TASKS),
+    argv = [sys.executable, "-m", "marathon.cli", "run", str(out), "--tasks-dir", str(DEMO_TASKS),
             "--arms", ",".join(DEFAULT_ARMS), "--concurrency", str(MAX_PARALLEL), "--env", REMOTE,
             "--model", DEMO_MODEL, "--ak", f"api_key_var={DEMO_KEY_VAR}",
             "--ae-literal", f"{DEMO_KEY_VAR}={DECLARED_NON_SECRETS[DEMO_KEY_VAR]}", "--plain",
@@ -174,7 +175,7 @@ def test_the_five_arms_solve_the_mini_benchmark_through_the_remote_like_environm
     the same arm's receipt of calc-partial on plain Docker does."""
     assert sorted(AGENTS) == sorted(DEFAULT_ARMS)
     assert mini_remote.rc == 0, mini_remote.log
-    r = subprocess.run([sys.executable, "-m", "runner.cli", "report", str(mini_remote.out), "--format", "json"],
+    r = subprocess.run([sys.executable, "-m", "marathon.cli", "report", str(mini_remote.out), "--format", "json"],
                        cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
     rep = json.loads(r.stdout)
     tasks = sorted(p.name for p in DEMO_TASKS.iterdir() if (p / "task.toml").is_file())
@@ -269,7 +270,7 @@ def test_kill_9_of_harbor_leaves_nothing_after_cleanup(sandbox_env):
     assert alive, "the trial's container went away with harbor: nothing to prove"
     top = subprocess.run(["docker", "top", alive[0], "-o", "pid,args"], capture_output=True, text=True)
     assert "agents.sandbox_driver" in top.stdout, "the detached driver should outlive harbor run"
-    r = subprocess.run([sys.executable, "-m", "runner.cli", "cleanup", str(out), "--yes"], cwd=REPO,
+    r = subprocess.run([sys.executable, "-m", "marathon.cli", "cleanup", str(out), "--yes"], cwd=REPO,
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     assert containers() == []

@@ -97,7 +97,7 @@ def test_a_cluster_cleanup_plan_names_the_host_of_every_object_and_every_host_do
 
 
 def test_a_cluster_net_block_per_host_and_a_host_down(tmp_path):
-    from runner.commands.net import render_host
+    from marathon.commands.net import render_host
     from runner.ops.docker_pool import NetInfo, Pool, PoolStatus, verdict
     from runner.schedule.fleet.probe import HostAnswer, _stages, emit
 
@@ -137,6 +137,7 @@ def test_a_job_reads_its_node_id_from_the_raylet_it_runs_under():
     other value in that place is not taken for an id."""
     import subprocess
     import sys
+    import time
 
     import psutil
 
@@ -150,7 +151,12 @@ def test_a_job_reads_its_node_id_from_the_raylet_it_runs_under():
     ):
         p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--x=1", arg])
         try:
-            assert raylet_node_id(psutil.Process(p.pid)) == want
+            proc = psutil.Process(p.pid)
+            # until the child has exec'd, its command line is still this test's (the fork's copy)
+            deadline = time.monotonic() + 30
+            while proc.cmdline()[-1:] != [arg] and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert raylet_node_id(proc) == want
         finally:
             p.kill()
             p.wait()

@@ -45,7 +45,7 @@ FOREIGN = "marathon.test.foreign"
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner.cli", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "marathon.cli", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 
@@ -101,7 +101,7 @@ def cluster(docker_engine):
 
 
 def run_argv(out: Path, th) -> list[str]:
-    return [sys.executable, "-m", "runner.cli", "run", str(out), "--tasks-dir", str(DEMO_TASKS),
+    return [sys.executable, "-m", "marathon.cli", "run", str(out), "--tasks-dir", str(DEMO_TASKS),
             "--tasks", ",".join(TASKS), "--arms", ",".join(ARMS), "--concurrency", "4", "--cluster", th.cluster,
             "--plain", "--agent-timeout-mult", "10", "--verifier-mult", "10"]  # fmt: skip
 
@@ -221,13 +221,13 @@ def test_the_five_codex_arms_run_over_both_hosts_and_score_as_on_one(cluster, tm
     trial container) as Ray jobs on both hosts: every pair done once, each solves calc-partial as it
     does on one host (``marathon demo --simple``: reward 1, partial 1), and the fairness audit finds
     the same codex binary, transport and config on both engines."""
-    from runner.commands.demo import DEMO_KEY_VAR, DEMO_MODEL
+    from marathon.commands.demo import DEMO_KEY_VAR, DEMO_MODEL
     from runner.secrets import DECLARED_NON_SECRETS
 
     th = cluster
     out = tmp_path / "out"
     env = runner_env()
-    argv = [sys.executable, "-m", "runner.cli", "run", str(out), "--tasks-dir", str(DEMO_TASKS),
+    argv = [sys.executable, "-m", "marathon.cli", "run", str(out), "--tasks-dir", str(DEMO_TASKS),
             "--tasks", "calc-partial", "--arms", ",".join(FIVE_ARMS), "--concurrency", "4",
             "--cluster", th.cluster, "--model", DEMO_MODEL, "--ak", f"api_key_var={DEMO_KEY_VAR}",
             "--ae-literal", f"{DEMO_KEY_VAR}={DECLARED_NON_SECRETS[DEMO_KEY_VAR]}", "--plain",
@@ -348,7 +348,7 @@ def test_kill_stops_each_hosts_trials_from_a_task_on_that_host(cluster, tmp_path
     foreign2 = lookalike(th.engine2.docker, tag)
     nodes = {n["node_id"]: n["node_ip"] for n in th.nodes()}
     # 4 pairs on 2 + 2 slots: a harbor on each host, in a verifier that takes ten minutes
-    argv = [sys.executable, "-m", "runner.cli", "run", str(out), "--tasks-dir", str(tasks), "--arms", "oracle,nop",
+    argv = [sys.executable, "-m", "marathon.cli", "run", str(out), "--tasks-dir", str(tasks), "--arms", "oracle,nop",
             "--concurrency", "4", "--cluster", th.cluster, "--plain"]  # fmt: skip
     with open(tmp_path / "runner.log", "wb") as log:
         runner = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log,

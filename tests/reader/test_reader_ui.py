@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from reader_data import TASK, trial_of
 from reader_support import run_async, wait_for
+from textual_screen import screen_text
 
-from console.app import make_app, screen_text
+from console.app import make_app
 from console.screens.compare import CompareScreen
 from console.screens.drill import DrillScreen
 from console.screens.reader import ReaderScreen

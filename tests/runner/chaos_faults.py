@@ -439,7 +439,7 @@ def diagnose(out: Path, pd, path: Path) -> str:
 def marathon_cli(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
     repo = Path(__file__).resolve().parents[2]
     return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args],
+        [sys.executable, "-m", "marathon.cli", *args],
         cwd=repo,
         env=env,
         capture_output=True,

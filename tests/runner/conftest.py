@@ -7,6 +7,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+import five_arm_run as five
 import pytest
 from runner_support import remove_objects_of
 
@@ -35,3 +36,11 @@ def module_out():
     """Like out_tree, shared by the tests of one module (one real run, several assertions)."""
     with _fresh_out() as out:
         yield out
+
+
+@pytest.fixture(scope="session")
+def five_arm_run(docker_engine):
+    """The shared five-arm deadline run with a canary credential (tests/runner/five_arm_run.py),
+    read by the equal-budget and the leak tests."""
+    with _fresh_out() as out:
+        yield five.make(out.parent)

@@ -29,7 +29,7 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def marathon_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "runner.cli", *args]
+    return [sys.executable, "-m", "marathon.cli", *args]
 
 
 def run_marathon(*args: str, timeout: float = 900, **extra_env: str) -> subprocess.CompletedProcess:

@@ -30,8 +30,8 @@ from chaos_faults import FOREIGN_LABEL, Injector, Proc, Sampler, diagnose, marat
 from private_engine import private_dockerd
 from runner_support import DEMO_TASKS, REPO, done_jobs
 
+from marathon.commands.demo import DEMO_KEY_VAR, DEMO_MODEL
 from modes.profiles import DEFAULT_ARMS
-from runner.commands.demo import DEMO_KEY_VAR, DEMO_MODEL
 from runner.ops.void import VOID_JSON, classify_job
 from runner.results.events import read_events
 from runner.results.tree import VOID_README, iter_job_dirs, iter_trial_dirs, voided_root
@@ -157,7 +157,7 @@ def test_chaos_run_loses_and_duplicates_nothing(docker_engine, tmp_path, request
             "PYTHONPATH": str(REPO),
         }
         argv = [
-            sys.executable, "-m", "runner.cli", "run", str(out), "--tasks-dir", str(DEMO_TASKS),
+            sys.executable, "-m", "marathon.cli", "run", str(out), "--tasks-dir", str(DEMO_TASKS),
             "--arms", ",".join(DEFAULT_ARMS), "--concurrency", "4", "--model", DEMO_MODEL,
             "--ak", f"api_key_var={DEMO_KEY_VAR}", "--max-passes", "6", "--plain",
             # generous budgets: on a loaded 2-core machine a healthy trial can exceed 1x (a timeout

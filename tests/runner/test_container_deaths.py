@@ -3,7 +3,7 @@
 Found by the fresh-clone chaos run: ``docker kill`` of a trial container after the agent ended
 made harbor's verifier fail with ``RewardFileNotFoundError`` (harbor files that as the verifier's
 failure, and no trial file says the sandbox went away), and the runner scored the attempt as the
-arm's error. The runner now follows the engine's container deaths (``runner.ops.container_deaths``):
+arm's error. The runner now follows the engine's container deaths (``runner.ops.death_watch``):
 a main container that died without a stop request before the trial's last phase ended voids the
 attempt (row ``container_died``). Harbor's own teardown (``compose down``, after the last phase)
 does not, so a verifier that simply wrote no reward stays a scored error.

@@ -17,7 +17,7 @@ import signal
 import pytest
 from runner_support import done_jobs, events, run_marathon, start_marathon, wait_for
 
-from runner.commands.demo import DEMO_KEY_VAR
+from marathon.commands.demo import DEMO_KEY_VAR
 from runner.schedule.lock import lock_holder
 
 ARMS = "plain,ssh-goal"

@@ -1,83 +1,38 @@
-"""Equal budgets and a clean fairness audit on a real five-arm run.
+"""Equal budgets and a clean fairness audit on a real five-arm run (the shared run of
+tests/runner/five_arm_run.py: the five real arms at once on calc-partial, the scripted
+``never-finish`` model, a 30 s GOAL_TIMEOUT_SEC, the task's own agent timeout cut to 40 s).
 
-``marathon run`` drives the five real arms (real harbor, Docker, codex, LoopX) on one mini task with
-the scripted ``never-finish`` model and a 90 s GOAL_TIMEOUT_SEC: more than the task's own 120 s
-agent timeout leaves a LoopX arm after its preparation (33 s on a quiet machine), so without the
-runner raising harbor's timeout the LoopX arms' budgets would be clamped and this test would fail.
-The preparation differs by arm (the LoopX arms install their profile, the codex arms only check
-the mount), yet every receipt has the same ``budget_sec``, every deadline falls at
-``budget_start + GOAL_TIMEOUT_SEC`` (within 2 s), and the receipts agree on the codex binary, the
-masked config hash, the image and harbor's timeout, so ``marathon report`` shows no red line.
-One task, not four: five arms x four tasks of LoopX installs at once overran a loaded 2-core
-machine; the budget rule does not depend on the task.
-
-The task's image is built FROM a demo image tagged for this test alone: the shared engine's
-the shared demo image tag is rebuilt by any checkout whose scripted model differs, and one such
-rebuild in the middle of a run gave one arm another image (the audit rightly flagged it).
+The preparation differs by arm (the LoopX arms install their profile, the codex arms only check the
+mount), yet every receipt has the same ``budget_sec``, every deadline falls at ``budget_start +
+GOAL_TIMEOUT_SEC`` (within 2 s), and the receipts agree on the codex binary, the masked config hash,
+the image and harbor's timeout, so ``marathon report`` shows no red line. Without the runner raising
+harbor's agent timeout, the task's 40 s could not hold a LoopX preparation plus the budget, and the
+LoopX arms' budgets would be clamped: the premise is asserted on the run itself. One task, not four:
+the budget rule does not depend on the task. (The budget rule does not depend on the budget's
+length either; 30 s instead of the 90 s this test once used keeps the run near two minutes.)
 """
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import uuid
 from datetime import UTC, datetime
 
 import pytest
-from runner_support import DEMO_TASKS, done_jobs, run_marathon, start_marathon
+from five_arm_run import BUDGET, TASK_AGENT_TIMEOUT_SEC
+from runner_support import run_marathon
 
 from agents.staging import file_sha256, load_staged
 from modes.budget import deadline_margin_sec
 from modes.profiles import ARMS, DEFAULT_ARMS
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-TASK = "calc-partial"
-BUDGET = 90
-KEY_VAR = "MARATHON_DEMO_MODEL_KEY"
 
 
 @pytest.fixture(scope="module")
-def five_arm_deadline_run(docker_engine, module_out, tmp_path_factory):
-    from agents.loopx_staging import stage_loopx
-    from agents.scripted_model.image import DEMO_IMAGE, ensure_demo_image
-    from agents.staging import stage_codex
-
-    stage_codex()
-    stage_loopx()
-    image = ensure_demo_image(f"marathon-demo-base:budget-{uuid.uuid4().hex[:10]}")
-    tasks = tmp_path_factory.mktemp("tasks")
-    shutil.copytree(DEMO_TASKS / TASK, tasks / TASK)
-    dockerfile = tasks / TASK / "environment" / "Dockerfile"
-    dockerfile.write_text(dockerfile.read_text().replace(f"FROM {DEMO_IMAGE}", f"FROM {image}", 1))
-    assert f"FROM {image}" in dockerfile.read_text()
-    try:
-        yield _run(module_out, tasks, tmp_path_factory.mktemp("log") / "runner.log")
-    finally:
-        subprocess.run(["docker", "image", "rm", image], capture_output=True, timeout=120)  # our tag only
-
-
-def _run(module_out, tasks, log):
-    proc = start_marathon(
-        "run", str(module_out), "--tasks-dir", str(tasks), "--tasks", TASK,
-        "--arms", ",".join(DEFAULT_ARMS), "--model", "scripted/never-finish",
-        "--ak", f"api_key_var={KEY_VAR}", "--goal-timeout-sec", str(BUDGET),
-        # two at a time: three LoopX installs at once are slow on a loaded machine (the allowance
-        # holds them, but the run would take longer than it needs to)
-        "--concurrency", "2", "--max-passes", "2", "--plain",
-        log=log, **{KEY_VAR: "scripted-placeholder"},
-    )  # fmt: skip
-    rc = proc.wait(timeout=2400)
-    console = log.read_text(errors="replace")
-    assert rc == 0, console[-3000:]
-    done = done_jobs(module_out)
-    assert {a for (t, a) in done} == set(DEFAULT_ARMS), console[-3000:]
-    receipts = {}
-    for arm in DEFAULT_ARMS:
-        (job,) = done[(TASK, arm)]
-        (path,) = job.glob("*/agent/goal_receipt.json")
-        receipts[arm] = json.loads(path.read_text())
-    return module_out, receipts
+def five_arm_deadline_run(five_arm_run):
+    run = five_arm_run
+    assert run.rc == 0, run.console[-3000:]
+    assert set(run.receipts) == set(DEFAULT_ARMS), run.console[-3000:]
+    return run.out, run.receipts
 
 
 def test_every_arm_gets_the_same_budget_whatever_its_preparation(five_arm_deadline_run):
@@ -90,6 +45,8 @@ def test_every_arm_gets_the_same_budget_whatever_its_preparation(five_arm_deadli
     assert min(rec[a]["prep_sec"] for a in loopx) > max(rec[a]["prep_sec"] for a in codex), {
         a: r["prep_sec"] for a, r in rec.items()
     }
+    # the premise: the task's own agent timeout could not hold a LoopX preparation plus the budget
+    assert min(rec[a]["prep_sec"] for a in loopx) + BUDGET > TASK_AGENT_TIMEOUT_SEC
     # harbor's agent timeout (raised by the runner) is the same for all and held budget + preparation
     (harbor_sec,) = {r["extra"]["harbor_agent_timeout_sec"] for r in rec.values()}
     for r in rec.values():

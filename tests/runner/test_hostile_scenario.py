@@ -217,7 +217,9 @@ def test_nothing_from_etc_shadow_anywhere_in_the_tree(hostile_run):
 
 async def drill_screens(out: Path, task: str, arm: str) -> list[str]:
     """The console's screen on the grid, then on each file tab of the pair's drill-down."""
-    from console.app import make_app, screen_text
+    from textual_screen import screen_text
+
+    from console.app import make_app
     from console.screens.drill import FILES, DrillScreen
     from console.widgets.grid import Grid
 

@@ -138,7 +138,7 @@ def test_modified_tasks_are_refused_unless_allowed(tmp_path):
 
 
 def test_the_demo_key_is_a_declared_literal_recorded_for_a_restart(tmp_path):
-    from runner.commands.demo import DEMO_KEY_VAR
+    from marathon.commands.demo import DEMO_KEY_VAR
     from runner.secrets import DECLARED_NON_SECRETS
 
     placeholder = DECLARED_NON_SECRETS[DEMO_KEY_VAR]

@@ -17,7 +17,8 @@ from runner.results.digest import task_digest
 from runner.schedule import claims
 from runner.schedule.config import read_driver_env
 
-pytestmark = [pytest.mark.docker]
+# alone: the gate reads the shared address pool as a whole, and the cap is set from its use now
+pytestmark = [pytest.mark.docker, pytest.mark.alone]
 
 
 @pytest.fixture

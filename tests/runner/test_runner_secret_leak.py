@@ -1,7 +1,8 @@
 """A canary secret, given to ``marathon run`` only by name, appears nowhere: not in the output tree
 (every file, binary too: events, logs, ``.driver_env``, ``registry.json``, receipts, rollouts), not
 on the console, not in ``docker inspect`` of any trial container or its exec instances, not in any
-process command line on the machine, sampled every 0.5 s while the five arms run (LoopX arms too).
+process command line on the machine, sampled every 0.5 s while the five arms run (LoopX arms too):
+the shared five-arm run of tests/runner/five_arm_run.py.
 
 The first test proves the search can fail: it plants the canary in each place and each encoding
 and checks that every scanner finds it.
@@ -11,31 +12,24 @@ from __future__ import annotations
 
 import base64
 import json
-import secrets
 import subprocess
 import sys
 import uuid
 from urllib.parse import quote
 
 import pytest
-from leak_search import CmdlineScan, DockerScan, Sampler, needles, scan_tree
-from runner_support import DEMO_TASKS, done_jobs, run_marathon, start_marathon, trial_names
+from five_arm_run import TASK
+from five_arm_run import canary as new_canary
+from leak_search import CmdlineScan, DockerScan, needles, scan_tree
+from runner_support import done_jobs, run_marathon
 
-from modes.naming import compose_project
 from modes.profiles import DEFAULT_ARMS
 
 pytestmark = [pytest.mark.docker]
-PROJECT_LABEL = "com.docker.compose.project"
-TASK = "calc-partial"
-
-
-def _canary() -> str:
-    """Unique per test, and changed by URL-encoding ('+', '/', ':')."""
-    return f"mcanary{secrets.token_hex(8)}+{secrets.token_urlsafe(12)}/{secrets.token_hex(4)}:z"
 
 
 def test_the_search_finds_a_planted_canary(tmp_path, docker_engine):
-    canary = _canary()
+    canary = new_canary()
     found = needles(canary)
     tree = tmp_path / "tree"
     (tree / ".hidden" / "deep").mkdir(parents=True)
@@ -69,78 +63,28 @@ def test_the_search_finds_a_planted_canary(tmp_path, docker_engine):
         subprocess.run(["docker", "rm", "-f", cid], capture_output=True, timeout=120)
 
 
-@pytest.fixture(scope="module")
-def staged_real_arms():
-    """What the five real arms need: staged codex and LoopX, the demo image with the scripted model."""
-    from agents.loopx_staging import stage_loopx
-    from agents.scripted_model.image import ensure_demo_image
-    from agents.staging import stage_codex
-
-    stage_codex()
-    stage_loopx()
-    ensure_demo_image()
-
-
 @pytest.mark.slow
-@pytest.mark.timeout(3600)  # five real arms, two at a time, maybe a second pass: 15-30 min at load 50-70
-def test_a_canary_key_given_by_name_leaks_nowhere(out_tree, docker_engine, staged_real_arms):
-    canary = _canary()
-    var = f"MARATHON_CANARY_KEY_{secrets.token_hex(3).upper()}"
-    found = needles(canary)
-    base = out_tree.parent  # the output tree and its voided sibling
-    cmdlines = CmdlineScan(
-        found,
-        {
-            "harbor": b"harbor\x00run",
-            "app-server": b"app-server",
-            "loopx": b"loopx",
-            "heartbeat": b"heartbeat",
-        },
-    )
-    docker = DockerScan(found, PROJECT_LABEL, lambda: {compose_project(t) for t in trial_names(out_tree)})
+def test_a_canary_key_given_by_name_leaks_nowhere(five_arm_run):
+    """The shared five-arm run (tests/runner/five_arm_run.py) got the canary by name only; the
+    samplers ran while its arms did."""
+    run = five_arm_run
+    out_tree, found, cmdlines, docker = run.out, run.found, run.cmdlines, run.docker
     registry = out_tree / ".runner" / "registry.json"
-
-    def registry_now() -> list[str]:
-        try:
-            data = registry.read_bytes()
-        except OSError:
-            return []
-        return [f"registry.json (live): {k}" for k, n in found.items() if n in data]
-
-    samplers = [Sampler(cmdlines), Sampler(docker), Sampler(registry_now)]
-    for s in samplers:
-        s.start()
-    log = base / "runner.console.log"
-    try:
-        proc = start_marathon(
-            "run", str(out_tree), "--tasks-dir", str(DEMO_TASKS), "--tasks", TASK,
-            "--arms", ",".join(DEFAULT_ARMS), "--model", "scripted/loopx",
-            "--ak", f"api_key_var={var}", "--ae", var,  # by name only: the arm reads it, harbor resolves it
-            # two at a time: three LoopX installs at once overran their 300 s budget on a loaded machine;
-            # a second pass is the runner's own answer to an errored pair
-            "--concurrency", "2", "--max-passes", "2", "--agent-timeout-mult", "3",
-            "--plain", log=log, **{var: canary},
-        )  # fmt: skip
-        rc = proc.wait(timeout=3300)
-    finally:
-        for s in samplers:
-            s.stop()
-    console = log.read_text(errors="replace")
-    assert rc == 0, console[-3000:]
+    assert run.rc == 0, run.console[-3000:]
     status = run_marathon("status", str(out_tree))
     report = run_marathon("report", str(out_tree))
-    screen = console.encode() + (status.stdout + status.stderr + report.stdout + report.stderr).encode()
+    screen = run.console.encode() + (status.stdout + status.stderr + report.stdout + report.stderr).encode()
     leaks = (
-        scan_tree(base, found)
+        scan_tree(out_tree.parent, found)  # the output tree, its voided sibling, the runner's console log
         + [f"console/status/report: {k}" for k, n in found.items() if n in screen]
-        + [h for s in samplers for h in s.hits]
+        + [h for s in run.samplers for h in s.hits]
     )
     assert leaks == [], leaks
-    assert not [e for s in samplers for e in s.errors], [s.errors for s in samplers]
+    assert not [e for s in run.samplers for e in s.errors], [s.errors for s in run.samplers]
 
     # ... and the run really went through the places searched, with every arm
     done = done_jobs(out_tree)
-    assert {a for (t, a) in done if t == TASK} == set(DEFAULT_ARMS), console[-3000:]
+    assert {a for (t, a) in done if t == TASK} == set(DEFAULT_ARMS), run.console[-3000:]
     assert (out_tree / ".driver_env").is_file() and registry.is_file()
     assert (out_tree / ".runner" / "events.jsonl").is_file()
     receipts = {p.relative_to(out_tree).parts[1] for p in (out_tree / TASK).rglob("agent/goal_receipt.json")}
@@ -152,7 +96,7 @@ def test_a_canary_key_given_by_name_leaks_nowhere(out_tree, docker_engine, stage
         for p in (out_tree / TASK).rglob("agent/goal_receipt.json")
     }
     assert kinds == {"sandbox-driver"}, kinds
-    assert samplers[0].samples > 20 and all(cmdlines.seen[k] > 0 for k in cmdlines.watch), cmdlines.seen
+    assert run.samplers[0].samples > 20 and all(cmdlines.seen[k] > 0 for k in cmdlines.watch), cmdlines.seen
     assert len(docker.containers) >= len(DEFAULT_ARMS), docker.containers
     assert docker.execs, "no exec instance was inspected while the arms ran"
-    assert var in (out_tree / ".driver_env").read_text()  # the name is recorded, the value is not
+    assert run.var in (out_tree / ".driver_env").read_text()  # the name is recorded, the value is not

@@ -168,7 +168,7 @@ def test_infrastructure_classifier(tmp_path, etype, ran, msg, kind):
 def test_progress_plain_lines_json_and_tty_bars():
     import io
 
-    from runner.schedule.progress import Progress
+    from runner.schedule.display import Progress
 
     start = {"ts": "2026-11-29T08:00:00.000000Z", "event": "runner_start", "run_id": "r", "arms": ["oracle", "nop"],
              "pairs_per_arm": {"oracle": 2, "nop": 2}, "already_done": {"oracle": ["a"]}, "n_pairs": 4, "concurrency": 2}  # fmt: skip

@@ -16,8 +16,8 @@ REQUIRE_DOCKER = os.environ.get("CI") == "true" or os.environ.get("MARATHON_REQU
 
 
 def marathon(*args: str, env: dict | None = None, timeout: float = 120, prefix: list[str] | None = None):
-    """Run the real CLI as a subprocess (``python -m runner.cli``)."""
-    cmd = [*(prefix or []), sys.executable, "-m", "runner.cli", *args]
+    """Run the real CLI as a subprocess (``python -m marathon.cli``)."""
+    cmd = [*(prefix or []), sys.executable, "-m", "marathon.cli", *args]
     return subprocess.run(
         cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
     )

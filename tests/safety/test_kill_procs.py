@@ -134,7 +134,7 @@ def test_kill_stops_the_tree_and_spares_decoys_shell_and_parent(spawn, tmp_path)
     shell = spawn(
         ["bash", "-c",
          f'while [ ! -e "{go}" ]; do sleep 0.05; done; '
-         f'"{sys.executable}" -m runner.cli kill "{out}" --yes --json --grace 5 > "{result}"; '
+         f'"{sys.executable}" -m marathon.cli kill "{out}" --yes --json --grace 5 > "{result}"; '
          f'echo "$?" > "{after}"', "marathon-kill-shell", str(out)],
         cwd=REPO,
     )  # fmt: skip
@@ -168,7 +168,7 @@ def test_never_signals_a_group_holding_the_caller(spawn, tmp_path):
     target = spawn(["sleep", "600"], group=True)
     Registry(out).register(target.pid, "harbor", target.args)
     r = subprocess.run(
-        [sys.executable, "-m", "runner.cli", "kill", str(out), "--yes", "--json", "--grace", "5"],
+        [sys.executable, "-m", "marathon.cli", "kill", str(out), "--yes", "--json", "--grace", "5"],
         cwd=REPO, capture_output=True, text=True, timeout=120, process_group=target.pid,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -463,11 +463,9 @@ def test_by_group_false_signals_only_the_planned_process(spawn, tmp_path):
     mate.kill()  # the test's own leftover, by the psutil handle (PID + create time)
 
 
-def test_console_stop_signals_the_runner_alone_and_says_so(spawn, tmp_path):
-    """The console's Stop (T): its plan says "runner alone", and the runner's group mates survive it."""
-    from console import actions
-
-    out = tmp_path / "out"
+def _registered_runner_with_a_mate(spawn, out: Path) -> tuple[subprocess.Popen, psutil.Process]:
+    """A stand-in runner (exits 0 on TERM) registered as the tree's runner, leading a process group
+    with one more member that a graceful stop must not touch."""
     out.mkdir()
     runner = spawn(["bash", "-c", "trap 'exit 0' TERM; sleep 600 & wait"], group=True)
     deadline = time.monotonic() + 10
@@ -475,6 +473,15 @@ def test_console_stop_signals_the_runner_alone_and_says_so(spawn, tmp_path):
         time.sleep(0.05)
     (mate,) = psutil.Process(runner.pid).children()
     Registry(out).register(runner.pid, "runner", runner.args)
+    return runner, mate
+
+
+def test_console_stop_signals_the_runner_alone_and_says_so(spawn, tmp_path):
+    """The console's Stop (T): its plan says "runner alone", and the runner's group mates survive it."""
+    from console import actions
+
+    out = tmp_path / "out"
+    runner, mate = _registered_runner_with_a_mate(spawn, out)
     planned = actions.plan_action(actions.STOP, out)
     assert "runner process alone (not its process group)" in planned.text
     assert [t.pid for t in planned.plan.stop.targets] == [runner.pid]
@@ -483,3 +490,26 @@ def test_console_stop_signals_the_runner_alone_and_says_so(spawn, tmp_path):
     assert runner.wait(10) == 0
     assert _alive(mate)
     mate.kill()  # the test's own leftover, by the psutil handle
+
+
+def test_marathon_stop_shows_the_consoles_plan_and_signals_the_runner_alone(spawn, tmp_path):
+    """``marathon stop`` is the console's T through the same plan: without --yes nothing is
+    signalled; with it, SIGTERM to the runner alone (its group mate survives), exit 0."""
+    out = tmp_path / "out"
+    runner, mate = _registered_runner_with_a_mate(spawn, out)
+    dry = marathon("stop", str(out))
+    assert dry.returncode == 0, dry.stderr
+    assert (
+        "runner process alone (not its process group)" in dry.stdout and f"pid {runner.pid:>7}" in dry.stdout
+    )
+    assert "dry run" in dry.stdout and runner.poll() is None
+    r = marathon("stop", str(out), "--yes", "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert [t["pid"] for t in got["plan"]["stop_plan"]["targets"]] == [runner.pid]
+    assert got["report"]["signalled"] == [{"pid": runner.pid, "signal": "SIGTERM", "how": "process"}]
+    assert runner.wait(10) == 0
+    assert _alive(mate)
+    mate.kill()  # the test's own leftover, by the psutil handle
+    none = marathon("stop", str(out))  # no live runner: nothing to do, said so
+    assert none.returncode == 0 and "No runner of this tree is alive" in none.stdout

@@ -217,10 +217,10 @@ def test_permission_denied_names_the_socket(docker_engine):
     code = (
         # import everything first: after dropping to nobody, the interpreter's stdlib under /root
         # may no longer be readable
-        "import os, sys, json, docker, requests, runner.cli, runner.commands.net, runner.ops.docker_pool;"
-        "runner.cli.build_parser();"
+        "import os, sys, json, docker, requests, marathon.cli, marathon.commands.net, runner.ops.docker_pool;"
+        "marathon.cli.build_parser();"
         "os.setgroups([]); os.setgid(65534); os.setuid(65534);"
-        "sys.exit(runner.cli.main(['net']))"
+        "sys.exit(marathon.cli.main(['net']))"
     )
     env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
     r = subprocess.run(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from runner.ops.cleanup import CleanupPlan, CleanupReport, HostPlan, render_host_plans, render_host_reports
 from runner.ops.kill import KillPlan, KillReport
-from runner.ops.procs import StopPlan, StopReport, act_stop, plan_stop
+from runner.ops.procs import DEFAULT_GRACE_SEC, StopPlan, StopReport, act_stop, plan_stop
 from runner.schedule.fleet.probe import HostAnswer, ask_hosts
 
 
@@ -30,7 +30,7 @@ def _frozen(hosts: list[tuple[str, str, dict]]) -> list[dict]:
 
 @dataclass
 class HostsCleanupPlan:
-    """Every host's cleanup plan of a cluster tree, each made on its host."""
+    """Every host's cleanup plan of a cluster tree, each made on its host (a ``runner.ops.plan.Plan``)."""
 
     cluster: str
     out: str
@@ -49,6 +49,26 @@ class HostsCleanupPlan:
 
     def to_json(self) -> dict:
         return {"cluster": self.cluster, "hosts": [_host_json(h) for h in self.hosts]}
+
+    def act(self) -> HostsCleanupReport:
+        return HostsCleanupReport(act_cleanup_hosts(self))
+
+
+@dataclass
+class HostsCleanupReport:
+    """The hosts' removals: each host's report beside its plan."""
+
+    plan: HostsCleanupPlan
+
+    @property
+    def ok(self) -> bool:
+        return cleanup_hosts_ok(self.plan)
+
+    def render(self) -> str:
+        return render_cleanup_reports(self.plan)
+
+    def to_json(self) -> dict:
+        return self.plan.to_json() | {"ok": self.ok}
 
 
 def _host_json(h: HostPlan) -> dict:
@@ -113,19 +133,33 @@ class HostKill:
 
 @dataclass
 class HostsKillPlan:
-    """A cluster run's kill: the runner here, then every host's own plan."""
+    """A cluster run's kill: the runner here, then every host's own plan (a ``runner.ops.plan.Plan``)."""
 
     cluster: str
     out: str
     here: StopPlan
     hosts: list[HostKill]
+    grace_sec: float = DEFAULT_GRACE_SEC
 
     @property
     def empty(self) -> bool:
         return not self.here.targets and all(h.plan is None or h.plan.empty for h in self.hosts)
 
+    @property
+    def listed(self) -> bool:
+        return bool(self.hosts) and all(h.plan is not None for h in self.hosts)
+
+    def to_json(self) -> dict:
+        return kill_plan_json(self)
+
+    def act(self) -> HostsKillReport:
+        return act_kill_hosts(self, self.grace_sec)
+
     def render(self) -> str:
         lines = [
+            "The runner here, then each host's own plan on that host (SIGTERM, "
+            f"{self.grace_sec:.0f} s grace, SIGKILL; then its removals), then the tree's Ray jobs stopped "
+            "and each host cleaned once more.",
             "this host (the runner's):",
             self.here.render(),
             f"cluster {self.cluster}: {len(self.hosts)} Docker host(s)",
@@ -172,6 +206,9 @@ class HostsKillReport:
             lines.append(CleanupReport.from_json(a.result).render() if a.ok else f"  FAILED: {a.error}")
         return "\n".join(lines)
 
+    def to_json(self) -> dict:
+        return kill_report_json(self)
+
 
 def kill_plan_json(plan: HostsKillPlan) -> dict:
     return {
@@ -196,14 +233,19 @@ def kill_report_json(report: HostsKillReport) -> dict:
     return d
 
 
-def plan_kill_hosts(cluster: str, out: Path, expected_argvs: list[list[str]] | None = None) -> HostsKillPlan:
+def plan_kill_hosts(
+    cluster: str,
+    out: Path,
+    expected_argvs: list[list[str]] | None = None,
+    grace_sec: float = DEFAULT_GRACE_SEC,
+) -> HostsKillPlan:
     """The runner here (``plan_stop``) and every host's kill plan (``plan_kill`` there); nothing is signalled."""
     here = plan_stop(out, expected_argvs=expected_argvs or [])
     answers = ask_hosts(cluster, out, "kill", {"act": False}).get("plan", [])
     hosts = [
         HostKill(a.label, a.node_id, KillPlan.from_json(a.result) if a.ok else None, a.error) for a in answers
     ]
-    return HostsKillPlan(cluster, str(out), here, hosts)
+    return HostsKillPlan(cluster, str(out), here, hosts, grace_sec)
 
 
 def act_kill_hosts(plan: HostsKillPlan, grace_sec: float) -> HostsKillReport:

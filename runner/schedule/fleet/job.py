@@ -34,9 +34,10 @@ from modes.naming import compose_project
 from runner.ops.held import start_held
 from runner.ops.procs import Registry
 from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir
+from runner.schedule.attempt import HARBOR_LOG
 from runner.schedule.config import resolve
-from runner.schedule.driver import HARBOR_LOG, ROLE_HARBOR, arm_mounts, harbor_argv, job_env
 from runner.schedule.fleet.hostinfo import facing_ip, join_here, this_host, write_host
+from runner.schedule.harbor_run import ROLE_HARBOR, arm_mounts, harbor_argv, job_env
 from runner.secrets import screen_all
 
 
@@ -229,7 +230,7 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
 def watch_deaths():
     """Follow this host's engine for container deaths while harbor runs (the runner watches only its
     own engine): a trial container killed under harbor's verifier is then voided, not scored."""
-    from runner.ops.container_deaths import DeathWatch
+    from runner.ops.death_watch import DeathWatch
 
     watch = DeathWatch().start()
     if not watch.connected.is_set():

@@ -1,10 +1,12 @@
-"""The driver's side of a cluster run: start an attempt as a Ray job, follow it, re-attach to it.
+"""The Ray launcher: each attempt a Ray job on the Docker host Ray placed it (``marathon run --cluster``).
 
 Why: the driver keeps its one queue, its claims, passes, voiding and breaker; only *where* an
 attempt runs changes. A Ray job replaces the local ``harbor run`` child: it is started by
 ``submission_id`` (the attempt id), followed through the job API, stopped through it, and found
 again by id after the runner itself was restarted -- so a pair whose job still runs is never
-started twice.
+started twice. Everything engine-side (the address-pool gate, the container-death watch, the
+removal of leftovers) happens in the attempt's job on its host (``runner.schedule.fleet.job``), so
+here those are the job's records, read back.
 """
 
 from __future__ import annotations
@@ -15,26 +17,28 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runner.ops.void import Verdict
-from runner.results.events import EventKind
+from runner.ops.void import Verdict, classify_job
+from runner.results.deaths import read_deaths
+from runner.results.events import EventKind, EventLog
 from runner.results.hosts import read_host
 from runner.results.records import OK, read_job
-from runner.results.tree import job_dir, jobs_dir
 from runner.schedule import claims as claimsmod
+from runner.schedule.attempt import Attempt, Pair, new_stamp
+from runner.schedule.config import ArmSpec, RunConfig
 from runner.schedule.fleet.cluster import Fleet, RayJobState
+from runner.schedule.lock import Holder
 
-ENDED_BY_NODE = "node"
 
+@dataclass(kw_only=True)
+class RayAttempt(Attempt):
+    """An attempt running as a Ray job: followed and stopped through the job API."""
 
-@dataclass
-class RayJobMixin:
-    submission_id: str = ""
-    fleet: Fleet | None = None
+    submission_id: str
+    fleet: Fleet
     last: RayJobState | None = None
 
     def poll(self) -> bool:
         """True once the Ray job has ended (or the cluster no longer knows it)."""
-        assert self.fleet is not None
         try:
             self.last = self.fleet.job(self.submission_id) or self.last
             gone = self.fleet.job(self.submission_id) is None
@@ -45,57 +49,97 @@ class RayJobMixin:
     def signal(self, sig: signal.Signals, group: bool = False) -> None:
         """Ray's stop: SIGTERM to the job's process group on its host, SIGKILL after
         RAY_JOB_STOP_WAIT_TIME_S (set on each node; harbor needs time to tear down)."""
-        assert self.fleet is not None
         self.fleet.stop(self.submission_id)
 
 
-def ray_job_class(base: type) -> type:
-    """The driver's Job with polling and signalling through the job API (one class, made once)."""
-    return dataclass(type("RayJob", (RayJobMixin, base), {}))
-
-
-def start(driver, task: str, arm, claim: claimsmod.Claim):
-    """Submit one attempt of (task, arm) under ``claim``; returns the driver's job record."""
-    from runner.schedule.driver import new_stamp
-
-    stamp = new_stamp(driver.out / task / arm.name)
-    jobs_dir(driver.out, task, arm.name, stamp).mkdir(parents=True)
-    sid = driver.fleet.submit(driver.out, task, arm.name, stamp)
-    ref = claimsmod.JobRef(0, time.time(), stamp)
-    claim = claimsmod.set_job(driver.out, claim, ref)
-    job = driver.RayJob(task, arm, stamp, 0, None, claim, time.monotonic(), claim_out=str(driver.out),
-                        submission_id=sid, fleet=driver.fleet)  # fmt: skip
-    driver.log.emit(EventKind.JOB_START, task=task, arm=arm.name, stamp=stamp, pid=0, submission_id=sid,
-                    argv=["ray job", sid])  # fmt: skip
-    return job
-
-
-def active_pairs(fleet: Fleet, out: Path) -> dict[tuple[str, str], RayJobState]:
+def active_pairs(fleet: Fleet, out: Path) -> dict[Pair, RayJobState]:
     """(task, arm) of every job of this tree that is pending or running on the cluster."""
     return {(j.metadata.get("task", ""), j.metadata.get("arm", "")): j for j in fleet.ours(out) if j.active}
 
 
-def reattach(driver, pairs: set[tuple[str, str]]) -> None:
-    """After a restart: every Ray job of this tree still pending or running is followed again,
-    under its claim (taken over from the dead runner), instead of a second start."""
-    for (task, arm), rj in active_pairs(driver.fleet, driver.out).items():
-        if (task, arm) not in pairs or driver._is_running((task, arm)):
-            continue
-        res = claimsmod.try_claim(driver.out, task, arm, driver.holder, adopt=True)
-        if not res.acquired or res.claim is None:
-            continue
-        stamp = rj.metadata.get("stamp", "")
-        claim = claimsmod.set_job(driver.out, res.claim, claimsmod.JobRef(0, time.time(), stamp))
-        job = driver.RayJob(task, driver.specs[arm], stamp, 0, None, claim, time.monotonic(),
-                            claim_out=str(driver.out), submission_id=rj.submission_id, fleet=driver.fleet)  # fmt: skip
-        driver.running.append(job)
-        was = res.replaced.holder.describe() if res.replaced else "no claim"
-        driver.log.emit(
-            "adopt", task=task, arm=arm, stamp=stamp, pid=0, submission_id=rj.submission_id, was=was
+class RayLauncher:
+    """Attempts as Ray jobs of the cluster ``cfg.cluster`` names (see the module docstring)."""
+
+    gate_waits = 0  # each host's job waits at its own gate (its log says so)
+
+    def __init__(self, cfg: RunConfig, log: EventLog, holder: Holder, specs: dict[str, ArmSpec]) -> None:
+        assert cfg.cluster
+        self.cfg, self.out, self.log, self.holder, self.specs = cfg, cfg.out, log, holder, specs
+        self.fleet = Fleet.connect(cfg.cluster)
+
+    def begin(self) -> None:
+        pass  # each attempt's job watches its own host's engine
+
+    def close(self) -> None:
+        pass
+
+    def runs_elsewhere(self, task: str, arm: str) -> bool:
+        """A Ray job of this tree already runs (or waits for a slot) for the pair: never a second."""
+        return (task, arm) in active_pairs(self.fleet, self.out)
+
+    def may_start(self, running: list[Attempt]) -> bool:
+        return True  # Ray places a job where a ``docker_slots`` is free; that host's job gates
+
+    def start(self, task: str, arm: ArmSpec, claim: claimsmod.Claim) -> Attempt:
+        """Submit one attempt of (task, arm) under ``claim``."""
+        stamp = new_stamp(self.out / task / arm.name)
+        att = RayAttempt(
+            task, arm, stamp, claim, self.out, time.monotonic(), submission_id="", fleet=self.fleet
         )
+        att.stamp_dir.mkdir(parents=True)
+        att.submission_id = self.fleet.submit(self.out, task, arm.name, stamp)
+        att.claim = claimsmod.set_job(self.out, claim, claimsmod.JobRef(0, time.time(), stamp))
+        att.started = time.monotonic()
+        self.log.emit(EventKind.JOB_START, task=task, arm=arm.name, stamp=stamp, pid=0,
+                      submission_id=att.submission_id, argv=["ray job", att.submission_id])  # fmt: skip
+        return att
+
+    def adopt(self, pairs: set[Pair], running: set[Pair]) -> list[Attempt]:
+        """After a restart: every Ray job of this tree still pending or running is followed again,
+        under its claim (taken over from the dead runner), instead of a second start."""
+        adopted: list[Attempt] = []
+        for (task, arm), rj in active_pairs(self.fleet, self.out).items():
+            if (task, arm) not in pairs or (task, arm) in running:
+                continue
+            res = claimsmod.try_claim(self.out, task, arm, self.holder, adopt=True)
+            if not res.acquired or res.claim is None:
+                continue
+            stamp = rj.metadata.get("stamp", "")
+            claim = claimsmod.set_job(self.out, res.claim, claimsmod.JobRef(0, time.time(), stamp))
+            adopted.append(RayAttempt(task, self.specs[arm], stamp, claim, self.out, time.monotonic(),
+                                      submission_id=rj.submission_id, fleet=self.fleet))  # fmt: skip
+            was = res.replaced.holder.describe() if res.replaced else "no claim"
+            self.log.emit(
+                EventKind.ADOPT,
+                task=task,
+                arm=arm,
+                stamp=stamp,
+                pid=0,
+                submission_id=rj.submission_id,
+                was=was,
+            )
+        return adopted
+
+    def ended(self, attempt: Attempt, *, stopping: bool) -> None:
+        pass  # the attempt's job removed its leftovers on its own host
+
+    def classify(self, attempt: Attempt, stopped_by: str | None) -> Verdict:
+        """The voiding table on the job's trial, with the engine's account of container deaths its
+        job recorded on its host (``runner.results.deaths``); then Ray's own account."""
+        v = classify_job(
+            attempt.job_dir, attempt.harbor_log, stopped_by=stopped_by, deaths=read_deaths(attempt.stamp_dir)
+        )
+        assert isinstance(attempt, RayAttempt)
+        return classify(self.fleet, attempt, v)
+
+    def tidy(self, trials: set[str]) -> None:
+        pass  # on a cluster, each attempt's job removes its leftovers on its own host
+
+    def engine_answers(self) -> bool:
+        return True  # each host's engine is its job's to ask
 
 
-def classify(fleet: Fleet, job, v: Verdict) -> Verdict:
+def classify(fleet: Fleet, job: RayAttempt, v: Verdict) -> Verdict:
     """The verdict of an ended Ray job: a lost node or a job that ended without a harbor result
     is infrastructure (voided, rerun elsewhere) with Ray's own account as evidence."""
     rj: RayJobState | None = job.last
@@ -118,7 +162,7 @@ def classify(fleet: Fleet, job, v: Verdict) -> Verdict:
             *fleet.logs_tail(rj.submission_id),
         ]
         return Verdict("infra", f"node {name} lost at {at}", evidence + v.evidence, v.trial)
-    harbor_result = read_job(job_dir(Path(job.claim_out), job.task, job.arm.name, job.stamp))
+    harbor_result = read_job(job.job_dir)
     if harbor_result.state != OK:
         evidence += fleet.logs_tail(rj.submission_id)
         return Verdict("infra", f"the Ray job ended ({rj.status}) without a harbor result", evidence + v.evidence,

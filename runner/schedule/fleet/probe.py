@@ -110,8 +110,8 @@ def act_here(plan: dict) -> dict:
 
 
 def stage_here(what: str, version: str | None, force: bool) -> dict:
-    """Stage ``what`` into this host's own cache (``runner.schedule.staging.stage``)."""
-    from runner.schedule.staging import stage
+    """Stage ``what`` into this host's own cache (``runner.schedule.parts_cache.stage``)."""
+    from runner.schedule.parts_cache import stage
 
     return stage(what, version, force)
 

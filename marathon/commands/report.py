@@ -7,20 +7,25 @@ import os
 import sys
 from pathlib import Path
 
+from marathon.options import add_out, tree_out
+
 HELP = "the comparison report: matrix, per-arm summary, paired comparisons, bias alarm (md/json/csv/html)"
 DESCRIPTION = (
     "Read an output tree (never writes to it) and render the task x arm matrix with reward, partial "
     "score and test pass rate side by side and build failures marked; the per-arm summary (means over "
-    "done cells, build failures as 0); paired comparisons on the tasks both arms completed, with n; "
+    "done cells, build failures as 0, flagged cells as failures: the hole rule); paired comparisons on the tasks both arms completed, with n; "
     "the infrastructure-bias alarm (Fisher's exact test on errored+voided attempts); and the arms' "
-    "disclosed deviations. Exit 0; 2 on bad input (not an output tree, --out inside the tree)."
+    "disclosed deviations. Beside each paired difference: the minimum detectable effect at 80 % power "
+    "and the Holm-adjusted level, and the tasks needed to detect the observed difference. Tasks every "
+    "arm failed alike are marked suspect with the evidence. Exit 0; 2 on bad input (not an output "
+    "tree, --out inside the tree)."
 )
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     from runner.results.report import FORMATS
 
-    p.add_argument("out", nargs="?", type=Path, help="output tree (default $MARATHON_OUT or ./marathon-out)")
+    add_out(p)
     p.add_argument("--format", choices=FORMATS, default="md", help="output format (default md)")
     p.add_argument(
         "--out", dest="out_file", type=Path, metavar="FILE", help="write to FILE instead of stdout"
@@ -33,16 +38,21 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="the other reading, labelled as such: leave flagged cells (holes the agent could have made) "
         "out of the means and pairs instead of counting them as failures",
     )
+    p.add_argument(
+        "--exclude-suspect",
+        action="store_true",
+        help="the other reading, labelled as such: every figure without the tasks every arm failed alike "
+        "(default: they count like any task, marked with their evidence)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from runner.errors import UserError
-    from runner.results import tree
     from runner.results.index import remembered_intervals
     from runner.results.model import open_tree
     from runner.results.report import build_report, render
 
-    out = args.out or tree.default_out()
+    out = tree_out(args, must_exist=False)
     model = open_tree(out)
     if args.out_file is not None:
         target = os.path.abspath(args.out_file)
@@ -51,7 +61,12 @@ def run(args: argparse.Namespace) -> int:
         if os.path.isdir(target):
             raise UserError(f"--out {args.out_file}: is a directory; give a file name")
     with remembered_intervals(model.out):
-        rep = build_report(model, "run" if args.run else "all", args.exclude_flagged)
+        rep = build_report(
+            model,
+            "run" if args.run else "all",
+            exclude_flagged=args.exclude_flagged,
+            exclude_suspect=args.exclude_suspect,
+        )
     text = render(rep, args.format, args.pretty)
     if args.out_file is None:
         sys.stdout.write(text)

@@ -1,6 +1,6 @@
 """``marathon stage <what>``: fetch and check the agents' offline parts into the local cache.
 
-The parts are ``runner.schedule.staging.STAGERS``; ``--cluster`` stages on every Docker host of a Ray
+The parts are ``runner.schedule.parts_cache.STAGERS``; ``--cluster`` stages on every Docker host of a Ray
 cluster, each host into its own cache, through a task pinned to that host.
 """
 
@@ -10,7 +10,7 @@ import argparse
 import json
 
 from modes import safetext
-from runner.schedule.staging import STAGERS
+from runner.schedule.parts_cache import STAGERS
 
 HELP = "stage the agents' offline parts (codex, ...) into the local cache"
 
@@ -28,7 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runner.schedule.staging import stage
+    from runner.schedule.parts_cache import stage
 
     if args.cluster:
         return run_hosts(args)

@@ -7,6 +7,7 @@ failed commands, last message) from ``runner.results.trajectory``; per-test outc
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from runner.results.model import Cell
 from runner.results.records import TrialRecord
 from runner.results.trajectory import TrajectoryFacts, trajectory_facts
 from runner.results.verifier_tests import TestOutcomes, read_outcomes
+
+Key = tuple[str, str]  # (task, arm)
 
 #: the figure rows, in order (label, key)
 ROWS: tuple[tuple[str, str], ...] = (
@@ -106,6 +109,49 @@ def short_stamp(stamp: str) -> str:
     if len(stamp) >= 17 and stamp[10:12] == "__":
         return f"{stamp[5:10]} {stamp[12:17].replace('-', ':')}"
     return stamp[:16]
+
+
+#: the pairs table's columns (the report's figures, fewer of them: the partial's difference only)
+PAIR_HEADS = ["a", "b", "partial diff [95 %]", "Holm p", "MDE partial / reward / pass", "tasks needed"]
+
+
+@dataclass(frozen=True)
+class PairTable:
+    """The paired comparisons over every task, with the report's figures and words: the partial
+    difference with its interval, the sign test's Holm p, MDE and tasks needed per measure."""
+
+    level: str  # the level and power the MDE is stated at
+    rows: list[list[str]]
+    underpowered: list[str]  # the pairs whose differences are below their MDE
+
+
+def pair_table(out: Path, cells: Mapping[Key, Cell], arms: Sequence[str]) -> PairTable:
+    """Compute the paired comparisons of ``arms`` over ``cells`` (a worker calls this: the
+    bootstrap intervals of a large tree take seconds unless the tree's index remembers them)."""
+    from runner.results import power, report
+    from runner.results.index import remembered_intervals
+
+    tasks = sorted({k[0] for k in cells})
+    with remembered_intervals(out):
+        pairs = report.paired(dict(cells), list(arms), tasks)
+    block = power.block(pairs)
+    rows = [
+        [
+            p["a"],
+            p["b"],
+            report.fmt_diff(p["partial_n"], p["partial_diff"], p["partial_diff_ci"]),
+            report.fmt_p(p["sign_test_p_holm"]),
+            *report.power_cells(p),
+        ]  # fmt: skip
+        for p in pairs
+        if p["n"]
+    ]
+    level = (
+        f"MDE: the smallest true difference detected with {block['power'] * 100:.0f} % power at the "
+        f"Holm-adjusted level {power.fmt_level(block['alpha_holm'])} ({block['alpha']:g} over "
+        f"{block['family']} pairs); tasks needed: to detect the observed difference"
+    )
+    return PairTable(level, rows, power.underpowered_lines(block, lambda m: m.replace("_", " ")))
 
 
 def read_arm(trial: ArmTrial) -> tuple[TrajectoryFacts, TestOutcomes]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from runner.results.tree import default_out
+from marathon.options import add_out, tree_out
 
 HELP = "the operator console: live task x arm grid, drill-down, one-key stop/kill/cleanup/void"
 DESCRIPTION = (
@@ -16,9 +16,7 @@ DESCRIPTION = (
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "out", nargs="?", type=Path, default=None, help="output tree [$MARATHON_OUT; default ./marathon-out]"
-    )
+    add_out(p)
     p.add_argument(
         "--readonly", action="store_true", help="disable every action (stop, kill, cleanup, void, start)"
     )
@@ -49,11 +47,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from runner.errors import NotAnOutputTree, UserError
+    from runner.errors import UserError
 
-    out = Path(args.out or default_out()).resolve()
-    if not out.is_dir():
-        raise NotAnOutputTree(f"{out} is not a directory (expected a marathon output tree)")
+    out = tree_out(args).resolve()
     if args.screenshot is not None:
         cols, _, rows = str(args.size).partition("x")
         if not (cols.isdigit() and rows.isdigit()):

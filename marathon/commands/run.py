@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from runner.results import tree
+from marathon.options import add_out, tree_out
 
 HELP = "run the comparison headless: every (task, arm) pair until done (resumable)"
 DESCRIPTION = (
@@ -14,11 +14,6 @@ DESCRIPTION = (
     "written to OUT/.driver_env and reused by --resume and `marathon health --fix`. "
     "Precedence: flag > .driver_env (with --resume) > environment > default."
 )
-DEFAULT_OUT = tree.DEFAULT_OUT
-
-
-def default_out() -> str:
-    return str(tree.default_out())
 
 
 def add_knobs(p: argparse.ArgumentParser) -> None:
@@ -71,9 +66,7 @@ def add_knobs(p: argparse.ArgumentParser) -> None:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "out", nargs="?", default=None, help=f"output tree [$MARATHON_OUT; default ./{DEFAULT_OUT}]"
-    )
+    add_out(p)
     add_knobs(p)
     p.add_argument(
         "--dataset", metavar="NAME@VERSION",
@@ -105,11 +98,11 @@ def flags_of(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from runner.schedule.config import resolve, with_changes, write_driver_env
+    from runner.schedule.display import Progress
     from runner.schedule.driver import Driver
-    from runner.schedule.progress import Progress
     from runner.schedule.start import start_detached
 
-    out = Path(args.out or default_out())
+    out = tree_out(args, must_exist=False)
     flags = flags_of(args)
     if args.dataset:  # resolved once, into the cache: from here on it is an ordinary tasks dir
         from runner.errors import UserError

@@ -36,9 +36,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def check_arms(out: Path, task: str, arms: list[str], goal_sec: int) -> list[dict]:
     """Per arm: done (the one rule), scored by the verifier, and whether the budget ran out."""
+    from runner.results.model import pair_done
     from runner.results.records import read_trial
     from runner.results.tree import iter_job_dirs, iter_trial_dirs
-    from runner.schedule.driver import pair_done
 
     rows = []
     for arm in arms:
@@ -62,13 +62,11 @@ def check_arms(out: Path, task: str, arms: list[str], goal_sec: int) -> list[dic
 
 def run(args: argparse.Namespace) -> int:
     from runner.errors import UserError
-    from runner.schedule.config import list_tasks, resolve
+    from runner.schedule.config import DEMO_TASKS, list_tasks, resolve
+    from runner.schedule.display import Progress
     from runner.schedule.driver import Driver
-    from runner.schedule.progress import Progress
 
-    tasks_dir = (
-        Path(args.tasks_dir) if args.tasks_dir else Path(__file__).resolve().parents[1] / "demo" / "tasks"
-    )
+    tasks_dir = Path(args.tasks_dir) if args.tasks_dir else DEMO_TASKS
     task = args.task or (list_tasks(tasks_dir) or [None])[0]
     if task is None:
         raise UserError(f"no tasks in {tasks_dir}")

@@ -102,13 +102,13 @@ def varied_flags(out: Path, agent_timeout_mult: float | None) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runner.cli import main as marathon
-    from runner.schedule.config import resolve, write_driver_env
+    from marathon.status_view import show
+    from runner.schedule.config import DEMO_TASKS, resolve, write_driver_env
+    from runner.schedule.display import Progress
     from runner.schedule.driver import Driver
-    from runner.schedule.progress import Progress
     from runner.secrets import DECLARED_NON_SECRETS
 
-    tasks = Path(__file__).resolve().parents[1] / "demo" / "tasks"
+    tasks = DEMO_TASKS
     out = fresh_out(args.out)
     arms = [a for a in args.arms.split(",") if a]
     flags = {"tasks_dir": str(tasks), "arms": arms, "concurrency": args.concurrency, "max_passes": 2}
@@ -143,4 +143,4 @@ def run(args: argparse.Namespace) -> int:
 
     rc = Driver(cfg, listeners=[Progress()], retry=RETRY_DEMO).run()
     print()
-    return rc or marathon(["status", str(cfg.out)])
+    return rc or show(cfg.out)

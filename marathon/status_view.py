@@ -1,35 +1,12 @@
-"""``marathon status``: progress of the current run per arm, and the scores so far."""
+"""``marathon status``'s view of an output tree: the per-arm table and its JSON, from the results model.
+
+Here and not in the command's module because ``marathon demo`` prints the same status at its end
+(subcommands never import each other).
+"""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
-
-HELP = "per-arm progress of the current run (done/running/pending/errored/voided) and scores so far"
-DESCRIPTION = (
-    "Read an output tree (never writes to it) and print, per arm, the pairs done, running, pending, "
-    "errored, voided, unreadable (a file refused: a FIFO, a symlink out of the trial dir, too "
-    "large) and tampered (a verifier file changed after the verifier finished) in the current run "
-    "(the last runner start in OUT/.runner/events.jsonl; --all for all time), the mean reward, "
-    "partial score (with n = done and its 95 % bootstrap interval) and test pass rate over done pairs, build "
-    "failures, and receipt events (continuations, unblocks, error events). A cell with a hole in "
-    "what the agent can write (a file refused, made nonsense or tampered with) counts against its "
-    "arm as a failure and is flagged: n counts it, flag says how many (--exclude-flagged prints the "
-    "other reading, labelled). Excluded leftover dirs and unreadable files are listed, never "
-    "silently skipped. Exit 0; 2 when OUT is not an output tree."
-)
-
-
-def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("out", nargs="?", type=Path, help="output tree (default $MARATHON_OUT or ./marathon-out)")
-    p.add_argument("--json", action="store_true", help="machine-readable output (one line)")
-    p.add_argument("--pretty", action="store_true", help="with --json: indented for a human")
-    p.add_argument("--all", action="store_true", help="count all runs, not only the current one")
-    p.add_argument(
-        "--exclude-flagged",
-        action="store_true",
-        help="the other reading: leave flagged cells out of the means instead of counting them as failures",
-    )
 
 
 def _f(v, nd: int = 3) -> str:
@@ -169,14 +146,21 @@ def render(d: dict) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    from runner.results import tree
+def show(
+    out: Path,
+    *,
+    all_runs: bool = False,
+    as_json: bool = False,
+    pretty: bool = False,
+    exclude_flagged: bool = False,
+) -> int:
+    """Print the status of ``out`` (``marathon status``); exit 0."""
     from runner.results.index import remembered_intervals
     from runner.results.model import open_tree
     from runner.results.report import dump_json
 
-    model = open_tree(args.out or tree.default_out())
+    model = open_tree(out)
     with remembered_intervals(model.out):
-        d = status_data(model, "all" if args.all else "run", args.exclude_flagged)
-    print(dump_json(d, args.pretty) if args.json else render(d))
+        d = status_data(model, "all" if all_runs else "run", exclude_flagged)
+    print(dump_json(d, pretty) if as_json else render(d))
     return 0

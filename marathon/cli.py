@@ -1,6 +1,6 @@
 """The ``marathon`` command: parse, call ``runner``/``console`` operations, print.
 
-Each subcommand lives in ``runner/commands/<name>.py`` and exposes ``HELP`` (one line),
+Each subcommand lives in ``marathon/commands/<name>.py`` and exposes ``HELP`` (one line),
 ``configure(parser)`` and ``run(args) -> int``. Heavy imports (docker, harbor, textual) happen
 inside ``run`` so that ``marathon --help`` and ``marathon status`` start fast.
 """
@@ -16,17 +16,21 @@ from collections.abc import Sequence
 
 from runner.errors import EXIT_FAILED, EXIT_USAGE, UserError
 
-# name -> module under runner.commands (dashes become underscores)
+# name -> module under marathon.commands (dashes become underscores)
 COMMANDS: tuple[str, ...] = (
     "demo",
     "run",
     "status",
     "report",
+    "plan-size",
     "health",
     "net",
     "cleanup",
+    "stop",
     "kill",
+    "void",
     "console",
+    "view",
     "canary",
     "prebuild",
     "stage",
@@ -35,7 +39,7 @@ COMMANDS: tuple[str, ...] = (
 
 
 def _module(name: str):
-    return importlib.import_module(f"runner.commands.{name.replace('-', '_')}")
+    return importlib.import_module(f"marathon.commands.{name.replace('-', '_')}")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -51,7 +55,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         try:
             mod = _module(name)
         except ModuleNotFoundError as exc:
-            if exc.name != f"runner.commands.{name.replace('-', '_')}":
+            if exc.name != f"marathon.commands.{name.replace('-', '_')}":
                 raise
             continue  # not built yet
         p = sub.add_parser(name, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from marathon.options import add_out, tree_out
 from modes import safetext
 
 HELP = "check a run (runner alive, stale claims, trials past budget, leaked networks, errors not voided)"
@@ -17,20 +17,15 @@ DESCRIPTION = (
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from runner.results.tree import DEFAULT_OUT
-
-    p.add_argument(
-        "out", nargs="?", default=None, help=f"output tree [$MARATHON_OUT; default ./{DEFAULT_OUT}]"
-    )
+    add_out(p)
     p.add_argument("--fix", action="store_true", help="fix what can be fixed, printing each fix")
     p.add_argument("--json", action="store_true", help="machine-readable report")
 
 
 def run(args: argparse.Namespace) -> int:
-    from runner.results.tree import default_out
     from runner.schedule.health import check, fix
 
-    out = Path(args.out or default_out())
+    out = tree_out(args, must_exist=False)
     rep = fix(out) if args.fix else check(out)[0]
     print(safetext.dumps(rep.to_json(), pretty=True) if args.json else rep.render())
     if args.fix:

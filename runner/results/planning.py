@@ -1,0 +1,180 @@
+"""Planning a run from a pilot: how many tasks (and repeats) a target difference needs, per pair.
+
+Power analysis belongs before the run (Miller, "Adding Error Bars to Evals", 2024): a pilot tree
+(a small run, or a recorded one) gives each pair's spread of per-task differences, and the spread
+says how many tasks a difference of a given size needs to be detected with 80 % power at the
+Holm-adjusted level of the full comparison (``runner.results.power``).
+
+Repeats shrink only the part of the spread that is between attempts of one task: with K attempts
+averaged per task, the variance of a task's difference is sigma_b^2 + sigma_w^2 / K (between tasks,
+within a task). A pilot with repeats estimates both (``clusters.within_variance``); a pilot with one
+attempt per pair cannot split them, so the tasks needed for K repeats are given as a range: from
+"all of the spread is between attempts" (the fewest) to "all of it is between tasks" (as many as
+K = 1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from runner.results import clusters, power
+from runner.results.model import Cell
+
+
+@dataclass(frozen=True)
+class RepeatPlan:
+    """Tasks needed with K attempts per (task, arm): one figure, or a range (low, high)."""
+
+    repeats: int
+    low: int | None
+    high: int | None
+    over: bool = False  # more than power.MAX_TASKS at the high end
+
+    def text(self) -> str:
+        hi = power.fmt_tasks(self.high, power.MAX_TASKS if self.over else None)
+        if self.low == self.high and not self.over:
+            return hi
+        return f"{power.fmt_tasks(self.low)}-{hi}"
+
+
+@dataclass(frozen=True)
+class PairPlan:
+    a: str
+    b: str
+    n: int  # tasks both arms completed in the pilot
+    pilot_repeats: float  # mean attempts per (task, arm) in the pilot
+    diff: float | None
+    sd: float | None  # of the per-task differences (task means)
+    within: float | None  # per-attempt within-task variance of the difference; None: unknown (K = 1)
+    mde: float | None  # what the pilot itself detects
+    target: float | None
+    plans: tuple[RepeatPlan, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "a": self.a,
+            "b": self.b,
+            "n": self.n,
+            "pilot_repeats": self.pilot_repeats,
+            "diff": _r(self.diff),
+            "sd": _r(self.sd),
+            "within_variance": _r(self.within),
+            "mde": _r(self.mde),
+            "target": _r(self.target),
+            "tasks_needed": [
+                {
+                    "repeats": p.repeats,
+                    "low": p.low,
+                    "high": p.high,
+                    "over": power.MAX_TASKS if p.over else None,
+                }
+                for p in self.plans
+            ],
+        }
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 4)
+
+
+def _needed(target: float, sd: float, alpha: float, pw: float) -> int | None:
+    if sd == 0:
+        return 2  # no spread at all: the smallest test detects any difference
+    return power.tasks_needed_d(target / sd, alpha, pw)
+
+
+def plan_pair(
+    a: str,
+    b: str,
+    ca: Sequence[clusters.Cluster],
+    cb: Sequence[clusters.Cluster],
+    *,
+    target: float | None,
+    alpha: float,
+    pw: float,
+    repeats: Sequence[int],
+) -> PairPlan:
+    """One pair's plan from its pilot clusters (the same tasks, in order, both arms done)."""
+    diffs = clusters.paired_differences(ca, cb)
+    n = len(diffs)
+    pp = power.pair_power(diffs, alpha, pw)
+    sizes = [len(c) for c in (*ca, *cb) if len(c)]
+    k_pilot = sum(sizes) / len(sizes) if sizes else 0.0
+    wa, wb = clusters.within_variance(ca), clusters.within_variance(cb)
+    within = None if wa is None or wb is None else wa + wb
+    goal = target if target is not None else (abs(pp.diff) if pp.diff else None)
+    plans = []
+    if goal and pp.sd is not None:
+        total = pp.sd**2
+        for k in repeats:
+            if within is not None:  # split: between tasks = total - within / K_pilot (never below 0)
+                between = max(0.0, total - within / k_pilot)
+                lo_sd = hi_sd = math.sqrt(between + within / k)
+            else:  # one attempt per pair: all within (fewest tasks) .. all between (most)
+                lo_sd, hi_sd = math.sqrt(total / k), math.sqrt(total)
+            lo = _needed(goal, lo_sd, alpha, pw)
+            hi = _needed(goal, hi_sd, alpha, pw)
+            plans.append(RepeatPlan(k, lo, hi, over=hi is None))
+    return PairPlan(a, b, n, k_pilot, pp.diff, pp.sd, within, pp.mde, goal, tuple(plans))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The plan of every pair with a common task, at the Holm level over them."""
+
+    measure: str
+    target: float | None  # None: each pair's observed difference
+    power: float
+    alpha: float
+    alpha_holm: float
+    repeats: tuple[int, ...]
+    pairs: tuple[PairPlan, ...]
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "measure": self.measure,
+            "target": self.target,
+            "power": self.power,
+            "alpha": self.alpha,
+            "family": len(self.pairs),
+            "alpha_holm": self.alpha_holm,
+            "repeats": list(self.repeats),
+            "method": power.METHOD,
+            "max_tasks": power.MAX_TASKS,
+            "pairs": [p.as_dict() for p in self.pairs],
+        }
+
+
+def plan(
+    cells: Mapping[tuple[str, str], Cell],
+    arms: Sequence[str],
+    tasks: Sequence[str],
+    *,
+    measure: str = "partial",
+    target: float | None = None,
+    alpha: float = power.ALPHA,
+    pw: float = power.POWER,
+    repeats: Sequence[int] = (1, 2, 3),
+) -> Plan:
+    """Per pair of arms with a common task: the pilot's n, spread and MDE, and the tasks needed
+    for ``target`` (each pair's observed difference when None) with each number of repeats, at the
+    Holm level over those pairs."""
+    from runner.results.report import cell_values, common_done
+
+    family = []
+    cells = dict(cells)
+    for a, b in combinations(arms, 2):
+        both = common_done(cells, a, b, list(tasks))
+        ca = [cell_values(cells[(t, a)], measure) for t in both]
+        cb = [cell_values(cells[(t, b)], measure) for t in both]
+        keep = [i for i in range(len(both)) if ca[i] and cb[i]]
+        if keep:
+            family.append((a, b, [ca[i] for i in keep], [cb[i] for i in keep]))
+    level = power.holm_alpha(len(family), alpha)
+    pairs = tuple(
+        plan_pair(a, b, ca, cb, target=target, alpha=level, pw=pw, repeats=repeats) for a, b, ca, cb in family
+    )
+    return Plan(measure, target, pw, alpha, level, tuple(repeats), pairs)

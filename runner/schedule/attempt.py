@@ -1,0 +1,135 @@
+"""One attempt of a (task, arm) pair, wherever it runs: its record, its stamp, and the Launcher seam.
+
+Why: the driver keeps one queue, one set of claims, passes, voiding and the circuit breaker; only
+*where* an attempt runs differs -- a ``harbor run`` child of this host (``runner.schedule.local``)
+or a Ray job on one of a cluster's Docker hosts (``runner.schedule.fleet.launch``). That difference
+is a ``Launcher``, chosen once per run (``runner.schedule.launchers.launcher_for``), so the driver
+holds no branch on it, and a new place to run attempts (a cloud sandbox pool, a model gateway per
+host) is one new module that implements the protocol below.
+
+An attempt's directory is ``<out>/<task>/<arm>/<stamp>``: the stamp is a UTC time made unique in
+its arm dir (``new_stamp``); harbor's own job dir is under it, with ``harbor-run.log`` beside it.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir
+from runner.schedule.claims import Claim
+from runner.schedule.config import ArmSpec
+
+if TYPE_CHECKING:
+    from runner.ops.void import Verdict
+
+#: harbor's output (stdout and stderr) of one attempt, in its stamp dir
+HARBOR_LOG = "harbor-run.log"
+
+Pair = tuple[str, str]  # (task, arm)
+
+
+def new_stamp(arm_dir: Path) -> str:
+    """A fresh jobs-dir name under ``<out>/<task>/<arm>``: UTC time, unique."""
+    base = datetime.now(UTC).strftime("%Y-%m-%d__%H-%M-%S")
+    stamp, n = base, 1
+    while (arm_dir / stamp).exists():
+        n += 1
+        stamp = f"{base}-{n}"
+    return stamp
+
+
+@dataclass
+class Attempt:
+    """One started (or adopted) attempt: which pair, under which claim, in which stamp dir. How it
+    is followed and stopped (``poll``, ``signal``) is its launcher's."""
+
+    task: str
+    arm: ArmSpec
+    stamp: str
+    claim: Claim
+    out: Path
+    started: float  # monotonic
+    pid: int = 0  # the harbor process on this host; 0 when it runs elsewhere
+    returncode: int | None = None
+    terminated: bool = False
+
+    @property
+    def pair(self) -> Pair:
+        return (self.task, self.arm.name)
+
+    @property
+    def stamp_dir(self) -> Path:
+        return jobs_dir(self.out, self.task, self.arm.name, self.stamp)
+
+    @property
+    def job_dir(self) -> Path:
+        """harbor's job dir of the attempt (``-o`` plus ``--job-name``)."""
+        return job_dir(self.out, self.task, self.arm.name, self.stamp)
+
+    @property
+    def harbor_log(self) -> Path:
+        return self.stamp_dir / HARBOR_LOG
+
+    def trials(self) -> set[str]:
+        """The names of the attempt's trial dirs (one per job in marathon's layout)."""
+        return {t.name for t in iter_trial_dirs(self.job_dir)}
+
+    def poll(self) -> bool:
+        """True once the attempt has ended."""
+        raise NotImplementedError
+
+    def signal(self, sig: signal.Signals, group: bool = False) -> None:
+        """Ask the attempt to stop (``group``: the whole process group, where that means something)."""
+        raise NotImplementedError
+
+
+class Launcher(Protocol):
+    """Where attempts run. The driver calls only these, in this order of a run's life: ``begin``
+    once the tree is locked; then per pass ``runs_elsewhere``/``may_start``/``start`` for each pair
+    it would start, ``ended`` and ``classify`` for each attempt that ended; ``close`` at exit."""
+
+    #: how often starting waited for capacity (the ``runner_exit`` event's ``gate_waits``)
+    gate_waits: int
+
+    def begin(self) -> None:
+        """Before the first attempt: whatever must watch the attempts from their start."""
+
+    def close(self) -> None:
+        """At the runner's exit (also after an error)."""
+
+    def adopt(self, pairs: set[Pair], running: set[Pair]) -> list[Attempt]:
+        """A dead runner's attempts of ``pairs`` still running: claimed again and followed, never
+        started twice (``running``: the pairs this runner follows already)."""
+        ...
+
+    def runs_elsewhere(self, task: str, arm: str) -> bool:
+        """An attempt of the pair runs (or waits for a slot) beyond this runner's claims."""
+        ...
+
+    def may_start(self, running: list[Attempt]) -> bool:
+        """Whether another attempt may start now (a capacity gate; False: wait and ask again)."""
+        ...
+
+    def start(self, task: str, arm: ArmSpec, claim: Claim) -> Attempt:
+        """Start one attempt under ``claim`` (recorded in the claim before it can run)."""
+        ...
+
+    def ended(self, attempt: Attempt, *, stopping: bool) -> None:
+        """Bookkeeping of an attempt that ended (its process record; what it left behind, unless the
+        runner is stopping and removes all of it at once with ``tidy``)."""
+
+    def classify(self, attempt: Attempt, stopped_by: str | None) -> Verdict:
+        """The voiding table's verdict on an attempt that did not finish done."""
+        ...
+
+    def tidy(self, trials: set[str]) -> None:
+        """Remove what the given trials left behind (before voiding, and at the stop), and what an
+        earlier call could not remove (``tidy(set())`` retries only that)."""
+
+    def engine_answers(self) -> bool:
+        """Does the engine the attempts run on answer right now (the breaker ignores an outage)?"""
+        ...

@@ -1,0 +1,267 @@
+"""The local launcher: each attempt a ``harbor run`` child of this host, against this host's engine.
+
+What is local about an attempt lives here and nowhere else in the scheduler: the held start
+(``runner.ops.held``: registered in the process registry and the claim before harbor runs), the
+adoption of a dead runner's harbor processes by their claims, the engine's container-death watch
+(``runner.ops.death_watch``), the address-pool gate with its reclaim of empty networks of
+ours (``runner.ops.docker_pool``), and the removal of what ended trials left (``runner.ops.cleanup``),
+retried once an engine outage is over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from modes.naming import compose_project
+from runner.errors import UserError
+from runner.ops.held import start_held
+from runner.ops.procs import ProcIdentity, Registry, alive, signal_process
+from runner.ops.void import Verdict, classify_job
+from runner.results.events import EventKind, EventLog
+from runner.schedule import claims as claimsmod
+from runner.schedule.attempt import Attempt, Pair, new_stamp
+from runner.schedule.config import ArmSpec, RunConfig
+from runner.schedule.harbor_run import ROLE_HARBOR, harbor_argv, job_env
+from runner.schedule.lock import Holder
+from runner.secrets import screen_all
+
+
+@dataclass(kw_only=True)
+class LocalAttempt(Attempt):
+    """A harbor process of this host: our child, or (adopted) a dead runner's, known by identity."""
+
+    ident: ProcIdentity | None = None  # None: adopted without identity (never signalled)
+    proc: subprocess.Popen | None = None  # None for an adopted attempt (started by a dead runner)
+
+    def poll(self) -> bool:
+        if self.proc is not None:
+            self.returncode = self.proc.poll()
+            return self.returncode is not None
+        return not alive(self.ident)
+
+    def signal(self, sig: signal.Signals, group: bool = False) -> None:
+        """Signal our harbor process (identity re-checked); ``group`` = its whole session group."""
+        if not alive(self.ident):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if group and os.getpgid(self.pid) == self.pid:
+                os.killpg(self.pid, sig)
+            else:
+                signal_process(self.ident, sig)
+
+
+@dataclass
+class LocalLauncher:
+    """Attempts as this host's harbor children (see the module docstring)."""
+
+    cfg: RunConfig
+    log: EventLog
+    holder: Holder
+    specs: dict[str, ArmSpec]
+    mounts: dict[str, str | None]  # harbor --mounts per arm (``harbor_run.arm_mounts``)
+    gate_recheck_sec: float = 2.0
+    gate_waits: int = 0
+    reclaimed: list[str] = field(default_factory=list)
+    deaths: Any = None  # runner.ops.death_watch.DeathWatch on this host's engine
+    _gate_waiting_since: float | None = None
+    _gate_next_check: float = 0.0
+    _cleanup_pending: set[str] = field(default_factory=set)  # trials whose leftovers could not be removed yet
+
+    def __post_init__(self) -> None:
+        self.out = self.cfg.out
+        self.registry = Registry(self.out)
+        self._job_env = job_env()
+        self.docker = self.cfg.env == "docker"  # harbor's local Docker: the engine is this host's
+
+    # --- a run's life ------------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Follow the engine's container deaths before the first attempt starts, so a trial container
+        killed under harbor's verifier is voided, not scored (``runner.ops.death_watch``)."""
+        if self.docker:
+            from runner.ops.death_watch import DeathWatch
+
+            self.deaths = DeathWatch().start()
+
+    def close(self) -> None:
+        if self.deaths is not None:
+            self.deaths.stop()
+
+    # --- starting -----------------------------------------------------------------------------------
+
+    def runs_elsewhere(self, task: str, arm: str) -> bool:
+        return False  # a dead runner's harbor here holds its claim: the claim says so
+
+    def start(self, task: str, arm: ArmSpec, claim: claimsmod.Claim) -> Attempt:
+        stamp = new_stamp(self.out / task / arm.name)
+        att = LocalAttempt(task, arm, stamp, claim, self.out, time.monotonic())
+        att.stamp_dir.mkdir(parents=True)
+        argv = harbor_argv(self.cfg, task, arm, att.stamp_dir, self.mounts.get(arm.name))
+        screen_all(("harbor argv", a) for a in argv)  # e.g. staged mounts: nothing unscreened starts
+        # held at a gate until the registry and the claim name it (runner.ops.held): a runner killed
+        # in between leaves no harbor that nothing recorded, so a restart never starts a duplicate
+        with open(att.harbor_log, "ab") as logfh:
+            held = start_held(
+                argv, stdout=logfh, stderr=subprocess.STDOUT, cwd=str(self.out), env=self._job_env
+            )
+        proc = held.proc
+        try:
+            with contextlib.suppress(ProcessLookupError):
+                self.registry.register(proc.pid, ROLE_HARBOR, argv, task=task, arm=arm.name)
+            ref = claimsmod.job_ref(proc.pid, stamp)  # our unreaped child: present even if it exited
+            att.claim = claimsmod.set_job(self.out, claim, ref)
+        except BaseException:
+            held.abort()  # it exits without running harbor
+            proc.wait()
+            raise
+        held.release()
+        att.pid, att.ident, att.proc, att.started = proc.pid, ref.ident, proc, time.monotonic()
+        self.log.emit(EventKind.JOB_START, task=task, arm=arm.name, stamp=stamp, pid=proc.pid, argv=argv)
+        return att
+
+    def adopt(self, pairs: set[Pair], running: set[Pair]) -> list[Attempt]:
+        """A dead runner's harbor jobs that still run (their claims are orphans): wait for them."""
+        adopted: list[Attempt] = []
+        for c in claimsmod.list_claims(self.out):
+            if (c.task, c.arm) not in pairs or c.state != claimsmod.ORPHAN or c.job is None:
+                continue
+            res = claimsmod.try_claim(self.out, c.task, c.arm, self.holder, adopt=True)
+            if not res.acquired or res.claim is None or res.claim.job is None:
+                continue
+            j = res.claim.job
+            adopted.append(LocalAttempt(c.task, self.specs[c.arm], j.stamp, res.claim, self.out,
+                                        time.monotonic(), pid=j.pid, ident=j.ident))  # fmt: skip
+            self.log.emit(
+                EventKind.ADOPT, task=c.task, arm=c.arm, stamp=j.stamp, pid=j.pid, was=c.holder.describe()
+            )
+        return adopted
+
+    # --- the network gate ---------------------------------------------------------------------------
+
+    def _pending_networks(self, status: Any, running: list[Attempt]) -> int:
+        """Our running attempts whose compose network does not exist yet (still building/starting)."""
+        have = {n.project for n in status.networks if n.project}
+        return sum(1 for a in running if not any(compose_project(t) in have for t in a.trials()))
+
+    def may_start(self, running: list[Attempt]) -> bool:
+        """The address-pool gate (``runner.ops.docker_pool.verdict``), without blocking: while it
+        waits, empty networks of ours are reclaimed and the engine is asked again every
+        ``gate_recheck_sec``."""
+        if not self.docker:
+            return True
+        now = time.monotonic()
+        if self._gate_waiting_since is not None and now < self._gate_next_check:
+            return False
+        from runner.ops.docker_pool import pool_status, reclaim_empty_ours, verdict
+
+        try:
+            status = pool_status(self.out)
+            v = verdict(
+                status,
+                1 + self._pending_networks(status, running),
+                cap=self.cfg.net_cap,
+                margin=self.cfg.net_margin,
+            )
+        except Exception as exc:  # noqa: BLE001 - engine down or a bad answer: wait and say so, never crash
+            self._gate_wait_start(now)
+            self.log.emit(EventKind.GATE_ERROR, error=f"{type(exc).__name__}: {exc}")
+            return False
+        self.tidy(set())  # the engine answers again: what an outage kept from being removed
+        if v.ok:
+            if self._gate_waiting_since is not None:
+                self.log.emit(
+                    EventKind.GATE_OPEN, waited_sec=round(now - self._gate_waiting_since, 1), reason=v.reason
+                )
+                self._gate_waiting_since = None
+            return True
+        if self._gate_waiting_since is None:
+            self.gate_waits += 1
+            self.log.emit(
+                EventKind.GATE_WAIT,
+                reason=v.reason,
+                used=status.used,
+                used_ours=status.used_ours,
+                cap=v.cap,
+                margin=v.margin,
+            )
+        self._gate_wait_start(now)
+        in_use = {compose_project(t) for a in running for t in a.trials()}
+        empty = {n.project for n in status.networks if n.ours and n.empty}
+        # an empty network of a running trial may be one compose is about to attach to: leave them all
+        if empty and not (empty & in_use):
+            try:
+                removed = reclaim_empty_ours(self.out)
+            except UserError as exc:
+                self.log.emit(EventKind.GATE_ERROR, error=str(exc))
+                removed = []
+            if removed:
+                self.reclaimed += removed
+                self.log.emit(EventKind.RECLAIM, networks=removed)
+        return False
+
+    def _gate_wait_start(self, now: float) -> None:
+        if self._gate_waiting_since is None:
+            self._gate_waiting_since = now
+        self._gate_next_check = now + self.gate_recheck_sec
+
+    # --- finishing ----------------------------------------------------------------------------------
+
+    def ended(self, attempt: Attempt, *, stopping: bool) -> None:
+        with contextlib.suppress(Exception):
+            self.registry.unregister(attempt.pid)
+        if not stopping:
+            # harbor takes its environment down itself, unless the engine was away at that moment:
+            # what it left is removed now (or once the engine answers again)
+            self.tidy(attempt.trials())
+
+    def classify(self, attempt: Attempt, stopped_by: str | None) -> Verdict:
+        return classify_job(attempt.job_dir, attempt.harbor_log, stopped_by=stopped_by, deaths=self.deaths)
+
+    def engine_answers(self) -> bool:
+        """An infrastructure failure while the engine does not answer is an outage (the gate waits
+        it out), never evidence of a wall that should pause the run."""
+        if not self.docker:
+            return True
+        from runner.ops.dockerapi import connect
+
+        try:
+            connect(timeout=10).close()
+        except Exception:  # noqa: BLE001 - Unavailable or any engine error: it does not answer
+            return False
+        return True
+
+    def tidy(self, trials: set[str]) -> None:
+        """Remove this run's leftover containers/networks of the given trials, and of those an engine
+        outage kept an earlier call from removing (plan, then act). Those may have been voided
+        meanwhile: their projects stay ours (``runner.ops.docker_pool.our_projects`` reads the voided
+        attempts too). A failure here is reported as an event and never stops the runner."""
+        trials = set(trials) | self._cleanup_pending
+        if not self.docker or not trials:
+            return
+        from runner.ops.cleanup import act_cleanup, plan_cleanup
+
+        try:
+            plan = plan_cleanup(self.out, trials=trials)
+            if plan.empty:
+                return
+            self.log.emit(EventKind.CLEANUP_PLAN, plan=plan.render())
+            report = act_cleanup(plan)
+        except Exception as exc:  # noqa: BLE001 - Docker down, a safety-module change: report, go on
+            self._cleanup_pending |= trials  # tried again once the engine answers, and at exit
+            self.log.emit(
+                EventKind.CLEANUP_ERROR, error=f"{type(exc).__name__}: {exc}", trials=sorted(trials)
+            )
+            return
+        self._cleanup_pending -= trials
+        self.log.emit(
+            EventKind.CLEANUP,
+            containers=len(report.removed_containers),
+            networks=len(report.removed_networks),
+            removed=report.removed_containers + report.removed_networks,
+        )

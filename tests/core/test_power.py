@@ -1,0 +1,237 @@
+"""Minimum detectable effects and tasks needed (runner/results/power.py), against statsmodels.
+
+statsmodels' ``TTestPower`` (the paired t test's power from scipy's noncentral t) is the reference
+for every figure: on a grid of sizes, effects and levels, on the recorded real harbor trees and the
+hand-made tree, and a seeded simulation checks the claim itself: a planted true difference equal to
+the MDE is detected by the paired t test at about the stated 80 % power. statsmodels is a test-only
+dependency (the runner's scan cannot afford its import; see the module's docstring).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+
+import numpy as np
+import pytest
+import scipy.stats
+from statsmodels.stats.power import TTestPower
+
+from runner.results import power, stats
+from runner.results.model import RunModel
+from runner.results.report import MEASURES, _score, build_report, render
+
+SM = TTestPower()
+
+
+def sm_power(d: float, n: int, alpha: float) -> float:
+    """statsmodels' power; where its lower tail is nan (scipy's noncentral t cdf gives up on a few
+    points), scipy's noncentral t upper tail on both sides by symmetry: P(T' < -c) for
+    noncentrality delta is P(T' > c) for -delta."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = float(SM.power(effect_size=d, nobs=n, alpha=alpha, alternative="two-sided"))
+        if math.isnan(got):
+            c, delta = scipy.stats.t.isf(alpha / 2, n - 1), d * math.sqrt(n)
+            got = float(scipy.stats.nct.sf(c, n - 1, delta) + scipy.stats.nct.sf(c, n - 1, -delta))
+        return got
+
+
+def sm_mde(n: int, alpha: float) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(SM.solve_power(effect_size=None, nobs=n, alpha=alpha, power=0.8))
+
+
+def sm_tasks(d: float, alpha: float) -> int:
+    """The fewest n >= 2 whose statsmodels power reaches 0.8, by walking n (a reference that does
+    not rely on statsmodels' root finder, which fails where scipy's noncentral t gives nan)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = float(SM.solve_power(effect_size=d, nobs=None, alpha=alpha, power=0.8))
+    n = max(2, math.ceil(est) - 3)
+    while sm_power(d, n, alpha) < 0.8:
+        n += 1
+    return n
+
+
+# ------------------------------------------------------------------------------ the distributions
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 5, 14, 29, 99, 2009, 99_999])
+def test_student_t_tail_and_quantile_equal_scipy(df):
+    for p in (0.4, 0.025, 0.0025, 0.00025, 1e-7):
+        assert power.t_isf(p, df) == pytest.approx(scipy.stats.t.isf(p, df), rel=1e-9)
+    for t in (0.0, 0.3, 1.0, 2.5, 7.0, -1.5):
+        assert power.t_sf(t, df) == pytest.approx(scipy.stats.t.sf(t, df), rel=1e-9, abs=1e-15)
+
+
+def test_power_equals_statsmodels_on_a_grid():
+    worst = 0.0
+    for n, d, alpha in itertools.product(
+        (2, 3, 4, 6, 11, 15, 30, 100, 2010, 50_000), (0.01, 0.1, 0.3, 0.8, 1.5, 4.0), (0.05, 0.005, 1e-5)
+    ):
+        want = sm_power(d, n, alpha)
+        worst = max(worst, abs(power.ttest_power(d, n, alpha) - want))
+    assert worst < 1e-8
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.005, 0.0005])
+@pytest.mark.parametrize("n", [2, 3, 5, 15, 40, 2010])
+def test_mde_is_where_statsmodels_power_reaches_80_percent(n, alpha):
+    d = power.min_detectable_d(n, alpha)
+    assert sm_power(d, n, alpha) == pytest.approx(0.8, abs=1e-8)
+    want = sm_mde(n, alpha)
+    if sm_power(want, n, alpha) == pytest.approx(0.8, abs=1e-6):  # statsmodels' root finder converged
+        assert d == pytest.approx(want, rel=1e-6)
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.005, 0.0005])
+@pytest.mark.parametrize("d", [0.02, 0.1, 0.25, 0.5, 1.0, 3.0])
+def test_tasks_needed_is_the_first_n_statsmodels_gives_80_percent(d, alpha):
+    n = power.tasks_needed_d(d, alpha)
+    assert n == sm_tasks(d, alpha)
+    assert sm_power(d, n, alpha) >= 0.8
+    if n > 2:
+        assert sm_power(d, n - 1, alpha) < 0.8
+
+
+def test_no_difference_and_too_small_a_difference_need_no_count():
+    assert power.tasks_needed_d(0.0, 0.05) is None  # nothing observed to detect
+    assert power.tasks_needed_d(1e-4, 0.005) is None  # more than MAX_TASKS
+    pp = power.pair_power([0.2] * 10, 0.05)  # no spread: the t test is not defined
+    assert pp.mde is None and pp.tasks_needed is None and not pp.underpowered
+    assert power.pair_power([0.1], 0.05).mde is None  # one task
+
+
+def test_remembered_figures_are_the_computed_ones(monkeypatch):
+    memo: dict[str, tuple[float, float]] = {}
+    monkeypatch.setattr(stats, "_remembered", memo)
+    first = (power.min_detectable_d(17, 0.005), power.tasks_needed_d(0.3, 0.005))
+    assert len(memo) == 2
+    assert (power.min_detectable_d(17, 0.005), power.tasks_needed_d(0.3, 0.005)) == first
+    monkeypatch.setattr(stats, "_remembered", None)
+    assert (power.min_detectable_d(17, 0.005), power.tasks_needed_d(0.3, 0.005)) == first
+
+
+# ----------------------------------------------------------------------- the report, recorded trees
+
+
+def _check_report(rep, cells) -> int:
+    """Every pair's power figures against statsmodels and numpy from the cells themselves; the
+    number of (pair, measure) figures checked."""
+    family = [p for p in rep["paired"] if p["n"]]
+    alpha = 0.05 / len(family)
+    assert rep["power"]["alpha_holm"] == pytest.approx(alpha) and rep["power"]["family"] == len(family)
+    checked = 0
+    for p in family:
+        for m in MEASURES:
+            diffs = [
+                x - y
+                for t in p["tasks"]
+                if (x := _score(cells[(t, p["a"])], m)) is not None
+                and (y := _score(cells[(t, p["b"])], m)) is not None
+            ]
+            sd = float(np.std(diffs, ddof=1)) if len(diffs) > 1 else None
+            if not sd:
+                assert p[f"{m}_mde"] is None and p[f"{m}_tasks_needed"] is None
+                continue
+            assert p[f"{m}_sd"] == pytest.approx(sd, abs=1e-4)
+            assert p[f"{m}_mde"] == pytest.approx(power.min_detectable_d(len(diffs), alpha) * sd, abs=1e-4)
+            d = sm_power(p[f"{m}_mde"] / sd, len(diffs), alpha)
+            assert d == pytest.approx(0.8, abs=2e-3)  # the MDE rounded to 4 decimals
+            mean = float(np.mean(diffs))
+            if mean:
+                need = p[f"{m}_tasks_needed"]
+                if need is None:
+                    assert p[f"{m}_tasks_needed_over"] == power.MAX_TASKS
+                else:
+                    assert need == sm_tasks(abs(mean) / sd, alpha)
+            assert p[f"{m}_underpowered"] == (abs(mean) < p[f"{m}_mde"] - 1e-9)
+            checked += 1
+    return checked
+
+
+def test_report_power_figures_on_the_recorded_real_trees_equal_statsmodels(core_tree):
+    model = RunModel.load(core_tree)
+    rep = build_report(model)
+    assert _check_report(rep, model.scoped("all")) >= 1
+
+
+def test_report_power_figures_on_the_handmade_tree_equal_statsmodels(handmade):
+    model = RunModel.load(handmade)
+    rep = build_report(model)
+    assert _check_report(rep, model.scoped("all")) == 6  # 3 pairs x partial and pass rate (reward: no spread)
+    pg = next(p for p in rep["paired"] if (p["a"], p["b"]) == ("plain", "goal"))
+    # +0.06 over 15 tasks with sd 0.11: below what 15 tasks detect at 0.05 / 3
+    assert pg["partial_underpowered"] and pg["partial_tasks_needed"] > 15
+    assert {(u["a"], u["b"], u["measure"]) for u in rep["power"]["underpowered"]} == {
+        ("plain", "goal", "partial"),
+        ("plain", "goal", "pass_rate"),
+    }
+
+
+@pytest.mark.parametrize("fmt", ["md", "html"])
+def test_md_and_html_show_the_mde_beside_each_difference_and_the_underpowered_note(handmade, fmt):
+    text = render(build_report(RunModel.load(handmade)), fmt)
+    assert "MDE (partial / reward / pass)" in text and "tasks needed (partial / reward / pass)" in text
+    assert "0.10 / - / 0.10" in text and "39 / - / 39" in text  # plain vs goal
+    assert (
+        "Underpowered" in text
+        and "plain vs goal (n = 15): partial +0.06 below MDE 0.10 (39 tasks needed)" in text
+    )
+    assert "Holm-adjusted level 0.017" in text
+
+
+# ----------------------------------------------------------------------------------- simulation
+
+
+def _detection_rate(n: int, true_diff: float, sd: float, alpha: float, runs: int, seed: int) -> float:
+    """The share of simulated paired runs whose two-sided paired t test rejects at ``alpha``."""
+    rng = np.random.default_rng(seed)
+    diffs = rng.normal(true_diff, sd, (runs, n))
+    p = scipy.stats.ttest_1samp(diffs, 0.0, axis=1).pvalue
+    return float(np.mean(p < alpha))
+
+
+def test_a_planted_difference_equal_to_the_mde_is_detected_at_about_80_percent():
+    n, sd, alpha, runs = 15, 0.2, 0.05 / 10, 4000
+    mde = power.min_detectable_d(n, alpha) * sd
+    rate = _detection_rate(n, mde, sd, alpha, runs, seed=20261203)
+    se = math.sqrt(0.8 * 0.2 / runs)
+    assert abs(rate - 0.8) < 4 * se, rate
+    # and half of it is not: the MDE is a threshold, not a formality
+    assert _detection_rate(n, mde / 2, sd, alpha, runs, seed=20261204) < 0.4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [5, 15, 60, 400])
+def test_simulated_power_at_the_mde_and_at_the_tasks_needed(n):
+    """Many seeded runs: at the MDE, and with tasks_needed tasks for a planted difference."""
+    alpha, sd, runs = 0.05 / 10, 0.25, 40_000
+    se = math.sqrt(0.8 * 0.2 / runs)
+    mde = power.min_detectable_d(n, alpha) * sd
+    assert abs(_detection_rate(n, mde, sd, alpha, runs, seed=n) - 0.8) < 4 * se
+    diff = 0.1
+    need = power.tasks_needed_d(diff / sd, alpha)
+    assert _detection_rate(need, diff, sd, alpha, runs, seed=n + 1) >= 0.8 - 4 * se
+    assert _detection_rate(need - 1, diff, sd, alpha, runs, seed=n + 2) < 0.8 + 4 * se
+
+
+@pytest.mark.slow
+def test_simulated_bounded_scores_are_detected_at_the_stated_power():
+    """Scores as a benchmark makes them (per-task difficulty, partial scores in [0, 1], a planted
+    gain for one arm): the paired t test of the per-task differences detects the planted gain at
+    about the power the MDE states for the run's own spread."""
+    rng = np.random.default_rng(7)
+    n, runs, alpha = 40, 4000, 0.05 / 10
+    difficulty = rng.uniform(0.1, 0.9, (runs, n))
+    gain = 0.08
+    a = np.clip(difficulty + rng.normal(0, 0.15, (runs, n)) + gain, 0, 1)
+    b = np.clip(difficulty + rng.normal(0, 0.15, (runs, n)), 0, 1)
+    diffs = a - b
+    true_diff, true_sd = float(diffs.mean()), float(diffs.std())
+    stated = power.ttest_power(true_diff / true_sd, n, alpha)
+    rate = float(np.mean(scipy.stats.ttest_1samp(diffs, 0.0, axis=1).pvalue < alpha))
+    assert abs(rate - stated) < 0.03, (rate, stated)

@@ -1,0 +1,55 @@
+"""``marathon void``: the console's V as a command, on a copy of a real harbor tree (no Docker)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from runner.results.model import pair_done
+from runner.results.tree import VOID_README, iter_trial_dirs, voided_root
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _marathon(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "marathon.cli", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_void_plans_then_moves_the_attempt_aside_and_the_pair_is_not_done(mini_tree, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    assert pair_done(out, "calc-partial", "oracle")
+    (trial,) = [t for job in (out / "calc-partial" / "oracle").glob("*/oracle") for t in iter_trial_dirs(job)]
+
+    dry = _marathon("void", str(trial), str(out), "--reason", "a test")
+    assert dry.returncode == 0, dry.stderr
+    assert (
+        f"void {trial.parent.parent}" in dry.stdout
+        and "reason: a test" in dry.stdout
+        and "dry run" in dry.stdout
+    )
+    assert trial.is_dir() and not voided_root(out).exists()
+
+    r = _marathon("void", str(trial), str(out), "--reason", "a test", "--yes", "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    dest = Path(got["report"]["dest"])
+    assert got["report"]["ok"] and got["plan"]["reason"] == "a test"
+    assert dest.is_relative_to(voided_root(out)) and (dest / VOID_README).read_text().startswith(
+        "# Voided: a test"
+    )
+    assert not trial.exists() and not pair_done(out, "calc-partial", "oracle")
+
+
+def test_void_refuses_what_is_not_a_trial_of_the_tree(mini_tree, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    outside = _marathon("void", str(tmp_path), str(out), "--yes")
+    assert outside.returncode == 2 and outside.stderr.startswith(f"marathon: {tmp_path}:"), outside.stderr
+    missing = _marathon("void", str(out / "nope"), str(out), "--yes")
+    assert missing.returncode == 2 and "is not a directory" in missing.stderr
+    assert len(outside.stderr.splitlines()) == 1 and not voided_root(out).exists()

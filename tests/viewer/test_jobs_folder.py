@@ -1,0 +1,232 @@
+"""The viewer's jobs folder (runner.ops.viewjobs) on real recorded trees: names, entries, voided
+attempts, hostile shapes left out, running trials held back, and kept current. harbor's own
+``JobScanner`` reads the result, as its viewer does. No Docker."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import threading
+import time
+from pathlib import Path
+
+import hostile_tree
+import pytest
+import real_trees
+
+from runner.ops import viewjobs
+from runner.ops.viewjobs import NOTE_FILE, Entry, JobsFolder, LiveJobsFolder, TrialSource, entry_name
+from runner.ops.void import act_void, plan_void
+from runner.results.tree import JOB_FILES, iter_job_dirs, iter_trial_dirs
+
+PAIRS = [
+    (t, a) for t in ("build-gate", "calc-partial", "two-stage", "words-passrate") for a in ("nop", "oracle")
+]
+LATER = "20261201T095651Z"
+
+
+@pytest.fixture
+def mini(mini_tree, tmp_path) -> Path:
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out, symlinks=True)
+    return out
+
+
+def _rerun(out: Path, task: str, arm: str, stamp: str = LATER) -> Path:
+    """A later attempt of the pair: its real recorded job copied under a later stamp."""
+    (src,) = [s for t, a, _, s, _ in iter_job_dirs(out) if (t, a) == (task, arm)][:1]
+    shutil.copytree(out / task / arm / src, out / task / arm / stamp, symlinks=True)
+    return out / task / arm / stamp / arm
+
+
+def _void(out: Path, task: str, arm: str) -> Path:
+    (job,) = [j for t, a, _, _, j in iter_job_dirs(out) if (t, a) == (task, arm)]
+    (trial,) = iter_trial_dirs(job)
+    return act_void(plan_void(out, trial, "InjectedSetupFault: failed before the agent ran", ["x"]))
+
+
+def _scanner(folder: Path):
+    from harbor.viewer.scanner import JobScanner
+
+    return JobScanner(folder)
+
+
+def _walk(root: Path):
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in dirnames + filenames:
+            yield Path(dirpath) / n
+
+
+def test_names_say_task_arm_and_attempt():
+    assert entry_name("calc-partial", "ssh-goal", 1) == "calc-partial__ssh-goal__attempt-1"
+    assert entry_name("two-stage", "plain", 1, voided=True) == "two-stage__plain__attempt-1__voided"
+
+
+def test_one_real_entry_per_pair_that_harbor_reads(mini):
+    live = LiveJobsFolder(mini)
+    rep = live.sync_all()
+    names = sorted(entry_name(t, a, 1) for t, a in PAIRS)
+    assert sorted(os.listdir(live.root)) == names and rep.entries == 8 and rep.left_out == []
+    assert live.root == mini / ".marathon" / "view" / "jobs"
+    scanner = _scanner(live.root)
+    assert sorted(scanner.list_jobs()) == names
+    for t, a in PAIRS:
+        name = entry_name(t, a, 1)
+        entry = live.root / name
+        assert not entry.is_symlink() and entry.is_dir()
+        assert scanner.get_job_result(name) is not None and scanner.get_job_config(name) is not None
+        (trial,) = scanner.list_trials(name)
+        assert scanner.get_trial_result(name, trial).task_name == f"marathon-demo/{t}"
+        # the job's own files are the tree's files themselves (hard links: same inode, no copy)
+        (job,) = [j for tt, aa, _, _, j in iter_job_dirs(mini) if (tt, aa) == (t, a)]
+        for f in JOB_FILES & set(os.listdir(job)):
+            assert os.stat(entry / f).st_ino == os.stat(job / f).st_ino
+        assert os.stat(entry / trial / "result.json").st_ino == os.stat(job / trial / "result.json").st_ino
+    # nothing but dirs and regular files, and a second sync changes nothing
+    assert all(p.is_dir() or stat.S_ISREG(os.lstat(p).st_mode) for p in _walk(live.root))
+    again = live.sync_all()
+    assert (again.linked, again.copied, again.removed) == (0, 0, 0)
+
+
+def test_a_voided_attempt_is_named_so_and_the_rerun_scores(mini):
+    dest = _void(mini, "calc-partial", "nop")
+    # the pair's rerun: the same real job, started later (its voided stamp dir copied back, minus the README)
+    shutil.copytree(dest, mini / "calc-partial" / "nop" / LATER, symlinks=True)
+    for f in ("README.md", "void.json"):
+        (mini / "calc-partial" / "nop" / LATER / f).unlink()
+    _rerun(mini, "calc-partial", "oracle")  # a second done attempt of another pair
+
+    scoring = LiveJobsFolder(mini)
+    scoring.sync_all()
+    got = set(os.listdir(scoring.root))
+    assert "calc-partial__nop__attempt-2" in got and "calc-partial__oracle__attempt-2" in got
+    assert not {"calc-partial__nop__attempt-1__voided", "calc-partial__oracle__attempt-1"} & got
+    assert len(got) == 8
+
+    every = LiveJobsFolder(mini, all_attempts=True)
+    every.sync_all()
+    got = set(os.listdir(every.root))
+    assert len(got) == 10
+    assert {"calc-partial__nop__attempt-1__voided", "calc-partial__nop__attempt-2"} <= got
+    assert {"calc-partial__oracle__attempt-1", "calc-partial__oracle__attempt-2"} <= got
+    voided = every.root / "calc-partial__nop__attempt-1__voided"
+    (trial,) = [p for p in voided.iterdir() if p.is_dir()]
+    note = (trial / NOTE_FILE).read_text()
+    assert note.startswith("voided: InjectedSetupFault: failed before the agent ran") and str(dest) in note
+    assert (voided / "result.json").is_file()  # the job's files moved with it, and are shown
+    assert _scanner(every.root).get_trial_result(voided.name, trial.name) is not None
+
+
+def test_hostile_shapes_never_reach_the_viewer(tmp_path, monkeypatch):
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    cases = [
+        "normal",
+        "fifo-metrics",
+        "loop-metrics",
+        "out-metrics",
+        "out-verifier-dir",
+        "inside-link",
+        "fifo-result",
+    ]
+    hostile_tree.make(out, outside, cases)
+    big = out / "normal" / "plain" / hostile_tree.STAMP / "plain" / "normal__AbC1234" / "verifier" / "big.log"
+    big.write_bytes(b"x" * 4096)
+    monkeypatch.setattr(viewjobs, "MAX_FILE_BYTES", 2048)
+    live = LiveJobsFolder(out, all_attempts=True)
+    rep = live.sync_all()
+    assert rep.entries == len(cases)
+    for p in _walk(live.root):
+        mode = os.lstat(p).st_mode
+        assert stat.S_ISDIR(mode) or stat.S_ISREG(mode), f"{p} is not a dir or regular file"
+        if stat.S_ISREG(mode):
+            assert b"OUTSIDE-SECRET" not in p.read_bytes() and os.path.getsize(p) <= 2048
+    trial = live.root / "normal__plain__attempt-1" / "normal__AbC1234"
+    note = (trial / NOTE_FILE).read_text()
+    assert "agent/leak: a symlink" in note and "agent/trajectory.json: a FIFO" in note
+    assert "verifier/big.log: " in note and not (trial / "verifier" / "big.log").exists()
+    assert (trial / "verifier" / "metrics.json").is_file()
+    assert (
+        "verifier: a symlink"
+        in (
+            live.root / "out-verifier-dir__plain__attempt-1" / "out-verifier-dir__AbC1234" / NOTE_FILE
+        ).read_text()
+    )
+    # a FIFO result.json: the trial is not finished, so its mounts are held back; nothing blocks
+    fifo = (live.root / "fifo-result__plain__attempt-1" / "fifo-result__AbC1234" / NOTE_FILE).read_text()
+    assert "result.json: a FIFO" in fifo and "shown once the trial has finished" in fifo
+    assert any("agent/leak" in x for x in rep.left_out)
+
+
+def test_a_running_trial_shows_only_harbors_files_until_it_finishes(mini):
+    (job,) = [j for t, a, _, _, j in iter_job_dirs(mini) if (t, a) == ("build-gate", "oracle")]
+    (trial,) = iter_trial_dirs(job)
+    result = trial / "result.json"
+    kept = result.read_bytes()
+    result.unlink()
+    live = LiveJobsFolder(mini)
+    live.sync_all()
+    mirrored = live.root / "build-gate__oracle__attempt-1" / trial.name
+    assert sorted(p.name for p in mirrored.iterdir()) == [NOTE_FILE, "config.json", "lock.json", "trial.log"]
+    assert (
+        "agent/, artifacts/, verifier/: shown once the trial has finished"
+        in (mirrored / NOTE_FILE).read_text()
+    )
+    result.write_bytes(kept)
+    assert live.update([result]) is not None
+    assert {"agent", "verifier", "artifacts", "result.json"} <= set(os.listdir(mirrored))
+    assert not (mirrored / NOTE_FILE).exists()
+
+
+def _wait_for(root: Path, present: str, absent: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        names = set(os.listdir(root))
+        if present in names and absent not in names:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{present} never replaced {absent}: {sorted(names)}")
+
+
+@pytest.mark.parametrize("poll", [False, True], ids=["inotify", "polling"])
+def test_kept_current_while_the_run_goes_on(mini, poll):
+    live = LiveJobsFolder(mini, all_attempts=False)
+    live.sync_all()
+    stop = threading.Event()
+    t = threading.Thread(target=live.follow, args=(stop,), kwargs={"poll": poll}, daemon=True)
+    t.start()
+    try:
+        # whenever the watch gets set up, before or after this: follow() rescans once it watches
+        _rerun(mini, "two-stage", "nop")
+        _wait_for(live.root, "two-stage__nop__attempt-2", "two-stage__nop__attempt-1")
+        # it watches now (the rescan above came from its first look): this one only the watch sees
+        _rerun(mini, "two-stage", "nop", stamp="20261201T105651Z")
+        _wait_for(live.root, "two-stage__nop__attempt-3", "two-stage__nop__attempt-2")
+    finally:
+        stop.set()
+        t.join(10)
+    assert not t.is_alive()
+
+
+def test_a_copy_where_a_link_cannot_be_made(tmp_path, mini_tree):
+    """Another filesystem (here /dev/shm): the files are copied, bounded by the cap, mtime kept."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no second filesystem to copy across")
+    src = Path(shm) / f"marathon-viewjobs-{os.getpid()}"
+    try:
+        real_trees.copy_recorded("mini", src)
+        (task, arm, _, stamp, job) = next(iter_job_dirs(src))
+        trials = tuple(TrialSource(p.name, str(p)) for p in iter_trial_dirs(job))
+        folder = JobsFolder(tmp_path / "jobs")
+        rep = folder.sync([Entry("x__y__attempt-1", task, arm, 1, stamp, "done", str(job), trials)])
+        assert rep.copied > 0 and rep.linked == 0
+        copy = tmp_path / "jobs" / "x__y__attempt-1" / "result.json"
+        assert copy.read_bytes() == (job / "result.json").read_bytes()
+        assert os.stat(copy).st_mtime_ns == os.stat(job / "result.json").st_mtime_ns
+        again = folder.sync([Entry("x__y__attempt-1", task, arm, 1, stamp, "done", str(job), trials)])
+        assert again.copied == 0  # unchanged copies are not made again
+        folder.sync([])
+        assert os.listdir(tmp_path / "jobs") == []
+    finally:
+        shutil.rmtree(src, ignore_errors=True)
