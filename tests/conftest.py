@@ -46,9 +46,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # ------------------------------------------------------------------ the Docker tier in parallel
 #
-# `.ci/run` runs the Docker tier in xdist workers with ``--dist loadgroup`` (docs/testing.md): each
-# Docker module is one group, so its module and session fixtures (the shared real runs) are made
-# once, in one worker; modules that share a session fixture share a group. The longest groups are
+# `.ci/run` runs the Docker tier in xdist workers with ``--dist loadscope`` (docs/testing.md): each
+# module is one scope, so its module and session fixtures (the shared real runs) are made once, in
+# one worker; modules that share a session fixture share a scope (``pytest_xdist_make_scheduler``). The longest groups are
 # collected first, so they start first and the short ones fill the gaps (xdist is told not to
 # reorder: ``--no-loadscope-reorder``). Tests marked ``alone`` need the machine's engine to
 # themselves (they read the shared address pool as a whole) and run after the parallel part.
@@ -77,18 +77,24 @@ LONGEST_FIRST = [
 ]
 
 
-def docker_group(item: pytest.Item) -> str:
-    """The xdist group of a Docker test: its module, or the group it shares a fixture with."""
-    module = item.nodeid.split("::", 1)[0]
-    return SHARED_GROUPS.get(module, module)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadscope``: one scope per module (xdist's own), except that the modules sharing a
+    session fixture are one scope. (xdist 3.8's ``loadgroup`` cannot group under pytest 9.2: it
+    renames ``item._nodeid``, which pytest no longer reads.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SHARED_GROUPS.get(module, module)
+
+    return ModuleGroups(config, log)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {m: i for i, m in enumerate(LONGEST_FIRST)}
-    for item in items:
-        if item.get_closest_marker("docker"):
-            item.add_marker(pytest.mark.xdist_group(docker_group(item)))
 
     def order(item: pytest.Item) -> int:
         if not item.get_closest_marker("docker"):
@@ -180,7 +186,7 @@ def demo_varied_run(docker_engine, tmp_path_factory) -> tuple[Path, subprocess.C
     """One completed varied ``marathon demo --headless`` run (the README's main job: five real arms,
     20 pairs, one setup failure voided and rerun; its voided root beside it) and what the command
     printed, made once per session and read by many tests (tests/console/test_demo_varied.py,
-    tests/viewer/test_view_browser.py: one xdist group). Read-only: copy the tree to change it."""
+    tests/viewer/test_view_browser.py: one xdist scope). Read-only: copy the tree to change it."""
     import sys
 
     out = tmp_path_factory.mktemp("demo_varied") / "out"
