@@ -18,12 +18,18 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from modes import safeio
+from modes.values import COUNT, SECONDS, Bad, Range, depth_within, number
 from runner.results.tree import ledger_paths, outages_path
+
+#: an HTTP status code
+HTTP_STATUS = Range(100, 599, integer=True)
 
 SCHEMA = 1
 CALL = "call"
@@ -65,12 +71,14 @@ PARAMS: dict[str, str] = {
 TOKENS = ("input", "cached", "output", "reasoning")
 
 
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+#: latencies in milliseconds, at most a century
+MILLIS = Range(0.0, SECONDS.hi * 1000)
 
 
-def _int(v: Any) -> int:
-    return int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
+def _num(v: Any, rng: Range = SECONDS) -> float | None:
+    """A time or latency (``modes.values``): a value out of its range is no value."""
+    got = number(v, rng, "")
+    return None if got is None or isinstance(got, Bad) else float(got)
 
 
 def _str(v: Any) -> str | None:
@@ -127,9 +135,17 @@ def _params(v: Any) -> tuple[tuple[str, str], ...]:
 
 
 def _usage(v: Any) -> tuple[int, int, int, int] | None:
+    """The response's token counts (``modes.values`` counts; a missing one is 0), or None when
+    there is no usage or one count makes no sense (then the call has no usage, as if cut)."""
     if not isinstance(v, dict):
         return None
-    return tuple(_int(v.get(k)) for k in TOKENS)  # type: ignore[return-value]
+    got = []
+    for k in TOKENS:
+        n = number(v.get(k), COUNT, k)
+        if isinstance(n, Bad):
+            return None
+        got.append(int(n or 0))
+    return (got[0], got[1], got[2], got[3])
 
 
 def call_from_dict(d: dict[str, Any]) -> Call | None:
@@ -140,7 +156,7 @@ def call_from_dict(d: dict[str, Any]) -> Call | None:
     if at is None:
         return None
     outcome = d.get("outcome") if d.get("outcome") in OUTCOMES else GATEWAY_ERROR
-    status = d.get("status")
+    status = number(d.get("status"), HTTP_STATUS, "status")
     return Call(
         at=at,
         attempt=_str(d.get("attempt")),
@@ -149,7 +165,7 @@ def call_from_dict(d: dict[str, Any]) -> Call | None:
         stamp=_str(d.get("stamp")),
         host=_str(d.get("host")),
         outcome=outcome,
-        status=status if isinstance(status, int) and not isinstance(status, bool) else None,
+        status=status if isinstance(status, int) else None,
         refused=_str(d.get("refused")),
         method=_str(d.get("method")) or "POST",
         path=_str(d.get("path")) or "",
@@ -157,8 +173,8 @@ def call_from_dict(d: dict[str, Any]) -> Call | None:
         response_id=_str(d.get("response_id")),
         params=_params(d.get("params")),
         usage=_usage(d.get("usage")),
-        first_byte_ms=_num(d.get("first_byte_ms")),
-        total_ms=_num(d.get("total_ms")),
+        first_byte_ms=_num(d.get("first_byte_ms"), MILLIS),
+        total_ms=_num(d.get("total_ms"), MILLIS),
         model_time_sec=_num(d.get("model_time_sec")),
         gateway=_str(d.get("gateway")),
     )
@@ -184,11 +200,14 @@ class LedgerReader:
 
     def _read(self, path: str) -> list[dict[str, Any]]:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            # as the safe readers open (modes.safeio): a symlink is refused, a FIFO never blocks
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return []
         try:
             st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return []
             inode, offset = self._pos.get(path, (st.st_ino, 0))
             if inode != st.st_ino or st.st_size < offset:
                 self.restarted = True
@@ -211,7 +230,11 @@ class LedgerReader:
                 row = json.loads(raw)
             except (ValueError, RecursionError):
                 row = None
-            if isinstance(row, dict) and isinstance(row.get("kind"), str):
+            if (
+                isinstance(row, dict)
+                and isinstance(row.get("kind"), str)
+                and depth_within(row, safeio.OWN_DEPTH)
+            ):
                 out.append(row)
             else:
                 self.skipped += 1
@@ -382,17 +405,17 @@ class Outage:
 
 
 def read_outages(out: Path | str) -> list[Outage]:
-    try:
-        text = outages_path(Path(out)).read_text(errors="replace")
-    except OSError:
+    raw = safeio.read_own(outages_path(Path(out)))
+    if isinstance(raw, safeio.Refused):
         return []
+    text = raw.decode(errors="replace")
     found = []
     for line in text.splitlines():
         try:
             d = json.loads(line)
         except (ValueError, RecursionError):
             continue
-        if not isinstance(d, dict):
+        if not isinstance(d, dict) or not depth_within(d, safeio.OWN_DEPTH):
             continue
         atts = set()
         for a in d.get("live_attempts") or []:

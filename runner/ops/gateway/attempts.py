@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import secrets
 import stat
@@ -35,8 +34,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from modes import safeio
+from modes import safeio, safetext
 from modes.gateway import SANDBOX_SOCKET_DIR, SOCKET_NAME
+from modes.values import SECONDS, Bad, number
 from runner.ops.procs import ProcIdentity, alive, identity_from, identity_of
 from runner.results.tree import gateway_dir
 
@@ -118,14 +118,18 @@ def record_path(out: Path, attempt_id: str) -> Path:
 def _write(out: Path, rec: AttemptRecord) -> None:
     d = attempts_dir(out)
     d.mkdir(parents=True, exist_ok=True)
-    safeio.write_atomic(record_path(out, rec.id), json.dumps(rec.to_json(), indent=1) + "\n")
+    safeio.write_atomic(record_path(out, rec.id), safetext.dumps(rec.to_json(), pretty=True) + "\n")
 
 
 def record_from_dict(d: Any) -> AttemptRecord | None:
     if not isinstance(d, dict):
         return None
     try:
-        budget = d.get("budget_sec")
+        budget = number(d.get("budget_sec"), SECONDS, "budget_sec")
+        created = number(d.get("created"), SECONDS, "created")
+        ended_at = number(d.get("ended_at"), SECONDS, "ended_at")
+        if any(isinstance(v, Bad) for v in (budget, created, ended_at)):
+            return None
         return AttemptRecord(
             id=str(d["id"]),
             token_sha256=str(d["token_sha256"]),
@@ -133,11 +137,11 @@ def record_from_dict(d: Any) -> AttemptRecord | None:
             arm=str(d["arm"]),
             stamp=str(d["stamp"]),
             host=d.get("host") if isinstance(d.get("host"), str) else None,
-            budget_sec=float(budget) if isinstance(budget, (int, float)) and budget > 0 else None,
-            created=float(d.get("created") or 0.0),
+            budget_sec=float(budget) if budget else None,
+            created=float(created or 0.0),
             state=ENDED if d.get("state") == ENDED else LIVE,
             ended_reason=d.get("ended_reason") if isinstance(d.get("ended_reason"), str) else None,
-            ended_at=float(d["ended_at"]) if isinstance(d.get("ended_at"), (int, float)) else None,
+            ended_at=float(ended_at) if ended_at is not None else None,
             harbor=d.get("harbor") if isinstance(d.get("harbor"), dict) else None,
         )
     except (KeyError, TypeError, ValueError):
@@ -145,10 +149,8 @@ def record_from_dict(d: Any) -> AttemptRecord | None:
 
 
 def read_record(out: Path, attempt_id: str) -> AttemptRecord | None:
-    try:
-        return record_from_dict(json.loads(record_path(out, attempt_id).read_text()))
-    except (OSError, ValueError):
-        return None
+    d = safeio.load_own_json(record_path(out, attempt_id))  # a Refused is not a record
+    return None if isinstance(d, safeio.Refused) else record_from_dict(d)
 
 
 def list_records(out: Path, host: str | None = None, *, all_hosts: bool = False) -> list[AttemptRecord]:

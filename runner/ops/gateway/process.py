@@ -20,7 +20,6 @@ Files (``<out>/.runner/gateway/``; a cluster host's carry its node: ``state.<nod
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -30,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from modes import safeio
+from modes import safeio, safetext
 from modes.gateway import SCRIPTED_UPSTREAM
 from runner.errors import UserError
 from runner.ops.gateway import attempts as att
@@ -83,14 +82,16 @@ def write_state(gw: Any) -> None:
         str(gw.out), me.pid, me.start_ticks, boot_id(), gw.instance, gw.host, gw.upstream_label, gw.key_var,
         gw.started_at, time.time(), gw.tcp_port, gw.served, sum(1 for a in gw.live.values() if a.site is not None),
     )  # fmt: skip
-    safeio.write_atomic(state_path(gw.out, gw.host), json.dumps(asdict(st)) + "\n")
+    safeio.write_atomic(state_path(gw.out, gw.host), safetext.dumps(asdict(st)) + "\n")
 
 
 def read_state(out: Path, host: str | None = None) -> GatewayState | None:
+    d = safeio.load_own_json(state_path(out, host))
+    if not isinstance(d, dict):  # missing, refused (a symlink, a FIFO, too large), not an object
+        return None
     try:
-        d = json.loads(state_path(out, host).read_text())
         return GatewayState(**d)
-    except (OSError, ValueError, TypeError):
+    except TypeError:
         return None
 
 
@@ -181,10 +182,9 @@ def start_detached(out: Path, s: GatewaySettings, *, wait_sec: float = START_WAI
 
 
 def _log_tail(out: Path, n: int = 3) -> str:
-    try:
-        lines = (gateway_dir(out) / LOG_FILE).read_text(errors="replace").strip().splitlines()[-n:]
-    except OSError:
-        lines = []
+    raw = safeio.read_own(gateway_dir(out) / LOG_FILE)
+    text = "" if isinstance(raw, safeio.Refused) else raw.decode(errors="replace")
+    lines = [safetext.clean(x) for x in text.strip().splitlines()[-n:]]
     return " | ".join(lines) or "no output"
 
 
@@ -222,7 +222,7 @@ def record_outage(
     }  # fmt: skip
     fd = safeio.open_append(outages_path(out))
     try:
-        os.write(fd, (json.dumps(row) + "\n").encode())
+        os.write(fd, (safetext.dumps(row, nonfinite_as_null=True) + "\n").encode())
         os.fsync(fd)
     finally:
         os.close(fd)

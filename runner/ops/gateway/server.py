@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import os
 import queue
 import socket
@@ -41,6 +40,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
+from modes import safetext
 from modes.gateway import REQUEST_ID_HEADER, request_id
 from runner.ops.gateway import attempts as att
 from runner.results import ledger as L
@@ -75,7 +75,7 @@ DROP_RESPONSE = frozenset(
 
 def _json_error(status: int, code: str, message: str, kind: str = "invalid_request_error") -> web.Response:
     body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
-    return web.Response(status=status, text=json.dumps(body), content_type="application/json")
+    return web.Response(status=status, text=safetext.dumps(body), content_type="application/json")
 
 
 class LedgerWriter:
@@ -91,7 +91,7 @@ class LedgerWriter:
         self.thread.start()
 
     def write(self, row: dict[str, Any]) -> None:
-        self.q.put((json.dumps(row, separators=(",", ":"), default=str) + "\n").encode())
+        self.q.put((safetext.dumps(row, default=str, nonfinite_as_null=True) + "\n").encode())
 
     def _run(self) -> None:
         while True:
