@@ -1,0 +1,112 @@
+"""The gateway's ledger read by the report: tokens from the wire, the receipts reconciled with them,
+and the wire fairness audit. A copy of the hand-made tree (receipts written by modes.receipt) gets a
+ledger written by the gateway's own writer (``runner.ops.gateway.server.LedgerWriter``), one call
+per done cell; then one arm's calls are altered at a time."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from handmade_tree import COST, STAMP, TASKS, write_receipts
+
+from runner.ops.gateway.server import LedgerWriter
+from runner.results import ledger as L
+from runner.results.model import RunModel
+from runner.results.report import build_report, render
+from runner.results.tree import gateway_dir
+
+USAGE = {"input": 1200, "cached": 200, "output": 300, "reasoning": 50}
+PARAMS = {"model": "scripted/solve", "reasoning_effort": "high", "tools_sha256": "ab" * 32}
+
+
+@pytest.fixture
+def tree(handmade, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(handmade, out, symlinks=True)
+    return out
+
+
+def _ledger(out, **changes: dict) -> None:
+    """One forwarded call per done cell of the hand-made tree; ``changes={"heartbeat/t05": {...}}``
+    alters that cell's row (its ``params`` or ``usage`` merged in)."""
+    w = LedgerWriter(gateway_dir(out) / "ledger.jsonl")
+    at = 1.7e9
+    for task in TASKS:
+        for arm in COST:
+            ch = changes.get(f"{arm}/{task}", {})
+            w.write({
+                "kind": L.CALL, "v": L.SCHEMA, "at": at, "gateway": "g1", "host": None,
+                "attempt": f"a-{arm}-{task}", "task": task, "arm": arm, "stamp": STAMP,
+                "method": "POST", "path": "/v1/responses", "request_id": f"a-{arm}-{task}.1",
+                "params": PARAMS | ch.get("params", {}), "model_time_sec": 0.0,
+                "outcome": L.OK, "status": 200, "usage": USAGE | ch.get("usage", {}),
+                "first_byte_ms": 12.5, "total_ms": 80.0,
+            })  # fmt: skip
+            at += 1
+    w.close()
+
+
+def _receipt_usage(**changes: dict) -> dict:
+    usage = {
+        "inputTokens": USAGE["input"],
+        "cachedInputTokens": USAGE["cached"],
+        "outputTokens": USAGE["output"],
+    }
+    return {f"{arm}/{task}": {"token_usage": dict(usage)} for task in TASKS for arm in COST} | changes
+
+
+def _report(out):
+    return build_report(RunModel.load(out))
+
+
+def test_without_a_ledger_the_wire_audit_says_nothing_was_compared(tree):
+    write_receipts(tree)
+    rep = _report(tree)
+    assert rep["audit"]["wire"]["compared"] == [] and rep["reconciliation"] == {"compared": 0, "lines": []}
+    assert "no attempt went through the model gateway" in render(rep, "md")
+
+
+def test_tokens_come_from_the_ledger_and_agree_with_the_receipts(tree):
+    write_receipts(tree, **_receipt_usage())
+    _ledger(tree)
+    rep = _report(tree)
+    cells = [c for per in rep["cells"].values() for c in per.values() if c["status"] == "done"]
+    assert cells and all(c["tokens_source"] == "ledger" for c in cells)
+    assert all((c["n_input_tokens"], c["n_output_tokens"]) == (1200, 300) for c in cells)
+    assert rep["reconciliation"] == {"compared": len(cells), "lines": []}
+    wire = rep["audit"]["wire"]
+    assert wire["lines"] == [] and {"model", "reasoning effort", "tool list (sha256)"} <= set(
+        wire["compared"]
+    )
+    assert "ALARM" not in render(rep, "md")
+
+
+def test_an_arm_that_sent_another_reasoning_effort_is_a_red_line(tree):
+    write_receipts(tree)
+    _ledger(tree, **{"heartbeat/t05": {"params": {"reasoning_effort": "low"}}})
+    rep = _report(tree)
+    wire = rep["audit"]["wire"]
+    assert wire["lines"] == [
+        "arms sent the model different reasoning effort (plain, goal \u2260 heartbeat; task t05)"
+    ]
+    assert wire["arms_differing"] == ["heartbeat"] and "heartbeat" in rep["audit"]["arms_differing"]
+    assert "- **ALARM** arms sent the model different reasoning effort" in render(rep, "md")
+
+
+def test_a_receipt_that_under_reports_its_tokens_is_flagged(tree):
+    under = {"inputTokens": 1200, "cachedInputTokens": 200, "outputTokens": 250}
+    write_receipts(tree, **_receipt_usage(**{"goal/t03": {"token_usage": under}}))
+    _ledger(tree)
+    rep = _report(tree)
+    (line,) = rep["reconciliation"]["lines"]
+    assert line.startswith("t03 × goal (") and "output tokens: receipt 250, ledger 300 (-50)" in line
+    assert "- **FLAG** tokens differ: t03 × goal" in render(rep, "md")
+
+
+def test_a_ledger_line_with_a_nonsense_count_has_no_usage(tree):
+    write_receipts(tree)
+    _ledger(tree, **{"plain/t01": {"usage": {"output": 10**400}}})
+    led = L.read_ledger(tree)
+    (c,) = [c for c in led.calls if c.key == ("t01", "plain", STAMP)]
+    assert c.usage is None and c.forwarded
