@@ -93,7 +93,7 @@ def _differences(
         if sum(1 for v in per_arm.values() if v) < 2:
             continue
         for fact in labels:
-            values = {a: v[fact] for a, v in per_arm.items() if fact in v}
+            values = {a: per_arm[a][fact] for a in arms if fact in per_arm.get(a, {})}  # in the arms' order
             if len(set(values.values())) > 1:
                 diffs.append({"fact": fact, "label": labels[fact], "task": task, "values": values})
     by_fact: dict[str, list[dict[str, Any]]] = {}

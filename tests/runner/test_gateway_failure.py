@@ -2,9 +2,9 @@
 failed is neither lost nor scored: voided by the voiding table's ``gateway_failed`` row and run again.
 
 ``marathon run`` of the plain arm on calc-partial (real harbor, Docker, codex; the scripted
-``never-finish`` model through the gateway, a 25 s budget). Once the attempt's model calls are on
-the ledger, the test sends SIGKILL to the gateway the runner started (its registered identity). The
-runner must find it dead and start another (``gateway_restart``), record the outage with the live
+``never-finish`` model through the gateway, a 10 s budget; the key is the demo's declared
+placeholder, by name). Once the attempt's first model call is on the ledger, the test sends SIGKILL
+to the gateway the runner started (its registered identity). The runner must find it dead and start another (``gateway_restart``), record the outage with the live
 attempt, void that attempt when it ends (whatever it scored) and run the pair again in its second
 pass, on the new gateway, to a scored end.
 """
@@ -18,6 +18,7 @@ import signal
 import pytest
 from runner_support import DEMO_TASKS, done_jobs, events, start_marathon, wait_for
 
+from marathon.commands.demo import DEMO_KEY_VAR
 from runner.ops.gateway import process
 from runner.results import ledger as L
 from runner.results.tree import voided_root
@@ -25,7 +26,7 @@ from runner.results.tree import voided_root
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 TASK = "calc-partial"
-BUDGET = 25
+BUDGET = 10
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +41,16 @@ def killed_run(module_out, docker_engine):
     proc = start_marathon(
         "run", str(out), "--tasks-dir", str(DEMO_TASKS), "--tasks", TASK, "--arms", "plain",
         "--model", "scripted/never-finish", "--goal-timeout-sec", str(BUDGET), "--max-passes", "2",
-        "--concurrency", "1", "--plain", log=log,
+        "--concurrency", "1", "--model-key-var", DEMO_KEY_VAR, "--plain", log=log,
     )  # fmt: skip
     try:
-        # the attempt works through the gateway: its model calls are on the ledger
-        wait_for(lambda: sum(1 for c in L.read_ledger(out).calls if c.forwarded) >= 2, 900, "model calls")
+        # the attempt works through the gateway: its first model call is on the ledger
+        wait_for(
+            lambda: proc.poll() is not None or sum(1 for c in L.read_ledger(out).calls if c.forwarded) >= 1,
+            900,
+            "model calls",
+        )
+        assert proc.poll() is None, log.read_text(errors="replace")[-3000:]  # the runner still runs
         st = process.running(out)
         assert st is not None
         first = st.pid

@@ -152,9 +152,12 @@ def _project_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def start_detached(out: Path, s: GatewaySettings, *, wait_sec: float = START_WAIT_SEC) -> GatewayState:
     """Start the tree's gateway in a session of its own (a short-lived launcher starts it and exits,
     as for the runner and the viewer) and wait until it serves. The key stays in the environment it
-    inherits from this process: checked here by name, so a missing key is one line now."""
+    inherits from this process: checked here by name, so a missing key is one line now (a declared
+    placeholder, ``runner.secrets.DECLARED_NON_SECRETS``, is the gateway's own when unset: the demo)."""
+    from runner.secrets import DECLARED_NON_SECRETS
+
     out = Path(out).resolve()
-    if not os.environ.get(s.key_var):
+    if not os.environ.get(s.key_var) and s.key_var not in DECLARED_NON_SECRETS:  # the demo's placeholder
         raise UserError(
             f"the model key variable {s.key_var} is not set in this environment: the gateway reads the "
             f"key from it (export {s.key_var}, then start again)"
