@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
+
+from modes import safetext
 
 HELP = "build the task images once, with a proxy only at build time (never in running containers)"
 DESCRIPTION = (
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         build_network=args.build_network, on_result=show,
     )  # fmt: skip
     if args.json:
-        print(json.dumps([r.to_json() for r in results], indent=1))
+        print(safetext.dumps([r.to_json() for r in results], pretty=True))
     return 0 if all(r.ok for r in results) else 1
 
 
@@ -109,7 +110,7 @@ def run_hosts(args) -> int:
               "proxy_env": args.proxy_env, "no_proxy": args.no_proxy, "build_network": args.build_network}  # fmt: skip
     answers = ask_hosts(args.cluster, None, "prebuild", params, job_sec=BUILD_SEC + 600).get("prebuild", [])
     if args.json:
-        print(json.dumps([a.to_json() for a in answers], indent=1))
+        print(safetext.dumps([a.to_json() for a in answers], pretty=True))
     ok = bool(answers)
     for a in answers:
         built = a.ok and all(r["ok"] for r in a.result["results"])
