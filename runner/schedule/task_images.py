@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -44,6 +43,7 @@ from pathlib import Path
 
 import tomli_w
 
+from modes import safeio, safetext
 from runner.results.tree import ATTEMPT_IMAGE, images_dir, task_copies_dir
 
 #: how ``TaskImage`` came to be: built now (a cached build is a build), or the recorded image found
@@ -137,15 +137,16 @@ def _write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
+        fh.write(safetext.dumps(data, pretty=True))
     os.replace(tmp, path)
 
 
 def _read_json(path: Path) -> TaskImage | None:
-    try:
-        return TaskImage.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError):
-        return None
+    """A record through the runner's safe reader (``modes.safeio.load_own_json``: a regular file,
+    no symlink at the name, capped): OUT may sit under a shared parent, and a planted record must
+    not hang or crash the runner. Unreadable or malformed is None (the image is built again)."""
+    data = safeio.load_own_json(path)
+    return None if isinstance(data, safeio.Refused) else TaskImage.from_json(data)
 
 
 def read_record(out: Path, task: str) -> TaskImage | None:
