@@ -56,6 +56,8 @@ class EventKind(StrEnum):
     CLEANUP_PLAN = "cleanup_plan"
     CLEANUP_ERROR = "cleanup_error"
     STOP_REQUESTED = "stop_requested"
+    IMAGE_READY = "image_ready"  # task, image_id, content_sha256, tag, how, seconds, task_dir, hosts
+    IMAGE_FAILED = "image_failed"  # task, error: its pairs wait for the next pass
 
 
 def utc_now() -> str:
