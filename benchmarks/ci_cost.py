@@ -3,6 +3,11 @@ the file ``MARATHON_CI_PROFILE`` writes (tests/ci_profile.py); and per trial, ha
 
     MARATHON_CI_PROFILE=/tmp/p.jsonl uv run --frozen pytest -m docker --basetemp=/tmp/pt ...
     uv run python benchmarks/ci_cost.py /tmp/p.jsonl [--trials /tmp/pt] [--md]
+    uv run python benchmarks/ci_cost.py /tmp/marathon-ci-docker.xml     # what .ci/run prints
+
+A ``.xml`` file is a JUnit report (pytest ``--junitxml`` with ``junit_duration_report=total``, as
+``.ci/run`` writes for its Docker tier): the table then has each module's worker time only (setup +
+call + teardown of its tests in the xdist worker that ran it; the CPU plugin needs one process).
 
 The module table: wall (setup + call + teardown of its tests), host CPU (pytest and the processes it
 waited for), container CPU (the containers of its trials), and ``busy``, CPU over wall: a module at
@@ -49,6 +54,21 @@ def modules(rows: list[dict]) -> list[dict]:
         cpu = m["host_cpu"] + m["container_cpu"]
         out.append({"module": name, **m, "cpu": cpu, "busy": cpu / m["wall"] if m["wall"] else 0.0})
     return sorted(out, key=lambda m: -m["wall"])
+
+
+def junit_rows(path: Path) -> list[dict]:
+    """One row per test case of a JUnit report: its module (from the dotted classname, up to the
+    ``test_*`` part) and its wall time; CPU unknown (0)."""
+    import xml.etree.ElementTree as ET  # noqa: N817 -- our own CI's report, not agent-written
+
+    rows = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        parts = case.get("classname", "").split(".")
+        cut = next((i for i, p in enumerate(parts) if p.startswith("test_")), len(parts) - 1)
+        failed = any(c.tag in ("failure", "error") for c in case)
+        rows.append({"nodeid": "/".join(parts[: cut + 1]) + ".py", "wall": float(case.get("time") or 0),
+                     "failed": failed})  # fmt: skip
+    return rows
 
 
 def _span(d: object) -> float | None:
@@ -118,20 +138,27 @@ def main() -> None:
     ap.add_argument("--trials", type=Path, help="a basetemp to read trial phases from")
     ap.add_argument("--md", action="store_true", help="markdown tables (for docs/testing.md)")
     a = ap.parse_args()
-    rows = [json.loads(x) for x in a.profile.read_text().splitlines() if x.strip()]
+    if a.profile.suffix == ".xml":
+        rows = junit_rows(a.profile)
+    else:
+        rows = [json.loads(x) for x in a.profile.read_text().splitlines() if x.strip()]
     mods = modules(rows)
     sep = " | " if a.md else "  "
-    head = ["module", "tests", "wall s", "host CPU s", "container CPU s", "busy"]
+    junit = a.profile.suffix == ".xml"
+    head = ["module", "tests", "wall s", "host CPU s", "container CPU s", "busy"][: 3 if junit else 6]
     if a.md:
         print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     else:
         print(sep.join(f"{h:>14}" for h in head))
     for m in mods:
         cells = [m["module"], str(m["tests"]), f"{m['wall']:.0f}", f"{m['host_cpu']:.0f}",
-                 f"{m['container_cpu']:.0f}", f"{m['busy']:.2f}"]  # fmt: skip
+                 f"{m['container_cpu']:.0f}", f"{m['busy']:.2f}"][: len(head)]  # fmt: skip
         print(("| " + " | ".join(cells) + " |") if a.md else sep.join(f"{c:>14}" for c in cells))
     wall = sum(m["wall"] for m in mods)
     cpu = sum(m["cpu"] for m in mods)
+    if junit:
+        print(f"\n{len(rows)} tests: {wall:.0f} s of worker time")
+        return
     print(f"\n{len(rows)} tests: wall {wall:.0f} s, CPU {cpu:.0f} s (host {sum(m['host_cpu'] for m in mods):.0f}, "
           f"containers {sum(m['container_cpu'] for m in mods):.0f}); busy {cpu / wall if wall else 0:.2f} cores")  # fmt: skip
     if a.trials:

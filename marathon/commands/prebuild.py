@@ -14,8 +14,10 @@ DESCRIPTION = (
     "in argv) and with the host network. The proxy is read from the environment (HTTPS_PROXY, "
     "HTTP_PROXY, or the variable --proxy-env names), so its credentials never sit on a command line; "
     "--proxy URL is accepted only without credentials. Never uses ~/.docker/config.json proxies, which would also "
-    "reach running containers. harbor's later per-trial build reuses the layers (run the runner "
-    "with the same --build-network, default host)."
+    "reach running containers. Each image is recorded by digest (its id and its content digest, what "
+    "receipts record) and tagged marathon-task-<task>:<id12>; `marathon run` builds (or verifies) each "
+    "task's image once the same way, so a prebuilt task's cached build is the image every trial runs "
+    "(run the runner with the same --build-network, default host)."
 )
 
 
@@ -125,9 +127,12 @@ def run_hosts(args) -> int:
 
 
 def render_result(r: dict) -> str:
-    """One task's build (``BuildResult.to_json``), as a line and its error below."""
+    """One task's build (``BuildResult.to_json``), as a line (its image by digest below it) and its
+    error below."""
     state = "ok " if r["ok"] else "FAILED"
     line = f"  {state} {r['task']:<28} {r['image']:<44} {r['seconds']:>6}s  {r['cached']}/{r['steps']} steps cached"
+    if r.get("image_id"):
+        line += f"\n       {r['tag']}  id {r['image_id']}  content {r['content_sha256']}"
     if r["error"]:
         line += "\n       " + r["error"].replace("\n", "\n       ")
     return line

@@ -60,6 +60,8 @@ class EventKind(StrEnum):
     GATEWAY_RESTART = "gateway_restart"  # a dead gateway replaced; the attempts it served are voided
     GATEWAY_STOP = "gateway_stop"  # the runner's exit stopped its gateway
     GATEWAY_ERROR = "gateway_error"  # the gateway could not be started (the runner waits and retries)
+    IMAGE_READY = "image_ready"  # task, image_id, content_sha256, tag, how, seconds, task_dir, hosts
+    IMAGE_FAILED = "image_failed"  # task, error: its pairs wait for the next pass
 
 
 def utc_now() -> str:

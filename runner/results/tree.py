@@ -7,6 +7,11 @@
     <out>/.runner/                                      lock, PID registry, events.jsonl
     <out>/.runner/gateway/                              the model gateway: ledger.jsonl (one line per model
                                                         call), attempts/<id>.json, outages.jsonl, state.json
+    <out>/.runner/images/<task>.json                    each task's image, built once (+ <task>-<id12>.tar
+                                                        on a cluster: the image shipped to every host)
+    <out>/.runner/tasks/<key>/<task>/                   the run-local copy of a task harbor runs: its
+                                                        task.toml names that image (docker_image)
+    <out>/<task>/<arm>/<stamp>/image.json               the task image an attempt was given
     <out>/.marathon/index.sqlite                        the scan index (a cache: runner.results.index)
     <out>/.marathon/view/jobs/<task>__<arm>__attempt-<n>/  harbor's viewer's jobs folder (runner.ops.viewjobs)
     <out>/../marathon-voided/<out-name>/...             voided trials, moved (never deleted), with README
@@ -34,6 +39,9 @@ GATEWAY_DIR = "gateway"  # under RUNNER_DIR: the model gateway's ledger, attempt
 LEDGER_FILE = "ledger.jsonl"
 OUTAGES_FILE = "outages.jsonl"  # under GATEWAY_DIR: each dead gateway found and replaced
 VIEW_DIR = "view"  # under INDEX_DIR: the web viewer's jobs folder, lock and access file
+IMAGES_DIR = "images"  # under RUNNER_DIR: runner.schedule.task_images
+TASK_COPIES_DIR = "tasks"  # under RUNNER_DIR: the run-local task copies harbor runs
+ATTEMPT_IMAGE = "image.json"  # in an attempt's stamp dir
 VOIDED_DIR = "marathon-voided"
 VOID_README = "README.md"
 #: The output tree when none is given (the same as `marathon run`).
@@ -62,6 +70,16 @@ def claim_path(out: Path, task: str, arm: str) -> Path:
 
 def runner_dir(out: Path) -> Path:
     return out / RUNNER_DIR
+
+
+def images_dir(out: Path) -> Path:
+    """``<out>/.runner/images``: the record of each task's image (and its shipped archive)."""
+    return out / RUNNER_DIR / IMAGES_DIR
+
+
+def task_copies_dir(out: Path) -> Path:
+    """``<out>/.runner/tasks``: the run-local task copies whose task.toml names the image built once."""
+    return out / RUNNER_DIR / TASK_COPIES_DIR
 
 
 def events_path(out: Path) -> Path:

@@ -14,6 +14,7 @@ its arm dir (``new_stamp``); harbor's own job dir is under it, with ``harbor-run
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +25,10 @@ from runner.schedule.claims import Claim
 from runner.schedule.config import ArmSpec
 
 if TYPE_CHECKING:
+    import subprocess
+
     from runner.ops.void import Verdict
+    from runner.schedule.task_images import TaskImage
 
 #: harbor's output (stdout and stderr) of one attempt, in its stamp dir
 HARBOR_LOG = "harbor-run.log"
@@ -89,8 +93,10 @@ class Attempt:
 
 class Launcher(Protocol):
     """Where attempts run. The driver calls only these, in this order of a run's life: ``begin``
-    once the tree is locked; then per pass ``runs_elsewhere``/``may_start``/``start`` for each pair
-    it would start, ``ended`` and ``classify`` for each attempt that ended; ``close`` at exit."""
+    once the tree is locked; ``prepare_image`` for each task, from the image worker
+    (``runner.schedule.image_prep``); then per pass ``runs_elsewhere``/``may_start``/``start`` for
+    each pair it would start once its task's image is ready, ``ended`` and ``classify`` for each
+    attempt that ended; ``close`` at exit."""
 
     #: how often starting waited for capacity (the ``runner_exit`` event's ``gate_waits``)
     gate_waits: int
@@ -106,6 +112,13 @@ class Launcher(Protocol):
         started twice (``running``: the pairs this runner follows already)."""
         ...
 
+    def prepare_image(self, task: str, started: Callable[[subprocess.Popen], None]) -> TaskImage | None:
+        """The task's image, built (or verified) once where the attempts will run, and its run-local
+        task copy (``runner.schedule.task_images``); None when harbor runs the task as it is (its
+        own ``docker_image``, or an environment other than Docker). Blocking; raises when it cannot
+        be made. ``started`` is given a build's process (a stopping runner ends it)."""
+        ...
+
     def runs_elsewhere(self, task: str, arm: str) -> bool:
         """An attempt of the pair runs (or waits for a slot) beyond this runner's claims."""
         ...
@@ -114,8 +127,9 @@ class Launcher(Protocol):
         """Whether another attempt may start now (a capacity gate; False: wait and ask again)."""
         ...
 
-    def start(self, task: str, arm: ArmSpec, claim: Claim) -> Attempt:
-        """Start one attempt under ``claim`` (recorded in the claim before it can run)."""
+    def start(self, task: str, arm: ArmSpec, claim: Claim, image: TaskImage | None) -> Attempt:
+        """Start one attempt under ``claim`` (recorded in the claim before it can run), on ``image``
+        (recorded in its stamp dir) when the task has one."""
         ...
 
     def ended(self, attempt: Attempt, *, stopping: bool) -> None:
