@@ -259,9 +259,13 @@ def scored_values(cell: Cell, measure: str) -> list[float]:
     """A cell's values of a measure, one per done repeat that has it: its task's cluster
     (``runner.results.clusters``). A build failure counts as 0 (``rules.scored_measure``). A pair
     of one repeat has one value (or none)."""
+    return _scored(cell.parts, measure)
+
+
+def _scored(parts: Iterable[Cell], measure: str) -> list[float]:
     return [
         v
-        for p in cell.parts
+        for p in parts
         if p.status == DONE
         and (v := rules.scored_measure(getattr(p, measure), p.build_failed, measure)) is not None
     ]
@@ -522,11 +526,7 @@ def combine_repeats(task: str, arm: str, parts: tuple[Cell, ...]) -> Cell:
     scoring = max(done, key=lambda p: p.scored_by or "") if done else None
 
     def mean_of(measure: str) -> float | None:
-        vals = [
-            v
-            for p in done
-            if (v := rules.scored_measure(getattr(p, measure), p.build_failed, measure)) is not None
-        ]
+        vals = _scored(done, measure)
         return clusters.task_mean(vals) if vals else None
 
     walls = [p.wall_sec for p in done if p.wall_sec is not None]

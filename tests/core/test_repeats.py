@@ -377,3 +377,19 @@ def test_health_counts_repeats_and_finds_a_stale_claim_of_one(rtree, tmp_path):
     assert stale.kind == "stale_claim" and stale.what.startswith("t02/plain@r2 held by dead")
     (dead,) = health._check_runner(seen)
     assert dead.what == f"no live runner and {seen.total - done} repeat(s) of pairs not done"
+
+
+def test_a_cluster_job_counts_for_the_repeat_its_stamp_names(tmp_path):
+    """The Ray launcher finds a running job per repeat (``runs_elsewhere``, ``adopt``, health's
+    orphans) from the job's metadata, as the cluster reports it (``RayJobState`` records)."""
+    from runner.schedule.fleet.cluster import RayJobState
+    from runner.schedule.fleet.launch import active_units
+
+    def job(sid: str, status: str, stamp: str) -> RayJobState:
+        return RayJobState(sid, status, "", {"task": "t", "arm": "plain", "stamp": stamp}, None)
+
+    class Answer:  # what Fleet.ours returns for the tree: the cluster's jobs of it
+        def ours(self, out):
+            return [job("a", "RUNNING", "s@r2"), job("b", "PENDING", "s"), job("c", "SUCCEEDED", "s@r3")]
+
+    assert set(active_units(Answer(), tmp_path)) == {("t", "plain", 2), ("t", "plain", 1)}
