@@ -53,7 +53,6 @@ from agents.conversation import (
     preflight_verdict,
 )
 from agents.drive import Harness
-from agents.receipt import Receipt, utc_now
 from agents.scripted_model import SCRIPTED_BASE_URL, SCRIPTED_LOG
 from agents.session import DEADLINE_MESSAGE, ArmFailure, CodexSession, is_deadline
 from agents.staging import (
@@ -70,6 +69,7 @@ from modes import safeio
 from modes.budget import deadline_margin_sec
 from modes.config_digest import config_digests
 from modes.profiles import mode_for
+from modes.receipt import Receipt, utc_now
 from modes.trial_files import TrialFiles
 
 CODEX_HOME = "/var/tmp/marathon-codex"

@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from agents.appserver import AppServerClient
-from agents.receipt import Receipt, utc_now
 from agents.session import ArmFailure, CodexSession, is_deadline
 from agents.staging import SIDECAR
 from modes.budget import deadline_margin_sec
+from modes.receipt import Receipt, utc_now
 
 #: exit codes of ``preflight_script``
 MISSING_CODEX, MISSING_SIDECAR = 3, 4

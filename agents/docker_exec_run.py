@@ -14,9 +14,9 @@ from __future__ import annotations
 from agents import leftovers
 from agents.conversation import Conversation
 from agents.envelope import Arm, RunContext
-from agents.receipt import Receipt
 from agents.session import ArmFailure
 from agents.transport import Transport, transport_for
+from modes.receipt import Receipt
 
 
 def processes_now(transport: Transport) -> frozenset[str] | None:

@@ -37,10 +37,10 @@ from agents.loopx_profile import (
     loopx_argv,
     run_loopx_json,
 )
-from agents.receipt import Receipt
 from agents.session import ArmFailure, CodexSession
 from modes import safeio
 from modes.profiles import ARMS, Mode
+from modes.receipt import Receipt
 
 DEFAULT_OBJECTIVE = "Finish the task."
 

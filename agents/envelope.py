@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agents.drive import Harness
-from agents.receipt import Receipt
 from agents.session import ArmFailure
 from agents.transport import EnvironmentLost
 from modes.naming import ENVIRONMENT_LOST
+from modes.receipt import Receipt
 
 CANCELLED = "cancelled by harbor (agent timeout or SIGTERM)"
 

@@ -216,8 +216,8 @@ async def drive_in_sandbox(ctrl: Path) -> int:
     """The whole conversation; returns 0, and leaves the outcome in receipt.json and status.json."""
     from agents.conversation import Conversation
     from agents.drive import harness_from_state
-    from agents.receipt import Receipt
     from modes import safeio
+    from modes.receipt import Receipt
 
     cfg = json.loads((ctrl / CONFIG_NAME).read_text())
     t0 = time.monotonic() - float(cfg.get("prep_before_sec") or 0)

@@ -37,7 +37,6 @@ from typing import Any
 
 from agents import leftovers
 from agents.envelope import Arm, RunContext
-from agents.receipt import Receipt
 from agents.sandbox_driver import CONFIG_NAME, MIN_PYTHON, RECEIPT_NAME, STATUS_NAME, STOP_NAME
 from agents.scripted_model import SCRIPTED_LOG
 from agents.session import ArmFailure
@@ -54,6 +53,7 @@ from modes import safeio
 from modes.budget import deadline_margin_sec
 from modes.config_digest import config_digests
 from modes.naming import compose_project
+from modes.receipt import Receipt
 
 REPO = Path(__file__).resolve().parents[1]
 #: The stdlib-only modules the driver needs, uploaded as a package tree (harbor is not installed there).
@@ -65,15 +65,16 @@ BUNDLE = (
     "agents/loopx_body.py",
     "agents/loopx_gates.py",
     "agents/loopx_profile.py",
-    "agents/receipt.py",
     "agents/sandbox_driver.py",
     "agents/session.py",
     "agents/staging.py",
     "modes/__init__.py",
     "modes/budget.py",
     "modes/profiles.py",
+    "modes/receipt.py",
     "modes/safeio.py",
     "modes/trial_files.py",
+    "modes/values.py",
 )
 SANDBOX_BUNDLE = "/opt/marathon-driver"
 SANDBOX_LOGS = "/logs/agent"

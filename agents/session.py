@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agents.appserver import AppServerClient, AppServerError, DeadlineReached
-from agents.receipt import Receipt
+from modes.receipt import Receipt
 
 DEADLINE_MESSAGE = "goal_timeout_before_terminal"
 CODE_MODE_MARKERS = ("code-mode host", "code mode is unavailable", "failed to spawn code-mode host")

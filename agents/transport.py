@@ -16,7 +16,6 @@ transport refuses to start, naming the default transport instead.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import subprocess
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from modes import safeio
+from modes.image_digest import image_content
 from modes.naming import ENVIRONMENT_LOST, compose_project
 
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
@@ -160,29 +160,16 @@ def _docker(*args: str, timeout: float = 60, stdin: bytes | None = None, env=Non
 
 def image_of_container(container_id: str) -> dict[str, str] | None:
     """The container's image: the engine's id (what docker-py calls ``container.image.id``) and
-    a content digest, the sha256 of its layer diff ids and runtime config (env, workdir, user,
-    entrypoint, cmd). Why both: harbor builds each trial's image with compose, which labels it
-    with the trial's own project, so two trials of one task get different image ids for the
-    same content; the audit compares the content. Asked with ``docker inspect``, as the
-    transports ask everything else."""
+    its content digest (``modes.image_digest``; the audit compares the content). Asked with
+    ``docker inspect``, as the transports ask everything else."""
     try:
         res = _docker("inspect", "--format", "{{.Image}}", container_id, timeout=30)
-        iid = res.stdout.decode(errors="replace").strip()
-        if res.returncode != 0 or not iid.startswith("sha256:"):
-            return None
-        res = _docker("image", "inspect", "--format", "{{json .}}", iid, timeout=30)
-        info = json.loads(res.stdout) if res.returncode == 0 else None
-    except (subprocess.TimeoutExpired, ValueError):
+    except subprocess.TimeoutExpired:
         return None
-    if not isinstance(info, dict):
+    iid = res.stdout.decode(errors="replace").strip()
+    if res.returncode != 0 or not iid.startswith("sha256:"):
         return None
-    cfg = info.get("Config") or {}
-    content = {
-        "layers": (info.get("RootFS") or {}).get("Layers") or [],
-        **{k.lower(): cfg.get(k) for k in ("Env", "WorkingDir", "User", "Entrypoint", "Cmd")},
-    }
-    digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
-    return {"id": iid, "content_sha256": f"sha256:{digest}"}
+    return image_content(iid)
 
 
 def find_main_container(project: str) -> str:

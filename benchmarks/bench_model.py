@@ -162,16 +162,20 @@ def main() -> int:
         cold, cold_cpu = timed(lambda: RunModel.load(out, index=False), args.repeat)
         model = RunModel.load(out)
         n_trials = sum(len(a.trials) for a in model.attempts())
-        keys = sorted(model.cells)
+        # cells whose trial went through its verifier (an errored trial has no verifier block to rerun)
+        keys = sorted(k for k, c in model.cells.items() if c.status == "done")
         rng = random.Random(time.time_ns())
         upd = []
-        for _ in range(200):
+        while len(upd) < 200:
             task, arm = rng.choice(keys)
             att = model.cells[(task, arm)].attempts[-1]
             (trial,) = att.trials
             metrics = Path(att.job_dir) / trial / "verifier" / "metrics.json"
             res = metrics.parent.parent / "result.json"
-            fin = json.loads(res.read_text())["verifier"]["finished_at"]
+            ver = json.loads(res.read_text()).get("verifier")
+            if not isinstance(ver, dict) or not ver.get("finished_at"):
+                continue  # a trial that never reached its verifier has none to rerun
+            fin = ver["finished_at"]
             before = int((datetime.fromisoformat(fin.replace("Z", "+00:00")).timestamp() - 0.5) * 1e9)
             metrics.write_text(
                 json.dumps({"passed": rng.randint(0, 5), "total": 5, "partial_score": rng.random()})

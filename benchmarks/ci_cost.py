@@ -22,8 +22,12 @@ import argparse
 import json
 import statistics
 from collections import defaultdict
-from datetime import datetime
 from pathlib import Path
+
+from modes import safetext, values
+from modes.trial_files import TrialFiles
+from runner.results import records
+from runner.results.records import parse_time
 
 
 def module_of(nodeid: str) -> str:
@@ -47,55 +51,59 @@ def modules(rows: list[dict]) -> list[dict]:
     return sorted(out, key=lambda m: -m["wall"])
 
 
-def _ts(s: str | None) -> datetime | None:
-    if not s:
+def _span(d: object) -> float | None:
+    if not isinstance(d, dict):
         return None
-    try:
-        return datetime.fromisoformat(s.replace("Z", "+00:00")).replace(tzinfo=None)
-    except ValueError:
+    a, b = parse_time(d.get("started_at")), parse_time(d.get("finished_at"))
+    if a is None or b is None or (a.tzinfo is None) != (b.tzinfo is None):
         return None
+    return (b - a).total_seconds()
 
 
-def _span(d: dict | None) -> float | None:
-    if not d:
-        return None
-    a, b = _ts(d.get("started_at")), _ts(d.get("finished_at"))
-    return (b - a).total_seconds() if a and b else None
+def _seconds(v: object, field: str) -> float | None:
+    """A receipt's seconds through the values boundary (``modes.values``): a number in range, else None."""
+    got = values.number(v, values.SECONDS, field)
+    return got if isinstance(got, (int, float)) else None
 
 
 def trial_phases(root: Path) -> dict[str, list[dict]]:
-    """Per trial kind (its agent), every trial's phases in seconds."""
+    """Per trial kind (its agent), every trial's phases in seconds. The trees were written by the
+    agents under test: every file is read by the results' safe reader (``records.load_json``: a
+    regular file, capped, no symlink out of its trial) and every number through ``modes.values``."""
     kinds: dict[str, list[dict]] = defaultdict(list)
     for res in root.rglob("result.json"):
-        try:
-            d = json.loads(res.read_text())
-        except (OSError, ValueError):
+        loaded = records.load_json(res, str(res.parent))
+        d = loaded.data
+        if not loaded.ok or d is None or "trial_name" not in d:
             continue
-        if "trial_name" not in d:
-            continue
-        t0, t1 = _ts(d.get("started_at")), _ts(d.get("finished_at"))
-        v = d.get("verifier") or {}
+        t0, t1 = parse_time(d.get("started_at")), parse_time(d.get("finished_at"))
+        v = d.get("verifier") if isinstance(d.get("verifier"), dict) else {}
+        vend = parse_time(v.get("finished_at"))
         row = {
             "env_setup": _span(d.get("environment_setup")),
             "agent": _span(d.get("agent_execution")),
             "verifier": _span(v),
-            "end": (t1 - _ts(v["finished_at"])).total_seconds() if t1 and v.get("finished_at") else None,
-            "total": (t1 - t0).total_seconds() if t0 and t1 else None,
+            "end": (t1 - vend).total_seconds()
+            if t1 and vend and (t1.tzinfo is None) == (vend.tzinfo is None)
+            else None,
+            "total": (t1 - t0).total_seconds()
+            if t0 and t1 and (t0.tzinfo is None) == (t1.tzinfo is None)
+            else None,
         }
-        rec = res.parent / "agent" / "goal_receipt.json"
-        arm = (d.get("agent_info") or {}).get("name") or "?"
-        if rec.is_file():
-            try:
-                r = json.loads(rec.read_text())
-                arm = r.get("arm") or arm
-                row["prep"] = r.get("prep_sec")
-                row["model"] = r.get("budget_used_sec")
-                row["install"] = (((r.get("extra") or {}).get("loopx") or {}).get("profile") or {}).get(
-                    "install_seconds"
-                )
-            except (OSError, ValueError):
-                pass
-        kinds[arm].append(row)
+        info = d.get("agent_info")
+        arm = info.get("name") if isinstance(info, dict) and isinstance(info.get("name"), str) else "?"
+        rec = records.load_json(res.parent / TrialFiles.RECEIPT, str(res.parent))
+        if rec.ok and rec.data is not None:
+            r = rec.data
+            arm = r["arm"] if isinstance(r.get("arm"), str) and r["arm"] else arm
+            row["prep"] = _seconds(r.get("prep_sec"), "prep_sec")
+            row["model"] = _seconds(r.get("budget_used_sec"), "budget_used_sec")
+            loopx = (r.get("extra") or {}).get("loopx") if isinstance(r.get("extra"), dict) else None
+            prof = loopx.get("profile") if isinstance(loopx, dict) else None
+            row["install"] = (
+                _seconds(prof.get("install_seconds"), "install_seconds") if isinstance(prof, dict) else None
+            )
+        kinds[safetext.clean(arm, 40)].append(row)
     return kinds
 
 

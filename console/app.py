@@ -33,6 +33,7 @@ from console.screens.confirm import ConfirmScreen, MessageScreen
 from console.screens.drill import DrillScreen
 from console.screens.help import HelpScreen
 from console.screens.main import MainScreen
+from modes import safetext
 from runner.results.model import Cell
 
 #: watchfiles: yield a batch after STEP ms of quiet, at most DEBOUNCE ms after the first change
@@ -280,6 +281,10 @@ class ConsoleApp(App[int]):
         err = worker.error
         self.notify(f"{worker.name} failed", severity="error")
         self.push_screen(MessageScreen(f"{worker.name}: failed", f"{type(err).__name__}: {err}"))
+        if self.screenshot_to is not None and worker.group == "tree":
+            # a --screenshot run would wait for a grid that never comes: save what failed and exit 1
+            target, self.screenshot_to = self.screenshot_to, None
+            self.call_after_refresh(lambda: (self.action_screenshot(str(target)), self.exit(1)))
 
     # ------------------------------------------------------------------------------- messages
     def on_tree_data(self, msg: TreeData) -> None:
@@ -306,7 +311,7 @@ class ConsoleApp(App[int]):
     def on_action_done(self, msg: ActionDone) -> None:
         self.main.busy = None
         self.push_screen(MessageScreen(msg.title, msg.text))
-        self.notify(msg.title, severity="information" if msg.ok else "error")
+        self.notify(safetext.clean(msg.title), severity="information" if msg.ok else "error", markup=False)
 
     def drill_downs(self) -> Iterator[DrillScreen]:
         """Open drill-downs, also under a dialog (they must not miss an update)."""

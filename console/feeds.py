@@ -174,9 +174,13 @@ def read_pool(out: Path, projects: Iterable[str] | None = None) -> tuple[PoolVie
 # -- the cluster (a run with --cluster) -----------------------------------------------------------
 def cluster_of(out: Path) -> str | None:
     """The Ray cluster the tree's runs use (``--cluster``, kept in ``.driver_env``), or None."""
+    from runner.errors import UserError
     from runner.schedule.fleet.probe import tree_cluster
 
-    return tree_cluster(out)
+    try:
+        return tree_cluster(out)
+    except UserError:  # a .driver_env that cannot be read: the runner panel says so, not a crash
+        return None
 
 
 class NodesReader:
@@ -206,6 +210,7 @@ class ArmSummary:
     95 % interval of the mean partial, and the run's spend over every attempt."""
 
     n: int = 0
+    flagged: int = 0  # of n: cells counted as failures by the hole rule (``rules.counts_in_means``)
     partial: float | None = None
     pass_rate: float | None = None
     reward: float | None = None
@@ -232,6 +237,7 @@ class ArmSummary:
         ci = d.get("partial_ci")
         return cls(
             n=i("n") or 0,
+            flagged=i("flagged_in_n") or 0,
             partial=f("partial"),
             pass_rate=f("pass_rate"),
             reward=f("reward"),

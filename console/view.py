@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from rich.text import Text
 
 from console.feeds import ArmSummary, RunEvent, RunnerInfo
+from modes import safetext
 from runner.results.model import Cell
 
 STATUS_GLYPH = {
@@ -59,6 +60,21 @@ CELL_MODES: tuple[tuple[str, str], ...] = (
     ("time", "time/budget"),
     ("tokens", "tokens in/out"),
 )
+
+
+# -- strings from the tree --------------------------------------------------------------------------
+def clean(s: object, cap: int | None = None) -> str:
+    """A string from the tree (a name, a note, a test id, a log line) as the screen may show it:
+    ``modes.safetext.clean`` (no ESC, OSC 52, bidi override or undecodable byte reaches the terminal,
+    and none makes an SVG screenshot invalid XML). Every widget that shows such a string takes it
+    from here or from ``plain``."""
+    return safetext.clean(s, cap)
+
+
+def plain(s: object, style: str = "", cap: int | None = None, **kw: object) -> Text:
+    """A string from the tree as a ``Text``: cleaned, and never read as console markup (a DataTable
+    reads a ``str`` cell as markup: ``[/]`` in a name would raise, ``[link=…]`` would style)."""
+    return Text(clean(s, cap), style=style, **kw)  # type: ignore[arg-type]
 
 
 # -- figures, each formatted whole ------------------------------------------------------------------
@@ -244,10 +260,11 @@ def cell_detail(
     width: int = 1000,
 ) -> str:
     """The one-line description of a cell (under the grid, atop the drill-down), in ``width``."""
+    task, arm = clean(task, 80), clean(arm, 80)
     if cell is None:
         return fit([f"{task} × {arm}: no attempt yet"], width) or f"{task} × {arm}"
     parts = [
-        f"{task} × {arm}: {status_of(cell)}",
+        f"{task} × {arm}: {status_of(cell)}" + (" (flagged: counted as a failure)" if cell.flagged else ""),
         f"reward {num(cell.reward)}",
         f"partial {num(cell.partial)}",
         f"pass {pct(cell.pass_rate)}",
@@ -270,7 +287,7 @@ def cell_detail(
     if cell.newer:
         parts.append(f"newer attempt {cell.newer}")
     if cell.note:
-        parts.append(cell.note)
+        parts.append(clean(cell.note))
     if cell.unreadable and status_of(cell) not in ("unreadable", "tampered"):
         parts.append("a file is unreadable (last good value kept)")
     return fit(parts, width, " · ") or parts[0][:width]
@@ -320,7 +337,7 @@ def event_line(ev: RunEvent) -> str:
     ts = ev.ts.split("T", 1)[1][:8] if "T" in ev.ts else ev.ts
     where = "/".join(x for x in (ev.task, ev.arm) if x)
     rest = " ".join(f"{k}={v}" for k, v in ev.fields)
-    return " ".join(x for x in (ts, ev.kind, where, rest) if x)
+    return clean(" ".join(x for x in (ts, ev.kind, where, rest) if x), 400)
 
 
 # -- the per-arm summary ----------------------------------------------------------------------------
@@ -346,7 +363,7 @@ def summary_lines(s: ArmSummary | None, width: int = 11, one_line: bool = False)
         means.append(f"B{s.build_failed}")
     if s.cost_usd is not None:
         means.append(money(s.cost_usd))
-    n = f"n{s.n}"
+    n = f"n{s.n}" + (f" \u2691{s.flagged}" if s.flagged else "")  # ⚑: flagged cells among n
     wide_ci = f"[{s.partial_ci[0]:.2f}, {s.partial_ci[1]:.2f}]" if s.partial_ci else ""
     short_ci = f"{_compact(s.partial_ci[0])}-{_compact(s.partial_ci[1])}" if s.partial_ci else ""
     if one_line:
@@ -369,7 +386,11 @@ def summary_widths(s: ArmSummary | None) -> tuple[int, int, int]:
     full = len(summary_lines(s, 200, True)[0])
     if s is None or s.partial_ci is None:
         return full, full, full
-    core = [num(s.partial), pct(s.pass_rate).rjust(4), f"n{s.n}"]
+    core = [
+        num(s.partial),
+        pct(s.pass_rate).rjust(4),
+        f"n{s.n}" + (f" \u2691{s.flagged}" if s.flagged else ""),
+    ]
     wide = len(" ".join([*core, f"[{s.partial_ci[0]:.2f}, {s.partial_ci[1]:.2f}]"]))
     short = len(" ".join([*core, f"{_compact(s.partial_ci[0])}-{_compact(s.partial_ci[1])}"]))
     return full, wide + (1 if s.audit_differs else 0), short + (1 if s.audit_differs else 0)

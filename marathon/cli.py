@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from runner.errors import EXIT_USAGE, UserError
+from runner.errors import EXIT_FAILED, EXIT_USAGE, UserError
 
 # name -> module under marathon.commands (dashes become underscores)
 COMMANDS: tuple[str, ...] = (
@@ -70,6 +70,34 @@ def _command_of(argv: Sequence[str]) -> str | None:
     return words[0] if words and words[0] in COMMANDS else None
 
 
+def flag_values(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """Every text a command was given, labelled by its flag (``--repo``, ``OUT``...): what
+    ``runner.secrets.screen_all`` checks before the command does anything at all."""
+    out = []
+    for name, v in vars(args).items():
+        if name.startswith("_") or name in ("command", "debug"):
+            continue
+        label = f"--{name.replace('_', '-')}"
+        for one in v if isinstance(v, (list, tuple)) else [v]:
+            if isinstance(one, (str, os.PathLike)):
+                out.append((label, os.fspath(one)))
+    return out
+
+
+def error_text(exc: BaseException, whole: bool = False) -> str:
+    """An error for the terminal: credentials redacted (``runner.secrets.redact``: a URL's
+    ``user:key@`` never reaches the screen) and cleaned (``modes.safetext``: no control byte). An
+    unexpected error is its first line, cut; a ``UserError`` (``whole``) keeps the lines it was
+    written with (the preflight lists one problem a line)."""
+    from modes import safetext
+    from runner.secrets import redact
+
+    text = str(exc) if str(exc).strip() else type(exc).__name__
+    if whole:
+        return safetext.clean(redact(text), 20_000, newlines=True)
+    return safetext.clean(redact(text.splitlines()[0]), 400)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(_command_of(argv))
@@ -79,11 +107,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        from runner.secrets import screen_all
+
+        screen_all(flag_values(args))  # before anything runs: a key in a flag is never used or shown
         return int(args._run(args) or 0)
     except UserError as exc:
         if args.debug:
             raise
-        print(f"marathon: {exc}", file=sys.stderr)
+        print(f"marathon: {error_text(exc, whole=True)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("marathon: interrupted", file=sys.stderr)
@@ -92,6 +123,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # stdout closed (e.g. piped into head): not an error worth a traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as exc:  # noqa: BLE001 - no traceback without --debug, ever
+        if args.debug:
+            raise
+        print(
+            f"marathon: internal error: {type(exc).__name__}: {error_text(exc)} (--debug shows the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -9,10 +9,10 @@ drift apart, and neither can they from the console's keys, which act on the same
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from pathlib import Path
 
+from modes import safetext
 from runner.errors import NotAnOutputTree
 from runner.ops.plan import Plan, Report
 from runner.results.tree import DEFAULT_OUT, default_out
@@ -53,16 +53,18 @@ def show_then_act(
 ) -> int:
     """Print the plan; with ``--yes`` act on exactly it and print the report. Exit 0 when everything
     was listed (a dry run) or done (``--yes``), 1 otherwise."""
+    # a plan names trial dirs, projects, argvs and reasons from the tree: shown through the one
+    # sanitizer (``modes.safetext``), its lines kept; the JSON through the one strict encoder
     if not args.json:
-        print(plan.render(), flush=True)
+        print(safetext.clean(plan.render(), None, newlines=True), flush=True)
     report = plan.act() if args.yes else None
     if args.json:
-        print(json.dumps(as_json(plan, report), indent=1))
+        print(safetext.dumps(as_json(plan, report), pretty=True))
     elif report is None:
         print("dry run: nothing changed (add --yes to act on the plan above)")
     else:
         print("done:")
-        print(report.render())
+        print(safetext.clean(report.render(), None, newlines=True))
     if report is None:
         return 0 if plan.listed else 1
     return 0 if report.ok else 1

@@ -21,23 +21,25 @@ def _iso(t) -> str | None:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ") if t is not None else None
 
 
-def status_data(model, scope: str) -> dict:
-    from runner.results.report import arm_summary, cell_dict
+def status_data(model, scope: str, exclude_flagged: bool = False) -> dict:
+    from runner.results.report import HEADLINE, OTHER_READING, arm_summary, cell_dict
     from runner.results.tree import unit_label
 
     cells = model.scoped(scope)
     arms = [a for a in model.arms if any(k[1] == a for k in cells)]
-    per_arm = {a: arm_summary([c for k, c in cells.items() if k[1] == a]) for a in arms}
+    per_arm = {a: arm_summary([c for k, c in cells.items() if k[1] == a], exclude_flagged) for a in arms}
     all_cells = model.scoped("all")
     repeats = max((c.k for c in cells.values()), default=1)
     return {
         "out": str(model.out),
         "scope": scope if model.runs else "all",
+        "reading": OTHER_READING if exclude_flagged else HEADLINE,
+        "exclude_flagged": exclude_flagged,
         "run_id": model.run_id,
         "run_started": _iso(model.current_run.started) if model.current_run else None,
         "arms": arms,
         "per_arm": per_arm,
-        "total": arm_summary(list(cells.values())),
+        "total": arm_summary(list(cells.values()), exclude_flagged),
         # with repeats these count repeats (each pair K times), as every count of the table does
         "all_time_done": sum(c.repeats_done for c in all_cells.values()),
         "all_time_pairs": sum(c.k for c in all_cells.values()),
@@ -50,7 +52,7 @@ def status_data(model, scope: str) -> dict:
             {
                 "task": c.task,
                 "arm": c.arm,
-                **{k: v for k, v in cell_dict(c).items() if k in ("status", "note")},
+                **{k: v for k, v in cell_dict(c).items() if k in ("status", "flagged", "note")},
             }
             for c in sorted(cells.values(), key=lambda c: (c.arm, c.task))
             if c.note
@@ -59,11 +61,14 @@ def status_data(model, scope: str) -> dict:
 
 
 def render(d: dict) -> str:
+    """The status table for a terminal: every name and note from the tree through
+    ``modes.safetext.clean`` (no control, bidi or undecodable character reaches the terminal)."""
+    from modes.safetext import clean
     from runner.results.report import fmt_mean
 
-    head = f"marathon status {d['out']}"
+    head = f"marathon status {clean(d['out'], None)}"
     if d["scope"] == "run":
-        head += f"  run {d['run_id']} (started {d['run_started'] or '?'})"
+        head += f"  run {clean(d['run_id'])} (started {d['run_started'] or '?'})"
         unit = "repeats" if d.get("repeats", 1) > 1 else "pairs"
         head += f"; all time: {d['all_time_done']}/{d['all_time_pairs']} {unit} done"
     else:
@@ -77,6 +82,8 @@ def render(d: dict) -> str:
         "void",
         "unrd",
         "tamp",
+        "n",
+        "flag",
         "reward",
         "partial [95% CI]",
         "pass",
@@ -86,8 +93,11 @@ def render(d: dict) -> str:
         "errev",
         "cost$",
     )
+    arms = {a: clean(a, 60) for a in d["arms"]}
     widths = (
-        max([len("arm"), 5] + [len(a) for a in d["arms"]]),
+        max([len("arm"), 5] + [len(a) for a in arms.values()]),
+        4,
+        4,
         4,
         4,
         4,
@@ -108,11 +118,13 @@ def render(d: dict) -> str:
         head,
         "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cols, widths, strict=True))),
     ]
+    if d.get("exclude_flagged"):
+        lines.insert(1, f"reading: {d['reading']}")
 
     def row(name: str, s: dict) -> str:
         vals = (
             name, s["done"], s["running"], s["pending"], s["errored"], s["voided"],
-            s.get("unreadable", 0), s.get("tampered", 0),
+            s.get("unreadable", 0), s.get("tampered", 0), s["n"], s["flagged_in_n"],
             _f(s["reward"]), fmt_mean(s["partial"], s["partial_ci"]), _f(s["pass_rate"]), s["build_failed"],
             _f(s["continuations"]), _f(s["unblocks"]), _f(s["error_events"]), _f(s["cost_usd"], 4),
         )  # fmt: skip
@@ -122,21 +134,21 @@ def render(d: dict) -> str:
         )
 
     for a in d["arms"]:
-        lines.append(row(a, d["per_arm"][a]))
+        lines.append(row(arms[a], d["per_arm"][a]))
     if len(d["arms"]) > 1:
         lines.append(row("total", d["total"]))
     if not d["arms"]:
         lines.append("no pairs yet")
     lines += repeats_lines(d)
-    for host, row in d.get("hosts", {}).items():
-        rest = ", ".join(f"{n} {k}" for k, n in row.items() if k != "attempts")
-        lines.append(f"host {host}: {row['attempts']} attempt(s) ({rest})")
+    for host, hrow in d.get("hosts", {}).items():
+        rest = ", ".join(f"{n} {clean(k)}" for k, n in hrow.items() if k != "attempts")
+        lines.append(f"host {clean(host)}: {hrow['attempts']} attempt(s) ({rest})")
     for e in d["excluded"]:
-        lines.append(f"excluded: {e['path']}: {e['reason']}")
+        lines.append(f"excluded: {clean(e['path'])}: {clean(e['reason'])}")
     for u in d["unreadable"]:
-        lines.append(f"unreadable: {u}")
+        lines.append(f"unreadable: {clean(u, None)}")
     for n in d["notes"]:
-        lines.append(f"note: {n['task']} x {n['arm']}: {n['note']}")
+        lines.append(f"note: {clean(n['task'])} x {clean(n['arm'])}: {clean(n['note'], None)}")
     return "\n".join(lines)
 
 
@@ -145,24 +157,32 @@ def repeats_lines(d: dict) -> list[str]:
     k = d.get("repeats", 1)
     if k < 2:
         return []
+    from modes.safetext import clean
     from runner.results.report import fmt_mean
 
     lines = [
         f"repeats: K = {k} per (task, arm); the counts are repeats, the means are over tasks (n, each task "
-        f"the mean of its done repeats) with intervals that resample tasks"
+        f"the mean of its counted repeats) with intervals that resample tasks"
     ]
     for a in d["arms"]:
         s = d["per_arm"][a]
         if s.get("pass_k"):
             lines.append(
-                f"{a}: n {s['n']} tasks; pass@{k} {fmt_mean(s['pass_at_k'], s['pass_at_k_ci'])}, "
+                f"{clean(a)}: n {s['n']} tasks; pass@{k} {fmt_mean(s['pass_at_k'], s['pass_at_k_ci'])}, "
                 f"pass^{k} {fmt_mean(s['pass_hat_k'], s['pass_hat_k_ci'])} (over the {s['pass_k_n']} task(s) "
-                f"with {k} done repeats)"
+                f"with {k} counted repeats)"
             )
     return lines
 
 
-def show(out: Path, *, all_runs: bool = False, as_json: bool = False, pretty: bool = False) -> int:
+def show(
+    out: Path,
+    *,
+    all_runs: bool = False,
+    as_json: bool = False,
+    pretty: bool = False,
+    exclude_flagged: bool = False,
+) -> int:
     """Print the status of ``out`` (``marathon status``); exit 0."""
     from runner.results.index import remembered_intervals
     from runner.results.model import open_tree
@@ -170,6 +190,6 @@ def show(out: Path, *, all_runs: bool = False, as_json: bool = False, pretty: bo
 
     model = open_tree(out)
     with remembered_intervals(model.out):
-        d = status_data(model, "all" if all_runs else "run")
+        d = status_data(model, "all" if all_runs else "run", exclude_flagged)
     print(dump_json(d, pretty) if as_json else render(d))
     return 0

@@ -18,9 +18,13 @@ scanner, and a refused file is never a score.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from dataclasses import dataclass
+from typing import Any
+
+from modes.values import depth_within
 
 #: Kinds of tree file and what each may cost to read.
 JSON = "json"  # result.json, metrics.json, goal_receipt.json: read whole, capped
@@ -209,6 +213,102 @@ def read_capped(path: str | os.PathLike, trial_root: str | os.PathLike, kind: st
     if not parts:
         return b""
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+# ------------------------------------------------------------------------ the runner's own files
+# The runner's files under OUT (``.runner/registry.json``, the lock, ``.claims/``, ``.driver_env``,
+# ``host.json``, harbor's ``config.json``) are not the agents', but OUT may sit under a shared
+# parent (/tmp) and a hand or another user's process can plant anything there. So they are read by
+# the same rules: regular files only (a FIFO never blocks), never through a symlink at the name,
+# size-capped, JSON depth-capped; and what decides a signal or a removal is trusted only when it is
+# the runner's user's and nobody else can write it (``untrusted``).
+
+#: a runner file is at most this (a registry of thousands of entries is well below)
+OWN_CAP = 8 << 20
+#: JSON nesting a runner file may have (theirs is at most 4 deep)
+OWN_DEPTH = 32
+
+
+def read_own(path: str | os.PathLike, cap: int = OWN_CAP) -> bytes | Refused:
+    """A whole runner file (see above) in one read, or why not: missing, not a regular file, a
+    symlink at the name (``O_NOFOLLOW``), over ``cap``. Never blocks, never raises."""
+    p = os.fspath(path)
+    try:
+        fd = os.open(p, _OPEN_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return _MISSING
+    except OSError as exc:
+        if exc.errno == 40:  # ELOOP: the name is a symlink
+            return Refused("a symlink (not followed)")
+        return _error(exc)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return Refused(f"not a regular file ({_KIND_NAMES.get(stat.S_IFMT(st.st_mode), 'special file')})")
+        if st.st_size > cap:
+            return Refused(f"too large ({st.st_size} bytes > {cap})")
+        data = os.read(fd, cap + 1)
+    except OSError as exc:
+        return _error(exc)
+    finally:
+        os.close(fd)
+    if len(data) > cap:
+        return Refused(f"too large (more than {cap} bytes)")
+    return data
+
+
+def load_own_json(path: str | os.PathLike, cap: int = OWN_CAP, depth: int = OWN_DEPTH) -> Any:
+    """A runner JSON file parsed (``read_own``), or a ``Refused`` saying why not: also when it is
+    not UTF-8 JSON or nests deeper than ``depth``. The caller checks the types it needs."""
+    raw = read_own(path, cap)
+    if isinstance(raw, Refused):
+        return raw
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        return Refused(f"not JSON ({type(exc).__name__})")
+    if not depth_within(data, depth):
+        return Refused(f"nested deeper than {depth}")
+    return data
+
+
+def untrusted(path: str | os.PathLike, uid: int | None = None, others_may_write: bool = False) -> str:
+    """Why ``path`` (looked at itself: a symlink is not followed) may not decide a signal or a
+    removal: "" when it is ``uid``'s (default: this process's effective user, the runner's) and
+    neither group- nor world-writable; else the reason, for the plan to name. A missing path is ""
+    (nothing to trust). ``others_may_write``: a dir made writable by design (harbor makes every
+    trial dir 0o777 for the container's user): only its owner is checked, and what is in it must
+    pass on its own."""
+    uid = os.geteuid() if uid is None else uid
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        return f"cannot be looked at ({exc.strerror or exc})"
+    if stat.S_ISLNK(st.st_mode):
+        return "a symlink"
+    if st.st_uid != uid:
+        return f"owned by uid {st.st_uid}, not the runner's uid {uid}"
+    if others_may_write and stat.S_ISDIR(st.st_mode):
+        return ""
+    if st.st_mode & 0o002 or st.st_mode & 0o020 and not _private_group(st.st_gid, uid):
+        return f"writable by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return ""
+
+
+def _private_group(gid: int, uid: int) -> bool:
+    """Is ``gid`` the user's own group (a user-private group: its primary group, no other member)?
+    Then group-writable is writable by that user alone (a umask of 002 makes everything so)."""
+    import grp
+    import pwd
+
+    try:
+        user = pwd.getpwuid(uid)
+        group = grp.getgrgid(gid)
+    except KeyError:
+        return False
+    return user.pw_gid == gid and set(group.gr_mem) <= {user.pw_name}
 
 
 def lstat_times(path: str | os.PathLike) -> tuple[int, int] | None:

@@ -46,9 +46,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # ------------------------------------------------------------------ the Docker tier in parallel
 #
-# `.ci/run` runs the Docker tier in xdist workers with ``--dist loadgroup`` (docs/testing.md): each
-# Docker module is one group, so its module and session fixtures (the shared real runs) are made
-# once, in one worker; modules that share a session fixture share a group. The longest groups are
+# `.ci/run` runs the Docker tier in xdist workers with ``--dist loadscope`` (docs/testing.md): each
+# module is one scope, so its module and session fixtures (the shared real runs) are made once, in
+# one worker; modules that share a session fixture share a scope (``pytest_xdist_make_scheduler``). The longest groups are
 # collected first, so they start first and the short ones fill the gaps (xdist is told not to
 # reorder: ``--no-loadscope-reorder``). Tests marked ``alone`` need the machine's engine to
 # themselves (they read the shared address pool as a whole) and run after the parallel part.
@@ -59,6 +59,8 @@ SHARED_GROUPS = {
     "tests/console/test_snapshots.py": "live_trees",
     "tests/runner/test_equal_budgets.py": "five_arm_run",
     "tests/runner/test_runner_secret_leak.py": "five_arm_run",
+    "tests/console/test_demo_varied.py": "demo_varied_run",
+    "tests/viewer/test_view_browser.py": "demo_varied_run",
 }
 #: the Docker tier's longest groups, longest first (benchmarks/ci_cost.py measures them)
 LONGEST_FIRST = [
@@ -75,18 +77,24 @@ LONGEST_FIRST = [
 ]
 
 
-def docker_group(item: pytest.Item) -> str:
-    """The xdist group of a Docker test: its module, or the group it shares a fixture with."""
-    module = item.nodeid.split("::", 1)[0]
-    return SHARED_GROUPS.get(module, module)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadscope``: one scope per module (xdist's own), except that the modules sharing a
+    session fixture are one scope. (xdist 3.8's ``loadgroup`` cannot group under pytest 9.2: it
+    renames ``item._nodeid``, which pytest no longer reads.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SHARED_GROUPS.get(module, module)
+
+    return ModuleGroups(config, log)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {m: i for i, m in enumerate(LONGEST_FIRST)}
-    for item in items:
-        if item.get_closest_marker("docker"):
-            item.add_marker(pytest.mark.xdist_group(docker_group(item)))
 
     def order(item: pytest.Item) -> int:
         if not item.get_closest_marker("docker"):
@@ -174,21 +182,28 @@ def harbor_jobs() -> SimpleNamespace:
 
 
 @pytest.fixture(scope="session")
-def demo_varied_tree(docker_engine, tmp_path_factory) -> Path:
-    """The out tree of one completed varied ``marathon demo --headless`` run (five real arms, 20
-    pairs, one setup failure voided and rerun; its voided root beside it), made once per session
-    and read by many tests. Read-only: copy it to change it. (Provisional, from the harbor-view
-    branch; ~5 min here.)"""
+def demo_varied_run(docker_engine, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One completed varied ``marathon demo --headless`` run (the README's main job: five real arms,
+    20 pairs, one setup failure voided and rerun; its voided root beside it) and what the command
+    printed, made once per session and read by many tests (tests/console/test_demo_varied.py,
+    tests/viewer/test_view_browser.py: one xdist scope). Read-only: copy the tree to change it."""
     import sys
 
     out = tmp_path_factory.mktemp("demo_varied") / "out"
     repo = Path(__file__).resolve().parent.parent
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(repo))
-    # more harbor agent time than the demo's default, as tests/console/test_demo_varied.py: on this
-    # shared 2-core machine the LoopX arms' install alone can outlast it (not under test here)
+    # more harbor agent time than the demo's 2 x 120 s: on a loaded 2-core machine the LoopX arms'
+    # install alone can outlast it, and harbor's timeout is an errored attempt, not under test here
     r = subprocess.run(
         [sys.executable, "-m", "marathon.cli", "demo", "--headless", "--agent-timeout-mult", "5", "--out", str(out)],
         cwd=repo, env=env, capture_output=True, text=True, timeout=3000,
     )  # fmt: skip
+    return out, r
+
+
+@pytest.fixture(scope="session")
+def demo_varied_tree(demo_varied_run) -> Path:
+    """The out tree of ``demo_varied_run``, which must have finished every pair."""
+    out, r = demo_varied_run
     assert r.returncode == 0 and "20/20 pairs done" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
     return out

@@ -79,14 +79,14 @@ class CompareScreen(Screen):
 
     def on_mount(self) -> None:
         n = sum(1 for t in self.trials.values() if t is not None)
-        title = Text(f"{self.task_name}", style="bold")
+        title = Text(view.clean(self.task_name, 80), style="bold")
         title.append(f"   {n} of {len(self.arms)} arms · a column is the attempt that scores the pair · "
                      "Enter reads its trajectory", style="dim")  # fmt: skip
         self.query_one("#compare-title", Static).update(title)
         sus = self.query_one("#compare-suspect", Static)
         sus.display = bool(self.suspect)
         if self.suspect:
-            sus.update(Text(f"⚠ {self.suspect}"))
+            sus.update(Text(f"⚠ {view.clean(self.suspect, None)}"))  # task, test and exception text
         self.fill_figures()
         self.fill_tests()
         self.query_one("#compare-figures", DataTable).focus()
@@ -113,7 +113,7 @@ class CompareScreen(Screen):
         title = self.query_one("#compare-pairs-title", Static)
         table = self.query_one("#compare-pairs", DataTable)
         if msg.table is None:
-            title.update(Text(f"pairs over every task: unavailable ({msg.error})", style="red"))
+            title.update(Text(f"pairs over every task: unavailable ({view.clean(msg.error)})", style="red"))
             return
         t = Text("pairs over every task", style="bold")
         t.append(f"   diff = a − b · {msg.table.level}", style="dim")
@@ -122,11 +122,11 @@ class CompareScreen(Screen):
         for h in compare_rows.PAIR_HEADS:
             table.add_column(h)
         for row in msg.table.rows:
-            table.add_row(*row)
+            table.add_row(*(view.plain(v) for v in row))  # arm names: cleaned, never read as markup
         if msg.table.underpowered:
             notes = self.query_one("#compare-pairs-notes", Static)
             notes.update(Text("underpowered (a \"no difference\" here is not evidence of none): "
-                              + " · ".join(msg.table.underpowered), style="yellow"))  # fmt: skip
+                              + view.clean(" · ".join(msg.table.underpowered), None), style="yellow"))  # fmt: skip
             notes.display = True
 
     @work(thread=True, group="compare-read", exit_on_error=False)
@@ -146,7 +146,7 @@ class CompareScreen(Screen):
         table.clear(columns=True)
         table.add_column("", key="_label")
         for a in self.arms:
-            table.add_column(a, key=a)
+            table.add_column(view.plain(a), key=a)
         cols = {
             a: compare_rows.figure_rows(
                 self.cells.get(a),
@@ -169,7 +169,7 @@ class CompareScreen(Screen):
                     style = "red"
                 elif key == "build" and v == "FAILED":
                     style = "bold red"
-                text = v if key != "last_message" else v[:LAST_MESSAGE_CHARS]
+                text = view.clean(v, LAST_MESSAGE_CHARS if key == "last_message" else None)
                 row.append(Text(text, style=style, no_wrap=True, overflow="ellipsis"))
             table.add_row(*row, key=key)
         if col:
@@ -191,14 +191,14 @@ class CompareScreen(Screen):
         split = set(disagreements(got))
         sources = sorted({o.source for o in got.values()})
         t = Text("tests × arms", style="bold")
-        t.append(f"   from {', '.join(sources)} · ", style="dim")
+        t.append(f"   from {view.clean(', '.join(sources))} · ", style="dim")
         t.append(f"{len(split)} test(s) passed by one arm and failed by another (marked ≠)",
                  style="bold yellow" if split else "dim")  # fmt: skip
         title.update(t)
         table.add_column("", key="_mark")
         table.add_column("test", key="_test")
         for a in self.arms:
-            table.add_column(a, key=a)
+            table.add_column(view.plain(a), key=a)
         names: dict[str, None] = {}
         for o in got.values():
             names.update(dict.fromkeys(n for n, _ in o.outcomes))
@@ -206,7 +206,7 @@ class CompareScreen(Screen):
         for name in names:
             differ = name in split
             row = [Text("≠" if differ else "", style="bold yellow"),
-                   Text(name, style="bold yellow" if differ else "", no_wrap=True, overflow="ellipsis")]  # fmt: skip
+                   view.plain(name, "bold yellow" if differ else "", no_wrap=True, overflow="ellipsis")]  # fmt: skip
             for a in self.arms:
                 outcome = maps.get(a, {}).get(name)
                 label, style = OUTCOME_TEXT.get(outcome, ("·", "dim"))
@@ -229,7 +229,8 @@ class CompareScreen(Screen):
             return
         trial = self.trials.get(arm)
         if trial is None:
-            self.notify(f"{arm} has no trial on {self.task_name} yet", severity="warning")
+            self.notify(f"{view.clean(arm, 40)} has no trial on {view.clean(self.task_name, 80)} yet",
+                        severity="warning", markup=False)  # fmt: skip
             return
         running = view.status_of(self.cells.get(arm)) == "running"
         self.app.push_screen(

@@ -6,11 +6,14 @@ explicit ``y`` or a press on the red button goes ahead.
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
+
+from modes import safetext
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -34,9 +37,9 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box"):
-            yield Label(self.title_text, id="confirm-title")
-            with VerticalScroll(id="confirm-plan"):
-                yield Static(self.plan_text, markup=False)
+            yield Label(Text(safetext.clean(self.title_text)), id="confirm-title")
+            with VerticalScroll(id="confirm-plan"):  # a plan names paths and projects from the tree
+                yield Static(Text(safetext.clean(self.plan_text, None, newlines=True)), markup=False)
             with Horizontal(id="confirm-buttons"):
                 yield Button("Cancel (n/Esc)", id="cancel", variant="primary")
                 yield Button(f"{self.confirm_label} (y)", id="confirm", variant="error")
@@ -70,9 +73,9 @@ class MessageScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box"):
-            yield Label(self.title_text, id="confirm-title")
+            yield Label(Text(safetext.clean(self.title_text)), id="confirm-title")
             with VerticalScroll(id="confirm-plan"):
-                yield Static(self.text, markup=False)
+                yield Static(Text(safetext.clean(self.text, None, newlines=True)), markup=False)
             with Horizontal(id="confirm-buttons"):
                 yield Button("Close (Enter)", id="close", variant="primary")
 

@@ -175,8 +175,8 @@ class DrillScreen(Screen):
             rec = t.record
             note = t.reason or rec.exception_type or rec.metrics.error or rec.error or ""
             table.add_row(
-                t.stamp,
-                t.trial,
+                view.plain(t.stamp),
+                view.plain(t.trial),
                 Text(
                     f"{view.STATUS_GLYPH.get(status, '?')} {status}", style=view.STATUS_STYLE.get(status, "")
                 ),
@@ -184,9 +184,9 @@ class DrillScreen(Screen):
                 view.num(rec.partial) + (" B" if rec.build_failed else ""),
                 view.pct(rec.pass_rate),
                 view.duration(rec.wall_sec),
-                str(note)[:40],
-                *([t.host or "-"] if self._hosted else []),
-                *([repeat_text(t.repeat, parts)] if self._repeated else []),
+                view.plain(view.clean(note)[:40]),
+                *([view.plain(t.host or "-")] if self._hosted else []),
+                *([view.plain(repeat_text(t.repeat, parts))] if self._repeated else []),
                 key=t.path,
             )
         if self.trials:
@@ -199,7 +199,7 @@ class DrillScreen(Screen):
 
     def _paint_title(self) -> None:
         width = max(10, (self.size.width or 80) - len(self.pair_task) - len(self.pair_arm) - 6)
-        title = Text(f"{self.pair_task} × {self.pair_arm}", style="bold")
+        title = Text(f"{view.clean(self.pair_task, 80)} × {view.clean(self.pair_arm, 80)}", style="bold")
         detail = view.cell_detail(self.pair_task, self.pair_arm, self.cell, self.budget, self.clock(), width)
         title.append(f"   {detail}", style="dim")
         self.query_one("#drill-title", Static).update(title)
@@ -306,11 +306,11 @@ class DrillScreen(Screen):
         if s.error and s.missing:
             t.append("not written yet ", style="yellow")
         elif s.error:
-            t.append(f"unreadable: {s.error} ", style="bold red")
+            t.append(f"unreadable: {view.clean(s.error)} ", style="bold red")
         else:
             done = "" if s.complete else f" indexing {100 * s.scanned // max(1, s.size)}%"
             t.append(f"{s.line_count:,} lines {s.size:,} B{done} ", style="dim")
-        t.append(str(rel), style="bold")
+        t.append(view.clean(rel), style="bold")
         self.query_one("#file-status", Static).update(t)
 
     # -- search ----------------------------------------------------------------------------------
@@ -340,7 +340,7 @@ class DrillScreen(Screen):
 
     def on_search_done(self, msg: SearchDone) -> None:
         if msg.line is None:
-            self.notify(f"not found: {msg.query}", severity="warning")
+            self.notify(f"not found: {view.clean(msg.query, 80)}", severity="warning", markup=False)
             return
         self.query_one(FileView).goto(msg.line, msg.query)
 

@@ -262,11 +262,11 @@ class MainScreen(Screen):
             budget = self.info.budget_sec if self.info else None
             line = view.cell_detail(t, a, self.cells.get(self.selected), budget, now, width)
             if t in self.suspect:  # first, at most half the line, so the width never cuts it away
-                mark = f"⚠ {self.suspect[t]}"
+                mark = f"⚠ {view.clean(self.suspect[t], None)}"  # task and test names from the tree
                 half = max(20, width // 2)
                 line = (mark if len(mark) <= half else mark[: half - 1] + "…") + " · " + line
         else:
-            notes = f" · {'; '.join(self.notes)}" if self.notes else ""
+            notes = f" · {view.clean('; '.join(self.notes), None)}" if self.notes else ""
             line = f"{len(self.tasks)} tasks × {len(self.arms)} arms{notes}"
         if line != self._shown.get("detail"):  # an idle console repaints nothing
             self._shown["detail"] = line
@@ -299,7 +299,7 @@ class MainScreen(Screen):
             or None
         )
         run = view.progress_text(self.info, spend_usd, spend_tok, now)
-        t = Text(f"marathon {self.out.name}", style="bold")
+        t = Text(f"marathon {view.clean(self.out.name, 60)}", style="bold")
         if run:
             t.append(f"  {run}")
         pad = max(1, self.size.width - t.cell_len - right.cell_len)
@@ -332,7 +332,7 @@ class MainScreen(Screen):
             for i, (_, line, style) in enumerate(lines):
                 if i:
                     text.append("  ")
-                text.append(line, style=style)
+                text.append(view.clean(line), style=style)  # reasons from events, audit lines from receipts
             banner.update(text)
         new = {k for k, _, _ in lines if k and k not in self._rung}
         if new:

@@ -21,6 +21,7 @@ from textual.widgets import Footer, Input, Static
 
 from console.keys import bindings_for
 from console.widgets.stepview import StepView
+from modes import safetext
 from runner.results.trajectory import ERROR, StepIndex
 
 FIRST_CHUNK = 1 << 20
@@ -88,7 +89,7 @@ class ReaderScreen(Screen):
 
     # -- opening and following -------------------------------------------------------------------
     def open_source(self) -> None:
-        title = Text(self.title_text, style="bold")
+        title = Text(safetext.clean(self.title_text, 200), style="bold")
         if not self.sources:
             title.append(
                 "   no trajectory yet (agent/trajectory.json, agent/appserver.stdout.jsonl)", style="yellow"
@@ -97,7 +98,7 @@ class ReaderScreen(Screen):
             self.watch_for_sources()
             return
         path = self.sources[self.source_no]
-        title.append(f"   {path.relative_to(self.trial_dir)}", style="dim")
+        title.append(f"   {safetext.clean(path.relative_to(self.trial_dir))}", style="dim")
         if len(self.sources) > 1:
             title.append("   (s: switch source)", style="dim")
         self.query_one("#reader-title", Static).update(title)
@@ -167,7 +168,7 @@ class ReaderScreen(Screen):
         if self.view.follow:
             t.append("following ", style="green")
         if ix.error:
-            t.append(f"cannot read: {ix.error}", style="yellow")
+            t.append(f"cannot read: {safetext.clean(ix.error)}", style="yellow")
         else:
             t.append(f"{ix.count:,} steps · {ix.size:,} B", style="dim")
             if not ix.complete:
@@ -258,7 +259,7 @@ class ReaderScreen(Screen):
 
     def on_step_found(self, msg: StepFound) -> None:
         if msg.step is None:
-            self.notify(f"not found: {msg.what}", severity="warning")
+            self.notify(f"not found: {safetext.clean(msg.what, 80)}", severity="warning", markup=False)
             return
         self.view.goto(msg.step)
 

@@ -17,6 +17,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.fileindex import MAX_LINE_BYTES, LineSource
+from modes import safetext
 
 MATCH_STYLE = Style(reverse=True, bold=True)
 CURRENT_STYLE = Style(underline=True)
@@ -96,7 +97,9 @@ class FileView(ScrollView, can_focus=True):
         count = source.line_count
         gutter = len(str(count)) + 1
         line = source.get_line(index)
-        line = "".join(ch if ch.isprintable() else "?" for ch in line)
+        line = safetext.clean(
+            line.expandtabs(4), None
+        )  # a log line from the tree: no ESC reaches the terminal
         text = Text(line, no_wrap=True, end="")
         if self.query:
             self._highlight(text, line)

@@ -31,10 +31,12 @@ MAX_CELL = 32
 
 
 def _label(name: str, width: int, marked: bool) -> Text:
-    """A task's name in a row label or column head; ``⚠`` first when every arm failed it alike."""
+    """A task's name in a row label or column head (from the tree, so cleaned and never read as
+    markup: ``view.plain``); ``⚠`` first when every arm failed it alike."""
+    name = view.clean(name)
     if marked:
-        return Text("⚠" + name[: max(0, width - 1)], style="yellow")
-    return Text(name[:width])
+        return view.plain("⚠" + name[: max(0, width - 1)], style="yellow")
+    return view.plain(name[:width])
 
 
 class Grid(DataTable):
@@ -81,7 +83,7 @@ class Grid(DataTable):
         self.arm_major, self.mode = arm_major, mode
         self.rows_order, self.cols_order = rows, cols
         self.clear(columns=True)
-        label_w = min(max([len(r) for r in rows] + [6]), 24 if width >= 120 else 12)
+        label_w = min(max([len(view.clean(r)) for r in rows] + [6]), 24 if width >= 120 else 12)
         # every column costs two characters of padding; keep two for the scrollbar
         room = width - (label_w + 2) - 2
         sum_w = 0

@@ -14,6 +14,7 @@ from textual.widgets import Static
 
 from console import view
 from console.feeds import PoolView, RunEvent, RunnerInfo
+from modes import safetext
 from runner.results.hosts import HostUse
 from runner.results.run_progress import progress_bar
 
@@ -46,7 +47,7 @@ class RunnerPanel(Widget):
             t.append(f"pass {p.pass_no or '-'}/{info.max_passes or '-'}")
             t.append(f" run {info.running}/{info.concurrency or '-'}")
             t.append(f" gate {p.gate_waits}\n")
-            t.append(info.config_line or "no .driver_env", style="dim")
+            t.append(safetext.clean(info.config_line) or "no .driver_env", style="dim")
         if self.readonly:
             t.append(" READONLY", style="bold reverse")
         return t
@@ -101,10 +102,11 @@ class HostsPanel(Widget):
         rows = host_rows(self.hosts, self.nodes)
         t = Text("hosts", style="bold")
         if self.nodes_error:
-            t.append(f"  cluster: {self.nodes_error}", style="red")
+            t.append(f"  cluster: {safetext.clean(self.nodes_error)}", style="red")
         elif self.nodes is None:
             t.append("  cluster: asking…", style="dim")
         t.append("\n")
+        rows = [(safetext.clean(r[0], None), *r[1:]) for r in rows]
         w = min(max([len(r[0]) for r in rows] + [4]), 26)
         for name, alive, slots, running in rows:
             glyph, style = {True: ("●", "green"), False: ("○ lost", "bold red"), None: ("?", "dim")}[alive]
@@ -112,7 +114,10 @@ class HostsPanel(Widget):
             t.append(f"{name[:w]:<{w}} ")
             total = "-" if slots is None else f"{slots:g}"
             t.append(f"{len(running)}/{total} ")
-            t.append(", ".join(f"{task}/{arm}" for task, arm in running)[:60] or "idle", style="dim")
+            t.append(
+                safetext.clean(", ".join(f"{task}/{arm}" for task, arm in running), None)[:60] or "idle",
+                style="dim",
+            )
             t.append("\n")
         return t
 
@@ -146,12 +151,13 @@ class ArmsPanel(Widget):
         progress = {a.arm: a for a in self.info.progress.arms} if self.info is not None else {}
         got = dict(self.receipts)
         names = list(got) + [a for a in progress if a not in got]
-        w = min(max([len(a) for a in names] + [3]), 12)
+        shown = {a: safetext.clean(a, None) for a in names}
+        w = min(max([len(a) for a in shown.values()] + [3]), 12)
         bar = BAR if self.app.size.width >= 120 else BAR // 2  # a narrow terminal keeps the events readable
         head = f"{'arm':<{w}} " + (f"{'progress':<{bar + 6}} " if progress else "")
         t = Text(f"{head}cont unbl err\n", style="bold")
         for arm in names:
-            t.append(f"{arm[:w]:<{w}} ")
+            t.append(f"{shown[arm][:w]:<{w}} ")
             a = progress.get(arm)
             if a is not None:
                 t.append(progress_bar(a.done, a.running, a.total, bar), style="cyan")

@@ -17,6 +17,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from modes import safetext
 from runner.results.trajectory import ERROR, GOAL, Step, StepIndex
 
 #: lines an expanded step shows at most (the rest: see the raw tab)
@@ -28,7 +29,8 @@ MATCH_STYLE = Style(reverse=True, bold=True)
 
 
 def _printable(s: str) -> str:
-    return "".join(ch if ch.isprintable() else "?" for ch in s)
+    """What the agent wrote, as the screen may show it (``modes.safetext.clean``: one sanitizer)."""
+    return safetext.clean(s, None)
 
 
 def header_text(step: Step, number_width: int) -> Text:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from marathon.options import add_out, tree_out
+from modes import safetext
 
 HELP = "check a run (runner alive, stale claims, trials past budget, leaked networks, errors not voided)"
 DESCRIPTION = (
@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     out = tree_out(args, must_exist=False)
     rep = fix(out) if args.fix else check(out)[0]
-    print(json.dumps(rep.to_json(), indent=1) if args.json else rep.render())
+    print(safetext.dumps(rep.to_json(), pretty=True) if args.json else rep.render())
     if args.fix:
         unfixed = [f for f in rep.findings if not f.fixable]
         return 0 if not unfixed else 1

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+
+from modes import safetext
 
 HELP = "Docker address pools: capacity, used (ours/foreign), free, empty-and-ours, gate verdict"
 DESCRIPTION = (
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     status = pool_status(args.out)
     v = verdict(status, args.n, cap=args.net_cap, margin=args.net_margin)
     if args.json:
-        print(json.dumps({"status": status.to_json(), "gate": v.to_json()}, indent=1))
+        print(safetext.dumps({"status": status.to_json(), "gate": v.to_json()}, pretty=True))
     else:
         print(render(status, v))
     return 0 if v.ok else 1
@@ -104,7 +105,7 @@ def run_hosts(args: argparse.Namespace, cluster: str) -> int:
     params = {"n": args.n, "cap": args.net_cap, "margin": args.net_margin}
     answers = ask_hosts(cluster, args.out, "net", params).get("net", [])
     if args.json:
-        print(json.dumps({"cluster": cluster, "hosts": [vars(a) for a in answers]}, indent=1))
+        print(safetext.dumps({"cluster": cluster, "hosts": [vars(a) for a in answers]}, pretty=True))
     else:
         print(f"cluster {cluster}: {len(answers)} Docker host(s)")
         print("\n".join(render_host(a) for a in answers))

@@ -89,19 +89,22 @@ def _tasks(t: dict) -> str:
 
 
 def render(d: dict) -> str:
-    """The plan as a table for a terminal."""
+    """The plan as a table for a terminal: the tree's path and its task and arm names through
+    ``modes.safetext.clean`` (no control, bidi or undecodable character reaches the terminal)."""
+    from modes.safetext import clean
     from runner.results.power import fmt_level
 
     measure = d["measure"].replace("_", " ")
     target = f"{d['target']:.3g}" if d["target"] is not None else "each pair's observed difference"
     lines = [
-        f"marathon plan-size {d['out']}: {measure}; target {target}",
+        f"marathon plan-size {clean(d['out'], None)}: {measure}; target {target}",
         f"{d['power'] * 100:.0f} % power at the Holm-adjusted level {fmt_level(d['alpha_holm'])} "
         f"({d['alpha']:g} over {d['family']} pair(s)); {d['method']}",
     ]
     if d.get("suspect_excluded"):
         lines.append(
-            f"other reading: {len(d['suspect'])} suspect task(s) excluded: {', '.join(d['suspect'])}"
+            f"other reading: {len(d['suspect'])} suspect task(s) excluded: "
+            + ", ".join(clean(t, 60) for t in d["suspect"])
         )
     if not d["pairs"]:
         lines.append("no pair of arms has a task both completed: nothing to plan from")
@@ -113,7 +116,7 @@ def render(d: dict) -> str:
         diff = "-" if p["diff"] is None else f"{p['diff']:+.3f}".replace("-", "\u2212")
         rows.append(
             [
-                f"{p['a']} vs {p['b']}",
+                f"{clean(p['a'], 60)} vs {clean(p['b'], 60)}",
                 str(p["n"]),
                 f"{p['pilot_repeats']:.1f}",
                 diff,

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
+
+from modes import safetext
 
 HELP = "build the task images once, with a proxy only at build time (never in running containers)"
 DESCRIPTION = (
@@ -13,8 +14,10 @@ DESCRIPTION = (
     "in argv) and with the host network. The proxy is read from the environment (HTTPS_PROXY, "
     "HTTP_PROXY, or the variable --proxy-env names), so its credentials never sit on a command line; "
     "--proxy URL is accepted only without credentials. Never uses ~/.docker/config.json proxies, which would also "
-    "reach running containers. harbor's later per-trial build reuses the layers (run the runner "
-    "with the same --build-network, default host)."
+    "reach running containers. Each image is recorded by digest (its id and its content digest, what "
+    "receipts record) and tagged marathon-task-<task>:<id12>; `marathon run` builds (or verifies) each "
+    "task's image once the same way, so a prebuilt task's cached build is the image every trial runs "
+    "(run the runner with the same --build-network, default host)."
 )
 
 
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         build_network=args.build_network, on_result=show,
     )  # fmt: skip
     if args.json:
-        print(json.dumps([r.to_json() for r in results], indent=1))
+        print(safetext.dumps([r.to_json() for r in results], pretty=True))
     return 0 if all(r.ok for r in results) else 1
 
 
@@ -107,7 +110,7 @@ def run_hosts(args) -> int:
               "proxy_env": args.proxy_env, "no_proxy": args.no_proxy, "build_network": args.build_network}  # fmt: skip
     answers = ask_hosts(args.cluster, None, "prebuild", params, job_sec=BUILD_SEC + 600).get("prebuild", [])
     if args.json:
-        print(json.dumps([a.to_json() for a in answers], indent=1))
+        print(safetext.dumps([a.to_json() for a in answers], pretty=True))
     ok = bool(answers)
     for a in answers:
         built = a.ok and all(r["ok"] for r in a.result["results"])
@@ -124,9 +127,12 @@ def run_hosts(args) -> int:
 
 
 def render_result(r: dict) -> str:
-    """One task's build (``BuildResult.to_json``), as a line and its error below."""
+    """One task's build (``BuildResult.to_json``), as a line (its image by digest below it) and its
+    error below."""
     state = "ok " if r["ok"] else "FAILED"
     line = f"  {state} {r['task']:<28} {r['image']:<44} {r['seconds']:>6}s  {r['cached']}/{r['steps']} steps cached"
+    if r.get("image_id"):
+        line += f"\n       {r['tag']}  id {r['image_id']}  content {r['content_sha256']}"
     if r["error"]:
         line += "\n       " + r["error"].replace("\n", "\n       ")
     return line

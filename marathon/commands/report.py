@@ -13,7 +13,7 @@ HELP = "the comparison report: matrix, per-arm summary, paired comparisons, bias
 DESCRIPTION = (
     "Read an output tree (never writes to it) and render the task x arm matrix with reward, partial "
     "score and test pass rate side by side and build failures marked; the per-arm summary (means over "
-    "done cells, build failures as 0); paired comparisons on the tasks both arms completed, with n; "
+    "done cells, build failures as 0, flagged cells as failures: the hole rule); paired comparisons on the tasks both arms completed, with n; "
     "the infrastructure-bias alarm (Fisher's exact test on errored+voided attempts); and the arms' "
     "disclosed deviations. Beside each paired difference: the minimum detectable effect at 80 % power "
     "and the Holm-adjusted level, and the tasks needed to detect the observed difference. Tasks every "
@@ -32,6 +32,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--run", action="store_true", help="only the current run (default: all time)")
     p.add_argument("--pretty", action="store_true", help="indent the JSON for a human (default: one line)")
+    p.add_argument(
+        "--exclude-flagged",
+        action="store_true",
+        help="the other reading, labelled as such: leave flagged cells (holes the agent could have made) "
+        "out of the means and pairs instead of counting them as failures",
+    )
     p.add_argument(
         "--exclude-suspect",
         action="store_true",
@@ -55,7 +61,12 @@ def run(args: argparse.Namespace) -> int:
         if os.path.isdir(target):
             raise UserError(f"--out {args.out_file}: is a directory; give a file name")
     with remembered_intervals(model.out):
-        rep = build_report(model, "run" if args.run else "all", exclude_suspect=args.exclude_suspect)
+        rep = build_report(
+            model,
+            "run" if args.run else "all",
+            exclude_flagged=args.exclude_flagged,
+            exclude_suspect=args.exclude_suspect,
+        )
     text = render(rep, args.format, args.pretty)
     if args.out_file is None:
         sys.stdout.write(text)

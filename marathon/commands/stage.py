@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from modes import safetext
 from runner.schedule.parts_cache import STAGERS
 
 HELP = "stage the agents' offline parts (codex, ...) into the local cache"
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         return run_hosts(args)
     info = stage(args.what, args.version, args.force)
     if args.json:
-        print(json.dumps(info, indent=2))
+        print(safetext.dumps(info, pretty=True))
     else:
         for key, value in info.items():
             if isinstance(value, dict):
@@ -50,7 +51,7 @@ def run_hosts(args: argparse.Namespace) -> int:
     params = {"what": args.what, "version": args.version, "force": bool(args.force)}
     answers = ask_hosts(args.cluster, None, "stage", params).get("stage", [])
     if args.json:
-        print(json.dumps([a.to_json() for a in answers], indent=2))
+        print(safetext.dumps([a.to_json() for a in answers], pretty=True))
     else:
         for a in answers:
             if a.ok:

@@ -12,12 +12,12 @@ and the rest of that arm is skipped. Exit 0 when every check passed, 1 otherwise
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from modes import safetext
 from runner.errors import EXIT_FAILED, EXIT_OK, UserError
 from runner.schedule.envcheck import MINI_TASK, Check, checks_here
 
@@ -93,13 +93,13 @@ def run_hosts(args: argparse.Namespace, arms: list[str], pre: list[Check]) -> in
         checks = [Check(**c) for c in a.result["checks"]] if a.ok else []
         for c in checks:
             if args.json:
-                print(json.dumps({"host": a.label, **asdict(c)}), flush=True)
+                print(safetext.dumps({"host": a.label, **asdict(c)}), flush=True)
             else:
                 print(f"{a.label:<24} {c.line()}", flush=True)
         if not a.ok:
             why = a.error or "down"
             print(
-                json.dumps({"host": a.label, "error": why})
+                safetext.dumps({"host": a.label, "error": why})
                 if args.json
                 else f"{a.label:<24} NOT checked ({why})"
             )
@@ -109,5 +109,5 @@ def run_hosts(args: argparse.Namespace, arms: list[str], pre: list[Check]) -> in
 
 def _print(checks: list[Check], as_json: bool) -> int:
     for c in checks:
-        print(json.dumps(asdict(c)) if as_json else c.line(), flush=True)
+        print(safetext.dumps(asdict(c)) if as_json else c.line(), flush=True)
     return EXIT_OK if all(c.status == "ok" for c in checks) else EXIT_FAILED

@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     import os
     import sys
 
-    from runner.errors import UserError
+    from modes import safetext
+    from runner.errors import Busy, UserError
     from runner.ops import viewer
     from runner.results.model import open_tree
 
@@ -66,10 +67,17 @@ def run(args: argparse.Namespace) -> int:
         )
         print(("started " if started else "already running: ") + acc.render())
         return 0
-    rc = viewer.serve(
-        out, all_attempts=args.all_attempts, port=args.port, show_token=not args.serve_detached, poll=args.poll,
-        say=lambda line: print(line, flush=True),
-    )  # fmt: skip
+    try:
+        rc = viewer.serve(
+            out, all_attempts=args.all_attempts, port=args.port, show_token=not args.serve_detached,
+            poll=args.poll, say=lambda line: print(line, flush=True),
+        )  # fmt: skip
+    except Busy as exc:
+        # Says how to reach the running viewer, its token included, as a start prints it: the
+        # operator's own address, so not through the CLI's error redaction (which would cut the
+        # token out of it); cleaned as every error is (``modes.safetext``).
+        print(f"marathon: {safetext.clean(str(exc), 20_000, newlines=True)}", file=sys.stderr)
+        return exc.exit_code
     # Everything of the viewer is undone (registry, access file, jobs folder, socket). A request
     # still running in a worker thread cannot be cancelled (harbor's /api/pricing imports LiteLLM:
     # 3-25 s here) and would hold the interpreter's exit until it finishes: leave now.

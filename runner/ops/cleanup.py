@@ -18,8 +18,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from modes import safetext
 from runner.errors import NotAnOutputTree
-from runner.ops.docker_pool import is_ours, our_projects, project_of
+from runner.ops.docker_pool import is_ours, project_of, project_scan
 from runner.ops.dockerapi import (
     COMPOSE_PROJECT,
     call_engine,
@@ -52,6 +53,9 @@ class CleanupPlan:
     containers: list[DockerObj] = field(default_factory=list)
     networks: list[DockerObj] = field(default_factory=list)
     images: list[DockerObj] = field(default_factory=list)
+    #: dirs that could have named a project but are not trusted to decide a removal (another
+    #: user's, or writable by others: ``docker_pool.project_scan``), named and left alone
+    left_alone: list[str] = field(default_factory=list)
     listed = True
 
     @property
@@ -68,7 +72,10 @@ class CleanupPlan:
     def from_json(cls, d: dict) -> CleanupPlan:
         """The plan ``to_json`` gave (made on another host, carried back as JSON)."""
         objs = {k: [DockerObj(**o) for o in d.get(k, [])] for k in ("containers", "networks", "images")}
-        return cls(str(d["out"]), dict(d.get("scope") or {}), list(d.get("projects") or []), **objs)
+        left = [str(x) for x in d.get("left_alone") or []]
+        return cls(
+            str(d["out"]), dict(d.get("scope") or {}), list(d.get("projects") or []), **objs, left_alone=left
+        )
 
     def render(self, host: str = "") -> str:
         """The plan, one line per object; ``host`` (a cluster run's host) leads every object line."""
@@ -90,6 +97,8 @@ class CleanupPlan:
                 f"    {at}{i.id.removeprefix('sha256:')[:12]}  {i.name:<40} {i.state:<10} project={i.project}"
             )
         lines.append('  selected by exact label "com.docker.compose.project" = a trial\'s compose project')
+        for why in self.left_alone:
+            lines.append(f"  left alone (not trusted to decide a removal): {safetext.clean(why, None)}")
         return "\n".join(lines)
 
 
@@ -142,11 +151,12 @@ def plan_cleanup(
     out = Path(out)
     if not out.is_dir():
         raise NotAnOutputTree(f"{out} is not a directory (expected a marathon output tree)")
-    projects = our_projects(out, task=task, arm=arm, trial=trial, trials=trials)
+    scan = project_scan(out, task=task, arm=arm, trial=trial, trials=trials)
+    projects = scan.projects
     scope = {"task": task, "arm": arm, "trial": trial}
     if trials is not None:
         scope["trials"] = ",".join(sorted(trials))
-    plan = CleanupPlan(out=str(out), scope=scope, projects=sorted(projects))
+    plan = CleanupPlan(out=str(out), scope=scope, projects=sorted(projects), left_alone=scan.left_alone)
     if not projects:
         return plan
     client = client or connect()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-import json
 import os
 import re
 import time
@@ -22,7 +21,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from modes import safeio
 from modes.naming import compose_project
+from modes.trial_files import TrialFiles
 from runner.errors import UserError
 from runner.ops.dockerapi import COMPOSE_PROJECT, call_engine, connect, list_networks
 from runner.results.tree import iter_job_dirs, iter_trial_dirs, voided_root
@@ -81,15 +82,18 @@ def verifier_compose_project(trial_name: str, key: str) -> str:
     return compose_project(verifier_session_id(trial_name, key)).removesuffix("__env")
 
 
+#: harbor's trial config.json is a few KB
+CONFIG_CAP = 1 << 20
+
+
 def is_harbor_trial(trial_dir: Path) -> bool:
     """True when the dir holds harbor's trial ``config.json`` naming this very trial. harbor writes
     it first thing in ``Trial.run`` (``_init_result``), before any container exists, so a dir
-    without it has no Docker objects -- and a mistyped OUT never makes other people's objects ours."""
-    try:
-        cfg = json.loads((trial_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(cfg, dict) and cfg.get("trial_name") == trial_dir.name
+    without it has no Docker objects -- and a mistyped OUT never makes other people's objects ours.
+    Read by the rules of the runner's own files (``modes.safeio.load_own_json``): a FIFO there never
+    blocks health, cleanup, kill or the runner's network gate; a symlink is not followed."""
+    cfg = safeio.load_own_json(Path(trial_dir) / TrialFiles.CONFIG, CONFIG_CAP)
+    return isinstance(cfg, dict) and cfg.get("trial_name") == Path(trial_dir).name
 
 
 def trial_projects(trial_dir: Path) -> set[str]:
@@ -106,6 +110,82 @@ def trial_projects(trial_dir: Path) -> set[str]:
     return {compose_project(name)} | {verifier_compose_project(name, k) for k in keys}
 
 
+@dataclass
+class ProjectScan:
+    """The compose projects of a tree's trials, and what could have named one but is not trusted to
+    decide a removal (``modes.safeio.untrusted``: another user's, or writable by others): each such
+    dir is named in the plan and none of its projects is taken."""
+
+    projects: set[str] = field(default_factory=set)
+    left_alone: list[str] = field(default_factory=list)
+
+
+def _untrusted_chain(top: Path, below: Path) -> str:
+    """Why ``below`` or a dir between ``top`` and it (both included) is not trusted, or ""."""
+    p = below
+    chain = [below]
+    while p != top and top in p.parents:
+        p = p.parent
+        chain.append(p)
+    for d in reversed(chain):
+        why = safeio.untrusted(d)
+        if why:
+            return f"{d}: {why}"
+    return ""
+
+
+def project_scan(
+    out: Path,
+    *,
+    task: str | None = None,
+    arm: str | None = None,
+    trial: str | None = None,
+    trials: Iterable[str] | None = None,
+) -> ProjectScan:
+    """The compose projects of the trials of an output tree (optionally one task, arm, trial, or
+    set of trial dir names), its voided attempts included: a trial voided while the engine was down
+    keeps its containers until someone removes them, and they are still this tree's. A trial counts
+    only when every dir from the tree (or the voided root beside it: OUT's parent may be a shared
+    /tmp) down to the trial and its config.json is the runner's user's and writable by nobody else."""
+    out = Path(out)
+    wanted = None if trials is None else set(trials)
+    scan = ProjectScan()
+    vroot = voided_root(out)
+    roots = [(out, out)]
+    if vroot.is_dir():
+        roots.append((vroot, vroot.parent))
+    for root, top in roots:
+        why = _untrusted_chain(top, root)
+        if why:
+            scan.left_alone.append(why)
+            continue
+        for t, a, _arm_dir, _stamp, job in iter_job_dirs(root):
+            if task is not None and t != task:
+                continue
+            if arm is not None and a != arm:
+                continue
+            why = _untrusted_chain(root, job)
+            if why:
+                if why not in scan.left_alone:
+                    scan.left_alone.append(why)
+                continue
+            for tdir in iter_trial_dirs(job):
+                if trial is not None and tdir.name != trial:
+                    continue
+                if wanted is not None and tdir.name not in wanted:
+                    continue
+                # harbor makes the trial dir 0o777 (TrialPaths.mkdir): its owner counts, and the
+                # config.json in it must be the runner's and writable by nobody else
+                cfg = tdir / TrialFiles.CONFIG
+                why = safeio.untrusted(tdir, others_may_write=True)
+                why = f"{tdir}: {why}" if why else (f"{cfg}: {w}" if (w := safeio.untrusted(cfg)) else "")
+                if why:
+                    scan.left_alone.append(why)
+                    continue
+                scan.projects |= trial_projects(tdir)
+    return scan
+
+
 def our_projects(
     out: Path,
     *,
@@ -114,24 +194,8 @@ def our_projects(
     trial: str | None = None,
     trials: Iterable[str] | None = None,
 ) -> set[str]:
-    """The compose projects of the trials of an output tree (optionally one task, arm, trial, or
-    set of trial dir names), its voided attempts included: a trial voided while the engine was down
-    keeps its containers until someone removes them, and they are still this tree's."""
-    wanted = None if trials is None else set(trials)
-    projects: set[str] = set()
-    jobs = [*iter_job_dirs(Path(out)), *iter_job_dirs(voided_root(Path(out)))]
-    for t, a, _arm_dir, _stamp, job in jobs:
-        if task is not None and t != task:
-            continue
-        if arm is not None and a != arm:
-            continue
-        for tdir in iter_trial_dirs(job):
-            if trial is not None and tdir.name != trial:
-                continue
-            if wanted is not None and tdir.name not in wanted:
-                continue
-            projects |= trial_projects(tdir)
-    return projects
+    """The compose projects of the tree's trials (``project_scan``), trusted ones only."""
+    return project_scan(out, task=task, arm=arm, trial=trial, trials=trials).projects
 
 
 def project_of(labels: Mapping[str, str] | None) -> str | None:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import psutil
 
+from modes import safeio, safetext, values
 from runner.results.tree import runner_dir
 from runner.secrets import redact_argv
 
@@ -109,14 +110,26 @@ def alive(ident: ProcIdentity | None) -> bool:
     return st is not None and st[0] not in ("Z", "X", "x") and st[1] == ident.start_ticks
 
 
+#: a PID as a record may name one (Linux's pid_max is at most 2**22)
+PID_RANGE = values.Range(1, 1 << 22, integer=True)
+
+
+def pid_of(v: object) -> int | None:
+    """A recorded PID (``modes.values``): a whole number in ``PID_RANGE``, else None (never 0 or
+    negative: ``kill(0)``/``kill(-1)`` would reach a whole group or every process)."""
+    got = values.number(v, PID_RANGE, "pid")
+    return got if isinstance(got, int) else None
+
+
 def identity_from(d: Mapping) -> ProcIdentity | None:
     """The identity stored in a record (``pid``, ``start_ticks``, ``boot_id``); None if it has none."""
     try:
         ticks, boot = d.get("start_ticks"), d.get("boot_id")
         if isinstance(ticks, bool) or not isinstance(ticks, int) or not isinstance(boot, str) or not boot:
             return None
-        return ProcIdentity(int(d["pid"]), ticks, boot)
-    except (KeyError, TypeError, ValueError):
+        pid = pid_of(d.get("pid"))
+        return None if pid is None or not 0 <= ticks < 1 << 63 else ProcIdentity(pid, ticks, boot)
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
@@ -179,33 +192,49 @@ class Registry:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     def _read(self) -> list[RegEntry]:
-        try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return []
-        except (OSError, ValueError):
-            return []  # unreadable registry: nothing is selected from it (safe side)
+        data = safeio.load_own_json(self.path)
+        if isinstance(data, safeio.Refused):
+            return []  # missing or unreadable registry: nothing is selected from it (safe side)
+        items = data.get("processes") if isinstance(data, dict) else None
         out: list[RegEntry] = []
-        for item in data.get("processes", []):
+        for item in items if isinstance(items, list) else []:
+            if not isinstance(item, dict) or not isinstance(item.get("argv"), list):
+                continue
+            pid = pid_of(item.get("pid"))
+            if pid is None:
+                continue
             try:
                 ident = identity_from(item)  # None for a record of an older marathon: unverifiable
                 out.append(
                     RegEntry(
-                        pid=int(item["pid"]),
+                        pid=pid,
                         create_time=float(item.get("create_time") or 0.0),
                         role=str(item["role"]),
                         argv=[str(a) for a in item["argv"]],
-                        task=item.get("task"),
-                        arm=item.get("arm"),
+                        task=item.get("task") if isinstance(item.get("task"), str) else None,
+                        arm=item.get("arm") if isinstance(item.get("arm"), str) else None,
                         registered_at=float(item.get("registered_at", 0.0)),
                         start_ticks=ident.start_ticks if ident else None,
                         boot_id=ident.boot_id if ident else None,
                         node=item.get("node") if isinstance(item.get("node"), str) else None,
                     )
                 )
-            except (KeyError, TypeError, ValueError, AttributeError):
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
                 continue
         return out
+
+    def untrusted(self) -> str:
+        """Why this registry may not decide a signal ("" when it may): it and its dir must be the
+        runner's user's and writable by nobody else (``modes.safeio.untrusted``); anyone who can
+        write it could name any PID, and a PID's identity (start ticks, boot id) is world-readable."""
+        for p in (self.path.parent, self.path):
+            why = safeio.untrusted(p)
+            if why:
+                return f"{p}: {why}"
+        got = safeio.read_own(self.path)
+        if isinstance(got, safeio.Refused) and not got.missing:
+            return f"{self.path}: {got.reason}"
+        return ""
 
     def _write(self, entries: Sequence[RegEntry]) -> None:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
@@ -318,6 +347,9 @@ class StopPlan:
     targets: list[StopTarget] = field(default_factory=list)
     skipped: list[StopSkip] = field(default_factory=list)
     protected: list[int] = field(default_factory=list)
+    #: records that could have decided a signal but are not trusted (``Registry.untrusted``): named
+    #: here, nothing selected from them
+    untrusted: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -330,6 +362,7 @@ class StopPlan:
             targets=[StopTarget(**t) for t in d.get("targets", [])],
             skipped=[StopSkip(**x) for x in d.get("skipped", [])],
             protected=[int(p) for p in d.get("protected", [])],
+            untrusted=[str(u) for u in d.get("untrusted", [])],
         )
 
     def render(self) -> str:
@@ -340,6 +373,8 @@ class StopPlan:
             lines.append(f"      argv {json.dumps(t.argv)}")
         for s in self.skipped:
             lines.append(f"  skip {s.pid:>7}  {s.why}  argv {json.dumps(s.argv)}")
+        for u in self.untrusted:
+            lines.append(f"  left alone (not trusted to decide a signal): {safetext.clean(u)}")
         if not self.targets:
             lines.append("  (nothing to stop)")
         lines.append(f"  protected (never signalled): {sorted(self.protected)}")
@@ -430,7 +465,11 @@ def plan_stop(
                 continue
             add(d, f"descendant of {p.pid} ({why})", runner)
 
-    for e in Registry(out).entries():
+    registry = Registry(out)
+    why = registry.untrusted()
+    if why:
+        plan.untrusted.append(f"registry {why}")
+    for e in registry.entries() if not why else []:
         if e.node != node or (e.role == ROLE_RUNNER and not include_runner):
             continue
         label = f"registered {e.role}" + (f" {e.task}/{e.arm}" if e.task or e.arm else "")

@@ -33,7 +33,6 @@ import fcntl
 import getpass
 import hashlib
 import hmac
-import json
 import logging
 import os
 import re
@@ -50,6 +49,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
+from modes import safeio, safetext
 from runner.errors import Busy, Unavailable, UserError
 from runner.ops.procs import Registry, alive, boot_id, identity_from, identity_of, signal_process
 from runner.results.tree import view_dir
@@ -306,7 +306,7 @@ class Guard:
         ]
         if verdict is not None:
             headers = [(b"content-type", b"application/json"), *extra, *verdict.headers]
-            body = json.dumps({"detail": verdict.detail}).encode()
+            body = safetext.dumps({"detail": verdict.detail}).encode()
             await send({"type": "http.response.start", "status": verdict.status, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return
@@ -382,15 +382,28 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+#: the types of access.json's fields (it decides a signal: ``stop``)
+_ACCESS_TYPES = {
+    "out": str, "pid": int, "start_ticks": int, "boot_id": str, "port": int, "token": str,
+    "started": (int, float), "all_attempts": bool, "harbor": str,
+}  # fmt: skip
+
+
 def _read_access(out: Path) -> Access | None:
-    try:
-        st = os.lstat(access_path(out))
-        if not os.path.isfile(access_path(out)) or st.st_uid != os.getuid():
-            return None
-        d = json.loads(access_path(out).read_text())
-        return Access(**d)
-    except (OSError, ValueError, TypeError):
+    """The viewer's access file, read by the rules of the runner's own files (``modes.safeio``:
+    a regular file, no symlink at the name, capped, the runner's user's and writable by nobody
+    else, its fields of their types); None for anything else."""
+    path = access_path(out)
+    if safeio.untrusted(path) or safeio.untrusted(path.parent):
         return None
+    d = safeio.load_own_json(path, cap=64 << 10, depth=2)
+    if not isinstance(d, dict) or set(d) != set(_ACCESS_TYPES):
+        return None
+    for k, types in _ACCESS_TYPES.items():
+        v = d[k]
+        if not isinstance(v, types) or (types is int and isinstance(v, bool)):
+            return None
+    return Access(**d)
 
 
 def running(out: Path) -> Access | None:
@@ -402,7 +415,10 @@ def running(out: Path) -> Access | None:
     ident = identity_from(asdict(acc))
     if not alive(ident):
         return None
-    for e in Registry(out).entries():
+    registry = Registry(out)
+    if registry.untrusted():  # what anyone else could write never names a process to signal
+        return None
+    for e in registry.entries():
         if e.role == ROLE_VIEWER and e.node is None and e.ident == ident:
             return acc
     return None
@@ -538,7 +554,7 @@ def _serve_locked(
             )  # fmt: skip
             registry.register(os.getpid(), ROLE_VIEWER, list(sys.argv))
             registered = True
-            _write_private(access_path(out), json.dumps(asdict(acc)))
+            _write_private(access_path(out), safetext.dumps(asdict(acc)))
             left = f", {len(rep.left_out)} file(s) left out (see MARATHON-VIEW.txt in their trials)"
             say(f"{rep.entries} job(s) in {live.root}{left if rep.left_out else ''}")
             say(acc.render(token=show_token))
@@ -643,6 +659,9 @@ def start_or_show(out: Path, **how: Any) -> tuple[Access, bool]:
 def stop(out: Path, wait_sec: float = 10.0) -> str:
     """SIGTERM to the tree's viewer (by its registered identity); what happened, one line."""
     out = Path(out).resolve()
+    why = Registry(out).untrusted()
+    if why:
+        return f"left alone: registry {safetext.clean(why, None)}: nothing is signalled from it"
     acc = running(out)
     if acc is None:
         return f"no viewer of {out} is running"

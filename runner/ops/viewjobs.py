@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from modes import safeio
+from modes import safeio, safetext
 from modes.trial_files import TrialFiles
 from runner.results.model import VOIDED, Attempt, Cell, RunModel
 from runner.results.tree import INDEX_DIR, JOB_FILES, view_dir, voided_root
@@ -337,10 +337,11 @@ def _write_note(dst: Path, walk: _Trial) -> None:
     if not (walk.about or walk.notes):
         path.unlink(missing_ok=True)
         return
-    text = "".join(f"{n}\n" for n in walk.about)
+    # names and reasons from the tree: one line each, no control or bidi character (modes.safetext)
+    text = "".join(f"{safetext.clean(n, None)}\n" for n in walk.about)
     if walk.notes:
         text += "marathon view left these out of this trial's mirror (the files in the output tree are unchanged):\n"
-        text += "".join(f"  {n}\n" for n in walk.notes)
+        text += "".join(f"  {safetext.clean(n, None)}\n" for n in walk.notes)
     try:
         if path.read_text() == text:
             return
@@ -510,7 +511,7 @@ class LiveJobsFolder:
                 if poll:
                     raise
                 print(
-                    f"marathon view: watching the tree failed ({exc}); polling it every 2 s instead",
+                    f"marathon view: watching the tree failed ({safetext.clean(exc)}); polling it every 2 s instead",
                     flush=True,
                 )
                 poll = True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from modes import safetext
 from runner.results.tree import events_path
 
 Listener = Callable[[dict[str, Any]], None]
@@ -54,6 +56,8 @@ class EventKind(StrEnum):
     CLEANUP_PLAN = "cleanup_plan"
     CLEANUP_ERROR = "cleanup_error"
     STOP_REQUESTED = "stop_requested"
+    IMAGE_READY = "image_ready"  # task, image_id, content_sha256, tag, how, seconds, task_dir, hosts
+    IMAGE_FAILED = "image_failed"  # task, error: its pairs wait for the next pass
 
 
 def repeat_field(repeat: int) -> dict[str, int]:
@@ -100,7 +104,8 @@ def append_event(out: Path, rec: dict[str, Any]) -> None:
     rec = {**rec, "event": EventKind(rec["event"])}
     path = events_path(Path(out))
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(rec, default=str, separators=(",", ":")) + "\n").encode()
+    # strict JSON (a non-finite number is null: a journal line never stops the runner)
+    line = (safetext.dumps(rec, default=str, nonfinite_as_null=True) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(fd, line)
@@ -108,14 +113,25 @@ def append_event(out: Path, rec: dict[str, Any]) -> None:
         os.close(fd)
 
 
+#: events.jsonl is read from its end, at most this much (a day-long 10,000-trial run writes ~20 MB;
+#: a 500 MB file planted or grown by a runaway writer must neither take the memory nor the time)
+TAIL_CAP = 32 << 20
+#: read and parsed this much at a time: the events are handed on chunk by chunk, never held whole
+CHUNK = 1 << 20
+_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
 class EventReader:
-    """The one reader of ``events.jsonl``, incremental: each ``read_new`` returns only the events
-    appended since the last call (the console and the results model poll it).
+    """The one reader of ``events.jsonl``, incremental: each ``read_new`` (``iter_new``) returns only
+    the events appended since the last call (the console and the results model poll it).
 
     A torn last line (a writer mid-``write``) is not consumed until it is complete; a line that is
     not a JSON object with a string ``event`` is skipped and counted (``skipped``). When the file
     was replaced or truncated, reading starts over and ``restarted`` is True for that call, so the
-    caller drops what it derived from the old file.
+    caller drops what it derived from the old file. The file is read by the safe rules of the
+    runner's own files (``modes.safeio``): a FIFO, a device or a symlink at the name is never read
+    (``refused`` says why); at most the last ``TAIL_CAP`` bytes are read (``skipped_bytes``: what was
+    left unread before them), in chunks, so neither a huge file nor a burst costs its size in memory.
     """
 
     def __init__(self, out: Path | str) -> None:
@@ -123,41 +139,90 @@ class EventReader:
         self.offset = 0
         self.inode: int | None = None
         self.skipped = 0
+        self.skipped_bytes = 0
         self.restarted = False
+        self.refused = ""
 
     def read_new(self) -> list[dict[str, Any]]:
+        return list(self.iter_new())
+
+    def iter_new(self) -> Iterator[dict[str, Any]]:
+        """The new events, oldest first; ``restarted`` and ``refused`` are set before it returns."""
         self.restarted = False
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return []
+            fd = os.open(self.path, _OPEN)
+        except OSError as exc:
+            self.refused = "" if exc.errno in (2, 20) else f"{exc.strerror or exc}"
+            if exc.errno == 40:
+                self.refused = "a symlink (not followed)"
+            return iter(())
         try:
             st = os.fstat(fd)
-            if st.st_ino != self.inode or st.st_size < self.offset:
-                self.restarted = self.inode is not None or self.offset > 0
-                self.inode, self.offset, self.skipped = st.st_ino, 0, 0
-            if st.st_size == self.offset:
-                return []
-            data = os.pread(fd, st.st_size - self.offset, self.offset)
         except OSError:
-            return []
+            os.close(fd)
+            return iter(())
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            self.refused = "not a regular file"
+            return iter(())
+        self.refused = ""
+        if st.st_ino != self.inode or st.st_size < self.offset:
+            self.restarted = self.inode is not None or self.offset > 0
+            self.inode, self.offset, self.skipped, self.skipped_bytes = st.st_ino, 0, 0, 0
+        if st.st_size - self.offset > TAIL_CAP:  # read the end only; start at a line's beginning
+            start = st.st_size - TAIL_CAP
+            self.skipped_bytes += start - self.offset
+            self.offset = start
+            self._align = True
+        else:
+            self._align = False
+        if st.st_size == self.offset:
+            os.close(fd)
+            return iter(())
+        return self._events(fd, st.st_size)
+
+    def _events(self, fd: int, end: int) -> Iterator[dict[str, Any]]:
+        try:
+            align = self._align
+            while self.offset < end:
+                try:
+                    data = os.pread(fd, min(CHUNK, end - self.offset), self.offset)
+                except OSError:
+                    return
+                if not data:
+                    return
+                if align:  # the tail began mid-line: that part of a line is not an event
+                    nl = data.find(b"\n")
+                    if nl < 0:
+                        self.offset += len(data)
+                        self.skipped_bytes += len(data)
+                        continue
+                    self.offset += nl + 1
+                    self.skipped_bytes += nl + 1
+                    data = data[nl + 1 :]
+                    align = False
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    if len(data) >= CHUNK:  # one line longer than a chunk: no event is; skip it
+                        self.offset += len(data)
+                        self.skipped += 1
+                        align = True
+                        continue
+                    return  # a torn last line: wait until it is complete
+                self.offset += cut
+                for raw in data[:cut].splitlines():
+                    if not raw.strip():
+                        continue
+                    try:
+                        ev = json.loads(raw)
+                    except (ValueError, RecursionError):
+                        ev = None
+                    if isinstance(ev, dict) and isinstance(ev.get("event"), str):
+                        yield ev
+                    else:
+                        self.skipped += 1
         finally:
             os.close(fd)
-        end = data.rfind(b"\n") + 1
-        self.offset += end
-        events = []
-        for raw in data[:end].splitlines():
-            if not raw.strip():
-                continue
-            try:
-                ev = json.loads(raw)
-            except (ValueError, RecursionError):
-                ev = None
-            if isinstance(ev, dict) and isinstance(ev.get("event"), str):
-                events.append(ev)
-            else:
-                self.skipped += 1
-        return events
 
 
 def read_events(out: Path) -> Iterator[dict[str, Any]]:

@@ -62,11 +62,11 @@ AttemptKey = tuple[str, str, str]
 
 def fingerprint() -> str:
     """What the entries depend on besides the files: the source of the modules that read them."""
-    from modes import safeio
+    from modes import receipt, safeio, values
     from runner.results import model, rules, stats
 
     h = hashlib.sha256(b"marathon-index-1")
-    for mod in (results, rules, safeio, tree, model, stats):
+    for mod in (results, rules, safeio, values, receipt, tree, model, stats):
         with open(mod.__file__, "rb") as fh:  # type: ignore[arg-type]
             h.update(fh.read())
     with open(__file__, "rb") as fh:
@@ -484,7 +484,7 @@ def _clean(job: JobRecord, trials: Iterable[TrialRecord]) -> bool:
     if job.state != results.OK or job.stale or job.finished_at is None:
         return False
     for t in trials:
-        if t.state != results.OK or t.stale:
+        if t.state != results.OK or t.stale or t.bad:
             return False
         if t.metrics.state not in (results.OK, results.MISSING, results.IN_PROGRESS):
             return False

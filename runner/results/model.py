@@ -28,7 +28,7 @@ Public API (stable; other areas build on it):
           ``parts``: those or the cell itself), k, repeats_done
     Attempt: task, arm, arm_dir, stamp, repeat, job_dir, job, trials, voided_trials, status, voided,
           reason, run_id, and the attempt's own reward/partial/pass_rate/... (``Attempt.figures``)
-    scored_values(cell, measure) -> [float] a cell's values, one per done repeat (its task's cluster)
+    scored_values(cell, measure) -> [float] a cell's values, one per counted repeat (its task's cluster)
 
 Rules applied here (none re-implemented from runner.results.rules):
 - a pair is scored by its latest done attempt; a newer running/errored attempt never replaces it
@@ -39,9 +39,9 @@ Rules applied here (none re-implemented from runner.results.rules):
   and is marked ``stale``; the cell says ``unreadable``;
 - repeats (``marathon run --repeats K``): an attempt belongs to the repeat its stamp names
   (``<stamp>@r<k>``; no mark: repeat 1, so a tree without repeats reads as it always did). Each repeat
-  is a cell of its own by the rules above (``build_cell``); the pair's cell shows the mean of its done
-  repeats and counts as done once one repeat is (``combine_repeats``); a pair of one repeat is that
-  repeat's cell, unchanged;
+  is a cell of its own by the rules above (``build_cell``, the hole rule included); the pair's cell
+  shows the mean of its done repeats and its flagged ones (as failures, every score 0) and counts as
+  done once one repeat is (``combine_repeats``); a pair of one repeat is that repeat's cell, unchanged;
 - arm dirs owned by another uid than the tree's owner are excluded (``model.excluded``);
   ``<arm>-<pid>`` dirs count as ``<arm>``;
 - run scoping uses the runner's own stamps and events, never file mtimes: the current run is the
@@ -65,6 +65,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+from modes import safeio
 from modes.profiles import ARMS
 from modes.trial_files import TrialFiles
 from runner.results import clusters, rules, tree
@@ -140,6 +141,25 @@ class Figures:
         return (self.partial is not None or self.reward is not None) and not self.in_progress_metrics
 
 
+@dataclass(frozen=True, slots=True)
+class Hole:
+    """Why an attempt is no score: a file refused or made nonsense (``UNREADABLE``) or changed after
+    its verifier finished (``TAMPERED``); ``side``: who could have done it (``rules.hole_side``)."""
+
+    status: str  # UNREADABLE | TAMPERED
+    where: str  # "<trial>/<file relative to it>" or "result.json" of the job
+    why: str
+    side: str  # rules.AGENT_SIDE | rules.HARNESS_SIDE
+
+    @property
+    def flagged(self) -> bool:
+        """The hole rule: a hole the agent could have made counts against its arm."""
+        return self.side == rules.AGENT_SIDE
+
+    def text(self) -> str:
+        return f"{self.where}: {self.why}"
+
+
 @dataclass(slots=True)
 class Attempt:
     """One harbor job of a pair: ``<out>/<task>/<arm dir>/<stamp>/<job>``, plus its voided trials."""
@@ -158,10 +178,24 @@ class Attempt:
     unreadable: tuple[str, ...] = ()
     host: HostRecord | None = None  # from the attempt's host.json (a cluster run), never inferred
     repeat: int = 1  # the repeat of the pair its stamp names (``tree.repeat_of``)
+    holes: tuple[Hole, ...] = ()  # why the attempt is UNREADABLE or TAMPERED (``_attempt_holes``)
 
     @property
     def voided(self) -> bool:
         return self.status == VOIDED
+
+    @property
+    def flagged(self) -> bool:
+        """A hole through what the agent can write: counted against the arm as a failure."""
+        return any(h.flagged for h in self.holes)
+
+    @property
+    def infrastructure(self) -> bool:
+        """Not the arm's doing (the bias alarm's count): errored, voided, or a hole in what only the
+        harness writes."""
+        if self.status in (ERRORED, VOIDED):
+            return True
+        return self.status in (UNREADABLE, TAMPERED) and not self.flagged
 
     @property
     def reason(self) -> str | None:
@@ -209,6 +243,11 @@ class Cell:
     #: each repeat's cell (1..K) when the pair is read with K > 1 repeats (``combine_repeats``); empty
     #: for a pair of one repeat, whose cell is that repeat's
     repeats: tuple[Cell, ...] = ()
+    #: the hole rule (``rules.counts_in_means``): the cell's latest attempt has a hole the agent could
+    #: have made; it counts against its arm as a failure (every score 0), never drops out of a mean.
+    #: With repeats: no repeat is done and one is flagged (a done pair's flagged repeats count as
+    #: failures among its repeats: ``flagged_repeats``)
+    flagged: bool = False
 
     reward = _figure("reward")
     partial = _figure("partial")
@@ -254,20 +293,26 @@ class Cell:
     def repeats_done(self) -> int:
         return sum(1 for p in self.parts if p.status == DONE)
 
-
-def scored_values(cell: Cell, measure: str) -> list[float]:
-    """A cell's values of a measure, one per done repeat that has it: its task's cluster
-    (``runner.results.clusters``). A build failure counts as 0 (``rules.scored_measure``). A pair
-    of one repeat has one value (or none)."""
-    return _scored(cell.parts, measure)
+    @property
+    def flagged_repeats(self) -> int:
+        """How many of its repeats the hole rule flagged (0 or 1 for a pair of one repeat)."""
+        return sum(1 for p in self.parts if p.flagged)
 
 
-def _scored(parts: Iterable[Cell], measure: str) -> list[float]:
+def scored_values(cell: Cell, measure: str, exclude_flagged: bool = False) -> list[float]:
+    """A cell's values of a measure, one per counted repeat that has it: its task's cluster
+    (``runner.results.clusters``). Counted: done, or flagged (the hole rule: a failure, every score
+    0) unless ``exclude_flagged`` (``rules.counts_in_means``). A build failure counts as 0
+    (``rules.scored_measure``). A pair of one repeat has one value (or none)."""
+    return _scored(cell.parts, measure, exclude_flagged)
+
+
+def _scored(parts: Iterable[Cell], measure: str, exclude_flagged: bool = False) -> list[float]:
     return [
         v
         for p in parts
-        if p.status == DONE
-        and (v := rules.scored_measure(getattr(p, measure), p.build_failed, measure)) is not None
+        if rules.counts_in_means(p.status == DONE, p.flagged, exclude_flagged)
+        and (v := rules.scored_measure(getattr(p, measure), p.build_failed, measure, p.flagged)) is not None
     ]
 
 
@@ -306,9 +351,9 @@ def _figures(trials: Iterable[TrialRecord]) -> Figures:
             wall_sec=t.wall_sec,
             continuations=r.continuations if r else None,
             unblocks=r.unblocks if r else None,
-            error_events=r.error_events if r else None,
-            goal_status=r.final_goal_status if r else None,
-            deadline_hit=bool(r and r.timed_out),
+            error_events=r.errors if r else None,
+            goal_status=r.goal_status_final if r else None,
+            deadline_hit=bool(r and r.deadline_hit),
             in_progress_metrics=m.state == results.IN_PROGRESS,
         )
     rewards = [t.reward for t in done if t.reward is not None]
@@ -323,7 +368,7 @@ def _figures(trials: Iterable[TrialRecord]) -> Figures:
         except TypeError:  # naive vs aware
             wall = _sum_opt(t.wall_sec for t in done)
     receipts = [t.receipt for t in done if t.receipt is not None and t.receipt.state == results.OK]
-    status = next((r.final_goal_status for r in reversed(receipts) if r.final_goal_status), None)
+    status = next((r.goal_status_final for r in reversed(receipts) if r.goal_status_final), None)
     return Figures(
         reward=_mean(rewards),
         partial=_mean(partials),
@@ -335,34 +380,57 @@ def _figures(trials: Iterable[TrialRecord]) -> Figures:
         wall_sec=wall,
         continuations=_sum_opt(r.continuations for r in receipts),
         unblocks=_sum_opt(r.unblocks for r in receipts),
-        error_events=_sum_opt(r.error_events for r in receipts),
+        error_events=_sum_opt(r.errors for r in receipts),
         goal_status=status,
-        deadline_hit=any(r.timed_out for r in receipts),
+        deadline_hit=any(r.deadline_hit for r in receipts),
         in_progress_metrics=any(t.metrics.state == results.IN_PROGRESS for t in done),
     )
 
 
-def _trial_problems(t: TrialRecord) -> list[tuple[str, str, str]]:
-    """(status, file, reason) for each file of a trial that is refused or tampered: never a score."""
+_BROKEN = (results.UNREADABLE, results.EMPTY, results.INVALID)
+
+
+def _trial_holes(t: TrialRecord) -> list[Hole]:
+    """The holes of one trial: each file refused, tampered with, or (once harbor finished the trial
+    and its files are final) unreadable or holding a value that makes no sense. Never a score."""
     out = []
     if t.state == results.REFUSED:
-        out.append((UNREADABLE, results.RESULT_JSON, t.error))
-    if t.metrics.state == results.REFUSED:
-        out.append((UNREADABLE, TrialFiles.METRICS, t.metrics.error))
-    if t.receipt is not None and t.receipt.state == results.REFUSED:
-        out.append((UNREADABLE, TrialFiles.RECEIPT, t.receipt.error))
-    if t.metrics.state == results.TAMPERED:
-        out.append((TAMPERED, TrialFiles.VERIFIER_DIR, t.metrics.error))
+        where = t.name if t.error == results.LINKED_DIR else f"{t.name}/{results.RESULT_JSON}"
+        out.append(Hole(UNREADABLE, where, t.error, rules.HARNESS_SIDE))
+    finished = t.state == results.OK and not t.stale
+    if t.bad:
+        out.append(
+            Hole(UNREADABLE, f"{t.name}/{results.RESULT_JSON}", t.bad, t.bad_side or rules.HARNESS_SIDE)
+        )
+    m = t.metrics
+    if m.state == results.TAMPERED:
+        out.append(Hole(TAMPERED, f"{t.name}/{TrialFiles.VERIFIER_DIR}", m.error, rules.AGENT_SIDE))
+    elif m.state == results.REFUSED or finished and m.state in _BROKEN:
+        out.append(
+            Hole(UNREADABLE, f"{t.name}/{TrialFiles.METRICS}", m.error, rules.hole_side(TrialFiles.METRICS))
+        )
+    r = t.receipt
+    if r is not None and (r.state == results.REFUSED or finished and r.state in _BROKEN):
+        out.append(
+            Hole(UNREADABLE, f"{t.name}/{TrialFiles.RECEIPT}", r.error, rules.hole_side(TrialFiles.RECEIPT))
+        )
     return out
+
+
+def _attempt_holes(a: Attempt) -> tuple[Hole, ...]:
+    holes = [h for t in a.trials.values() for h in _trial_holes(t)]
+    job = a.job
+    if job is not None and job.state == results.REFUSED:
+        holes.append(Hole(UNREADABLE, results.RESULT_JSON, job.error, rules.HARNESS_SIDE))
+    return tuple(holes)
 
 
 def _attempt_status(a: Attempt) -> str:
     live = a.trials
     if a.voided_trials and not live:
         return VOIDED
-    problems = {p[0] for t in live.values() for p in _trial_problems(t)}
-    if problems:
-        return TAMPERED if TAMPERED in problems else UNREADABLE
+    if a.holes:
+        return TAMPERED if any(h.status == TAMPERED for h in a.holes) else UNREADABLE
     job = a.job
     if job is None or job.state != results.OK and not job.stale:
         # No readable job result: derive the job's counts from its trials (harbor sums them the same way).
@@ -370,8 +438,6 @@ def _attempt_status(a: Attempt) -> str:
             return RUNNING
         if any(not t.finished for t in live.values()):
             return RUNNING
-        from runner.results import rules
-
         errored = sum(1 for t in live.values() if t.errored)
         return DONE if rules.done_of_counts(len(live), errored) else ERRORED
     if job.done:
@@ -386,32 +452,55 @@ def _attempt_status(a: Attempt) -> str:
 
 
 def _refresh_attempt(a: Attempt) -> None:
+    a.holes = _attempt_holes(a)
     a.status = _attempt_status(a)
     a.figures = _figures(a.trials.values())
     bad = []
     if a.job is not None and (a.job.stale or a.job.state in (results.UNREADABLE, results.EMPTY)):
         bad.append(f"{a.job_dir}/result.json")
-    elif a.job is not None and a.job.state == results.REFUSED:
+    elif a.job is not None and a.job.state == results.INVALID:
         bad.append(f"{a.job_dir}/result.json: {a.job.error}")
     for t in a.trials.values():
         if t.stale or t.state in (results.UNREADABLE, results.EMPTY):
             bad.append(f"{a.job_dir}/{t.name}")
-        for status, rel, why in _trial_problems(t):
-            if status == UNREADABLE:
-                bad.append(f"{a.job_dir}/{t.name}/{rel}: {why}")
+    bad.extend(f"{a.job_dir}/{h.text()}" for h in a.holes if h.status == UNREADABLE)
     a.unreadable = tuple(bad)
 
 
 # ------------------------------------------------------------------------------------------ cells
 
 
-def build_cell(task: str, arm: str, attempts: Iterable[Attempt], claimed: bool = False) -> Cell:
-    """The cell of one pair from its attempts: the latest done attempt with a score scores it."""
+#: the note of a done cell without a partial score on a task whose other trials have one
+NO_PARTIAL = (
+    "no partial score (verifier/metrics.json missing or without one) where other trials of this task "
+    "have one: a hole in what the agent can write, counted as a failure"
+)
+
+
+def partial_scored(a: Attempt) -> bool:
+    """Is this attempt done with a partial score? (A task with one such attempt writes partial scores:
+    a done cell of it without one is a hole, ``build_cell``'s ``task_scored``.)"""
+    return a.status == DONE and a.figures.partial is not None and not a.figures.in_progress_metrics
+
+
+def _partial_hole(f: Figures, task_scored: bool) -> bool:
+    """A done attempt without a partial score on a task whose other trials have one (``NO_PARTIAL``)."""
+    return task_scored and f.partial is None and not f.build_failed
+
+
+def build_cell(
+    task: str, arm: str, attempts: Iterable[Attempt], claimed: bool = False, task_scored: bool = False
+) -> Cell:
+    """The cell of one pair from its attempts: the latest done attempt with a score scores it.
+
+    ``task_scored``: some attempt of this task (any arm) has a partial score; a done cell without one
+    (its metrics.json deleted or emptied of scores) is then a hole and counts as a failure."""
     atts = sorted(attempts, key=lambda a: (a.stamp, a.arm_dir))
     if len(atts) == 1:  # the usual pair, done at its first attempt: what the rules below give it
         a = atts[0]
         f = a.figures
-        if a.status == DONE and f.has_score and not a.unreadable:
+        # (a hole is never DONE; a missing partial where the task has them is the hole rule's, below)
+        if a.status == DONE and f.has_score and not a.unreadable and not _partial_hole(f, task_scored):
             return Cell(
                 task=task, arm=arm, status=DONE, figures=f, cost_usd_all=f.cost_usd, run_id=a.run_id,
                 attempts=(a,), scored_by=a.stamp, scored_on=a.host.short() if a.host is not None else None,
@@ -427,14 +516,18 @@ def build_cell(task: str, arm: str, attempts: Iterable[Attempt], claimed: bool =
         if scoring is None:
             scoring = done[-1]
     live = [a for a in atts if not a.voided]
+    flagged = False
     if live and live[-1].status in (UNREADABLE, TAMPERED):
-        # the latest attempt has a refused or tampered file: never a score, never an older one
+        # the latest attempt has a hole: never a score, never an older one; a hole the agent could
+        # have made counts against the arm (the hole rule)
         shown = live[-1]
         status = shown.status
         scoring = None
         newer = None
-        for t in shown.trials.values():
-            notes.extend(f"tampered: {t.name}: {why}" for st, _, why in _trial_problems(t) if st == TAMPERED)
+        flagged = shown.flagged
+        notes.extend(f"tampered: {h.text()}" for h in shown.holes if h.status == TAMPERED)
+        if flagged:
+            notes.append("flagged: counted as a failure (a hole in what the agent can write)")
     elif scoring is not None:
         status = DONE
         later = [
@@ -444,6 +537,9 @@ def build_cell(task: str, arm: str, attempts: Iterable[Attempt], claimed: bool =
         if newer:
             notes.append(f"newer attempt {later[-1].stamp} is {newer}; score kept from {scoring.stamp}")
         shown = scoring
+        if _partial_hole(scoring.figures, task_scored):
+            status, flagged = UNREADABLE, True  # the hole rule: the cell never leaves the partial mean
+            notes.append(NO_PARTIAL)
     else:
         newer = None
         live = [a for a in atts if not a.voided]
@@ -462,7 +558,7 @@ def build_cell(task: str, arm: str, attempts: Iterable[Attempt], claimed: bool =
     if unreadable:
         notes.append("unreadable: " + ", ".join(f for a in atts for f in a.unreadable))
     f = shown.figures if shown is not None else _NO_FIGURES
-    scored = status == DONE
+    scored = status == DONE and not flagged
     if not scored or f.in_progress_metrics:  # shown, but not a score: the same figures without one
         f = replace(
             f,
@@ -485,6 +581,7 @@ def build_cell(task: str, arm: str, attempts: Iterable[Attempt], claimed: bool =
         claimed=claimed,
         unreadable=unreadable,
         note="; ".join(notes),
+        flagged=flagged,
     )
 
 
@@ -493,40 +590,50 @@ _NOT_DONE_ORDER = (TAMPERED, UNREADABLE, RUNNING, ERRORED, VOIDED, PENDING)
 
 
 def build_pair_cell(
-    task: str, arm: str, attempts: Iterable[Attempt], claimed: Collection[int] = (), repeats: int = 1
+    task: str,
+    arm: str,
+    attempts: Iterable[Attempt],
+    claimed: Collection[int] = (),
+    repeats: int = 1,
+    task_scored: bool = False,
 ) -> Cell:
     """The cell of one pair read with ``repeats`` (K) repeats: with K = 1 and no attempt of a
     repeat k >= 2, ``build_cell`` of its attempts (exactly the cell of a tree without repeats);
-    else each repeat's cell by ``build_cell`` from that repeat's attempts, combined
-    (``combine_repeats``). ``claimed``: the repeats with a claim file."""
+    else each repeat's cell by ``build_cell`` from that repeat's attempts (each under the hole rule
+    on its own, ``task_scored`` as ``build_cell``'s), combined (``combine_repeats``). ``claimed``:
+    the repeats with a claim file."""
     atts = attempts if isinstance(attempts, (list, tuple)) else list(attempts)
     if repeats == 1 and all(a.repeat == 1 for a in atts):
-        return build_cell(task, arm, atts, 1 in claimed)
+        return build_cell(task, arm, atts, 1 in claimed, task_scored)
     by: dict[int, list[Attempt]] = {}
     for a in atts:
         by.setdefault(a.repeat, []).append(a)
     k = max(repeats, max(by, default=1))
-    parts = tuple(build_cell(task, arm, by.get(r, ()), r in claimed) for r in range(1, k + 1))
+    parts = tuple(build_cell(task, arm, by.get(r, ()), r in claimed, task_scored) for r in range(1, k + 1))
     return combine_repeats(task, arm, parts)
 
 
 def combine_repeats(task: str, arm: str, parts: tuple[Cell, ...]) -> Cell:
     """One pair's cell from its repeats' cells (repeat 1 first).
 
-    Done once any repeat is done: reward, partial and pass rate are the means over the done repeats
-    of each one's scored value (a build failure as 0: ``scored_values``), i.e. the task's mean that
-    every statistic averages first (``runner.results.clusters``); the build-failure mark only when
-    every done repeat failed its build (so the mean stays what ``rules.scored_measure`` reads of it).
+    Done once any repeat is done: reward, partial and pass rate are the means over the counted
+    repeats (done ones, and flagged ones as failures with every score 0: the hole rule) of each
+    one's scored value (a build failure as 0: ``scored_values``), i.e. the task's mean that every
+    statistic averages first (``runner.results.clusters``); the build-failure mark only when every
+    done repeat failed its build (so the mean stays what ``rules.scored_measure`` reads of it).
     Cost and tokens add up over the done repeats' scoring attempts (what the arm spent on its
-    scores), wall time is their mean, the receipt figures add up over every repeat. Not done: the
-    most telling status of its repeats (``_NOT_DONE_ORDER``). The note names every repeat that is
-    not done or has a note of its own."""
+    scores; a flagged repeat says nothing that is cost), wall time is their mean, the receipt
+    figures add up over every repeat. Not done: the most telling status of its repeats
+    (``_NOT_DONE_ORDER``), flagged when a repeat is (a failure of the arm with every score 0). The
+    note names every repeat that is not done or has a note of its own."""
     done = [p for p in parts if p.status == DONE]
     atts = tuple(sorted((a for p in parts for a in p.attempts), key=lambda a: (a.stamp, a.arm_dir)))
     scoring = max(done, key=lambda p: p.scored_by or "") if done else None
 
     def mean_of(measure: str) -> float | None:
-        vals = _scored(done, measure)
+        if not done:  # not a score: a flagged pair's zeros are the report's (``rules.scored_measure``)
+            return None
+        vals = _scored(parts, measure)
         return clusters.task_mean(vals) if vals else None
 
     walls = [p.wall_sec for p in done if p.wall_sec is not None]
@@ -545,14 +652,19 @@ def combine_repeats(task: str, arm: str, parts: tuple[Cell, ...]) -> Cell:
         goal_status=scoring.goal_status if scoring is not None else None,
         deadline_hit=any(p.deadline_hit for p in done),
     )
+    flagged = False
     if done:
         status = DONE
+    elif flagged_parts := [p for p in parts if p.flagged]:
+        status, flagged = flagged_parts[-1].status, True
     else:
         status = next(s for s in _NOT_DONE_ORDER if s == PENDING or any(p.status == s for p in parts))
     notes = []
     for r, p in enumerate(parts, 1):
         if p.status != DONE or p.note:
-            notes.append(f"r{r} {p.status}" + (f": {p.note}" if p.note else ""))
+            notes.append(
+                f"r{r} {p.status}" + (" (flagged)" if p.flagged else "") + (f": {p.note}" if p.note else "")
+            )
     if done and len(done) < len(parts):
         notes.insert(0, f"{len(done)}/{len(parts)} repeats done")
     shown = scoring or next((p for p in reversed(parts) if p.attempts), None)
@@ -571,6 +683,7 @@ def combine_repeats(task: str, arm: str, parts: tuple[Cell, ...]) -> Cell:
         unreadable=any(p.unreadable for p in parts),
         note="; ".join(notes),
         repeats=parts,
+        flagged=flagged,
     )
 
 
@@ -607,11 +720,16 @@ def _repeats(v: Any) -> int:
     return 1
 
 
+#: a runner_start's task and arm lists are taken up to this many names (a planted event naming a
+#: million tasks must not make a million pending cells)
+MAX_PLANNED = 20_000
+
+
 def _strs(v: Any) -> tuple[str, ...]:
     if isinstance(v, str):
-        v = [x for x in v.replace(",", " ").split() if x]
+        v = [x for x in v[: MAX_PLANNED * 64].replace(",", " ").split() if x]
     if isinstance(v, (list, tuple)):
-        return tuple(str(x) for x in v if isinstance(x, str))
+        return tuple(x for x in v[:MAX_PLANNED] if isinstance(x, str) and x and "/" not in x)
     return ()
 
 
@@ -645,6 +763,8 @@ class RunModel:
         self._prev: RunModel | None = None  # during refresh(): the model whose last good values to keep
         self._dirty: set[AttemptKey] = set()  # attempts (re)read since the last rebuild
         self._filled: set[Key] = set()  # pending cells the last matrix fill added
+        self._scored_tasks: set[str] = set()  # tasks with a partial score somewhere (``_task_scored``)
+        self._arms_seen: set[str] = set()  # every arm with an attempt (for ``_task_scored``)
         self.use_index = False  # RunModel.load turns it on: scans go through the scan index
         #: (attempts taken from the scan index, attempts read) of the last scan; None without one
         self.index_hits: tuple[int, int] | None = None
@@ -762,8 +882,9 @@ class RunModel:
                 per.setdefault((att.task, att.arm), []).append(att)
                 keys.add((att.task, att.arm))
         k_rep = self.repeats
+        scored = {a.task for atts in per.values() for a in atts if partial_scored(a)}
         cells = {
-            k: build_pair_cell(k[0], k[1], per.get(k, ()), self.claimed.get(k, ()), k_rep)
+            k: build_pair_cell(k[0], k[1], per.get(k, ()), self.claimed.get(k, ()), k_rep, k[0] in scored)
             for k in sorted(keys)
         }
         self._scoped_cache[scope] = cells
@@ -901,6 +1022,7 @@ class RunModel:
             a = self._attempts[key] = Attempt(task=task, arm=arm, arm_dir=arm_dir, stamp=stamp, repeat=rep)
             self._by_pair.setdefault((task, arm), set()).add(key)
             self._repeat_n[rep] = self._repeat_n.get(rep, 0) + 1
+            self._arms_seen.add(arm)
             self._dirty.add(key)
             return a
         a = self._attempts[key] = replace(a, trials=dict(a.trials), voided_trials=dict(a.voided_trials))
@@ -1119,7 +1241,7 @@ class RunModel:
 
     def _read_events(self) -> None:
         """Take in the new lines of events.jsonl (``runner.results.events.EventReader``)."""
-        new = self._events.read_new()
+        new = self._events.iter_new()  # streamed: a long journal is never held whole
         if self._events.restarted:  # replaced or truncated: what the old file said is gone
             self.runs = []
             self._event_stamp_run = {}
@@ -1185,8 +1307,9 @@ class RunModel:
             pairs = set(self._by_pair) | set(self.cells)
         self._built_repeats = k_rep
         changed: set[Key] = set()
+        per: dict[Key, list[Attempt]] = {}
         for k in pairs:
-            atts = []
+            atts = per[k] = []
             for ak in self._by_pair.get(k, ()):
                 a = self._attempts.get(ak)
                 if a is None:
@@ -1199,10 +1322,23 @@ class RunModel:
                 if full or ak in self._dirty:  # only attempts re-read since the last rebuild
                     _refresh_attempt(a)
                 atts.append(a)
+        # which tasks have a partial score somewhere (``build_cell``'s task_scored); a task that
+        # gained or lost its last one rebuilds all its cells
+        tasks = {k[0] for k in pairs}
+        now = {t for t in tasks if self._task_scored(t)}
+        flipped = (now ^ self._scored_tasks) & tasks
+        self._scored_tasks = (self._scored_tasks - tasks) | now
+        if flipped:
+            for k in self._by_pair:
+                if k[0] in flipped and k not in per:
+                    pairs.add(k)
+                    per[k] = [a for ak in self._by_pair[k] if (a := self._attempts.get(ak)) is not None]
+        for k, atts in per.items():
             if not atts:
                 self.cells.pop(k, None)  # the matrix fill below adds it back as pending if it belongs
                 continue
-            self.cells[k] = build_pair_cell(k[0], k[1], atts, self.claimed.get(k, ()), k_rep)
+            self.cells[k] = build_pair_cell(k[0], k[1], atts, self.claimed.get(k, ()), k_rep,
+                                            k[0] in self._scored_tasks)  # fmt: skip
         self._dirty.clear()
         self._fill_matrix()
         if not old:  # a first scan: every cell is new
@@ -1212,6 +1348,14 @@ class RunModel:
             if o is not n and o != n:
                 changed.add(k)
         return changed
+
+    def _task_scored(self, task: str) -> bool:
+        for arm in self._arms_seen:
+            for ak in self._by_pair.get((task, arm), ()):
+                a = self._attempts.get(ak)
+                if a is not None and partial_scored(a):
+                    return True
+        return False
 
     def _fill_matrix(self) -> None:
         """Every task x arm seen or planned has a cell; a pair with no attempt is pending (or claimed)."""
@@ -1239,11 +1383,12 @@ class RunModel:
 def _void_reason(*dirs: str) -> str:
     """The first meaningful line of the README next to a voided trial (trial, job or stamp dir)."""
     for d in dirs:
-        try:
-            with open(os.path.join(d, tree.VOID_README), encoding="utf-8", errors="replace") as f:
-                text = f.read(4096)
-        except OSError:
-            continue
+        raw = safeio.read_own(os.path.join(d, tree.VOID_README), 4096 * 16)  # a FIFO there never blocks
+        if isinstance(raw, safeio.Refused):
+            if raw.missing:
+                continue
+            return f"voided (README {raw.reason})"
+        text = raw[:4096].decode("utf-8", "replace")
         for line in text.splitlines():
             line = line.strip().lstrip("#").strip()
             if line.lower().startswith("voided:"):  # runner.ops.void writes "# Voided: <reason>"
@@ -1262,11 +1407,14 @@ def _merge_trial(rec: TrialRecord, old: TrialRecord | None) -> TrialRecord:
     if old is None:
         return rec
     stale = False
+    # harbor writes result.json last: once it reads clean, the verifier's files are final, and one
+    # unreadable now is a hole (the hole rule), not a half-written file to wait for
+    settled = rec.state == results.OK
     if rec.state in (results.UNREADABLE, results.EMPTY) and old.state == results.OK:
         rec = replace(old, metrics=rec.metrics, receipt=rec.receipt, error=rec.error)
         stale = True
     m_old, m_new = old.metrics, rec.metrics
-    if m_old.is_score and m_new.state in (results.UNREADABLE, results.EMPTY):
+    if m_old.is_score and m_new.state in (results.UNREADABLE, results.EMPTY) and not settled:
         rec = replace(rec, metrics=replace(m_old, error=m_new.error))
         stale = True
     elif m_old.is_score and m_new.state == results.IN_PROGRESS:
@@ -1281,6 +1429,8 @@ def _read_stamp(sdir: str, arm_dir: str) -> _Stamp | None:
     arm = tree.arm_of_dir(arm_dir)
     for name in (arm_dir,) if arm == arm_dir else (arm_dir, arm):
         jdir = f"{sdir}/{name}"
+        if os.path.islink(jdir):  # never followed: it would bring in results from anywhere
+            return name, results.JobRecord(state=results.REFUSED, error=f"job dir: {results.LINKED_DIR}"), {}
         loaded = results.load_json(f"{jdir}/{results.RESULT_JSON}")
         if loaded.state == results.MISSING and not os.path.isdir(jdir):
             continue  # (a stat only when the job result is missing)
@@ -1290,7 +1440,12 @@ def _read_stamp(sdir: str, arm_dir: str) -> _Stamp | None:
         summary = results.trial_from_job_summary(loaded.data, jdir) if loaded.data is not None else None
         if summary is not None:
             return name, job, {summary.name: summary}
-        return name, job, {n: results.read_trial(f"{jdir}/{n}") for n in tree.list_dirs(jdir)}
+        links: list[str] = []  # trial dirs that are symlinks: listed as refused, never read
+        trials = {n: results.read_trial(f"{jdir}/{n}") for n in tree.list_dirs(jdir, links)}
+        for n in links:
+            if n not in tree.JOB_FILES:
+                trials[n] = results.read_trial(f"{jdir}/{n}")
+        return name, job, trials
     return None
 
 

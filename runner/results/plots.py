@@ -16,6 +16,7 @@ import re
 import warnings
 from typing import Any
 
+from modes import safetext
 from runner.results import rules
 
 FIGURES = ("means", "forest", "heatmap", "cost", "time")
@@ -47,8 +48,9 @@ def _svg(fig: Any, salt: str) -> str:
 
 
 def _short(name: str, n: int = 24) -> str:
-    """A label that cannot squeeze the plot away (task and arm names are free text)."""
-    return name if len(name) <= n else name[: n - 1] + "\u2026"
+    """A label that cannot squeeze the plot away, break the SVG or run matplotlib's mathtext (task
+    and arm names are free text: ``modes.safetext.clean``, and ``$`` escaped)."""
+    return safetext.clean(name, n).replace("$", r"\$")
 
 
 def _figure(w: float, h: float) -> Any:
@@ -79,7 +81,12 @@ def means(rep: dict[str, Any]) -> Any:
             lo.append(e[0])
             hi.append(e[1])
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=3, label=MEASURE_LABELS[field])
-    ax.set_xticks(range(len(arms)), [f"{_short(a, 16)}\nn = {rep['arm_summary'][a]['n']}" for a in arms])
+    ticks = []
+    for a in arms:
+        s = rep["arm_summary"][a]
+        flagged = f" ({s['flagged_in_n']} flagged)" if s.get("flagged_in_n") else ""
+        ticks.append(f"{_short(a, 16)}\nn = {s['n']}{flagged}")
+    ax.set_xticks(range(len(arms)), ticks)
     ax.set_ylim(-0.05, 1.05)
     ax.set_ylabel("mean")
     ax.grid(axis="y", alpha=0.3)
@@ -127,8 +134,8 @@ def heatmap(rep: dict[str, Any]) -> Any:
     for i, t in enumerate(tasks):
         for j, a in enumerate(arms):
             c = rep["cells"][t].get(a)
-            if c and c["status"] == "done":
-                v = rules.scored_measure(c["partial"], c["build_failed"], "partial")
+            if c and (c["status"] == "done" or c["flagged"]):
+                v = rules.scored_measure(c["partial"], c["build_failed"], "partial", c["flagged"])
                 data[i, j] = np.nan if v is None else v
     im = ax.imshow(
         np.ma.masked_invalid(data), vmin=0, vmax=1, cmap="viridis", aspect="auto", interpolation="nearest"
@@ -142,6 +149,8 @@ def heatmap(rep: dict[str, Any]) -> Any:
                     ax.text(
                         j, i, "\u2717", ha="center", va="center", color="red", fontsize=12, fontweight="bold"
                     )
+                elif c and c["flagged"]:
+                    ax.text(j, i, "flagged", ha="center", va="center", color="red", fontsize=7)
                 elif c and c["status"] != "done":
                     ax.text(j, i, c["status"], ha="center", va="center", color="#555555", fontsize=7)
         ax.set_yticks(range(len(tasks)), [_short(t) for t in tasks], fontsize=8)
@@ -161,7 +170,9 @@ def cost(rep: dict[str, Any]) -> Any:
         if s["cost_usd"] is None or s["partial"] is None:
             continue
         e = _err(s["partial"], s["partial_ci"])
-        ax.errorbar([s["cost_usd"]], [s["partial"]], yerr=[[e[0]], [e[1]]], fmt="o", capsize=3, label=a)
+        ax.errorbar(
+            [s["cost_usd"]], [s["partial"]], yerr=[[e[0]], [e[1]]], fmt="o", capsize=3, label=_short(a, 16)
+        )
         ax.annotate(
             _short(a, 16),
             (s["cost_usd"], s["partial"]),

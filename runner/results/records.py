@@ -18,9 +18,9 @@ model replaces records (``dataclasses.replace``) instead of changing them.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from modes import safeio
+from modes.receipt import ReceiptFigures, read_figures
 from modes.trial_files import VERIFIER_WRITTEN, TrialFiles
+from modes.values import COUNT, USD, Bad, number
 from runner.results import rules
 
 RESULT_JSON = TrialFiles.RESULT  # the job's result.json has the same name
@@ -40,6 +42,9 @@ EMPTY = "empty"
 UNREADABLE = "unreadable"  # truncated mid-write, corrupt, not an object, or a permission error
 REFUSED = "refused"  # broke a safe-open rule (modes.safeio): a FIFO, a symlink out, too large
 TAMPERED = "tampered"  # a verifier file changed after the verifier finished (metrics only)
+#: read and parsed, but a value makes no sense (modes.values: not a number, not finite, out of its
+#: field's range, the wrong type); ``error`` names the field and why. Not transient: never a score.
+INVALID = "invalid"
 
 
 @dataclass(slots=True)  # not frozen: see the module docstring
@@ -106,23 +111,21 @@ def _parse_json(raw: bytes) -> Loaded:
     return Loaded(data, OK)
 
 
-def _num(v: Any) -> float | None:
-    """A finite JSON number as float, else None (bools are not numbers). ``type`` checks: hot path."""
-    t = type(v)
-    if t is float:
-        return v if math.isfinite(v) else None
-    if t is int:
-        return float(v)
-    return None
+def _count(v: Any, field: str, bad: list[Bad]) -> int | None:
+    """A count field (``modes.values.COUNT``); a bad one is kept in ``bad`` and reads None."""
+    got = number(v, COUNT, field)
+    if isinstance(got, Bad):
+        bad.append(got)
+        return None
+    return got  # type: ignore[return-value]
 
 
-def _int(v: Any) -> int:
-    t = type(v)
-    if t is int:
-        return v
-    if t is float and math.isfinite(v):
-        return int(v)
-    return 0
+def _usd(v: Any, field: str, bad: list[Bad]) -> float | None:
+    got = number(v, USD, field)
+    if isinstance(got, Bad):
+        bad.append(got)
+        return None
+    return got
 
 
 def _str(v: Any) -> str | None:
@@ -178,7 +181,11 @@ class JobRecord:
 
 
 def read_job(job_dir: Path | str) -> JobRecord:
-    return job_from_loaded(load_json(f"{os.fspath(job_dir)}/{RESULT_JSON}"))
+    """The job's result.json; a job dir that is a symlink is not followed (``REFUSED``)."""
+    d = os.fspath(job_dir)
+    if os.path.islink(d.rstrip("/")):
+        return JobRecord(state=REFUSED, error=LINKED_DIR)
+    return job_from_loaded(load_json(f"{d}/{RESULT_JSON}"))
 
 
 def job_from_loaded(loaded: Loaded) -> JobRecord:
@@ -188,6 +195,8 @@ def job_from_loaded(loaded: Loaded) -> JobRecord:
 
 
 def job_from_dict(d: Mapping[str, Any]) -> JobRecord:
+    """harbor's job result; a count or cost that makes no sense makes the record ``INVALID``
+    (harbor wrote the file: the model then reads the job's state from its trials)."""
     stats = d.get("stats")
     if not isinstance(stats, dict):
         stats = {}
@@ -198,25 +207,32 @@ def job_from_dict(d: Mapping[str, Any]) -> JobRecord:
             es = ev.get("exception_stats") if isinstance(ev, dict) else None
             if isinstance(es, dict):
                 exc_types.extend(str(k) for k in es)
-    tok_in, tok_out = _num(stats.get("n_input_tokens")), _num(stats.get("n_output_tokens"))
-    return JobRecord(
+    bad: list[Bad] = []
+    counts = rules.job_counts(stats)
+    if isinstance(counts, Bad):
+        bad.append(counts)
+        counts = (0, 0)
+    rec = JobRecord(
         state=OK,
         job_id=_str(d.get("id")),
         started_at=_str(d.get("started_at")),
         finished_at=_str(d.get("finished_at")),
-        n_total_trials=_int(d.get("n_total_trials")),
-        n_completed=_int(stats.get("n_completed_trials", stats.get("n_trials"))),
-        n_errored=_int(stats.get("n_errored_trials", stats.get("n_errors"))),
-        n_running=_int(stats.get("n_running_trials")),
-        n_pending=_int(stats.get("n_pending_trials")),
-        n_cancelled=_int(stats.get("n_cancelled_trials")),
-        n_retries=_int(stats.get("n_retries")),
-        cost_usd=_num(stats.get("cost_usd")),
-        n_input_tokens=int(tok_in) if tok_in is not None else None,
-        n_output_tokens=int(tok_out) if tok_out is not None else None,
+        n_total_trials=_count(d.get("n_total_trials"), "n_total_trials", bad) or 0,
+        n_completed=counts[0],
+        n_errored=counts[1],
+        n_running=_count(stats.get("n_running_trials"), "stats.n_running_trials", bad) or 0,
+        n_pending=_count(stats.get("n_pending_trials"), "stats.n_pending_trials", bad) or 0,
+        n_cancelled=_count(stats.get("n_cancelled_trials"), "stats.n_cancelled_trials", bad) or 0,
+        n_retries=_count(stats.get("n_retries"), "stats.n_retries", bad) or 0,
+        cost_usd=_usd(stats.get("cost_usd"), "stats.cost_usd", bad),
+        n_input_tokens=_count(stats.get("n_input_tokens"), "stats.n_input_tokens", bad),
+        n_output_tokens=_count(stats.get("n_output_tokens"), "stats.n_output_tokens", bad),
         exception_types=tuple(sorted(set(exc_types))),
-        done=rules.is_done(stats),
+        done=rules.done_of_counts(*counts),
     )
+    if bad:
+        return JobRecord(state=INVALID, error=str(bad[0]))
+    return rec
 
 
 # ------------------------------------------------------------------------------------------ metrics
@@ -242,21 +258,35 @@ IN_PROGRESS = "in_progress"
 
 
 def metrics_from_dict(d: Mapping[str, Any]) -> Metrics:
+    """The verifier's metrics through the rules; a value that makes no sense is ``INVALID``."""
     phase = _str(d.get("phase"))
     if not rules.metrics_is_score(d):
         return Metrics(state=IN_PROGRESS, phase=phase)
+    partial, rate = rules.partial_score(d), rules.test_pass_rate(d)
+    for got in (partial, rate):
+        if isinstance(got, Bad):
+            return Metrics(state=INVALID, error=str(got), phase=phase)
     return Metrics(
         state=OK,
-        partial=rules.partial_score(d),
-        pass_rate=rules.test_pass_rate(d),
+        partial=partial,  # type: ignore[arg-type]
+        pass_rate=rate,  # type: ignore[arg-type]
         build_failed=rules.build_failed(d),
         phase=phase,
     )
 
 
 def read_metrics(trial_dir: Path | str) -> Metrics:
+    """``verifier/metrics.json``; missing because ``verifier/`` itself is not a directory (a FIFO, a
+    file, a symlink planted in place of harbor's mount) is ``REFUSED``, never a trial without one."""
     d = os.fspath(trial_dir)
     loaded = load_json(f"{d}/{TrialFiles.METRICS}", d)
+    if loaded.state == MISSING:
+        try:
+            mode = os.lstat(f"{d}/{TrialFiles.VERIFIER_DIR}").st_mode
+        except OSError:
+            mode = None
+        if mode is not None and not stat.S_ISDIR(mode):
+            return Metrics(state=REFUSED, error=f"{TrialFiles.VERIFIER_DIR}/ is not a directory")
     if not loaded.ok:
         return Metrics(state=loaded.state, error=loaded.error)
     return metrics_from_dict(loaded.data or {})
@@ -265,96 +295,16 @@ def read_metrics(trial_dir: Path | str) -> Metrics:
 # ------------------------------------------------------------------------------------------ receipt
 
 
-@dataclass(slots=True)  # not frozen: see the module docstring
-class Receipt:
-    """The figures of ``agent/goal_receipt.json`` that status, report and console show.
-
-    Field names accepted: those of agents/receipt.py (``continuations``, ``unblocks``, ``errors`` as a
-    list, ``goal_status_final``, ``deadline_hit``, ``turns``), plus older spellings (the field
-    harness's ``_unblock_count``, ``error_events``, ``final_goal_status``, ``timed_out``). The
-    runbook's monitor read ``unblock_count`` and reported "0 unblocks" forever: a test writes a
-    receipt with agents/receipt.py and reads it back here.
-    """
-
-    state: str
-    error: str = ""
-    continuations: int | None = None
-    unblocks: int | None = None
-    error_events: int | None = None
-    final_goal_status: str | None = None
-    turns: int | None = None
-    timed_out: bool | None = None
-    arm: str | None = None
-    # the trial's setup as the arm recorded it (codex, transport, credentials, model, budget), for
-    # the fairness audit (runner.results.audit): (fact, value) pairs, values as short strings
-    setup: tuple[tuple[str, str], ...] = ()
-
-
-#: receipt paths of the setup facts the fairness audit compares across arms (agents/receipt.py)
-SETUP_PATHS = {
-    "codex_version": ("codex_version",),
-    "codex_in_container": ("extra", "codex_version_in_container"),
-    "codex_sha256": ("codex_sha256",),
-    "config_toml_sha256": ("config_toml", "normalized_sha256"),
-    "transport": ("transport", "kind"),
-    "user": ("transport", "user"),
-    "workdir": ("transport", "workdir"),
-    "credential": ("provider", "api_key_var"),
-    "model": ("model",),
-    "provider_base_url": ("provider", "base_url"),
-    "budget_sec": ("budget_sec",),
-    "goal_timeout_sec": ("goal_timeout_sec",),
-    "agent_timeout_sec": ("extra", "harbor_agent_timeout_sec"),
-    "image_digest": ("image_digest",),
-}
-
-
-def _setup(d: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    out = []
-    for fact, path in SETUP_PATHS.items():
-        v: Any = d
-        for k in path:
-            v = v.get(k) if isinstance(v, Mapping) else None
-        if isinstance(v, bool) or v is None or isinstance(v, (dict, list)):
-            continue
-        out.append((fact, str(v)[:200]))
-    return tuple(out)
-
-
-def _count(d: Mapping[str, Any], *keys: str) -> int | None:
-    for k in keys:
-        if k not in d:
-            continue
-        v = d[k]
-        if isinstance(v, (list, tuple)):
-            return len(v)
-        n = _num(v)
-        if n is not None:
-            return int(n)
-    return None
+#: ``agent/goal_receipt.json`` as read back: the one receipt definition is ``modes.receipt``
+#: (written by the arms with ``modes.receipt.Receipt``, read with ``modes.receipt.read_figures``).
+Receipt = ReceiptFigures
 
 
 def receipt_from_dict(d: Mapping[str, Any]) -> Receipt:
-    goal = d.get("goal") if isinstance(d.get("goal"), Mapping) else {}
-    status = None
-    for k in ("goal_status_final", "final_goal_status", "goal_status", "final_status"):
-        status = _str(d.get(k))
-        if status:
-            break
-    if status is None:
-        status = _str(goal.get("status")) if goal else None
-    timed_out = d.get("deadline_hit", d.get("timed_out"))
-    return Receipt(
-        state=OK,
-        continuations=_count(d, "continuations", "n_continuations", "continuation_count"),
-        unblocks=_count(d, "unblocks", "n_unblocks", "unblock_count", "_unblock_count"),
-        error_events=_count(d, "errors", "error_events", "n_errors", "n_error_events"),
-        final_goal_status=status,
-        turns=_count(d, "turns", "n_turns"),
-        timed_out=timed_out if isinstance(timed_out, bool) else None,
-        arm=_str(d.get("arm")),
-        setup=_setup(d),
-    )
+    got = read_figures(d, OK)
+    if isinstance(got, Bad):
+        return Receipt(state=INVALID, error=str(got))
+    return got
 
 
 def read_receipt(trial_dir: Path | str) -> Receipt | None:
@@ -404,6 +354,10 @@ class TrialRecord:
     # time from the job's timestamps) instead of the trial's own result.json: see
     # trial_from_job_summary. exception_message, agent_sec and task_name are then unknown.
     from_summary: bool = False
+    #: a value of result.json that makes no sense (``modes.values``: "field: why"), read as None;
+    #: ``bad_side`` says who could have made it so (``rules.hole_side``: the agent or the harness)
+    bad: str = ""
+    bad_side: str = ""
 
     @property
     def finished(self) -> bool:
@@ -432,10 +386,14 @@ def trial_from_dict(
     ae = d.get("agent_execution")
     ae = ae if isinstance(ae, dict) else {}
 
-    def _opt_int(v: Any) -> int | None:
-        n = _num(v)
-        return int(n) if n is not None else None
-
+    bad: list[Bad] = []
+    reward = rules.reward_of(d.get("verifier_result"))
+    if isinstance(reward, Bad):
+        bad.append(reward)
+        reward = None
+    cost = _usd(ar.get("cost_usd"), "agent_result.cost_usd", bad)
+    tokens = [_count(ar.get(k), f"agent_result.{k}", bad) for k in _TOKEN_FIELDS]
+    first = bad[0] if bad else None
     return TrialRecord(
         name=name,
         state=OK,
@@ -443,11 +401,11 @@ def trial_from_dict(
         errored=exc is not None,
         exception_type=_str(exc.get("exception_type")) if exc else None,
         exception_message=_str(exc.get("exception_message")) if exc else None,
-        reward=rules.reward_of(d.get("verifier_result")),
-        cost_usd=_num(ar.get("cost_usd")),
-        n_input_tokens=_opt_int(ar.get("n_input_tokens")),
-        n_output_tokens=_opt_int(ar.get("n_output_tokens")),
-        n_cache_tokens=_opt_int(ar.get("n_cache_tokens")),
+        reward=reward,
+        cost_usd=cost,
+        n_input_tokens=tokens[0],
+        n_output_tokens=tokens[1],
+        n_cache_tokens=tokens[2],
         started_at=_str(d.get("started_at")),
         finished_at=_str(d.get("finished_at")),
         wall_sec=_span_sec(d.get("started_at"), d.get("finished_at")),
@@ -456,7 +414,12 @@ def trial_from_dict(
         receipt=receipt,
         agent_setup_started=bool(d.get("agent_setup")),
         agent_started=d.get("agent_execution") is not None,
+        bad=str(first) if first else "",
+        bad_side=rules.hole_side(RESULT_JSON, first.field) if first else "",
     )
+
+
+_TOKEN_FIELDS = ("n_input_tokens", "n_output_tokens", "n_cache_tokens")
 
 
 # harbor writes TrialResult with indent=4 and a fixed key order; everything the model needs comes
@@ -489,9 +452,12 @@ def _load_trial_result(path: str) -> Loaded:
 
 
 def read_trial(trial_dir: Path | str) -> TrialRecord:
-    """Read one trial dir (result, metrics, receipt); never raises."""
+    """Read one trial dir (result, metrics, receipt); never raises. A trial dir that is a symlink
+    is not followed (harbor makes real dirs; a link would bring in files from anywhere)."""
     d = os.fspath(trial_dir).rstrip("/")
     name = os.path.basename(d)
+    if os.path.islink(d):
+        return TrialRecord(name=name, state=REFUSED, error=LINKED_DIR)
     metrics = read_metrics(d)
     receipt = read_receipt(d)
     loaded = _load_trial_result(f"{d}/{RESULT_JSON}")
@@ -500,12 +466,17 @@ def read_trial(trial_dir: Path | str) -> TrialRecord:
             name=name, state=loaded.state, error=loaded.error, metrics=metrics, receipt=receipt
         )
     data = loaded.data or {}
-    if metrics.state == OK:  # only a score can be forged into one
+    # a score, a file made nonsense, or gone; ``phase: initialized`` is a verifier (re)run's own mark
+    if metrics.state not in (REFUSED, IN_PROGRESS):
         ver = data.get("verifier")
         why = tampered(d, parse_time(ver.get("finished_at")) if isinstance(ver, dict) else None)
         if why:
             metrics = Metrics(state=TAMPERED, error=why)
     return trial_from_dict(name, data, metrics, receipt)
+
+
+#: why a job or trial dir that is a symlink is not read
+LINKED_DIR = "a symlink (not followed)"
 
 
 _VERIFIER_FINISHED = re.compile(
@@ -535,8 +506,11 @@ def tampered(trial_dir: str, verifier_finished: datetime | None) -> str:
     in that file), after it stopped the environment and fixed the log dirs' owner. So a verifier
     file that was modified after the verifier finished (its mtime), or whose inode changed after
     ``result.json`` was written (its ctime, which no one can set back), was written by someone
-    other than the verifier: typically a process the agent left running. Copies of a tree (which
-    keep mtimes and renew every ctime) stay consistent with both rules.
+    other than the verifier: typically a process the agent left running. The same holds for the
+    verifier dir itself: an entry added, removed or renamed there after ``result.json`` (its ctime)
+    means a file of the verifier's was deleted or planted (a deleted metrics.json would otherwise
+    just leave its cell without a partial score). Copies of a tree (which keep mtimes and renew
+    every ctime, the dir's before the files') stay consistent with these rules.
     """
     times = safeio.lstat_times(f"{trial_dir}/{RESULT_JSON}")
     if times is None:
@@ -554,6 +528,12 @@ def tampered(trial_dir: str, verifier_finished: datetime | None) -> str:
             return f"{rel} changed {(ctime - res_ctime) / 1e9:.1f} s after harbor wrote result.json"
         if fin_ns is not None and mtime > fin_ns + TAMPER_SLACK_NS:
             return f"{rel} written {(mtime - fin_ns) / 1e9:.1f} s after the verifier finished"
+    t = safeio.lstat_times(f"{trial_dir}/{TrialFiles.VERIFIER_DIR}")
+    if t is not None and t[1] > res_ctime + TAMPER_SLACK_NS:
+        return (
+            f"{TrialFiles.VERIFIER_DIR}/ changed (a file added, removed or renamed) "
+            f"{(t[1] - res_ctime) / 1e9:.1f} s after harbor wrote result.json"
+        )
     return ""
 
 
@@ -586,7 +566,7 @@ def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | 
         if not isinstance(by_value, dict):
             return None
         for trials in by_value.values():
-            if not isinstance(trials, list):
+            if not isinstance(trials, list) or not all(isinstance(t, str) for t in trials):
                 return None
             names.update(trials)
     reward = rules.reward_of_stats(rs)
@@ -596,26 +576,31 @@ def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | 
     if not isinstance(name, str) or not name or "/" in name or name[0] == ".":
         return None
     tdir = f"{job_dir}/{name}"
+    if os.path.islink(tdir):
+        return None  # the caller reads the trial dir, and refuses the link
     metrics = read_metrics(tdir)
     if metrics.state == MISSING and not os.path.isdir(tdir):
         return None  # moved away (voided) or never there: let the caller list the job dir
     raw = _read(f"{tdir}/{RESULT_JSON}", tdir)
     if isinstance(raw, Loaded):
         return None  # the trial's own result.json is missing or refused: read the trial dir
-    if metrics.state == OK:
+    if metrics.state not in (REFUSED, IN_PROGRESS):
         why = tampered(tdir, verifier_finished(raw))
         if why:
             metrics = Metrics(state=TAMPERED, error=why)
-    tok_in, tok_out = _num(stats.get("n_input_tokens")), _num(stats.get("n_output_tokens"))
-    tok_cache = _num(stats.get("n_cache_tokens"))
+    bad: list[Bad] = []
+    cost = _usd(stats.get("cost_usd"), "stats.cost_usd", bad)
+    tokens = [_count(stats.get(k), f"stats.{k}", bad) for k in _TOKEN_FIELDS]
+    if bad:
+        return None  # a sum that makes no sense: the trial's own record says which value
     return TrialRecord(
         name=name,
         state=OK,
         reward=reward,
-        cost_usd=_num(stats.get("cost_usd")),
-        n_input_tokens=int(tok_in) if tok_in is not None else None,
-        n_output_tokens=int(tok_out) if tok_out is not None else None,
-        n_cache_tokens=int(tok_cache) if tok_cache is not None else None,
+        cost_usd=cost,
+        n_input_tokens=tokens[0],
+        n_output_tokens=tokens[1],
+        n_cache_tokens=tokens[2],
         wall_sec=_span_sec(d.get("started_at"), d.get("finished_at")),
         metrics=metrics,
         receipt=read_receipt(tdir),

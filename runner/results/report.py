@@ -3,12 +3,14 @@
 Built from the results model only (``build_report(model) -> dict``), then rendered as md, json,
 csv or html. The dict is the JSON contract other tools read:
 
-    schema "marathon-report-v2", arms, tasks, cells[task][arm]{reward, partial, pass_rate,
-    build_failed, status, cost_usd, n_input_tokens, n_output_tokens, spend_usd, ...},
-    arm_summary[arm]{n, reward, partial, pass_rate, *_ci, build_failed, cost_usd, cost_per_solved,
-    spend_usd, ...}, paired[{a, b, n, *_diff, *_diff_ci, wins, losses, ties, sign_test_p,
-    sign_test_p_holm}], infrastructure[...], bootstrap{method, resamples, seed, confidence},
-    disclosures{arm: [...]}, masked{arm: [{what, why, config_keys}]}, masked_config_keys
+    schema "marathon-report-v3", arms, tasks, cells[task][arm]{reward, partial, pass_rate,
+    build_failed, status, flagged, cost_usd, n_input_tokens, n_output_tokens, spend_usd, ...},
+    reading, exclude_flagged, arm_summary[arm]{n, flagged, flagged_in_n, reward, partial,
+    pass_rate, *_ci, build_failed, cost_usd, cost_per_solved, spend_usd, ...}, paired[{a, b, n,
+    flagged_a, flagged_b, *_diff, *_diff_ci, *_mde, *_tasks_needed, wins, losses, ties,
+    sign_test_p, sign_test_p_holm}], power{...}, suspect[...], suspect_excluded,
+    infrastructure[...], bootstrap{method, resamples, seed, confidence}, disclosures{arm: [...]},
+    masked{arm: [{what, why, config_keys}]}, masked_config_keys
 
 Why cost apart from spend: an arm's cost is what its scored attempts cost (the sum of its cells);
 what errored and voided attempts cost is the run's spend, not the arm's, or an arm that hit more
@@ -24,21 +26,22 @@ likely infrastructure, not capability (runbook pitfall 1).
 from __future__ import annotations
 
 import csv
-import html
 import io
-import json
 from datetime import UTC, datetime
 from itertools import combinations
 from typing import Any
 
-from modes import profiles
+from modes import profiles, safetext
 from runner.results import audit, clusters, power, rules, stats, suspect
 from runner.results.model import DONE, ERRORED, STATUSES, VOIDED, Cell, RunModel, scored_values
 
 FORMATS = ("md", "json", "csv", "html")
 #: The JSON contract's version. v2: cell and arm cost/tokens are the scoring attempts' (spend_* is
-#: every attempt), per-arm and paired 95 % intervals, Holm-adjusted p, p-values unrounded.
-SCHEMA = "marathon-report-v2"
+#: every attempt), per-arm and paired 95 % intervals, Holm-adjusted p, p-values unrounded. v3: the
+#: hole rule (flagged cells count as failures in n, the means and the pairs; ``flagged``,
+#: ``flagged_in_n``, ``flagged_a``/``flagged_b``, ``reading``, ``exclude_flagged``); also ``power``
+#: (MDE and tasks needed per pair), ``suspect`` and ``suspect_excluded``.
+SCHEMA = "marathon-report-v3"
 ALARM_P = 0.05
 ALARM_TEXT = "suspect infrastructure before capability"
 CELL_FIELDS = (
@@ -57,17 +60,33 @@ def _r(v: float | None, nd: int = 4) -> float | None:
     return None if v is None else round(v, nd)
 
 
-def _score(c: Cell, field: str) -> float | None:
-    """A done cell's measure for means; build failures count as 0 (never dropped). With repeats it
-    is the task's mean over its done repeats (``runner.results.model.combine_repeats``): the mean of
-    ``cell_values``, the value every mean, interval and paired difference takes per task."""
-    return rules.scored_measure(getattr(c, field), c.build_failed, field)
+def _score(c: Cell, field: str, exclude_flagged: bool = False) -> float | None:
+    """A counted cell's measure for means; build failures count as 0 (never dropped), and so does
+    every score of a flagged cell (the hole rule, ``rules.scored_measure``). With repeats it is the
+    task's mean over its counted repeats (``runner.results.model.combine_repeats``): the mean of
+    ``cell_values``, the value every mean, interval and paired difference takes per task; with
+    ``exclude_flagged`` the flagged repeats of a done pair are left out of it (the other reading)."""
+    if c.repeats:
+        vals = scored_values(c, field, exclude_flagged)
+        return clusters.task_mean(vals) if vals else None
+    return rules.scored_measure(getattr(c, field), c.build_failed, field, c.flagged)
 
 
-def cell_values(c: Cell, field: str) -> list[float]:
-    """A counted cell's values of a measure, one per done repeat: its task's cluster
+def counted(c: Cell, exclude_flagged: bool = False) -> bool:
+    """Does the cell count in means and paired comparisons (``rules.counts_in_means``)?"""
+    return rules.counts_in_means(c.status == DONE, c.flagged, exclude_flagged)
+
+
+def flagged_in(c: Cell, exclude_flagged: bool = False) -> bool:
+    """Does a counted cell count a flagged attempt as a failure: flagged itself, or (with repeats) a
+    done pair with a flagged repeat among its counted ones? Never in the other reading."""
+    return not exclude_flagged and c.flagged_repeats > 0
+
+
+def cell_values(c: Cell, field: str, exclude_flagged: bool = False) -> list[float]:
+    """A counted cell's values of a measure, one per counted repeat: its task's cluster
     (``runner.results.clusters``; ``runner.results.model.scored_values``). One value without repeats."""
-    return scored_values(c, field)
+    return scored_values(c, field, exclude_flagged)
 
 
 MEASURES = ("reward", "partial", "pass_rate")
@@ -128,6 +147,7 @@ def cell_dict(c: Cell) -> dict[str, Any]:
         "host": c.scored_on,
         "newer": c.newer,
         "unreadable": c.unreadable,
+        "flagged": c.flagged,
         "note": c.note,
         **(repeat_dict(c) if c.repeats else {}),
     }
@@ -148,6 +168,7 @@ def repeat_dict(c: Cell) -> dict[str, Any]:
                 "partial": _r(p.partial),
                 "pass_rate": _r(p.pass_rate),
                 "build_failed": p.build_failed,
+                "flagged": p.flagged,
                 "cost_usd": _r(_scored(p, "cost_usd"), 6),
                 "wall_sec": _r(p.wall_sec, 1),
                 "attempts": p.n_attempts,
@@ -174,22 +195,24 @@ def _total(got: list) -> Any:
 RECEIPT_SUMS = ("continuations", "unblocks", "error_events")
 
 
-def arm_summary(cells: list[Cell]) -> dict[str, Any]:
-    """One arm's figures over its cells: means (with 95 % bootstrap intervals) over done cells,
-    the arm's cost over its scoring attempts, and the run's spend over every attempt.
+def arm_summary(cells: list[Cell], exclude_flagged: bool = False) -> dict[str, Any]:
+    """One arm's figures over its cells: means (with 95 % bootstrap intervals) over the counted
+    cells (done, and flagged ones as failures: the hole rule; ``exclude_flagged``: done only), the
+    arm's cost over its scoring attempts, and the run's spend over every attempt.
 
-    One pass over the cells and one over the done ones (a 10,000-cell tree's status called this
+    One pass over the cells and one over the counted ones (a 10,000-cell tree's status called this
     for every figure in turn, half a million attribute reads)."""
     # in task order: the bootstrap draws positions, so the same tree must list its cells the same way
-    done = sorted((c for c in cells if c.status == DONE), key=lambda c: (c.task, c.arm))
+    means_of = sorted((c for c in cells if counted(c, exclude_flagged)), key=lambda c: (c.task, c.arm))
     counts = dict.fromkeys(STATUSES, 0)
-    attempts = errored = voided = 0
+    attempts = errored = voided = flagged = 0
     receipts: dict[str, list] = {k: [] for k in RECEIPT_SUMS}
     spends: tuple[list, list, list] = ([], [], [])
     for c in cells:
-        for p in c.repeats or (c,):  # with repeats, each repeat is counted by its status
+        for p in c.parts:  # with repeats, each repeat is counted by its status
             if p.status in counts:
                 counts[p.status] += 1
+        flagged += c.flagged_repeats
         attempts += len(c.attempts)
         for a in c.attempts:
             errored += a.status == ERRORED
@@ -201,11 +224,14 @@ def arm_summary(cells: list[Cell]) -> dict[str, Any]:
             got.append(v)
     vals: dict[str, list[float]] = {m: [] for m in MEASURES}
     cost, tok_in, tok_out = [], [], []
-    solved = build_failed = 0
-    for c in done:
-        for m, got in vals.items():  # the task's value: with repeats, the mean of its done repeats
-            if (v := _score(c, m)) is not None:
+    solved = build_failed = flagged_in_n = 0
+    for c in means_of:
+        for m, got in vals.items():  # the task's value: with repeats, the mean of its counted repeats
+            if (v := _score(c, m, exclude_flagged)) is not None:
                 got.append(v)
+        flagged_in_n += flagged_in(c, exclude_flagged)
+        if c.status != DONE:  # a flagged cell: a failure in the means, nothing it says is cost
+            continue
         f = c.figures
         cost.append(f.cost_usd)
         tok_in.append(f.n_input_tokens)
@@ -218,7 +244,9 @@ def arm_summary(cells: list[Cell]) -> dict[str, Any]:
             build_failed += bool(f.build_failed)
     cost_usd = _total(cost)
     return {
-        "n": len(done),
+        "n": len(means_of),
+        "flagged": flagged,
+        "flagged_in_n": flagged_in_n,
         **{m: _r(stats.mean(vals[m])) for m in MEASURES},
         **{f"{m}_ci": _ci(vals[m]) for m in MEASURES},
         "build_failed": build_failed,
@@ -236,21 +264,22 @@ def arm_summary(cells: list[Cell]) -> dict[str, Any]:
         "errored_attempts": errored,
         "voided_attempts": voided,
         **{k: _total(got) for k, got in receipts.items()},
-        **pass_k(done),
+        **pass_k(means_of, exclude_flagged),
     }
 
 
-def pass_k(done: list[Cell]) -> dict[str, Any]:
-    """pass@K and pass^K of an arm's done cells when they have K > 1 repeats (none without): per
-    task the unbiased estimate from its n >= K done repeats of which c solved it (reward 1;
+def pass_k(counted_cells: list[Cell], exclude_flagged: bool = False) -> dict[str, Any]:
+    """pass@K and pass^K of an arm's counted cells when they have K > 1 repeats (none without):
+    per task the unbiased estimate from its n >= K counted repeats (done, and flagged ones as
+    failures: the hole rule, unless ``exclude_flagged``) of which c solved it (reward 1;
     ``runner.results.clusters.pass_at_k``/``pass_hat_k``), averaged over those tasks, with the
-    bootstrap interval over tasks; ``pass_k_n`` tasks had K done repeats."""
-    k = max((c.k for c in done), default=1)
+    bootstrap interval over tasks; ``pass_k_n`` tasks had K counted repeats."""
+    k = max((c.k for c in counted_cells), default=1)
     if k < 2:
         return {}
     at, hat = [], []
-    for c in done:
-        rewards = [p.reward for p in c.parts if p.status == DONE and p.reward is not None]
+    for c in counted_cells:
+        rewards = scored_values(c, "reward", exclude_flagged)
         if len(rewards) >= k:
             solved = sum(1 for r in rewards if r == 1.0)
             at.append(clusters.pass_at_k(len(rewards), solved, k))
@@ -265,22 +294,28 @@ def pass_k(done: list[Cell]) -> dict[str, Any]:
     }
 
 
-def common_done(cells: dict[tuple[str, str], Cell], a: str, b: str, tasks: list[str]) -> list[str]:
-    """The tasks both arms completed: the only cells a paired comparison may use."""
+def common_done(
+    cells: dict[tuple[str, str], Cell], a: str, b: str, tasks: list[str], exclude_flagged: bool = False
+) -> list[str]:
+    """The tasks both arms have a counted cell on (done, or flagged: a failure by the hole rule):
+    the only cells a paired comparison may use."""
     return [
         t
         for t in tasks
         if (ca := cells.get((t, a))) is not None
         and (cb := cells.get((t, b))) is not None
-        and ca.status == DONE
-        and cb.status == DONE
+        and counted(ca, exclude_flagged)
+        and counted(cb, exclude_flagged)
     ]
 
 
-def paired(cells: dict[tuple[str, str], Cell], arms: list[str], tasks: list[str]) -> list[dict[str, Any]]:
-    """Each pair of arms over the tasks both completed: means, mean difference a - b with its paired
-    bootstrap 95 % interval (per measure), wins/losses/ties by partial, the exact sign test and its
-    Holm adjustment across every pair that has a common task."""
+def paired(
+    cells: dict[tuple[str, str], Cell], arms: list[str], tasks: list[str], exclude_flagged: bool = False
+) -> list[dict[str, Any]]:
+    """Each pair of arms over the tasks both have a counted cell on: means, mean difference a - b
+    with its paired bootstrap 95 % interval (per measure), wins/losses/ties by partial, the exact
+    sign test and its Holm adjustment across every pair that has a common task, and how many of
+    the compared cells of each side are flagged (counted as failures by the hole rule)."""
     out = []
     diffs: dict[tuple[str, str, str], list[float]] = {}  # per-task differences, for the power figures
     scores: dict[tuple[str, str], tuple[float | None, ...]] = {}  # each cell's measures, read once
@@ -288,12 +323,14 @@ def paired(cells: dict[tuple[str, str], Cell], arms: list[str], tasks: list[str]
     def score(key: tuple[str, str]) -> tuple[float | None, ...]:
         got = scores.get(key)
         if got is None:
-            got = scores[key] = tuple(_score(cells[key], f) for f in MEASURES)
+            got = scores[key] = tuple(_score(cells[key], f, exclude_flagged) for f in MEASURES)
         return got
 
     for a, b in combinations(arms, 2):
-        both = common_done(cells, a, b, tasks)
+        both = common_done(cells, a, b, tasks, exclude_flagged)
         row: dict[str, Any] = {"a": a, "b": b, "n": len(both), "tasks": both}
+        row["flagged_a"] = sum(1 for t in both if flagged_in(cells[(t, a)], exclude_flagged))
+        row["flagged_b"] = sum(1 for t in both if flagged_in(cells[(t, b)], exclude_flagged))
         sa, sb = [score((t, a)) for t in both], [score((t, b)) for t in both]
         for i, field in enumerate(MEASURES):
             pa = [(x[i], y[i]) for x, y in zip(sa, sb, strict=True) if x[i] is not None and y[i] is not None]
@@ -319,11 +356,13 @@ def paired(cells: dict[tuple[str, str], Cell], arms: list[str], tasks: list[str]
 
 
 def infrastructure(cells: dict[tuple[str, str], Cell], arms: list[str]) -> list[dict[str, Any]]:
-    """Per arm: errored + voided attempts vs the rest, against all other arms (Fisher's exact test)."""
+    """Per arm: errored + voided attempts (and holes only the harness could have made:
+    ``Attempt.infrastructure``) vs the rest, against all other arms (Fisher's exact test). A hole
+    the agent could have made is the arm's failure (the hole rule), not infrastructure."""
     per = {}
     for arm in arms:
         atts = [a for (t, ar), c in cells.items() if ar == arm for a in c.attempts]
-        bad = sum(1 for a in atts if a.status in (ERRORED, VOIDED))
+        bad = sum(1 for a in atts if a.infrastructure)
         per[arm] = (bad, len(atts))
     out = []
     for arm in arms:
@@ -351,9 +390,18 @@ def infrastructure(cells: dict[tuple[str, str], Cell], arms: list[str]) -> list[
     return out
 
 
-def build_report(model: RunModel, scope: str = "all", exclude_suspect: bool = False) -> dict[str, Any]:
-    """The report's dict; ``exclude_suspect``: the other reading, every figure without the tasks
-    every arm failed alike (``runner.results.suspect``), labelled as such."""
+#: how the means of a report read the flagged cells (``reading`` in the JSON)
+HEADLINE = "flagged cells counted as failures (the hole rule)"
+OTHER_READING = "flagged cells excluded: the other reading (--exclude-flagged), not the headline"
+
+
+def build_report(
+    model: RunModel, scope: str = "all", exclude_flagged: bool = False, exclude_suspect: bool = False
+) -> dict[str, Any]:
+    """The report's dict. Two other readings, each labelled as such: ``exclude_flagged``, flagged
+    cells left out of the means and pairs instead of counted as failures (the hole rule);
+    ``exclude_suspect``, every figure without the tasks every arm failed alike
+    (``runner.results.suspect``)."""
     cells = model.scoped(scope)
     arms = [a for a in model.arms if any(k[1] == a for k in cells)]
     tasks = sorted({k[0] for k in cells})
@@ -361,7 +409,7 @@ def build_report(model: RunModel, scope: str = "all", exclude_suspect: bool = Fa
     if exclude_suspect:
         cells = {k: c for k, c in cells.items() if k[0] not in suspects}
         tasks = [t for t in tasks if t not in suspects]
-    pairs = paired(cells, arms, tasks)
+    pairs = paired(cells, arms, tasks, exclude_flagged)
     stand_ins = [a for a in arms if profiles.mode_for(a) is None]
     repeats = max((c.k for c in cells.values()), default=1)
     return {
@@ -373,7 +421,11 @@ def build_report(model: RunModel, scope: str = "all", exclude_suspect: bool = Fa
         "arms": arms,
         "tasks": tasks,
         "cells": {t: {a: cell_dict(cells[(t, a)]) for a in arms if (t, a) in cells} for t in tasks},
-        "arm_summary": {a: arm_summary([c for k, c in cells.items() if k[1] == a]) for a in arms},
+        "reading": OTHER_READING if exclude_flagged else HEADLINE,
+        "exclude_flagged": exclude_flagged,
+        "arm_summary": {
+            a: arm_summary([c for k, c in cells.items() if k[1] == a], exclude_flagged) for a in arms
+        },
         "paired": pairs,
         "power": power.block(pairs),
         "suspect": [s.as_dict() for s in suspects.values()],
@@ -393,14 +445,17 @@ def build_report(model: RunModel, scope: str = "all", exclude_suspect: bool = Fa
         "excluded": [{"path": e.path, "reason": e.reason} for e in model.excluded],
         "unreadable": model.unreadable,
         "notes": {
-            "means": "over done cells; build failures count as partial 0 and pass rate 0",
+            "means": "over done cells and flagged cells (a hole in what the agent can write: every score 0); "
+            "build failures count as partial 0 and pass rate 0; n counts both, flagged_in_n the flagged",
             "cost_usd": "what the arm cost: its scoring attempts (done cells), equal to the sum of the cells' cost_usd",
             "spend_usd": "what the run cost: every attempt, errored and voided ones too",
             "cost_per_solved": "cost_usd over the cells with reward 1",
             "intervals": "95 % percentile bootstrap of the mean (paired: of the per-task differences), fixed seed",
-            "paired": "only tasks both arms completed; wins/losses by partial score; two-sided exact sign test, "
+            "paired": "only tasks both arms completed (flagged cells count as failures; flagged_a/flagged_b say "
+            "how many); wins/losses by partial score; two-sided exact sign test, "
             "Holm-adjusted across every pair with a common task",
-            "infrastructure": f"errored+voided attempts vs the other arms, Fisher's exact test; alarm at p < {ALARM_P}",
+            "infrastructure": "errored+voided attempts and holes only the harness could have made vs the other "
+            f"arms, Fisher's exact test; alarm at p < {ALARM_P}",
             "power": "per pair and measure: MDE and tasks needed (runner.results.power)",
             "suspect": f"{suspect.LABEL}: counted as any task unless suspect_excluded (the other reading)",
             **({"repeats": REPEATS_NOTE} if repeats > 1 else {}),
@@ -412,10 +467,11 @@ def build_report(model: RunModel, scope: str = "all", exclude_suspect: bool = Fa
 #: what a report of a run with repeats says about them (its ``notes.repeats``)
 REPEATS_NOTE = (
     "K attempts per (task, arm): a cell is done once one repeat is, and shows the mean of its done repeats "
-    "with their spread (sd); every mean and interval averages within a task first and resamples tasks "
-    "(cluster bootstrap), paired comparisons pair the two arms' task means; done/errored/... count repeats, "
-    "n counts tasks; pass@K / pass^K: at least one / every one of K attempts solves a task (unbiased, from "
-    "the tasks with K done repeats)"
+    "(a flagged repeat among them a failure, every score 0: the hole rule) with their spread (sd); every "
+    "mean and interval averages within a task first and resamples tasks (cluster bootstrap), paired "
+    "comparisons pair the two arms' task means; done/errored/flagged count repeats, n counts tasks; "
+    "pass@K / pass^K: at least one / every one of K attempts solves a task (unbiased, from the tasks with "
+    "K counted repeats)"
 )
 
 
@@ -491,14 +547,22 @@ def render_json(rep: dict[str, Any], pretty: bool = False) -> str:
 
 
 def dump_json(d: Any, pretty: bool = False) -> str:
-    """The JSON of ``status --json`` and ``report --format json``: compact, or indented with ``pretty``."""
-    if pretty:
-        return json.dumps(d, indent=2, ensure_ascii=False)
-    return json.dumps(d, ensure_ascii=False, separators=(",", ":"))
+    """The JSON of ``status --json`` and ``report --format json``: compact, or indented with ``pretty``.
+
+    Strict RFC 8259: ``allow_nan=False`` (every number passed ``modes.values`` on the way in, so a
+    NaN here is a bug that must fail loudly, never print ``NaN``), and no control, bidi or
+    undecodable character raw in the text (``modes.safetext.json_text``)."""
+    return safetext.dumps(d, pretty=pretty)
 
 
-#: cell statuses of a pair whose file broke a safe-open rule or was changed after its verifier
+#: cell statuses of a pair whose file broke a safe-open rule, made no sense or was changed after its
+#: verifier: never a score (a flagged one counts as a failure: the hole rule)
 NOT_SCORED = ("unreadable", "tampered")
+
+
+def n_text(n: int, flagged: int) -> str:
+    """``15`` or ``15 (2 flagged)``: a mean's n, always with the flagged cells it counts."""
+    return f"{n} ({flagged} flagged)" if flagged else str(n)
 
 
 def arm_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -517,7 +581,7 @@ def arm_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             fmt_mean(s.get("pass_hat_k"), s.get("pass_hat_k_ci")),
         ]
         rows.append(
-            [a, str(s["n"])]
+            [a, n_text(s["n"], s["flagged_in_n"])]
             + [fmt_mean(s[f], s[f"{f}_ci"]) for f in MEASURES]
             + (passes if many else [])
             + [str(s["build_failed"]), str(s["solved"]), _f(s["cost_usd"], 4), _f(s["cost_per_solved"], 4)]
@@ -531,14 +595,14 @@ def pair_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """The paired table (heads, rows): per measure ``n = 15, diff +0.06 [\u22120.03, +0.15]``, wins/
     losses/ties by partial, the sign test's p and its Holm adjustment. Pairs without a common task
     are left out here (still listed in the JSON)."""
-    heads = ["a", "b", "partial", "reward", "pass rate", "W/L/T", "sign p", "Holm p"]
+    heads = ["a", "b", "flagged a/b", "partial", "reward", "pass rate", "W/L/T", "sign p", "Holm p"]
     heads += ["MDE (partial / reward / pass)", "tasks needed (partial / reward / pass)"]
     rows = []
     for p in rep["paired"]:
         if not p["n"]:
             continue
         rows.append(
-            [p["a"], p["b"]]
+            [p["a"], p["b"], f"{p['flagged_a']}/{p['flagged_b']}"]
             + [fmt_diff(p[f"{f}_n"], p[f"{f}_diff"], p[f"{f}_diff_ci"]) for f in PAIR_MEASURES]
             + [
                 f"{p['wins']}/{p['losses']}/{p['ties']}",
@@ -608,12 +672,14 @@ def reading_banner(rep: dict[str, Any]) -> str | None:
     )
 
 
-def _task_label(rep: dict[str, Any], t: str) -> str:
-    return f"{t} ⚠suspect" if any(s["task"] == t for s in rep.get("suspect") or []) else t
+def _task_label(rep: dict[str, Any], t: str, esc=lambda t: t) -> str:
+    """A task's name as a table row shows it (``esc``: the format's escaping of a tree name)."""
+    return f"{esc(t)} ⚠suspect" if any(s["task"] == t for s in rep.get("suspect") or []) else esc(t)
 
 
-def _audit_lines(rep: dict[str, Any], alarm) -> list[str]:
-    """The audit's red lines, or what was compared and found equal (never a silent pass)."""
+def _audit_lines(rep: dict[str, Any], alarm, esc=lambda t, cap=None: t) -> list[str]:
+    """The audit's red lines, or what was compared and found equal (never a silent pass). The
+    lines name arms and setup values from receipts: ``alarm`` and ``esc`` escape them for output."""
     au = rep["audit"]
     if au["lines"]:
         return [alarm(t) for t in au["lines"]]
@@ -623,7 +689,7 @@ def _audit_lines(rep: dict[str, Any], alarm) -> list[str]:
     missing = [a for a, fs in au["compared"].items() if not fs]
     out = [f"No undeclared difference between arms in: {', '.join(audit.LABELS[f] for f in facts)}."]
     if missing:
-        out.append(f"Not recorded by: {', '.join(missing)}.")
+        out.append(f"Not recorded by: {esc(', '.join(missing), None)}.")
     return out
 
 
@@ -642,24 +708,45 @@ def masked_lines(rep: dict[str, Any]) -> list[str]:
     return out
 
 
-def _md_table(heads: list[str], rows: list[list[str]]) -> list[str]:
+def _md_table(heads: list[str], rows: list[list[str]], names: int = 1) -> list[str]:
+    """A Markdown table; the first ``names`` columns hold names from the tree (escaped)."""
     if not rows:
         return ["None."]
     out = ["| " + " | ".join(heads) + " |", "|---" * len(heads) + "|"]
-    return out + ["| " + " | ".join(r) + " |" for r in rows]
+    esc = [[safetext.md(v) if i < names else v for i, v in enumerate(r)] for r in rows]
+    return out + ["| " + " | ".join(r) + " |" for r in esc]
+
+
+def _holes(rep: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(task, arm, cell) of every cell that is not scored because of a hole, in table order."""
+    return [
+        (t, a, c)
+        for t in rep["tasks"]
+        for a in rep["arms"]
+        if (c := rep["cells"][t].get(a)) and c["status"] in NOT_SCORED
+    ]
+
+
+def hole_line(c: dict[str, Any]) -> str:
+    """What a hole's cell is: its status, and whether it counts against its arm (the hole rule)."""
+    if c["flagged"]:
+        return f"{c['status']}, flagged: counted as a failure"
+    return f"{c['status']}: the harness's file, not a score"
 
 
 def render_md(rep: dict[str, Any]) -> str:
+    m = safetext.md
     arms, tasks = rep["arms"], rep["tasks"]
-    lines = [f"# marathon report: {rep['out']}", ""]
+    lines = [f"# marathon report: {m(rep['out'])}", ""]
     if banner := reading_banner(rep):
-        lines += [f"**{banner}**", ""]
-    lines.append(f"Scope: {rep['scope']}" + (f" (run {rep['run_id']})" if rep["run_id"] else "") + ".")
+        lines += [f"**{m(banner, None)}**", ""]
+    lines.append(f"Scope: {rep['scope']}" + (f" (run {m(rep['run_id'])})" if rep["run_id"] else "") + ".")
+    lines.append(f"Reading: {rep['reading']}.")
     if line := repeats_line(rep):
-        lines += ["", line]
+        lines += ["", m(line, None)]
     lines += ["", "## Infrastructure-bias alarm", ""]
     alarms = [r for r in rep["infrastructure"] if r["alarm"]]
-    lines += [f"- **ALARM** {r['message']}" for r in alarms] or [
+    lines += [f"- **ALARM** {m(r['message'])}" for r in alarms] or [
         "No arm's error/void rate is significantly higher."
     ]
     lines += [
@@ -669,35 +756,41 @@ def render_md(rep: dict[str, Any]) -> str:
     ]
     for r in rep["infrastructure"]:
         lines.append(
-            f"| {r['arm']} | {r['bad_attempts']} | {r['attempts']} | {_f(r['rate'])} | {_f(r['others_rate'])} | {fmt_p(r['p_value'])} |"
+            f"| {m(r['arm'])} | {r['bad_attempts']} | {r['attempts']} | {_f(r['rate'])} | {_f(r['others_rate'])} | {fmt_p(r['p_value'])} |"
         )
     lines += ["", "## Fairness audit (setup facts from the receipts, per task)", ""]
-    lines += _audit_lines(rep, lambda t: f"- **ALARM** {t}")
+    lines += _audit_lines(rep, lambda t: f"- **ALARM** {m(t, None)}", m)
     lines += ["", "## Results (reward / partial / test pass rate; ✗build = build failed, counted as 0)", ""]
-    lines.append("| task | " + " | ".join(arms) + " |")
+    lines.append("| task | " + " | ".join(m(a) for a in arms) + " |")
     lines.append("|---" * (len(arms) + 1) + "|")
     for t in tasks:
         row = [_cell_text(rep["cells"][t].get(a)) for a in arms]
-        lines.append(f"| {_task_label(rep, t)} | " + " | ".join(row) + " |")
-    lines += ["", "## Per arm (means over done cells, 95 % bootstrap intervals)", ""]
+        lines.append(f"| {_task_label(rep, t, m)} | " + " | ".join(row) + " |")
+    lines += [
+        "",
+        "## Per arm (means over done cells and flagged ones as failures, 95 % bootstrap intervals)",
+        "",
+    ]
     lines += _md_table(*arm_table(rep))
     lines += [
         "",
         "## Paired comparisons (only tasks both arms completed; diff = a − b, 95 % paired bootstrap)",
         "",
     ]
-    lines += _md_table(*pair_table(rep))
-    if power_text := power_lines(rep):
+    lines += _md_table(*pair_table(rep), names=2)
+    if power_text := power_lines(rep):  # the underpowered lines name arms: escaped
         lines += ["", power_text[0]] + (
-            ["", power_text[1], ""] + [f"- {t}" for t in power_text[2:]] if len(power_text) > 1 else []
+            ["", power_text[1], ""] + [f"- {m(t, None)}" for t in power_text[2:]]
+            if len(power_text) > 1
+            else []
         )
-    if sus := suspect_lines(rep):
+    if sus := suspect_lines(rep):  # task names, test names and exception messages from the tree
         lines += [
             "",
             "## Suspect tasks (every arm failed alike: more often the environment than the task)",
             "",
         ]
-        lines += [f"- {t}" for t in sus[:-1]] + ["", sus[-1]]
+        lines += [f"- {m(t, None)}" for t in sus[:-1]] + ["", sus[-1]]
     lines += ["", "## Disclosed deviations", ""]
     if rep["disclosures"]:
         for a, ds in rep["disclosures"].items():
@@ -706,25 +799,39 @@ def render_md(rep: dict[str, Any]) -> str:
         lines.append("None for the arms in this report.")
     lines += [f"- {t}" for t in masked_lines(rep)]
     if rep["stand_ins"]:
-        lines.append(f"- Stand-in arms (not among the five arms): {', '.join(rep['stand_ins'])}.")
+        lines.append(
+            f"- Stand-in arms (not among the five arms): {', '.join(m(a) for a in rep['stand_ins'])}."
+        )
     if rep["excluded"]:
-        lines += ["", "## Excluded", ""] + [f"- `{e['path']}`: {e['reason']}" for e in rep["excluded"]]
-    hostile = [
-        (t, a, c) for t in tasks for a in arms if (c := rep["cells"][t].get(a)) and c["status"] in NOT_SCORED
-    ]
+        lines += ["", "## Excluded", ""] + [f"- {m(e['path'])}: {m(e['reason'])}" for e in rep["excluded"]]
+    hostile = _holes(rep)
     if hostile:
-        lines += ["", "## Not scored: a file refused or tampered with", ""]
-        lines += [f"- {t} × {a}: **{c['status']}**: {c['note']}" for t, a, c in hostile]
+        lines += ["", "## Holes: a file refused, made nonsense or tampered with (never a score)", ""]
+        lines += [f"- {m(t)} × {m(a)}: **{hole_line(c)}**: {m(c['note'], None)}" for t, a, c in hostile]
     if rep["unreadable"]:
         lines += ["", "## Unreadable files (half-written ones show their last good values)", ""] + [
-            f"- `{u}`" for u in rep["unreadable"]
+            f"- {m(u, None)}" for u in rep["unreadable"]
         ]
     return "\n".join(lines) + "\n"
 
 
+CSV_COLUMNS = (
+    "task",
+    "arm",
+    *CELL_FIELDS,
+    "flagged",
+    "attempts",
+    "errored_attempts",
+    "voided_attempts",
+    "note",
+)
+
+
 def render_csv(rep: dict[str, Any]) -> str:
+    """One row per cell; every text a spreadsheet could take for a formula is made text
+    (``modes.safetext.csv_cell``)."""
     buf = io.StringIO()
-    cols = ["task", "arm", *CELL_FIELDS, "attempts", "errored_attempts", "voided_attempts", "note"]
+    cols = list(CSV_COLUMNS)
     if rep.get("repeats", 1) > 1:
         cols[-1:-1] = ["repeats", "repeats_done", *(f"{m}_sd" for m in MEASURES)]
     w = csv.writer(buf, lineterminator="\n")
@@ -734,12 +841,13 @@ def render_csv(rep: dict[str, Any]) -> str:
             c = rep["cells"][t].get(a)
             if c is None:
                 continue
-            w.writerow([t, a] + ["" if c.get(k) is None else c[k] for k in cols[2:]])
+            vals = ["" if c.get(k) is None else c[k] for k in cols[2:]]
+            w.writerow([safetext.csv_cell(v, None) if isinstance(v, str) else v for v in (t, a, *vals)])
     return buf.getvalue()
 
 
 def _html_table(heads: list[str], rows: list[list[str]]) -> str:
-    e = html.escape
+    e = safetext.html
     if not rows:
         return "<p>None.</p>"
     head = "<tr>" + "".join(f"<th>{e(h)}</th>" for h in heads) + "</tr>"
@@ -748,14 +856,15 @@ def _html_table(heads: list[str], rows: list[list[str]]) -> str:
 
 
 def render_html(rep: dict[str, Any]) -> str:
-    e = html.escape
+    e = safetext.html
     parts = []
     arms, tasks = rep["arms"], rep["tasks"]
     parts.append(f"<h1>marathon report</h1><p>{e(rep['out'])} &middot; scope {e(rep['scope'])}</p>")
     if line := repeats_line(rep):
         parts.append(f'<p class="note">{e(line)}</p>')
     if banner := reading_banner(rep):
-        parts.append(f'<p class="alarm">{e(banner)}</p>')
+        parts.append(f'<p class="alarm">{e(banner, None)}</p>')
+    parts.append(f"<p>Reading: {e(rep['reading'])}.</p>")
     alarms = [r for r in rep["infrastructure"] if r["alarm"]]
     parts.append("<h2>Infrastructure-bias alarm</h2>")
     parts += [f'<p class="alarm">ALARM: {e(r["message"])}</p>' for r in alarms] or [
@@ -768,10 +877,12 @@ def render_html(rep: dict[str, Any]) -> str:
         )
     parts.append("</table><h2>Fairness audit</h2>")
     parts += [
-        f'<p class="alarm">{e(t)}</p>' if t.startswith("ALARM ") else f"<p>{e(t)}</p>"
+        f'<p class="alarm">{e(t, None)}</p>' if t.startswith("ALARM ") else f"<p>{e(t, None)}</p>"
         for t in _audit_lines(rep, lambda t: f"ALARM {t}")
     ]
-    parts.append("<h2>Per arm (means over done cells, 95 % bootstrap intervals)</h2>")
+    parts.append(
+        "<h2>Per arm (means over done cells and flagged ones as failures, 95 % bootstrap intervals)</h2>"
+    )
     parts.append(_html_table(*arm_table(rep)))
     parts.append("<h2>Paired comparisons (diff = a − b, 95 % paired bootstrap)</h2>")
     parts.append(_html_table(*pair_table(rep)))
@@ -779,12 +890,12 @@ def render_html(rep: dict[str, Any]) -> str:
         parts.append(f'<p class="note">{e(power_text[0])}</p>')
         if len(power_text) > 1:
             parts.append(f'<p class="alarm">{e(power_text[1])}</p><ul>')
-            parts += [f"<li>{e(t)}</li>" for t in power_text[2:]]
+            parts += [f"<li>{e(t, None)}</li>" for t in power_text[2:]]
             parts.append("</ul>")
     if sus := suspect_lines(rep):
         parts.append("<h2>Suspect tasks (every arm failed alike)</h2><ul>")
-        parts += [f'<li class="suspect">{e(t)}</li>' for t in sus[:-1]]
-        parts.append(f"</ul><p>{e(sus[-1])}</p>")
+        parts += [f'<li class="suspect">{e(t, None)}</li>' for t in sus[:-1]]
+        parts.append(f"</ul><p>{e(sus[-1], None)}</p>")
     from runner.results import plots
 
     parts.append("<h2>Figures</h2>")
@@ -798,15 +909,24 @@ def render_html(rep: dict[str, Any]) -> str:
         for a in arms:
             c = rep["cells"][t].get(a)
             cls = e(c["status"]) + (" build" if c and c["build_failed"] else "") if c else ""
-            parts.append(f'<td class="{cls}" title="{e(c["note"]) if c else ""}">{e(_cell_text(c))}</td>')
+            parts.append(
+                f'<td class="{cls}" title="{e(c["note"], None) if c else ""}">{e(_cell_text(c))}</td>'
+            )
         parts.append("</tr>")
     parts.append("</table>")
+    hostile = _holes(rep)
+    if hostile:
+        parts.append("<h2>Holes: a file refused, made nonsense or tampered with (never a score)</h2><ul>")
+        parts += [
+            f"<li>{e(t)} × {e(a)}: <b>{e(hole_line(c))}</b>: {e(c['note'], None)}</li>" for t, a, c in hostile
+        ]
+        parts.append("</ul>")
     parts.append("<h2>Disclosed deviations</h2><ul>")
     for a, ds in rep["disclosures"].items():
-        parts += [f"<li><b>{e(a)}</b>: {e(d)}</li>" for d in ds]
-    parts += [f"<li>{e(t)}</li>" for t in masked_lines(rep)]
+        parts += [f"<li><b>{e(a)}</b>: {e(d, None)}</li>" for d in ds]
+    parts += [f"<li>{e(t, None)}</li>" for t in masked_lines(rep)]
     if rep["stand_ins"]:
-        parts.append(f"<li>Stand-in arms: {e(', '.join(rep['stand_ins']))}</li>")
+        parts.append(f"<li>Stand-in arms: {e(', '.join(rep['stand_ins']), None)}</li>")
     parts.append("</ul>")
     if rep["excluded"]:
         parts.append("<h2>Excluded</h2><ul>")

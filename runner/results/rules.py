@@ -7,13 +7,13 @@ live here and nowhere else.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from modes.naming import ENVIRONMENT_LOST
+from modes.values import COUNT, SCORE, Bad, number
 
 #: metrics.json phases that mark a verifier still in progress (a rerun): not a score.
 IN_PROGRESS_PHASES = frozenset({"initialized", "starting"})
@@ -25,24 +25,30 @@ def done_of_counts(n_completed: int, n_errored: int) -> bool:
     return n_completed >= 1 and n_errored == 0
 
 
+def job_counts(stats: Mapping[str, Any] | None) -> tuple[int, int] | Bad:
+    """``(completed, errored)`` trials of harbor's job ``stats`` (legacy aliases accepted), or the
+    count that makes no sense (``modes.values``: a string, a float, ``10**400``)."""
+    if not isinstance(stats, Mapping):
+        return (0, 0)
+    got = []
+    for key, alias in (("n_completed_trials", "n_trials"), ("n_errored_trials", "n_errors")):
+        k = key if stats.get(key) is not None else alias
+        v = number(stats.get(k), COUNT, f"stats.{k}")
+        if isinstance(v, Bad):
+            return v
+        got.append(int(v or 0))
+    return got[0], got[1]
+
+
 def is_done(stats: Mapping[str, Any] | None) -> bool:
     """A job (one task x arm attempt) is done when it completed a trial and none errored.
 
     ``stats`` is the ``stats`` object of harbor's job ``result.json`` (legacy aliases accepted).
-    ``n_errored_trials > 0`` is never done: most likely infrastructure, so it must be rerun.
+    ``n_errored_trials > 0`` is never done: most likely infrastructure, so it must be rerun. Counts
+    that make no sense are never done.
     """
-    if not stats:
-        return False
-    completed = stats.get("n_completed_trials", stats.get("n_trials", 0)) or 0
-    errored = stats.get("n_errored_trials", stats.get("n_errors", 0)) or 0
-    return done_of_counts(completed, errored)
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
+    counts = job_counts(stats)
+    return not isinstance(counts, Bad) and done_of_counts(*counts)
 
 
 def metrics_is_score(metrics: Mapping[str, Any] | None) -> bool:
@@ -59,11 +65,16 @@ def build_failed(metrics: Mapping[str, Any] | None) -> bool:
     return isinstance(metrics, Mapping) and metrics.get("phase") == BUILD_FAILED_PHASE
 
 
-def partial_score(metrics: Mapping[str, Any] | None) -> float | None:
+#: A score (reward, partial, pass rate) is a number in this range (``modes.values.SCORE``, [0, 1]:
+#: harbor's and the task verifiers' convention); anything else makes the cell unreadable.
+SCORE_RANGE = SCORE
+
+
+def partial_score(metrics: Mapping[str, Any] | None) -> float | None | Bad:
     """The continuous score: ``partial_score``, else ``pass_rate``; build_failed is 0; None if no score.
 
     A ``phase: initialized`` file (a rerun in progress) is not a score and gives None, so it can never
-    fabricate a 0.
+    fabricate a 0. A value outside ``SCORE_RANGE``, not finite or not a number is ``Bad``.
     """
     if not metrics_is_score(metrics):
         return None
@@ -71,87 +82,160 @@ def partial_score(metrics: Mapping[str, Any] | None) -> float | None:
     if build_failed(metrics):
         return 0.0
     for key in ("partial_score", "pass_rate"):
-        v = _num(metrics.get(key))
+        v = number(metrics.get(key), SCORE_RANGE, key)
         if v is not None:
             return v
     return None
 
 
-def test_pass_rate(metrics: Mapping[str, Any] | None) -> float | None:
+def _rate(passed: Any, total: Any, pk: str, tk: str) -> float | None | Bad:
+    """``passed / total`` of two count fields (None when either is absent or total is 0)."""
+    p, t = number(passed, COUNT, pk), number(total, COUNT, tk)
+    if isinstance(p, Bad):
+        return p
+    if isinstance(t, Bad):
+        return t
+    if p is None or not t:
+        return None
+    if p > t:
+        return Bad(pk, f"{p} passed of {t} ({tk})")
+    return p / t
+
+
+def test_pass_rate(metrics: Mapping[str, Any] | None) -> float | None | Bad:
     """The fraction of tests that passed, beside the partial score (they diverge on staged tasks).
 
     From, in order: ``passed``/``total`` (or ``passed + failed``), the per-gate ``pytest`` block summed,
     ``total_passed``/``total_tests``, ``new_passed``/``new_total``, ``pass_rate``, ``gates_passed``/
-    ``gates_total``. build_failed counts as 0.
+    ``gates_total``. build_failed counts as 0. A count that is not a whole number in range, more
+    passed than total, or a rate outside ``SCORE_RANGE`` is ``Bad``.
     """
     if not metrics_is_score(metrics):
         return None
     assert metrics is not None
     if build_failed(metrics):
         return 0.0
-    passed, failed, total = (_num(metrics.get(k)) for k in ("passed", "failed", "total"))
+    passed, failed, total = (number(metrics.get(k), COUNT, k) for k in ("passed", "failed", "total"))
+    for v in (passed, failed, total):
+        if isinstance(v, Bad):
+            return v
     if passed is not None and total:
-        return passed / total
+        return _rate(passed, total, "passed", "total")
     if passed is not None and failed is not None and passed + failed > 0:
         return passed / (passed + failed)
     block = metrics.get("pytest")
     if isinstance(block, Mapping):
-        p = t = 0.0
-        for g in block.values():
+        p = t = 0
+        for name, g in block.items():
             if not isinstance(g, Mapping):
                 continue
-            gp, gf, gt = (_num(g.get(k)) for k in ("passed", "failed", "total"))
+            keys = [f"pytest.{str(name)[:40]}.{k}" for k in ("passed", "failed", "total")]
+            gp, gf, gt = (
+                number(g.get(k), COUNT, f) for k, f in zip(("passed", "failed", "total"), keys, strict=True)
+            )
+            for v in (gp, gf, gt):
+                if isinstance(v, Bad):
+                    return v
             if gp is None:
                 continue
             p += gp
-            t += gt if gt is not None else gp + (gf or 0.0)
+            t += gt if gt is not None else gp + (gf or 0)
         if t > 0:
-            return p / t
+            return _rate(p, t, "pytest.passed", "pytest.total")
     for pk, tk in (("total_passed", "total_tests"), ("new_passed", "new_total")):
-        p, t = _num(metrics.get(pk)), _num(metrics.get(tk))
-        if p is not None and t:
-            return p / t
-    v = _num(metrics.get("pass_rate"))
+        r = _rate(metrics.get(pk), metrics.get(tk), pk, tk)
+        if r is not None:
+            return r
+    v = number(metrics.get("pass_rate"), SCORE_RANGE, "pass_rate")
     if v is not None:
         return v
-    p, t = _num(metrics.get("gates_passed")), _num(metrics.get("gates_total"))
-    if p is not None and t:
-        return p / t
-    return None
+    return _rate(metrics.get("gates_passed"), metrics.get("gates_total"), "gates_passed", "gates_total")
 
 
 #: the measures a build failure counts as 0 in means (the verifier could not build the agent's code)
 ZERO_WHEN_BUILD_FAILED = ("partial", "pass_rate")
+#: the measures a flagged cell (a hole in what the agent could write: ``hole_counts_against``) counts
+#: as 0 in means: the arm's failure, never a cell that drops out
+ZERO_WHEN_FLAGGED = ("reward", "partial", "pass_rate")
 
 
-def scored_measure(value: float | None, build_failed: bool, measure: str) -> float | None:
-    """A done cell's ``measure`` as means and plots count it: a build failure is 0, never dropped."""
+def scored_measure(
+    value: float | None, build_failed: bool, measure: str, flagged: bool = False
+) -> float | None:
+    """A cell's ``measure`` as means and plots count it: a build failure is 0, never dropped; a
+    flagged cell (the hole rule) is 0 in every score, whatever a forged file said."""
+    if flagged and measure in ZERO_WHEN_FLAGGED:
+        return 0.0
     if value is None and build_failed and measure in ZERO_WHEN_BUILD_FAILED:
         return 0.0
     return value
 
 
+# ------------------------------------------------------------------------------------ holes
+#
+# The hole rule. An agent that can make its failures unreadable must never gain by it: on the
+# field's published tree, three of plain's lowest cells replaced by a symlink out of the tree moved
+# its mean partial from 0.71 to 0.82, because every mean quietly used the rest. So a cell that is
+# unreadable or tampered through anything the agent can write (the trial's agent/, verifier/ and
+# artifacts/ dirs, and what harbor copied from them into result.json: the reward, the agent's
+# tokens and cost) counts against its arm: scored as a failure and flagged. Means show the flagged
+# count beside n, paired comparisons say how many flagged cells each side has, and
+# ``--exclude-flagged`` prints the other reading, labelled. What the harness itself failed to
+# write (harbor's result.json files, the runner's dirs) is infrastructure: not a score, not the
+# arm's; the bias alarm counts it with the errored and voided attempts.
+
+AGENT_SIDE = "agent"
+HARNESS_SIDE = "harness"
+#: the trial's dirs the agent's container mounts (harbor's /logs/agent, /logs/verifier, /logs/artifacts)
+AGENT_WRITABLE_DIRS = ("agent/", "verifier/", "artifacts/")
+#: fields of harbor's trial result.json whose values come from the agent-writable dirs or the agent
+AGENT_DERIVED_FIELDS = ("verifier_result.", "agent_result.")
+
+
+def hole_side(rel: str, field: str = "") -> str:
+    """Who could have made a file of a trial (``rel``, relative to the trial dir) unreadable or a
+    value of it (``field``) nonsense: the agent (``AGENT_SIDE``) or only the harness."""
+    if rel.startswith(AGENT_WRITABLE_DIRS) or rel.rstrip("/") + "/" in AGENT_WRITABLE_DIRS:
+        return AGENT_SIDE
+    if field.startswith(AGENT_DERIVED_FIELDS):
+        return AGENT_SIDE
+    return HARNESS_SIDE
+
+
+def counts_in_means(done: bool, flagged: bool, exclude_flagged: bool = False) -> bool:
+    """Does a cell count in an arm's means (and paired comparisons)? Done cells do; flagged cells
+    do too, as failures, unless the other reading (``--exclude-flagged``) is asked for."""
+    return done or (flagged and not exclude_flagged)
+
+
 def reward_of_stats(reward_stats: Mapping[str, Any]) -> float | None:
     """harbor's reward of a finished one-trial job from its job stats (``evals.*.reward_stats``:
-    ``{"reward": {"<value>": [trial names]}}``), the number ``reward_of`` reads from the trial."""
+    ``{"reward": {"<value>": [trial names]}}``), the number ``reward_of`` reads from the trial;
+    None when there is none or it is not a score (the caller then reads the trial itself)."""
     by_value = reward_stats.get("reward")
     if not isinstance(by_value, Mapping) or len(by_value) != 1:
         return None
     (value,) = by_value
     try:
-        return _num(float(value))
-    except (TypeError, ValueError):
+        got = number(float(value), SCORE_RANGE, "reward")
+    except (TypeError, ValueError, OverflowError):
         return None
+    return None if isinstance(got, Bad) else got
 
 
-def reward_of(verifier_result: Mapping[str, Any] | None) -> float | None:
-    """harbor's reward of a trial: ``verifier_result.rewards.reward`` (None when not verified)."""
+#: where harbor's result.json keeps the reward (the name a bad value is reported by)
+REWARD_FIELD = "verifier_result.rewards.reward"
+
+
+def reward_of(verifier_result: Mapping[str, Any] | None) -> float | None | Bad:
+    """harbor's reward of a trial: ``verifier_result.rewards.reward`` (None when not verified),
+    ``Bad`` when it is not a score (harbor copies it from the verifier's reward.txt)."""
     if not isinstance(verifier_result, Mapping):
         return None
     rewards = verifier_result.get("rewards")
     if not isinstance(rewards, Mapping):
         return None
-    return _num(rewards.get("reward"))
+    return number(rewards.get("reward"), SCORE_RANGE, REWARD_FIELD)
 
 
 # ----------------------------------------------------------------------------------- voiding

@@ -6,6 +6,11 @@
     <out>/.claims/<task>__<arm>.claim                   in-progress claim (repeat k >= 2: ``<task>__<arm>@r<k>.claim``)
     <out>/.driver_env                                   the runner's effective configuration
     <out>/.runner/                                      lock, PID registry, events.jsonl
+    <out>/.runner/images/<task>.json                    each task's image, built once (+ <task>-<id12>.tar
+                                                        on a cluster: the image shipped to every host)
+    <out>/.runner/tasks/<key>/<task>/                   the run-local copy of a task harbor runs: its
+                                                        task.toml names that image (docker_image)
+    <out>/<task>/<arm>/<stamp>/image.json               the task image an attempt was given
     <out>/.marathon/index.sqlite                        the scan index (a cache: runner.results.index)
     <out>/.marathon/view/jobs/<task>__<arm>__attempt-<n>/  harbor's viewer's jobs folder (runner.ops.viewjobs)
     <out>/../marathon-voided/<out-name>/...             voided trials, moved (never deleted), with README
@@ -30,6 +35,9 @@ EVENTS_FILE = "events.jsonl"
 INDEX_DIR = ".marathon"
 INDEX_FILE = "index.sqlite"
 VIEW_DIR = "view"  # under INDEX_DIR: the web viewer's jobs folder, lock and access file
+IMAGES_DIR = "images"  # under RUNNER_DIR: runner.schedule.task_images
+TASK_COPIES_DIR = "tasks"  # under RUNNER_DIR: the run-local task copies harbor runs
+ATTEMPT_IMAGE = "image.json"  # in an attempt's stamp dir
 VOIDED_DIR = "marathon-voided"
 VOID_README = "README.md"
 #: The output tree when none is given (the same as `marathon run`).
@@ -90,6 +98,16 @@ def runner_dir(out: Path) -> Path:
     return out / RUNNER_DIR
 
 
+def images_dir(out: Path) -> Path:
+    """``<out>/.runner/images``: the record of each task's image (and its shipped archive)."""
+    return out / RUNNER_DIR / IMAGES_DIR
+
+
+def task_copies_dir(out: Path) -> Path:
+    """``<out>/.runner/tasks``: the run-local task copies whose task.toml names the image built once."""
+    return out / RUNNER_DIR / TASK_COPIES_DIR
+
+
 def events_path(out: Path) -> Path:
     return out / RUNNER_DIR / EVENTS_FILE
 
@@ -120,15 +138,26 @@ def default_out() -> Path:
     return Path(os.environ.get("MARATHON_OUT") or DEFAULT_OUT)
 
 
-def list_dirs(path: str | os.PathLike) -> list[str]:
+def list_dirs(path: str | os.PathLike, links: list[str] | None = None) -> list[str]:
     """Names of the non-hidden subdirs of ``path``, sorted; [] when it cannot be listed.
 
     ``os.scandir`` answers "is a dir" from the directory entry itself (no stat per entry), which is
-    what lets the model cold-load 10,000 trials in well under a second.
+    what lets the model cold-load 10,000 trials in well under a second. A symlink is never a dir
+    here (it is not followed); ``links``, when given, receives the names of the non-hidden symlinks.
     """
     try:
         with os.scandir(path) as it:
-            names = [e.name for e in it if e.name[0] != "." and _entry_is_dir(e)]
+            if links is None:
+                names = [e.name for e in it if e.name[0] != "." and _entry_is_dir(e)]
+            else:
+                names = []
+                for e in it:
+                    if e.name[0] == ".":
+                        continue
+                    if _entry_is_dir(e):
+                        names.append(e.name)
+                    elif e.is_symlink():
+                        links.append(e.name)
     except OSError:
         return []
     names.sort()

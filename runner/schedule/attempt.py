@@ -17,6 +17,7 @@ own, as a pair is when the run has one repeat.
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,7 +28,10 @@ from runner.schedule.claims import Claim
 from runner.schedule.config import ArmSpec
 
 if TYPE_CHECKING:
+    import subprocess
+
     from runner.ops.void import Verdict
+    from runner.schedule.task_images import TaskImage
 
 #: harbor's output (stdout and stderr) of one attempt, in its stamp dir
 HARBOR_LOG = "harbor-run.log"
@@ -102,9 +106,10 @@ class Attempt:
 
 class Launcher(Protocol):
     """Where attempts run. The driver calls only these, in this order of a run's life: ``begin``
-    once the tree is locked; then per pass ``runs_elsewhere``/``may_start``/``start`` for each
-    repeat of a pair it would start, ``ended`` and ``classify`` for each attempt that ended;
-    ``close`` at exit."""
+    once the tree is locked; ``prepare_image`` for each task, from the image worker
+    (``runner.schedule.image_prep``); then per pass ``runs_elsewhere``/``may_start``/``start`` for
+    each repeat of a pair it would start once its task's image is ready, ``ended`` and ``classify``
+    for each attempt that ended; ``close`` at exit."""
 
     #: how often starting waited for capacity (the ``runner_exit`` event's ``gate_waits``)
     gate_waits: int
@@ -120,6 +125,13 @@ class Launcher(Protocol):
         started twice (``running``: the units this runner follows already)."""
         ...
 
+    def prepare_image(self, task: str, started: Callable[[subprocess.Popen], None]) -> TaskImage | None:
+        """The task's image, built (or verified) once where the attempts will run, and its run-local
+        task copy (``runner.schedule.task_images``); None when harbor runs the task as it is (its
+        own ``docker_image``, or an environment other than Docker). Blocking; raises when it cannot
+        be made. ``started`` is given a build's process (a stopping runner ends it)."""
+        ...
+
     def runs_elsewhere(self, task: str, arm: str, repeat: int = 1) -> bool:
         """An attempt of the pair's repeat runs (or waits for a slot) beyond this runner's claims."""
         ...
@@ -128,9 +140,10 @@ class Launcher(Protocol):
         """Whether another attempt may start now (a capacity gate; False: wait and ask again)."""
         ...
 
-    def start(self, task: str, arm: ArmSpec, claim: Claim) -> Attempt:
+    def start(self, task: str, arm: ArmSpec, claim: Claim, image: TaskImage | None) -> Attempt:
         """Start one attempt of the claim's repeat under ``claim`` (recorded in the claim before it
-        can run; its stamp carries the repeat: ``new_stamp``)."""
+        can run; its stamp carries the repeat: ``new_stamp``), on ``image`` (recorded in its stamp
+        dir) when the task has one."""
         ...
 
     def ended(self, attempt: Attempt, *, stopping: bool) -> None:

@@ -23,9 +23,10 @@ import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from runner.ops.procs import ProcIdentity, alive, create_time_of, identity_from, identity_of
+from modes import safeio
+from runner.ops.procs import ProcIdentity, alive, create_time_of, identity_from, identity_of, pid_of
 from runner.results.tree import CLAIMS_DIR, claim_path, repeat_of, with_repeat
-from runner.schedule.lock import Holder, create_exclusive, dir_mutex, read_holder
+from runner.schedule.lock import Holder, create_exclusive, dir_mutex, holder_of, read_record
 
 LIVE, ORPHAN, STALE = "live", "orphan", "stale"
 
@@ -104,27 +105,37 @@ class ClaimResult:
 
 
 def read_claim(path: Path) -> Claim | None:
-    holder = read_holder(path)
-    if holder is None:
+    """A claim file, read once by the rules of the runner's own files (``lock.read_record``); None
+    when missing, unreadable, or a field makes no sense. A claim of another user, or one others may
+    write, is not the run's to act on (``untrusted_claims``)."""
+    d = read_record(path)
+    holder = holder_of(d) if d is not None else None
+    if d is None or holder is None:
         return None
     try:
-        d = json.loads(path.read_text())
         j = d.get("job")
         job = None
         if j:
+            pid = pid_of(j.get("pid"))
+            if pid is None:
+                return None
             ident = identity_from(j)
+            created = j.get("create_time") or 0.0
             job = JobRef(
-                int(j["pid"]),
-                float(j.get("create_time") or 0.0),
-                str(j["stamp"]),
+                pid,
+                float(created) if isinstance(created, (int, float)) and abs(created) < 1e12 else 0.0,
+                str(j["stamp"])[:64],
                 ident.start_ticks if ident else None,
                 ident.boot_id if ident else None,
             )
+        task, arm = d["task"], d["arm"]
+        if not isinstance(task, str) or not isinstance(arm, str):
+            return None
         repeat = d.get("repeat", 1)
         if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat != repeat_of(path.stem):
             return None  # the file's name and its content must name the same repeat
-        return Claim(str(d["task"]), str(d["arm"]), holder, job, repeat)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return Claim(task, arm, holder, job, repeat)
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
         return None
 
 
@@ -190,12 +201,29 @@ def release(out: Path, claim: Claim) -> bool:
 
 
 def list_claims(out: Path) -> list[Claim]:
+    """The tree's claims the run may act on: readable, and the runner's user's alone (a claim others
+    could write is listed by ``untrusted_claims`` and left alone)."""
     d = Path(out) / CLAIMS_DIR
+    if safeio.untrusted(d):
+        return []
     try:
         files = sorted(p for p in d.iterdir() if p.suffix == ".claim")
     except OSError:
         return []
-    return [c for c in (read_claim(p) for p in files) if c is not None]
+    return [c for p in files if not safeio.untrusted(p) and (c := read_claim(p)) is not None]
+
+
+def untrusted_claims(out: Path) -> list[str]:
+    """Claim files (or the claims dir) that may not decide anything, each with why (for health)."""
+    d = Path(out) / CLAIMS_DIR
+    why = safeio.untrusted(d)
+    if why:
+        return [f"{d}: {why}"]
+    try:
+        files = sorted(p for p in d.iterdir() if p.suffix == ".claim")
+    except OSError:
+        return []
+    return [f"{p}: {w}" for p in files if (w := safeio.untrusted(p))]
 
 
 def remove_stale(out: Path, claim: Claim) -> bool:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from modes import safeio, safetext
 from modes.budget import agent_timeout_multiplier
 from modes.profiles import DEFAULT_ARMS, mode_for
 from runner import secrets
@@ -335,7 +336,8 @@ def _convert(knob: Knob, raw: Any, source: str) -> Any:
             return tuple(str(x) for x in v)
         return str(raw) if str(raw) != "" else None
     except (TypeError, ValueError):
-        shown = f"={raw!r}" if knob.kind in ("int", "float", "bool") else ""  # text may hold a secret
+        # text may hold a secret: only a number's or a flag's value is shown, cut and cleaned
+        shown = f"={safetext.clean(repr(raw), 40)}" if knob.kind in ("int", "float", "bool") else ""
         raise UserError(f"{source}{shown} is not a valid {knob.kind} for {knob.flag or knob.env}") from None
 
 
@@ -366,12 +368,24 @@ def write_driver_env(cfg: RunConfig) -> Path:
     return path
 
 
+#: .driver_env is a few KB
+DRIVER_ENV_CAP = 1 << 20
+
+
 def read_driver_env(out: Path) -> dict[str, str]:
-    """The raw ``NAME=value`` pairs of ``<out>/.driver_env`` ({} when absent)."""
+    """The raw ``NAME=value`` pairs of ``<out>/.driver_env`` ({} when absent), read by the rules of
+    the runner's own files (``modes.safeio.read_own``); a one-line ``UserError`` when it is not a
+    regular file, too large, not UTF-8 or not ``NAME=value`` lines."""
+    path = driver_env_path(out)
+    raw = safeio.read_own(path, DRIVER_ENV_CAP)
+    if isinstance(raw, safeio.Refused):
+        if raw.missing:
+            return {}
+        raise UserError(f"{safetext.clean(path)}: cannot read it ({raw.reason})")
     try:
-        text = driver_env_path(out).read_text()
-    except FileNotFoundError:
-        return {}
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{safetext.clean(path)}: not UTF-8 text (byte {exc.start})") from None
     values: dict[str, str] = {}
     for line in text.splitlines():
         line = line.strip()
@@ -381,7 +395,9 @@ def read_driver_env(out: Path) -> dict[str, str]:
         try:
             parts = shlex.split(raw)
         except ValueError:
-            raise UserError(f"{driver_env_path(out)}: cannot parse line {line!r}") from None
+            raise UserError(
+                f"{safetext.clean(path)}: cannot parse line {safetext.clean(line, 120)!r}"
+            ) from None
         values[name.strip()] = parts[0] if parts else ""
     return values
 

@@ -51,8 +51,10 @@ def fetch_dataset(
     try:
         client = RegistryClientFactory.create(registry_path=registry_path, repo=repo)
         items = asyncio.run(client.download_dataset(ref, output_dir=dest, export=True))
-    except (ValueError, KeyError, OSError, RuntimeError) as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+    except Exception as exc:  # noqa: BLE001 - harbor's and git's failures, as one line
+        from runner.secrets import redact
+
+        first = redact((str(exc).splitlines() or [type(exc).__name__])[0])[:200]  # git prints the URL
         raise UserError(f"--dataset {ref}: {first}") from None
     paths = [Path(i.downloaded_path).resolve() for i in items]
     if not paths:

@@ -38,6 +38,8 @@ _PLAIN = {
     EventKind.RUNNER_EXIT: "runner exit: {reason}; {done}/{total} {pairs} done",
     EventKind.RUN_PAUSED: "PAUSED by the circuit breaker: {reason}",
     EventKind.PREFLIGHT_NOTE: "note: {what} ({todo})",
+    EventKind.IMAGE_READY: "image   {task}: {tag} {how} in {seconds}s (content {content_sha256}) {hosts}",
+    EventKind.IMAGE_FAILED: "IMAGE FAILED {task}: {error}",
 }
 
 

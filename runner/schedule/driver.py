@@ -9,6 +9,7 @@ So, per unit and pass:
 
   done?  (runner.results.rules.is_done on the job result.json)        -> skip
   claim  (O_CREAT|O_EXCL; stale taken over; orphan job adopted) -> else skip
+  image  the task's image built once (runner.schedule.image_prep)    -> wait; failed -> next pass
   gate   (the launcher's: this host's address pool, or Ray's slots)  -> wait, with events
   start  one attempt through the launcher (a harbor child, a Ray job) -> one job = one trial
   after: done -> next; infrastructure -> void + retry next pass; other error -> retry next pass
@@ -48,6 +49,7 @@ from runner.schedule.breaker import EXIT_PAUSED, SCOPE_INFRA, Breaker, Trip, is_
 from runner.schedule.breaker import Attempt as Failure
 from runner.schedule.config import RunConfig, as_dict, list_tasks, write_driver_env
 from runner.schedule.harbor_run import arm_mounts
+from runner.schedule.image_prep import FAILED, PENDING, ImagePrep
 from runner.schedule.launchers import launcher_for
 from runner.schedule.lock import RunnerLock, me
 
@@ -98,6 +100,10 @@ class Driver:
         self._failed: dict[str, tuple[Attempt, Verdict]] = {}
         #: where attempts run (runner.schedule.attempt.Launcher), chosen once in ``run()``
         self.launcher: Launcher
+        #: each task's image, made once by the launcher in the background (runner.schedule.image_prep)
+        self.images: ImagePrep | None = None
+        #: repeats of pairs that could not start this pass (their task's image failed): retried next pass
+        self._unstarted: list[tuple[Unit, str]] = []
 
     # --- setup ---------------------------------------------------------------------------------
 
@@ -186,9 +192,16 @@ class Driver:
                 self.log.emit(EventKind.PREFLIGHT_NOTE, check=note.check, what=note.what, todo=note.todo)
             self.launcher.begin()
             self.running += self.launcher.adopt(set(all_units), {j.unit for j in self.running})
+            self.images = ImagePrep(self.launcher.prepare_image)
+            self.images.want(
+                list(dict.fromkeys(t for t, a, r in all_units if not _done(self.out, (t, a, r))))
+            )
             reason = self._passes(all_units)
             return self._shutdown(reason, all_units)
         finally:
+            if self.images is not None:
+                self.images.close()
+                self._image_news()
             self.launcher.close()
             for sig, h in old_handlers.items():
                 signal.signal(sig, h)
@@ -226,12 +239,16 @@ class Driver:
             if not queue and not self.running:
                 return "all pairs done"
             self.log.emit(EventKind.PASS_START, pass_no=pass_no, n_pairs=len(queue))
+            if self.images is not None and pass_no > 1:
+                self.images.retry_failed()
             failed: list[tuple[Unit, str]] = []
             while (queue or self.running) and self.stop_reason is None:
                 failed += self._reap()
                 if self.breaker.tripped is not None and not self.running:
                     break  # paused: the in-flight pairs have finished
                 self._fill(queue)
+                failed += self._unstarted
+                self._unstarted = []
                 if self.stop_reason is None and (queue or self.running):
                     time.sleep(self.poll_sec)
             if self.stop_reason is not None:
@@ -255,7 +272,22 @@ class Driver:
 
     # --- starting ---------------------------------------------------------------------------------
 
+    def _image_news(self) -> None:
+        """Journal what the image worker finished since the last look (from this thread only)."""
+        assert self.images is not None
+        for o in self.images.news():
+            if o.state == FAILED:
+                self.log.emit(EventKind.IMAGE_FAILED, task=o.task, error=o.error[-3000:])
+            elif o.image is not None:
+                i = o.image
+                self.log.emit(EventKind.IMAGE_READY, task=o.task, image_id=i.image_id, tag=i.tag,
+                              content_sha256=i.content_sha256, how=i.how, seconds=i.seconds,
+                              task_dir=i.task_dir, hosts=sorted(i.hosts.values()) or None,
+                              not_on=i.not_on or None)  # fmt: skip
+
     def _fill(self, queue: list[Unit]) -> None:
+        if self.images is not None:
+            self._image_news()
         while (
             queue
             and len(self.running) < self.cfg.concurrency
@@ -273,6 +305,19 @@ class Driver:
                 self.log.emit(EventKind.CLAIM_HELD, task=task, arm=arm, holder="a Ray job of this tree",
                               state="live", **rep)  # fmt: skip
                 continue
+            assert self.images is not None
+            state, outcome = self.images.state(task)
+            self._image_news()
+            if state == PENDING:
+                return  # its image is being made: the pairs behind it wait too (queue order)
+            if state == FAILED:
+                queue.pop(0)
+                assert outcome is not None
+                self._unstarted.append(
+                    ((task, arm, repeat), f"no image: {outcome.error.splitlines()[0][:300]}")
+                )
+                continue
+            image = outcome.image if outcome is not None else None
             if not self.launcher.may_start(self.running):
                 return
             res = claimsmod.try_claim(self.out, task, arm, self.holder, repeat=repeat)
@@ -294,7 +339,7 @@ class Driver:
                     EventKind.CLAIM_TAKEOVER, task=task, arm=arm, was=res.replaced.holder.describe(), **rep
                 )
             try:
-                self.running.append(self.launcher.start(task, self.specs[arm], res.claim))
+                self.running.append(self.launcher.start(task, self.specs[arm], res.claim, image))
                 self.stats.started += 1
             except Exception as exc:  # noqa: BLE001 - e.g. disk full: release, retry next pass, go on
                 self.log.emit(

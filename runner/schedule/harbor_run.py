@@ -84,14 +84,23 @@ SKIP_MODEL_PARSING = "--skip-model-parsing-and-provider-mapping"
 
 
 def harbor_argv(
-    cfg: RunConfig, task: str, arm: ArmSpec, stamp_dir: Path, mounts: str | None = None
+    cfg: RunConfig,
+    task: str,
+    arm: ArmSpec,
+    stamp_dir: Path,
+    mounts: str | None = None,
+    *,
+    task_dir: Path | None = None,
 ) -> list[str]:
     """The ``harbor run`` command of one (task, arm) job. No secret is ever in it: --ae values are
-    ``${VAR}`` references that harbor resolves from its environment."""
+    ``${VAR}`` references that harbor resolves from its environment. ``task_dir``: the run-local
+    copy that names the task's image built once (``runner.schedule.task_images``), else the
+    user's task as it is."""
     assert cfg.tasks_dir is not None
+    path = task_dir or cfg.tasks_dir / task
     argv = [
         harbor_bin(), "run",
-        "-p", str(cfg.tasks_dir / task),
+        "-p", str(path),
         "-a", arm.agent,
         "-o", str(stamp_dir),
         "--job-name", arm.name,
@@ -103,7 +112,7 @@ def harbor_argv(
     ]  # fmt: skip
     if cfg.env == "docker":
         argv += ["--ek", "auto_mounting=true"]
-        if cfg.build_network == "host" and builds_from_dockerfile(cfg.tasks_dir / task):
+        if cfg.build_network == "host" and builds_from_dockerfile(path):
             argv += ["--extra-docker-compose", str(build_overlay(cfg.out))]
     if cfg.model:
         argv += ["-m", cfg.model]

@@ -16,10 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from modes import safetext
 from modes.budget import harbor_timeout_needed_sec
 from modes.naming import compose_project
 from modes.trial_files import TrialFiles
-from runner.errors import NotAnOutputTree, UserError
+from runner.errors import NotAnOutputTree, Unavailable, UserError
 from runner.ops.procs import Registry
 from runner.ops.viewer import status_line as viewer_status
 from runner.ops.void import act_void, classify_job, plan_void
@@ -48,7 +49,7 @@ SLACK_SEC = 600  # build, setup and teardown on top of the agent and verifier bu
 
 @dataclass
 class Finding:
-    kind: str  # runner_dead, run_paused, stale_claim, orphan_job, past_budget, leak, errored_not_voided
+    kind: str  # runner_dead, run_paused, stale_claim, orphan_job, past_budget, leak, errored_not_voided, untrusted
     what: str
     fixable: bool = False
     data: dict = field(default_factory=dict)
@@ -84,11 +85,11 @@ class HealthReport:
             + f", {self.running_trials} trial(s) running",
         ]
         if self.viewer:
-            lines.append(f"  viewer: {self.viewer}")
+            lines.append(f"  viewer: {safetext.clean(self.viewer, None)}")
         if not self.findings:
             lines.append("  OK: nothing to fix")
         for f in self.findings:
-            lines.append(f"  {f.kind:<19} {f.what}")
+            lines.append(f"  {f.kind:<19} {safetext.clean(f.what, None)}")
         for fx in self.fixes:
             lines.append(f"  FIXED: {fx}")
         return "\n".join(lines)
@@ -160,6 +161,7 @@ class Seen:
     done_units: set[Unit] = field(default_factory=set)
     finished_trials: set[str] = field(default_factory=set)
     unclaimed_running: set[str] = field(default_factory=set)  # unfinished, their repeat held by nobody
+    untrusted: list[str] = field(default_factory=list)  # what may not decide a signal or removal, and why
 
     @property
     def alive(self) -> bool:
@@ -210,6 +212,11 @@ def look(out: Path) -> Seen:
             cfg = None
     state, pid = _runner_state(out)
     claims = claimsmod.list_claims(out)
+    # what could decide a signal or a removal but is not the runner's user's alone: named, left alone
+    untrusted = [f"{u}: left alone" for u in claimsmod.untrusted_claims(out)]
+    why = Registry(out).untrusted()
+    if why:
+        untrusted.append(f"registry {why}: nothing is signalled from it")
     on_cluster = _cluster_units(out, cfg)
     live_units = {c.unit for c in claims if c.state != claimsmod.STALE} | on_cluster
     tasks = list(cfg.tasks) if cfg and cfg.tasks else []
@@ -218,7 +225,8 @@ def look(out: Path) -> Seen:
 
         tasks = list_tasks(cfg.tasks_dir)
     arms = [s.name for s in cfg.arm_specs()] if cfg else []
-    seen = Seen(out, cfg, state, pid, claims, on_cluster, live_units, tasks, arms, cfg.repeats if cfg else 1)
+    seen = Seen(out, cfg, state, pid, claims, on_cluster, live_units, tasks, arms, cfg.repeats if cfg else 1,
+                untrusted=untrusted)  # fmt: skip
     for task, arm, _adir, stamp, job in iter_job_dirs(out):
         rec = read_job(job)
         seen_job = JobSeen(task, arm, stamp, job, rec, [])
@@ -276,13 +284,19 @@ def _check_leaks(seen: Seen) -> list[Finding]:
     leak_trials = seen.finished_trials | (seen.unclaimed_running if not seen.alive else set())
     if not leak_trials or (seen.cfg is not None and seen.cfg.env != "docker"):
         return []
-    plan = _leak_plan(seen.out, leak_trials)
-    if plan is None or plan.empty:
+    try:
+        plan = _leak_plan(seen.out, leak_trials)
+    except Unavailable as exc:  # the rest of the report is still worth having (an engine restart)
+        return [Finding("engine_unreachable", f"leaks not checked: {exc}")]
+    if plan is None:
         return []
+    found = [Finding("untrusted", f"{w}: left alone") for w in plan.left_alone]
+    if plan.empty:
+        return found
     names = [c.name for c in plan.containers] + [n.name for n in plan.networks]
     what = (f"{len(plan.containers)} container(s), {len(plan.networks)} network(s) of ended trials: "
             f"{', '.join(names[:6])}")  # fmt: skip
-    return [Finding("leak", what, True, {"plan": plan.to_json()})]
+    return [*found, Finding("leak", what, True, {"plan": plan.to_json()})]
 
 
 def _check_runner(seen: Seen) -> list[Finding]:
@@ -301,12 +315,19 @@ def _check_runner(seen: Seen) -> list[Finding]:
     return [Finding("runner_dead", f"no live runner and {what} not done", True)]
 
 
+def _check_trust(seen: Seen) -> list[Finding]:
+    """What could decide a signal or a removal but is not the runner's user's alone (claims, the
+    registry: ``modes.safeio.untrusted``): named; nothing is signalled or removed because of it."""
+    return [Finding("untrusted", u) for u in seen.untrusted]
+
+
 #: The checks, in the order their findings are reported.
 CHECKS: tuple[tuple[str, Callable[[Seen], list[Finding]]], ...] = (
     ("runner", _check_runner),
     ("jobs", _check_jobs),
     ("claims", _check_claims),
     ("leaks", _check_leaks),
+    ("trust", _check_trust),
 )
 
 

@@ -15,7 +15,9 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from modes.naming import compose_project
@@ -29,6 +31,7 @@ from runner.schedule.attempt import Attempt, Unit, new_stamp
 from runner.schedule.config import ArmSpec, RunConfig
 from runner.schedule.harbor_run import ROLE_HARBOR, harbor_argv, job_env
 from runner.schedule.lock import Holder
+from runner.schedule.task_images import TaskImage, write_attempt_image
 from runner.secrets import screen_all
 
 
@@ -95,14 +98,28 @@ class LocalLauncher:
 
     # --- starting -----------------------------------------------------------------------------------
 
+    def prepare_image(self, task: str, started: Callable[[subprocess.Popen], None]) -> TaskImage | None:
+        """Build (or verify) the task's image on this host's engine, once for the run."""
+        from runner.schedule import task_images as ti
+
+        assert self.cfg.tasks_dir is not None
+        if not self.docker or not ti.wants_image(self.cfg.tasks_dir / task):
+            return None
+        made = ti.build_or_verify(self.cfg.tasks_dir, task, ti.read_record(self.out, task),
+                                  build_network=self.cfg.build_network, started=started)  # fmt: skip
+        return ti.finish(self.out, self.cfg.tasks_dir, made)
+
     def runs_elsewhere(self, task: str, arm: str, repeat: int = 1) -> bool:
         return False  # a dead runner's harbor here holds its claim: the claim says so
 
-    def start(self, task: str, arm: ArmSpec, claim: claimsmod.Claim) -> Attempt:
+    def start(self, task: str, arm: ArmSpec, claim: claimsmod.Claim, image: TaskImage | None) -> Attempt:
         stamp = new_stamp(self.out / task / arm.name, claim.repeat)
         att = LocalAttempt(task, arm, stamp, claim, self.out, time.monotonic())
         att.stamp_dir.mkdir(parents=True)
-        argv = harbor_argv(self.cfg, task, arm, att.stamp_dir, self.mounts.get(arm.name))
+        if image is not None:
+            write_attempt_image(att.stamp_dir, image)
+        argv = harbor_argv(self.cfg, task, arm, att.stamp_dir, self.mounts.get(arm.name),
+                           task_dir=Path(image.task_dir) if image else None)  # fmt: skip
         screen_all(("harbor argv", a) for a in argv)  # e.g. staged mounts: nothing unscreened starts
         # held at a gate until the registry and the claim name it (runner.ops.held): a runner killed
         # in between leaves no harbor that nothing recorded, so a restart never starts a duplicate

@@ -19,8 +19,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from modes import safeio
 from runner.errors import Busy
-from runner.ops.procs import ProcIdentity, alive, create_time_of, identity_from, identity_of
+from runner.ops.procs import ProcIdentity, alive, create_time_of, identity_from, identity_of, pid_of
 from runner.results.events import utc_now
 from runner.results.tree import runner_dir
 
@@ -74,22 +75,43 @@ def me(run_id: str = "") -> Holder:
     return holder_for(os.getpid(), run_id)
 
 
-def read_holder(path: Path) -> Holder | None:
-    """The holder recorded in a lock/claim file; None when missing or unreadable."""
+#: a lock or claim file is a few hundred bytes
+RECORD_CAP = 64 << 10
+
+
+def read_record(path: Path) -> dict | None:
+    """A lock or claim file as a JSON object, read by the rules of the runner's own files
+    (``modes.safeio.load_own_json``: a FIFO never blocks, a symlink is not followed); None when
+    missing, unreadable or not an object."""
+    d = safeio.load_own_json(path, RECORD_CAP)
+    return d if isinstance(d, dict) else None
+
+
+def holder_of(d: dict) -> Holder | None:
+    """The holder a parsed lock/claim record names; None when a field makes no sense."""
+    pid = pid_of(d.get("pid"))
+    if pid is None:
+        return None
     try:
-        d = json.loads(path.read_text())
         ident = identity_from(d)  # None for a file of an older marathon: unverifiable
+        created = d.get("create_time") or 0.0
         return Holder(
-            int(d["pid"]),
-            float(d.get("create_time") or 0.0),
-            str(d["host"]),
-            str(d.get("since", "")),
-            str(d.get("run_id", "")),
+            pid,
+            float(created) if isinstance(created, (int, float)) and abs(created) < 1e12 else 0.0,
+            str(d["host"])[:256],
+            str(d.get("since", ""))[:64],
+            str(d.get("run_id", ""))[:128],
             ident.start_ticks if ident else None,
             ident.boot_id if ident else None,
         )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
         return None
+
+
+def read_holder(path: Path) -> Holder | None:
+    """The holder recorded in a lock/claim file; None when missing or unreadable."""
+    d = read_record(path)
+    return holder_of(d) if d is not None else None
 
 
 @contextlib.contextmanager

@@ -12,6 +12,13 @@ harbor's build the same host network (``--build-network host``, the network mode
 The build mirrors harbor 0.25.0's (environments/docker/docker.py ``start``): ``docker compose
 --project-directory <task>/environment -f <harbor's docker-compose-build.yaml> [-f the task's
 docker-compose.yaml] build`` with ``CONTEXT_DIR`` set; our overlay adds ``build.network: host``.
+
+Each image built is recorded by digest: the engine's image id (read from BuildKit's own "writing
+image sha256:..." line, so a concurrent build of the same task elsewhere cannot swap it under us),
+its content digest (what the receipts' ``image_digest`` records) and a tag named for both,
+``marathon-task-<task>:<first 12 hex of the id>``. ``marathon run`` gives harbor exactly that image
+(``runner.schedule.task_images``): a cached rebuild of an unchanged task is the same image, byte
+for byte, so a prebuild ahead of a run is the image the run uses.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -35,6 +42,11 @@ DEFAULT_NO_PROXY = "localhost,127.0.0.1,::1"
 PROJECT_PREFIX = "marathon-prebuild-"
 
 
+#: the tags of the images built once per task: ``marathon-task-<task>:<id12>`` (``task_tag``)
+TASK_IMAGE_PREFIX = "marathon-task-"
+_WRITING_IMAGE = re.compile(r"^#\d+ writing image (sha256:[0-9a-f]{64})", re.M)
+
+
 @dataclass
 class BuildResult:
     task: str
@@ -44,6 +56,12 @@ class BuildResult:
     steps: int = 0
     cached: int = 0
     error: str = ""
+    #: the engine's id of the image built (``sha256:<64 hex>``), kept by ``docker save | docker load``
+    image_id: str = ""
+    #: the image's content digest (``modes.image_digest``): what receipts record
+    content_sha256: str = ""
+    #: ``marathon-task-<task>:<id12>``: the tag that keeps it and names it
+    tag: str = ""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -59,6 +77,14 @@ def project_name(task: str) -> str:
     """Compose project of a prebuild (image ``<project>-main``); sanitised like harbor's names."""
     name = (PROJECT_PREFIX + task).lower()
     return re.sub(r"[^a-z0-9_-]", "-", name)
+
+
+def task_tag(task: str, image_id: str) -> str:
+    """The tag of a task's image built once: ``marathon-task-<task>:<first 12 hex of its id>``,
+    the task name sanitised as a repository name. Named for its content: two builds of different
+    bytes never share it, and re-tagging it with the same image changes nothing."""
+    repo = re.sub(r"[^a-z0-9_.-]", "-", (TASK_IMAGE_PREFIX + task).lower())
+    return f"{repo}:{image_id.removeprefix('sha256:')[:12]}"
 
 
 def redact(url: str) -> str:
@@ -154,6 +180,7 @@ def prebuild(
     no_proxy: str = DEFAULT_NO_PROXY,
     build_network: str = "host",
     on_result=None,
+    started: Callable[[subprocess.Popen], None] | None = None,
 ) -> list[BuildResult]:
     """Build each task's image (tasks with a Dockerfile and no prebuilt ``docker_image``)."""
     from runner.schedule.config import list_tasks
@@ -177,22 +204,54 @@ def prebuild(
         for t in names:
             if not builds_from_dockerfile(tasks_dir / t):
                 continue
-            argv, env = build_command(tasks_dir / t, overlay, proxy, no_proxy)
-            t0 = time.monotonic()
-            p = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp)
-            text = p.stdout + p.stderr
-            step_ids = set(re.findall(r"^#(\d+) \[main\s+\d+/\d+\]", text, re.M))
-            cached_ids = set(re.findall(r"^#(\d+) CACHED", text, re.M)) & step_ids
-            r = BuildResult(
-                task=t,
-                image=project_name(t) + "-main",
-                ok=p.returncode == 0,
-                seconds=round(time.monotonic() - t0, 1),
-                steps=len(step_ids),
-                cached=len(cached_ids),
-                error="" if p.returncode == 0 else "\n".join(text.strip().splitlines()[-8:]),
-            )
+            r = build_task(tasks_dir / t, overlay, proxy, no_proxy, cwd=Path(tmp), started=started)
             results.append(r)
             if on_result:
                 on_result(r)
     return results
+
+
+def build_task(
+    task_dir: Path,
+    overlay: Path | None,
+    proxy: str | None,
+    no_proxy: str,
+    *,
+    cwd: Path,
+    started: Callable[[subprocess.Popen], None] | None = None,
+) -> BuildResult:
+    """Build one task's image and record it by digest (``BuildResult.image_id``, ``content_sha256``,
+    ``tag``). ``started`` is given the build's process (a runner that stops ends it)."""
+    from modes.image_digest import image_content
+
+    t = task_dir.name
+    argv, env = build_command(task_dir, overlay, proxy, no_proxy)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, errors="replace")  # fmt: skip
+    if started is not None:
+        started(proc)
+    text, _ = proc.communicate()
+    step_ids = set(re.findall(r"^#(\d+) \[main\s+\d+/\d+\]", text, re.M))
+    cached_ids = set(re.findall(r"^#(\d+) CACHED", text, re.M)) & step_ids
+    r = BuildResult(
+        task=t,
+        image=project_name(t) + "-main",
+        ok=proc.returncode == 0,
+        seconds=round(time.monotonic() - t0, 1),
+        steps=len(step_ids),
+        cached=len(cached_ids),
+        error="" if proc.returncode == 0 else "\n".join(text.strip().splitlines()[-8:]),
+    )
+    if not r.ok:
+        return r
+    written = _WRITING_IMAGE.findall(text)
+    facts = image_content(written[-1] if written else r.image)  # the id BuildKit wrote, else the name's
+    if facts is None:
+        r.ok, r.error = False, f"the image built ({written[-1] if written else r.image}) is not on the engine"
+        return r
+    r.image_id, r.content_sha256, r.tag = facts["id"], facts["content_sha256"], task_tag(t, facts["id"])
+    tagged = subprocess.run(["docker", "tag", r.image_id, r.tag], capture_output=True, text=True, timeout=60)
+    if tagged.returncode != 0:
+        r.ok, r.error = False, f"docker tag {r.tag}: {tagged.stderr.strip()[-300:]}"
+    return r

@@ -15,12 +15,14 @@ its configuration, lock and preflight, which are the scheduler's.
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from modes import safetext
 from runner.errors import Busy, UserError
 from runner.ops.procs import alive, identity_of
 from runner.results.tree import driver_env_path, runner_dir
@@ -38,6 +40,25 @@ LAUNCHER_TIMEOUT_SEC = 60.0
 def runner_argv(out: Path) -> list[str]:
     """What a started runner runs: the tree's own configuration (``--resume``), timestamped lines."""
     return [sys.executable, "-m", "marathon.cli", "run", str(Path(out).resolve()), "--resume", "--plain"]
+
+
+def log_tail(path: Path, lines: int, cap: int = 64 << 10) -> list[str]:
+    """The last ``lines`` lines of a log, from at most its last ``cap`` bytes, cleaned for a
+    one-line error (never read whole: a runaway log can be gigabytes; never blocks on a FIFO)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return []
+        data = os.pread(fd, cap, max(0, st.st_size - cap))
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    return [safetext.clean(x, 300) for x in data.decode("utf-8", "replace").splitlines()[-lines:]]
 
 
 def log_path(out: Path) -> Path:
@@ -158,8 +179,7 @@ def start_detached(out: Path, *, wait_sec: float = START_WAIT_SEC) -> int:
         if h is not None and h.pid == pid:
             return pid
         if not alive(ident):
-            tail = log.read_text(errors="replace").splitlines()[-5:]
-            raise UserError(f"the runner exited at once: {' | '.join(tail)}")
+            raise UserError(f"the runner exited at once: {' | '.join(log_tail(log, 5))}")
         time.sleep(0.1)
     return pid
 

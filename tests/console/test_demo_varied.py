@@ -23,11 +23,9 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
 @pytest.fixture(scope="module")
-def varied(tmp_path_factory, docker_engine):
-    out = tmp_path_factory.mktemp("demo") / "out"
-    # more harbor agent time than the demo's 2 x 120 s: on this shared 2-core machine (load 45) the
-    # LoopX arms' install alone took longer, and harbor's timeout is an errored attempt, not under test
-    r = marathon("demo", "--headless", "--agent-timeout-mult", "5", "--out", str(out), timeout=3000)
+def varied(demo_varied_run):
+    """The session's varied demo run (tests/conftest.py), read back through the JSON report."""
+    out, r = demo_varied_run
     report = json.loads(marathon("report", str(out), "--format", "json").stdout)
     return out, r, report
 

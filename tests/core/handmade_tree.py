@@ -126,12 +126,12 @@ def arm_config(workdir: str = "/app", **edit) -> str:
 
 
 def write_receipts(out: Path, configs: dict[str, str] | None = None, **changes: dict) -> None:
-    """Give every done trial of ``out`` a receipt written by the arms' own writer (agents.receipt),
+    """Give every done trial of ``out`` a receipt written by the arms' own writer (modes.receipt),
     all with the same setup; ``changes={"heartbeat/t05": {"model": "x"}}`` alters one trial's, and
     ``configs={"heartbeat/t05": text}`` gives one trial another config.toml (hashed as the arm does)."""
-    from agents.receipt import Receipt
     from modes.config_digest import config_digests
     from modes.profiles import mode_for
+    from modes.receipt import Receipt
 
     for task in TASKS:
         for arm in COST:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]
 ARM = "plain"
 STAMP = "20261201T080000Z"
 METRICS = {"passed": 1, "failed": 4, "total": 5, "partial_score": 0.2}
@@ -132,3 +135,64 @@ def make(out: Path, outside: Path, cases: list[str] | None = None) -> dict[str, 
             os.utime(metrics, (later, later))
         trials[case] = tdir
     return trials
+
+
+#: Runs the CLI and, at its exit, prints its own peak RSS: ``VmHWM`` of the process after its exec.
+#: The rusage of a child (``wait4``, ``RUSAGE_CHILDREN``) cannot say it: Linux counts in a child's
+#: ``ru_maxrss`` the memory it had before its exec, i.e. a copy of the pytest worker that forked it
+#: (417 MB in a fresh clone's 4-worker fast tier, against the 25 MB this status takes).
+PEAK_MARK = "__marathon_test_vmhwm_kb__"
+_PEAK_PROBE = f"""
+import atexit, runpy, sys
+def _peak():
+    with open("/proc/self/status") as fh:
+        kb = next(line.split()[1] for line in fh if line.startswith("VmHWM:"))
+    sys.stderr.write("\\n{PEAK_MARK} " + kb + "\\n")
+    sys.stderr.flush()
+atexit.register(_peak)
+sys.argv = ["marathon", *sys.argv[1:]]
+runpy.run_module("marathon.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+def run_marathon(*args: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, int]:
+    """Run the CLI in a child; return it (its stderr without the probe's line) and its peak RSS in KB."""
+    p = subprocess.run(
+        [sys.executable, "-c", _PEAK_PROBE, *args],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    kept, peak = [], -1
+    for line in p.stderr.splitlines(keepends=True):
+        if line.startswith(PEAK_MARK):
+            peak = int(line.split()[1])
+        else:
+            kept.append(line)
+    p.stderr = "".join(kept).removesuffix("\n") if peak >= 0 else p.stderr
+    return p, peak
+
+
+#: bytes no output may hold: C0 controls but newline, DEL, and the C1, bidi and zero-width
+#: characters (as UTF-8)
+_BAD = [bytes([b]) for b in range(32) if b != 10] + [b"\x7f"]
+_BAD += [
+    chr(c).encode() for c in [*range(0x80, 0xA0), 0x202E, 0x202D, 0x2066, 0x2067, 0x2068, 0x200B, 0xFEFF]
+]
+
+
+def no_control_bytes(data: bytes | str, what: str) -> None:
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    found = [b for b in _BAD if b in raw]
+    assert not found, f"{what}: holds {found[:5]}"
+
+
+def strict_json(text: str):
+    """Parse as RFC 8259 does: NaN, Infinity and -Infinity are not JSON."""
+
+    def refuse(c: str):
+        raise ValueError(f"not JSON: {c}")
+
+    return json.loads(text, parse_constant=refuse)

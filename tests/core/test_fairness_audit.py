@@ -1,6 +1,6 @@
 """The fairness audit on what the arms record: the codex binary's sha256, the config.toml hash with the
 declared differences masked, the image digest. A copy of the hand-made tree (real harbor trial files,
-receipts written by agents.receipt, configs written by agents.codex_config and hashed by
+receipts written by modes.receipt, configs written by agents.codex_config and hashed by
 modes.config_digest, as the arms do) is altered one trial at a time."""
 
 from __future__ import annotations

@@ -167,7 +167,9 @@ def test_empty_files_are_not_scores(tree_copy):
     trial = trial_of(attempt_dir(tree_copy, "calc-partial", "oracle"), "oracle")
     (trial / "verifier/metrics.json").write_text("")
     c = RunModel.load(tree_copy).cells[("calc-partial", "oracle")]
-    assert c.status == DONE and c.reward == 1.0 and c.partial is None
+    # a finished trial's verifier file emptied (here after harbor wrote result.json: tampered too)
+    # is a hole the agent could have made: never a score, counted against the arm (the hole rule)
+    assert c.status in ("unreadable", "tampered") and c.flagged and c.partial is None and c.reward is None
     (trial / "result.json").write_text("")
     (trial.parent / "result.json").write_text("")
     c = RunModel.load(tree_copy).cells[("calc-partial", "oracle")]

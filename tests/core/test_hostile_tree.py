@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import hostile_tree
@@ -32,42 +31,8 @@ def hostile(tmp_path_factory) -> tuple[Path, Path]:
     return out, outside
 
 
-#: Runs the CLI and, at its exit, prints its own peak RSS: ``VmHWM`` of the process after its exec.
-#: The rusage of a child (``wait4``, ``RUSAGE_CHILDREN``) cannot say it: Linux counts in a child's
-#: ``ru_maxrss`` the memory it had before its exec, i.e. a copy of the pytest worker that forked it
-#: (417 MB in a fresh clone's 4-worker fast tier, against the 25 MB this status takes).
-PEAK_MARK = "__marathon_test_vmhwm_kb__"
-_PEAK_PROBE = f"""
-import atexit, runpy, sys
-def _peak():
-    with open("/proc/self/status") as fh:
-        kb = next(line.split()[1] for line in fh if line.startswith("VmHWM:"))
-    sys.stderr.write("\\n{PEAK_MARK} " + kb + "\\n")
-    sys.stderr.flush()
-atexit.register(_peak)
-sys.argv = ["marathon", *sys.argv[1:]]
-runpy.run_module("marathon.cli", run_name="__main__", alter_sys=True)
-"""
-
-
 def _marathon(*args: str) -> tuple[subprocess.CompletedProcess, int]:
-    """Run the CLI in a child; return it (its stderr without the probe's line) and its peak RSS in KB."""
-    p = subprocess.run(
-        [sys.executable, "-c", _PEAK_PROBE, *args],
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    kept, peak = [], -1
-    for line in p.stderr.splitlines(keepends=True):
-        if line.startswith(PEAK_MARK):
-            peak = int(line.split()[1])
-        else:
-            kept.append(line)
-    p.stderr = "".join(kept).removesuffix("\n") if peak >= 0 else p.stderr
-    return p, peak
+    return hostile_tree.run_marathon(*args)
 
 
 @pytest.mark.timeout(600)
@@ -85,8 +50,11 @@ def test_status_lists_each_hostile_cell_unreadable_with_its_reason(hostile):
         assert phrase in notes[case]["note"], (case, notes[case])
     total = d["total"]
     assert total["done"] == 2 and total["unreadable"] == 8 and total["tampered"] == 1
-    # only the two normal pairs score: the forged 1.0 partials never count
-    assert total["partial"] == pytest.approx(0.2)
+    # the forged 1.0 partials never count: the two normal pairs score 0.2, and every hole the agent
+    # could have made (all but the FIFO at harbor's own result.json) counts as a failure, flagged
+    assert total["n"] == 10 and total["flagged_in_n"] == 8
+    assert total["partial"] == pytest.approx(0.04)
+    assert not notes["fifo-result"]["flagged"] and notes["fifo-metrics"]["flagged"]
     assert "OUTSIDE-SECRET" not in p.stdout + p.stderr
     assert 0 < rss_kb < RSS_CAP_KB, f"status peaked at {rss_kb} KB"
     text, _ = _marathon("status", str(out))
@@ -184,7 +152,7 @@ def test_console_file_view_refuses_and_never_blocks(tmp_path):
 
 def test_host_writes_replace_planted_fifos_symlinks_and_dirs(tmp_path):
     """The arms' host-side writes into /logs/agent: a planted name neither blocks nor redirects."""
-    from agents.receipt import RECEIPT_NAME, Receipt
+    from modes.receipt import RECEIPT_NAME, Receipt
 
     agent = tmp_path / "trial" / "agent"
     agent.mkdir(parents=True)

@@ -131,7 +131,7 @@ def test_status_json_of_an_empty_runner_tree_is_valid(tmp_path, capsys):
 
 
 def test_receipt_written_by_the_arms_is_read_with_every_figure(tmp_path):
-    from agents.receipt import Receipt
+    from modes.receipt import Receipt
     from runner.results.records import read_receipt
 
     r = Receipt(arm="goal", mode=None, disclosures=[], agent="x", codex_version="0", model="m", provider={})
@@ -139,8 +139,8 @@ def test_receipt_written_by_the_arms_is_read_with_every_figure(tmp_path):
     r.errors, r.deadline_hit = ["e1", "e2"], True
     r.write(tmp_path / "agent")
     got = read_receipt(tmp_path)
-    assert (got.continuations, got.unblocks, got.error_events, got.final_goal_status) == (3, 2, 2, "complete")
-    assert (got.turns, got.timed_out, got.arm) == (5, True, "goal")
+    assert (got.continuations, got.unblocks, got.errors, got.goal_status_final) == (3, 2, 2, "complete")
+    assert (got.turns, got.deadline_hit, got.arm) == (5, True, "goal")
 
 
 def _write_done_pair(out: Path, task: str, arm: str, partial: float) -> None:

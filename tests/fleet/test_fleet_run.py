@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -220,7 +221,8 @@ def test_the_five_codex_arms_run_over_both_hosts_and_score_as_on_one(cluster, tm
     """The real arms (the staged codex binary, LoopX's three modes, the scripted model inside each
     trial container) as Ray jobs on both hosts: every pair done once, each solves calc-partial as it
     does on one host (``marathon demo --simple``: reward 1, partial 1), and the fairness audit finds
-    the same codex binary, transport and config on both engines."""
+    the same codex binary, transport, config and image on both engines: the task image built once
+    and shipped to host 2."""
     from marathon.commands.demo import DEMO_KEY_VAR, DEMO_MODEL
     from runner.secrets import DECLARED_NON_SECRETS
 
@@ -251,21 +253,83 @@ def test_the_five_codex_arms_run_over_both_hosts_and_score_as_on_one(cluster, tm
     au = rep["audit"]
     for fact in ("codex_sha256", "image_digest", "transport"):
         assert all(fact in facts for facts in au["compared"].values()), (fact, au["compared"])
-    # Each host builds the task image itself (harbor, from the same Dockerfile and base): WORKDIR
-    # stamps the build time into a layer, so the two builds differ in bytes and the audit says so,
-    # split exactly by host (arms on one host share one image). Known limit, in docs/fleet.md.
-    by_host: dict[str, set[str]] = {}
-    for (_t, a), h in hosts.items():
-        by_host.setdefault(h.node_ip, set()).add(a)
-    for d in au["differences"]:
-        if d["fact"] == "image_digest":
-            groups: dict[str, set[str]] = {}
-            for a, v in d["values"].items():
-                groups.setdefault(v, set()).add(a)
-            assert sorted(map(sorted, groups.values())) == sorted(map(sorted, by_host.values())), au["lines"]
+    # One image on both hosts: the runner built the task image once (on host 1), shipped it to host 2
+    # through the tree (docker save | docker load, checked by id there), and every trial on either
+    # host ran exactly it through harbor's prebuilt path -- the same engine id in every receipt.
+    from runner.schedule.task_images import archive_path, read_record
+
+    image = read_record(out, "calc-partial")
+    assert image is not None and set(image.hosts) == {n["node_id"] for n in th.nodes()}, image
+    assert archive_path(out, image).is_file() and image.not_on == {}
+    (ready,) = [e for e in read_events(out) if e["event"] == "image_ready"]
+    assert sorted(ready["hosts"]) == sorted(image.hosts.values()) and ready["image_id"] == image.image_id
+    receipts = {a: json.loads(next(j[0].glob("*/agent/goal_receipt.json")).read_text())
+                for (_t, a), j in done.items()}  # fmt: skip
+    assert {r["extra"]["image_id"] for r in receipts.values()} == {image.image_id}
+    assert {r["image_digest"] for r in receipts.values()} == {image.content_sha256}
+    assert [d for d in au["differences"] if d["fact"] == "image_digest"] == [], au["lines"]
+    assert not any("image digest" in line for line in au["lines"]), au["lines"]
     # a LoopX preparation that outlasts its allowance on a loaded machine clamps that trial's budget
     # (the audit then says budget_sec differs, as it should); nothing else may differ across hosts
-    assert [d for d in au["differences"] if d["fact"] not in ("budget_sec", "image_digest")] == [], au[
+    assert [d for d in au["differences"] if d["fact"] != "budget_sec"] == [], au["lines"]
+    print(f"calc-partial's image {image.tag}: {image.how} in {image.seconds} s, shipped {image.ship_sec}")
+
+
+PLANTED_ARMS = FIVE_ARMS[:4]  # four at once on 2 + 2 slots: two on each host, necessarily
+
+
+@pytest.mark.timeout(3600)
+def test_a_different_image_planted_on_one_host_is_named_by_the_audit(cluster, tmp_path):
+    """The audit still catches images that differ by host: a task naming its own prebuilt image
+    (``docker_image``, a tag harbor is given as it is) whose tag holds other bytes on host 2. Four
+    arms at once on two slots per host run two on each host; the audit's image-digest line names
+    the task and splits the arms exactly by host."""
+    from marathon.commands.demo import DEMO_KEY_VAR, DEMO_MODEL
+    from runner.secrets import DECLARED_NON_SECRETS
+
+    th, out, env = cluster, tmp_path / "out", runner_env()
+    name = f"planted-{os.getpid()}"
+    planted = f"marathon-test-{name}:1"
+    mine, other = f"marathon-test-{name}:a", f"marathon-test-{name}:b"
+    ctx = tmp_path / "ctx"
+    shutil.copytree(DEMO_TASKS / "calc-partial" / "environment", ctx)
+    task = tmp_path / "tasks" / name
+    shutil.copytree(DEMO_TASKS / "calc-partial", task)
+    with open(task / "task.toml", "a") as fh:
+        fh.write(f'docker_image = "{planted}"\n')  # the last table of the file is [environment]
+    try:
+        shared_docker("build", "-q", "-t", mine, str(ctx), check=True)
+        (ctx / "Dockerfile").write_text((ctx / "Dockerfile").read_text() + "RUN touch /planted-on-host-2\n")
+        shared_docker("build", "-q", "-t", other, str(ctx), check=True)
+        th.engine2.load_images(other)
+        th.engine2.docker("tag", other, planted)
+        shared_docker("tag", mine, planted)
+        argv = [sys.executable, "-m", "marathon.cli", "run", str(out), "--tasks-dir", str(task.parent),
+                "--arms", ",".join(PLANTED_ARMS), "--concurrency", "4", "--cluster", th.cluster,
+                "--model", DEMO_MODEL, "--ak", f"api_key_var={DEMO_KEY_VAR}",
+                "--ae-literal", f"{DEMO_KEY_VAR}={DECLARED_NON_SECRETS[DEMO_KEY_VAR]}", "--plain",
+                "--agent-timeout-mult", "10", "--verifier-mult", "10"]  # fmt: skip
+        r = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=3000)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    finally:
+        shared_docker("image", "rm", planted, mine, other, check=False)  # ours, by exact reference
+    done = done_jobs(out)
+    assert set(done) == {(name, a) for a in PLANTED_ARMS}, r.stdout[-3000:]
+    assert [e for e in read_events(out) if e["event"] == "image_ready"] == []  # harbor ran it as it is
+    hosts = {a: read_host(j[0].parent) for (_t, a), j in done.items()}
+    by_host: dict[str, set[str]] = {}
+    for a, h in hosts.items():
+        assert h is not None, hosts
+        by_host.setdefault(h.node_ip, set()).add(a)
+    assert set(by_host) == {HEAD_IP, WORKER_IP}, by_host
+    au = json.loads(cli("report", str(out), "--format", "json", env=env).stdout)["audit"]
+    (diff,) = [d for d in au["differences"] if d["fact"] == "image_digest"]
+    assert diff["task"] == name, diff
+    groups: dict[str, set[str]] = {}
+    for a, v in diff["values"].items():
+        groups.setdefault(v, set()).add(a)
+    assert sorted(map(sorted, groups.values())) == sorted(map(sorted, by_host.values())), au["lines"]
+    assert any(line.startswith("arms differ in: image digest") and name in line for line in au["lines"]), au[
         "lines"
     ]
 
@@ -416,7 +480,13 @@ def test_kill_stops_each_hosts_trials_from_a_task_on_that_host(cluster, tmp_path
         for docker, (ctr, net) in ((shared_docker, foreign1), (th.engine2.docker, foreign2)):
             docker("rm", "-f", ctr, check=False)
             docker("network", "rm", net, check=False)
-        shared_docker("image", "rm", *[f"hb__{t.name}" for t in tasks.iterdir()], check=False)
+        # the task images the run built on host 1 (its tasks are this test's own; engine 2 goes with
+        # its namespace), by exact reference
+        from runner.schedule.task_images import read_record
+
+        refs = [f"marathon-prebuild-{t.name}-main" for t in tasks.iterdir()]
+        refs += [img.tag for t in tasks.iterdir() if (img := read_record(out, t.name)) is not None]
+        shared_docker("image", "rm", *refs, check=False)
 
 
 #: what the console does on its Kill key (console.actions), printed: the dialog's plan, then the act

@@ -13,7 +13,9 @@ quiet machine) plus the budget, so without the runner raising harbor's timeout t
 budgets would be clamped (tests/runner/test_equal_budgets.py). Its image is built FROM a demo image
 tagged for this run alone: the shared demo tag is rebuilt by any checkout whose scripted model
 differs, and one such rebuild in the middle of a run gave one arm another image (the fairness audit
-rightly flagged it).
+rightly flagged it). The runner builds the task image from it once and every arm runs that image
+(runner.schedule.task_images); that image is not removed here: its content is calc-partial's on the
+current demo image, the same image (and tag) another module's run of calc-partial may be using.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from five_arm_run import BUDGET, TASK_AGENT_TIMEOUT_SEC
+from five_arm_run import BUDGET, TASK, TASK_AGENT_TIMEOUT_SEC
 from runner_support import run_marathon
 
 from agents.staging import file_sha256, load_staged
@@ -72,10 +72,17 @@ def test_receipts_record_the_binary_config_and_image_and_the_audit_is_clean(five
     out, rec = five_arm_deadline_run
     binary = load_staged().binary
     assert {r["codex_sha256"] for r in rec.values()} == {file_sha256(binary)}
-    # one image content for the five arms, though compose gave each trial's build its own image id
+    # one image for the five arms, started together: the task's image built once by the runner
+    # (runner.schedule.task_images), run by every trial through harbor's prebuilt path -- the same
+    # engine id in every receipt (a trial's own compose build would have labelled its image with
+    # the trial's project, another id), and the content digest the runner recorded
+    from runner.schedule.task_images import read_record
+
+    recorded = read_record(out, TASK)
+    assert recorded is not None
     (image,) = {r["image_digest"] for r in rec.values()}
-    assert image.startswith("sha256:")
-    assert all(r["extra"]["image_id"].startswith("sha256:") for r in rec.values())
+    assert image == recorded.content_sha256
+    assert {r["extra"]["image_id"] for r in rec.values()} == {recorded.image_id}
     assert len({r["config_toml"]["normalized_sha256"] for r in rec.values()}) == 1
     for arm, r in rec.items():
         assert r["masked"] == [m.as_dict() for m in ARMS[arm].masked]

@@ -236,3 +236,45 @@ def test_a_harbor_whose_viewer_cannot_be_served_fails_clearly(tmp_path):
     other = viewer_ops.HarborViewer("9.9.9", lambda folder: FastAPI(), hv.static_dir)
     with pytest.raises(Unavailable, match=r"harbor 9\.9\.9's create_app differs from 0\.25\.0's"):
         viewer_ops.build_app(other, tmp_path)
+
+
+@pytest.mark.parametrize("spoil", ["registry", "access"])
+def test_an_access_file_or_registry_others_can_write_decides_no_signal(tmp_path, spoil):
+    """What names the viewer to stop (access.json, the registry) decides a signal only when it is
+    the runner's user's and writable by nobody else (``modes.safeio.untrusted``): else no viewer is
+    taken to run, and ``--stop`` signals nothing."""
+    import subprocess
+    import sys
+    import time
+
+    from runner.ops.procs import boot_id
+    from runner.results.tree import view_dir
+
+    out = (tmp_path / "out").resolve()
+    out.mkdir()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        ident = identity_of(child.pid)
+        assert ident is not None
+        Registry(out).register(child.pid, ROLE_VIEWER, [sys.executable, "view"])
+        vdir = view_dir(out)
+        vdir.mkdir(parents=True, mode=0o700)
+        acc = viewer_ops.Access(
+            str(out), child.pid, ident.start_ticks, boot_id(), 1, "tok", time.time(), False, "x"
+        )
+        path = viewer_ops.access_path(out)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(acc.__dict__, fh)
+        assert viewer_ops.running(out) == acc
+        if spoil == "registry":
+            os.chmod(out / ".runner", 0o777)
+        else:
+            os.chmod(path, 0o666)
+        assert viewer_ops.running(out) is None
+        said = viewer_ops.stop(out, wait_sec=1.0)
+        assert "left alone" in said or "no viewer" in said, said
+        assert child.poll() is None  # never signalled
+    finally:
+        child.kill()  # our own child, by its handle
+        child.wait()

@@ -1,8 +1,10 @@
 """One attempt as a Ray job, on the host Ray placed it: ``python -m runner.schedule.fleet.job OUT TASK ARM STAMP``.
 
 Why: the host that runs a trial is the one whose engine, address pool and processes it uses, so
-everything engine-side happens here, on that host: record the host (``host.json``), wait for this
-engine's address-pool gate, run ``harbor run`` against this engine (DOCKER_HOST of this host's Ray
+everything engine-side happens here, on that host: record the host (``host.json``), make sure this
+engine holds the task's image built once for the run (verified by id; loaded from the shared tree
+when it did not arrive yet; else no harbor runs here), wait for this engine's address-pool gate,
+run ``harbor run`` against this engine (DOCKER_HOST of this host's Ray
 node), then remove what the trial left on this engine. The configuration is the tree's own
 ``.driver_env`` (the shared tree has the same path on every host); the agent env's ``${NAME}``
 references resolve from this host's environment. harbor stays in this job's process group, so
@@ -38,6 +40,7 @@ from runner.schedule.attempt import HARBOR_LOG
 from runner.schedule.config import resolve
 from runner.schedule.fleet.hostinfo import facing_ip, join_here, this_host, write_host
 from runner.schedule.harbor_run import ROLE_HARBOR, arm_mounts, harbor_argv, job_env
+from runner.schedule.task_images import ImageError, archive_path, ensure_here, read_attempt_image
 from runner.secrets import screen_all
 
 
@@ -87,6 +90,8 @@ def say(msg: str) -> None:
 RAYLET_POLL_SEC = 0.5
 #: the job's exit code when it ended harbor because its raylet was gone
 RC_NODE_LOST = 75
+#: the job's exit code when this host does not hold the task's image and could not load it: no harbor ran
+RC_NO_IMAGE = 76
 #: how long such a job waits for the cluster to declare its node dead before it exits (Ray's
 #: health check took ~14 s here): a job that ended first would read, to the runner, as an attempt
 #: that failed on a live node, and its void would name the wrong cause
@@ -170,13 +175,22 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
     rec = this_host(*ray_node())
     write_host(sdir, rec)
     say(f"attempt {task}/{arm}/{stamp} on {rec.host} (Ray node {rec.node_id[:12]}, engine {rec.engine_id})")
+    image = read_attempt_image(sdir)
+    if image is not None:  # the task's image built once for the run: this host must hold exactly it
+        try:
+            how, sec = ensure_here(image, archive_path(cfg.out, image))
+        except ImageError as exc:
+            say(f"no attempt on this host: the task image is not here: {exc}")
+            return RC_NO_IMAGE
+        say(f"task image {image.tag} {how} in {sec} s, verified by id {image.image_id}")
     if cfg.env == "docker":
         v = wait_for_gate(
             1, out=cfg.out, cap=cfg.net_cap, margin=cfg.net_margin, poll_sec=2.0,
             on_wait=lambda v, reclaimed: say(f"gate waits: {v.reason}; reclaimed {len(reclaimed)}"),
         )  # fmt: skip
         say(f"gate open: {v.reason}")
-    argv = harbor_argv(cfg, task, spec, sdir, arm_mounts(cfg, spec))
+    argv = harbor_argv(cfg, task, spec, sdir, arm_mounts(cfg, spec),
+                       task_dir=Path(image.task_dir) if image is not None else None)  # fmt: skip
     screen_all(("harbor argv", a) for a in argv)
     deaths = watch_deaths() if cfg.env == "docker" else None
     with open(sdir / HARBOR_LOG, "ab") as logfh:  # held until registered (runner.ops.held)

@@ -12,7 +12,9 @@ here those are the job's records, read back.
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +30,7 @@ from runner.schedule.attempt import Attempt, Unit, new_stamp
 from runner.schedule.config import ArmSpec, RunConfig
 from runner.schedule.fleet.cluster import Fleet, RayJobState
 from runner.schedule.lock import Holder
+from runner.schedule.task_images import TaskImage, write_attempt_image
 
 
 @dataclass(kw_only=True)
@@ -79,6 +82,17 @@ class RayLauncher:
     def close(self) -> None:
         pass
 
+    def prepare_image(self, task: str, started: Callable[[subprocess.Popen], None]) -> TaskImage | None:
+        """Build (or verify) the task's image on one Docker host, ship it to every other one through
+        the shared tree, verified by id on arrival (``runner.schedule.fleet.ship``)."""
+        from runner.schedule import task_images as ti
+        from runner.schedule.fleet.ship import ship
+
+        assert self.cfg.tasks_dir is not None
+        if self.cfg.env != "docker" or not ti.wants_image(self.cfg.tasks_dir / task):
+            return None
+        return ti.finish(self.out, self.cfg.tasks_dir, ship(self.cfg, task, ti.read_record(self.out, task)))
+
     def runs_elsewhere(self, task: str, arm: str, repeat: int = 1) -> bool:
         """A Ray job of this tree already runs (or waits for a slot) for the pair's repeat: never a second."""
         return (task, arm, repeat) in active_units(self.fleet, self.out)
@@ -86,13 +100,16 @@ class RayLauncher:
     def may_start(self, running: list[Attempt]) -> bool:
         return True  # Ray places a job where a ``docker_slots`` is free; that host's job gates
 
-    def start(self, task: str, arm: ArmSpec, claim: claimsmod.Claim) -> Attempt:
-        """Submit one attempt of (task, arm) -- the claim's repeat -- under ``claim``."""
+    def start(self, task: str, arm: ArmSpec, claim: claimsmod.Claim, image: TaskImage | None) -> Attempt:
+        """Submit one attempt of (task, arm) -- the claim's repeat -- under ``claim``; its job reads
+        ``image`` from its stamp dir and runs harbor only once its host holds exactly that image."""
         stamp = new_stamp(self.out / task / arm.name, claim.repeat)
         att = RayAttempt(
             task, arm, stamp, claim, self.out, time.monotonic(), submission_id="", fleet=self.fleet
         )
         att.stamp_dir.mkdir(parents=True)
+        if image is not None:
+            write_attempt_image(att.stamp_dir, image)
         att.submission_id = self.fleet.submit(self.out, task, arm.name, stamp)
         att.claim = claimsmod.set_job(self.out, claim, claimsmod.JobRef(0, time.time(), stamp))
         att.started = time.monotonic()

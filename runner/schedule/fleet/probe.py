@@ -1,5 +1,6 @@
 """Asking every host of a cluster run about its own engine and processes (``marathon net``,
-``cleanup``, ``kill``, ``stage``, ``prebuild`` and ``verify-envs``).
+``cleanup``, ``kill``, ``stage``, ``prebuild`` and ``verify-envs``; and the runner's shipping of
+a task image to every host, ``runner.schedule.fleet.ship``).
 
 Why: a host's address pool and its Docker objects are seen only from that host -- its engine is the
 ``DOCKER_HOST`` of its Ray node, its host routes are its own. The runner is only a client of the
@@ -37,6 +38,10 @@ TASK_SEC = 120.0
 STAGE_SEC = 600.0
 #: how long one host may take to build the task images (``prebuild``)
 BUILD_SEC = 4 * 3600.0
+#: the probe job's operations
+OPS = ("net", "cleanup", "kill", "stage", "prebuild", "images", "verify-envs")
+#: how long one host may take to load a task image from the shared tree and check it
+SHIP_SEC = 1800.0
 #: how long the client waits for the probe job (its start, the tasks, a cleanup's removals)
 JOB_SEC = 900.0
 #: metadata key of a probe job: the tree it asked about (not ``META_OUT``: no attempt of the tree)
@@ -135,6 +140,32 @@ def prebuild_here(
     results = prebuild(Path(tasks_dir), tasks, proxy=proxy, no_proxy=no_proxy, build_network=build_network)
     via = f"proxy {redact(proxy)} from {source} (build only)" if proxy else "no proxy"
     return {"via": via, "results": [r.to_json() for r in results]}
+
+
+def image_build_here(out: str, tasks_dir: str, task: str, recorded: dict | None, build_network: str) -> dict:
+    """Build (or verify) a task's image on this host's engine and ``docker save`` it into the shared
+    tree for the other hosts (``runner.schedule.fleet.ship``)."""
+    import time
+
+    from runner.schedule import task_images as ti
+
+    old = ti.TaskImage.from_json(recorded) if recorded else None
+    image = ti.build_or_verify(Path(tasks_dir), task, old, build_network=build_network)
+    t0 = time.monotonic()
+    saved = ti.save(image, ti.archive_path(Path(out), image))
+    return {"image": image.to_json(), "saved": saved, "seconds": round(time.monotonic() - t0, 2)}
+
+
+def image_load_here(out: str, image: dict) -> dict:
+    """Load a task's image from the shared tree into this host's engine unless it holds it already,
+    and check it by id and content digest (``runner.schedule.task_images.ensure_here``)."""
+    from runner.schedule import task_images as ti
+
+    img = ti.TaskImage.from_json(image)
+    if img is None:
+        raise ValueError("not an image record")
+    how, sec = ti.ensure_here(img, ti.archive_path(Path(out), img))
+    return {"how": how, "seconds": sec}
 
 
 def verify_here(arms: list[str], task: str) -> dict:
@@ -256,6 +287,24 @@ def job_main(op: str, out: str, params: dict[str, Any]) -> int:
             on_each(alive, here.verify_here, lambda h: (params["arms"], params["task"]), STAGE_SEC) + down,
         )
         return 0
+    if op == "images":  # runner.schedule.fleet.ship: one host builds, every other one loads
+        recorded = params.get("recorded") or {}
+        had = set(recorded.get("hosts") or {})
+        builder = next((h for h in alive if h.node_id in had), alive[0] if alive else None)
+        if builder is None:
+            emit("build", down)
+            return 0
+        built = on_each([builder], here.image_build_here, lambda h: (out, params["tasks_dir"], params["task"],
+                        params.get("recorded"), params.get("build_network") or "host"), BUILD_SEC)  # fmt: skip
+        emit("build", built)
+        if not built[0].ok or built[0].result is None:
+            return 0
+        image = built[0].result["image"]
+        others = [h for h in alive if h.node_id != builder.node_id]
+        mine = HostAnswer(builder.host, builder.ip, builder.node_id, True,
+                          {"how": image["how"], "seconds": built[0].result["seconds"]})  # fmt: skip
+        emit("ship", [mine, *on_each(others, here.image_load_here, lambda h: (out, image), SHIP_SEC), *down])
+        return 0
     if op == "prebuild":
         args = (params["tasks_dir"], params.get("tasks"), params.get("proxy"), params.get("proxy_env"),
                 params.get("no_proxy"), params.get("build_network") or "host")  # fmt: skip
@@ -364,9 +413,10 @@ def _stages(logs: str) -> dict[str, list[HostAnswer]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 3 or args[0] not in ("net", "cleanup", "kill", "stage", "prebuild", "verify-envs"):
+    if len(args) != 3 or args[0] not in OPS:
         print(
-            "usage: python -m runner.schedule.fleet.probe net|cleanup|kill|stage|prebuild|verify-envs OUT PARAMS_JSON",
+            "usage: python -m runner.schedule.fleet.probe net|cleanup|kill|stage|prebuild|images|verify-envs "
+            "OUT PARAMS_JSON",
             file=sys.stderr,
         )
         return 2

@@ -1,0 +1,522 @@
+"""Every recipe of issue 25 ("no value an agent or a verifier writes can crash, hang or bend a
+figure"), each as a plain regression test on a copy of a recorded real tree (no Docker).
+
+What each kind of bad value becomes is written in docs/safety.md (hostile trees) and the hole
+rule in docs/results.md; the property-based fuzz over the same files is tests/core/test_fuzz_hostile.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import hostile_tree
+import pytest
+import real_trees
+
+from marathon import cli
+from modes import safetext
+from runner.results import tree
+from runner.results.model import RunModel
+from runner.results.report import build_report, render
+
+no_control_bytes, strict_json = hostile_tree.no_control_bytes, hostile_tree.strict_json
+
+
+def trial_dir(out: Path, task: str, arm: str) -> Path:
+    sdir = out / task / arm / tree.list_dirs(out / task / arm)[0]
+    (name,) = tree.list_dirs(sdir / arm)
+    return sdir / arm / name
+
+
+def every_output(out: Path) -> dict[str, str]:
+    """status (text and JSON), report in all four formats, plan-size: each must exit 0, in a child
+    process."""
+    got = {}
+    for name, args in {
+        "status": ["status", str(out), "--all"],
+        "status.json": ["status", str(out), "--all", "--json"],
+        **{f"report.{f}": ["report", str(out), "--format", f] for f in ("md", "json", "csv", "html")},
+        "plan-size": ["plan-size", str(out)],
+    }.items():
+        p, rss = hostile_tree.run_marathon(*args, timeout=300)
+        assert p.returncode == 0, (name, p.stderr)
+        assert "Traceback" not in p.stderr, (name, p.stderr)
+        got[name] = p.stdout
+    strict_json(got["status.json"])
+    strict_json(got["report.json"])
+    for name, text in got.items():
+        no_control_bytes(text, name)
+    return got
+
+
+def screenshot(out: Path, tmp: Path) -> str:
+    """The console's --screenshot as a child (it once hung on these trees): valid XML, no control byte."""
+    svg = tmp / "shot.svg"
+    p, _ = hostile_tree.run_marathon("console", str(out), "--screenshot", str(svg), timeout=240)
+    assert p.returncode == 0, p.stderr
+    text = svg.read_text(encoding="utf-8")
+    ET.fromstring(text)  # valid XML
+    no_control_bytes(text, "screenshot")
+    return text
+
+
+@pytest.fixture
+def core(tree_copy) -> Path:
+    return tree_copy
+
+
+def cell(out: Path, task: str, arm: str):
+    return RunModel.load(out, index=False).cells[(task, arm)]
+
+
+# ------------------------------------------------------------------------------------ numbers
+
+
+@pytest.mark.timeout(900)
+def test_a_receipt_count_of_10_to_the_400_flags_its_cell_and_crashes_nothing(core, tmp_path):
+    """``{"continuations": 1`` + 400 zeros ``}`` in the agent's own mount once made status, report
+    (four formats) exit 1 with OverflowError for the whole tree and hung the console's screenshot."""
+    r = trial_dir(core, "calc-partial", "partial") / "agent" / "goal_receipt.json"
+    r.write_text('{"continuations": 1' + "0" * 400 + "}")
+    c = cell(core, "calc-partial", "partial")
+    assert c.flagged and c.status in ("unreadable", "tampered")
+    assert "continuations" in c.note and "out of range" in c.note
+    got = every_output(core)
+    assert strict_json(got["status.json"])["per_arm"]["partial"]["flagged_in_n"] == 1
+    screenshot(core, tmp_path)
+
+
+@pytest.mark.timeout(900)
+def test_an_infinite_pass_rate_is_unreadable_never_inf_or_nan(core, tmp_path):
+    """metrics ``{"passed": 1e308, "total": 1e-308}``: status showed pass rate inf, the console
+    exited with OverflowError, and the JSON outputs printed bare Infinity / NaN."""
+    m = trial_dir(core, "calc-partial", "nop") / "verifier" / "metrics.json"
+    m.write_text('{"passed": 1e308, "total": 1e-308, "partial_score": NaN}')
+    c = cell(core, "calc-partial", "nop")
+    assert c.flagged and c.partial is None and c.pass_rate is None
+    got = every_output(core)
+    rows = [
+        ln.split() for ln in got["status"].splitlines()[2:] if not ln.startswith(("note:", "unreadable:"))
+    ]
+    assert not {"inf", "nan", "-inf"} & {tok.lower() for row in rows for tok in row}, got["status"]
+    screenshot(core, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "where, text, field",
+    [
+        ("result", 100, "verifier_result.rewards.reward"),
+        ("metrics", '{"partial_score": -1}', "partial_score"),
+        ("metrics", '{"passed": 50, "total": 1}', "passed"),
+        ("metrics", '{"partial_score": "1"}', "partial_score"),
+        ("metrics", '{"partial_score": true}', "partial_score"),
+        ("metrics", "[" * 100_000 + "]" * 100_000, "RecursionError"),
+        ("metrics", b'{"partial_score": 0.5, "x": "\xff\xfe"}', "UnicodeDecodeError"),
+    ],
+)
+def test_a_score_out_of_range_or_nonsense_is_a_flagged_failure_never_a_silent_hole(core, where, text, field):
+    """A reward of 100, a partial of -1, 50 passed of 1 were averaged as they were (a mean reward
+    of 24.75); 100k nested lists, invalid UTF-8, ``"1"`` or ``true`` counted as done with no partial
+    and no note: the cell silently left the mean."""
+    tdir = trial_dir(core, "calc-partial", "oracle")
+    before = build_report(RunModel.load(core, index=False))["arm_summary"]["oracle"]
+    if where == "result":
+        res = tdir / "result.json"
+        d = json.loads(res.read_text())
+        d["verifier_result"]["rewards"]["reward"] = text
+        res.write_text(json.dumps(d, indent=4))
+        # the job's summary names the same reward: it must not be taken from there either
+        job = tdir.parent / "result.json"
+        j = json.loads(job.read_text())
+        for ev in j["stats"]["evals"].values():
+            ev["reward_stats"]["reward"] = {str(float(text)): [tdir.name]}
+        job.write_text(json.dumps(j, indent=4))
+    else:
+        (tdir / "verifier" / "metrics.json").write_bytes(text if isinstance(text, bytes) else text.encode())
+    c = cell(core, "calc-partial", "oracle")
+    assert c.flagged and c.status in ("unreadable", "tampered"), (c.status, c.note)
+    assert field in c.note or c.status == "tampered", c.note
+    after = build_report(RunModel.load(core, index=False))["arm_summary"]["oracle"]
+    assert after["n"] == before["n"] and after["flagged_in_n"] == 1
+    for m in ("reward", "partial", "pass_rate"):  # counted as 0: never above the clean reading
+        assert after[m] <= before[m] and 0.0 <= after[m] <= 1.0
+
+
+# ------------------------------------------------------------------------------------ holes
+
+
+def test_a_hole_never_moves_the_headline(handmade, tmp_path):
+    """On a published-cells tree, plain's three lowest cells' metrics.json replaced by symlinks out
+    of the tree moved plain's mean partial 0.71 -> 0.82 and n 15 -> 13, every interval and pair
+    quietly using the rest. Now the three count as failures, flagged; the other reading is labelled."""
+    out = tmp_path / "out"
+    shutil.copytree(handmade, out, symlinks=True)
+    shutil.copytree(tree.voided_root(handmade), tree.voided_root(out), symlinks=True)
+    clean = build_report(RunModel.load(out, index=False))
+    plain = {t: clean["cells"][t]["plain"]["partial"] for t in clean["tasks"]}
+    lowest = sorted(plain, key=lambda t: plain[t])[:3]
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text(json.dumps({"partial_score": 1.0}))
+    for t in lowest:
+        m = trial_dir(out, t, "plain") / "verifier" / "metrics.json"
+        m.unlink()
+        os.symlink(outside, m)
+    rep = build_report(RunModel.load(out, index=False))
+    s, s0 = rep["arm_summary"]["plain"], clean["arm_summary"]["plain"]
+    assert (s["n"], s["flagged_in_n"]) == (s0["n"], 3)
+    expected = (sum(plain.values()) - sum(plain[t] for t in lowest)) / len(plain)  # the three as 0
+    assert s["partial"] == pytest.approx(expected, abs=1e-4) and s["partial"] < s0["partial"]
+    assert s["reward"] <= s0["reward"]
+    pair = next(p for p in rep["paired"] if {p["a"], p["b"]} == {"plain", "goal"})
+    assert pair["n"] == 15 and pair["flagged_a" if pair["a"] == "plain" else "flagged_b"] == 3
+    md = render(rep, "md")
+    assert "15 (3 flagged)" in md and "flagged: counted as a failure" in md
+    # the other reading, labelled: the flagged cells out of n and the means
+    other = build_report(RunModel.load(out, index=False), exclude_flagged=True)
+    assert (
+        other["arm_summary"]["plain"]["n"] == 12 and other["arm_summary"]["plain"]["partial"] > s0["partial"]
+    )
+    assert "other reading" in render(other, "md") and "other reading" in other["reading"]
+    assert cli.main(["status", str(out), "--exclude-flagged"]) == 0
+
+
+def test_a_single_attempt_without_the_partial_its_task_has_is_flagged(core):
+    """A done pair of one attempt is built on a short path (most cells of a large tree): it must
+    apply the hole rule too. calc-partial x oracle's metrics.json emptied of its scores (the reward
+    in result.json kept) while the task's other trials have a partial: flagged, a failure."""
+    from runner.results.model import NO_PARTIAL
+
+    assert cell(core, "calc-partial", "oracle").partial is not None
+    assert len(cell(core, "calc-partial", "oracle").attempts) == 1
+    metrics = trial_dir(core, "calc-partial", "oracle") / "verifier" / "metrics.json"
+    metrics.write_text(json.dumps({"phase": "done"}))
+    real_trees.restore_write_order(core)
+    c = cell(core, "calc-partial", "oracle")
+    assert (c.status, c.flagged, c.partial) == ("unreadable", True, None), (c.status, c.note)
+    assert NO_PARTIAL in c.note
+    s = build_report(RunModel.load(core, index=False))["arm_summary"]["oracle"]
+    assert s["flagged_in_n"] == 1
+
+
+def test_a_hole_only_the_harness_could_make_is_infrastructure_not_the_arms(core):
+    """A FIFO at harbor's own trial result.json (which the agent cannot reach) is unreadable, not a
+    score and not flagged; the bias alarm counts it with the errored and voided attempts."""
+    res = trial_dir(core, "two-stage", "oracle") / "result.json"
+    res.unlink()
+    os.mkfifo(res)
+    m = RunModel.load(core, index=False)
+    c = m.cells[("two-stage", "oracle")]
+    assert c.status == "unreadable" and not c.flagged
+    infra = {r["arm"]: r for r in build_report(m)["infrastructure"]}
+    assert infra["oracle"]["bad_attempts"] == 1
+
+
+# ------------------------------------------------------------------------------------ strings
+
+ESC_NAME = "calc\x1b]52;c;aGk=\x07[red]<img src=x onerror=alert(1)>\u202e"
+FORMULA = '=HYPERLINK("x")'
+
+
+@pytest.mark.timeout(900)
+def test_names_and_exception_types_from_the_tree_reach_no_output_raw(core, tmp_path):
+    """Task and arm dir names and exception types with ESC or ``<img onerror=…>`` went raw into
+    status, the md and csv reports and the console's SVG screenshot (then not valid XML)."""
+    os.rename(core / "calc-partial", core / ESC_NAME)
+    os.rename(core / "build-gate", core / FORMULA)
+    for res in core.rglob("result.json"):
+        d = json.loads(res.read_text())
+        if isinstance(d.get("exception_info"), dict):
+            d["exception_info"]["exception_type"] = "Err\x1b[2J<script>x</script>"
+            res.write_text(json.dumps(d, indent=4))
+    real_trees.restore_write_order(core)
+    got = every_output(core)
+    assert "<img" not in got["report.html"] and "<script>" not in got["report.html"]
+    assert "\\<img" in got["report.md"] and "\\x1b" in got["report.md"]
+    assert "'=HYPERLINK" in got["report.csv"] and "\n=HYPERLINK" not in got["report.csv"]
+    rep = strict_json(got["report.json"])
+    assert ESC_NAME in rep["tasks"]  # the JSON keeps the name exactly (escaped as \u001b)
+    screenshot(core, tmp_path)
+
+
+def test_suspect_evidence_and_underpowered_pairs_are_escaped_in_every_format(core):
+    """The suspect tasks' evidence names tasks, failing tests and exception messages from the
+    tree, and the underpowered lines name arms: md and html escape them, the JSON stays strict."""
+    rep = build_report(RunModel.load(core, index=False))
+    evidence = f"all 2 arms: partial 0, the same 1 failing test(s): {ESC_NAME}"
+    rep["suspect"] = [{"task": ESC_NAME, "arms": ["nop", "oracle"], "kind": "same failing tests",
+                       "detail": [ESC_NAME], "evidence": evidence}]  # fmt: skip
+    rep["suspect_excluded"] = True  # the banner names the tasks too
+    rep["tasks"].append(ESC_NAME)
+    rep["cells"][ESC_NAME] = {}
+    if rep["power"] and rep["power"]["family"]:
+        rep["power"]["underpowered"] = [
+            {"a": ESC_NAME, "b": "nop", "measure": "partial", "diff": 0.01, "mde": 0.5, "n": 3,
+             "tasks_needed": None, "tasks_needed_over": None}
+        ]  # fmt: skip
+    md, html = render(rep, "md"), render(rep, "html")
+    for name, text in (("md", md), ("html", html)):
+        no_control_bytes(text, name)
+    assert "<img" not in html and "\\<img" in md and "[red]" not in md.replace("\\[red\\]", "")
+    strict_json(render(rep, "json"))
+
+
+def test_the_compare_screen_shows_no_escape_from_a_test_name(core):
+    """ESC / OSC 52 bytes in a test name from test-stdout.txt reached the terminal through the
+    compare screen (Rich keeps ESC)."""
+    import asyncio
+
+    from textual_screen import screen_text
+
+    from console.app import make_app
+    from console.screens.compare import CompareScreen
+    from console.widgets.grid import Grid
+
+    for f in core.rglob("test-stdout.txt"):
+        f.write_text("PASSED tests/test_x.py::test_\x1b]52;c;ZXZpbA==\x07evil[/][/nope]\n" + f.read_text())
+
+    async def go() -> str:
+        app = make_app(core, docker=False, offer_start=False)
+        async with app.run_test(size=(160, 48)) as pilot:
+            while not (app.main.cells and app.main.last_change_at is not None):
+                await pilot.pause(0.2)
+            app.screen.query_one(Grid).move_to("calc-partial", "oracle")
+            await pilot.pause()
+            await pilot.press("c")
+            for _ in range(300):
+                if isinstance(app.screen, CompareScreen) and "evil" in screen_text(app):
+                    break
+                await pilot.pause(0.2)
+            return screen_text(app)
+
+    text = asyncio.run(go())
+    assert "evil" in text and "\\x1b]52" in text, text
+    no_control_bytes(text, "compare screen")
+
+
+# ------------------------------------------------------------------------------------ operator files
+
+
+@pytest.mark.timeout(600)
+def test_a_fifo_at_events_jsonl_or_a_trial_config_hangs_nothing(core):
+    """A FIFO at .runner/events.jsonl hung status and report; one at a trial's config.json hung
+    health (the same raw read served cleanup, kill and the runner's network gate)."""
+    (core / ".runner").mkdir()
+    os.mkfifo(core / ".runner" / "events.jsonl")
+    cfg = trial_dir(core, "calc-partial", "nop") / "config.json"
+    cfg.unlink()
+    os.mkfifo(cfg)
+    every_output(core)
+    p, _ = hostile_tree.run_marathon("health", str(core), "--json", timeout=300)
+    assert p.returncode in (0, 1) and "Traceback" not in p.stderr, p.stderr
+    strict_json(p.stdout)
+    from runner.ops.docker_pool import is_harbor_trial
+
+    assert not is_harbor_trial(cfg.parent)
+
+
+@pytest.mark.timeout(600)
+def test_a_500_mb_events_file_is_read_from_its_end_in_bounded_memory(core):
+    """A 500 MB events.jsonl cost 537 MB RSS (read whole)."""
+    (core / ".runner").mkdir()
+    ev = core / ".runner" / "events.jsonl"
+    line = json.dumps({"ts": "2026-12-01T08:00:00Z", "event": "gate_wait", "run_id": "r0", "pad": "x" * 400})
+    block = ((line + "\n") * 2000).encode()
+    with open(ev, "wb") as fh:
+        for _ in range((500 << 20) // len(block)):
+            fh.write(block)
+        start = {
+            "ts": "2026-12-01T08:00:00Z",
+            "event": "runner_start",
+            "run_id": "r1",
+            "tasks": [],
+            "arms": [],
+        }
+        fh.write((json.dumps(start) + "\n").encode())
+    p, rss_kb = hostile_tree.run_marathon("status", str(core), "--json", timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert strict_json(p.stdout)["run_id"] == "r1"  # the newest runner start, from the end
+    assert 0 < rss_kb < 200 * 1024, f"status peaked at {rss_kb} KB on a 500 MB journal"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"[]", b'{"processes": 5}', b'{"processes": [' + b"[" * 50_000 + b"]" * 50_000 + b"]}", b"\xff\xfe"],
+)
+def test_a_registry_of_any_shape_selects_nothing_and_raises_nothing(core, content):
+    """registry.json = [] was an AttributeError, deep nesting a RecursionError."""
+    from runner.ops.procs import Registry, plan_stop
+
+    (core / ".runner").mkdir()
+    (core / ".runner" / "registry.json").write_bytes(content)
+    assert Registry(core).entries() == [] and Registry(core).runner_entry() is None
+    assert plan_stop(core).targets == []
+    assert cli.main(["health", str(core), "--json"]) in (0, 1)
+
+
+def test_a_driver_env_that_is_not_utf8_is_one_line(core, capsys):
+    """.driver_env with invalid UTF-8 was a traceback."""
+    (core / ".driver_env").write_bytes(b"MARATHON_ARMS=\xff\xfe\n")
+    assert cli.main(["health", str(core)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not UTF-8" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("level", ["trial", "job"])
+def test_a_trial_or_job_dir_that_is_a_symlink_is_not_followed(core, tmp_path, level):
+    """A trial or job dir that is itself a symlink to an outside dir was followed and its forged
+    0.99 scored."""
+    tdir = trial_dir(core, "calc-partial", "nop")
+    target = tdir if level == "trial" else tdir.parent
+    forged = tmp_path / "forged"
+    shutil.copytree(target, forged, symlinks=True)
+    metrics = (forged if level == "trial" else forged / tdir.name) / "verifier" / "metrics.json"
+    metrics.write_text(json.dumps({"partial_score": 0.99, "pass_rate": 0.99}))
+    shutil.rmtree(target)
+    os.symlink(forged, target)
+    c = cell(core, "calc-partial", "nop")
+    assert c.partial != 0.99 and c.status == "unreadable" and not c.flagged, (c.status, c.note)
+    assert "symlink (not followed)" in c.note
+    from runner.results.model import pair_done
+
+    if level == "job":
+        assert not pair_done(core, "calc-partial", "nop")
+
+
+# ------------------------------------------------------------------------------------ who decides
+
+
+def _chown_tree(path: Path, uid: int) -> None:
+    for p in [path, *path.rglob("*")]:
+        os.lchown(p, uid, -1)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making files of another user needs root")
+def test_cleanup_leaves_alone_what_another_user_planted_beside_out(core, tmp_path):
+    """cleanup took compose projects from the voided dir beside OUT (a shared /tmp), where another
+    user can plant a config.json naming a victim's project; and arm dirs of another user, which
+    status rightly excludes, were in cleanup's scope."""
+    from runner.ops.cleanup import CleanupPlan
+    from runner.ops.docker_pool import project_scan
+
+    ours = project_scan(core).projects
+    assert ours
+    # another user's voided root beside OUT, naming a victim trial
+    victim = trial_dir(core, "words-passrate", "oracle")
+    vroot = tree.voided_root(core)
+    planted = vroot / "words-passrate" / "oracle" / "20261201T000000Z" / "oracle" / "victim__AbCdEfG"
+    planted.mkdir(parents=True)
+    cfg = json.loads((victim / "config.json").read_text())
+    cfg["trial_name"] = planted.name
+    (planted / "config.json").write_text(json.dumps(cfg))
+    _chown_tree(vroot.parent, 12345)
+    # and an arm dir of another user inside the tree
+    _chown_tree(core / "two-stage" / "nop", 12345)
+    scan = project_scan(core)
+    assert not any(p.startswith("victim") for p in scan.projects)
+    assert not any("two-stage__" in p and p in scan.projects for p in scan.projects if "nop" in p)
+    assert any("owned by uid 12345" in w for w in scan.left_alone)
+    assert any(str(core / "two-stage" / "nop") in w for w in scan.left_alone)
+    plan = CleanupPlan(str(core), {}, sorted(scan.projects), left_alone=scan.left_alone)
+    assert "left alone (not trusted to decide a removal)" in plan.render()
+    assert CleanupPlan.from_json(json.loads(json.dumps(plan.to_json()))).left_alone == scan.left_alone
+    # a job dir of ours that others can write decides nothing either
+    _chown_tree(vroot.parent, os.geteuid())
+    os.chmod(planted.parent, 0o777)
+    assert not any(p.startswith("victim") for p in project_scan(core).projects)
+    # harbor makes every trial dir 0o777 (TrialPaths.mkdir): that alone is no reason to leave it,
+    # but a config.json another user put in it is
+    from runner.ops.docker_pool import trial_projects
+
+    tdir = trial_dir(core, "calc-partial", "oracle")
+    mine = trial_projects(tdir)
+    os.chmod(tdir, 0o777)
+    assert mine and mine <= project_scan(core).projects
+    os.chown(tdir / "config.json", 12345, -1)
+    scan = project_scan(core)
+    assert not mine & scan.projects and any("config.json: owned by uid 12345" in w for w in scan.left_alone)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making files of another user needs root")
+@pytest.mark.parametrize("how", ["owner", "mode"])
+def test_a_registry_others_can_write_decides_no_signal(core, how):
+    """Registry entries are trusted by their content (PID + start ticks + boot id are
+    world-readable), so the file's owner and mode are the only guard: anything else is named in the
+    plan and left alone."""
+    import subprocess
+    import sys
+
+    from runner.ops.procs import Registry, plan_stop
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        Registry(core).register(child.pid, "harbor", [sys.executable, "sleep"], "calc-partial", "nop")
+        assert [t.pid for t in plan_stop(core).targets] == [child.pid]
+        reg = core / ".runner" / "registry.json"
+        if how == "owner":
+            os.chown(reg, 12345, -1)
+        else:
+            os.chmod(reg.parent, 0o777)
+        plan = plan_stop(core)
+        assert plan.targets == [] and plan.untrusted, plan.render()
+        assert "left alone (not trusted to decide a signal)" in plan.render()
+        rep = json.loads(json.dumps(plan.to_json()))
+        assert rep["untrusted"] == plan.untrusted
+    finally:
+        child.kill()  # our own child, by its handle
+        child.wait()
+
+
+# ------------------------------------------------------------------------------------ flags
+
+
+def test_a_repo_url_with_credentials_is_refused_before_anything_runs(tmp_path, capsys, monkeypatch):
+    """``marathon run OUT --dataset NAME@V --repo https://user:<key>@host/...`` fetched the dataset
+    before the flags were screened: git got the credential in argv, and its failure printed a
+    traceback with the URL."""
+    monkeypatch.setenv("MARATHON_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    key = "s3cr3tPassw0rd"
+    url = f"https://someone:{key}@127.0.0.1:9/org/repo.git"
+    rc = cli.main(["run", str(tmp_path / "out"), "--dataset", "demo@1.0", "--repo", url])
+    err = capsys.readouterr().err
+    assert rc == 2 and key not in err and "--repo" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+    assert not any((tmp_path / d).exists() for d in ("cache", "xdg"))
+
+
+def test_no_traceback_without_debug_and_no_url_with_credentials_in_an_error(monkeypatch, capsys, tmp_path):
+    """Whatever fails inside a command is one line (credentials redacted), the traceback only with
+    --debug."""
+    from marathon.commands import status
+
+    def boom(args):
+        raise RuntimeError("fetch of https://bob:hunter2hunter2@example.invalid/x.git failed\nsecond line")
+
+    monkeypatch.setattr(status, "run", boom)
+    out = tmp_path / "out"
+    out.mkdir()
+    assert cli.main(["status", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error: RuntimeError" in err
+    assert "hunter2" not in err and "second line" not in err
+    with pytest.raises(RuntimeError):
+        cli.main(["--debug", "status", str(out)])
+
+
+def test_the_sanitizer_per_output(tmp_path):
+    """One sanitizer, each output's escaping on top (the unit under the tests above)."""
+    s = "a\x1b[31m\u202eb<i>|*_x_*\udcff=1"
+    assert (
+        safetext.is_clean(safetext.clean(s)) and "\\x1b" in safetext.clean(s) and "\\xff" in safetext.clean(s)
+    )
+    assert safetext.csv_cell("=1+1").startswith("'") and safetext.csv_cell("-x").startswith("'")
+    assert "&lt;i&gt;" in safetext.html(s) and "\\<i\\>" in safetext.md(s) and "\\|" in safetext.md(s)
+    assert safetext.markup("[/]").startswith("\\[")
+    assert len(safetext.clean("x" * 10_000)) == safetext.CAP
+    dumped = safetext.json_text(json.dumps({"k": s}, ensure_ascii=False))
+    no_control_bytes(dumped, "json")
+    assert strict_json(dumped)["k"].startswith("a\x1b[31m\u202eb")
