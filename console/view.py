@@ -272,7 +272,8 @@ def cell_detail(
     if cell.build_failed:
         parts.append("BUILD FAILED")
     if cell.repeats:  # the mean above is of the done repeats: each one, then their spread
-        parts.append(f"repeats {cell.repeats_done}/{cell.k} done")
+        flagged = f", {cell.flagged_repeats} flagged (a failure)" if cell.flagged_repeats else ""
+        parts.append(f"repeats {cell.repeats_done}/{cell.k} done{flagged}")
         parts.append(" ".join(f"r{r} {repeat_figure(p)}" for r, p in enumerate(cell.repeats, 1)))
         if sd := repeat_spread(cell):
             parts.append(f"partial sd {sd.lstrip('±')}")
@@ -294,8 +295,9 @@ def cell_detail(
 
 
 def repeat_figure(part: Cell) -> str:
-    """One repeat in a line: its glyph and, when done, its partial score (``✓0.50``, ``✗``, ``▶``)."""
-    glyph = STATUS_GLYPH.get(status_of(part), "?")
+    """One repeat in a line: its glyph and, when done, its partial score (``✓0.50``, ``✗``, ``▶``;
+    a repeat flagged by the hole rule carries ``⚑``)."""
+    glyph = STATUS_GLYPH.get(status_of(part), "?") + ("\u2691" if part.flagged else "")
     return glyph + (num(part.partial) if status_of(part) == "done" and part.partial is not None else "")
 
 

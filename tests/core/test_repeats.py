@@ -15,6 +15,7 @@ import subprocess
 import numpy as np
 import pytest
 from core import repeats_tree as rt
+from core.hostile_tree import strict_json
 
 from marathon import cli
 from runner.errors import UserError
@@ -244,7 +245,77 @@ def test_the_cell_shows_its_repeats_and_their_spread_in_every_format(rtree):
     assert f"| {c['reward']:.2f} / {c['partial']:.2f} / {c['pass_rate']:.2f} ({k - 1}/{k}{sd}) |" in md
     head = report.render_csv(rep).splitlines()[0].split(",")
     assert {"repeats", "repeats_done", "partial_sd"} <= set(head)
-    json.loads(report.render_json(rep))  # strict JSON
+    strict_json(report.render_json(rep))
+
+
+def _plant_hole(out, task: str, arm: str, repeat: int, outside) -> None:
+    """A repeat's verifier/metrics.json replaced by a symlink out of the tree (what an agent with
+    root in its container can do): a hole on the agent's side, flagged by the hole rule."""
+    stamp_dir = out / task / arm / tree.with_repeat("20261130T100000Z", repeat)
+    (metrics,) = stamp_dir.glob("*/*/verifier/metrics.json")
+    metrics.unlink()
+    metrics.symlink_to(outside)
+
+
+def test_a_flagged_repeat_counts_against_its_arm_as_a_failure_among_the_repeats(tmp_path):
+    """The hole rule with repeats: each repeat is its own cell under the rule, so a flagged repeat
+    is a failure (every score 0) in its task's mean, never a repeat that drops out (which would
+    lift the task's mean to its other repeats'); a pair all of whose repeats are flagged is a
+    flagged cell that counts in n. The other reading (--exclude-flagged) leaves the flagged repeats
+    out, labelled; every output stays strict JSON."""
+    k, out = 2, rt.build(tmp_path / "out", 2)
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text(json.dumps({"partial_score": 1.0, "passed": 9, "total": 9}))
+    _plant_hole(out, "t06", "plain", 2, outside)  # plain's repeats on t06: 0.4, 0.1
+    for r in (1, 2):
+        _plant_hole(out, "t07", "goal", r, outside)  # goal's on t07: 0.7, 0.5
+    m = RunModel.load(out, index=False)
+    c = m.cells[("t06", "plain")]
+    assert c.status == DONE and not c.flagged and c.flagged_repeats == 1
+    assert c.parts[1].flagged and c.parts[1].status in ("unreadable", "tampered")
+    assert scored_values(c, "partial") == [0.4, 0.0] and c.partial == pytest.approx(0.2)
+    assert scored_values(c, "partial", exclude_flagged=True) == [0.4]
+    assert "r2" in c.note and "flagged" in c.note
+    g = m.cells[("t07", "goal")]
+    assert g.flagged and g.status != DONE and g.flagged_repeats == 2 and g.partial is None
+    assert scored_values(g, "partial") == [0.0, 0.0]
+
+    def task_means(arm: str, exclude: bool) -> list[float]:
+        got = []
+        for t in rt.TASKS:
+            vals = rt.cluster(arm, t, k)
+            if (t, arm) == ("t06", "plain"):
+                vals = vals[:1] if exclude else [vals[0], 0.0]
+            if (t, arm) == ("t07", "goal"):
+                if exclude:
+                    continue
+                vals = [0.0, 0.0]
+            got.append(statistics.fmean(vals))
+        return got
+
+    rep = report.build_report(m)
+    s = rep["arm_summary"]
+    assert (s["plain"]["n"], s["plain"]["flagged"], s["plain"]["flagged_in_n"]) == (8, 1, 1)
+    assert (s["goal"]["n"], s["goal"]["flagged"], s["goal"]["flagged_in_n"]) == (8, 2, 1)
+    for arm in rt.ARMS:
+        want = task_means(arm, False)
+        assert s[arm]["partial"] == r4(statistics.fmean(want))
+        assert same(s[arm]["partial_ci"], reference_ci([[v] for v in want]))
+    (row,) = rep["paired"]
+    assert (row["n"], row["flagged_a"], row["flagged_b"]) == (8, 1, 1)
+    d = [a - b for a, b in zip(task_means("plain", False), task_means("goal", False), strict=True)]
+    assert row["partial_diff"] == r4(statistics.fmean(d))
+    assert [r["flagged"] for r in rep["cells"]["t06"]["plain"]["by_repeat"]] == [False, True]
+    assert "8 (1 flagged)" in report.render_md(rep)
+    strict_json(report.render_json(rep))
+    # the other reading: the flagged repeats out, the pair of two flagged repeats out of n
+    other = report.build_report(RunModel.load(out, index=False), exclude_flagged=True)
+    o = other["arm_summary"]
+    assert (o["plain"]["n"], o["goal"]["n"], o["plain"]["flagged_in_n"]) == (8, 7, 0)
+    assert o["plain"]["partial"] == r4(statistics.fmean(task_means("plain", True)))
+    assert o["goal"]["partial"] == r4(statistics.fmean(task_means("goal", True)))
+    assert "other reading" in other["reading"]
+    strict_json(report.render_json(other))
 
 
 def test_status_counts_repeats_and_prints_pass_at_k(rtree, capsys):

@@ -23,7 +23,7 @@ from runner_agents import GATE_ENV
 from runner_support import AGENTS, DEMO_TASKS, dead_holder, done_jobs, events, run_marathon, wait_for
 
 from runner.results import stats
-from runner.results.tree import claim_path, iter_trial_dirs, repeat_of
+from runner.results.tree import ATTEMPT_IMAGE, claim_path, iter_trial_dirs, repeat_of
 from runner.schedule import claims
 
 pytestmark = [pytest.mark.docker]
@@ -128,6 +128,15 @@ def _run(out: Path, gate: Path) -> None:
     assert set(done) == UNITS and all(len(j) == 1 for j in done.values()), done
     assert events(out, "runner_exit")[-1]["done"] == events(out, "runner_exit")[-1]["total"] == len(UNITS)
     assert not claim_path(out, *stale).exists() and not list((out / ".claims").glob("*.claim"))
+    # every repeat of a task ran the one image built for it (recorded in each attempt's stamp dir)
+    for t in TASKS:
+        ids = {
+            json.loads((j.parent / ATTEMPT_IMAGE).read_text())["image_id"]
+            for u, js in done.items()
+            if u[0] == t
+            for j in js
+        }
+        assert len(ids) == 1 and all(i.startswith("sha256:") for i in ids), (t, ids)
     time.sleep(0.5)
     assert not (out / ".runner" / "lock").exists()
 
