@@ -15,6 +15,7 @@ from console import view
 from runner.results.model import Cell
 from runner.results.records import TrialRecord
 from runner.results.trajectory import TrajectoryFacts, trajectory_facts
+from runner.results.tree import repeat_of
 from runner.results.verifier_tests import TestOutcomes, read_outcomes
 
 Key = tuple[str, str]  # (task, arm)
@@ -83,10 +84,12 @@ def figure_rows(
     status = view.status_of(cell)
     c = cell if cell is not None else Cell(task="", arm="")
     has_tokens = c.n_input_tokens is not None or c.n_output_tokens is not None
+    reps = f" {view.repeat_count(c)}" if c.repeats else ""  # a run with repeats: done of K
+    spread = f" {sd}" if c.repeats and (sd := view.repeat_spread(c)) else ""
     return {
-        "status": status,
+        "status": status + reps,
         "reward": view.num(c.reward),
-        "partial": view.num(c.partial),
+        "partial": view.num(c.partial) + spread,
         "pass_rate": view.pct(c.pass_rate),
         "build": "FAILED" if c.build_failed else ("ok" if status == "done" else "-"),
         "time": view.elapsed_text(cell, budget, now) if cell is not None else "-",
@@ -105,10 +108,13 @@ def figure_rows(
 
 
 def short_stamp(stamp: str) -> str:
-    """``2026-12-01__08-14-54`` as ``12-01 08:14`` (five columns must fit 130 characters)."""
+    """``2026-12-01__08-14-54`` as ``12-01 08:14`` (five columns must fit 130 characters); a
+    repeat k >= 2 adds `` r<k>``."""
+    k = repeat_of(stamp)
+    rep = f" r{k}" if k > 1 else ""
     if len(stamp) >= 17 and stamp[10:12] == "__":
-        return f"{stamp[5:10]} {stamp[12:17].replace('-', ':')}"
-    return stamp[:16]
+        return f"{stamp[5:10]} {stamp[12:17].replace('-', ':')}{rep}"
+    return stamp[:16] + rep
 
 
 #: the pairs table's columns (the report's figures, fewer of them: the partial's difference only)

@@ -405,19 +405,25 @@ class TrialRow:
     reason: str | None
     run_id: str | None
     host: str | None = None  # the host its attempt's host.json names (a cluster run)
+    repeat: int = 1  # the repeat of the pair its attempt belongs to (``marathon run --repeats``)
 
 
 def list_trials(cell: Cell | None) -> list[TrialRow]:
-    """The trials of one pair across attempts (passes), voided ones included, newest attempt first."""
+    """The trials of one pair across attempts (passes), voided ones included, newest attempt first;
+    with repeats, repeat by repeat (repeat 1 first), newest attempt first within each."""
     rows: list[TrialRow] = []
     if cell is None:
         return rows
-    for att in sorted(cell.attempts, key=lambda a: a.stamp, reverse=True):
+    atts = sorted(cell.attempts, key=lambda a: a.stamp, reverse=True)
+    atts.sort(key=lambda a: a.repeat)  # stable: newest first within a repeat
+    for att in atts:
         host = att.host.short() if att.host is not None else None
         for name, rec in sorted(att.trials.items()):
             path = str(Path(att.job_dir or "") / name)
-            rows.append(TrialRow(att.stamp, name, path, rec, False, att.reason, att.run_id, host))
+            rows.append(TrialRow(att.stamp, name, path, rec, False, att.reason, att.run_id, host, att.repeat))
         vt: VoidedTrial
         for name, vt in sorted(att.voided_trials.items()):
-            rows.append(TrialRow(att.stamp, name, vt.path, vt.record, True, vt.reason, att.run_id, host))
+            rows.append(
+                TrialRow(att.stamp, name, vt.path, vt.record, True, vt.reason, att.run_id, host, att.repeat)
+            )
     return rows

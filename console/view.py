@@ -181,10 +181,30 @@ def tokens_text(cell: Cell) -> str:
     return f"{count(cell.n_input_tokens)}/{count(cell.n_output_tokens)}"
 
 
+def repeat_count(cell: Cell) -> str:
+    """A cell's repeats at a glance (a run with repeats): ``×3`` when all three are done, else
+    ``2/3`` (done of K); "" for a pair of one repeat."""
+    if not cell.repeats:
+        return ""
+    done = cell.repeats_done
+    return f"×{cell.k}" if done == cell.k else f"{done}/{cell.k}"
+
+
+def repeat_spread(cell: Cell) -> str:
+    """The spread of a cell's repeats' partial scores: ``±.12`` (their standard deviation)."""
+    from runner.results.clusters import spread
+    from runner.results.model import scored_values
+
+    sd = spread(scored_values(cell, "partial")) if cell.repeats else None
+    return "" if sd is None else "±" + _compact(sd)
+
+
 def cell_figures(cell: Cell, mode: str, budget: float | None = None, now: float | None = None) -> list[str]:
     """The figures of a cell in the order ``mode`` ranks them, each padded to its usual width so
     the columns line up; the grid shows as many as its column has room for. The pass rate carries
-    the build-failure mark ``B`` (a verifier whose build failed scores no test)."""
+    the build-failure mark ``B`` (a verifier whose build failed scores no test). With repeats, the
+    figures are the means over the done repeats, the repeat count (``repeat_count``) comes second
+    and the spread of the partial scores (``±.12``) after the pass rate."""
     partial = num(cell.partial).rjust(4)
     rate = pct(cell.pass_rate).rjust(4) + ("B" if cell.build_failed else " ")
     reward = "r" + num(cell.reward)
@@ -199,7 +219,12 @@ def cell_figures(cell: Cell, mode: str, budget: float | None = None, now: float 
         "tokens": [tokens.rjust(5), cost],
     }
     # a figure the cell does not have yet is left out, not shown as a dash
-    return [f for f in order.get(mode, order["score"]) if f.strip(" B").lstrip("rp$") not in ("-", "")]
+    got = [f for f in order.get(mode, order["score"]) if f.strip(" B").lstrip("rp$") not in ("-", "")]
+    if cell.repeats:
+        if mode == "score" and (sd := repeat_spread(cell)):
+            got.insert(min(2, len(got)), sd)
+        got.insert(min(1, len(got)), repeat_count(cell))
+    return got
 
 
 def cell_text(
@@ -246,6 +271,12 @@ def cell_detail(
     ]
     if cell.build_failed:
         parts.append("BUILD FAILED")
+    if cell.repeats:  # the mean above is of the done repeats: each one, then their spread
+        flagged = f", {cell.flagged_repeats} flagged (a failure)" if cell.flagged_repeats else ""
+        parts.append(f"repeats {cell.repeats_done}/{cell.k} done{flagged}")
+        parts.append(" ".join(f"r{r} {repeat_figure(p)}" for r, p in enumerate(cell.repeats, 1)))
+        if sd := repeat_spread(cell):
+            parts.append(f"partial sd {sd.lstrip('±')}")
     parts.append(f"time {elapsed_text(cell, budget, now)}")
     parts.append(f"cost {money(cell.cost_usd)}")
     if cell.n_input_tokens is not None or cell.n_output_tokens is not None:
@@ -261,6 +292,13 @@ def cell_detail(
     if cell.unreadable and status_of(cell) not in ("unreadable", "tampered"):
         parts.append("a file is unreadable (last good value kept)")
     return fit(parts, width, " · ") or parts[0][:width]
+
+
+def repeat_figure(part: Cell) -> str:
+    """One repeat in a line: its glyph and, when done, its partial score (``✓0.50``, ``✗``, ``▶``;
+    a repeat flagged by the hole rule carries ``⚑``)."""
+    glyph = STATUS_GLYPH.get(status_of(part), "?") + ("\u2691" if part.flagged else "")
+    return glyph + (num(part.partial) if status_of(part) == "done" and part.partial is not None else "")
 
 
 def sort_value(cell: Cell | None, key: str) -> tuple:
@@ -388,7 +426,7 @@ def progress_text(
     if info is None or info.progress.started_at is None:
         return ""
     p = info.progress
-    parts = [f"{p.done}/{p.total} pairs", f"elapsed {duration(p.elapsed_sec(now))}"]
+    parts = [f"{p.done}/{p.total} {p.unit}", f"elapsed {duration(p.elapsed_sec(now))}"]
     if p.end is None:
         eta = p.eta_sec()
         parts.append(f"ETA {duration(eta)}" if eta is not None else "ETA -")
@@ -409,13 +447,16 @@ def run_end_text(info: RunnerInfo | None) -> str | None:
     if p.end is not None:
         took = long_duration(p.end.at - p.started_at) if p.end.at is not None else "?"
         if p.end.paused:
-            return f"run paused after {p.end.done}/{p.end.total} pairs in {took}: {p.end.paused}; `R` resumes"
+            return (
+                f"run paused after {p.end.done}/{p.end.total} {p.unit} in {took}: {p.end.paused}; `R` resumes"
+            )
         if p.end.done >= p.end.total:
-            return f"{p.end.done}/{p.end.total} pairs done in {took}"
-        return (
-            f"runner stopped ({p.end.reason}): {p.end.done}/{p.end.total} pairs done in {took}; `R` resumes"
-        )
-    return f"runner died at {clock(p.last_event_at)} (its last event), {p.done}/{p.total} pairs done; `R` restarts it"
+            return f"{p.end.done}/{p.end.total} {p.unit} done in {took}"
+        return f"runner stopped ({p.end.reason}): {p.end.done}/{p.end.total} {p.unit} done in {took}; `R` resumes"
+    return (
+        f"runner died at {clock(p.last_event_at)} (its last event), {p.done}/{p.total} {p.unit} done; "
+        "`R` restarts it"
+    )
 
 
 def gate_text(info: RunnerInfo | None, now: float) -> str | None:

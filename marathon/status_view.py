@@ -23,11 +23,13 @@ def _iso(t) -> str | None:
 
 def status_data(model, scope: str, exclude_flagged: bool = False) -> dict:
     from runner.results.report import HEADLINE, OTHER_READING, arm_summary, cell_dict
+    from runner.results.tree import unit_label
 
     cells = model.scoped(scope)
     arms = [a for a in model.arms if any(k[1] == a for k in cells)]
     per_arm = {a: arm_summary([c for k, c in cells.items() if k[1] == a], exclude_flagged) for a in arms}
     all_cells = model.scoped("all")
+    repeats = max((c.k for c in cells.values()), default=1)
     return {
         "out": str(model.out),
         "scope": scope if model.runs else "all",
@@ -38,12 +40,14 @@ def status_data(model, scope: str, exclude_flagged: bool = False) -> dict:
         "arms": arms,
         "per_arm": per_arm,
         "total": arm_summary(list(cells.values()), exclude_flagged),
-        "all_time_done": sum(1 for c in all_cells.values() if c.status == "done"),
-        "all_time_pairs": len(all_cells),
-        "claims": sorted(f"{t}__{a}" for t, a in model.claims),
+        # with repeats these count repeats (each pair K times), as every count of the table does
+        "all_time_done": sum(c.repeats_done for c in all_cells.values()),
+        "all_time_pairs": sum(c.k for c in all_cells.values()),
+        "claims": sorted(unit_label(t, a, r) for (t, a), rs in model.claimed.items() for r in rs),
         "hosts": model.hosts(),
         "excluded": [{"path": e.path, "reason": e.reason} for e in model.excluded],
         "unreadable": model.unreadable,
+        "repeats": repeats,
         "notes": [
             {
                 "task": c.task,
@@ -65,7 +69,8 @@ def render(d: dict) -> str:
     head = f"marathon status {clean(d['out'], None)}"
     if d["scope"] == "run":
         head += f"  run {clean(d['run_id'])} (started {d['run_started'] or '?'})"
-        head += f"; all time: {d['all_time_done']}/{d['all_time_pairs']} pairs done"
+        unit = "repeats" if d.get("repeats", 1) > 1 else "pairs"
+        head += f"; all time: {d['all_time_done']}/{d['all_time_pairs']} {unit} done"
     else:
         head += "  (all time)"
     cols = (
@@ -134,6 +139,7 @@ def render(d: dict) -> str:
         lines.append(row("total", d["total"]))
     if not d["arms"]:
         lines.append("no pairs yet")
+    lines += repeats_lines(d)
     for host, hrow in d.get("hosts", {}).items():
         rest = ", ".join(f"{n} {clean(k)}" for k, n in hrow.items() if k != "attempts")
         lines.append(f"host {clean(host)}: {hrow['attempts']} attempt(s) ({rest})")
@@ -144,6 +150,29 @@ def render(d: dict) -> str:
     for n in d["notes"]:
         lines.append(f"note: {clean(n['task'])} x {clean(n['arm'])}: {clean(n['note'], None)}")
     return "\n".join(lines)
+
+
+def repeats_lines(d: dict) -> list[str]:
+    """With repeats (K > 1): what the table counts, and each arm's pass@K and pass^K."""
+    k = d.get("repeats", 1)
+    if k < 2:
+        return []
+    from modes.safetext import clean
+    from runner.results.report import fmt_mean
+
+    lines = [
+        f"repeats: K = {k} per (task, arm); the counts are repeats, the means are over tasks (n, each task "
+        f"the mean of its counted repeats) with intervals that resample tasks"
+    ]
+    for a in d["arms"]:
+        s = d["per_arm"][a]
+        if s.get("pass_k"):
+            lines.append(
+                f"{clean(a)}: n {s['n']} tasks; pass@{k} {fmt_mean(s['pass_at_k'], s['pass_at_k_ci'])}, "
+                f"pass^{k} {fmt_mean(s['pass_hat_k'], s['pass_hat_k_ci'])} (over the {s['pass_k_n']} task(s) "
+                f"with {k} counted repeats)"
+            )
+    return lines
 
 
 def show(

@@ -189,16 +189,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
     return found
 
 
-#: Cycles being cut on another branch: each entry must still be a cycle (remove it once it is cut).
-#: runner.results.index imports the model only to hash its source; the caller passing the
-#: fingerprint cuts it (issue 26, item 5, on the results branch).
-KNOWN_CYCLES = {frozenset({"runner.results.index", "runner.results.model"})}
-
-
 def test_no_import_cycle():
-    cycles = set(_cycles(_module_graph()))
-    assert cycles - KNOWN_CYCLES == set(), sorted(sorted(c) for c in cycles - KNOWN_CYCLES)
-    assert KNOWN_CYCLES <= cycles, f"cut already: remove from KNOWN_CYCLES: {KNOWN_CYCLES - cycles}"
+    cycles = _cycles(_module_graph())
+    assert cycles == [], sorted(sorted(c) for c in cycles)
 
 
 def test_the_cycle_finder_finds_one():

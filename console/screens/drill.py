@@ -102,6 +102,13 @@ def trial_status(t: TrialRow) -> str:
     return "errored" if rec.errored else "done"
 
 
+def repeat_text(repeat: int, parts: tuple[Cell, ...]) -> str:
+    """A trial's repeat and where that repeat stands: ``r2 ✓0.50`` (``view.repeat_figure``)."""
+    if 1 <= repeat <= len(parts):
+        return f"r{repeat} {view.repeat_figure(parts[repeat - 1])}"
+    return f"r{repeat}"
+
+
 def is_running(t: TrialRow) -> bool:
     """A live trial without its result yet: its files are followed as they grow."""
     return not t.voided and t.record.state == "missing"
@@ -123,6 +130,7 @@ class DrillScreen(Screen):
         self.file_id = FILES[0][0]
         self.source: LineSource | None = None
         self._hosted = False  # the trials table has a host column (a cluster run's pair)
+        self._repeated = False  # the trials table has a repeat column (a run with repeats)
 
     def compose(self) -> ComposeResult:
         yield Static(id="drill-title")
@@ -158,6 +166,10 @@ class DrillScreen(Screen):
         if not self._hosted and any(t.host for t in self.trials):  # a cluster run: which host ran it
             table.add_column("host", key="host")
             self._hosted = True
+        if not self._repeated and cell is not None and cell.repeats:  # which repeat, and how it stands
+            table.add_column("repeat", key="repeat")
+            self._repeated = True
+        parts = cell.parts if cell is not None else ()
         for t in self.trials:
             status = trial_status(t)
             rec = t.record
@@ -174,6 +186,7 @@ class DrillScreen(Screen):
                 view.duration(rec.wall_sec),
                 view.plain(view.clean(note)[:40]),
                 *([view.plain(t.host or "-")] if self._hosted else []),
+                *([view.plain(repeat_text(t.repeat, parts))] if self._repeated else []),
                 key=t.path,
             )
         if self.trials:

@@ -10,7 +10,8 @@ from marathon.options import add_out, tree_out
 HELP = "run the comparison headless: every (task, arm) pair until done (resumable)"
 DESCRIPTION = (
     "Run every (task, arm) pair of the tasks dir with harbor, one job per pair, skipping pairs that "
-    "are done. Each knob is a flag and an environment variable; the effective configuration is "
+    "are done; with --repeats K, K independent attempts per pair, each done exactly once (the "
+    "report averages within a task first and resamples tasks). Each knob is a flag and an environment variable; the effective configuration is "
     "written to OUT/.driver_env and reused by --resume and `marathon health --fix`. "
     "Precedence: flag > .driver_env (with --resume) > environment > default."
 )
@@ -27,6 +28,7 @@ def add_knobs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks-dir", dest="tasks_dir", help=h("tasks_dir"))
     p.add_argument("--tasks", help=h("tasks"))
     p.add_argument("--arms", help=h("arms") + "; also oracle, nop, name=module:Class")
+    p.add_argument("--repeats", type=int, metavar="K", help=h("repeats"))
     p.add_argument("--concurrency", type=int, help=h("concurrency"))
     p.add_argument("--goal-timeout-sec", dest="goal_timeout_sec", type=int, help=h("goal_timeout_sec"))
     p.add_argument(

@@ -21,8 +21,8 @@ container mount reaches, and it is where the hostile-tree rules apply before har
   with ``linkat`` without following, then checked to be the regular file that was inspected.
 
 Entries (``plan_entries``): by default the attempt each pair's cell shows in the current run
-(its scoring attempt; while it has none, its latest attempt that is not voided), so the folder
-follows the run; ``all_attempts`` adds every attempt of all time, voided ones named so. Names say
+(its scoring attempt; while it has none, its latest attempt that is not voided; with repeats, that
+attempt of each repeat), so the folder follows the run; ``all_attempts`` adds every attempt of all time, voided ones named so. Names say
 task, arm and attempt: ``<task>__<arm>__attempt-<n>[__voided]``, ``n`` counting the pair's attempts
 in start order, so a name never changes when a later attempt starts.
 """
@@ -116,9 +116,8 @@ def plan_entries(model: RunModel, all_attempts: bool = False) -> list[Entry]:
         number = {a.key: i for i, a in enumerate(order, 1)}
         if all_attempts:
             chosen = order
-        else:
-            shown = shown_attempt(model.scoped("run")[key])
-            chosen = [shown] if shown is not None else []
+        else:  # the attempt each repeat shows (one for a pair without repeats)
+            chosen = [a for part in model.scoped("run")[key].parts if (a := shown_attempt(part)) is not None]
         for a in chosen:
             out.append(_entry(a, number[a.key]))
     out.sort(key=lambda e: e.name)

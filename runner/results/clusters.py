@@ -6,8 +6,9 @@ the arm's ability: they share the task. So every figure here averages within a t
 treats the task means as the sample: the mean is the mean of task means, an interval resamples
 tasks (the cluster bootstrap), and a paired comparison pairs the two arms' task means task by task
 (Miller, "Adding Error Bars to Evals", 2024: clustered standard errors; the cluster bootstrap is
-its resampling form). Today every pair has one attempt (K = 1): a cluster is ``[value]`` and every
-figure is what it was; with K > 1 nothing else changes.
+its resampling form). A run without repeats has one attempt per pair (K = 1): a cluster is
+``[value]`` and every figure is what it was; with ``marathon run --repeats K`` a cluster is the task's
+K values (``runner.results.model.scored_values``) and nothing else changes.
 
 ``pass_at_k`` and ``pass_hat_k`` are the estimators a report with repeats shows beside the means:
 the chance that at least one (pass@k) or every one (pass^k) of k attempts solves a task, unbiased
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 
 from runner.results import stats
 
-#: one task's values of one measure: its attempts' values (one today)
+#: one task's values of one measure: its attempts' values (one per repeat)
 Cluster = Sequence[float]
 
 
@@ -62,6 +63,16 @@ def bootstrap_ci(
     return stats.bootstrap_mean_ci(
         task_means(clusters), resamples=resamples, seed=seed, confidence=confidence
     )
+
+
+def spread(cluster: Cluster) -> float | None:
+    """How much one task's attempts differ: the sample standard deviation of its values; None with
+    fewer than two (a pair without repeats has no spread to show)."""
+    k = len(cluster)
+    if k < 2:
+        return None
+    m = math.fsum(cluster) / k
+    return math.sqrt(math.fsum((v - m) ** 2 for v in cluster) / (k - 1))
 
 
 def within_variance(clusters: Sequence[Cluster]) -> float | None:

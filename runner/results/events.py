@@ -29,7 +29,7 @@ class EventKind(StrEnum):
     """Every kind of event the journal holds; writers emit members, readers compare with members
     (a reader that matched names by substring once counted ``gate_open`` as a gate wait)."""
 
-    RUNNER_START = "runner_start"  # run_id, tasks, arms, pid, pairs_per_arm, already_done
+    RUNNER_START = "runner_start"  # run_id, tasks, arms, repeats, pid, pairs_per_arm, already_done
     RUNNER_EXIT = "runner_exit"
     PREFLIGHT_FAILED = "preflight_failed"
     PREFLIGHT_NOTE = "preflight_note"
@@ -62,6 +62,13 @@ class EventKind(StrEnum):
     GATEWAY_ERROR = "gateway_error"  # the gateway could not be started (the runner waits and retries)
     IMAGE_READY = "image_ready"  # task, image_id, content_sha256, tag, how, seconds, task_dir, hosts
     IMAGE_FAILED = "image_failed"  # task, error: its pairs wait for the next pass
+
+
+def repeat_field(repeat: int) -> dict[str, int]:
+    """The ``repeat`` field of an event about one repeat of a pair (``marathon run --repeats``): only
+    for repeat k >= 2, so a run of one repeat writes the events it always did. Its stamp says the
+    same (``runner.results.tree.repeat_of``)."""
+    return {"repeat": repeat} if repeat != 1 else {}
 
 
 def utc_now() -> str:

@@ -60,14 +60,22 @@ Stamp = tuple[str, JobRecord, dict[str, TrialRecord]]
 AttemptKey = tuple[str, str, str]
 
 
+#: the readers above this module whose source the entries depend on, hashed by file (not imported:
+#: the model imports this index, and an import back would be a cycle)
+_READER_FILES = ("model.py",)
+
+
 def fingerprint() -> str:
     """What the entries depend on besides the files: the source of the modules that read them."""
     from modes import receipt, safeio, values
-    from runner.results import model, rules, stats
+    from runner.results import rules, stats
 
     h = hashlib.sha256(b"marathon-index-1")
-    for mod in (results, rules, safeio, values, receipt, tree, model, stats):
-        with open(mod.__file__, "rb") as fh:  # type: ignore[arg-type]
+    here = os.path.dirname(os.path.abspath(__file__))
+    files = [m.__file__ for m in (results, rules, safeio, values, receipt, tree)]
+    files += [os.path.join(here, name) for name in _READER_FILES] + [stats.__file__]
+    for path in files:
+        with open(path, "rb") as fh:  # type: ignore[arg-type]
             h.update(fh.read())
     with open(__file__, "rb") as fh:
         h.update(fh.read())

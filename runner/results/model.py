@@ -14,18 +14,21 @@ Public API (stable; other areas build on it):
     model.tasks, model.arms                 sorted task names; arms in canonical order (modes.ARMS first)
     model.excluded: list[Excluded]          dirs left out (leftover dirs of another owner), with reason
     model.runs: list[Run]; model.run_id     runner starts from <out>/.runner/events.jsonl; the current one
-    model.claims: set[(task, arm)]          pairs with a claim file in <out>/.claims
+    model.claims: set[(task, arm)]          pairs with a claim file in <out>/.claims (any repeat)
+    model.repeats -> int                    K: attempts per pair the cells are read with (1 without repeats)
     model.unreadable: list[str]             files unreadable at the last read (relative paths)
     model.is_output_tree / model.n_attempts facts for "not an output tree" / "empty tree" messages
-    pair_done(out, task, arm) -> bool       the runner's skip test, same dirs and exclusions as the model
+    pair_done(out, task, arm, repeat=1)     the runner's skip test, same dirs and exclusions as the model
     open_tree(out) -> RunModel              load for a command; one-line UserError on bad input
 
     Cell: task, arm, status (pending|running|done|errored|voided), reward, partial, pass_rate,
           build_failed, cost_usd, cost_usd_all, n_input_tokens, n_output_tokens, wall_sec,
           continuations, unblocks, error_events, goal_status, deadline_hit, run_id, attempts,
-          scored_by, newer, claimed, unreadable, note
-    Attempt: task, arm, arm_dir, stamp, job_dir, job, trials, voided_trials, status, voided, reason,
-          run_id, and the attempt's own reward/partial/pass_rate/... (``Attempt.figures``)
+          scored_by, newer, claimed, unreadable, note, repeats (each repeat's cell when K > 1;
+          ``parts``: those or the cell itself), k, repeats_done
+    Attempt: task, arm, arm_dir, stamp, repeat, job_dir, job, trials, voided_trials, status, voided,
+          reason, run_id, and the attempt's own reward/partial/pass_rate/... (``Attempt.figures``)
+    scored_values(cell, measure) -> [float] a cell's values, one per counted repeat (its task's cluster)
 
 Rules applied here (none re-implemented from runner.results.rules):
 - a pair is scored by its latest done attempt; a newer running/errored attempt never replaces it
@@ -34,6 +37,11 @@ Rules applied here (none re-implemented from runner.results.rules):
   previous done attempt with a score does, and ``note`` says so;
 - a half-written file never raises and never erases a value: the record keeps its last good value
   and is marked ``stale``; the cell says ``unreadable``;
+- repeats (``marathon run --repeats K``): an attempt belongs to the repeat its stamp names
+  (``<stamp>@r<k>``; no mark: repeat 1, so a tree without repeats reads as it always did). Each repeat
+  is a cell of its own by the rules above (``build_cell``, the hole rule included); the pair's cell
+  shows the mean of its done repeats and its flagged ones (as failures, every score 0) and counts as
+  done once one repeat is (``combine_repeats``); a pair of one repeat is that repeat's cell, unchanged;
 - arm dirs owned by another uid than the tree's owner are excluded (``model.excluded``);
   ``<arm>-<pid>`` dirs count as ``<arm>``;
 - run scoping uses the runner's own stamps and events, never file mtimes: the current run is the
@@ -50,7 +58,7 @@ from __future__ import annotations
 import gc
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from operator import attrgetter
@@ -60,8 +68,8 @@ from typing import Any
 from modes import safeio
 from modes.profiles import ARMS
 from modes.trial_files import TrialFiles
+from runner.results import clusters, rules, tree
 from runner.results import records as results
-from runner.results import rules, tree
 from runner.results.events import EventKind, EventReader
 from runner.results.hosts import HostRecord, HostUse, read_host
 from runner.results.ledger import AttemptUsage, Ledger, LedgerReader
@@ -101,6 +109,7 @@ class Run:
     tasks: tuple[str, ...] = ()
     arms: tuple[str, ...] = ()
     pid: int | None = None
+    repeats: int = 1  # the run's ``--repeats`` (attempts per pair)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +187,7 @@ class Attempt:
     figures: Figures = field(default_factory=Figures)
     unreadable: tuple[str, ...] = ()
     host: HostRecord | None = None  # from the attempt's host.json (a cluster run), never inferred
+    repeat: int = 1  # the repeat of the pair its stamp names (``tree.repeat_of``)
     holes: tuple[Hole, ...] = ()  # why the attempt is UNREADABLE or TAMPERED (``_attempt_holes``)
 
     @property
@@ -240,8 +250,13 @@ class Cell:
     claimed: bool = False
     unreadable: bool = False
     note: str = ""
+    #: each repeat's cell (1..K) when the pair is read with K > 1 repeats (``combine_repeats``); empty
+    #: for a pair of one repeat, whose cell is that repeat's
+    repeats: tuple[Cell, ...] = ()
     #: the hole rule (``rules.counts_in_means``): the cell's latest attempt has a hole the agent could
-    #: have made; it counts against its arm as a failure (every score 0), never drops out of a mean
+    #: have made; it counts against its arm as a failure (every score 0), never drops out of a mean.
+    #: With repeats: no repeat is done and one is flagged (a done pair's flagged repeats count as
+    #: failures among its repeats: ``flagged_repeats``)
     flagged: bool = False
 
     reward = _figure("reward")
@@ -273,6 +288,42 @@ class Cell:
     @property
     def n_errored(self) -> int:
         return sum(1 for a in self.attempts if a.status == ERRORED)
+
+    @property
+    def parts(self) -> tuple[Cell, ...]:
+        """The cell of each repeat, in order: ``repeats``, or the cell itself for a pair of one."""
+        return self.repeats or (self,)
+
+    @property
+    def k(self) -> int:
+        """How many repeats the pair is read with (1 without repeats)."""
+        return len(self.repeats) or 1
+
+    @property
+    def repeats_done(self) -> int:
+        return sum(1 for p in self.parts if p.status == DONE)
+
+    @property
+    def flagged_repeats(self) -> int:
+        """How many of its repeats the hole rule flagged (0 or 1 for a pair of one repeat)."""
+        return sum(1 for p in self.parts if p.flagged)
+
+
+def scored_values(cell: Cell, measure: str, exclude_flagged: bool = False) -> list[float]:
+    """A cell's values of a measure, one per counted repeat that has it: its task's cluster
+    (``runner.results.clusters``). Counted: done, or flagged (the hole rule: a failure, every score
+    0) unless ``exclude_flagged`` (``rules.counts_in_means``). A build failure counts as 0
+    (``rules.scored_measure``). A pair of one repeat has one value (or none)."""
+    return _scored(cell.parts, measure, exclude_flagged)
+
+
+def _scored(parts: Iterable[Cell], measure: str, exclude_flagged: bool = False) -> list[float]:
+    return [
+        v
+        for p in parts
+        if rules.counts_in_means(p.status == DONE, p.flagged, exclude_flagged)
+        and (v := rules.scored_measure(getattr(p, measure), p.build_failed, measure, p.flagged)) is not None
+    ]
 
 
 # --------------------------------------------------------------------------------------- attempts
@@ -562,6 +613,113 @@ def build_cell(
     )
 
 
+#: the status of a pair none of whose repeats is done: the first of these any repeat has
+_NOT_DONE_ORDER = (TAMPERED, UNREADABLE, RUNNING, ERRORED, VOIDED, PENDING)
+
+
+def build_pair_cell(
+    task: str,
+    arm: str,
+    attempts: Iterable[Attempt],
+    claimed: Collection[int] = (),
+    repeats: int = 1,
+    task_scored: bool = False,
+) -> Cell:
+    """The cell of one pair read with ``repeats`` (K) repeats: with K = 1 and no attempt of a
+    repeat k >= 2, ``build_cell`` of its attempts (exactly the cell of a tree without repeats);
+    else each repeat's cell by ``build_cell`` from that repeat's attempts (each under the hole rule
+    on its own, ``task_scored`` as ``build_cell``'s), combined (``combine_repeats``). ``claimed``:
+    the repeats with a claim file."""
+    atts = attempts if isinstance(attempts, (list, tuple)) else list(attempts)
+    if repeats == 1 and all(a.repeat == 1 for a in atts):
+        return build_cell(task, arm, atts, 1 in claimed, task_scored)
+    by: dict[int, list[Attempt]] = {}
+    for a in atts:
+        by.setdefault(a.repeat, []).append(a)
+    k = max(repeats, max(by, default=1))
+    parts = tuple(build_cell(task, arm, by.get(r, ()), r in claimed, task_scored) for r in range(1, k + 1))
+    return combine_repeats(task, arm, parts)
+
+
+def combine_repeats(task: str, arm: str, parts: tuple[Cell, ...]) -> Cell:
+    """One pair's cell from its repeats' cells (repeat 1 first).
+
+    Done once any repeat is done: reward, partial and pass rate are the means over the counted
+    repeats (done ones, and flagged ones as failures with every score 0: the hole rule) of each
+    one's scored value (a build failure as 0: ``scored_values``), i.e. the task's mean that every
+    statistic averages first (``runner.results.clusters``); the build-failure mark only when every
+    done repeat failed its build (so the mean stays what ``rules.scored_measure`` reads of it).
+    Cost and tokens add up over the done repeats' scoring attempts (what the arm spent on its
+    scores; a flagged repeat says nothing that is cost), wall time is their mean, the receipt
+    figures add up over every repeat. Not done: the most telling status of its repeats
+    (``_NOT_DONE_ORDER``), flagged when a repeat is (a failure of the arm with every score 0). The
+    note names every repeat that is not done or has a note of its own."""
+    done = [p for p in parts if p.status == DONE]
+    atts = tuple(sorted((a for p in parts for a in p.attempts), key=lambda a: (a.stamp, a.arm_dir)))
+    scoring = max(done, key=lambda p: p.scored_by or "") if done else None
+
+    def mean_of(measure: str) -> float | None:
+        if not done:  # not a score: a flagged pair's zeros are the report's (``rules.scored_measure``)
+            return None
+        vals = _scored(parts, measure)
+        return clusters.task_mean(vals) if vals else None
+
+    walls = [p.wall_sec for p in done if p.wall_sec is not None]
+    figures = Figures(
+        reward=mean_of("reward"),
+        partial=mean_of("partial"),
+        pass_rate=mean_of("pass_rate"),
+        build_failed=bool(done) and all(p.build_failed for p in done),
+        cost_usd=_sum_opt(p.cost_usd for p in done),
+        n_input_tokens=_sum_opt(p.n_input_tokens for p in done),
+        n_output_tokens=_sum_opt(p.n_output_tokens for p in done),
+        wall_sec=_mean(walls),
+        continuations=_sum_opt(p.continuations for p in parts),
+        unblocks=_sum_opt(p.unblocks for p in parts),
+        error_events=_sum_opt(p.error_events for p in parts),
+        goal_status=scoring.goal_status if scoring is not None else None,
+        deadline_hit=any(p.deadline_hit for p in done),
+    )
+    flagged = False
+    if done:
+        status = DONE
+    elif flagged_parts := [p for p in parts if p.flagged]:
+        status, flagged = flagged_parts[-1].status, True
+    else:
+        status = next(s for s in _NOT_DONE_ORDER if s == PENDING or any(p.status == s for p in parts))
+    notes = []
+    for r, p in enumerate(parts, 1):
+        if p.status != DONE or p.note:
+            notes.append(
+                f"r{r} {p.status}" + (" (flagged)" if p.flagged else "") + (f": {p.note}" if p.note else "")
+            )
+    if done and len(done) < len(parts):
+        notes.insert(0, f"{len(done)}/{len(parts)} repeats done")
+    shown = scoring or next((p for p in reversed(parts) if p.attempts), None)
+    return Cell(
+        task=task,
+        arm=arm,
+        status=status,
+        figures=figures,
+        cost_usd_all=_sum_opt(p.cost_usd_all for p in parts),
+        run_id=shown.run_id if shown is not None else None,
+        attempts=atts,
+        scored_by=scoring.scored_by if scoring is not None else None,
+        scored_on=scoring.scored_on if scoring is not None else None,
+        newer=next((p.newer for p in parts if p.newer), None),
+        claimed=any(p.claimed for p in parts),
+        unreadable=any(p.unreadable for p in parts),
+        note="; ".join(notes),
+        repeats=parts,
+        flagged=flagged,
+    )
+
+
+def claimed_repeats(cell: Cell) -> frozenset[int]:
+    """The repeats of a cell that have a claim file (what ``build_pair_cell`` was given)."""
+    return frozenset(r for r, p in enumerate(cell.parts, 1) if p.claimed)
+
+
 def arm_order(arms: Iterable[str]) -> list[str]:
     """The five arms in canonical order first, then stand-ins (oracle, nop, test agents) by name."""
     arms = set(arms)
@@ -581,6 +739,13 @@ def _ts(v: Any) -> datetime | None:
         if t is not None:
             return t if t.tzinfo else t.replace(tzinfo=UTC)
     return None
+
+
+def _repeats(v: Any) -> int:
+    """A runner_start's ``repeats``: a whole number from 1 to ``tree.MAX_REPEATS``, else 1."""
+    if isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= tree.MAX_REPEATS:
+        return v
+    return 1
 
 
 #: a runner_start's task and arm lists are taken up to this many names (a planted event naming a
@@ -614,6 +779,10 @@ class RunModel:
         self._task_dirs: set[str] = set()
         self.cells: dict[Key, Cell] = {}
         self.claims: set[Key] = set()
+        #: per pair, the repeats with a claim file (``tree.claim_unit``)
+        self.claimed: dict[Key, frozenset[int]] = {}
+        self._repeat_n: dict[int, int] = {}  # attempts per repeat number (for ``repeats``)
+        self._built_repeats = 1  # the K the cells were last built with
         self.runs: list[Run] = []
         self._events = EventReader(self.out)
         self._ledger_reader = LedgerReader(self.out)
@@ -664,6 +833,13 @@ class RunModel:
     @property
     def run_id(self) -> str | None:
         return self.runs[-1].run_id if self.runs else None
+
+    @property
+    def repeats(self) -> int:
+        """K, the repeats every pair is read with: the current run's ``--repeats`` or the highest
+        repeat an attempt of the tree names, whichever is more (1 for a tree without repeats)."""
+        planned = self.runs[-1].repeats if self.runs else 1
+        return max(planned, max(self._repeat_n, default=1))
 
     @property
     def current_run(self) -> Run | None:
@@ -735,9 +911,11 @@ class RunModel:
             if att.run_id == run.run_id:
                 per.setdefault((att.task, att.arm), []).append(att)
                 keys.add((att.task, att.arm))
+        k_rep = self.repeats
         scored = {a.task for atts in per.values() for a in atts if partial_scored(a)}
         cells = {
-            k: build_cell(k[0], k[1], per.get(k, ()), k in self.claims, k[0] in scored) for k in sorted(keys)
+            k: build_pair_cell(k[0], k[1], per.get(k, ()), self.claimed.get(k, ()), k_rep, k[0] in scored)
+            for k in sorted(keys)
         }
         self._scoped_cache[scope] = cells
         return cells
@@ -871,8 +1049,10 @@ class RunModel:
         a = self._attempts.get(key)
         if a is None:
             arm = tree.arm_of_dir(arm_dir)
-            a = self._attempts[key] = Attempt(task=task, arm=arm, arm_dir=arm_dir, stamp=stamp)
+            rep = tree.repeat_of(stamp)
+            a = self._attempts[key] = Attempt(task=task, arm=arm, arm_dir=arm_dir, stamp=stamp, repeat=rep)
             self._by_pair.setdefault((task, arm), set()).add(key)
+            self._repeat_n[rep] = self._repeat_n.get(rep, 0) + 1
             self._arms_seen.add(arm)
             self._dirty.add(key)
             return a
@@ -884,6 +1064,11 @@ class RunModel:
         a = self._attempts.pop(key, None)
         if a is not None:
             self._by_pair.get((a.task, a.arm), set()).discard(key)
+            n = self._repeat_n.get(a.repeat, 0) - 1
+            if n > 0:
+                self._repeat_n[a.repeat] = n
+            else:
+                self._repeat_n.pop(a.repeat, None)
 
     def _scan_stamp(self, task: str, arm_dir: str, stamp: str, pre: _Stamp | None | bool = False) -> None:
         sdir = f"{self._out_s}/{task}/{arm_dir}/{stamp}"
@@ -995,9 +1180,9 @@ class RunModel:
             return False
         if head == tree.CLAIMS_DIR:
             self.markers.add(head)
-            before = set(self.claims)
+            before = self.claimed
             self._read_claims()
-            pairs.update(before ^ self.claims)
+            pairs.update(k for k in set(before) | set(self.claimed) if before.get(k) != self.claimed.get(k))
             return False
         if head.startswith("."):
             if head == tree.DRIVER_ENV:
@@ -1075,16 +1260,17 @@ class RunModel:
     # ------------------------------------------------------------- claims, events, runs
 
     def _read_claims(self) -> None:
-        claims: set[Key] = set()
+        claimed: dict[Key, set[int]] = {}
         try:
             with os.scandir(self.out / tree.CLAIMS_DIR) as it:
                 for e in it:
-                    k = tree.claim_key(e.name)
-                    if k:
-                        claims.add(k)
+                    u = tree.claim_unit(e.name)
+                    if u:
+                        claimed.setdefault(u[:2], set()).add(u[2])
         except OSError:
             pass
-        self.claims = claims
+        self.claimed = {k: frozenset(v) for k, v in claimed.items()}
+        self.claims = set(claimed)
 
     def _read_ledger(self) -> set[Key]:
         """Take in the new lines of the gateway's ledgers; mark the attempts they touch for a re-read
@@ -1126,6 +1312,7 @@ class RunModel:
                     tasks=_strs(ev.get("tasks")),
                     arms=_strs(ev.get("arms")),
                     pid=ev.get("pid") if isinstance(ev.get("pid"), int) else None,
+                    repeats=_repeats(ev.get("repeats")),
                 )
             )
             return
@@ -1164,9 +1351,13 @@ class RunModel:
         self._scoped_cache.clear()
         old = dict(self.cells)
         full = pairs is None
+        k_rep = self.repeats
         if pairs is None:
             pairs = set(self._by_pair) | set(self.cells)
             self.cells = {}
+        elif k_rep != self._built_repeats:  # a run with more repeats, or a repeat beyond them: every cell
+            pairs = set(self._by_pair) | set(self.cells)
+        self._built_repeats = k_rep
         changed: set[Key] = set()
         per: dict[Key, list[Attempt]] = {}
         for k in pairs:
@@ -1198,7 +1389,8 @@ class RunModel:
             if not atts:
                 self.cells.pop(k, None)  # the matrix fill below adds it back as pending if it belongs
                 continue
-            self.cells[k] = build_cell(k[0], k[1], atts, k in self.claims, k[0] in self._scored_tasks)
+            self.cells[k] = build_pair_cell(k[0], k[1], atts, self.claimed.get(k, ()), k_rep,
+                                            k[0] in self._scored_tasks)  # fmt: skip
         self._dirty.clear()
         self._fill_matrix()
         if not old:  # a first scan: every cell is new
@@ -1229,12 +1421,14 @@ class RunModel:
             if k[0] not in tasks or k[1] not in arms:
                 del self.cells[k]
         self._filled = set()
+        k_rep = self.repeats
         for t in tasks:
             for a in arms:
                 k = (t, a)
                 c = self.cells.get(k)
-                if c is None or (not c.attempts and c.claimed != (k in self.claims)):
-                    self.cells[k] = build_cell(t, a, (), k in self.claims)
+                claimed = self.claimed.get(k, frozenset())
+                if c is None or (not c.attempts and (claimed_repeats(c) != claimed or c.k != k_rep)):
+                    self.cells[k] = build_pair_cell(t, a, (), claimed, k_rep)
                     self._filled.add(k)
 
 
@@ -1327,12 +1521,14 @@ def _read_stamps(out: str, todo: list[tuple[str, str, str]], index: Any = None) 
     return got
 
 
-def pair_done(out: Path | str, task: str, arm: str) -> bool:
-    """True when some attempt of (task, arm) is done, read the way the model reads it.
+def pair_done(out: Path | str, task: str, arm: str, repeat: int = 1) -> bool:
+    """True when some attempt of (task, arm) -- of its repeat ``repeat`` -- is done, read the way
+    the model reads it.
 
     For the runner's skip decision without loading the whole tree: the same dirs count (``<arm>``
-    and ``<arm>-<pid>``), leftover arm dirs owned by another uid than the tree's owner do not, and
-    done is ``runner.results.rules.is_done`` of the job's stats (via ``results.read_job``).
+    and ``<arm>-<pid>``), leftover arm dirs owned by another uid than the tree's owner do not, an
+    attempt is of the repeat its stamp names (``tree.repeat_of``), and done is
+    ``runner.results.rules.is_done`` of the job's stats (via ``results.read_job``).
     """
     base = os.path.abspath(out)
     try:
@@ -1346,6 +1542,8 @@ def pair_done(out: Path | str, task: str, arm: str) -> bool:
         if tree.excluded_owner(adir, owner) is not None:
             continue
         for stamp in tree.list_dirs(adir):
+            if tree.repeat_of(stamp) != repeat:
+                continue
             name = tree.job_name_in(f"{adir}/{stamp}", arm_dir)
             if name is not None and results.read_job(f"{adir}/{stamp}/{name}").done:
                 return True

@@ -32,8 +32,8 @@ from itertools import combinations
 from typing import Any
 
 from modes import profiles, safetext
-from runner.results import audit, power, rules, stats, suspect
-from runner.results.model import DONE, ERRORED, STATUSES, VOIDED, Cell, RunModel
+from runner.results import audit, clusters, power, rules, stats, suspect
+from runner.results.model import DONE, ERRORED, STATUSES, VOIDED, Cell, RunModel, scored_values
 
 FORMATS = ("md", "json", "csv", "html")
 #: The JSON contract's version. v2: cell and arm cost/tokens are the scoring attempts' (spend_* is
@@ -60,9 +60,15 @@ def _r(v: float | None, nd: int = 4) -> float | None:
     return None if v is None else round(v, nd)
 
 
-def _score(c: Cell, field: str) -> float | None:
+def _score(c: Cell, field: str, exclude_flagged: bool = False) -> float | None:
     """A counted cell's measure for means; build failures count as 0 (never dropped), and so does
-    every score of a flagged cell (the hole rule, ``rules.scored_measure``)."""
+    every score of a flagged cell (the hole rule, ``rules.scored_measure``). With repeats it is the
+    task's mean over its counted repeats (``runner.results.model.combine_repeats``): the mean of
+    ``cell_values``, the value every mean, interval and paired difference takes per task; with
+    ``exclude_flagged`` the flagged repeats of a done pair are left out of it (the other reading)."""
+    if c.repeats:
+        vals = scored_values(c, field, exclude_flagged)
+        return clusters.task_mean(vals) if vals else None
     return rules.scored_measure(getattr(c, field), c.build_failed, field, c.flagged)
 
 
@@ -71,11 +77,16 @@ def counted(c: Cell, exclude_flagged: bool = False) -> bool:
     return rules.counts_in_means(c.status == DONE, c.flagged, exclude_flagged)
 
 
-def cell_values(c: Cell, field: str) -> list[float]:
-    """A counted cell's values of a measure, one per attempt that scores it: its task's cluster
-    (``runner.results.clusters``). One value today (K = 1); repeats will list theirs."""
-    v = _score(c, field)
-    return [] if v is None else [v]
+def flagged_in(c: Cell, exclude_flagged: bool = False) -> bool:
+    """Does a counted cell count a flagged attempt as a failure: flagged itself, or (with repeats) a
+    done pair with a flagged repeat among its counted ones? Never in the other reading."""
+    return not exclude_flagged and c.flagged_repeats > 0
+
+
+def cell_values(c: Cell, field: str, exclude_flagged: bool = False) -> list[float]:
+    """A counted cell's values of a measure, one per counted repeat: its task's cluster
+    (``runner.results.clusters``; ``runner.results.model.scored_values``). One value without repeats."""
+    return scored_values(c, field, exclude_flagged)
 
 
 MEASURES = ("reward", "partial", "pass_rate")
@@ -139,6 +150,34 @@ def cell_dict(c: Cell) -> dict[str, Any]:
         "unreadable": c.unreadable,
         "flagged": c.flagged,
         "note": c.note,
+        **(repeat_dict(c) if c.repeats else {}),
+    }
+
+
+def repeat_dict(c: Cell) -> dict[str, Any]:
+    """A cell's repeats (``marathon run --repeats K``, K > 1): how many are done, the spread of each
+    measure over them (sample standard deviation), and each repeat's own figures."""
+    return {
+        "repeats": c.k,
+        "repeats_done": c.repeats_done,
+        **{f"{m}_sd": _r(clusters.spread(scored_values(c, m))) for m in MEASURES},
+        "by_repeat": [
+            {
+                "repeat": r,
+                "status": p.status,
+                "reward": _r(p.reward),
+                "partial": _r(p.partial),
+                "pass_rate": _r(p.pass_rate),
+                "build_failed": p.build_failed,
+                "flagged": p.flagged,
+                "cost_usd": _r(_scored(p, "cost_usd"), 6),
+                "wall_sec": _r(p.wall_sec, 1),
+                "attempts": p.n_attempts,
+                "scored_by": p.scored_by,
+                "note": p.note,
+            }
+            for r, p in enumerate(c.parts, 1)
+        ],
     }
 
 
@@ -171,9 +210,10 @@ def arm_summary(cells: list[Cell], exclude_flagged: bool = False) -> dict[str, A
     receipts: dict[str, list] = {k: [] for k in RECEIPT_SUMS}
     spends: tuple[list, list, list] = ([], [], [])
     for c in cells:
-        if c.status in counts:
-            counts[c.status] += 1
-        flagged += c.flagged
+        for p in c.parts:  # with repeats, each repeat is counted by its status
+            if p.status in counts:
+                counts[p.status] += 1
+        flagged += c.flagged_repeats
         attempts += len(c.attempts)
         for a in c.attempts:
             errored += a.status == ERRORED
@@ -187,18 +227,22 @@ def arm_summary(cells: list[Cell], exclude_flagged: bool = False) -> dict[str, A
     cost, tok_in, tok_out = [], [], []
     solved = build_failed = flagged_in_n = 0
     for c in means_of:
-        for m, got in vals.items():
-            if (v := _score(c, m)) is not None:
+        for m, got in vals.items():  # the task's value: with repeats, the mean of its counted repeats
+            if (v := _score(c, m, exclude_flagged)) is not None:
                 got.append(v)
+        flagged_in_n += flagged_in(c, exclude_flagged)
         if c.status != DONE:  # a flagged cell: a failure in the means, nothing it says is cost
-            flagged_in_n += 1
             continue
         f = c.figures
         cost.append(f.cost_usd)
         tok_in.append(f.n_input_tokens)
         tok_out.append(f.n_output_tokens)
-        solved += f.reward == 1.0
-        build_failed += bool(f.build_failed)
+        if c.repeats:  # solved and build failures are counted per attempt, as the cost is summed
+            solved += sum(1 for p in c.repeats if p.status == DONE and p.reward == 1.0)
+            build_failed += sum(1 for p in c.repeats if p.status == DONE and p.build_failed)
+        else:
+            solved += f.reward == 1.0
+            build_failed += bool(f.build_failed)
     cost_usd = _total(cost)
     return {
         "n": len(means_of),
@@ -221,6 +265,33 @@ def arm_summary(cells: list[Cell], exclude_flagged: bool = False) -> dict[str, A
         "errored_attempts": errored,
         "voided_attempts": voided,
         **{k: _total(got) for k, got in receipts.items()},
+        **pass_k(means_of, exclude_flagged),
+    }
+
+
+def pass_k(counted_cells: list[Cell], exclude_flagged: bool = False) -> dict[str, Any]:
+    """pass@K and pass^K of an arm's counted cells when they have K > 1 repeats (none without):
+    per task the unbiased estimate from its n >= K counted repeats (done, and flagged ones as
+    failures: the hole rule, unless ``exclude_flagged``) of which c solved it (reward 1;
+    ``runner.results.clusters.pass_at_k``/``pass_hat_k``), averaged over those tasks, with the
+    bootstrap interval over tasks; ``pass_k_n`` tasks had K counted repeats."""
+    k = max((c.k for c in counted_cells), default=1)
+    if k < 2:
+        return {}
+    at, hat = [], []
+    for c in counted_cells:
+        rewards = scored_values(c, "reward", exclude_flagged)
+        if len(rewards) >= k:
+            solved = sum(1 for r in rewards if r == 1.0)
+            at.append(clusters.pass_at_k(len(rewards), solved, k))
+            hat.append(clusters.pass_hat_k(len(rewards), solved, k))
+    return {
+        "pass_k": k,
+        "pass_k_n": len(at),
+        "pass_at_k": _r(stats.mean(at)),
+        "pass_at_k_ci": _ci(at),
+        "pass_hat_k": _r(stats.mean(hat)),
+        "pass_hat_k_ci": _ci(hat),
     }
 
 
@@ -253,14 +324,14 @@ def paired(
     def score(key: tuple[str, str]) -> tuple[float | None, ...]:
         got = scores.get(key)
         if got is None:
-            got = scores[key] = tuple(_score(cells[key], f) for f in MEASURES)
+            got = scores[key] = tuple(_score(cells[key], f, exclude_flagged) for f in MEASURES)
         return got
 
     for a, b in combinations(arms, 2):
         both = common_done(cells, a, b, tasks, exclude_flagged)
         row: dict[str, Any] = {"a": a, "b": b, "n": len(both), "tasks": both}
-        row["flagged_a"] = sum(1 for t in both if cells[(t, a)].flagged)
-        row["flagged_b"] = sum(1 for t in both if cells[(t, b)].flagged)
+        row["flagged_a"] = sum(1 for t in both if flagged_in(cells[(t, a)], exclude_flagged))
+        row["flagged_b"] = sum(1 for t in both if flagged_in(cells[(t, b)], exclude_flagged))
         sa, sb = [score((t, a)) for t in both], [score((t, b)) for t in both]
         for i, field in enumerate(MEASURES):
             pa = [(x[i], y[i]) for x, y in zip(sa, sb, strict=True) if x[i] is not None and y[i] is not None]
@@ -374,6 +445,7 @@ def build_report(
         tasks = [t for t in tasks if t not in suspects]
     pairs = paired(cells, arms, tasks, exclude_flagged)
     stand_ins = [a for a in arms if profiles.mode_for(a) is None]
+    repeats = max((c.k for c in cells.values()), default=1)
     return {
         "schema": SCHEMA,
         "out": str(model.out),
@@ -421,8 +493,21 @@ def build_report(
             f"arms, Fisher's exact test; alarm at p < {ALARM_P}",
             "power": "per pair and measure: MDE and tasks needed (runner.results.power)",
             "suspect": f"{suspect.LABEL}: counted as any task unless suspect_excluded (the other reading)",
+            **({"repeats": REPEATS_NOTE} if repeats > 1 else {}),
         },
+        "repeats": repeats,
     }
+
+
+#: what a report of a run with repeats says about them (its ``notes.repeats``)
+REPEATS_NOTE = (
+    "K attempts per (task, arm): a cell is done once one repeat is, and shows the mean of its done repeats "
+    "(a flagged repeat among them a failure, every score 0: the hole rule) with their spread (sd); every "
+    "mean and interval averages within a task first and resamples tasks (cluster bootstrap), paired "
+    "comparisons pair the two arms' task means; done/errored/flagged count repeats, n counts tasks; "
+    "pass@K / pass^K: at least one / every one of K attempts solves a task (unbiased, from the tasks with "
+    "K counted repeats)"
+)
 
 
 # ------------------------------------------------------------------------------------ rendering
@@ -476,13 +561,18 @@ def fmt_mean(mean: float | None, ci: list[float] | None, nd: int = 2) -> str:
 
 
 def _cell_text(c: dict[str, Any] | None) -> str:
-    """reward / partial / pass rate, with the build-failure mark ✗."""
+    """reward / partial / pass rate, with the build-failure mark ✗; with repeats, the means over the
+    done repeats, then how many are done and the spread of the partial (``2/3 sd 0.12``)."""
     if c is None:
         return ""
+    reps = f" ({c['repeats_done']}/{c['repeats']}" if "repeats" in c else ""
+    if reps and c["status"] == DONE and c.get("partial_sd") is not None:
+        reps += f" sd {_f(c['partial_sd'], 2)}"
+    reps += ")" if reps else ""
     if c["status"] != DONE:
-        return c["status"]
+        return c["status"] + reps
     mark = " ✗build" if c["build_failed"] else ""
-    return f"{_f(c['reward'], 2)} / {_f(c['partial'], 2)} / {_f(c['pass_rate'], 2)}{mark}"
+    return f"{_f(c['reward'], 2)} / {_f(c['partial'], 2)} / {_f(c['pass_rate'], 2)}{mark}{reps}"
 
 
 def render_json(rep: dict[str, Any], pretty: bool = False) -> str:
@@ -513,17 +603,25 @@ def n_text(n: int, flagged: int) -> str:
 def arm_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """The per-arm table (heads, rows) every format shows: means with intervals, the arm's cost
     (scoring attempts) beside the run's spend (every attempt)."""
-    heads = ["arm", "n", "reward", "partial", "pass rate", "build failed", "solved", "cost USD"]
-    heads += ["cost/solved", "spend USD", "errored", "voided", "pending", "running"]
+    k = rep.get("repeats", 1)
+    many = k > 1  # with repeats: pass@K and pass^K beside the means; n counts tasks, the rest repeats
+    heads = ["arm", "n", "reward", "partial", "pass rate", *([f"pass@{k}", f"pass^{k}"] if many else [])]
+    heads += ["build failed", "solved", "cost USD", "cost/solved", "spend USD", *(["done"] if many else [])]
+    heads += ["errored", "voided", "pending", "running"]
     rows = []
     for a in rep["arms"]:
         s = rep["arm_summary"][a]
+        passes = [
+            fmt_mean(s.get("pass_at_k"), s.get("pass_at_k_ci")),
+            fmt_mean(s.get("pass_hat_k"), s.get("pass_hat_k_ci")),
+        ]
         rows.append(
             [a, n_text(s["n"], s["flagged_in_n"])]
             + [fmt_mean(s[f], s[f"{f}_ci"]) for f in MEASURES]
+            + (passes if many else [])
             + [str(s["build_failed"]), str(s["solved"]), _f(s["cost_usd"], 4), _f(s["cost_per_solved"], 4)]
             + [_f(s["spend_usd"], 4)]
-            + [str(s[k]) for k in ("errored", "voided", "pending", "running")]
+            + [str(s[k]) for k in ((("done",) if many else ()) + ("errored", "voided", "pending", "running"))]
         )
     return heads, rows
 
@@ -574,6 +672,15 @@ def power_lines(rep: dict[str, Any]) -> list[str]:
         )
         out += under
     return out
+
+
+def repeats_line(rep: dict[str, Any]) -> str | None:
+    """What a report of a run with repeats says about them (None without)."""
+    k = rep.get("repeats", 1)
+    if k < 2:
+        return None
+    what = REPEATS_NOTE.split(": ", 1)[1]
+    return f"Repeats: K = {k} attempts per (task, arm). {what[0].upper()}{what[1:]}."
 
 
 def suspect_lines(rep: dict[str, Any]) -> list[str]:
@@ -698,6 +805,8 @@ def render_md(rep: dict[str, Any]) -> str:
         lines += [f"**{m(banner, None)}**", ""]
     lines.append(f"Scope: {rep['scope']}" + (f" (run {m(rep['run_id'])})" if rep["run_id"] else "") + ".")
     lines.append(f"Reading: {rep['reading']}.")
+    if line := repeats_line(rep):
+        lines += ["", m(line, None)]
     lines += ["", "## Infrastructure-bias alarm", ""]
     alarms = [r for r in rep["infrastructure"] if r["alarm"]]
     lines += [f"- **ALARM** {m(r['message'])}" for r in alarms] or [
@@ -788,6 +897,8 @@ def render_csv(rep: dict[str, Any]) -> str:
     (``modes.safetext.csv_cell``)."""
     buf = io.StringIO()
     cols = list(CSV_COLUMNS)
+    if rep.get("repeats", 1) > 1:
+        cols[-1:-1] = ["repeats", "repeats_done", *(f"{m}_sd" for m in MEASURES)]
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(cols)
     for t in rep["tasks"]:
@@ -795,7 +906,7 @@ def render_csv(rep: dict[str, Any]) -> str:
             c = rep["cells"][t].get(a)
             if c is None:
                 continue
-            vals = ["" if c[k] is None else c[k] for k in cols[2:]]
+            vals = ["" if c.get(k) is None else c[k] for k in cols[2:]]
             w.writerow([safetext.csv_cell(v, None) if isinstance(v, str) else v for v in (t, a, *vals)])
     return buf.getvalue()
 
@@ -814,6 +925,8 @@ def render_html(rep: dict[str, Any]) -> str:
     parts = []
     arms, tasks = rep["arms"], rep["tasks"]
     parts.append(f"<h1>marathon report</h1><p>{e(rep['out'])} &middot; scope {e(rep['scope'])}</p>")
+    if line := repeats_line(rep):
+        parts.append(f'<p class="note">{e(line)}</p>')
     if banner := reading_banner(rep):
         parts.append(f'<p class="alarm">{e(banner, None)}</p>')
     parts.append(f"<p>Reading: {e(rep['reading'])}.</p>")

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from runner.results.events import EventKind
+from runner.results.tree import repeat_of, unit_label
 
 #: a pool gate that has waited longer than this is worth waking the operator for
 GATE_ALARM_SEC = 300.0
@@ -96,6 +97,12 @@ class RunProgress:
     gate_waits: int = 0
     pass_no: int | None = None
     paused: str | None = None
+    repeats: int = 1  # the run's --repeats: every count is then of repeats of pairs
+
+    @property
+    def unit(self) -> str:
+        """What the counts count: ``pairs``, or ``repeats`` in a run with repeats."""
+        return "pairs" if self.repeats == 1 else "repeats"
 
     @property
     def total(self) -> int:
@@ -119,6 +126,15 @@ class RunProgress:
         return None if self.gate_waiting_since is None else max(0.0, now - self.gate_waiting_since)
 
 
+def _unit(task: Any, ev: Mapping[str, Any]) -> Any:
+    """The repeat of a pair an event is about, as ``already_done`` names it: ``task`` / ``task@r2``
+    (its stamp names the repeat)."""
+    stamp = ev.get("stamp")
+    if isinstance(task, str) and isinstance(stamp, str):
+        return unit_label(task, None, repeat_of(stamp))
+    return task
+
+
 @dataclass
 class Tally:
     """Folds the runner's events, in order, into the counts of the current run (a new
@@ -128,6 +144,7 @@ class Tally:
     run: RunProgress = field(default_factory=RunProgress)
     arms: list[str] = field(default_factory=list)
     total: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    #: per arm, the tasks done / running: ``task``, or ``task@r<k>`` for repeat k >= 2
     done: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     running: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     voided: dict[str, int] = field(default_factory=lambda: defaultdict(int))
@@ -142,9 +159,12 @@ class Tally:
         at = event_time(ev)
         if kind == EventKind.RUNNER_START:
             self.__dict__.update(vars(Tally()))  # a new run: start over
-            conc = ev.get("concurrency")
+            conc, reps = ev.get("concurrency"), ev.get("repeats")
             self._set(
-                run_id=ev.get("run_id"), started_at=at, concurrency=conc if isinstance(conc, int) else None
+                run_id=ev.get("run_id"),
+                started_at=at,
+                concurrency=conc if isinstance(conc, int) else None,
+                repeats=reps if isinstance(reps, int) and not isinstance(reps, bool) and reps > 1 else 1,
             )
             self.arms = [str(a) for a in ev.get("arms") or []]
             for a, n in (ev.get("pairs_per_arm") or {}).items():
@@ -153,11 +173,11 @@ class Tally:
             for a, tasks in (ev.get("already_done") or {}).items():
                 self.done[a].update(tasks or ())
         elif kind in (EventKind.JOB_START, EventKind.ADOPT) and arm:
-            self.running[arm].add(task)
+            self.running[arm].add(_unit(task, ev))
         elif kind == EventKind.JOB_FINISH and arm:
-            self.running[arm].discard(task)
+            self.running[arm].discard(_unit(task, ev))
             if ev.get("status") == "done":
-                self.done[arm].add(task)
+                self.done[arm].add(_unit(task, ev))
             took = ev.get("elapsed_sec")
             if isinstance(took, (int, float)) and not isinstance(took, bool) and math.isfinite(took):
                 self.durations.append(float(took))

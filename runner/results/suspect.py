@@ -16,6 +16,9 @@ arm of the comparison has one, and each of those cells is a failure with the sam
 - an errored cell (an agent failure the voiding table scored): the exception's type and its
   message's first line with numbers and hex ids masked (compared only when every arm has one).
 
+With repeats (``marathon run --repeats K``) a cell fails only when each of its repeats does (done or
+errored, none pending or running) and all of them alike; that failure is the cell's.
+
 A failure with nothing to compare (a zero with tests it does not name) is never called alike.
 Nothing here changes a score: the report marks the task with its evidence and counts it as
 always; ``--exclude-suspect`` prints the other reading, labelled as such.
@@ -121,9 +124,15 @@ def _trial_dir(cell: Cell) -> str | None:
 
 def failure(cell: Cell | None) -> Failure | None:
     """The cell's failure signature, or None when the cell is no failure (a score above 0, not
-    finished, voided, unreadable) or its failure cannot be compared (a zero with unnamed tests)."""
+    finished, voided, unreadable) or its failure cannot be compared (a zero with unnamed tests).
+    With repeats: the failure every repeat shares, else None."""
     if cell is None:
         return None
+    if cell.repeats:
+        fails = [failure(p) for p in cell.repeats]
+        if any(f is None for f in fails):
+            return None
+        return _alike([f for f in fails if f is not None])
     if cell.status == ERRORED:
         return _errored_failure(cell)
     if cell.status != DONE:

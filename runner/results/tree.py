@@ -2,7 +2,8 @@
 
     <out>/<task>/<arm>/<stamp>/<arm>/result.json        harbor job (jobs dir = <out>/<task>/<arm>/<stamp>,
     <out>/<task>/<arm>/<stamp>/<arm>/<trial>/...        job name = <arm>); trials below it
-    <out>/.claims/<task>__<arm>.claim                   in-progress claim
+    <out>/<task>/<arm>/<stamp>@r<k>/<arm>/...           repeat k >= 2 of the pair (``marathon run --repeats``)
+    <out>/.claims/<task>__<arm>.claim                   in-progress claim (repeat k >= 2: ``<task>__<arm>@r<k>.claim``)
     <out>/.driver_env                                   the runner's effective configuration
     <out>/.runner/                                      lock, PID registry, events.jsonl
     <out>/.runner/gateway/                              the model gateway: ledger.jsonl (one line per model
@@ -54,6 +55,35 @@ TRIAL_FILES = frozenset(tuple(rel.split("/")) for rel in SCORED_INPUTS)
 # An "<arm>-<pid>" dir: the field's driver made one when "<arm>" was not writable.
 _ARM_PID = re.compile(r"^(?P<arm>.+)-(?P<pid>\d+)$")
 
+#: how a repeat is named: the stamp dir and the claim of repeat k >= 2 end in ``@r<k>``; repeat 1 has
+#: no mark, so every tree of one attempt per pair (every tree before repeats) is repeat 1 throughout.
+#: ``@`` never occurs in an arm name (``runner.schedule.config.parse_arm``) nor in the runner's stamps.
+REPEAT_MARK = "@r"
+#: the most repeats a run may plan (``marathon run --repeats``)
+MAX_REPEATS = 100
+_REPEAT = re.compile(r"^(?P<base>.+)@r(?P<k>[1-9][0-9]{0,2})$")
+
+
+def repeat_of(name: str) -> int:
+    """The repeat a stamp (or a claim's ``<task>__<arm>@r<k>``) belongs to: ``k`` of an ``@r<k>`` end
+    with 2 <= k <= ``MAX_REPEATS``, else 1."""
+    m = _REPEAT.match(name)
+    if m is None:
+        return 1
+    k = int(m.group("k"))
+    return k if 2 <= k <= MAX_REPEATS else 1
+
+
+def with_repeat(name: str, repeat: int) -> str:
+    """``name`` marked as repeat ``repeat``: unchanged for repeat 1, ``<name>@r<k>`` otherwise."""
+    return name if repeat == 1 else f"{name}{REPEAT_MARK}{repeat}"
+
+
+def unit_label(task: str, arm: str | None = None, repeat: int = 1) -> str:
+    """How one repeat of a pair is named in events, claims and messages: ``task`` / ``task@r2``
+    (with ``arm``: ``task__arm`` / ``task__arm@r2``)."""
+    return with_repeat(task if arm is None else f"{task}__{arm}", repeat)
+
 
 def job_dir(out: Path, task: str, arm: str, stamp: str) -> Path:
     """The harbor job dir of one attempt: jobs dir ``<out>/<task>/<arm>/<stamp>``, job name ``<arm>``."""
@@ -64,8 +94,9 @@ def jobs_dir(out: Path, task: str, arm: str, stamp: str) -> Path:
     return out / task / arm / stamp
 
 
-def claim_path(out: Path, task: str, arm: str) -> Path:
-    return out / CLAIMS_DIR / f"{task}__{arm}.claim"
+def claim_path(out: Path, task: str, arm: str, repeat: int = 1) -> Path:
+    """``<out>/.claims/<task>__<arm>.claim`` (repeat k >= 2: ``<task>__<arm>@r<k>.claim``)."""
+    return out / CLAIMS_DIR / f"{unit_label(task, arm, repeat)}.claim"
 
 
 def runner_dir(out: Path) -> Path:
@@ -201,11 +232,22 @@ def job_name_in(stamp_dir: str | os.PathLike, arm_dir_name: str) -> str | None:
 
 
 def claim_key(filename: str) -> tuple[str, str] | None:
-    """``<task>__<arm>.claim`` -> (task, arm); None for anything else."""
+    """``<task>__<arm>.claim`` (or ``...@r<k>.claim``) -> (task, arm); None for anything else."""
+    unit = claim_unit(filename)
+    return unit[:2] if unit is not None else None
+
+
+def claim_unit(filename: str) -> tuple[str, str, int] | None:
+    """``<task>__<arm>.claim`` -> (task, arm, 1), ``<task>__<arm>@r<k>.claim`` -> (task, arm, k);
+    None for anything else."""
     if not filename.endswith(".claim"):
         return None
-    task, sep, arm = filename[: -len(".claim")].rpartition("__")
-    return (task, arm) if sep and task and arm else None
+    stem = filename[: -len(".claim")]
+    repeat = repeat_of(stem)
+    if repeat != 1:
+        stem = stem[: stem.rindex(REPEAT_MARK)]
+    task, sep, arm = stem.rpartition("__")
+    return (task, arm, repeat) if sep and task and arm else None
 
 
 _STAMP_FORMATS = (
@@ -221,8 +263,11 @@ def stamp_time(stamp: str) -> datetime | None:
     """The UTC time a stamp names (written by the runner's clock), or None.
 
     Used for run scoping together with the runner's own ``runner_start`` stamps: both come from the
-    runner, never from file mtimes (NFS mtimes lag the host by minutes).
+    runner, never from file mtimes (NFS mtimes lag the host by minutes). A repeat's mark
+    (``@r<k>``) is not part of the time.
     """
+    if repeat_of(stamp) != 1:
+        stamp = stamp[: stamp.rindex(REPEAT_MARK)]
     for fmt in _STAMP_FORMATS:
         try:
             return datetime.strptime(stamp, fmt).replace(tzinfo=UTC)

@@ -8,7 +8,10 @@ holds no branch on it, and a new place to run attempts (a cloud sandbox pool, a 
 host) is one new module that implements the protocol below.
 
 An attempt's directory is ``<out>/<task>/<arm>/<stamp>``: the stamp is a UTC time made unique in
-its arm dir (``new_stamp``); harbor's own job dir is under it, with ``harbor-run.log`` beside it.
+its arm dir (``new_stamp``), marked ``@r<k>`` for repeat k >= 2 of the pair (``marathon run
+--repeats``); harbor's own job dir is under it, with ``harbor-run.log`` beside it. The unit of work
+is one repeat of a pair, ``(task, arm, repeat)``: claimed, started, adopted, voided and rerun on its
+own, as a pair is when the run has one repeat.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir
+from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir, repeat_of, with_repeat
 from runner.schedule.claims import Claim
 from runner.schedule.config import ArmSpec
 
@@ -34,16 +37,17 @@ if TYPE_CHECKING:
 HARBOR_LOG = "harbor-run.log"
 
 Pair = tuple[str, str]  # (task, arm)
+Unit = tuple[str, str, int]  # (task, arm, repeat): one repeat of a pair, the runner's unit of work
 
 
-def new_stamp(arm_dir: Path) -> str:
-    """A fresh jobs-dir name under ``<out>/<task>/<arm>``: UTC time, unique."""
+def new_stamp(arm_dir: Path, repeat: int = 1) -> str:
+    """A fresh jobs-dir name under ``<out>/<task>/<arm>``: UTC time, unique, marked with its repeat."""
     base = datetime.now(UTC).strftime("%Y-%m-%d__%H-%M-%S")
     stamp, n = base, 1
-    while (arm_dir / stamp).exists():
+    while (arm_dir / with_repeat(stamp, repeat)).exists():
         n += 1
         stamp = f"{base}-{n}"
-    return stamp
+    return with_repeat(stamp, repeat)
 
 
 @dataclass
@@ -64,6 +68,15 @@ class Attempt:
     @property
     def pair(self) -> Pair:
         return (self.task, self.arm.name)
+
+    @property
+    def repeat(self) -> int:
+        """Which repeat of its pair (its stamp says so)."""
+        return repeat_of(self.stamp)
+
+    @property
+    def unit(self) -> Unit:
+        return (self.task, self.arm.name, self.repeat)
 
     @property
     def stamp_dir(self) -> Path:
@@ -95,8 +108,8 @@ class Launcher(Protocol):
     """Where attempts run. The driver calls only these, in this order of a run's life: ``begin``
     once the tree is locked; ``prepare_image`` for each task, from the image worker
     (``runner.schedule.image_prep``); then per pass ``runs_elsewhere``/``may_start``/``start`` for
-    each pair it would start once its task's image is ready, ``ended`` and ``classify`` for each
-    attempt that ended; ``close`` at exit."""
+    each repeat of a pair it would start once its task's image is ready, ``ended`` and ``classify``
+    for each attempt that ended; ``close`` at exit."""
 
     #: how often starting waited for capacity (the ``runner_exit`` event's ``gate_waits``)
     gate_waits: int
@@ -107,9 +120,9 @@ class Launcher(Protocol):
     def close(self) -> None:
         """At the runner's exit (also after an error)."""
 
-    def adopt(self, pairs: set[Pair], running: set[Pair]) -> list[Attempt]:
-        """A dead runner's attempts of ``pairs`` still running: claimed again and followed, never
-        started twice (``running``: the pairs this runner follows already)."""
+    def adopt(self, units: set[Unit], running: set[Unit]) -> list[Attempt]:
+        """A dead runner's attempts of ``units`` still running: claimed again and followed, never
+        started twice (``running``: the units this runner follows already)."""
         ...
 
     def prepare_image(self, task: str, started: Callable[[subprocess.Popen], None]) -> TaskImage | None:
@@ -119,8 +132,8 @@ class Launcher(Protocol):
         be made. ``started`` is given a build's process (a stopping runner ends it)."""
         ...
 
-    def runs_elsewhere(self, task: str, arm: str) -> bool:
-        """An attempt of the pair runs (or waits for a slot) beyond this runner's claims."""
+    def runs_elsewhere(self, task: str, arm: str, repeat: int = 1) -> bool:
+        """An attempt of the pair's repeat runs (or waits for a slot) beyond this runner's claims."""
         ...
 
     def may_start(self, running: list[Attempt]) -> bool:
@@ -128,8 +141,9 @@ class Launcher(Protocol):
         ...
 
     def start(self, task: str, arm: ArmSpec, claim: Claim, image: TaskImage | None) -> Attempt:
-        """Start one attempt under ``claim`` (recorded in the claim before it can run), on ``image``
-        (recorded in its stamp dir) when the task has one."""
+        """Start one attempt of the claim's repeat under ``claim`` (recorded in the claim before it
+        can run; its stamp carries the repeat: ``new_stamp``), on ``image`` (recorded in its stamp
+        dir) when the task has one."""
         ...
 
     def ended(self, attempt: Attempt, *, stopping: bool) -> None:

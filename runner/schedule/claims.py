@@ -1,4 +1,6 @@
-"""Claims: ``<out>/.claims/<task>__<arm>.claim``, one per (task, arm) being worked on.
+"""Claims: ``<out>/.claims/<task>__<arm>.claim``, one per (task, arm) being worked on; with
+``marathon run --repeats K`` one per repeat (repeat k >= 2: ``<task>__<arm>@r<k>.claim``), each
+claimed, taken over and released on its own exactly as a pair is.
 
 Why: a restart (or a second runner) must never start a second job for a pair that is running, and
 must never lose a pair whose runner died. A claim names its holder (runner PID + process identity +
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from modes import safeio
 from runner.ops.procs import ProcIdentity, alive, create_time_of, identity_from, identity_of, pid_of
-from runner.results.tree import CLAIMS_DIR, claim_path
+from runner.results.tree import CLAIMS_DIR, claim_path, repeat_of, with_repeat
 from runner.schedule.lock import Holder, create_exclusive, dir_mutex, holder_of, read_record
 
 LIVE, ORPHAN, STALE = "live", "orphan", "stale"
@@ -65,6 +67,17 @@ class Claim:
     arm: str
     holder: Holder
     job: JobRef | None = None
+    repeat: int = 1  # which repeat of the pair (``marathon run --repeats``)
+
+    @property
+    def unit(self) -> tuple[str, str, int]:
+        """(task, arm, repeat): what the claim holds."""
+        return (self.task, self.arm, self.repeat)
+
+    @property
+    def label(self) -> str:
+        """``task/arm`` (repeat k >= 2: ``task/arm@r<k>``), for messages."""
+        return with_repeat(f"{self.task}/{self.arm}", self.repeat)
 
     @property
     def state(self) -> str:
@@ -78,6 +91,7 @@ class Claim:
         return {
             "task": self.task,
             "arm": self.arm,
+            **({"repeat": self.repeat} if self.repeat != 1 else {}),
             **asdict(self.holder),
             "job": asdict(self.job) if self.job else None,
         }
@@ -117,9 +131,16 @@ def read_claim(path: Path) -> Claim | None:
         task, arm = d["task"], d["arm"]
         if not isinstance(task, str) or not isinstance(arm, str):
             return None
-        return Claim(task, arm, holder, job)
+        repeat = d.get("repeat", 1)
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat != repeat_of(path.stem):
+            return None  # the file's name and its content must name the same repeat
+        return Claim(task, arm, holder, job, repeat)
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
         return None
+
+
+def _path(out: Path, claim: Claim) -> Path:
+    return claim_path(out, claim.task, claim.arm, claim.repeat)
 
 
 def _write(path: Path, claim: Claim) -> None:
@@ -128,15 +149,17 @@ def _write(path: Path, claim: Claim) -> None:
     os.replace(tmp, path)
 
 
-def try_claim(out: Path, task: str, arm: str, holder: Holder, *, adopt: bool = False) -> ClaimResult:
-    """Claim (task, arm) for ``holder``.
+def try_claim(
+    out: Path, task: str, arm: str, holder: Holder, *, adopt: bool = False, repeat: int = 1
+) -> ClaimResult:
+    """Claim (task, arm) -- its repeat ``repeat`` -- for ``holder``.
 
     A live claim of another holder blocks. A stale claim is taken over. An orphan claim (job still
     running) is taken over only with ``adopt=True`` -- the caller then owns waiting for that job --
     and otherwise blocks.
     """
-    path = claim_path(out, task, arm)
-    mine = Claim(task, arm, holder)
+    path = claim_path(out, task, arm, repeat)
+    mine = Claim(task, arm, holder, repeat=repeat)
     if create_exclusive(path, mine.to_json()):
         return ClaimResult(True, mine)
     with dir_mutex(path.parent):
@@ -149,15 +172,15 @@ def try_claim(out: Path, task: str, arm: str, holder: Holder, *, adopt: bool = F
         state = current.state
         if state == LIVE or (state == ORPHAN and not adopt):
             return ClaimResult(False, current)
-        took = Claim(task, arm, holder, current.job if state == ORPHAN else None)
+        took = Claim(task, arm, holder, current.job if state == ORPHAN else None, repeat)
         _write(path, took)
         return ClaimResult(True, took, replaced=current)
 
 
 def set_job(out: Path, claim: Claim, job: JobRef) -> Claim:
     """Record the harbor job started under our claim."""
-    new = Claim(claim.task, claim.arm, claim.holder, job)
-    path = claim_path(out, claim.task, claim.arm)
+    new = Claim(claim.task, claim.arm, claim.holder, job, claim.repeat)
+    path = _path(out, claim)
     with dir_mutex(path.parent):
         current = read_claim(path)
         if current is not None and current.holder != claim.holder:
@@ -168,7 +191,7 @@ def set_job(out: Path, claim: Claim, job: JobRef) -> Claim:
 
 def release(out: Path, claim: Claim) -> bool:
     """Remove the claim file if it is still held by ``claim.holder``."""
-    path = claim_path(out, claim.task, claim.arm)
+    path = _path(out, claim)
     with dir_mutex(path.parent):
         current = read_claim(path)
         if current is None or current.holder != claim.holder:
@@ -205,7 +228,7 @@ def untrusted_claims(out: Path) -> list[str]:
 
 def remove_stale(out: Path, claim: Claim) -> bool:
     """Remove a claim only if it is still exactly this one and still stale (health --fix)."""
-    path = claim_path(out, claim.task, claim.arm)
+    path = _path(out, claim)
     with dir_mutex(path.parent):
         current = read_claim(path)
         if current != claim or current.state != STALE:

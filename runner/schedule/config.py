@@ -27,7 +27,7 @@ from modes.budget import agent_timeout_multiplier
 from modes.profiles import DEFAULT_ARMS, mode_for
 from runner import secrets
 from runner.errors import UserError
-from runner.results.tree import driver_env_path
+from runner.results.tree import MAX_REPEATS, driver_env_path
 
 #: the checkout marathon runs from: harbor's job processes and a detached runner import our agents
 #: and modules from it, whatever their working directory
@@ -83,6 +83,14 @@ KNOBS: tuple[Knob, ...] = (
         "harbor dataset NAME@VERSION the tasks dir was fetched from (with --registry-path or --repo)",
     ),
     Knob("arms", "MARATHON_ARMS", "--arms", DEFAULT_ARMS, "list", "comma list of arms, in order"),
+    Knob(
+        "repeats",
+        "MARATHON_REPEATS",
+        "--repeats",
+        1,
+        "int",
+        f"independent attempts per (task, arm) pair, each done once (1 to {MAX_REPEATS})",
+    ),
     Knob("concurrency", "MARATHON_CONCURRENCY", "--concurrency", 4, "int", "(task, arm) jobs at once"),
     Knob("goal_timeout_sec", "GOAL_TIMEOUT_SEC", "--goal-timeout-sec", 5340, "int", "the arms' own deadline"),
     Knob(
@@ -232,6 +240,7 @@ class RunConfig:
     tasks: tuple[str, ...] = ()
     dataset: str | None = None  # NAME@VERSION the tasks dir was fetched from (--dataset), else None
     arms: tuple[str, ...] = DEFAULT_ARMS
+    repeats: int = 1  # attempts per (task, arm): each repeat claimed, run and done on its own
     concurrency: int = 4
     goal_timeout_sec: int = 5340
     agent_timeout_mult: float = 1.0
@@ -501,6 +510,8 @@ def resolve(
         raise UserError("--concurrency must be at least 1")
     if values["max_passes"] < 1:
         raise UserError("--max-passes must be at least 1")
+    if not 1 <= values["repeats"] <= MAX_REPEATS:
+        raise UserError(f"--repeats must be from 1 to {MAX_REPEATS}")
     if values["build_network"] not in ("host", "default"):
         raise UserError("--build-network must be host or default")
     url = values["gateway_url"]

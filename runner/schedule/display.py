@@ -14,12 +14,13 @@ from typing import Any, TextIO
 
 from runner.results.events import EventKind
 from runner.results.run_progress import Tally, progress_bar
+from runner.results.tree import with_repeat
 
 # events worth a line in plain mode (gate waits and reclaims included: the operator must see them)
 _PLAIN = {
-    EventKind.RUNNER_START: "runner started: run {run_id}, {n_pairs} pairs, arms {arms}, concurrency {concurrency}",
+    EventKind.RUNNER_START: "runner started: run {run_id}, {n_pairs} {pairs}, arms {arms}, concurrency {concurrency}",
     EventKind.DATASET_MODIFIED: "WARNING: tasks differ from dataset.toml: {tasks} (--allow-modified; reports will say so)",
-    EventKind.PASS_START: "pass {pass_no}: {n_pairs} pair(s) to run",
+    EventKind.PASS_START: "pass {pass_no}: {n_pairs} {pairs} to run",
     EventKind.ADOPT: "adopted running job {task}/{arm} (PID {pid}) from a dead runner",
     EventKind.CLAIM_TAKEOVER: "took over stale claim {task}/{arm} (was {was})",
     EventKind.CLAIM_HELD: "skip {task}/{arm}: claimed by {holder}",
@@ -34,7 +35,7 @@ _PLAIN = {
     EventKind.STOP_REQUESTED: "stopping ({signal}): no new jobs; terminating {n_running} running job(s)",
     EventKind.CLEANUP: "cleanup: removed {containers} container(s), {networks} network(s)",
     EventKind.PASS_END: "pass {pass_no} finished: {done} done, {left} left",
-    EventKind.RUNNER_EXIT: "runner exit: {reason}; {done}/{total} pairs done",
+    EventKind.RUNNER_EXIT: "runner exit: {reason}; {done}/{total} {pairs} done",
     EventKind.RUN_PAUSED: "PAUSED by the circuit breaker: {reason}",
     EventKind.PREFLIGHT_NOTE: "note: {what} ({todo})",
     EventKind.IMAGE_READY: "image   {task}: {tag} {how} in {seconds}s (content {content_sha256}) {hosts}",
@@ -65,7 +66,7 @@ class Progress:
             self.stream.write(json.dumps(ev, default=str) + "\n")
             self.stream.flush()
             return
-        line = self._line(ev)
+        line = self._line(ev, self.tally.run.repeats)
         if self.mode == "plain":
             if line:
                 self.stream.write(f"{ev['ts'][:19].replace('T', ' ')}Z {line}\n")
@@ -76,11 +77,18 @@ class Progress:
         self._draw()
 
     @staticmethod
-    def _line(ev: dict[str, Any]) -> str:
+    def _line(ev: dict[str, Any], repeats: int = 1) -> str:
+        """The event's line; in a run with repeats the counts are of repeats and a repeat k >= 2
+        reads ``task/arm@r<k>``."""
         tmpl = _PLAIN.get(ev.get("event", ""))
         if tmpl is None:
             return ""
         vals = _Fmt({k: (", ".join(map(str, v)) if isinstance(v, list) else v) for k, v in ev.items()})
+        vals["pairs"] = "pairs" if repeats == 1 else f"repeats ({repeats} per pair)"
+        if ev.get("event") == EventKind.PASS_START and repeats == 1:
+            vals["pairs"] = "pair(s)"
+        if isinstance(ev.get("repeat"), int) and "arm" in vals:
+            vals["arm"] = with_repeat(str(vals["arm"]), ev["repeat"])
         return tmpl.format_map(vals).rstrip()
 
     def _draw(self) -> None:

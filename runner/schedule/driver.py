@@ -2,7 +2,10 @@
 
 Why: a full run is 15-20 tasks x 5 arms for a day, up to 12 jobs at once. The driver must be
 restartable at any moment without losing or duplicating work, treat every arm the same way, and
-keep infrastructure failures from posing as differences in capability. So, per pair and pass:
+keep infrastructure failures from posing as differences in capability. With ``--repeats K`` the
+unit of work is one repeat of a pair, ``(task, arm, repeat)``: K independent attempts per pair, each
+done exactly once, queued repeat by repeat (every pair's first repeat, then every pair's second...).
+So, per unit and pass:
 
   done?  (runner.results.rules.is_done on the job result.json)        -> skip
   claim  (O_CREAT|O_EXCL; stale taken over; orphan job adopted) -> else skip
@@ -33,16 +36,16 @@ from pathlib import Path
 from runner.errors import UserError
 from runner.ops.procs import DEFAULT_GRACE_SEC, Registry
 from runner.ops.void import Verdict, act_void, plan_void
-from runner.results.events import EventKind, EventLog, new_run_id
+from runner.results.events import EventKind, EventLog, new_run_id, repeat_field
 from runner.results.ledger import outage_of
 from runner.results.model import (  # the model's reading of done: the runner never disagrees with status
     pair_done,
 )
 from runner.results.records import read_job
 from runner.results.rules import engine_outage
-from runner.results.tree import iter_trial_dirs
+from runner.results.tree import iter_trial_dirs, unit_label
 from runner.schedule import claims as claimsmod
-from runner.schedule.attempt import Attempt, Launcher, Pair
+from runner.schedule.attempt import Attempt, Launcher, Unit
 from runner.schedule.breaker import EXIT_PAUSED, SCOPE_INFRA, Breaker, Trip, is_outcome, signature
 from runner.schedule.breaker import Attempt as Failure
 from runner.schedule.config import RunConfig, as_dict, list_tasks, write_driver_env
@@ -100,8 +103,8 @@ class Driver:
         self.launcher: Launcher
         #: each task's image, made once by the launcher in the background (runner.schedule.image_prep)
         self.images: ImagePrep | None = None
-        #: pairs that could not start this pass (their task's image failed): retried next pass
-        self._unstarted: list[tuple[str, str, str]] = []
+        #: repeats of pairs that could not start this pass (their task's image failed): retried next pass
+        self._unstarted: list[tuple[Unit, str]] = []
 
     # --- setup ---------------------------------------------------------------------------------
 
@@ -120,6 +123,12 @@ class Driver:
         if self.cfg.arm_major:
             return [(t, a) for a in arms for t in tasks]
         return [(t, a) for t in tasks for a in arms]
+
+    def units(self, tasks: list[str]) -> list[Unit]:
+        """Every repeat of every pair, repeat by repeat: a run stopped early has its first repeats
+        of every pair, not all repeats of some pairs."""
+        pairs = self.pairs(tasks)
+        return [(t, a, r) for r in range(1, self.cfg.repeats + 1) for t, a in pairs]
 
     def preflight(self, retry: str | None = None) -> list[str]:
         """Everything that can be refused before touching the tree (``runner.schedule.preflight``, the
@@ -158,8 +167,11 @@ class Driver:
                 self.cfg = with_changes(self.cfg, modified_tasks=tuple(modified))
             write_driver_env(self.cfg)
             self.registry.register(os.getpid(), "runner", list(sys.argv))
-            all_pairs = self.pairs(tasks)
-            already = {a: [t for t in tasks if pair_done(self.out, t, a)] for a in self.specs}
+            all_units = self.units(tasks)
+            already: dict[str, list[str]] = {a: [] for a in self.specs}  # per arm: "task" / "task@r2"
+            for unit in all_units:
+                if _done(self.out, unit):
+                    already[unit[1]].append(unit_label(unit[0], None, unit[2]))
             self.log.emit(
                 EventKind.RUNNER_START,
                 pid=os.getpid(),
@@ -168,8 +180,9 @@ class Driver:
                 took_over_lock=lock.took_over.describe() if lock.took_over else None,
                 arms=list(self.specs),
                 tasks=tasks,
-                n_pairs=len(all_pairs),
-                pairs_per_arm={a: len(tasks) for a in self.specs},
+                repeats=self.cfg.repeats,
+                n_pairs=len(all_units),
+                pairs_per_arm={a: len(tasks) * self.cfg.repeats for a in self.specs},
                 already_done=already,
                 concurrency=self.cfg.concurrency,
                 config=as_dict(self.cfg),
@@ -179,11 +192,13 @@ class Driver:
             for note in self.preflight_notes:
                 self.log.emit(EventKind.PREFLIGHT_NOTE, check=note.check, what=note.what, todo=note.todo)
             self.launcher.begin()
-            self.running += self.launcher.adopt(set(all_pairs), {j.pair for j in self.running})
+            self.running += self.launcher.adopt(set(all_units), {j.unit for j in self.running})
             self.images = ImagePrep(self.launcher.prepare_image)
-            self.images.want(list(dict.fromkeys(t for t, a in all_pairs if not pair_done(self.out, t, a))))
-            reason = self._passes(all_pairs)
-            return self._shutdown(reason, all_pairs)
+            self.images.want(
+                list(dict.fromkeys(t for t, a, r in all_units if not _done(self.out, (t, a, r))))
+            )
+            reason = self._passes(all_units)
+            return self._shutdown(reason, all_units)
         finally:
             if self.images is not None:
                 self.images.close()
@@ -206,33 +221,28 @@ class Driver:
             old[sig] = signal.signal(sig, handler)
         return old
 
-    def _release_stale_claims_of_done_pairs(self, all_pairs: list[tuple[str, str]]) -> None:
-        """A dead runner's claim on a pair that is done: its orphan harbor finished the pair before a
+    def _release_stale_claims_of_done_units(self, all_units: list[Unit]) -> None:
+        """A dead runner's claim on a repeat that is done: its orphan harbor finished it before a
         restarted runner could adopt it (after ``kill -9`` and ``health --fix``). Nothing will run
-        the pair again, so the claim is released here, as ``health --fix`` would (only while it is
+        it again, so the claim is released here, as ``health --fix`` would (only while it is
         still exactly that claim and still stale)."""
-        wanted = set(all_pairs)
+        wanted = set(all_units)
         for c in claimsmod.list_claims(self.out):
-            if (
-                (c.task, c.arm) in wanted
-                and c.state == claimsmod.STALE
-                and pair_done(self.out, c.task, c.arm)
-            ):
+            if c.unit in wanted and c.state == claimsmod.STALE and _done(self.out, c.unit):
                 if claimsmod.remove_stale(self.out, c):
-                    self.log.emit(
-                        EventKind.CLAIM_RELEASE, task=c.task, arm=c.arm, stale_of=c.holder.describe()
-                    )
+                    self.log.emit(EventKind.CLAIM_RELEASE, task=c.task, arm=c.arm, stale_of=c.holder.describe(),
+                                  **repeat_field(c.repeat))  # fmt: skip
 
-    def _passes(self, all_pairs: list[tuple[str, str]]) -> str:
+    def _passes(self, all_units: list[Unit]) -> str:
         for pass_no in range(1, self.cfg.max_passes + 1):
-            self._release_stale_claims_of_done_pairs(all_pairs)
-            queue = [p for p in all_pairs if not pair_done(self.out, *p) and not self._is_running(p)]
+            self._release_stale_claims_of_done_units(all_units)
+            queue = [p for p in all_units if not _done(self.out, p) and not self._is_running(p)]
             if not queue and not self.running:
                 return "all pairs done"
             self.log.emit(EventKind.PASS_START, pass_no=pass_no, n_pairs=len(queue))
             if self.images is not None and pass_no > 1:
                 self.images.retry_failed()
-            failed: list[tuple[str, str, str]] = []
+            failed: list[tuple[Unit, str]] = []
             while (queue or self.running) and self.stop_reason is None:
                 self.launcher.tend(self.running)
                 failed += self._reap()
@@ -247,19 +257,20 @@ class Driver:
                 return f"stopped by {self.stop_reason}"
             if self.breaker.tripped is not None:
                 return f"paused by the circuit breaker: {self.breaker.tripped.reason()}"
-            left = [p for p in all_pairs if not pair_done(self.out, *p)]
+            left = [p for p in all_units if not _done(self.out, p)]
             self.log.emit(
-                EventKind.PASS_END, pass_no=pass_no, done=len(all_pairs) - len(left), left=len(left)
+                EventKind.PASS_END, pass_no=pass_no, done=len(all_units) - len(left), left=len(left)
             )
-            for task, arm, why in failed:
+            for (task, arm, repeat), why in failed:
                 if pass_no < self.cfg.max_passes:
-                    self.log.emit(EventKind.RETRY, task=task, arm=arm, next_pass=pass_no + 1, reason=why)
+                    self.log.emit(EventKind.RETRY, task=task, arm=arm, next_pass=pass_no + 1, reason=why,
+                                  **repeat_field(repeat))  # fmt: skip
             if not left:
                 return "all pairs done"
         return f"max passes ({self.cfg.max_passes}) reached"
 
-    def _is_running(self, pair: Pair) -> bool:
-        return any(j.pair == pair for j in self.running)
+    def _is_running(self, unit: Unit) -> bool:
+        return any(j.unit == unit for j in self.running)
 
     # --- starting ---------------------------------------------------------------------------------
 
@@ -276,7 +287,7 @@ class Driver:
                               task_dir=i.task_dir, hosts=sorted(i.hosts.values()) or None,
                               not_on=i.not_on or None)  # fmt: skip
 
-    def _fill(self, queue: list[tuple[str, str]]) -> None:
+    def _fill(self, queue: list[Unit]) -> None:
         if self.images is not None:
             self._image_news()
         while (
@@ -285,16 +296,16 @@ class Driver:
             and self.stop_reason is None
             and self.breaker.tripped is None
         ):
-            task, arm = queue[0]
-            if pair_done(self.out, task, arm):
+            task, arm, repeat = queue[0]
+            rep = repeat_field(repeat)
+            if _done(self.out, queue[0]):
                 queue.pop(0)
-                self.log.emit(EventKind.SKIP_DONE, task=task, arm=arm)
+                self.log.emit(EventKind.SKIP_DONE, task=task, arm=arm, **rep)
                 continue
-            if self.launcher.runs_elsewhere(task, arm):
+            if self.launcher.runs_elsewhere(task, arm, repeat):
                 queue.pop(0)
-                self.log.emit(
-                    EventKind.CLAIM_HELD, task=task, arm=arm, holder="a Ray job of this tree", state="live"
-                )
+                self.log.emit(EventKind.CLAIM_HELD, task=task, arm=arm, holder="a Ray job of this tree",
+                              state="live", **rep)  # fmt: skip
                 continue
             assert self.images is not None
             state, outcome = self.images.state(task)
@@ -304,12 +315,14 @@ class Driver:
             if state == FAILED:
                 queue.pop(0)
                 assert outcome is not None
-                self._unstarted.append((task, arm, f"no image: {outcome.error.splitlines()[0][:300]}"))
+                self._unstarted.append(
+                    ((task, arm, repeat), f"no image: {outcome.error.splitlines()[0][:300]}")
+                )
                 continue
             image = outcome.image if outcome is not None else None
             if not self.launcher.may_start(self.running):
                 return
-            res = claimsmod.try_claim(self.out, task, arm, self.holder)
+            res = claimsmod.try_claim(self.out, task, arm, self.holder, repeat=repeat)
             queue.pop(0)
             if not res.acquired:
                 assert res.claim is not None
@@ -319,12 +332,13 @@ class Driver:
                     arm=arm,
                     holder=res.claim.holder.describe(),
                     state=res.claim.state,
+                    **rep,
                 )
                 continue
             assert res.claim is not None
             if res.replaced is not None:
                 self.log.emit(
-                    EventKind.CLAIM_TAKEOVER, task=task, arm=arm, was=res.replaced.holder.describe()
+                    EventKind.CLAIM_TAKEOVER, task=task, arm=arm, was=res.replaced.holder.describe(), **rep
                 )
             try:
                 self.running.append(self.launcher.start(task, self.specs[arm], res.claim, image))
@@ -335,13 +349,14 @@ class Driver:
                     task=task,
                     arm=arm,
                     error=f"could not start: {type(exc).__name__}: {exc}",
+                    **rep,
                 )
                 claimsmod.release(self.out, res.claim)
 
     # --- finishing ----------------------------------------------------------------------------------
 
-    def _reap(self) -> list[tuple[str, str, str]]:
-        """Handle every job that exited; return the pairs to retry next pass with the reason."""
+    def _reap(self) -> list[tuple[Unit, str]]:
+        """Handle every job that exited; return the units to retry next pass with the reason."""
         failed = []
         for job in [j for j in self.running if j.poll()]:
             self.running.remove(job)
@@ -354,7 +369,7 @@ class Driver:
                 with contextlib.suppress(Exception):
                     claimsmod.release(self.out, job.claim)
             if why is not None:
-                failed.append((job.task, job.arm.name, why))
+                failed.append((job.unit, why))
         return failed
 
     def _finish(self, job: Attempt, *, stopping: bool = False) -> str | None:
@@ -370,7 +385,8 @@ class Driver:
             self.stats.done += 1
             detail = self._score_detail(job.job_dir)
             self.log.emit(EventKind.JOB_FINISH, task=job.task, arm=job.arm.name, stamp=job.stamp, status="done",
-                          elapsed_sec=elapsed, returncode=job.returncode, detail=detail)  # fmt: skip
+                          elapsed_sec=elapsed, returncode=job.returncode, detail=detail,
+                          **repeat_field(job.repeat))  # fmt: skip
             if not stopping:
                 self.breaker.success()
                 self._failed.clear()
@@ -379,7 +395,8 @@ class Driver:
             v = self.launcher.classify(job, (self.stop_reason or "stop") if stopping else None)
             status = "void" if v.kind == "infra" else "errored"
             self.log.emit(EventKind.JOB_FINISH, task=job.task, arm=job.arm.name, stamp=job.stamp, status=status,
-                          elapsed_sec=elapsed, returncode=job.returncode, detail=v.reason)  # fmt: skip
+                          elapsed_sec=elapsed, returncode=job.returncode, detail=v.reason,
+                          **repeat_field(job.repeat))  # fmt: skip
             if v.kind == "infra":
                 self._void(job, v)
             else:
@@ -388,7 +405,9 @@ class Driver:
                 self._breaker_observe(job, v)
             retry = v.reason
         if claimsmod.release(self.out, job.claim):
-            self.log.emit(EventKind.CLAIM_RELEASE, task=job.task, arm=job.arm.name)
+            self.log.emit(
+                EventKind.CLAIM_RELEASE, task=job.task, arm=job.arm.name, **repeat_field(job.repeat)
+            )
         return retry
 
     # --- the circuit breaker (runner.schedule.breaker) ------------------------------------------------------
@@ -471,11 +490,11 @@ class Driver:
         dest = act_void(plan, run_id=self.run_id)
         self.stats.voided += 1
         self.log.emit(EventKind.VOID, task=job.task, arm=job.arm.name, stamp=job.stamp, reason=v.reason, dest=str(dest),
-                      evidence=v.evidence[:6])  # fmt: skip
+                      evidence=v.evidence[:6], **repeat_field(job.repeat))  # fmt: skip
 
     # --- stopping -----------------------------------------------------------------------------------
 
-    def _shutdown(self, reason: str, all_pairs: list[tuple[str, str]]) -> int:
+    def _shutdown(self, reason: str, all_units: list[Unit]) -> int:
         if self.stop_reason is not None and self.running:
             self.log.emit(EventKind.STOP_REQUESTED, signal=self.stop_reason, n_running=len(self.running))
             for job in self.running:
@@ -507,12 +526,12 @@ class Driver:
                     with contextlib.suppress(Exception):
                         claimsmod.release(self.out, job.claim)
         self.launcher.tidy(set())  # what an engine outage kept from being removed
-        done = sum(1 for p in all_pairs if pair_done(self.out, *p))
+        done = sum(1 for p in all_units if _done(self.out, p))
         self.log.emit(
             EventKind.RUNNER_EXIT,
             reason=reason,
             done=done,
-            total=len(all_pairs),
+            total=len(all_units),
             started=self.stats.started,
             voided=self.stats.voided,
             errored=self.stats.errored,
@@ -522,6 +541,11 @@ class Driver:
         if self.breaker.tripped is not None and self.stop_reason is None:
             return EXIT_PAUSED
         return 0
+
+
+def _done(out: Path, unit: Unit) -> bool:
+    """Is this repeat of the pair done (``runner.results.model.pair_done``, the model's reading)?"""
+    return pair_done(out, *unit)
 
 
 def failure_of(v: Verdict) -> tuple[str, str]:

@@ -27,8 +27,16 @@ from runner.ops.viewer import status_line as viewer_status
 from runner.ops.void import act_void, classify_job, plan_void
 from runner.results.ledger import outage_of
 from runner.results.records import OK, read_job
-from runner.results.tree import claim_path, driver_env_path, iter_job_dirs, iter_trial_dirs
+from runner.results.tree import (
+    claim_path,
+    driver_env_path,
+    iter_job_dirs,
+    iter_trial_dirs,
+    repeat_of,
+    with_repeat,
+)
 from runner.schedule import claims as claimsmod
+from runner.schedule.attempt import Unit
 from runner.schedule.config import (
     RunConfig,
     agent_timeout_mult,
@@ -61,6 +69,7 @@ class HealthReport:
     fixes: list[str] = field(default_factory=list)
     viewer: str | None = None  # `marathon view` of this tree, when one serves (runner.ops.viewer)
     gateway: str | None = None  # the run's model gateway on this host, when one serves
+    repeats: int = 1  # the run's --repeats: pairs_total and pairs_done then count repeats
 
     @property
     def ok(self) -> bool:
@@ -74,7 +83,9 @@ class HealthReport:
         lines = [
             f"health of {self.out}",
             f"  runner: {self.runner}{pid}",
-            f"  pairs:  {self.pairs_done}/{self.pairs_total} done, {self.running_trials} trial(s) running",
+            f"  {'pairs: ' if self.repeats == 1 else 'repeats:'} {self.pairs_done}/{self.pairs_total} done"
+            + (f" ({self.repeats} per pair)" if self.repeats > 1 else "")
+            + f", {self.running_trials} trial(s) running",
         ]
         if self.gateway:
             lines.append(f"  gateway: {self.gateway}")
@@ -127,6 +138,15 @@ class JobSeen:
     rec: Any  # runner.results.records.JobRecord
     unfinished: list[Path]  # its trials without a result.json
 
+    @property
+    def unit(self) -> Unit:
+        """(task, arm, repeat): the repeat its stamp names."""
+        return (self.task, self.arm, repeat_of(self.stamp))
+
+    @property
+    def label(self) -> str:
+        return with_repeat(f"{self.task}/{self.arm}", repeat_of(self.stamp))
+
 
 @dataclass
 class Seen:
@@ -137,14 +157,15 @@ class Seen:
     state: str  # "alive" | "not running" | "never started"
     pid: int | None
     claims: list[claimsmod.Claim]
-    on_cluster: set[tuple[str, str]]  # pairs whose Ray job is pending or running
-    live_pairs: set[tuple[str, str]]  # pairs a live runner, harbor job or Ray job holds
+    on_cluster: set[Unit]  # repeats of pairs whose Ray job is pending or running
+    live_units: set[Unit]  # repeats of pairs a live runner, harbor job or Ray job holds
     tasks: list[str]
     arms: list[str]
+    repeats: int = 1  # the run's --repeats
     jobs: list[JobSeen] = field(default_factory=list)
-    done_pairs: set[tuple[str, str]] = field(default_factory=set)
+    done_units: set[Unit] = field(default_factory=set)
     finished_trials: set[str] = field(default_factory=set)
-    unclaimed_running: set[str] = field(default_factory=set)  # unfinished, their pair held by nobody
+    unclaimed_running: set[str] = field(default_factory=set)  # unfinished, their repeat held by nobody
     untrusted: list[str] = field(default_factory=list)  # what may not decide a signal or removal, and why
 
     @property
@@ -153,15 +174,21 @@ class Seen:
 
     @property
     def running(self) -> int:
-        return sum(len(j.unfinished) for j in self.jobs if (j.task, j.arm) in self.live_pairs)
+        return sum(len(j.unfinished) for j in self.jobs if j.unit in self.live_units)
 
     @property
     def total(self) -> int:
-        return len(self.tasks) * len(self.arms)
+        return len(self.tasks) * len(self.arms) * self.repeats
 
     @property
     def done(self) -> int:
-        return sum(1 for t in self.tasks for a in self.arms if (t, a) in self.done_pairs)
+        return sum(
+            1
+            for t in self.tasks
+            for a in self.arms
+            for r in range(1, self.repeats + 1)
+            if (t, a, r) in self.done_units
+        )
 
 
 def _runner_state(out: Path) -> tuple[str, int | None]:
@@ -195,25 +222,27 @@ def look(out: Path) -> Seen:
     why = Registry(out).untrusted()
     if why:
         untrusted.append(f"registry {why}: nothing is signalled from it")
-    on_cluster = _cluster_pairs(out, cfg)
-    live_pairs = {(c.task, c.arm) for c in claims if c.state != claimsmod.STALE} | on_cluster
+    on_cluster = _cluster_units(out, cfg)
+    live_units = {c.unit for c in claims if c.state != claimsmod.STALE} | on_cluster
     tasks = list(cfg.tasks) if cfg and cfg.tasks else []
     if cfg and not tasks and cfg.tasks_dir:
         from runner.schedule.config import list_tasks
 
         tasks = list_tasks(cfg.tasks_dir)
     arms = [s.name for s in cfg.arm_specs()] if cfg else []
-    seen = Seen(out, cfg, state, pid, claims, on_cluster, live_pairs, tasks, arms, untrusted=untrusted)
+    seen = Seen(out, cfg, state, pid, claims, on_cluster, live_units, tasks, arms, cfg.repeats if cfg else 1,
+                untrusted=untrusted)  # fmt: skip
     for task, arm, _adir, stamp, job in iter_job_dirs(out):
         rec = read_job(job)
+        seen_job = JobSeen(task, arm, stamp, job, rec, [])
         if rec.done:
-            seen.done_pairs.add((task, arm))
+            seen.done_units.add(seen_job.unit)
         trials = list(iter_trial_dirs(job))
-        unfinished = [t for t in trials if not (t / TrialFiles.RESULT).exists()]
-        seen.finished_trials |= {t.name for t in trials if t not in unfinished}
-        if (task, arm) not in live_pairs:
-            seen.unclaimed_running |= {t.name for t in unfinished}
-        seen.jobs.append(JobSeen(task, arm, stamp, job, rec, unfinished))
+        seen_job.unfinished = [t for t in trials if not (t / TrialFiles.RESULT).exists()]
+        seen.finished_trials |= {t.name for t in trials if t not in seen_job.unfinished}
+        if seen_job.unit not in live_units:
+            seen.unclaimed_running |= {t.name for t in seen_job.unfinished}
+        seen.jobs.append(seen_job)
     return seen
 
 
@@ -222,11 +251,11 @@ def _check_jobs(seen: Seen) -> list[Finding]:
     nothing voided (the one classifier, ``runner.ops.void``)."""
     found = []
     for j in seen.jobs:
-        live = (j.task, j.arm) in seen.live_pairs
+        live = j.unit in seen.live_units
         if j.unfinished and live:
             age = _stamp_age_sec(j.stamp)
             if seen.cfg and age is not None and age > _task_budget_sec(seen.cfg, j.task):
-                found.append(Finding("past_budget", f"{j.task}/{j.arm} stamp {j.stamp}: running {age / 60:.0f} min",
+                found.append(Finding("past_budget", f"{j.label} stamp {j.stamp}: running {age / 60:.0f} min",
                                      False, {"task": j.task, "arm": j.arm, "stamp": j.stamp, "age_sec": round(age)}))  # fmt: skip
         elif (
             j.rec.state == OK
@@ -242,7 +271,7 @@ def _check_jobs(seen: Seen) -> list[Finding]:
         elif j.rec.state == OK and not j.rec.done and j.rec.n_errored > 0 and not j.unfinished:
             v = classify_job(j.job)
             if v.kind == "infra" and not live:
-                found.append(Finding("errored_not_voided", f"{j.task}/{j.arm} stamp {j.stamp}: {v.reason}", True,
+                found.append(Finding("errored_not_voided", f"{j.label} stamp {j.stamp}: {v.reason}", True,
                                      {"job": str(j.job), "reason": v.reason, "evidence": v.evidence}))  # fmt: skip
     return found
 
@@ -252,15 +281,15 @@ def _check_claims(seen: Seen) -> list[Finding]:
     runner adopts them, or re-attaches to a cluster's Ray job)."""
     found = []
     for c in seen.claims:
-        if (c.task, c.arm) in seen.on_cluster:
+        if c.unit in seen.on_cluster:
             if not seen.alive:
-                found.append(Finding("orphan_job", f"{c.task}/{c.arm}: its Ray job runs without a runner "
+                found.append(Finding("orphan_job", f"{c.label}: its Ray job runs without a runner "
                                      "(a restarted runner re-attaches)", True, {"claim": c.to_json()}))  # fmt: skip
         elif c.state == claimsmod.STALE:
-            found.append(Finding("stale_claim", f"{c.task}/{c.arm} held by dead {c.holder.describe()}", True,
+            found.append(Finding("stale_claim", f"{c.label} held by dead {c.holder.describe()}", True,
                                  {"claim": c.to_json()}))  # fmt: skip
         elif c.state == claimsmod.ORPHAN and not seen.alive:
-            found.append(Finding("orphan_job", f"{c.task}/{c.arm}: harbor PID {c.job.pid if c.job else '?'} runs "
+            found.append(Finding("orphan_job", f"{c.label}: harbor PID {c.job.pid if c.job else '?'} runs "
                                  "without a runner (a restarted runner adopts it)", True, {"claim": c.to_json()}))  # fmt: skip
     return found
 
@@ -297,7 +326,9 @@ def _check_runner(seen: Seen) -> list[Finding]:
     if paused is not None:
         what = f"the circuit breaker paused the run: {paused}; then `marathon run {seen.out} --resume`"
         return [Finding("run_paused", what, False)]
-    return [Finding("runner_dead", f"no live runner and {seen.total - seen.done} pair(s) not done", True)]
+    left = seen.total - seen.done
+    what = f"{left} pair(s)" if seen.repeats == 1 else f"{left} repeat(s) of pairs"
+    return [Finding("runner_dead", f"no live runner and {what} not done", True)]
 
 
 def _check_gateway(seen: Seen) -> list[Finding]:
@@ -343,24 +374,24 @@ def check(out: Path) -> tuple[HealthReport, RunConfig | None]:
     findings = [f for _name, one in CHECKS for f in one(seen)]
     rep = HealthReport(
         str(seen.out), seen.state, seen.pid, seen.total, seen.done, seen.running, findings,
-        viewer=viewer_status(seen.out), gateway=gateway_status(seen.out),
+        viewer=viewer_status(seen.out), gateway=gateway_status(seen.out), repeats=seen.repeats,
     )  # fmt: skip
     return rep, seen.cfg
 
 
-def _cluster_pairs(out: Path, cfg: RunConfig | None) -> set[tuple[str, str]]:
-    """Pairs of a cluster run whose Ray job is pending or running: alive, whatever their claim says
-    (the claim's holder may be a runner killed with -9). A cluster that does not answer makes every
-    claimed pair count as alive: nothing of it is cleaned up or taken over on a guess."""
+def _cluster_units(out: Path, cfg: RunConfig | None) -> set[Unit]:
+    """Repeats of pairs of a cluster run whose Ray job is pending or running: alive, whatever their
+    claim says (the claim's holder may be a runner killed with -9). A cluster that does not answer
+    makes every claimed one count as alive: nothing of it is cleaned up or taken over on a guess."""
     if cfg is None or not cfg.cluster:
         return set()
     from runner.schedule.fleet.cluster import Fleet
-    from runner.schedule.fleet.launch import active_pairs
+    from runner.schedule.fleet.launch import active_units
 
     try:
-        return set(active_pairs(Fleet.connect(cfg.cluster), out))
+        return set(active_units(Fleet.connect(cfg.cluster), out))
     except Exception:  # noqa: BLE001 - the head is away: be conservative
-        return {(c.task, c.arm) for c in claimsmod.list_claims(out)}
+        return {c.unit for c in claimsmod.list_claims(out)}
 
 
 def _leak_plan(out: Path, trials: set[str]):
@@ -380,9 +411,10 @@ def fix(out: Path) -> HealthReport:
         require(cfg, retry=retry_health(out))
     for f in rep.findings:
         if f.kind == "stale_claim":
-            c = claimsmod.read_claim(claim_path(out, f.data["claim"]["task"], f.data["claim"]["arm"]))
+            held = f.data["claim"]
+            c = claimsmod.read_claim(claim_path(out, held["task"], held["arm"], held.get("repeat", 1)))
             if c is not None and claimsmod.remove_stale(out, c):
-                rep.fixes.append(f"removed stale claim {c.task}/{c.arm} ({c.holder.describe()})")
+                rep.fixes.append(f"removed stale claim {c.label} ({c.holder.describe()})")
         elif f.kind == "leak":
             from runner.ops.cleanup import act_cleanup
 

@@ -25,9 +25,9 @@ from runner.errors import UserError
 from runner.ops.held import start_held
 from runner.ops.procs import ProcIdentity, Registry, alive, signal_process
 from runner.ops.void import Verdict, classify_job
-from runner.results.events import EventKind, EventLog
+from runner.results.events import EventKind, EventLog, repeat_field
 from runner.schedule import claims as claimsmod
-from runner.schedule.attempt import Attempt, Pair, new_stamp
+from runner.schedule.attempt import Attempt, Unit, new_stamp
 from runner.schedule.config import ArmSpec, RunConfig
 from runner.schedule.gateway import end_attempt, gateway_on, key_var_of, settings_for, wire_attempt
 from runner.schedule.harbor_run import ROLE_HARBOR, harbor_argv, job_env
@@ -154,11 +154,11 @@ class LocalLauncher:
                                   build_network=self.cfg.build_network, started=started)  # fmt: skip
         return ti.finish(self.out, self.cfg.tasks_dir, made)
 
-    def runs_elsewhere(self, task: str, arm: str) -> bool:
+    def runs_elsewhere(self, task: str, arm: str, repeat: int = 1) -> bool:
         return False  # a dead runner's harbor here holds its claim: the claim says so
 
     def start(self, task: str, arm: ArmSpec, claim: claimsmod.Claim, image: TaskImage | None) -> Attempt:
-        stamp = new_stamp(self.out / task / arm.name)
+        stamp = new_stamp(self.out / task / arm.name, claim.repeat)
         att = LocalAttempt(task, arm, stamp, claim, self.out, time.monotonic())
         att.stamp_dir.mkdir(parents=True)
         mounts, env = self.mounts.get(arm.name), self._job_env
@@ -199,24 +199,24 @@ class LocalLauncher:
             raise
         held.release()
         att.pid, att.ident, att.proc, att.started = proc.pid, ref.ident, proc, time.monotonic()
-        self.log.emit(EventKind.JOB_START, task=task, arm=arm.name, stamp=stamp, pid=proc.pid, argv=argv)
+        self.log.emit(EventKind.JOB_START, task=task, arm=arm.name, stamp=stamp, pid=proc.pid, argv=argv,
+                      **repeat_field(claim.repeat))  # fmt: skip
         return att
 
-    def adopt(self, pairs: set[Pair], running: set[Pair]) -> list[Attempt]:
+    def adopt(self, units: set[Unit], running: set[Unit]) -> list[Attempt]:
         """A dead runner's harbor jobs that still run (their claims are orphans): wait for them."""
         adopted: list[Attempt] = []
         for c in claimsmod.list_claims(self.out):
-            if (c.task, c.arm) not in pairs or c.state != claimsmod.ORPHAN or c.job is None:
+            if c.unit not in units or c.unit in running or c.state != claimsmod.ORPHAN or c.job is None:
                 continue
-            res = claimsmod.try_claim(self.out, c.task, c.arm, self.holder, adopt=True)
+            res = claimsmod.try_claim(self.out, c.task, c.arm, self.holder, adopt=True, repeat=c.repeat)
             if not res.acquired or res.claim is None or res.claim.job is None:
                 continue
             j = res.claim.job
             adopted.append(LocalAttempt(c.task, self.specs[c.arm], j.stamp, res.claim, self.out,
                                         time.monotonic(), pid=j.pid, ident=j.ident))  # fmt: skip
-            self.log.emit(
-                EventKind.ADOPT, task=c.task, arm=c.arm, stamp=j.stamp, pid=j.pid, was=c.holder.describe()
-            )
+            self.log.emit(EventKind.ADOPT, task=c.task, arm=c.arm, stamp=j.stamp, pid=j.pid,
+                          was=c.holder.describe(), **repeat_field(c.repeat))  # fmt: skip
         return adopted
 
     # --- the network gate ---------------------------------------------------------------------------

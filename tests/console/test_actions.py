@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import psutil
 import pytest
@@ -246,7 +245,6 @@ def test_void_and_rerun_from_drill_down(docker_engine, fresh_out):
             await pilot.press("R")
             await _confirm(pilot, app, "start")
             await _outcome(pilot, app)
-            t0 = time.monotonic()
             await wait_for(
                 pilot,
                 lambda: (
@@ -255,7 +253,6 @@ def test_void_and_rerun_from_drill_down(docker_engine, fresh_out):
                 240,
                 "pair rerun and done",
             )
-            assert time.monotonic() - t0 < 240
 
     run_async(go)
     assert docker_leftovers(out) == []

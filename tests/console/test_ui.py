@@ -6,7 +6,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 from console_support import REPO_ROOT, rewrite_partial, run_async, wait_for
@@ -214,7 +213,6 @@ def test_huge_trajectory_opens_at_once_and_is_indexed_in_the_background(tree):
             await _ready(pilot, app)
             app.screen.query_one(Grid).move_to("calc-partial", "oracle")
             await pilot.pause()
-            t0 = time.monotonic()
             await pilot.press("enter")
             await wait_for(
                 pilot,
@@ -222,7 +220,7 @@ def test_huge_trajectory_opens_at_once_and_is_indexed_in_the_background(tree):
                 10,
                 "open",
             )
-            assert time.monotonic() - t0 < 5
+            # how soon it opens is measured (benchmarks/bench_console.py), never asserted here
             drill = app.screen
             assert '"step": 1' in screen_text(app)
             await wait_for(pilot, lambda: drill.source.complete, 60, "indexing")

@@ -61,9 +61,10 @@ def _set_money(job: Path, cost: float, tok_in: int, tok_out: int) -> None:
 
 
 def _done_cell(
-    core: Path, out: Path, task: str, arm: str, partial: float, wall: int, build_failed: bool = False
-) -> None:
-    job = _copy_attempt(core, out, ("calc-partial", "partial"), task, arm, STAMP)
+    core: Path, out: Path, task: str, arm: str, partial: float, wall: int, build_failed: bool = False,
+    stamp: str = STAMP,
+) -> None:  # fmt: skip
+    job = _copy_attempt(core, out, ("calc-partial", "partial"), task, arm, stamp)
     (trial,) = tree.list_dirs(job)
     reward = 1.0 if partial == 1.0 else 0.0
     metrics = {"phase": "build_failed"} if build_failed else {"partial_score": partial, "pass_rate": partial}

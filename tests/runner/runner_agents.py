@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
 from harbor.agents.base import BaseAgent
@@ -16,6 +17,10 @@ from harbor.models.agent.context import AgentContext
 
 #: env var naming a marker file: the first FlakySetupAgent setup that finds it absent creates it and fails
 FAIL_ONCE_ENV = "MARATHON_TEST_FAIL_ONCE"
+#: env var naming a file: GatedAgent works until it exists (the test opens the gate)
+GATE_ENV = "MARATHON_TEST_GATE"
+#: the longest a GatedAgent waits for its gate, when ``sleep_sec`` does not say
+GATE_MAX_SEC = 900.0
 
 
 class _Base(BaseAgent):
@@ -67,3 +72,22 @@ class GoalSleeperAgent(_Base):
         await environment.exec(f"echo working until the deadline: {wait}s > /logs/agent/sleeper.txt")
         await asyncio.sleep(wait)
         Path(self.logs_dir / "deadline.txt").write_text(f"budget exhausted after {wait}s\n")
+
+
+class GatedAgent(_Base):
+    """Works until the file ``$MARATHON_TEST_GATE`` names exists (at most ``sleep_sec``, else
+    ``GATE_MAX_SEC``), then returns normally and the verifier scores it: a test decides when its
+    trials may end, so the state it kills the runner in cannot move on meanwhile."""
+
+    @staticmethod
+    def name() -> str:
+        return "gated"
+
+    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        gate = os.environ.get(GATE_ENV)
+        deadline = time.monotonic() + (self.sleep_sec or GATE_MAX_SEC)
+        while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        Path(self.logs_dir / "gate.txt").write_text(
+            f"gate {gate} open: {bool(gate and os.path.exists(gate))}\n"
+        )

@@ -107,18 +107,21 @@ def remove_objects_of(out: Path) -> None:
         subprocess.run(["docker", "network", "rm", n], capture_output=True)
 
 
-def done_jobs(out: Path) -> dict[tuple[str, str], list[Path]]:
-    """(task, arm) -> the job dirs whose result.json is done (runner.results.rules.is_done)."""
+def done_jobs(out: Path, by_repeat: bool = False) -> dict[tuple, list[Path]]:
+    """(task, arm) -> the job dirs whose result.json is done (runner.results.rules.is_done);
+    ``by_repeat``: keyed (task, arm, repeat), the repeat its stamp names."""
     from runner.results.rules import is_done
+    from runner.results.tree import repeat_of
 
-    res: dict[tuple[str, str], list[Path]] = {}
-    for task, arm, _ad, _stamp, job in iter_job_dirs(out):
+    res: dict[tuple, list[Path]] = {}
+    for task, arm, _ad, stamp, job in iter_job_dirs(out):
         try:
             stats = json.loads((job / "result.json").read_text()).get("stats")
         except (OSError, ValueError):
             continue
         if is_done(stats):
-            res.setdefault((task, arm), []).append(job)
+            key = (task, arm, repeat_of(stamp)) if by_repeat else (task, arm)
+            res.setdefault(key, []).append(job)
     return res
 
 

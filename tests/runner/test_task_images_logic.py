@@ -175,6 +175,6 @@ def test_closing_ends_a_build_in_progress():
     deadline = time.monotonic() + 10
     while not procs and time.monotonic() < deadline:
         time.sleep(0.01)
-    t0 = time.monotonic()
     prep.close()
-    assert procs and procs[0].poll() is not None and time.monotonic() - t0 < 10
+    # ended by a signal (a negative return code), not waited out: its sleep was a minute
+    assert procs and procs[0].poll() is not None and procs[0].returncode < 0, procs

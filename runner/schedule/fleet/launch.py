@@ -21,11 +21,12 @@ from pathlib import Path
 
 from runner.ops.void import Verdict, classify_job
 from runner.results.deaths import read_deaths
-from runner.results.events import EventKind, EventLog
+from runner.results.events import EventKind, EventLog, repeat_field
 from runner.results.hosts import read_host
 from runner.results.records import OK, read_job
+from runner.results.tree import repeat_of
 from runner.schedule import claims as claimsmod
-from runner.schedule.attempt import Attempt, Pair, new_stamp
+from runner.schedule.attempt import Attempt, Unit, new_stamp
 from runner.schedule.config import ArmSpec, RunConfig
 from runner.schedule.fleet.cluster import Fleet, RayJobState
 from runner.schedule.lock import Holder
@@ -55,9 +56,14 @@ class RayAttempt(Attempt):
         self.fleet.stop(self.submission_id)
 
 
-def active_pairs(fleet: Fleet, out: Path) -> dict[Pair, RayJobState]:
-    """(task, arm) of every job of this tree that is pending or running on the cluster."""
-    return {(j.metadata.get("task", ""), j.metadata.get("arm", "")): j for j in fleet.ours(out) if j.active}
+def active_units(fleet: Fleet, out: Path) -> dict[Unit, RayJobState]:
+    """(task, arm, repeat) of every job of this tree that is pending or running on the cluster (the
+    repeat is its stamp's, ``runner.results.tree.repeat_of``)."""
+    return {
+        (j.metadata.get("task", ""), j.metadata.get("arm", ""), repeat_of(j.metadata.get("stamp", ""))): j
+        for j in fleet.ours(out)
+        if j.active
+    }
 
 
 class RayLauncher:
@@ -87,17 +93,17 @@ class RayLauncher:
             return None
         return ti.finish(self.out, self.cfg.tasks_dir, ship(self.cfg, task, ti.read_record(self.out, task)))
 
-    def runs_elsewhere(self, task: str, arm: str) -> bool:
-        """A Ray job of this tree already runs (or waits for a slot) for the pair: never a second."""
-        return (task, arm) in active_pairs(self.fleet, self.out)
+    def runs_elsewhere(self, task: str, arm: str, repeat: int = 1) -> bool:
+        """A Ray job of this tree already runs (or waits for a slot) for the pair's repeat: never a second."""
+        return (task, arm, repeat) in active_units(self.fleet, self.out)
 
     def may_start(self, running: list[Attempt]) -> bool:
         return True  # Ray places a job where a ``docker_slots`` is free; that host's job gates
 
     def start(self, task: str, arm: ArmSpec, claim: claimsmod.Claim, image: TaskImage | None) -> Attempt:
-        """Submit one attempt of (task, arm) under ``claim``; its job reads ``image`` from its stamp
-        dir and runs harbor only once its host holds exactly that image."""
-        stamp = new_stamp(self.out / task / arm.name)
+        """Submit one attempt of (task, arm) -- the claim's repeat -- under ``claim``; its job reads
+        ``image`` from its stamp dir and runs harbor only once its host holds exactly that image."""
+        stamp = new_stamp(self.out / task / arm.name, claim.repeat)
         att = RayAttempt(
             task, arm, stamp, claim, self.out, time.monotonic(), submission_id="", fleet=self.fleet
         )
@@ -108,17 +114,18 @@ class RayLauncher:
         att.claim = claimsmod.set_job(self.out, claim, claimsmod.JobRef(0, time.time(), stamp))
         att.started = time.monotonic()
         self.log.emit(EventKind.JOB_START, task=task, arm=arm.name, stamp=stamp, pid=0,
-                      submission_id=att.submission_id, argv=["ray job", att.submission_id])  # fmt: skip
+                      submission_id=att.submission_id, argv=["ray job", att.submission_id],
+                      **repeat_field(claim.repeat))  # fmt: skip
         return att
 
-    def adopt(self, pairs: set[Pair], running: set[Pair]) -> list[Attempt]:
+    def adopt(self, units: set[Unit], running: set[Unit]) -> list[Attempt]:
         """After a restart: every Ray job of this tree still pending or running is followed again,
         under its claim (taken over from the dead runner), instead of a second start."""
         adopted: list[Attempt] = []
-        for (task, arm), rj in active_pairs(self.fleet, self.out).items():
-            if (task, arm) not in pairs or (task, arm) in running:
+        for (task, arm, repeat), rj in active_units(self.fleet, self.out).items():
+            if (task, arm, repeat) not in units or (task, arm, repeat) in running:
                 continue
-            res = claimsmod.try_claim(self.out, task, arm, self.holder, adopt=True)
+            res = claimsmod.try_claim(self.out, task, arm, self.holder, adopt=True, repeat=repeat)
             if not res.acquired or res.claim is None:
                 continue
             stamp = rj.metadata.get("stamp", "")
@@ -134,6 +141,7 @@ class RayLauncher:
                 pid=0,
                 submission_id=rj.submission_id,
                 was=was,
+                **repeat_field(repeat),
             )
         return adopted
 
