@@ -83,9 +83,11 @@ class LocalLauncher:
         self.out = self.cfg.out
         self.registry = Registry(self.out)
         self.gateway = gateway_on(self.cfg)
-        self._job_env = job_env()
-        if self.gateway:  # harbor never needs the real key: only the gateway holds it
-            self._job_env.pop(key_var_of(self.cfg), None)
+        if self.gateway:  # only the gateway needs the real key: no other child of the runner inherits it
+            from runner.ops.gateway.process import hold_key
+
+            hold_key(key_var_of(self.cfg))
+        self._job_env = job_env()  # without the key: hold_key took it out of this environment
         self.docker = self.cfg.env == "docker"  # harbor's local Docker: the engine is this host's
 
     # --- a run's life ------------------------------------------------------------------------------

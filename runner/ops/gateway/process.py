@@ -149,6 +149,19 @@ def _project_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return dict(os.environ) | {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))} | (extra or {})
 
 
+#: the model key a runner took out of its own environment (``hold_key``): only the gateway's launch
+#: gets it back, so nothing else the runner starts (harbor, image builds, docker) inherits it
+_HELD: dict[str, str] = {}
+
+
+def hold_key(key_var: str) -> None:
+    """Move the key out of this process's environment into ``_HELD`` (the runner, once at start):
+    its children inherit the environment, and the gateway is the only one that needs the key."""
+    v = os.environ.pop(key_var, None)
+    if v:
+        _HELD[key_var] = v
+
+
 def start_detached(out: Path, s: GatewaySettings, *, wait_sec: float = START_WAIT_SEC) -> GatewayState:
     """Start the tree's gateway in a session of its own (a short-lived launcher starts it and exits,
     as for the runner and the viewer) and wait until it serves. The key stays in the environment it
@@ -157,7 +170,10 @@ def start_detached(out: Path, s: GatewaySettings, *, wait_sec: float = START_WAI
     from runner.secrets import DECLARED_NON_SECRETS
 
     out = Path(out).resolve()
-    if not os.environ.get(s.key_var) and s.key_var not in DECLARED_NON_SECRETS:  # the demo's placeholder
+    held = {s.key_var: _HELD[s.key_var]} if s.key_var in _HELD else {}
+    if (
+        not (os.environ.get(s.key_var) or held) and s.key_var not in DECLARED_NON_SECRETS
+    ):  # the demo's placeholder
         raise UserError(
             f"the model key variable {s.key_var} is not set in this environment: the gateway reads the "
             f"key from it (export {s.key_var}, then start again)"
@@ -166,7 +182,7 @@ def start_detached(out: Path, s: GatewaySettings, *, wait_sec: float = START_WAI
     gdir.mkdir(parents=True, exist_ok=True)
     launched = subprocess.run(
         [sys.executable, "-m", "runner.ops.gateway.process", str(gdir / LOG_FILE), *gateway_argv(out, s)],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=_project_env(), timeout=60,
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=_project_env(held), timeout=60,
     )  # fmt: skip
     word = (launched.stdout or "").strip()
     if launched.returncode != 0 or not word.isdigit():
