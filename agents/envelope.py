@@ -109,6 +109,12 @@ class Carrier(Protocol):
         ...
 
 
+def _being_cancelled() -> bool:
+    """This task has a cancellation pending (``Task.cancelling``): harbor is ending the run."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 async def run_arm(arm: Arm, carrier: Carrier, instruction: str, environment, context) -> None:
     """``CodexAppServerAgent.run``: the envelope around one carrier."""
     t0 = time.monotonic()
@@ -123,6 +129,15 @@ async def run_arm(arm: Arm, carrier: Carrier, instruction: str, environment, con
         await carrier.cancelled(run)
         raise
     except Exception as exc:
+        if _being_cancelled():
+            # harbor's cancellation reached a step first as that step's own error (its SIGTERM
+            # handler raises KeyboardInterrupt out of the loop, which then cancels every task at
+            # once: a stream's reader task may end before this one sees its CancelledError): the
+            # run was cancelled, and the step's error is kept beside it
+            run.receipt.stop_reason = "cancelled"
+            run.receipt.errors += [CANCELLED, f"{type(exc).__name__}: {exc}"]
+            await carrier.cancelled(run)
+            raise
         run.receipt.stop_reason = "error"
         if str(exc) not in run.receipt.errors:
             run.receipt.errors.append(f"{type(exc).__name__}: {exc}")

@@ -235,8 +235,11 @@ def _run(job: Job, out: Path, codex_root: Path, parts_root: Path, env: dict) -> 
         "1",
         "-y",
         SKIP_MODEL_PARSING,  # as the runner starts the arms (runner.schedule.driver.harbor_argv)
+        # harbor's own limit is only a safety net here (every job ends by its model or its
+        # GOAL_TIMEOUT_SEC): 3x (360 s) cut LoopX trials whose preparation took minutes on a loaded
+        # 2-core machine; the runner raises it by the preparation allowance the same way
         "--agent-timeout-multiplier",
-        "3",
+        "10",
         "--mounts",
         json.dumps(mounts),
         "--ak",

@@ -3,9 +3,12 @@
 Real harbor, real Docker, the real codex and LoopX, the scripted model. The remote-like environment
 (tests.envs.remote_like) has no mounts, no container id and no stdin, delays every call and loses
 execs; the arms must solve the task there with the same rewards and the same receipts (apart from
-the transport) as on plain Docker. Through it: ``marathon run`` of the five arms on the whole
-mini-benchmark (the all-solve model of ``marathon demo --simple``: every pair reward 1 on Docker),
-and calc-partial per arm through harbor directly on plain Docker, receipt against receipt. Also:
+the transport) as on plain Docker. Through it, with the all-solve model of ``marathon demo
+--simple`` (every pair reward 1 on Docker): ``marathon run`` of the five arms on calc-partial, and
+of ``plain`` on the other three mini tasks (every arm and every task through the environment, each
+once: the arms' path through it does not depend on the task, and the tasks' verifiers do not
+depend on the arm; the five arms on the four tasks on Docker are the varied demo's); and
+calc-partial per arm through harbor directly on plain Docker, receipt against receipt. Also:
 lost execs (one in four) are retried, a deadline run through the remote-like environment ends at
 the deadline and is scored; ``kill -9`` of ``harbor run`` leaves no driver and no container after
 ``marathon cleanup``.
@@ -16,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,7 +40,9 @@ from runner.ops.docker_pool import our_projects
 from runner.schedule.harbor_run import SKIP_MODEL_PARSING
 from runner.secrets import DECLARED_NON_SECRETS
 
-pytestmark = pytest.mark.docker
+#: the shared runs are made in the first test's setup: on a loaded 2-core CI worker they take
+#: longer than the suite's default per-test limit (pyproject's 1800 s)
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(3600)]
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_TASKS = REPO / "runner" / "demo" / "tasks"
@@ -153,53 +159,92 @@ class TreeRun:
         return [p.parent for p in self.out.glob(f"{task}/{arm}/*/*/*/result.json")]
 
 
-@pytest.fixture(scope="session")
-def mini_remote(sandbox_env) -> TreeRun:
-    """``marathon run`` of the five arms on the whole mini-benchmark through the remote-like
-    environment, with the all-solve model of ``marathon demo --simple``."""
-    base, _mounts, env = sandbox_env
-    out = base / "mini-remote"
-    argv = [sys.executable, "-m", "marathon.cli", "run", str(out), "--tasks-dir", str(DEMO_TASKS),
-            "--arms", ",".join(DEFAULT_ARMS), "--concurrency", str(MAX_PARALLEL), "--env", REMOTE,
+@dataclass
+class RemoteRuns:
+    """The two ``marathon run`` trees through the remote-like environment: ``arms`` (the five arms
+    on calc-partial) and ``tasks`` (plain on the other mini tasks)."""
+
+    arms: TreeRun
+    tasks: TreeRun
+    other_tasks: list[str]
+
+    def pairs(self) -> list[tuple[TreeRun, str, str]]:
+        return [(self.arms, "calc-partial", a) for a in DEFAULT_ARMS] + [
+            (self.tasks, t, "plain") for t in self.other_tasks
+        ]
+
+
+def _remote_run(out: Path, tasks_dir: Path, arms: list[str], env: dict) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "marathon.cli", "run", str(out), "--tasks-dir", str(tasks_dir),
+            "--arms", ",".join(arms), "--concurrency", "2", "--env", REMOTE,
             "--model", DEMO_MODEL, "--ak", f"api_key_var={DEMO_KEY_VAR}",
             "--ae-literal", f"{DEMO_KEY_VAR}={DECLARED_NON_SECRETS[DEMO_KEY_VAR]}", "--plain",
             "--agent-timeout-mult", "10", "--verifier-mult", "10"]  # fmt: skip
-    r = subprocess.run(argv, cwd=REPO, env=env | {"HARBOR_TELEMETRY": "0"}, capture_output=True, text=True,
-                       timeout=5400)  # fmt: skip
-    return TreeRun(out, r.returncode, (r.stdout[-3000:] + r.stderr[-3000:]))
+    log = open(out.parent / f"{out.name}.log", "wb")  # noqa: SIM115 -- closed by the caller's wait
+    proc = subprocess.Popen(argv, cwd=REPO, env=env | {"HARBOR_TELEMETRY": "0"}, stdout=log,
+                            stderr=subprocess.STDOUT)  # fmt: skip
+    log.close()  # the child holds its own descriptor
+    return proc
 
 
-def test_the_five_arms_solve_the_mini_benchmark_through_the_remote_like_environment(mini_remote, driver_runs):
+@pytest.fixture(scope="session")
+def mini_remote(sandbox_env) -> RemoteRuns:
+    """``marathon run`` through the remote-like environment, both trees at once (2 + 2 slots)."""
+    base, _mounts, env = sandbox_env
+    tasks = sorted(p.name for p in DEMO_TASKS.iterdir() if (p / "task.toml").is_file())
+    assert len(tasks) == 4 and "calc-partial" in tasks
+    others = [t for t in tasks if t != "calc-partial"]
+    calc_dir, others_dir = base / "calc-task", base / "other-tasks"
+    shutil.copytree(CALC, calc_dir / "calc-partial")
+    for t in others:
+        shutil.copytree(DEMO_TASKS / t, others_dir / t)
+    procs = {
+        "arms": _remote_run(base / "remote-arms", calc_dir, list(DEFAULT_ARMS), env),
+        "tasks": _remote_run(base / "remote-tasks", others_dir, ["plain"], env),
+    }
+    runs = {}
+    for key, proc in procs.items():
+        rc = proc.wait(timeout=3000)
+        out = base / f"remote-{key}"
+        runs[key] = TreeRun(out, rc, (base / f"remote-{key}.log").read_text(errors="replace")[-3000:])
+    return RemoteRuns(runs["arms"], runs["tasks"], others)
+
+
+def _report(run: TreeRun) -> dict:
+    r = subprocess.run([sys.executable, "-m", "marathon.cli", "report", str(run.out), "--format", "json"],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout)
+
+
+def test_every_arm_and_every_task_solves_through_the_remote_like_environment(mini_remote, driver_runs):
     """Every pair done once and solved, as every pair is on Docker with this model; every receipt
     says the driver carried it over the remote-like environment, with codex uploaded, and ends as
     the same arm's receipt of calc-partial on plain Docker does."""
     assert sorted(AGENTS) == sorted(DEFAULT_ARMS)
-    assert mini_remote.rc == 0, mini_remote.log
-    r = subprocess.run([sys.executable, "-m", "marathon.cli", "report", str(mini_remote.out), "--format", "json"],
-                       cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
-    rep = json.loads(r.stdout)
-    tasks = sorted(p.name for p in DEMO_TASKS.iterdir() if (p / "task.toml").is_file())
-    assert sorted(rep["tasks"]) == tasks and len(tasks) == 4
-    for task in tasks:
-        for arm in DEFAULT_ARMS:
-            cell = rep["cells"][task][arm]
-            assert (cell["status"], cell["reward"]) == ("done", 1.0), (task, arm, cell)
-            (trial,) = mini_remote.trials(task, arm)  # done exactly once, nothing voided
-            res, rec = _read_trial(trial, mini_remote.log)
-            assert res["exception_info"] is None, (task, arm, res["exception_info"])
-            assert rec["transport"]["kind"] == "sandbox-driver", (task, arm)
-            assert rec["transport"]["environment"] == "RemoteLikeEnvironment", (task, arm)
-            assert rec["transport"]["codex_delivery"] == "uploaded", (task, arm)
-            _, on_docker = _outcome(driver_runs, f"docker-{arm}")
-            assert {k: rec[k] for k in ENDING} == {k: on_docker[k] for k in ENDING}, (task, arm)
-    assert not (mini_remote.out / "marathon-voided").exists()
+    for run in (mini_remote.arms, mini_remote.tasks):
+        assert run.rc == 0, run.log
+        assert not (run.out / "marathon-voided").exists()
+    reports = {id(run): _report(run) for run in (mini_remote.arms, mini_remote.tasks)}
+    assert sorted(reports[id(mini_remote.tasks)]["tasks"]) == mini_remote.other_tasks
+    for run, task, arm in mini_remote.pairs():
+        cell = reports[id(run)]["cells"][task][arm]
+        assert (cell["status"], cell["reward"]) == ("done", 1.0), (task, arm, cell)
+        (trial,) = run.trials(task, arm)  # done exactly once, nothing voided
+        res, rec = _read_trial(trial, run.log)
+        assert res["exception_info"] is None, (task, arm, res["exception_info"])
+        assert rec["transport"]["kind"] == "sandbox-driver", (task, arm)
+        assert rec["transport"]["environment"] == "RemoteLikeEnvironment", (task, arm)
+        assert rec["transport"]["codex_delivery"] == "uploaded", (task, arm)
+        _, on_docker = _outcome(driver_runs, f"docker-{arm}")
+        assert {k: rec[k] for k in ENDING} == {k: on_docker[k] for k in ENDING}, (task, arm)
 
 
 @pytest.mark.parametrize("arm", list(AGENTS))
 def test_every_arm_solves_through_the_remote_like_environment_as_on_docker(driver_runs, mini_remote, arm):
     docker_res, docker_rec = _outcome(driver_runs, f"docker-{arm}")
-    (trial,) = mini_remote.trials("calc-partial", arm)
-    remote_res, remote_rec = _read_trial(trial, mini_remote.log)
+    (trial,) = mini_remote.arms.trials("calc-partial", arm)
+    remote_res, remote_rec = _read_trial(trial, mini_remote.arms.log)
     for res in (docker_res, remote_res):
         assert res["exception_info"] is None, res["exception_info"]
         assert res["verifier_result"]["rewards"]["reward"] == 1.0

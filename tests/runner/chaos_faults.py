@@ -278,9 +278,11 @@ class Injector:
         def waited() -> bool:
             return sum(1 for e in read_events(self.out) if e["event"] == "gate_wait") > waits_before
 
-        deadline = time.monotonic() + 400
+        # no clock: the gate waits when the next job is due, which is when a running one ends -- on
+        # a loaded machine a LoopX trial can take minutes (a fixed 400 s failed the test under load);
+        # the run ending first (the test's own limit bounds it) means the gate never waited
         while not waited():
-            if time.monotonic() > deadline or self.run_is_over():
+            if self.run_is_over():
                 raise AssertionError("the pool gate never waited on the foreign networks")
             st = pool_status(self.out, client=self.pd.client, routes=[])
             cap, margin = gate_limits(capacity=st.capacity)
