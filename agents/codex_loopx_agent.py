@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.base_codex import CodexAppServerAgent
-from agents.drive import Harness, LoopxHarness
+from agents.drive import Harness, LoopxHarness, tick_instance
 from agents.loopx_body import GoalBody, placeholder_tokens, render_body
 from agents.loopx_gates import GateFailure, gate_doctor, gate_skills, required_skill_ids
 from agents.loopx_profile import (
@@ -227,6 +227,17 @@ class CodexLoopxAgent(CodexAppServerAgent):
                 self.body = await render_body(run, self.profile, self.mode, self.goal, user=transport.user)
                 self._harness.body = self.body
                 self._harness.record_body(self.body)
+            else:  # heartbeat: its first tick's body, here before the budget starts (the drive uses it)
+                self.body = await render_body(
+                    run,
+                    self.profile,
+                    self.mode,
+                    self.goal,
+                    turn_instance_id=tick_instance(1),
+                    user=transport.user,
+                    placeholders=self._harness.placeholders,
+                )
+                self._harness.body = self.body
         except GateFailure as exc:
             self.loopx["failed_gate"] = exc.result.gate
             raise ArmFailure(str(exc)) from exc

@@ -92,6 +92,11 @@ class GoalHarness(Harness):
         return {"kind": self.kind, "objective": self.objective}
 
 
+def tick_instance(n: int) -> str:
+    """The LoopX turn instance of heartbeat tick ``n`` (unique per render)."""
+    return f"marathon-tick-{n}-{uuid.uuid4().hex[:8]}"
+
+
 class LoopxHarness(Harness):
     """The LoopX arms' loop; ``loopx`` is the receipt's ``extra["loopx"]`` (shared, mutated here)."""
 
@@ -223,16 +228,27 @@ class LoopxHarness(Harness):
         session.client.add_listener(on_item)
         idle = 0
         for n in range(1, self.heartbeat_max_ticks + 1):
-            turn_instance = f"marathon-tick-{n}-{uuid.uuid4().hex[:8]}"
-            body = await render_body(
-                self.run,
-                self.profile,
-                self.mode,
-                self.goal,
-                turn_instance_id=turn_instance,
-                user=self.user,
-                placeholders=self.placeholders,
-            )
+            t_render: float | None = None
+            if n == 1 and self.body is not None and self.body.turn_instance_id is not None:
+                # the first tick's body was rendered in the preparation, before the budget started,
+                # as the goal modes' body is (a render is a LoopX process in the sandbox: seconds
+                # quiet, tens of seconds on a loaded machine, taken from heartbeat's model time)
+                body, turn_instance = self.body, self.body.turn_instance_id
+            else:
+                t_render = time.monotonic()
+                turn_instance = tick_instance(n)
+                body = await render_body(
+                    self.run,
+                    self.profile,
+                    self.mode,
+                    self.goal,
+                    turn_instance_id=turn_instance,
+                    user=self.user,
+                    placeholders=self.placeholders,
+                )
+            # the budget's seconds this tick spent rendering its body (None for the first tick, whose
+            # body the preparation rendered): what heartbeat pays in model time the goal modes do not
+            render_sec = None if t_render is None else round(time.monotonic() - t_render, 3)
             self.record_body(body)
             before = dict(counts)
             tid = await session.turn_start(f"{body.text}\n\n---\n\n{instruction}")
@@ -245,6 +261,7 @@ class LoopxHarness(Harness):
                 "work_commands": counts["work"] - before["work"],
                 "loopx_commands": counts["loopx"] - before["loopx"],
                 "body_sha256": body.sha256,
+                "render_sec": render_sec,
             }
             idle = idle + 1 if tick["work_commands"] == 0 else 0
             if idle >= self.heartbeat_idle_ticks:

@@ -885,13 +885,6 @@ class RunModel:
         """Per host: its attempts, then its attempts by status (``host_use``, as ``status`` prints it)."""
         return {u.name: {"attempts": u.attempts, **dict(u.by_status)} for u in self.host_use()}
 
-    def host_of(self, task: str, arm: str, stamp: str | None) -> HostRecord | None:
-        """The host that ran one attempt of (task, arm), by its stamp."""
-        for key in self._by_pair.get((task, arm), set()):
-            if key[2] == stamp:
-                return self._attempts[key].host
-        return None
-
     def scoped(self, scope: str = "run") -> dict[Key, Cell]:
         """Cells counted in the current run (``"run"``) or over all time (``"all"``).
 

@@ -55,6 +55,12 @@ def test_each_mode_solves_a_mini_task_running_the_loopx_guard_in_the_container(l
         ticks = lx["ticks"]
         assert len(ticks) >= 2 and ticks[0]["work_commands"] >= 3 and ticks[-1]["work_commands"] == 0
         assert len({t["loopx_turn"] for t in ticks}) == len(ticks)  # a new turn instance per tick
+        # the first tick's body was rendered in the preparation (none of the budget spent on it, as
+        # for the goal modes); every later tick renders its own inside the budget, and says how long
+        assert (
+            ticks[0]["render_sec"] is None and lx["bodies"][0]["turn_instance_id"] == ticks[0]["loopx_turn"]
+        )
+        assert all(t["render_sec"] > 0 for t in ticks[1:])
         assert all(
             "LOOPX_TURN=" + t["loopx_turn"] in g["command"] for t, g in zip(ticks, guards, strict=True)
         )

@@ -1,12 +1,13 @@
 """``marathon run --repeats 2``: two arms on two tasks of the mini-benchmark, two repeats each, the
 runner killed with -9 while a repeat-2 job runs, a stale claim of a repeat not started yet planted,
 and ``marathon health --fix``: every repeat is done exactly once (none lost, none run twice, the
-running one adopted), and the report's means and cluster-bootstrap intervals equal a reference
+running ones adopted, the restarted runner on the same configuration), and the report's means and cluster-bootstrap intervals equal a reference
 computed here from the trial files (average within a task, resample tasks).
 
 Arms: harbor's oracle and a test agent that works until the test opens a gate (a file), so the state
 the runner is killed in is the same on every run: three gated repeats running, two repeats not
-started. Real harbor, real Docker."""
+started. Real harbor, real Docker. This is also the runner's kill -9 test (--detach's own session
+and log, health's findings, --fix's restart and adoption): with one repeat it is the same scenario."""
 
 from __future__ import annotations
 
@@ -71,6 +72,10 @@ def _run(out: Path, gate: Path) -> None:
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     pid = int(r.stdout.split("PID ")[1].split()[0])
+    # started with --detach: its own session, stdin /dev/null, output in OUT/.runner/runner.log
+    assert os.getsid(pid) == pid != os.getsid(0)  # a session of its own: a hang-up of ours cannot reach it
+    assert os.readlink(f"/proc/{pid}/fd/0") == "/dev/null"
+    assert os.readlink(f"/proc/{pid}/fd/1") == str(out.resolve() / ".runner" / "runner.log")
 
     def state():
         fin = {_unit(e) for e in events(out, "job_finish")}
