@@ -9,7 +9,9 @@ containers, foreign networks until the pool gate waits, SIGSTOP/SIGCONT of one `
 30 s, ``kill -9`` of the runner (then ``marathon health --fix`` restarts it), a restart of the
 dockerd. Afterwards: every (task, arm) pair done exactly once, every other attempt voided with its
 README, nothing of the run left (containers, networks, processes), every foreign look-alike object
-untouched, and the report scores as many cells as a clean run (all 20). The fault table is printed
+untouched, and the report scores as many cells as a clean run (all 15: three of the four mini
+tasks, each with its five arms; the fourth, build-gate, proves nothing more here and cost a quarter
+of the run). The fault table is printed
 and saved as ``chaos-faults.json`` in the test's tmp dir.
 """
 
@@ -40,10 +42,10 @@ from runner.schedule.lock import lock_holder
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 SEED = int(os.environ.get("MARATHON_CHAOS_SEED", "20261201"))
-TASKS = ("build-gate", "calc-partial", "two-stage", "words-passrate")
+TASKS = ("calc-partial", "two-stage", "words-passrate")
 CLEAN_SCORED_CELLS = len(TASKS) * len(DEFAULT_ARMS)  # a clean `marathon demo` scores every pair
 IMAGES = ("marathon-base:bookworm", "marathon-demo-base:2")
-#: 12.6 min on an idle 2-core machine (2026-12-02); twice that means a stuck run, which the failure
+#: 12.6 min on an idle 2-core machine with four tasks (2026-12-02); twice that means a stuck run, which the failure
 #: then describes (``chaos_faults.diagnose``) rather than waiting for a trial's 10x agent budget
 RUN_TIMEOUT_SEC = 1500
 REQUIRE = os.environ.get("CI") == "true" or os.environ.get("MARATHON_REQUIRE_DOCKER") == "1"
@@ -158,7 +160,7 @@ def test_chaos_run_loses_and_duplicates_nothing(docker_engine, tmp_path, request
         }
         argv = [
             sys.executable, "-m", "marathon.cli", "run", str(out), "--tasks-dir", str(DEMO_TASKS),
-            "--arms", ",".join(DEFAULT_ARMS), "--concurrency", "4", "--model", DEMO_MODEL,
+            "--tasks", ",".join(TASKS), "--arms", ",".join(DEFAULT_ARMS), "--concurrency", "4", "--model", DEMO_MODEL,
             "--ak", f"api_key_var={DEMO_KEY_VAR}", "--max-passes", "6", "--plain",
             # generous budgets: on a loaded 2-core machine a healthy trial can exceed 1x (a timeout
             # is then a scored failure of the arm, which is not what this test is about)
