@@ -103,9 +103,16 @@ def test_deadline_is_raised_by_message(container, tmp_path, monkeypatch):
     transport = DockerExecTransport(container, "/work", None)
 
     async def scenario():
-        session = await agent.open_session(transport, deadline=time.monotonic() + 6)
+        session = await agent.open_session(transport)
         await session.thread_start()
         tid = await session.turn_start("work forever")
+        # the deadline starts once the model is working, as an arm's budget does (from its first model
+        # request); a deadline set before the session opened lapsed in turn/start on a loaded machine
+        for _ in range(1200):
+            if len(await asyncio.to_thread(_requests, container)) >= 3:
+                break
+            await asyncio.sleep(0.25)
+        session.deadline = time.monotonic() + 3
         try:
             await session.wait_turn_end(tid)
         except RuntimeError as exc:
