@@ -175,8 +175,11 @@ class RemoteRuns:
 
 
 def _remote_run(out: Path, tasks_dir: Path, arms: list[str], env: dict) -> subprocess.Popen:
+    # --no-gateway: what is under test here is the in-sandbox driver's path through an environment
+    # with no mounts (uploads, lost execs, delays); the local gateway's socket cannot be mounted into
+    # a remote sandbox, and its TLS route for them is tested on its own (tests/gateway/test_gateway.py)
     argv = [sys.executable, "-m", "marathon.cli", "run", str(out), "--tasks-dir", str(tasks_dir),
-            "--arms", ",".join(arms), "--concurrency", "2", "--env", REMOTE,
+            "--arms", ",".join(arms), "--concurrency", "2", "--env", REMOTE, "--no-gateway",
             "--model", DEMO_MODEL, "--ak", f"api_key_var={DEMO_KEY_VAR}",
             "--ae-literal", f"{DEMO_KEY_VAR}={DECLARED_NON_SECRETS[DEMO_KEY_VAR]}", "--plain",
             "--agent-timeout-mult", "10", "--verifier-mult", "10"]  # fmt: skip
