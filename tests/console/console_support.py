@@ -34,12 +34,14 @@ def marathon(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     )
 
 
-def write_config(out: Path, *tasks: str, arms: str = "oracle,nop", concurrency: int = 4) -> None:
+def write_config(
+    out: Path, *tasks: str, arms: str = "oracle,nop", concurrency: int = 4, tasks_dir: Path = DEMO_TASKS
+) -> None:
     """Write ``<out>/.driver_env`` with the runner's own functions (as ``marathon run`` would)."""
     from runner.schedule.config import resolve, write_driver_env
 
     flags = {
-        "tasks_dir": str(DEMO_TASKS),
+        "tasks_dir": str(tasks_dir),
         "arms": arms.split(","),
         "concurrency": concurrency,
         "max_passes": 2,
@@ -48,6 +50,17 @@ def write_config(out: Path, *tasks: str, arms: str = "oracle,nop", concurrency: 
         flags["tasks"] = list(tasks)
     out.mkdir(parents=True, exist_ok=True)
     write_driver_env(resolve(out, flags, resume=False))
+
+
+def slow_task_dir(root: Path, *tasks: str) -> Path:
+    """A tasks dir holding copies of the demo tasks ``tasks`` whose verifiers first sleep ten minutes:
+    their trials are still running when a test acts on the runner (oracle's own work takes seconds,
+    and on a loaded machine the run could end before the console showed its pair or its container)."""
+    for task in tasks:
+        shutil.copytree(DEMO_TASKS / task, root / task)
+        test_sh = root / task / "tests" / "test.sh"
+        test_sh.write_text(test_sh.read_text().replace("\n", "\nsleep 600\n", 1))
+    return root
 
 
 def normalise(src: Path, dst: Path) -> Path:

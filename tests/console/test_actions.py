@@ -17,6 +17,7 @@ from console_support import (
     docker_leftovers,
     run_async,
     runner_pid,
+    slow_task_dir,
     wait_for,
     write_config,
 )
@@ -57,11 +58,15 @@ def _containers_of(out) -> int:
 
 
 @pytest.mark.docker
-def test_start_offer_and_graceful_stop(docker_engine, fresh_out):
+def test_start_offer_and_graceful_stop(docker_engine, fresh_out, tmp_path):
     """Opening the console on a tree with a config but no runner offers to start one; R starts it
-    detached (not our child, own session); T stops it gracefully and it cleans up after itself."""
+    detached (not our child, own session); T stops it gracefully and it cleans up after itself. The
+    trial's verifier sleeps, so the runner is still running when T is pressed (with oracle alone on
+    calc-partial it could finish first on a loaded machine: then T has nothing to stop)."""
     out = fresh_out
-    write_config(out, "calc-partial", arms="oracle")
+    write_config(
+        out, "calc-partial", arms="oracle", tasks_dir=slow_task_dir(tmp_path / "tasks", "calc-partial")
+    )
 
     async def go():
         app = _app(out)
@@ -93,11 +98,13 @@ def test_start_offer_and_graceful_stop(docker_engine, fresh_out):
 
 
 @pytest.mark.docker
-def test_kill_stops_runner_and_trials_and_removes_docker_objects(docker_engine, fresh_out):
+def test_kill_stops_runner_and_trials_and_removes_docker_objects(docker_engine, fresh_out, tmp_path):
     """K while trials run: the plan lists the runner and harbor PIDs with argv and the compose
-    containers/networks; after it, nothing of the run is alive or left in Docker."""
+    containers/networks; after it, nothing of the run is alive or left in Docker. (The trials'
+    verifiers sleep: they are still running when K is pressed.)"""
     out = fresh_out
-    write_config(out, "calc-partial", "words-passrate", arms="oracle", concurrency=2)
+    tasks = slow_task_dir(tmp_path / "tasks", "calc-partial", "words-passrate")
+    write_config(out, "calc-partial", "words-passrate", arms="oracle", concurrency=2, tasks_dir=tasks)
 
     async def go():
         app = _app(out)
@@ -119,10 +126,13 @@ def test_kill_stops_runner_and_trials_and_removes_docker_objects(docker_engine, 
 
 
 @pytest.mark.docker
-def test_cleanup_only_removes_leftovers_of_a_crashed_runner(docker_engine, fresh_out):
-    """A runner killed with SIGKILL leaves containers and compose networks; C removes exactly those."""
+def test_cleanup_only_removes_leftovers_of_a_crashed_runner(docker_engine, fresh_out, tmp_path):
+    """A runner killed with SIGKILL leaves containers and compose networks; C removes exactly those.
+    (The trial's verifier sleeps: its container is still there when the runner is killed.)"""
     out = fresh_out
-    write_config(out, "calc-partial", arms="oracle")
+    write_config(
+        out, "calc-partial", arms="oracle", tasks_dir=slow_task_dir(tmp_path / "tasks", "calc-partial")
+    )
 
     async def go():
         app = _app(out)
