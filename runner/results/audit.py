@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.results.model import DONE, Cell
+from runner.results.attempts import DONE
+from runner.results.cells import Cell
 
 LABELS = {
     "codex_version": "codex version",
