@@ -34,7 +34,7 @@ from console.screens.drill import DrillScreen
 from console.screens.help import HelpScreen
 from console.screens.main import MainScreen
 from modes import safetext
-from runner.results.model import Cell
+from runner.results.cells import Cell
 
 #: watchfiles: yield a batch after STEP ms of quiet, at most DEBOUNCE ms after the first change
 WATCH_STEP_MS = 40

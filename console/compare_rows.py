@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from console import view
-from runner.results.model import Cell
+from runner.results.cells import Cell
 from runner.results.records import TrialRecord
 from runner.results.trajectory import TrajectoryFacts, trajectory_facts
 from runner.results.tree import repeat_of

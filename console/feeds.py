@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runner.results.attempts import VoidedTrial
+from runner.results.cells import Cell, arm_order
 from runner.results.events import EventReader
 from runner.results.hosts import HostUse
-from runner.results.model import Cell, RunModel, VoidedTrial, arm_order
+from runner.results.model import RunModel
 from runner.results.records import TrialRecord
 from runner.results.run_progress import RunProgress, Tally, event_time
 

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from console.feeds import ArmSummary, RunEvent, RunnerInfo
 from modes import safetext
-from runner.results.model import Cell
+from runner.results.cells import Cell
 
 STATUS_GLYPH = {
     "done": "✓",
@@ -192,8 +192,8 @@ def repeat_count(cell: Cell) -> str:
 
 def repeat_spread(cell: Cell) -> str:
     """The spread of a cell's repeats' partial scores: ``±.12`` (their standard deviation)."""
+    from runner.results.cells import scored_values
     from runner.results.clusters import spread
-    from runner.results.model import scored_values
 
     sd = spread(scored_values(cell, "partial")) if cell.repeats else None
     return "" if sd is None else "±" + _compact(sd)

@@ -23,7 +23,7 @@ from textual.widgets import DataTable, Footer, Static
 from console import compare_rows, view
 from console.keys import bindings_for
 from console.screens.reader import ReaderScreen
-from runner.results.model import Cell
+from runner.results.cells import Cell
 from runner.results.trajectory import TrajectoryFacts
 from runner.results.verifier_tests import ERROR, FAIL, PASS, SKIP, TestOutcomes, disagreements
 

@@ -25,7 +25,7 @@ from console.fileindex import LineSource
 from console.keys import bindings_for
 from console.widgets.fileview import FileView
 from modes.trial_files import TrialFiles
-from runner.results.model import Cell
+from runner.results.cells import Cell
 
 #: the files of a trial, in tab order: (tab id, label, candidate paths relative to the trial dir)
 FILES: tuple[tuple[str, str, tuple[str, ...]], ...] = (

@@ -27,8 +27,8 @@ from console import view
 from console.feeds import ArmSummary, Key, PoolView, RunEvent, RunnerInfo, TreeSnapshot
 from console.widgets.grid import Grid
 from console.widgets.panels import ArmsPanel, EventTail, HostsPanel, PoolGauge, RunnerPanel
+from runner.results.cells import Cell
 from runner.results.hosts import HostUse
-from runner.results.model import Cell
 
 if TYPE_CHECKING:
     from runner.schedule.fleet.cluster import NodeState

@@ -22,7 +22,7 @@ from textual.widgets.data_table import (
 
 from console import view
 from console.feeds import ArmSummary
-from runner.results.model import Cell
+from runner.results.cells import Cell
 
 SUMMARY = "__summary__"
 #: a cell's width in characters, at least and at most (below the minimum the grid scrolls sideways)

@@ -36,8 +36,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def check_arms(out: Path, task: str, arms: list[str], goal_sec: int) -> list[dict]:
     """Per arm: done (the one rule), scored by the verifier, and whether the budget ran out."""
-    from runner.results.model import pair_done
     from runner.results.records import read_trial
+    from runner.results.scan import pair_done
     from runner.results.tree import iter_job_dirs, iter_trial_dirs
 
     rows = []

@@ -41,7 +41,9 @@ from pathlib import Path
 
 from modes import safeio, safetext
 from modes.trial_files import TrialFiles
-from runner.results.model import VOIDED, Attempt, Cell, RunModel
+from runner.results.attempts import VOIDED, Attempt
+from runner.results.cells import Cell
+from runner.results.model import RunModel
 from runner.results.tree import INDEX_DIR, JOB_FILES, view_dir, voided_root
 
 JOBS = "jobs"

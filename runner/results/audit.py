@@ -16,7 +16,8 @@ from typing import Any
 
 from modes.profiles import masked_wire_params
 from runner.results import ledger as L
-from runner.results.model import DONE, Cell
+from runner.results.attempts import DONE
+from runner.results.cells import Cell
 
 LABELS = {
     "codex_version": "codex version",

@@ -8,7 +8,7 @@ tasks (the cluster bootstrap), and a paired comparison pairs the two arms' task 
 (Miller, "Adding Error Bars to Evals", 2024: clustered standard errors; the cluster bootstrap is
 its resampling form). A run without repeats has one attempt per pair (K = 1): a cluster is
 ``[value]`` and every figure is what it was; with ``marathon run --repeats K`` a cluster is the task's
-K values (``runner.results.model.scored_values``) and nothing else changes.
+K values (``runner.results.cells.scored_values``) and nothing else changes.
 
 ``pass_at_k`` and ``pass_hat_k`` are the estimators a report with repeats shows beside the means:
 the chance that at least one (pass@k) or every one (pass^k) of k attempts solves a task, unbiased

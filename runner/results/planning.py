@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 
 from runner.results import clusters, power
-from runner.results.model import Cell
+from runner.results.cells import Cell
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,9 @@ from typing import Any
 
 from modes import profiles, safetext
 from runner.results import audit, clusters, power, rules, stats, suspect
-from runner.results.model import DONE, ERRORED, STATUSES, VOIDED, Cell, RunModel, scored_values
+from runner.results.attempts import DONE, ERRORED, STATUSES, VOIDED
+from runner.results.cells import Cell, scored_values
+from runner.results.model import RunModel
 
 FORMATS = ("md", "json", "csv", "html")
 #: The JSON contract's version. v2: cell and arm cost/tokens are the scoring attempts' (spend_* is
@@ -63,7 +65,7 @@ def _r(v: float | None, nd: int = 4) -> float | None:
 def _score(c: Cell, field: str, exclude_flagged: bool = False) -> float | None:
     """A counted cell's measure for means; build failures count as 0 (never dropped), and so does
     every score of a flagged cell (the hole rule, ``rules.scored_measure``). With repeats it is the
-    task's mean over its counted repeats (``runner.results.model.combine_repeats``): the mean of
+    task's mean over its counted repeats (``runner.results.cells.combine_repeats``): the mean of
     ``cell_values``, the value every mean, interval and paired difference takes per task; with
     ``exclude_flagged`` the flagged repeats of a done pair are left out of it (the other reading)."""
     if c.repeats:
@@ -85,7 +87,7 @@ def flagged_in(c: Cell, exclude_flagged: bool = False) -> bool:
 
 def cell_values(c: Cell, field: str, exclude_flagged: bool = False) -> list[float]:
     """A counted cell's values of a measure, one per counted repeat: its task's cluster
-    (``runner.results.clusters``; ``runner.results.model.scored_values``). One value without repeats."""
+    (``runner.results.clusters``; ``runner.results.cells.scored_values``). One value without repeats."""
     return scored_values(c, field, exclude_flagged)
 
 

@@ -31,7 +31,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from runner.results.model import DONE, ERRORED, Cell
+from runner.results.attempts import DONE, ERRORED
+from runner.results.cells import Cell
 
 #: failure kinds, in the words the report uses
 BUILD = "build failed"

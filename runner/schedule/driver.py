@@ -38,11 +38,11 @@ from runner.ops.procs import DEFAULT_GRACE_SEC, Registry
 from runner.ops.void import Verdict, act_void, plan_void
 from runner.results.events import EventKind, EventLog, new_run_id, repeat_field
 from runner.results.ledger import outage_of
-from runner.results.model import (  # the model's reading of done: the runner never disagrees with status
-    pair_done,
-)
 from runner.results.records import read_job
 from runner.results.rules import engine_outage
+from runner.results.scan import (
+    pair_done,  # the model's reading of done: the runner never disagrees with status
+)
 from runner.results.tree import iter_trial_dirs, unit_label
 from runner.schedule import claims as claimsmod
 from runner.schedule.attempt import Attempt, Launcher, Unit
@@ -544,7 +544,7 @@ class Driver:
 
 
 def _done(out: Path, unit: Unit) -> bool:
-    """Is this repeat of the pair done (``runner.results.model.pair_done``, the model's reading)?"""
+    """Is this repeat of the pair done (``runner.results.scan.pair_done``, the model's reading)?"""
     return pair_done(out, *unit)
 
 

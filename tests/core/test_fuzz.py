@@ -13,7 +13,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.results.model import STATUSES, RunModel
+from runner.results.attempts import STATUSES
+from runner.results.model import RunModel
 from runner.results.report import build_report, render
 
 JOB = {

@@ -11,8 +11,9 @@ import pytest
 from treefix import verifier_wrote
 
 from marathon import cli
-from runner.results import model, tree
-from runner.results.model import DONE, ERRORED, PENDING, RUNNING, VOIDED, RunModel
+from runner.results import scan, tree
+from runner.results.attempts import DONE, ERRORED, PENDING, RUNNING, VOIDED
+from runner.results.model import RunModel
 
 LATER = "20991231T235959Z"  # a stamp later than any real run's
 
@@ -137,10 +138,10 @@ def test_leftover_dir_of_another_owner_is_excluded_and_arm_pid_counts_as_arm(tre
     assert cli.main(["status", str(tree_copy)]) == 0
     assert "excluded: calc-partial/nop: owned by uid 12345" in capsys.readouterr().out
     # the runner's skip test agrees: a done result only in a leftover dir is not done
-    assert model.pair_done(tree_copy, "calc-partial", "nop")
+    assert scan.pair_done(tree_copy, "calc-partial", "nop")
     os.rename(task / "nop-4242", tree_copy / "nop-4242-moved-away")
-    assert not model.pair_done(tree_copy, "calc-partial", "nop")
-    assert model.pair_done(tree_copy, "calc-partial", "oracle")
+    assert not scan.pair_done(tree_copy, "calc-partial", "nop")
+    assert scan.pair_done(tree_copy, "calc-partial", "oracle")
 
 
 def test_json_truncated_mid_write_never_raises_and_keeps_the_last_good_value(tree_copy):

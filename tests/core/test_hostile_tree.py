@@ -220,7 +220,7 @@ def test_evidence_copy_never_follows_links_out(tmp_path):
 def test_runner_readers_do_not_block_on_planted_files(hostile, tmp_path):
     """The runner's own readers (done check, void classification, score detail) use the same rules."""
     from runner.ops import void
-    from runner.results.model import pair_done
+    from runner.results.scan import pair_done
 
     out, _ = hostile
     tdir = next((out / "fifo-metrics").rglob("fifo-metrics__*"))

@@ -188,7 +188,7 @@ def test_a_single_attempt_without_the_partial_its_task_has_is_flagged(core):
     """A done pair of one attempt is built on a short path (most cells of a large tree): it must
     apply the hole rule too. calc-partial x oracle's metrics.json emptied of its scores (the reward
     in result.json kept) while the task's other trials have a partial: flagged, a failure."""
-    from runner.results.model import NO_PARTIAL
+    from runner.results.cells import NO_PARTIAL
 
     assert cell(core, "calc-partial", "oracle").partial is not None
     assert len(cell(core, "calc-partial", "oracle").attempts) == 1
@@ -380,7 +380,7 @@ def test_a_trial_or_job_dir_that_is_a_symlink_is_not_followed(core, tmp_path, le
     c = cell(core, "calc-partial", "nop")
     assert c.partial != 0.99 and c.status == "unreadable" and not c.flagged, (c.status, c.note)
     assert "symlink (not followed)" in c.note
-    from runner.results.model import pair_done
+    from runner.results.scan import pair_done
 
     if level == "job":
         assert not pair_done(core, "calc-partial", "nop")

@@ -13,7 +13,8 @@ import pytest
 from marathon import cli
 from runner.errors import EXIT_USAGE
 from runner.results import stats
-from runner.results.model import DONE, ERRORED, Attempt, build_cell
+from runner.results.attempts import DONE, ERRORED, Attempt
+from runner.results.cells import build_cell
 from runner.results.report import infrastructure, paired
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,8 @@ from treefix import verifier_wrote
 
 from marathon import cli
 from runner.results import tree
-from runner.results.model import DONE, ERRORED, RunModel
+from runner.results.attempts import DONE, ERRORED
+from runner.results.model import RunModel
 from runner.results.report import build_report, render
 from runner.results.tree import INDEX_DIR
 

@@ -20,9 +20,12 @@ from core.hostile_tree import strict_json
 from marathon import cli
 from runner.errors import UserError
 from runner.results import clusters, report, stats, tree
+from runner.results.attempts import DONE, ERRORED, PENDING, RUNNING
+from runner.results.cells import scored_values
 from runner.results.events import EventKind, EventLog
-from runner.results.model import DONE, ERRORED, PENDING, RUNNING, RunModel, pair_done, scored_values
+from runner.results.model import RunModel
 from runner.results.run_progress import Tally
+from runner.results.scan import pair_done
 from runner.schedule import claims
 from runner.schedule.config import RunConfig, parse_arm
 from runner.schedule.lock import holder_for

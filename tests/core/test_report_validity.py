@@ -17,7 +17,8 @@ from handmade_tree import COST, ERRORED_COST, GOAL, PLAIN, TASKS, TOKENS, VOIDED
 
 from marathon import cli
 from runner.results import stats
-from runner.results.model import DONE, RunModel
+from runner.results.attempts import DONE
+from runner.results.model import RunModel
 from runner.results.report import build_report, fmt_diff, fmt_mean, fmt_p, fmt_signed, render
 
 SEED = stats.BOOTSTRAP_SEED

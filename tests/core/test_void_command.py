@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runner.results.model import pair_done
+from runner.results.scan import pair_done
 from runner.results.tree import VOID_README, iter_trial_dirs, voided_root
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,0 +1,140 @@
+"""Run assignment: which runner start each attempt belongs to, read from ``<out>/.runner/events.jsonl``.
+
+Why: run scoping uses the runner's own stamps and events, never file mtimes. The current run is the
+last ``{"event": "runner_start", "run_id", "ts", "tasks", "arms"}``; an attempt belongs to the run
+whose event names its ``(task, arm, stamp)`` (``job_start`` etc.), else to the last runner start at
+or before its stamp's time (both written by the runner's clock). The journal is written by the
+runner, but a planted or half-written line must never raise nor make a million cells: every field
+is taken only when it has the expected type (``_ts``, ``_strs``, ``_repeats``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from runner.results import records as results
+from runner.results import tree
+from runner.results.attempts import Attempt, AttemptKey
+from runner.results.events import EventKind, EventReader
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One runner start, from ``events.jsonl`` (``{"event": "runner_start", "run_id", "ts", ...}``)."""
+
+    run_id: str
+    started: datetime | None
+    tasks: tuple[str, ...] = ()
+    arms: tuple[str, ...] = ()
+    pid: int | None = None
+    repeats: int = 1  # the run's ``--repeats`` (attempts per pair)
+
+
+def _ts(v: Any) -> datetime | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        try:
+            return datetime.fromtimestamp(v, UTC)
+        except (OverflowError, OSError, ValueError):
+            return None
+    if isinstance(v, str):
+        t = results.parse_time(v)
+        if t is not None:
+            return t if t.tzinfo else t.replace(tzinfo=UTC)
+    return None
+
+
+def _repeats(v: Any) -> int:
+    """A runner_start's ``repeats``: a whole number from 1 to ``tree.MAX_REPEATS``, else 1."""
+    if isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= tree.MAX_REPEATS:
+        return v
+    return 1
+
+
+#: a runner_start's task and arm lists are taken up to this many names (a planted event naming a
+#: million tasks must not make a million pending cells)
+MAX_PLANNED = 20_000
+
+
+def _strs(v: Any) -> tuple[str, ...]:
+    if isinstance(v, str):
+        v = [x for x in v[: MAX_PLANNED * 64].replace(",", " ").split() if x]
+    if isinstance(v, (list, tuple)):
+        return tuple(x for x in v[:MAX_PLANNED] if isinstance(x, str) and x and "/" not in x)
+    return ()
+
+
+class RunLog:
+    """The runner starts of one tree and the attempts its events name; fed the journal's new lines."""
+
+    def __init__(self, out: Path) -> None:
+        self.runs: list[Run] = []
+        self._events = EventReader(out)
+        self._event_stamp_run: dict[AttemptKey | tuple[str, str, str], str] = {}
+
+    @property
+    def current(self) -> Run | None:
+        return self.runs[-1] if self.runs else None
+
+    def read(self) -> None:
+        """Take in the new lines of events.jsonl (``runner.results.events.EventReader``)."""
+        new = self._events.iter_new()  # streamed: a long journal is never held whole
+        if self._events.restarted:  # replaced or truncated: what the old file said is gone
+            self.runs = []
+            self._event_stamp_run = {}
+        for ev in new:
+            self._apply(ev)
+
+    def _apply(self, ev: dict) -> None:
+        run_id = ev.get("run_id")
+        if not isinstance(run_id, str) or not run_id:
+            return
+        if ev["event"] == EventKind.RUNNER_START:
+            self.runs.append(
+                Run(
+                    run_id=run_id,
+                    started=_ts(ev.get("ts")),
+                    tasks=_strs(ev.get("tasks")),
+                    arms=_strs(ev.get("arms")),
+                    pid=ev.get("pid") if isinstance(ev.get("pid"), int) else None,
+                    repeats=_repeats(ev.get("repeats")),
+                )
+            )
+            return
+        task, stamp = ev.get("task"), ev.get("stamp")
+        arm = ev.get("arm_dir") or ev.get("arm")
+        if isinstance(task, str) and isinstance(arm, str) and isinstance(stamp, str):
+            self._event_stamp_run[(task, arm, stamp)] = run_id
+            self._event_stamp_run[(task, tree.arm_of_dir(arm), stamp)] = run_id
+
+    def run_of(self, a: Attempt) -> str | None:
+        """The run an attempt belongs to: the one whose event names it, else the last runner start at
+        or before its stamp's time; None before any runner start (the run scope is then all time)."""
+        if not self.runs and not self._event_stamp_run:
+            return None
+        rid = self._event_stamp_run.get((a.task, a.arm_dir, a.stamp)) or self._event_stamp_run.get(
+            (a.task, a.arm, a.stamp)
+        )
+        if rid:
+            return rid
+        t = tree.stamp_time(a.stamp)
+        if t is None:
+            return None
+        best = None
+        for r in self.runs:  # the last runner start at or before the stamp (both the runner's clock)
+            if r.started is not None and r.started <= t:
+                best = r.run_id
+        return best
+
+    def assign(self, attempts: dict[AttemptKey, Attempt], dirty: set[AttemptKey]) -> None:
+        """Give every attempt its run (``run_of``): one whose run changed is replaced (copy on write:
+        cells already handed out keep theirs) and marked in ``dirty`` for the matrix to rebuild."""
+        for k, a in attempts.items():
+            rid = self.run_of(a)
+            if rid != a.run_id:
+                attempts[k] = replace(a, run_id=rid)
+                dirty.add(k)
