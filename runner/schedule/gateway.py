@@ -37,11 +37,17 @@ def gateway_on(cfg: RunConfig) -> bool:
     return bool(cfg.gateway) and any(s.real for s in cfg.arm_specs())
 
 
+def is_scripted(model: str | None) -> bool:
+    """The model names a scenario of the scripted stand-in: ``scripted/NAME``, with or without a
+    provider in front (``openai/scripted/NAME``, as harbor's ``-m`` takes it)."""
+    return SCRIPTED_PREFIX in (model or "")
+
+
 def upstream_of(cfg: RunConfig) -> str:
     """``--model-base-url``; else the scripted stand-in for a ``scripted/`` model; else OpenAI's."""
     if cfg.model_base_url:
         return cfg.model_base_url
-    if (cfg.model or "").startswith(SCRIPTED_PREFIX):
+    if is_scripted(cfg.model):
         return SCRIPTED_UPSTREAM
     return DEFAULT_BASE_URL
 

@@ -39,7 +39,6 @@ from runner.secrets import DECLARED_NON_SECRETS, ref_name
 
 #: where every codex arm's credential comes from unless ``--ak api_key_var=NAME`` says otherwise
 DEFAULT_KEY_VAR = "OPENAI_API_KEY"  # agents.base_codex.DEFAULT_KEY_VAR (not imported: harbor is heavy)
-SCRIPTED_PREFIX = "scripted/"
 IMPORT_TIMEOUT_SEC = 180.0
 
 
@@ -251,18 +250,18 @@ def check_model(cfg: RunConfig) -> list[Problem]:
     model = kw.get("model") or cfg.model
     if not model:
         return [Problem("model", f"arms {', '.join(arms)} have no model", "pass --model NAME")]
-    from runner.schedule.gateway import gateway_on, upstream_of
+    from runner.schedule.gateway import gateway_on, is_scripted, upstream_of
 
     if gateway_on(cfg) and cfg.env != "docker" and not cfg.gateway_url:
         return [Problem("model", f"the arms run in remote sandboxes (--env {cfg.env}), which the gateway's local socket cannot reach",
                         "pass --gateway-url https://HOST:PORT/v1 with --gateway-tls-listen, --gateway-tls-cert and "
                         "--gateway-tls-key (and --gateway-ca for a private CA): docs/gateway.md; or --no-gateway")]  # fmt: skip
     if gateway_on(cfg):  # the gateway forwards to --model-base-url (default: OpenAI's)
-        if upstream_of(cfg) == SCRIPTED_UPSTREAM and SCRIPTED_PREFIX not in model:
+        if upstream_of(cfg) == SCRIPTED_UPSTREAM and not is_scripted(model):
             return [Problem("model", f"model {model} is not a scripted/ scenario, but the gateway's upstream is the scripted stand-in",
                             "pass --model-base-url URL (the provider) for a real model")]  # fmt: skip
         return []
-    if SCRIPTED_PREFIX in model or kw.get("provider_base_url"):
+    if is_scripted(model) or kw.get("provider_base_url"):
         return []
     return [
         Problem(

@@ -47,8 +47,8 @@ def test_resume_health_fix_and_console_start_without_the_credential_start_nothin
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2, r.stderr
     assert lines[0] == f"marathon: cannot start the runner of {out}: 1 problem(s), nothing was started"
-    assert lines[1:] == [
-        f"  credential {KEY} (named by --ak api_key_var) is not set in this shell: export {KEY} in "
+    assert lines[1:] == [  # the gateway (on by default) is what reads the key
+        f"  the model key {KEY} (read by the gateway) is not set in this shell: export {KEY} in "
         f"this shell, then `marathon run {out} --resume`"
     ]
 
@@ -82,13 +82,22 @@ def test_resume_health_fix_and_console_start_without_the_credential_start_nothin
 @pytest.mark.docker
 def test_every_problem_is_one_line_with_what_to_do(tmp_path, docker_engine):
     out = tmp_path / "out"
-    cfg = _cfg(
-        out,
+    flags = dict(
         arms=["plain", "missing=no_such_module:Agent", "typo=agents.base_codex:NoSuchAgent", "nop"],
         model="openai/gpt-5",
         agent_kwargs=["codex_version=0.0.1"],
         agent_env=["EXTRA_TOKEN=${MARATHON_PREFLIGHT_UNSET}"],
     )
+    # with the gateway (the default) a real model goes to the provider's default URL, and the key
+    # is the gateway's to read
+    gw = preflight.check(_cfg(out, **flags), _env(DOCKER_HOST=f"unix://{tmp_path}/no.sock"))
+    assert [q.what for q in gw if q.check == "model"] == []
+    assert [q.what for q in gw if q.check == "credentials"] == [
+        "--ae refers to MARATHON_PREFLIGHT_UNSET, which is not set in this shell",
+        "the model key OPENAI_API_KEY (read by the gateway) is not set in this shell",
+    ]
+    # without it (--no-gateway) the arms need a provider and the key themselves
+    cfg = _cfg(out, gateway="0", **flags)
     probs = preflight.check(cfg, _env(DOCKER_HOST=f"unix://{tmp_path}/no.sock"))
     by = {p.check: [q.what for q in probs if q.check == p.check] for p in probs}
     assert all(p.blocking for p in probs)
