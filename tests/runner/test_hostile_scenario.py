@@ -67,6 +67,11 @@ def _tasks(dst: Path) -> Path:
     toml.write_text(toml.read_text().replace("marathon-demo/calc-partial", "marathon-demo/calc-hostile"))
     plan = {"steps": [HOSTILE], "answer": "Done.", "partial_steps": 1}
     (hostile / "environment" / "plan.json").write_text(json.dumps(plan))
+    # its own instruction: the scripted stand-in behind the gateway knows a request's task by the
+    # instruction in it, as a model knows its task from the prompt (two tasks with one instruction
+    # gave calc-partial's trials the hostile plan)
+    with open(hostile / "instruction.md", "a") as fh:
+        fh.write("\nThis copy of the task is calc-hostile.\n")
     return dst
 
 
