@@ -125,10 +125,24 @@ class Sampler(threading.Thread):
                 continue
             self._add(pid, what)
             try:
-                for k in psutil.Process(pid).children(recursive=True):
-                    self._add(k.pid, f"child of {what}: {k.name()}")
+                kids = psutil.Process(pid).children(recursive=True)  # parents listed before children
             except psutil.Error:
-                pass
+                continue
+            tree = {pid}
+            for k in kids:
+                # a PID listed as the root's descendant may exit and be reused before it is read (seen:
+                # a restarted container's ``runc:[2:INIT]``, then that container's own process, taken
+                # for a leftover of harbor): read it once, and keep it only if its parent is in the tree
+                try:
+                    with k.oneshot():
+                        ppid, created, name = k.ppid(), k.create_time(), k.name()
+                except psutil.Error:
+                    continue
+                if ppid not in tree:
+                    continue
+                tree.add(k.pid)
+                if (k.pid, created) not in self.seen:
+                    self.seen[(k.pid, created)] = Proc(k.pid, created, f"child of {what}: {name}")
 
     def run(self) -> None:
         while not self.stop_evt.wait(1.0):
