@@ -129,11 +129,14 @@ def code_of(body: bytes) -> str | None:
         return None
 
 
-def raw_request(token: str, model: str) -> bytes:
+def raw_request(token: str, model: str, close: bool = False) -> bytes:
+    """A streaming call as raw bytes; ``close``: ask the gateway to close the connection once the
+    response is whole, so the client can read to the end of it (EOF) before it lets go."""
     body = json.dumps({"model": model, "stream": True, "input": []}).encode()
     return (
         f"POST /v1/responses HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        + ("Connection: close\r\n" if close else "")
+        + f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode() + body
 
 
