@@ -148,9 +148,19 @@ class MainScreen(Screen):
 
     def add_events(self, events: tuple[RunEvent, ...]) -> None:
         self.pending_events.extend(events)
-        if self._live:
+        self._paint_events()
+
+    def _paint_events(self) -> None:
+        """Hand the waiting records to the event tail; records that arrive while the app exits (its
+        widgets already gone, the screen not yet unmounted) have nothing to be painted on."""
+        if not self._live or not self.pending_events:
+            return
+        try:
             self.query_one(EventTail).add(self.pending_events)
-            self.pending_events.clear()
+        except NoMatches:
+            self._live = False
+            return
+        self.pending_events.clear()
 
     def watch_info(self) -> None:
         self.paint_status()
@@ -209,7 +219,11 @@ class MainScreen(Screen):
         self._flush_pending = False
         if self.paused or not self._live:
             return
-        grid = self.query_one(Grid)
+        try:
+            grid = self.query_one(Grid)
+        except NoMatches:  # the app is exiting: the screen's widgets are already gone
+            self._live = False
+            return
         grid.now = self.clock()
         grid.budget = self.info.budget_sec if self.info else None
         with self.app.batch_update():
@@ -219,9 +233,7 @@ class MainScreen(Screen):
                 if not grid.patch(self.cells, self._dirty, self.summary):
                     self._rebuild_grid(grid)
             self._dirty.clear()
-            if self.pending_events:
-                self.query_one(EventTail).add(self.pending_events)
-                self.pending_events.clear()
+            self._paint_events()
             self.paint_status()
             self.app.refresh_drill_downs(self.history)
         if self._tree_pending:  # the tree's data is on screen now (benchmarks and tests wait for it)
