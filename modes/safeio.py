@@ -18,9 +18,12 @@ scanner, and a refused file is never a score.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -400,6 +403,20 @@ def open_append(path: str | os.PathLike) -> int:
             return fd
         os.close(fd)
     raise OSError(f"{p}: something keeps being planted at this name")
+
+
+@contextlib.contextmanager
+def held_lock(path: str | os.PathLike) -> Iterator[None]:
+    """An exclusive flock on the side file ``path`` (created, never through a symlink) for the
+    block: what serialises one read-check-write among the processes of a host (the registry,
+    claims, the start of a tree's gateway)."""
+    os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
+    fd = open_append(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the last descriptor releases the lock
 
 
 def ensure_dir(path: str | os.PathLike, root: str | os.PathLike) -> None:

@@ -16,7 +16,6 @@ create time; they are unverifiable and count as not alive (never signalled, neve
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import json
 import os
@@ -183,13 +182,8 @@ class Registry:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.parent / REGISTRY_LOCK, "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        with safeio.held_lock(self.path.parent / REGISTRY_LOCK):
+            yield
 
     def _read(self) -> list[RegEntry]:
         data = safeio.load_own_json(self.path)

@@ -11,7 +11,6 @@ only) cannot be verified and counts as stale.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import socket
@@ -117,13 +116,8 @@ def read_holder(path: Path) -> Holder | None:
 @contextlib.contextmanager
 def dir_mutex(directory: Path) -> Iterator[None]:
     """Serialise take-overs of stale files in one directory (flock on a side file)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".takeover.lock", "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with safeio.held_lock(directory / ".takeover.lock"):
+        yield
 
 
 def create_exclusive(path: Path, payload: dict) -> bool:

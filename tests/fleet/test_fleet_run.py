@@ -272,6 +272,20 @@ def test_the_five_codex_arms_run_over_both_hosts_and_score_as_on_one(cluster, tm
     # a LoopX preparation that outlasts its allowance on a loaded machine clamps that trial's budget
     # (the audit then says budget_sec differs, as it should); nothing else may differ across hosts
     assert [d for d in au["differences"] if d["fact"] != "budget_sec"] == [], au["lines"]
+    # Each host's gateway (started detached by the first job there) was stopped on its host at the
+    # run's end: none is left serving a finished run, and the events say so per host.
+    from runner.ops.gateway.process import read_state
+    from runner.ops.procs import alive
+
+    states = [read_state(out, n["node_id"]) for n in th.nodes()]
+    assert all(st is not None for st in states), "a gateway served on each host"
+    assert [st.pid for st in states if alive(st.ident)] == [], "a host's gateway outlived the run"
+    from runner.results.ledger import read_ledger
+
+    starts = [g["host"] for g in read_ledger(out).gateways if g["kind"] == "gateway_start"]
+    assert sorted(starts) == sorted(n["node_id"] for n in th.nodes()), "one gateway per host, not two"
+    stops = [e for e in read_events(out) if e["event"] == "gateway_stop"]
+    assert len(stops) == 2 and all(e["result"].startswith("stopped the gateway") for e in stops), stops
     print(f"calc-partial's image {image.tag}: {image.how} in {image.seconds} s, shipped {image.ship_sec}")
 
 

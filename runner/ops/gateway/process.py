@@ -214,13 +214,19 @@ def ensure(out: Path, s: GatewaySettings, *, by: str) -> tuple[GatewayState, boo
     st = running(out, s.host)
     if st is not None:
         return st, False
-    old = read_state(out, s.host)
-    live = [r for r in att.list_records(out, s.host) if r.state == att.LIVE and not r.gone()]
-    noticed = time.time()
-    new = start_detached(out, s)
-    if old is not None and live:
-        record_outage(out, s.host, old, noticed, new, by, live)
-    return new, True
+    # Two jobs starting on one host at once would each find no gateway and start one: the check
+    # and the start are one step among this host's processes (the second finds the first serving).
+    with safeio.held_lock(gateway_dir(Path(out).resolve()) / f"start.{s.host or 'local'}.lock"):
+        st = running(out, s.host)
+        if st is not None:
+            return st, False
+        old = read_state(out, s.host)
+        live = [r for r in att.list_records(out, s.host) if r.state == att.LIVE and not r.gone()]
+        noticed = time.time()
+        new = start_detached(out, s)
+        if old is not None and live:
+            record_outage(out, s.host, old, noticed, new, by, live)
+        return new, True
 
 
 def record_outage(

@@ -80,7 +80,30 @@ class RayLauncher:
         pass  # each attempt's job watches its own host's engine
 
     def close(self) -> None:
-        pass
+        """Each host's gateway (started by the first job of the tree that needed it there, detached
+        from that job) is stopped on its own host once no attempt needs it: the run's end."""
+        from runner.schedule.gateway import gateway_on
+
+        if not gateway_on(self.cfg):
+            return
+        from runner.schedule.fleet.probe import ask_hosts
+
+        assert self.cfg.cluster
+        try:
+            still = len(active_units(self.fleet, self.out))
+            if still:  # the runner ends on an error with jobs left: the next runner adopts them
+                self.log.emit(
+                    EventKind.GATEWAY_STOP, result=f"kept: {still} attempt(s) of the tree still run"
+                )
+                return
+            stages = ask_hosts(self.cfg.cluster, self.out, "gateway-stop", {})
+        except Exception as exc:  # noqa: BLE001 - the head is away: say so; `marathon kill` still can
+            self.log.emit(EventKind.GATEWAY_ERROR, error=f"the hosts' gateways were not stopped: {exc}")
+            return
+        for a in stages.get("stop", []):
+            self.log.emit(
+                EventKind.GATEWAY_STOP, host=a.label, result=(a.result or {}).get("result", a.error)
+            )
 
     def prepare_image(self, task: str, started: Callable[[subprocess.Popen], None]) -> TaskImage | None:
         """Build (or verify) the task's image on one Docker host, ship it to every other one through

@@ -39,7 +39,7 @@ STAGE_SEC = 600.0
 #: how long one host may take to build the task images (``prebuild``)
 BUILD_SEC = 4 * 3600.0
 #: the probe job's operations
-OPS = ("net", "cleanup", "kill", "stage", "prebuild", "images", "verify-envs")
+OPS = ("net", "cleanup", "kill", "stage", "prebuild", "images", "verify-envs", "gateway-stop")
 #: how long one host may take to load a task image from the shared tree and check it
 SHIP_SEC = 1800.0
 #: how long the client waits for the probe job (its start, the tasks, a cleanup's removals)
@@ -180,6 +180,14 @@ def verify_here(arms: list[str], task: str) -> dict:
     return {"checks": [asdict(c) for c in checks_here(arms, Path(task))]}
 
 
+def gateway_stop_here(out: str, node_id: str) -> dict:
+    """Stop the tree's gateway on this host (the one its jobs started, by its registered identity):
+    it was started detached from the job that needed it, so no job's end stops it."""
+    from runner.ops.gateway.process import stop
+
+    return {"result": stop(Path(out), node_id)}
+
+
 def kill_plan_here(out: str, node_id: str) -> dict:
     """This host's kill plan (``runner.ops.kill.plan_kill``): the processes this host's jobs
     registered (and their descendants), then the tree's Docker objects on this host's engine."""
@@ -280,6 +288,9 @@ def job_main(op: str, out: str, params: dict[str, Any]) -> int:
     if op == "stage":
         emit("stage", on_each(alive, here.stage_here, lambda h: (params["what"], params.get("version"),
                                                                   bool(params.get("force"))), STAGE_SEC) + down)  # fmt: skip
+        return 0
+    if op == "gateway-stop":  # the run has ended: each host's gateway, stopped on that host
+        emit("stop", on_each(alive, here.gateway_stop_here, lambda h: (out, h.node_id)))
         return 0
     if op == "verify-envs":
         emit(
@@ -415,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 3 or args[0] not in OPS:
         print(
-            "usage: python -m runner.schedule.fleet.probe net|cleanup|kill|stage|prebuild|images|verify-envs "
+            "usage: python -m runner.schedule.fleet.probe net|cleanup|kill|stage|prebuild|images|verify-envs|gateway-stop "
             "OUT PARAMS_JSON",
             file=sys.stderr,
         )
