@@ -232,9 +232,10 @@ OWN_CAP = 8 << 20
 OWN_DEPTH = 32
 
 
-def read_own(path: str | os.PathLike, cap: int = OWN_CAP) -> bytes | Refused:
-    """A whole runner file (see above) in one read, or why not: missing, not a regular file, a
-    symlink at the name (``O_NOFOLLOW``), over ``cap``. Never blocks, never raises."""
+def open_own(path: str | os.PathLike) -> tuple[int, os.stat_result] | Refused:
+    """A runner file opened for reading by the rules above (a regular file, never through a symlink
+    at the name, never blocking on a FIFO) with its ``fstat``; the caller owns (closes) the fd.
+    For the readers that read a part (a log's tail, a ledger's new lines): ``read_own`` reads whole."""
     p = os.fspath(path)
     try:
         fd = os.open(p, _OPEN_FLAGS)
@@ -246,8 +247,23 @@ def read_own(path: str | os.PathLike, cap: int = OWN_CAP) -> bytes | Refused:
         return _error(exc)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return Refused(f"not a regular file ({_KIND_NAMES.get(stat.S_IFMT(st.st_mode), 'special file')})")
+    except OSError as exc:
+        os.close(fd)
+        return _error(exc)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return Refused(f"not a regular file ({_KIND_NAMES.get(stat.S_IFMT(st.st_mode), 'special file')})")
+    return fd, st
+
+
+def read_own(path: str | os.PathLike, cap: int = OWN_CAP) -> bytes | Refused:
+    """A whole runner file (see above) in one read, or why not: missing, not a regular file, a
+    symlink at the name (``O_NOFOLLOW``), over ``cap``. Never blocks, never raises."""
+    opened = open_own(path)
+    if isinstance(opened, Refused):
+        return opened
+    fd, st = opened
+    try:
         if st.st_size > cap:
             return Refused(f"too large ({st.st_size} bytes > {cap})")
         data = os.read(fd, cap + 1)

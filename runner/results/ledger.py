@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,15 +198,11 @@ class LedgerReader:
         return rows
 
     def _read(self, path: str) -> list[dict[str, Any]]:
-        try:
-            # as the safe readers open (modes.safeio): a symlink is refused, a FIFO never blocks
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
+        opened = safeio.open_own(path)  # a symlink is refused, a FIFO never blocks
+        if isinstance(opened, safeio.Refused):
             return []
+        fd, st = opened
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return []
             inode, offset = self._pos.get(path, (st.st_ino, 0))
             if inode != st.st_ino or st.st_size < offset:
                 self.restarted = True

@@ -15,14 +15,13 @@ its configuration, lock and preflight, which are the scheduler's.
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from modes import safetext
+from modes import safeio, safetext
 from runner.errors import Busy, UserError
 from runner.ops.procs import alive, identity_of
 from runner.results.tree import driver_env_path, runner_dir
@@ -45,14 +44,11 @@ def runner_argv(out: Path) -> list[str]:
 def log_tail(path: Path, lines: int, cap: int = 64 << 10) -> list[str]:
     """The last ``lines`` lines of a log, from at most its last ``cap`` bytes, cleaned for a
     one-line error (never read whole: a runaway log can be gigabytes; never blocks on a FIFO)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+    opened = safeio.open_own(path)
+    if isinstance(opened, safeio.Refused):
         return []
+    fd, st = opened
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return []
         data = os.pread(fd, cap, max(0, st.st_size - cap))
     except OSError:
         return []

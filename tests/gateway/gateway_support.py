@@ -9,6 +9,7 @@ id), never what the gateway is supposed to keep to itself.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import socket
@@ -16,6 +17,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+import waiting
 
 USAGE = {
     "input_tokens": 1234,
@@ -140,11 +143,5 @@ def raw_request(token: str, model: str, close: bool = False) -> bytes:
     ).encode() + body
 
 
-def wait_for(pred, timeout: float, what: str, step: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+#: the gateway's tests poll fast: what they wait for is a socket or a ledger line, not a trial
+wait_for = functools.partial(waiting.wait_for, step=0.05)

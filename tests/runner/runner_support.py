@@ -7,8 +7,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from waiting import wait_for  # noqa: F401 - the runner tests' import of it
 
 from modes.naming import compose_project
 from runner.results.events import read_events
@@ -48,16 +49,6 @@ def start_marathon(*args: str, log: Path, **extra_env: str) -> subprocess.Popen:
 
 def events(out: Path, kind: str | None = None) -> list[dict]:
     return [e for e in read_events(out) if kind is None or e["event"] == kind]
-
-
-def wait_for(pred, timeout: float, what: str, step: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def trial_names(out: Path) -> set[str]:
