@@ -256,6 +256,12 @@ def check_model(cfg: RunConfig) -> list[Problem]:
         return [Problem("model", f"the arms run in remote sandboxes (--env {cfg.env}), which the gateway's local socket cannot reach",
                         "pass --gateway-url https://HOST:PORT/v1 with --gateway-tls-listen, --gateway-tls-cert and "
                         "--gateway-tls-key (and --gateway-ca for a private CA): docs/gateway.md; or --no-gateway")]  # fmt: skip
+    if gateway_on(cfg) and cfg.gateway_tls_cert:  # what codex's TLS would refuse, before any attempt
+        from runner.ops.gateway.certs import problems as cert_problems
+
+        bad = cert_problems(cfg.gateway_tls_cert, cfg.gateway_url, cfg.gateway_ca)
+        if bad:
+            return [Problem("gateway", line, "docs/gateway.md: Remote sandboxes (TLS)") for line in bad]
     if gateway_on(cfg):  # the gateway forwards to --model-base-url (default: OpenAI's)
         if upstream_of(cfg) == SCRIPTED_UPSTREAM and not is_scripted(model):
             return [Problem("model", f"model {model} is not a scripted/ scenario, but the gateway's upstream is the scripted stand-in",

@@ -3,7 +3,8 @@
 Real harbor, real Docker, the real codex and LoopX, the scripted model. The remote-like environment
 (tests.envs.remote_like) has no mounts, no container id and no stdin, delays every call and loses
 execs; the arms must solve the task there with the same rewards and the same receipts (apart from
-the transport) as on plain Docker. Through it, with the all-solve model of ``marathon demo
+the transport) as on plain Docker, the five arms reaching the model gateway over its TLS route as a
+remote sandbox does. Through it, with the all-solve model of ``marathon demo
 --simple`` (every pair reward 1 on Docker): ``marathon run`` of the five arms on calc-partial, and
 of ``plain`` on the other three mini tasks (every arm and every task through the environment, each
 once: the arms' path through it does not depend on the task, and the tasks' verifiers do not
@@ -167,6 +168,7 @@ class RemoteRuns:
     arms: TreeRun
     tasks: TreeRun
     other_tasks: list[str]
+    tls: TlsRoute  # the arms' run's route to the gateway
 
     def pairs(self) -> list[tuple[TreeRun, str, str]]:
         return [(self.arms, "calc-partial", a) for a in DEFAULT_ARMS] + [
@@ -174,12 +176,64 @@ class RemoteRuns:
         ]
 
 
-def _remote_run(out: Path, tasks_dir: Path, arms: list[str], env: dict) -> subprocess.Popen:
-    # --no-gateway: what is under test here is the in-sandbox driver's path through an environment
-    # with no mounts (uploads, lost execs, delays); the local gateway's socket cannot be mounted into
-    # a remote sandbox, and its TLS route for them is tested on its own (tests/gateway/test_gateway.py)
+@dataclass(frozen=True)
+class TlsRoute:
+    """The gateway's route for remote sandboxes, as an operator sets it up: a TLS listener on an
+    address the sandboxes reach (here the engine's bridge, ``docker0``: traffic stays on this
+    machine), a certificate for that address, its CA uploaded into each sandbox for codex."""
+
+    ip: str
+    port: int
+    cert: Path
+    key: Path
+    ca: Path  # the private CA that signed ``cert``
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.ip}:{self.port}/v1"
+
+    def argv(self) -> list[str]:
+        return ["--gateway-url", self.url, "--gateway-tls-listen", f"{self.ip}:{self.port}",
+                "--gateway-tls-cert", str(self.cert), "--gateway-tls-key", str(self.key),
+                "--gateway-ca", str(self.ca)]  # fmt: skip
+
+
+def tls_route(base: Path) -> TlsRoute:
+    """A private CA and its certificate for the bridge's address, and a port free on it now (the gateway
+    binds it when the run starts, seconds later; the ephemeral range makes a clash unlikely)."""
+    import socket
+
+    inspect = subprocess.run(["docker", "network", "inspect", "bridge", "--format",
+                              "{{range .IPAM.Config}}{{.Gateway}}{{end}}"],
+                             capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    ip = inspect.stdout.strip()
+    assert ip, "the engine's bridge has no gateway address"
+    with socket.socket() as s:
+        s.bind((ip, 0))
+        port = s.getsockname()[1]
+    ca, ca_key, cert, key, csr = (base / n for n in ("ca.crt", "ca.key", "gw.crt", "gw.key", "gw.csr"))
+    ext = base / "gw.ext"  # a leaf: codex's TLS (rustls) refuses a CA certificate as a server's
+    ext.write_text(f"subjectAltName=IP:{ip}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
+    for argv in (
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=marathon test CA",
+         "-keyout", str(ca_key), "-out", str(ca)],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={ip}", "-keyout", str(key), "-out", str(csr)],
+        ["x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial", "-days", "2",
+         "-extfile", str(ext), "-out", str(cert)],
+    ):  # fmt: skip
+        subprocess.run(["openssl", *argv], check=True, capture_output=True, timeout=60)
+    return TlsRoute(ip, port, cert, key, ca)
+
+
+def _remote_run(
+    out: Path, tasks_dir: Path, arms: list[str], env: dict, tls: TlsRoute | None = None
+) -> subprocess.Popen:
+    # The five arms' run reaches the model gateway over its TLS route (no mount, no socket: the
+    # route a Daytona or Modal sandbox takes, docs/gateway.md), with the real codex trusting the
+    # uploaded CA. The other tasks' run keeps --no-gateway: the debugging path, the key in the sandbox.
+    route = tls.argv() if tls else ["--no-gateway"]
     argv = [sys.executable, "-m", "marathon.cli", "run", str(out), "--tasks-dir", str(tasks_dir),
-            "--arms", ",".join(arms), "--concurrency", "2", "--env", REMOTE, "--no-gateway",
+            "--arms", ",".join(arms), "--concurrency", "2", "--env", REMOTE, *route,
             "--model", DEMO_MODEL, "--ak", f"api_key_var={DEMO_KEY_VAR}",
             "--ae-literal", f"{DEMO_KEY_VAR}={DECLARED_NON_SECRETS[DEMO_KEY_VAR]}", "--plain",
             "--agent-timeout-mult", "10", "--verifier-mult", "10"]  # fmt: skip
@@ -201,8 +255,9 @@ def mini_remote(sandbox_env) -> RemoteRuns:
     shutil.copytree(CALC, calc_dir / "calc-partial")
     for t in others:
         shutil.copytree(DEMO_TASKS / t, others_dir / t)
+    tls = tls_route(base)
     procs = {
-        "arms": _remote_run(base / "remote-arms", calc_dir, list(DEFAULT_ARMS), env),
+        "arms": _remote_run(base / "remote-arms", calc_dir, list(DEFAULT_ARMS), env, tls),
         "tasks": _remote_run(base / "remote-tasks", others_dir, ["plain"], env),
     }
     runs = {}
@@ -210,7 +265,7 @@ def mini_remote(sandbox_env) -> RemoteRuns:
         rc = proc.wait(timeout=3000)
         out = base / f"remote-{key}"
         runs[key] = TreeRun(out, rc, (base / f"remote-{key}.log").read_text(errors="replace")[-3000:])
-    return RemoteRuns(runs["arms"], runs["tasks"], others)
+    return RemoteRuns(runs["arms"], runs["tasks"], others, tls)
 
 
 def _report(run: TreeRun) -> dict:
@@ -241,6 +296,27 @@ def test_every_arm_and_every_task_solves_through_the_remote_like_environment(min
         assert rec["transport"]["codex_delivery"] == "uploaded", (task, arm)
         _, on_docker = _outcome(driver_runs, f"docker-{arm}")
         assert {k: rec[k] for k in ENDING} == {k: on_docker[k] for k in ENDING}, (task, arm)
+
+
+def test_the_five_arms_reach_the_gateway_over_its_tls_route(mini_remote):
+    """No socket and no mount reach a remote sandbox: each arm's codex called the gateway at its
+    https:// URL with the attempt's token (trusting the uploaded CA), and every call is on the
+    gateway's ledger, forwarded, for each of the five attempts."""
+    from modes.gateway import TOKEN_VAR
+    from runner.results.ledger import read_ledger
+
+    run = mini_remote.arms
+    assert run.rc == 0, run.log
+    ledger = read_ledger(run.out)
+    for arm in DEFAULT_ARMS:
+        (trial,) = run.trials("calc-partial", arm)
+        _, rec = _read_trial(trial, run.log)
+        assert rec["provider"]["base_url"] == mini_remote.tls.url, (arm, rec["provider"])
+        assert rec["provider"]["api_key_var"] == TOKEN_VAR, (arm, rec["provider"])
+        stamp = trial.parent.parent.name  # OUT/TASK/ARM/STAMP/JOB/TRIAL
+        usage = ledger.usage("calc-partial", arm, stamp)
+        assert usage is not None and usage.forwarded >= 1 and usage.refused == {}, (arm, usage)
+        assert usage.outcomes.get("ok", 0) == usage.forwarded, (arm, usage.outcomes)
 
 
 @pytest.mark.parametrize("arm", list(AGENTS))

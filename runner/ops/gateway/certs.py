@@ -1,0 +1,91 @@
+"""The operator's certificate for the gateway's TLS route, checked before the first attempt.
+
+Why: a certificate that OpenSSL accepts can still be one codex refuses. codex speaks TLS through
+rustls (webpki), which refuses a CA certificate presented as a server's (``CaUsedAsEndEntity``: the
+self-signed certificate ``openssl req -x509`` makes by default), ignores the common name (only the
+subject alternative names count) and refuses an expired one. In a sandbox that refusal is only
+"Connection failed: error sending request" in codex's stream, once per attempt, for every arm: the
+run ends paused by the circuit breaker with nothing scored. Here it is one line before any attempt.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from pathlib import Path
+from urllib.parse import urlsplit
+
+
+def _load(path: str, what: str) -> tuple[object | None, str | None]:
+    from cryptography import x509
+
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        return None, f"{what} {path}: {exc.strerror or exc}"
+    try:
+        return x509.load_pem_x509_certificate(data), None
+    except ValueError:
+        return None, f"{what} {path}: not a PEM certificate"
+
+
+def problems(
+    cert_path: str, url: str | None, ca_path: str | None, now: dt.datetime | None = None
+) -> list[str]:
+    """What codex would refuse in the gateway's certificate (each a line; none: it will connect):
+    a CA certificate as the server's, a name of ``url`` it does not carry, a validity that is not
+    now, a ``ca`` that did not sign it."""
+    from cryptography import x509
+
+    cert, err = _load(cert_path, "--gateway-tls-cert")
+    if cert is None:
+        return [err or cert_path]
+    assert isinstance(cert, x509.Certificate)
+    out: list[str] = []
+    try:
+        if cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca:
+            out.append(
+                f"--gateway-tls-cert {cert_path} is a CA certificate (basicConstraints CA:TRUE): codex's TLS "
+                "refuses it as the server's; give a certificate signed by that CA (docs/gateway.md)"
+            )
+    except x509.ExtensionNotFound:
+        pass
+    now = now or dt.datetime.now(dt.UTC)
+    if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
+        out.append(
+            f"--gateway-tls-cert {cert_path} is not valid now (valid {cert.not_valid_before_utc:%Y-%m-%d %H:%M} "
+            f"to {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC)"
+        )
+    host = urlsplit(url).hostname if url else None
+    if host:
+        try:
+            sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        except x509.ExtensionNotFound:
+            sans = None
+        try:
+            ip = ipaddress.ip_address(host)
+            names = set(sans.get_values_for_type(x509.IPAddress)) if sans else set()
+            covered = ip in names
+        except ValueError:
+            names = set(sans.get_values_for_type(x509.DNSName)) if sans else set()
+            covered = host in names or any(
+                n.startswith("*.") and host.endswith(n[1:]) and host.count(".") == n.count(".") for n in names
+            )
+        if not covered:
+            out.append(
+                f"--gateway-tls-cert {cert_path} does not name {host} (the host of --gateway-url) among its "
+                "subject alternative names: codex checks those, not the common name"
+            )
+    if ca_path:
+        ca, err = _load(ca_path, "--gateway-ca")
+        if ca is None:
+            out.append(err or ca_path)
+        else:
+            assert isinstance(ca, x509.Certificate)
+            try:
+                cert.verify_directly_issued_by(ca)
+            except Exception as exc:  # noqa: BLE001 - InvalidSignature, or a key type it cannot check
+                out.append(
+                    f"--gateway-tls-cert {cert_path} is not signed by --gateway-ca {ca_path} ({type(exc).__name__})"
+                )
+    return out
