@@ -13,36 +13,18 @@ keeps ``LITELLM_LOCAL_MODEL_COST_MAP=True``, so LiteLLM itself reads that same f
   not parsed again (``skip_model_parsing``; the trajectory records the name as given, as before);
 - a call is priced by harbor's own LiteLLM pricing only when LiteLLM's model cost map has the model
   (the same two keys harbor tries); a model it does not have gets ``None`` without the import,
-  exactly as harbor gives it after the import. The map is LiteLLM's bundled copy, read as JSON from
-  the installed package (the runner keeps ``LITELLM_LOCAL_MODEL_COST_MAP=True``, so LiteLLM itself
-  reads that same file).
+  exactly as harbor gives it after the import. The map is read by ``modes.cost_map`` (the one
+  reader; the results price the gateway's ledger from it too).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-#: LiteLLM's bundled cost map, in its package directory
-COST_MAP_FILE = "model_prices_and_context_window_backup.json"
-
-
-@cache
-def _cost_map() -> dict[str, dict]:
-    """LiteLLM's bundled cost map, found without importing LiteLLM; empty when the package or the
-    file is missing (then nothing is priced, as harbor does without LiteLLM)."""
-    spec = importlib.util.find_spec("litellm")
-    for loc in (spec.submodule_search_locations or []) if spec else []:
-        try:
-            data = json.loads((Path(loc) / COST_MAP_FILE).read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            return {k: v for k, v in data.items() if isinstance(v, dict)}
-    return {}
+from modes.cost_map import cost_map as _cost_map
+from modes.cost_map import lookup
 
 
 def cost_map_models() -> frozenset[str]:
@@ -70,10 +52,7 @@ def split_model_name(model_name: str) -> tuple[str | None, str]:
 
 def priceable(model_name: str | None) -> bool:
     """Would harbor's pricing find ``model_name`` in LiteLLM's map (as given, or after its first /)?"""
-    if not model_name:
-        return False
-    models = cost_map_models()
-    return model_name in models or model_name.split("/", 1)[-1] in models
+    return lookup(model_name) is not None
 
 
 def converter(logs_dir: Path, model_name: str) -> Any:

@@ -21,13 +21,19 @@ def _iso(t) -> str | None:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ") if t is not None else None
 
 
-def status_data(model, scope: str, exclude_flagged: bool = False) -> dict:
+def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | None = None) -> dict:
+    """The status of ``model``; ``cap``: a spend cap in USD the projection gives the time to."""
+    from runner.results.projection import projection_of
     from runner.results.report import HEADLINE, OTHER_READING, arm_summary, cell_dict
     from runner.results.tree import unit_label
 
     cells = model.scoped(scope)
     arms = [a for a in model.arms if any(k[1] == a for k in cells)]
-    per_arm = {a: arm_summary([c for k, c in cells.items() if k[1] == a], exclude_flagged) for a in arms}
+    money = model.money()
+    per_arm = {
+        a: arm_summary([c for k, c in cells.items() if k[1] == a], exclude_flagged, money) for a in arms
+    }
+    spend = projection_of(model, money, scope, cap) if money.exists else None
     all_cells = model.scoped("all")
     repeats = max((c.k for c in cells.values()), default=1)
     return {
@@ -39,7 +45,11 @@ def status_data(model, scope: str, exclude_flagged: bool = False) -> dict:
         "run_started": _iso(model.current_run.started) if model.current_run else None,
         "arms": arms,
         "per_arm": per_arm,
-        "total": arm_summary(list(cells.values()), exclude_flagged),
+        "total": arm_summary(list(cells.values()), exclude_flagged, money),
+        # the gateway's ledger priced (runner.results.prices) and projected (runner.results.projection)
+        "spend": {**spend.as_dict(), "text": spend.text(), "prices": money.pricer.source_line()}
+        if spend
+        else None,
         # with repeats these count repeats (each pair K times), as every count of the table does
         "all_time_done": sum(c.repeats_done for c in all_cells.values()),
         "all_time_pairs": sum(c.k for c in all_cells.values()),
@@ -140,6 +150,9 @@ def render(d: dict) -> str:
     if not d["arms"]:
         lines.append("no pairs yet")
     lines += repeats_lines(d)
+    if d.get("spend"):
+        lines.append(clean(d["spend"]["text"], None))
+        lines.append(clean(d["spend"]["prices"], None))
     for host, hrow in d.get("hosts", {}).items():
         rest = ", ".join(f"{n} {clean(k)}" for k, n in hrow.items() if k != "attempts")
         lines.append(f"host {clean(host)}: {hrow['attempts']} attempt(s) ({rest})")

@@ -27,6 +27,8 @@ DEFAULT_OUT = "marathon-demo-out"
 DEMO_ARMS = ",".join(DEFAULT_ARMS)
 DEMO_MODEL = "scripted/loopx"  # --simple: every arm solves every task
 VARIED_MODEL = "scripted/demo"  # the default: the task plans' per-harness scenarios
+#: the demo's --price for its stand-in model: gpt-5.5's list price (USD per million in, cached, out)
+DEMO_PRICE = "5,0.5,30"
 #: the varied demo's deadline, the same for every arm: the never-finish pair hits it, the others end
 #: well before it. harbor's agent timeout is doubled so that no arm's LoopX preparation, slow on a
 #: loaded machine, clamps its budget below this (the audit would see unequal budgets).
@@ -121,6 +123,10 @@ def run(args: argparse.Namespace) -> int:
         flags["agent_kwargs"] = [f"api_key_var={DEMO_KEY_VAR}"]
         if not args.simple:
             flags.update(varied_flags(out, args.agent_timeout_mult))
+        # The stand-in is in no price table, so its calls would be unpriced; the demo shows money
+        # as a real run does, at a real model's list price, recorded as an operator override in
+        # every report and status line (runner.results.prices), so it never passes for a real bill.
+        flags["prices"] = [f"{flags['model']}={DEMO_PRICE}"]
     cfg = resolve(out, flags, environ={})
     print(f"marathon demo: {', '.join(cfg.arms)} on the mini-benchmark ({tasks}) -> {cfg.out}")
     interactive = not args.headless and sys.stdin.isatty() and sys.stdout.isatty()

@@ -39,6 +39,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         "out of the means and pairs instead of counting them as failures",
     )
     p.add_argument(
+        "--price", dest="prices", action="append", default=[], metavar="MODEL=IN,CACHED,OUT",
+        help="price MODEL's tokens at these USD per million (input, cached input, output) over LiteLLM's "
+        "map and the run's own --price (repeatable; recorded in the report)",
+    )  # fmt: skip
+    p.add_argument(
         "--exclude-suspect",
         action="store_true",
         help="the other reading, labelled as such: every figure without the tasks every arm failed alike "
@@ -50,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from runner.errors import UserError
     from runner.results.index import remembered_intervals
     from runner.results.model import open_tree
+    from runner.results.prices import parse_prices
     from runner.results.report import build_report, render
 
     out = tree_out(args, must_exist=False)
@@ -60,12 +66,17 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--out {args.out_file}: inside the output tree; write the report elsewhere")
         if os.path.isdir(target):
             raise UserError(f"--out {args.out_file}: is a directory; give a file name")
+    try:
+        parse_prices(args.prices)
+    except ValueError as exc:  # a --price that does not parse: one line, before any reading
+        raise UserError(str(exc)) from None
     with remembered_intervals(model.out):
         rep = build_report(
             model,
             "run" if args.run else "all",
             exclude_flagged=args.exclude_flagged,
             exclude_suspect=args.exclude_suspect,
+            prices=args.prices,
         )
     text = render(rep, args.format, args.pretty)
     if args.out_file is None:

@@ -76,6 +76,7 @@ def add_knobs(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ak", dest="agent_kwargs", action="append", metavar="K=V", help="agent kwarg for every arm"
     )
+    p.add_argument("--price", dest="prices", action="append", metavar="MODEL=IN,CACHED,OUT", help=h("prices"))
     p.add_argument("--mounts", help=h("mounts"))
     p.add_argument(
         "--allow-modified", dest="allow_modified", action="store_true", default=None, help=h("allow_modified")

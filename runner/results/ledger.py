@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from modes import safeio
+from modes.cost_map import crossed_threshold
 from modes.values import COUNT, SECONDS, Bad, Range, depth_within, number
 from runner.results.tree import ledger_paths, outages_path
 
@@ -236,6 +237,11 @@ class LedgerReader:
         return out
 
 
+#: what prices a call's tokens: its model and service tier (the request's ``params``; None when it
+#: named none) and the prompt-size tier LiteLLM raises its rates at (``modes.cost_map``; "" below)
+PriceKey = tuple[str | None, str | None, str]
+
+
 @dataclass
 class AttemptUsage:
     """What the ledger says of one attempt (``<task>/<arm>/<stamp>``)."""
@@ -254,6 +260,9 @@ class AttemptUsage:
     last_accepted_model_sec: float | None = None
     first_refused_at: float | None = None
     params: dict[str, set[str]] = field(default_factory=dict)
+    #: the tokens by what prices them (``PriceKey``): summed per key, priced by
+    #: ``runner.results.prices`` (each key's rates once, never per call)
+    by_price: dict[PriceKey, list[int]] = field(default_factory=dict)
 
     def add(self, c: Call) -> None:
         self.calls += 1
@@ -276,6 +285,11 @@ class AttemptUsage:
             self.cached += c.usage[1]
             self.output += c.usage[2]
             self.reasoning += c.usage[3]
+            model, tier = c.param("model"), c.param("service_tier")
+            pk = (model, tier, crossed_threshold(model, tier, c.usage[0]))
+            got = self.by_price.setdefault(pk, [0, 0, 0, 0])
+            for i, n in enumerate(c.usage):
+                got[i] += n
         for k, v in c.params:
             self.params.setdefault(k, set()).add(v)
 
@@ -367,13 +381,50 @@ def reconcile(ledger: AttemptUsage, receipt_usage: dict[str, Any] | None) -> lis
         ("cached input", ledger.cached, receipt_usage.get("cachedInputTokens")),
         ("output", ledger.output, receipt_usage.get("outputTokens")),
     )
+    return _differences("receipt", pairs)
+
+
+#: two costs of the same tokens from the same map differ by float rounding only: USD, absolute and
+#: relative (harbor prices each call with LiteLLM and sums; the ledger sums per price, then prices)
+COST_ROUNDING = 1e-6
+
+
+def _differences(who: str, pairs: Iterable[tuple[str, int | float, Any]]) -> list[str]:
+    """The one comparison rule of the reconciliation: token counts are integers (any difference is
+    more than rounding), a cost differs when by more than ``COST_ROUNDING``; a figure ``who`` did
+    not give (None, not a number) is not compared."""
     out = []
     for what, wire, said in pairs:
-        if not isinstance(said, int) or isinstance(said, bool):
+        if not isinstance(said, (int, float)) or isinstance(said, bool):
             continue
-        if said != wire:
-            out.append(f"{what} tokens: receipt {said}, ledger {wire} ({said - wire:+d})")
+        if isinstance(said, int) and isinstance(wire, int):
+            if said != wire:
+                out.append(f"{what} tokens: {who} {said}, ledger {wire} ({said - wire:+d})")
+        elif abs(said - wire) > COST_ROUNDING * (1 + max(abs(said), abs(wire))):
+            out.append(f"{what}: {who} ${said:.6f}, ledger ${wire:.6f} ({said - wire:+.6f})")
     return out
+
+
+def reconcile_harbor(
+    ledger: AttemptUsage,
+    n_input: int | None,
+    n_output: int | None,
+    harbor_usd: float | None,
+    wire_usd: float | None,
+) -> list[str]:
+    """Harbor's own figures of one attempt (its trial's ``agent_result``: tokens from the agent's
+    logs, ``cost_usd`` priced by harbor with LiteLLM) against the wire's: [] when they agree.
+
+    Harbor's ``n_input_tokens`` is the prompt total with cached tokens (as the ledger's input), its
+    ``n_output_tokens`` the completion with reasoning (as the ledger's output). ``wire_usd``: the
+    ledger's cost (``runner.results.prices``), None when unpriced (then no cost is compared)."""
+    pairs: list[tuple[str, int | float, Any]] = [
+        ("input", ledger.input, n_input),
+        ("output", ledger.output, n_output),
+    ]
+    if wire_usd is not None:
+        pairs.append(("cost", wire_usd, harbor_usd))
+    return _differences("harbor", pairs)
 
 
 # ------------------------------------------------------------------------------------- outages

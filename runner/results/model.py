@@ -15,6 +15,7 @@ Public API (stable; other areas build on it):
     model.excluded: list[Excluded]          dirs left out (leftover dirs of another owner), with reason
     model.runs: list[Run]; model.run_id     runner starts from <out>/.runner/events.jsonl; the current one
     model.claims: set[(task, arm)]          pairs with a claim file in <out>/.claims (any repeat)
+    model.money(prices=()) -> Money         the ledger's cost of attempts and cells (runner.results.prices)
     model.repeats -> int                    K: attempts per pair the cells are read with (1 without repeats)
     model.unreadable: list[str]             files unreadable at the last read (relative paths)
     model.is_output_tree / model.n_attempts facts for "not an output tree" / "empty tree" messages
@@ -55,6 +56,7 @@ from runner.results.cells import Cell, arm_order
 from runner.results.hosts import HostUse
 from runner.results.ledger import Ledger, LedgerReader
 from runner.results.matrix import CellMatrix
+from runner.results.prices import Money, pricer_of
 from runner.results.runs import Run, RunLog
 from runner.results.scan import Excluded, TreeScan
 
@@ -196,6 +198,12 @@ class RunModel:
     def hosts(self) -> dict[str, dict[str, int]]:
         """Per host: its attempts, then its attempts by status (``host_use``, as ``status`` prints it)."""
         return {u.name: {"attempts": u.attempts, **dict(u.by_status)} for u in self.host_use()}
+
+    def money(self, prices: Iterable[str] = ()) -> Money:
+        """The ledger's cost of attempts and cells (``runner.results.prices``), priced with the
+        current run's recorded ``--price`` items and then ``prices`` (a ``ValueError`` names a bad one)."""
+        run = self.current_run
+        return Money(self.ledger, pricer_of(run.prices if run else (), prices, run.model if run else None))
 
     def scoped(self, scope: str = "run") -> dict[Key, Cell]:
         """Cells counted in the current run (``"run"``) or over all time (``"all"``): ``CellMatrix.scoped``."""

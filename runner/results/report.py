@@ -3,7 +3,7 @@
 Built from the results model only (``build_report(model) -> dict``), then rendered as md, json,
 csv or html. The dict is the JSON contract other tools read:
 
-    schema "marathon-report-v3", arms, tasks, cells[task][arm]{reward, partial, pass_rate,
+    schema "marathon-report-v4", arms, tasks, cells[task][arm]{reward, partial, pass_rate,
     build_failed, status, flagged, cost_usd, n_input_tokens, n_output_tokens, spend_usd, ...},
     reading, exclude_flagged, arm_summary[arm]{n, flagged, flagged_in_n, reward, partial,
     pass_rate, *_ci, build_failed, cost_usd, cost_per_solved, spend_usd, ...}, paired[{a, b, n,
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from itertools import combinations
 from typing import Any
@@ -36,6 +37,7 @@ from runner.results import audit, clusters, power, rules, stats, suspect
 from runner.results.attempts import DONE, ERRORED, STATUSES, VOIDED
 from runner.results.cells import Cell, scored_values
 from runner.results.model import RunModel
+from runner.results.prices import Money, add_costs
 
 FORMATS = ("md", "json", "csv", "html")
 #: The JSON contract's version. v2: cell and arm cost/tokens are the scoring attempts' (spend_* is
@@ -43,7 +45,10 @@ FORMATS = ("md", "json", "csv", "html")
 #: hole rule (flagged cells count as failures in n, the means and the pairs; ``flagged``,
 #: ``flagged_in_n``, ``flagged_a``/``flagged_b``, ``reading``, ``exclude_flagged``); also ``power``
 #: (MDE and tasks needed per pair), ``suspect`` and ``suspect_excluded``.
-SCHEMA = "marathon-report-v3"
+#: v4: money from the gateway's ledger beside harbor's figures (``ledger_cost_usd``,
+#: ``ledger_spend_usd``, ``cost_unpriced`` per cell; ``ledger_*`` per arm), ``prices`` (the LiteLLM
+#: map's identity and the overrides) and ``reconciliation.cost`` (per arm, ledger vs harbor).
+SCHEMA = "marathon-report-v4"
 ALARM_P = 0.05
 ALARM_TEXT = "suspect infrastructure before capability"
 CELL_FIELDS = (
@@ -121,7 +126,19 @@ def _scored(c: Cell, field: str):
     return getattr(c, field) if c.status == DONE else None
 
 
-def cell_dict(c: Cell) -> dict[str, Any]:
+def _usd(cost: Any) -> float | None:
+    return None if cost is None or cost.usd is None else round(cost.usd, 6)
+
+
+def money_dict(cost: Any, spent: Any) -> dict[str, Any]:
+    """The ledger's figures of a cell or an arm: its cost (scoring attempts), its spend (every
+    attempt), and why any of it is unpriced ([] when all is priced or there is no ledger)."""
+    why = list(dict.fromkeys([*(cost.unpriced if cost else ()), *(spent.unpriced if spent else ())]))
+    return {"ledger_cost_usd": _usd(cost), "ledger_spend_usd": _usd(spent), "cost_unpriced": why}
+
+
+def cell_dict(c: Cell, money: Money | None = None) -> dict[str, Any]:
+    """A cell's figures; with ``money``, also the ledger's cost and spend (``money_dict``)."""
     s_cost, s_in, s_out = spend(c)
     f = c.figures  # the cell's figures, read from their record once (not through ten properties)
     return {
@@ -153,6 +170,7 @@ def cell_dict(c: Cell) -> dict[str, Any]:
         "flagged": c.flagged,
         "note": c.note,
         **(repeat_dict(c) if c.repeats else {}),
+        **(money_dict(money.scored(c), money.spend(c)) if money is not None else {}),
     }
 
 
@@ -198,10 +216,13 @@ def _total(got: list) -> Any:
 RECEIPT_SUMS = ("continuations", "unblocks", "error_events")
 
 
-def arm_summary(cells: list[Cell], exclude_flagged: bool = False) -> dict[str, Any]:
+def arm_summary(
+    cells: list[Cell], exclude_flagged: bool = False, money: Money | None = None
+) -> dict[str, Any]:
     """One arm's figures over its cells: means (with 95 % bootstrap intervals) over the counted
     cells (done, and flagged ones as failures: the hole rule; ``exclude_flagged``: done only), the
-    arm's cost over its scoring attempts, and the run's spend over every attempt.
+    arm's cost over its scoring attempts, and the run's spend over every attempt; with ``money``,
+    both also from the gateway's ledger (``ledger_*``: unpriced, None, when any token is).
 
     One pass over the cells and one over the counted ones (a 10,000-cell tree's status called this
     for every figure in turn, half a million attribute reads)."""
@@ -246,6 +267,14 @@ def arm_summary(cells: list[Cell], exclude_flagged: bool = False) -> dict[str, A
             solved += f.reward == 1.0
             build_failed += bool(f.build_failed)
     cost_usd = _total(cost)
+    ledger = {}
+    if money is not None:
+        l_cost = add_costs(money.scored(c) for c in means_of if c.status == DONE)
+        l_spend = add_costs(money.spend(c) for c in cells)
+        ledger = money_dict(l_cost, l_spend)
+        ledger["ledger_cost_per_solved"] = (
+            _r(l_cost.usd / solved, 6) if l_cost and l_cost.usd is not None and solved else None
+        )
     return {
         "n": len(means_of),
         "flagged": flagged,
@@ -268,6 +297,7 @@ def arm_summary(cells: list[Cell], exclude_flagged: bool = False) -> dict[str, A
         "voided_attempts": voided,
         **{k: _total(got) for k, got in receipts.items()},
         **pass_k(means_of, exclude_flagged),
+        **ledger,
     }
 
 
@@ -403,13 +433,18 @@ def full_audit(cells: dict, arms: list[str], model: RunModel) -> dict[str, Any]:
     return au
 
 
-def reconciliation(cells: dict, arms: list[str], model: RunModel) -> dict[str, Any]:
+def reconciliation(
+    cells: dict, arms: list[str], model: RunModel, money: Money | None = None
+) -> dict[str, Any]:
     """The receipts' self-reported tokens against the gateway's ledger, per done cell whose attempt
     went through the gateway: a difference is a flagged line (token counts are integers: any
-    difference is more than rounding), never silently one or the other."""
-    from runner.results.ledger import reconcile
+    difference is more than rounding), never silently one or the other. With ``money``, also per
+    arm (``arms``/``arm_lines``): harbor's own tokens and cost (the agent's logs, priced by harbor)
+    against the ledger's, with a flagged line naming the attempts that differ beyond rounding."""
+    from runner.results.ledger import reconcile, reconcile_harbor
 
     lines, compared = [], 0
+    per_arm: dict[str, dict[str, Any]] = {}
     for (task, arm), c in sorted(cells.items()):
         if arm not in arms or c.status != DONE or c.figures.tokens_source != "ledger":
             continue
@@ -423,7 +458,51 @@ def reconciliation(cells: dict, arms: list[str], model: RunModel) -> dict[str, A
             dict(zip(("inputTokens", "cachedInputTokens", "outputTokens"), got, strict=True)) if got else None
         )
         lines += [f"{task} × {arm} ({att.stamp}): {d}" for d in reconcile(u, said)]
-    return {"compared": compared, "lines": lines}
+        if money is None:
+            continue
+        f, cost = att.figures, money.attempt(att)
+        wire_usd = cost.usd if cost is not None else None
+        row = per_arm.setdefault(arm, {"compared": 0, "ledger_usd": [], "harbor_usd": [], "ledger_tokens": [0, 0],
+                                       "harbor_tokens": [[], []], "differ": []})  # fmt: skip
+        row["compared"] += 1
+        row["ledger_usd"].append(wire_usd)
+        row["harbor_usd"].append(f.cost_usd)
+        row["ledger_tokens"][0] += u.input
+        row["ledger_tokens"][1] += u.output
+        row["harbor_tokens"][0].append(f.agent_input_tokens)
+        row["harbor_tokens"][1].append(f.agent_output_tokens)
+        if diff := reconcile_harbor(u, f.agent_input_tokens, f.agent_output_tokens, f.cost_usd, wire_usd):
+            row["differ"].append(f"{task} ({att.stamp}): {'; '.join(diff)}")
+    out_arms, arm_lines = {}, []
+    for arm in arms:
+        row = per_arm.get(arm)
+        if row is None:
+            continue
+        ledger_usd = None if None in row["ledger_usd"] else _r(_total(row["ledger_usd"]), 6)
+        d = out_arms[arm] = {
+            "compared": row["compared"],
+            "ledger_usd": ledger_usd,
+            "harbor_usd": _r(_total(row["harbor_usd"]), 6),
+            "ledger_input_tokens": row["ledger_tokens"][0],
+            "ledger_output_tokens": row["ledger_tokens"][1],
+            "harbor_input_tokens": _total(row["harbor_tokens"][0]),
+            "harbor_output_tokens": _total(row["harbor_tokens"][1]),
+            "differ": row["differ"],
+        }
+        if d["differ"]:
+            arm_lines.append(
+                f"{arm}: ledger {_money_text(ledger_usd)}, {d['ledger_input_tokens']} in / {d['ledger_output_tokens']} out; "
+                f"harbor {_money_text(d['harbor_usd'])}, {d['harbor_input_tokens']} in / {d['harbor_output_tokens']} out "
+                f"over {d['compared']} done cell(s); {len(d['differ'])} differ: " + " | ".join(d["differ"])
+            )
+    rec: dict[str, Any] = {"compared": compared, "lines": lines}
+    if money is not None:
+        rec.update(arms=out_arms, arm_lines=arm_lines)
+    return rec
+
+
+def _money_text(v: float | None) -> str:
+    return "unpriced" if v is None else f"${v:.4f}"
 
 
 #: how the means of a report read the flagged cells (``reading`` in the JSON)
@@ -432,12 +511,18 @@ OTHER_READING = "flagged cells excluded: the other reading (--exclude-flagged), 
 
 
 def build_report(
-    model: RunModel, scope: str = "all", exclude_flagged: bool = False, exclude_suspect: bool = False
+    model: RunModel,
+    scope: str = "all",
+    exclude_flagged: bool = False,
+    exclude_suspect: bool = False,
+    prices: Iterable[str] = (),
 ) -> dict[str, Any]:
     """The report's dict. Two other readings, each labelled as such: ``exclude_flagged``, flagged
     cells left out of the means and pairs instead of counted as failures (the hole rule);
     ``exclude_suspect``, every figure without the tasks every arm failed alike
-    (``runner.results.suspect``)."""
+    (``runner.results.suspect``). ``prices``: ``--price`` items over the run's recorded ones
+    (``runner.results.prices``; a ``ValueError`` names a bad one)."""
+    money = model.money(prices)
     cells = model.scoped(scope)
     arms = [a for a in model.arms if any(k[1] == a for k in cells)]
     tasks = sorted({k[0] for k in cells})
@@ -456,11 +541,11 @@ def build_report(
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "arms": arms,
         "tasks": tasks,
-        "cells": {t: {a: cell_dict(cells[(t, a)]) for a in arms if (t, a) in cells} for t in tasks},
+        "cells": {t: {a: cell_dict(cells[(t, a)], money) for a in arms if (t, a) in cells} for t in tasks},
         "reading": OTHER_READING if exclude_flagged else HEADLINE,
         "exclude_flagged": exclude_flagged,
         "arm_summary": {
-            a: arm_summary([c for k, c in cells.items() if k[1] == a], exclude_flagged) for a in arms
+            a: arm_summary([c for k, c in cells.items() if k[1] == a], exclude_flagged, money) for a in arms
         },
         "paired": pairs,
         "power": power.block(pairs),
@@ -468,7 +553,8 @@ def build_report(
         "suspect_excluded": exclude_suspect,
         "infrastructure": infrastructure(cells, arms),
         "audit": full_audit(cells, arms, model),
-        "reconciliation": reconciliation(cells, arms, model),
+        "reconciliation": reconciliation(cells, arms, model, money),
+        "prices": {**money.pricer.source(), "line": money.pricer.source_line()},
         "bootstrap": {
             "method": "percentile",
             "resamples": stats.BOOTSTRAP_RESAMPLES,
@@ -484,7 +570,10 @@ def build_report(
         "notes": {
             "means": "over done cells and flagged cells (a hole in what the agent can write: every score 0); "
             "build failures count as partial 0 and pass rate 0; n counts both, flagged_in_n the flagged",
-            "cost_usd": "what the arm cost: its scoring attempts (done cells), equal to the sum of the cells' cost_usd",
+            "cost_usd": "what the arm cost: its scoring attempts (done cells), equal to the sum of the cells' cost_usd "
+            "(harbor's figure: the agent's own logs priced by harbor)",
+            "ledger_cost_usd": "the same attempts priced from the gateway's ledger (prices.line); None when any of "
+            "their tokens is unpriced (cost_unpriced says why); ledger_spend_usd: every attempt's",
             "spend_usd": "what the run cost: every attempt, errored and voided ones too",
             "cost_per_solved": "cost_usd over the cells with reward 1",
             "intervals": "95 % percentile bootstrap of the mean (paired: of the per-task differences), fixed seed",
@@ -758,6 +847,35 @@ def reconciliation_lines(rep: dict[str, Any], flag) -> list[str]:
     ]
 
 
+def cost_lines(rep: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The money section: which prices, each arm's cost (scoring attempts) and spend (every attempt)
+    from the gateway's ledger or why it is unpriced; then the flagged lines, harbor's figures where
+    they differ from the ledger's (they name tasks and attempts: the formats escape them).
+    Nothing without a ledger."""
+    prices = rep.get("prices")
+    summ = rep.get("arm_summary") or {}
+    rows = [
+        (a, s) for a, s in summ.items() if s.get("ledger_spend_usd") is not None or s.get("cost_unpriced")
+    ]
+    if not prices or not rows:
+        return [], []
+    out = [prices["line"]]
+    for a, s in rows:
+        out.append(
+            f"{a}: cost {_money_text(s['ledger_cost_usd'])} (scored attempts), "
+            f"spend {_money_text(s['ledger_spend_usd'])} (every attempt)"
+            + (f"; unpriced: {'; '.join(s['cost_unpriced'])}" if s.get("cost_unpriced") else "")
+        )
+    rec = rep.get("reconciliation") or {}
+    if rec.get("arms") and not rec.get("arm_lines"):
+        out.append("Harbor's own tokens and cost equal the ledger's for every compared done cell.")
+    return out, list(rec.get("arm_lines") or [])
+
+
+#: what a flagged line of the money section says before its arm's figures
+COST_FLAG = "harbor's figures differ from the ledger"
+
+
 def masked_lines(rep: dict[str, Any]) -> list[str]:
     """The differences each arm's harness makes by design (modes.profiles), which the fairness
     audit does not flag, and the config.toml keys it masks for every arm before hashing."""
@@ -827,6 +945,10 @@ def render_md(rep: dict[str, Any]) -> str:
     lines += _audit_lines(rep, lambda t: f"- **ALARM** {m(t, None)}", m)
     if rec := reconciliation_lines(rep, lambda t: f"- **FLAG** tokens differ: {m(t, None)}"):
         lines += ["", "## Tokens: the receipts against the gateway's ledger", "", *rec]
+    money, flagged = cost_lines(rep)
+    if money:
+        lines += ["", "## Cost from the gateway's ledger", ""] + [f"- {m(t, None)}" for t in money]
+        lines += [f"- **FLAG** {COST_FLAG}: {m(t, None)}" for t in flagged]
     lines += ["", "## Results (reward / partial / test pass rate; ✗build = build failed, counted as 0)", ""]
     lines.append("| task | " + " | ".join(m(a) for a in arms) + " |")
     lines.append("|---" * (len(arms) + 1) + "|")
@@ -886,6 +1008,8 @@ CSV_COLUMNS = (
     "task",
     "arm",
     *CELL_FIELDS,
+    "ledger_cost_usd",
+    "ledger_spend_usd",
     "flagged",
     "attempts",
     "errored_attempts",
@@ -953,6 +1077,11 @@ def render_html(rep: dict[str, Any]) -> str:
             f'<p class="alarm">{e(t, None)}</p>' if t.startswith("FLAG ") else f"<p>{e(t, None)}</p>"
             for t in rec
         ]
+    money, flagged = cost_lines(rep)
+    if money:
+        parts.append("<h2>Cost from the gateway's ledger</h2>")
+        parts += [f"<p>{e(t, None)}</p>" for t in money]
+        parts += [f'<p class="alarm">FLAG {e(COST_FLAG)}: {e(t, None)}</p>' for t in flagged]
     parts.append(
         "<h2>Per arm (means over done cells and flagged ones as failures, 95 % bootstrap intervals)</h2>"
     )

@@ -31,6 +31,8 @@ class Run:
     arms: tuple[str, ...] = ()
     pid: int | None = None
     repeats: int = 1  # the run's ``--repeats`` (attempts per pair)
+    model: str | None = None  # the run's ``--model`` (prices a ledger call whose request named none)
+    prices: tuple[str, ...] = ()  # the run's ``--price`` items (``runner.results.prices``)
 
 
 def _ts(v: Any) -> datetime | None:
@@ -58,6 +60,12 @@ def _repeats(v: Any) -> int:
 #: a runner_start's task and arm lists are taken up to this many names (a planted event naming a
 #: million tasks must not make a million pending cells)
 MAX_PLANNED = 20_000
+
+
+def _config_strs(config: Any, key: str) -> tuple[str, ...]:
+    """A list of short texts of the runner_start's ``config`` (its ``--price`` items)."""
+    v = config.get(key) if isinstance(config, dict) else None
+    return tuple(x[:200] for x in v[:100] if isinstance(x, str)) if isinstance(v, list) else ()
 
 
 def _strs(v: Any) -> tuple[str, ...]:
@@ -94,6 +102,7 @@ class RunLog:
         if not isinstance(run_id, str) or not run_id:
             return
         if ev["event"] == EventKind.RUNNER_START:
+            cfg = ev.get("config") if isinstance(ev.get("config"), dict) else None
             self.runs.append(
                 Run(
                     run_id=run_id,
@@ -102,6 +111,8 @@ class RunLog:
                     arms=_strs(ev.get("arms")),
                     pid=ev.get("pid") if isinstance(ev.get("pid"), int) else None,
                     repeats=_repeats(ev.get("repeats")),
+                    model=m if isinstance(m := (cfg or {}).get("model"), str) else None,
+                    prices=_config_strs(cfg, "prices"),
                 )
             )
             return

@@ -27,6 +27,7 @@ from modes.budget import agent_timeout_multiplier
 from modes.profiles import DEFAULT_ARMS, mode_for
 from runner import secrets
 from runner.errors import UserError
+from runner.results.prices import parse_prices
 from runner.results.tree import MAX_REPEATS, driver_env_path
 
 #: the checkout marathon runs from: harbor's job processes and a detached runner import our agents
@@ -216,6 +217,14 @@ KNOBS: tuple[Knob, ...] = (
     ),
     Knob("agent_kwargs", "MARATHON_AGENT_KWARGS", "--ak", (), "json", "agent kwargs key=value"),
     Knob(
+        "prices",
+        "MARATHON_PRICES",
+        "--price",
+        (),
+        "json",
+        "price MODEL=in,cached,out in USD per million tokens, over LiteLLM's map (repeatable)",
+    ),
+    Knob(
         "mounts", "MARATHON_MOUNTS", "--mounts", None, "str", "harbor --mounts JSON (e.g. the staged codex)"
     ),
     Knob(
@@ -265,6 +274,7 @@ class RunConfig:
     agent_env: tuple[str, ...] = ()
     agent_env_literal: tuple[str, ...] = ()
     agent_kwargs: tuple[str, ...] = ()
+    prices: tuple[str, ...] = ()  # ``--price`` items (``runner.results.prices``), recorded for the report
     mounts: str | None = None
     allow_modified: bool = False
     modified_tasks: tuple[str, ...] = ()
@@ -523,6 +533,10 @@ def resolve(
         )
     if values["model_key_var"] is not None and not secrets.NAME.match(values["model_key_var"]):
         raise UserError("--model-key-var: expected the NAME of an environment variable (the key stays in it)")
+    try:
+        values["prices"] = tuple(o.text() for o in parse_prices(values["prices"]))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     values["agent_env"] = check_agent_env(values["agent_env"])
     values["agent_env_literal"] = tuple(secrets.agent_env_literal(i) for i in values["agent_env_literal"])
     twice = secrets.duplicate_env_keys(values["agent_env"] + values["agent_env_literal"])

@@ -139,7 +139,7 @@ def test_wins_losses_ties_and_diff_on_the_handmade_tree(handmade):
 
 def test_cost_is_the_sum_of_the_cells_and_spend_counts_errored_and_voided(handmade):
     rep = build_report(RunModel.load(handmade))
-    assert rep["schema"] == "marathon-report-v3"
+    assert rep["schema"] == "marathon-report-v4"
     s = rep["arm_summary"]
     for arm in ("plain", "goal", "heartbeat"):
         cells = [rep["cells"][t][arm] for t in TASKS]

@@ -1,0 +1,273 @@
+"""Money from the gateway's ledger: pricing (runner.results.prices) agrees with LiteLLM itself, the
+report's cost and spend per cell and arm equal a hand computation, an unknown model is unpriced
+(never $0), harbor's own figures are reconciled, and the projection (runner.results.projection)
+equals a hand computation on a copy of the hand-made tree with a ledger written by the gateway's
+own writer."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+
+import pytest
+from handmade_tree import COST, EARLY, STAMP, TASKS
+
+from modes import cost_map
+from runner.ops.gateway.server import LedgerWriter
+from runner.results import ledger as L
+from runner.results.model import RunModel
+from runner.results.prices import Pricer, parse_price, parse_prices
+from runner.results.projection import ArmSpend, project, projection_of
+from runner.results.report import build_report, render
+from runner.results.tree import gateway_dir, voided_root
+
+# (model, service tier, input, cached, output, reasoning) of one call
+CALLS = [
+    ("gpt-5.5", None, 1000, 400, 300, 100),
+    ("openai/gpt-5.5", None, 300_000, 1000, 10, 0),  # above the 272k prompt tier
+    ("gpt-5.5", "flex", 300_000, 1000, 10, 5),
+    ("gpt-5.5", "priority", 5000, 1000, 10, 5),
+    ("gpt-5", None, 20_000, 15_000, 2000, 1500),
+    ("dashscope/qwen-turbo", None, 5000, 0, 100, 60),  # a map entry with a reasoning rate
+]
+
+
+def _usage(*calls: tuple) -> L.AttemptUsage:
+    led = L.Ledger()
+    led.add_rows(
+        {"kind": L.CALL, "at": 1.0, "task": "t", "arm": "a", "stamp": "s", "outcome": L.OK,
+         "params": {"model": m, "service_tier": tier},
+         "usage": {"input": i, "cached": c, "output": o, "reasoning": r}}
+        for m, tier, i, c, o, r in calls
+    )  # fmt: skip
+    return led.usage("t", "a", "s")
+
+
+def test_a_price_override_parses_or_says_why_in_one_line():
+    o = parse_price("scripted/solve=5,0.5,30")
+    assert (o.model, o.input, o.cached, o.output) == ("scripted/solve", 5.0, 0.5, 30.0)
+    assert o.text() == "scripted/solve=5,0.5,30"
+    for bad in ("x", "x=1,2", "=1,2,3", "x=a,1,2", "x=-1,1,1", "x=nan,1,1", "x=inf,1,1", "x=1e9,1,1"):
+        with pytest.raises(ValueError) as e:
+            parse_price(bad)
+        assert "\n" not in str(e.value) and "--price" in str(e.value)
+    with pytest.raises(ValueError, match="given twice"):
+        parse_prices(["m=1,1,1", "m=2,2,2"])
+
+
+def test_a_call_is_priced_by_hand_each_token_once():
+    # input includes cached, output includes reasoning (the Responses API's usage): gpt-5.5 is
+    # $5 in / $0.5 cached / $30 out per million, no reasoning rate of its own
+    cost = Pricer().cost(_usage(CALLS[0]))
+    assert cost is not None and cost.unpriced == ()
+    assert cost.usd == pytest.approx((1000 - 400) * 5e-6 + 400 * 0.5e-6 + 300 * 30e-6, rel=1e-12)
+    # above 272k prompt tokens the whole call is at the higher rates ($10 / $1 / $45)
+    cost = Pricer().cost(_usage(CALLS[1]))
+    assert cost.usd == pytest.approx(299_000 * 10e-6 + 1000 * 1e-6 + 10 * 45e-6, rel=1e-12)
+
+
+def test_pricing_agrees_with_litellm_itself():
+    """LiteLLM's own cost_per_token on the same usage, in a child process (this one never imports it)."""
+    code = (
+        "import json, sys, litellm\nout = []\n"
+        "for model, tier, inp, cached, o, r in json.loads(sys.argv[1]):\n"
+        "    u = litellm.Usage(prompt_tokens=inp, completion_tokens=o, total_tokens=inp + o,\n"
+        "        prompt_tokens_details={'cached_tokens': cached}, completion_tokens_details={'reasoning_tokens': r})\n"
+        "    a, b = litellm.cost_per_token(model=model, usage_object=u, service_tier=tier)\n"
+        "    out.append(a + b)\n"
+        "print(json.dumps(out))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, json.dumps(CALLS)], capture_output=True, text=True,
+                       timeout=300, env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    theirs = json.loads(r.stdout.splitlines()[-1])
+    ours = [Pricer().cost(_usage(c)).usd for c in CALLS]
+    assert ours == pytest.approx(theirs, rel=1e-9)
+    # the sum of an attempt's calls is priced per call (each its own tier), then added
+    assert Pricer().cost(_usage(*CALLS)).usd == pytest.approx(sum(theirs), rel=1e-9)
+
+
+def test_an_unknown_model_is_unpriced_with_its_tokens_never_zero():
+    u = _usage(("scripted/solve", None, 300, 0, 20, 0))
+    cost = Pricer().cost(u)
+    assert cost.usd is None and (cost.input, cost.output) == (300, 20)
+    assert cost.unpriced == (
+        "scripted/solve: not in LiteLLM's model cost map (give --price scripted/solve=in,cached,out)",
+    )
+    # one unpriced call makes the whole attempt unpriced: part of its calls is not its cost
+    assert Pricer().cost(_usage(CALLS[0], ("scripted/solve", None, 300, 0, 20, 0))).usd is None
+    # an override prices it (with or without the provider prefix the request sent)
+    assert Pricer([parse_price("scripted/solve=1,0.1,2")]).cost(u).usd == pytest.approx(300e-6 + 40e-6)
+    assert Pricer([parse_price("other/solve=1,0.1,2")]).cost(u).usd == pytest.approx(340e-6)
+
+
+def test_the_map_identity_is_litellms_version_and_the_files_sha256():
+    from importlib.metadata import version
+
+    ident = cost_map.identity()
+    assert ident.litellm_version == version("litellm") and ident.sha256 and len(ident.sha256) == 64
+    assert ident.sha256[:12] in Pricer().source_line() and ident.litellm_version in Pricer().source_line()
+
+
+# ------------------------------------------------------------------------- the report and a tree
+
+
+def _model_tree(handmade, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(handmade, out, symlinks=True)
+    shutil.copytree(voided_root(handmade), voided_root(out), symlinks=True)
+    return out
+
+
+#: per arm, a factor of every call's tokens; task i's call has 1000 (i + 2) input tokens
+FACTOR = {"plain": 1, "goal": 2, "heartbeat": 3}
+PRICE = "hand/model=1,0.5,10"  # USD per million: 1 in, 0.5 cached, 10 out
+
+
+def _call(w: LedgerWriter, task: str, arm: str, stamp: str, inp: int, out_tokens: int, model: str) -> None:
+    w.write({
+        "kind": L.CALL, "v": L.SCHEMA, "at": 1.7e9, "gateway": "g1", "host": None, "attempt": f"{arm}-{task}-{stamp}",
+        "task": task, "arm": arm, "stamp": stamp, "method": "POST", "path": "/v1/responses",
+        "params": {"model": model}, "outcome": L.OK, "status": 200,
+        "usage": {"input": inp, "cached": 0, "output": out_tokens, "reasoning": 0},
+    })  # fmt: skip
+
+
+def _ledger(out, model: str = "hand/model") -> None:
+    """One call per done cell (task i of an arm of factor f: 1000 (i + 2) f input and 100 f output
+    tokens, so at PRICE $0.001 (i + 3) f; $0.150 f an arm), the errored heartbeat t00 attempt $0.05, the voided
+    plain t01 attempt $0.02."""
+    w = LedgerWriter(gateway_dir(out) / "ledger.jsonl")
+    for i, task in enumerate(TASKS):
+        for arm, f in FACTOR.items():
+            _call(w, task, arm, STAMP, 1000 * (i + 2) * f, 100 * f, model)
+    _call(w, "t00", "heartbeat", EARLY, 40_000, 1000, model)  # 0.04 + 0.01
+    _call(w, "t01", "plain", EARLY, 10_000, 1000, model)  # 0.01 + 0.01
+    w.close()
+
+
+def _done_cost(i: int, arm: str) -> float:
+    return 0.001 * (i + 3) * FACTOR[arm]
+
+
+def test_the_report_prices_cells_and_arms_from_the_ledger(handmade, tmp_path):
+    out = _model_tree(handmade, tmp_path)
+    _ledger(out)
+    rep = build_report(RunModel.load(out), prices=[PRICE])
+    assert rep["schema"] == "marathon-report-v4"
+    for i, task in enumerate(TASKS):
+        for arm in FACTOR:
+            c = rep["cells"][task][arm]
+            assert c["ledger_cost_usd"] == pytest.approx(_done_cost(i, arm)), (task, arm)
+            assert c["cost_usd"] == COST[arm]  # harbor's own figure stays what it was
+    assert rep["cells"]["t00"]["heartbeat"]["ledger_spend_usd"] == pytest.approx(
+        _done_cost(0, "heartbeat") + 0.05
+    )
+    assert rep["cells"]["t01"]["plain"]["ledger_spend_usd"] == pytest.approx(_done_cost(1, "plain") + 0.02)
+    extra = {"plain": 0.02, "goal": 0.0, "heartbeat": 0.05}
+    for arm, f in FACTOR.items():
+        s = rep["arm_summary"][arm]
+        arm_cost = 0.001 * f * sum(i + 3 for i in range(15))  # 0.150 f
+        assert s["ledger_cost_usd"] == pytest.approx(arm_cost) and s["cost_unpriced"] == []
+        assert s["ledger_spend_usd"] == pytest.approx(arm_cost + extra[arm])
+    assert (
+        rep["prices"]["overrides"] == [PRICE] and rep["prices"]["map"]["sha256"] == cost_map.identity().sha256
+    )
+    md = render(rep, "md")
+    assert "## Cost from the gateway's ledger" in md and rep["prices"]["line"] in md
+    assert "heartbeat: cost $0.4500 (scored attempts), spend $0.5000 (every attempt)" in md
+    assert rep["prices"]["line"] in render(rep, "html")
+
+
+def test_an_unpriced_model_shows_unpriced_in_every_format(handmade, tmp_path):
+    out = _model_tree(handmade, tmp_path)
+    _ledger(out, model="scripted/solve")
+    rep = build_report(RunModel.load(out))
+    s = rep["arm_summary"]["plain"]
+    assert s["ledger_cost_usd"] is None and s["ledger_spend_usd"] is None
+    assert s["cost_unpriced"] and "scripted/solve: not in LiteLLM's model cost map" in s["cost_unpriced"][0]
+    assert rep["cells"]["t03"]["goal"]["ledger_cost_usd"] is None
+    md = render(rep, "md")
+    assert (
+        "plain: cost unpriced (scored attempts), spend unpriced (every attempt); unpriced: scripted/solve"
+        in md
+    )
+    assert "$0.0000" not in md
+    priced = build_report(RunModel.load(out), prices=["scripted/solve=1,0.5,10"])
+    assert priced["arm_summary"]["plain"]["ledger_cost_usd"] == pytest.approx(0.150)
+
+
+def test_harbors_own_figures_are_reconciled_per_arm_naming_the_attempts(handmade, tmp_path):
+    out = _model_tree(handmade, tmp_path)
+    # plain's calls say what harbor says (100 in, 10 out, $0.01 at 50/0/500 per million); the other
+    # arms' calls differ from harbor's figures
+    w = LedgerWriter(gateway_dir(out) / "ledger.jsonl")
+    for task in TASKS:
+        for arm in FACTOR:
+            _call(w, task, arm, STAMP, 100 if arm == "plain" else 5000, 10, "hand/model")
+    w.close()
+    rep = build_report(RunModel.load(out), prices=["hand/model=50,0,500"])
+    rec = rep["reconciliation"]
+    assert rec["arms"]["plain"]["differ"] == [] and rec["arms"]["plain"]["compared"] == 15
+    assert rec["arms"]["plain"]["ledger_usd"] == pytest.approx(0.15) == rec["arms"]["plain"]["harbor_usd"]
+    assert len(rec["arms"]["goal"]["differ"]) == 15
+    (line,) = [x for x in rec["arm_lines"] if x.startswith("goal:")]
+    assert f"t00 ({STAMP}): input tokens: harbor 200, ledger 5000 (-4800)" in line
+    assert not any(x.startswith("plain:") for x in rec["arm_lines"])
+    assert "**FLAG** harbor's figures differ from the ledger: goal:" in render(rep, "md")
+
+
+# ------------------------------------------------------------------------------------ projection
+
+
+def test_the_projection_of_pure_inputs_equals_a_hand_computation():
+    p = project(
+        {
+            "a": ArmSpend(spent=10.0, done_costs=[2.0, 4.0], pending=3, running_spent=[1.0, 5.0]),
+            "b": ArmSpend(spent=6.0, done_costs=[3.0, 3.0], pending=2),
+            "c": ArmSpend(spent=1.0, done_costs=[1.0, math.nan, -4.0, math.inf]),  # nothing left
+        },
+        elapsed_sec=7200.0,
+        cap=40.0,
+    )
+    # a: mean 3; 3 pending at 3, the running ones at max(3 - 1, 0) + max(3 - 5, 0) = 2 more
+    assert p.arms["a"].projected == pytest.approx(10 + 9 + 2)
+    assert p.arms["b"].projected == pytest.approx(6 + 6) and p.arms["b"].interval == pytest.approx(
+        (12.0, 12.0)
+    )
+    assert p.arms["c"].projected == 1.0 and p.arms["c"].mean == 1.0  # NaN, negative, inf left out
+    assert p.spent == 17.0 and p.rate_per_hour == pytest.approx(8.5) and p.projected == pytest.approx(34.0)
+    assert p.time_to_cap_sec == pytest.approx((40 - 17) / 8.5 * 3600) and p.cap_before_completion is False
+    lo, hi = p.interval
+    assert 17 + 6 + 6 <= lo <= 34 <= hi <= 17 + 3 * 4 + 3 + 6  # a's mean within [2, 4]
+    assert project({"a": ArmSpend(1.0, [1.0], pending=2)}).interval is None  # one done: no spread yet
+    assert project({"a": ArmSpend(1.0, [], pending=2)}).projected is None  # nothing done: no projection
+
+
+def test_the_projection_of_a_recorded_tree_equals_a_hand_computation(handmade, tmp_path):
+    out = _model_tree(handmade, tmp_path)
+    _ledger(out)
+    started = 1_796_000_000.0  # 2026-11-29, before every stamp of the tree
+    (out / ".runner").mkdir(exist_ok=True)
+    (out / ".runner" / "events.jsonl").write_text(json.dumps({
+        "event": "runner_start", "run_id": "r1", "ts": started, "tasks": [*TASKS, "t15", "t16"],
+        "arms": list(FACTOR), "config": {"model": "hand/model", "prices": [PRICE]},
+    }) + "\n")  # fmt: skip
+    model = RunModel.load(out)
+    p = projection_of(model, model.money(), "run", cap=2.0, now=started + 4 * 3600)
+    extra = {"plain": 0.02, "goal": 0.0, "heartbeat": 0.05}
+    spent = sum(0.150 * f + extra[a] for a, f in FACTOR.items())  # 0.90 + 0.07
+    assert p.spent == pytest.approx(spent) and p.rate_per_hour == pytest.approx(spent / 4)
+    # each arm: mean of its 15 done costs (0.010 f) for each of the two pending tasks t15, t16
+    for arm, f in FACTOR.items():
+        assert p.arms[arm].mean == pytest.approx(0.010 * f) and p.arms[arm].left == 2
+        assert p.arms[arm].projected == pytest.approx(0.150 * f + extra[arm] + 2 * 0.010 * f)
+    assert p.projected == pytest.approx(spent + 2 * 0.010 * 6)
+    assert p.interval[0] <= p.projected <= p.interval[1]
+    assert p.time_to_cap_sec == pytest.approx((2.0 - spent) / (spent / 4) * 3600)
+    assert projection_of(model, model.money(), "run", now=started + 4 * 3600) == projection_of(
+        model, model.money(), "run", now=started + 4 * 3600
+    )  # a fixed seed: the same tree, the same figures
