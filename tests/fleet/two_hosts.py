@@ -188,6 +188,15 @@ def _start_up(stack: ExitStack, argv: list[str], log: Path, env: dict[str, str],
     raise AssertionError("unreachable")
 
 
+#: An idle node's own upkeep on two shared cores, cut where the tests read nothing: the dashboard
+#: agent's psutil report every 60 s (not 5 s), no metrics recorded or exported, no log monitor (job
+#: logs are files the job API reads). benchmarks/bench_ray_idle.py: an idle head 7.1-7.8 -> 4.4-4.9 %
+#: of a core (docs/testing.md).
+IDLE_KNOBS = {"REPORTER_UPDATE_INTERVAL_MS": "60000", "METRICS_RECORD_INTERVAL_S": "60",
+              "RAY_enable_metrics_collection": "0"}  # fmt: skip
+IDLE_ARGS = ["--include-log-monitor", "false"]
+
+
 def ray_env(repo: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """A Ray node's environment: the repo importable, no usage stats, this host's own variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != "DOCKER_HOST"}
@@ -196,7 +205,7 @@ def ray_env(repo: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
             # the raylet waits for its Python agents (their port files), then aborts (a "Check
             # failed" crash); under load their imports took longer than the defaults allow
             "RAY_agent_register_timeout_ms": "600000", "RAY_raylet_start_wait_time_s": "600"}  # fmt: skip
-    return env | (extra or {})
+    return env | IDLE_KNOBS | (extra or {})
 
 
 @contextmanager
@@ -214,7 +223,7 @@ def two_hosts(
         pd = stack.enter_context(private_dockerd(pool_prefix=21, pool_size=24, storage_driver="overlay2"))
         stack.enter_context(veth_pair(pd))
         common = ["--num-cpus", "1", "--num-gpus", "0", "--resources", json.dumps({"docker_slots": SLOTS}),
-                  "--disable-usage-stats", "--block",
+                  "--disable-usage-stats", "--block", *IDLE_ARGS,
                   "--min-worker-port", str(base + 30), "--max-worker-port", str(base + 79)]  # fmt: skip
         head_argv = [*ray_cmd(), "start", "--head", "--node-ip-address", HEAD_IP, "--temp-dir", str(tmp / "h"),
                      "--dashboard-host", HEAD_IP, "--include-dashboard", "true", *common]  # fmt: skip
