@@ -126,6 +126,9 @@ class Cost:
     output: int = 0
     reasoning: int = 0
     unpriced: tuple[str, ...] = ()
+    #: some of the calls were priced by an operator's ``--price`` (harbor, which prices with the map
+    #: alone, cannot agree with those: the reconciliation compares tokens only then)
+    overridden: bool = False
 
     @property
     def priced(self) -> bool:
@@ -150,7 +153,7 @@ def add_costs(costs: Iterable[Cost | None]) -> Cost | None:
     why = tuple(dict.fromkeys(w for c in got for w in c.unpriced))
     usd = None if why or any(c.usd is None for c in got) else math.fsum(c.usd or 0.0 for c in got)
     return Cost(usd, sum(c.input for c in got), sum(c.cached for c in got), sum(c.output for c in got),
-                sum(c.reasoning for c in got), why)  # fmt: skip
+                sum(c.reasoning for c in got), why, any(c.overridden for c in got))  # fmt: skip
 
 
 def _rate(entry: dict[str, Any], base: str, tier: str | None, threshold: str) -> float | None:
@@ -216,19 +219,20 @@ class Pricer:
         """One attempt's cost from its ledger usage; None when the ledger has no answered call of it."""
         if usage is None or not usage.with_usage:
             return None
-        usd, why = 0.0, []
+        usd, why, overridden = 0.0, [], False
         parts = []
         for (model, tier, threshold), (inp, cached, out, reas) in sorted(usage.by_price.items(), key=str):
             r = self.rates(model, tier, threshold)
             if isinstance(r, str):
                 why.append(r)
                 continue
+            overridden |= r.source.startswith("--price ")
             cached_n, reas_n = min(cached, inp), min(reas, out)
             parts += [(inp - cached_n) * r.input, cached_n * r.cached, (out - reas_n) * r.output,
                       reas_n * (r.output if r.reasoning is None else r.reasoning)]  # fmt: skip
         usd = math.fsum(parts)
         return Cost(None if why else usd, usage.input, usage.cached, usage.output, usage.reasoning,
-                    tuple(dict.fromkeys(why)))  # fmt: skip
+                    tuple(dict.fromkeys(why)), overridden)  # fmt: skip
 
     def source(self) -> dict[str, Any]:
         """Which prices: the map's identity and every override (the report's ``prices``)."""

@@ -461,7 +461,10 @@ def reconciliation(
         if money is None:
             continue
         f, cost = att.figures, money.attempt(att)
+        # harbor prices with LiteLLM's map alone: a cost from an operator's --price has no harbor
+        # counterpart, so only the tokens are compared then (a flag would be noise on every attempt)
         wire_usd = cost.usd if cost is not None else None
+        compared_usd = wire_usd if cost is not None and not cost.overridden else None
         row = per_arm.setdefault(arm, {"compared": 0, "ledger_usd": [], "harbor_usd": [], "ledger_tokens": [0, 0],
                                        "harbor_tokens": [[], []], "differ": []})  # fmt: skip
         row["compared"] += 1
@@ -471,7 +474,7 @@ def reconciliation(
         row["ledger_tokens"][1] += u.output
         row["harbor_tokens"][0].append(f.agent_input_tokens)
         row["harbor_tokens"][1].append(f.agent_output_tokens)
-        if diff := reconcile_harbor(u, f.agent_input_tokens, f.agent_output_tokens, f.cost_usd, wire_usd):
+        if diff := reconcile_harbor(u, f.agent_input_tokens, f.agent_output_tokens, f.cost_usd, compared_usd):
             row["differ"].append(f"{task} ({att.stamp}): {'; '.join(diff)}")
     out_arms, arm_lines = {}, []
     for arm in arms:

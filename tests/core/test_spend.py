@@ -220,6 +220,21 @@ def test_harbors_own_figures_are_reconciled_per_arm_naming_the_attempts(handmade
     assert "**FLAG** harbor's figures differ from the ledger: goal:" in render(rep, "md")
 
 
+def test_a_cost_is_reconciled_only_where_harbor_priced_the_same_way(handmade, tmp_path):
+    """harbor prices with LiteLLM's map alone: a call priced by the map is compared with harbor's cost
+    (a difference is flagged), one priced by an operator's --price only by its tokens (harbor cannot
+    know the override: the field's scripted model, $0 in harbor, was flagged on every attempt)."""
+    out = _model_tree(handmade, tmp_path)
+    w = LedgerWriter(gateway_dir(out) / "ledger.jsonl")
+    for task in TASKS:
+        _call(w, task, "plain", STAMP, 200, 20, "gpt-5.5")  # harbor's tokens, its own (other) cost
+        _call(w, task, "goal", STAMP, 200, 20, "hand/model")
+    w.close()
+    rec = build_report(RunModel.load(out), prices=["hand/model=50,0,500"])["reconciliation"]["arms"]
+    assert len(rec["plain"]["differ"]) == len(TASKS) and all("cost:" in d for d in rec["plain"]["differ"])
+    assert rec["goal"]["differ"] == [], rec["goal"]
+
+
 # ------------------------------------------------------------------------------------ projection
 
 
