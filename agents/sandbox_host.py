@@ -690,6 +690,17 @@ def _merge_driver_receipt(
     except (ValueError, KeyError, TypeError) as exc:
         receipt.warnings.append(f"the driver's receipt is unreadable: {exc}")
         return receipt
-    if receipt.stop_reason in ("cancelled", "error") and merged.stop_reason not in ("error",):
-        merged.stop_reason = receipt.stop_reason
+    merged.stop_reason = merged_stop_reason(receipt.stop_reason, merged.stop_reason)
     return merged
+
+
+def merged_stop_reason(host: str | None, driver: str | None) -> str | None:
+    """Why the attempt stopped, from the host's side and the driver's receipt. harbor's cancellation
+    (the host's ``cancelled``) wins: the host then stopped the driver, and an error the driver met on
+    the way down (its app-server gone under it) is the cancellation's consequence, kept in its errors.
+    A host-side error wins over a driver that ended well; otherwise the driver knows best."""
+    if host == "cancelled":
+        return "cancelled"
+    if host == "error":
+        return "error"
+    return driver

@@ -113,3 +113,16 @@ def test_a_step_failing_with_no_cancellation_is_an_error(agent):
     rec = _receipt(agent)
     assert rec["stop_reason"] == "error" and CANCELLED not in rec["errors"], rec["errors"]
     assert not carrier.cancelled_called
+
+
+def test_harbors_cancellation_wins_over_the_drivers_error_on_the_way_down():
+    """The in-sandbox driver's receipt merged into the host's: when harbor cancelled the run, the host
+    stopped the driver, whose app-server then closed under it (``AppServerClosed``, an error in the
+    driver's receipt): the attempt was cancelled (CI: ``stop_reason`` 'error' once in 150)."""
+    from agents.sandbox_host import merged_stop_reason
+
+    assert merged_stop_reason("cancelled", "error") == "cancelled"
+    assert merged_stop_reason("cancelled", "done") == "cancelled"
+    assert merged_stop_reason("error", "done") == "error"
+    assert merged_stop_reason(None, "deadline") == "deadline"
+    assert merged_stop_reason("done", "error") == "error"
