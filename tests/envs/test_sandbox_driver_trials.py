@@ -22,6 +22,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -198,16 +199,29 @@ class TlsRoute:
                 "--gateway-ca", str(self.ca)]  # fmt: skip
 
 
+def bridge_address() -> str:
+    """The host's address on the engine's default bridge: its IPAM gateway, else (an engine that
+    adopted a bridge interface left by an earlier daemon lists only the subnet) the IPv4 address
+    of the bridge's interface itself, which is the same thing."""
+    import psutil
+
+    fmt = '{{range .IPAM.Config}}{{.Gateway}}{{end}}|{{index .Options "com.docker.network.bridge.name"}}'
+    inspect = subprocess.run(["docker", "network", "inspect", "bridge", "--format", fmt],
+                             capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    gateway, _, name = inspect.stdout.strip().partition("|")
+    if gateway:
+        return gateway
+    addrs = [
+        a.address for a in psutil.net_if_addrs().get(name or "docker0", []) if a.family == socket.AF_INET
+    ]
+    assert addrs, f"the engine's bridge ({name or 'docker0'}) has no IPv4 address"
+    return addrs[0]
+
+
 def tls_route(base: Path) -> TlsRoute:
     """A private CA and its certificate for the bridge's address, and a port free on it now (the gateway
     binds it when the run starts, seconds later; the ephemeral range makes a clash unlikely)."""
-    import socket
-
-    inspect = subprocess.run(["docker", "network", "inspect", "bridge", "--format",
-                              "{{range .IPAM.Config}}{{.Gateway}}{{end}}"],
-                             capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
-    ip = inspect.stdout.strip()
-    assert ip, "the engine's bridge has no gateway address"
+    ip = bridge_address()
     with socket.socket() as s:
         s.bind((ip, 0))
         port = s.getsockname()[1]
