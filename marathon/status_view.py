@@ -22,7 +22,9 @@ def _iso(t) -> str | None:
 
 
 def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | None = None) -> dict:
-    """The status of ``model``; ``cap``: a spend cap in USD the projection gives the time to."""
+    """The status of ``model``; ``cap``: a spend cap in USD the projection gives the time to (default:
+    the run's ``--max-spend``, as its runner recorded it for the gateways)."""
+    from runner.results.caps import read_caps
     from runner.results.projection import projection_of
     from runner.results.report import HEADLINE, OTHER_READING, arm_summary, cell_dict
     from runner.results.tree import unit_label
@@ -33,6 +35,8 @@ def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | N
     per_arm = {
         a: arm_summary([c for k, c in cells.items() if k[1] == a], exclude_flagged, money) for a in arms
     }
+    caps = read_caps(model.out)
+    cap = cap if cap is not None else caps.run_usd
     spend = projection_of(model, money, scope, cap) if money.exists else None
     all_cells = model.scoped("all")
     repeats = max((c.k for c in cells.values()), default=1)
@@ -50,6 +54,7 @@ def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | N
         "spend": {**spend.as_dict(), "text": spend.text(), "prices": money.pricer.source_line()}
         if spend
         else None,
+        "caps": caps.to_json() if caps.any else None,
         # with repeats these count repeats (each pair K times), as every count of the table does
         "all_time_done": sum(c.repeats_done for c in all_cells.values()),
         "all_time_pairs": sum(c.k for c in all_cells.values()),
@@ -153,6 +158,13 @@ def render(d: dict) -> str:
     if d.get("spend"):
         lines.append(clean(d["spend"]["text"], None))
         lines.append(clean(d["spend"]["prices"], None))
+    caps = d.get("caps")
+    if caps:
+        parts = [f"run ${caps['run_usd']:.2f}" if caps.get("run_usd") else "",
+                 f"each arm ${caps['arm_usd']:.2f}" if caps.get("arm_usd") else ""]  # fmt: skip
+        lines.append(
+            f"spend caps: {', '.join(p for p in parts if p)}; at a cap running attempts {caps['on_cap']}"
+        )
     for host, hrow in d.get("hosts", {}).items():
         rest = ", ".join(f"{n} {clean(k)}" for k, n in hrow.items() if k != "attempts")
         lines.append(f"host {clean(host)}: {hrow['attempts']} attempt(s) ({rest})")

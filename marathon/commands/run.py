@@ -77,6 +77,11 @@ def add_knobs(p: argparse.ArgumentParser) -> None:
         "--ak", dest="agent_kwargs", action="append", metavar="K=V", help="agent kwarg for every arm"
     )
     p.add_argument("--price", dest="prices", action="append", metavar="MODEL=IN,CACHED,OUT", help=h("prices"))
+    p.add_argument("--max-spend", dest="max_spend", type=float, metavar="USD", help=h("max_spend"))
+    p.add_argument(
+        "--max-spend-arm", dest="max_spend_arm", type=float, metavar="USD", help=h("max_spend_arm")
+    )
+    p.add_argument("--on-cap", dest="on_cap", choices=("finish", "stop"), help=h("on_cap"))
     p.add_argument("--mounts", help=h("mounts"))
     p.add_argument(
         "--allow-modified", dest="allow_modified", action="store_true", default=None, help=h("allow_modified")

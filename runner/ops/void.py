@@ -75,18 +75,20 @@ def trial_facts(
     ``deaths``: the engine's account of container deaths, when there is one (the runner's own
     watch, or a cluster job's record of its host: ``runner.results.deaths``)."""
     rec = read_trial(trial_dir)  # the one reader of a trial's result.json (runner.results.records)
+    cut = spend_cut(trial_dir)
     if not rec.finished:
-        return rules.TrialFacts(has_result=False, stopped_by=stopped_by), []
+        return rules.TrialFacts(has_result=False, stopped_by=stopped_by, spend_cut=cut), [cut] if cut else []
     gw = gateway_outage(trial_dir)
     if not rec.errored:
-        if gw:
-            return rules.TrialFacts(stopped_by=stopped_by, gateway_failed=gw), [gw]
+        if gw or cut:
+            return rules.TrialFacts(stopped_by=stopped_by, gateway_failed=gw, spend_cut=cut), [
+                x for x in (gw, cut) if x
+            ]
         return rules.TrialFacts(stopped_by=stopped_by), []
     etype = rec.exception_type or "UnknownException"
     msg = rec.exception_message or ""
     evidence = [f"exception_type: {etype}", f"exception_message: {msg[:2000]}"]
-    if gw:
-        evidence.append(gw)
+    evidence += [x for x in (gw, cut) if x]
     evidence += [f"{TrialFiles.EXCEPTION}: {ln}" for ln in _tail(trial_dir / TrialFiles.EXCEPTION, 8)]
     try:
         from harbor.models.trial.error_policy import policy_for
@@ -111,6 +113,7 @@ def trial_facts(
         stopped_by=stopped_by,
         container_died=died,
         gateway_failed=gw,
+        spend_cut=cut,
     )
     if not facts.agent_started:
         evidence.append("failed in: " + ("agent setup" if rec.agent_setup_started else "environment start"))
@@ -122,12 +125,26 @@ def gateway_outage(trial_dir: Path) -> str:
     (``runner.results.ledger.outage_of``), described; "" when there is none."""
     from runner.results.ledger import outage_of
 
+    at = _attempt_of(trial_dir)
+    o = outage_of(*at) if at is not None else None
+    return o.describe() if o is not None else ""
+
+
+def spend_cut(trial_dir: Path) -> str:
+    """The runner's record of a spend cap stopping this trial's attempt (``runner.results.caps.cut_of``),
+    described; "" when there is none."""
+    from runner.results.caps import cut_of
+
+    at = _attempt_of(trial_dir)
+    return cut_of(*at) if at is not None else ""
+
+
+def _attempt_of(trial_dir: Path) -> tuple[Path, str, str, str] | None:
+    """(out, task, arm, stamp) of a trial dir in the tree's layout (``<out>/<task>/<arm>/<stamp>/<job>/<trial>``)."""
     p = Path(trial_dir)
     if len(p.parents) < 5:
-        return ""
-    task, arm, stamp, out = p.parents[3].name, p.parents[2].name, p.parents[1].name, p.parents[4]
-    o = outage_of(out, task, arm, stamp)
-    return o.describe() if o is not None else ""
+        return None
+    return p.parents[4], p.parents[3].name, p.parents[2].name, p.parents[1].name
 
 
 def classify_trial(trial_dir: Path, stopped_by: str | None = None, deaths: Deaths | None = None) -> Verdict:

@@ -50,7 +50,8 @@ class EventKind(StrEnum):
     GATE_OPEN = "gate_open"
     GATE_ERROR = "gate_error"
     RECLAIM = "reclaim"
-    RUN_PAUSED = "run_paused"  # reason: the circuit breaker's
+    RUN_PAUSED = "run_paused"  # cause (circuit breaker | spend cap), reason: one line for the operator
+    SPEND_CAP = "spend_cap"  # scope (run | arm), arm, spent_usd, cap_usd, on_cap, running: a cap reached
     VOID = "void"
     CLEANUP = "cleanup"
     CLEANUP_PLAN = "cleanup_plan"

@@ -38,7 +38,7 @@ GATEWAY_STOP = "gateway_stop"
 
 #: what happened to a call
 OK = "ok"  # forwarded, the upstream answered 2xx and the answer reached the client
-REFUSED = "refused"  # the gateway answered 401 itself (``REFUSALS``); nothing went upstream
+REFUSED = "refused"  # the gateway answered 401/402/404 itself (``REFUSALS``); nothing went upstream
 UPSTREAM_ERROR = "upstream_error"  # forwarded; the upstream answered 4xx/5xx or could not be reached
 CLIENT_CLOSED = "client_closed"  # the client went away before the answer ended; upstream cancelled
 GATEWAY_ERROR = "gateway_error"  # the gateway itself failed on the call
@@ -51,7 +51,9 @@ ENDED = "attempt_ended"  # the runner ended, voided or stopped the attempt
 GONE = "attempt_gone"  # the attempt's harbor process is gone (killed)
 BUDGET = "budget_exhausted"  # the attempt's model budget (modes.budget) is spent
 NOT_FOUND = "not_found"  # a path outside the API (404): nothing went upstream
-REFUSALS = (NO_TOKEN, OTHER_ATTEMPT, ENDED, GONE, BUDGET, NOT_FOUND)
+SPEND_CAP_RUN = "spend_cap_run"  # the run's spend cap is reached (402; runner.results.caps)
+SPEND_CAP_ARM = "spend_cap_arm"  # the arm's spend cap is reached (402)
+REFUSALS = (NO_TOKEN, OTHER_ATTEMPT, ENDED, GONE, BUDGET, NOT_FOUND, SPEND_CAP_RUN, SPEND_CAP_ARM)
 
 #: the request parameters that decide the model's behaviour, compared across arms by the wire audit
 PARAMS: dict[str, str] = {

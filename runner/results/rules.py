@@ -293,6 +293,9 @@ class TrialFacts:
     #: the runner's own record of the model gateway dying while the attempt was live at it (""
     #: if it did not): runner.results.ledger.outage_of
     gateway_failed: str = ""
+    #: the runner's record of an operator's spend cap stopping the attempt (``--on-cap stop``; ""
+    #: if none did): runner.results.caps.cut_of
+    spend_cut: str = ""
 
 
 @dataclass(frozen=True)
@@ -305,6 +308,8 @@ class VoidRule:
 
 #: The voiding table, first matching row wins. Every row has a test (tests/runner/test_voiding.py).
 VOIDING: tuple[VoidRule, ...] = (
+    VoidRule("spend_cap_stopped", VOID, "stopped at the operator's spend cap (--on-cap stop): nothing of it is scored",
+             lambda f: bool(f.spend_cut)),
     VoidRule("no_result", VOID, "harbor ended before the trial finished (no result.json)",
              lambda f: not f.has_result),
     VoidRule("gateway_failed", VOID, "the model gateway failed while the attempt was live at it (calls refused or cut)",

@@ -13,6 +13,7 @@ value is screened for credentials before anything is written (``runner.secrets``
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
@@ -225,6 +226,30 @@ KNOBS: tuple[Knob, ...] = (
         "price MODEL=in,cached,out in USD per million tokens, over LiteLLM's map (repeatable)",
     ),
     Knob(
+        "max_spend",
+        "MARATHON_MAX_SPEND",
+        "--max-spend",
+        None,
+        "float",
+        "the run's spend cap in USD (the ledger priced): at it no new attempt starts and the run pauses",
+    ),
+    Knob(
+        "max_spend_arm",
+        "MARATHON_MAX_SPEND_ARM",
+        "--max-spend-arm",
+        None,
+        "float",
+        "each arm's spend cap in USD: at it no new attempt of that arm starts",
+    ),
+    Knob(
+        "on_cap",
+        "MARATHON_ON_CAP",
+        "--on-cap",
+        "finish",
+        "str",
+        "at a spend cap the running attempts: finish (scored) or stop (stopped and voided)",
+    ),
+    Knob(
         "mounts", "MARATHON_MOUNTS", "--mounts", None, "str", "harbor --mounts JSON (e.g. the staged codex)"
     ),
     Knob(
@@ -275,6 +300,9 @@ class RunConfig:
     agent_env_literal: tuple[str, ...] = ()
     agent_kwargs: tuple[str, ...] = ()
     prices: tuple[str, ...] = ()  # ``--price`` items (``runner.results.prices``), recorded for the report
+    max_spend: float | None = None  # USD: the run's spend cap (runner.results.caps)
+    max_spend_arm: float | None = None  # USD: each arm's spend cap
+    on_cap: str = "finish"  # finish | stop: the running attempts at a cap
     mounts: str | None = None
     allow_modified: bool = False
     modified_tasks: tuple[str, ...] = ()
@@ -393,7 +421,7 @@ def _convert(knob: Knob, raw: Any, source: str) -> Any:
             return v
         if knob.kind == "float":
             v = float(raw)
-            if not v > 0:
+            if not (v > 0 and math.isfinite(v)):
                 raise ValueError
             return v
         if knob.kind == "bool":
@@ -537,6 +565,8 @@ def resolve(
         values["prices"] = tuple(o.text() for o in parse_prices(values["prices"]))
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    if values["on_cap"] not in ("finish", "stop"):
+        raise UserError("--on-cap must be finish or stop")
     values["agent_env"] = check_agent_env(values["agent_env"])
     values["agent_env_literal"] = tuple(secrets.agent_env_literal(i) for i in values["agent_env_literal"])
     twice = secrets.duplicate_env_keys(values["agent_env"] + values["agent_env_literal"])

@@ -36,6 +36,7 @@ from pathlib import Path
 from runner.errors import UserError
 from runner.ops.procs import DEFAULT_GRACE_SEC, Registry
 from runner.ops.void import Verdict, act_void, plan_void
+from runner.results import caps as capsmod
 from runner.results.events import EventKind, EventLog, new_run_id, repeat_field
 from runner.results.ledger import outage_of
 from runner.results.records import read_job
@@ -49,6 +50,7 @@ from runner.schedule.attempt import Attempt, Launcher, Unit
 from runner.schedule.breaker import EXIT_PAUSED, SCOPE_INFRA, Breaker, Trip, is_outcome, signature
 from runner.schedule.breaker import Attempt as Failure
 from runner.schedule.config import RunConfig, as_dict, list_tasks, write_driver_env
+from runner.schedule.gateway import caps_of, gateway_on
 from runner.schedule.harbor_run import arm_mounts
 from runner.schedule.image_prep import FAILED, PENDING, ImagePrep
 from runner.schedule.launchers import launcher_for
@@ -105,6 +107,13 @@ class Driver:
         self.images: ImagePrep | None = None
         #: repeats of pairs that could not start this pass (their task's image failed): retried next pass
         self._unstarted: list[tuple[Unit, str]] = []
+        #: the operator's purse (runner.results.caps): the caps, the spend read from the ledger, and
+        #: the caps reached (the run's: nothing starts; an arm's: nothing of that arm starts)
+        self.caps = caps_of(cfg)
+        self.tally: capsmod.Tally | None = None
+        self.capped_run: capsmod.Reached | None = None
+        self.capped_arms: dict[str, capsmod.Reached] = {}
+        self.spend_paused: str | None = None  # the run_paused reason when a cap paused the run
 
     # --- setup ---------------------------------------------------------------------------------
 
@@ -166,6 +175,10 @@ class Driver:
 
                 self.cfg = with_changes(self.cfg, modified_tasks=tuple(modified))
             write_driver_env(self.cfg)
+            if gateway_on(self.cfg):  # before any attempt: every host's gateway keeps them too
+                capsmod.write_caps(self.out, self.caps)
+            if self.caps.any:
+                self.tally = capsmod.Tally(self.out, self.caps.pricer())
             self.registry.register(os.getpid(), "runner", list(sys.argv))
             all_units = self.units(tasks)
             already: dict[str, list[str]] = {a: [] for a in self.specs}  # per arm: "task" / "task@r2"
@@ -246,7 +259,8 @@ class Driver:
             while (queue or self.running) and self.stop_reason is None:
                 self.launcher.tend(self.running)
                 failed += self._reap()
-                if self.breaker.tripped is not None and not self.running:
+                self._check_caps()
+                if (self.breaker.tripped is not None or self.capped_run is not None) and not self.running:
                     break  # paused: the in-flight pairs have finished
                 self._fill(queue)
                 failed += self._unstarted
@@ -257,7 +271,14 @@ class Driver:
                 return f"stopped by {self.stop_reason}"
             if self.breaker.tripped is not None:
                 return f"paused by the circuit breaker: {self.breaker.tripped.reason()}"
+            if self.capped_run is not None:
+                return f"paused: {self.capped_run.text()}"
             left = [p for p in all_units if not _done(self.out, p)]
+            if left and all(arm in self.capped_arms for _t, arm, _r in left):
+                # the rest is of capped arms only: nothing more can start
+                reached = [self.capped_arms[a] for a in dict.fromkeys(arm for _t, arm, _r in left)]
+                self._pause_spend(reached)
+                return f"paused: {'; '.join(r.text() for r in reached)}"
             self.log.emit(
                 EventKind.PASS_END, pass_no=pass_no, done=len(all_units) - len(left), left=len(left)
             )
@@ -295,12 +316,16 @@ class Driver:
             and len(self.running) < self.cfg.concurrency
             and self.stop_reason is None
             and self.breaker.tripped is None
+            and self.capped_run is None
         ):
             task, arm, repeat = queue[0]
             rep = repeat_field(repeat)
             if _done(self.out, queue[0]):
                 queue.pop(0)
                 self.log.emit(EventKind.SKIP_DONE, task=task, arm=arm, **rep)
+                continue
+            if arm in self.capped_arms:
+                queue.pop(0)  # its arm's spend cap is reached: it waits for a resume with a higher cap
                 continue
             if self.launcher.runs_elsewhere(task, arm, repeat):
                 queue.pop(0)
@@ -372,13 +397,17 @@ class Driver:
                 failed.append((job.unit, why))
         return failed
 
-    def _finish(self, job: Attempt, *, stopping: bool = False) -> str | None:
-        """Record the outcome of one ended job; void it if infrastructure. Returns a retry reason or None."""
+    def _finish(self, job: Attempt, *, stopping: bool = False, stopped_by: str | None = None) -> str | None:
+        """Record the outcome of one ended job; void it if infrastructure. Returns a retry reason or None.
+        ``stopping``: the runner stopped it (``stopped_by``: why, else the signal that stops the run)."""
         self.finished.append(job)
         self.launcher.ended(job, stopping=stopping)
         done = read_job(job.job_dir).done  # the one reader of harbor's job result (runner.results.records)
         if done and outage_of(self.out, job.task, job.arm.name, job.stamp) is not None:
             done = False  # its gateway died under it: voided by the table's gateway_failed row, not scored
+        cut = capsmod.cut_of(self.out, job.task, job.arm.name, job.stamp)
+        if done and cut:
+            done = False  # a spend cap stopped it (--on-cap stop): voided by the spend_cap_stopped row
         elapsed = round(time.monotonic() - job.started, 1)
         retry: str | None = None
         if done:
@@ -392,7 +421,7 @@ class Driver:
                 self._failed.clear()
         else:
             # the voiding table (runner.results.rules.VOIDING) decides, the runner's own stop included
-            v = self.launcher.classify(job, (self.stop_reason or "stop") if stopping else None)
+            v = self.launcher.classify(job, (stopped_by or self.stop_reason or "stop") if stopping else None)
             status = "void" if v.kind == "infra" else "errored"
             self.log.emit(EventKind.JOB_FINISH, task=job.task, arm=job.arm.name, stamp=job.stamp, status=status,
                           elapsed_sec=elapsed, returncode=job.returncode, detail=v.reason,
@@ -401,7 +430,7 @@ class Driver:
                 self._void(job, v)
             else:
                 self.stats.errored += 1
-            if not stopping:
+            if not stopping and not cut:  # a cap's cut is the operator's, never a wall
                 self._breaker_observe(job, v)
             retry = v.reason
         if claimsmod.release(self.out, job.claim):
@@ -439,6 +468,7 @@ class Driver:
                 self._breaker_void(trip, att)
         self.log.emit(
             EventKind.RUN_PAUSED,
+            cause="circuit breaker",
             reason=trip.reason(),
             failure=trip.signature,
             message=trip.message,
@@ -462,6 +492,54 @@ class Driver:
         reason = f"circuit breaker ({len(trip.attempts)} alike in a row across arms): {att.message}"
         self._void(job, Verdict("infra", reason[:500], v.evidence, v.trial))
         self.stats.errored -= 1
+
+    # --- the spend caps (runner.results.caps) ------------------------------------------------------------
+
+    def _check_caps(self) -> None:
+        """Read the ledger's new lines; at a cap reached for the first time: journal it, stop starting
+        (the run's cap pauses the run now), and under ``--on-cap stop`` stop the attempts it covers."""
+        if self.tally is None or self.capped_run is not None:
+            return
+        self.tally.update()
+        for r in self.tally.reached(self.caps, self.specs):
+            if r.scope == capsmod.RUN:
+                self.capped_run = r
+                jobs = list(self.running)
+            elif r.arm not in self.capped_arms:
+                self.capped_arms[r.arm or ""] = r
+                jobs = [j for j in self.running if j.arm.name == r.arm]
+            else:
+                continue
+            stop = self.caps.on_cap == capsmod.STOP
+            self.log.emit(EventKind.SPEND_CAP, scope=r.scope, arm=r.arm, spent_usd=round(r.spent, 6),
+                          cap_usd=r.cap, on_cap=self.caps.on_cap, text=r.text(),
+                          running=[{"task": j.task, "arm": j.arm.name, "stamp": j.stamp} for j in jobs])  # fmt: skip
+            if r.scope == capsmod.RUN:
+                self._pause_spend([r])
+            if stop and jobs:
+                capsmod.write_cut(self.out, r, [(j.task, j.arm.name, j.stamp) for j in jobs])
+                self._stop_jobs(jobs, r.code)
+            if r.scope == capsmod.RUN:
+                return
+
+    def _pause_spend(self, reached: list[capsmod.Reached]) -> None:
+        if self.spend_paused is not None:
+            return
+        self.spend_paused = "; ".join(r.text() for r in reached) + (
+            " -- raise the cap to go on: marathon run OUT --resume --max-spend USD (or --max-spend-arm)"
+        )
+        self.log.emit(
+            EventKind.RUN_PAUSED,
+            cause="spend cap",
+            reason=self.spend_paused,
+            scope="spend",
+            caps=[
+                {"scope": r.scope, "arm": r.arm, "spent_usd": round(r.spent, 6), "cap_usd": r.cap}
+                for r in reached
+            ],  # fmt: skip
+            on_cap=self.caps.on_cap,
+            n_running=len(self.running),
+        )
 
     def _score_detail(self, jdir: Path) -> str:
         """The event's score line, from the results reader: a refused or tampered metrics file
@@ -494,37 +572,42 @@ class Driver:
 
     # --- stopping -----------------------------------------------------------------------------------
 
+    def _stop_jobs(self, jobs: list[Attempt], why: str) -> None:
+        """Stop running attempts (harbor cancels and tears its environment down; a job that does not
+        end within the grace is killed), then finish each as stopped by ``why``."""
+        for job in jobs:
+            job.terminated = True
+            job.signal(signal.SIGTERM)  # harbor maps SIGTERM to cancellation + environment teardown
+        deadline = time.monotonic() + self.stop_grace_sec
+        while any(not j.poll() for j in jobs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for job in jobs:
+            if not job.poll():
+                self.log.emit(EventKind.JOB_KILL, task=job.task, arm=job.arm.name, pid=job.pid)
+                job.signal(signal.SIGKILL, group=True)
+        deadline = time.monotonic() + 10
+        while any(not j.poll() for j in jobs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for job in jobs:
+            self.running.remove(job)
+        self.launcher.tidy(set().union(*(job.trials() for job in jobs)))
+        for job in jobs:
+            try:
+                self._finish(job, stopping=True, stopped_by=why)
+            except Exception as exc:  # noqa: BLE001 - finish the others, release every claim
+                self.log.emit(
+                    EventKind.INTERNAL_ERROR,
+                    task=job.task,
+                    arm=job.arm.name,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                with contextlib.suppress(Exception):
+                    claimsmod.release(self.out, job.claim)
+
     def _shutdown(self, reason: str, all_units: list[Unit]) -> int:
         if self.stop_reason is not None and self.running:
             self.log.emit(EventKind.STOP_REQUESTED, signal=self.stop_reason, n_running=len(self.running))
-            for job in self.running:
-                job.terminated = True
-                job.signal(signal.SIGTERM)  # harbor maps SIGTERM to cancellation + environment teardown
-            deadline = time.monotonic() + self.stop_grace_sec
-            while any(not j.poll() for j in self.running) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            for job in self.running:
-                if not job.poll():
-                    self.log.emit(EventKind.JOB_KILL, task=job.task, arm=job.arm.name, pid=job.pid)
-                    job.signal(signal.SIGKILL, group=True)
-            deadline = time.monotonic() + 10
-            while any(not j.poll() for j in self.running) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            ended = list(self.running)
-            self.running.clear()
-            self.launcher.tidy(set().union(*(job.trials() for job in ended)))
-            for job in ended:
-                try:
-                    self._finish(job, stopping=True)
-                except Exception as exc:  # noqa: BLE001 - finish the others, release every claim
-                    self.log.emit(
-                        EventKind.INTERNAL_ERROR,
-                        task=job.task,
-                        arm=job.arm.name,
-                        error=f"{type(exc).__name__}: {exc}",
-                    )
-                    with contextlib.suppress(Exception):
-                        claimsmod.release(self.out, job.claim)
+            self._stop_jobs(list(self.running), self.stop_reason)
         self.launcher.tidy(set())  # what an engine outage kept from being removed
         done = sum(1 for p in all_units if _done(self.out, p))
         self.log.emit(
@@ -536,9 +619,9 @@ class Driver:
             voided=self.stats.voided,
             errored=self.stats.errored,
             gate_waits=self.launcher.gate_waits,
-            paused=self.breaker.tripped.reason() if self.breaker.tripped else None,
+            paused=self.breaker.tripped.reason() if self.breaker.tripped else self.spend_paused,
         )
-        if self.breaker.tripped is not None and self.stop_reason is None:
+        if (self.breaker.tripped is not None or self.spend_paused is not None) and self.stop_reason is None:
             return EXIT_PAUSED
         return 0
 

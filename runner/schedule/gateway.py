@@ -15,6 +15,7 @@ from pathlib import Path
 from modes.gateway import LOCAL, SCRIPTED_UPSTREAM, TOKEN_VAR
 from runner.ops.gateway import attempts
 from runner.ops.gateway.process import DEFAULT_BASE_URL, GatewaySettings
+from runner.results.caps import Caps
 from runner.schedule.config import ArmSpec, RunConfig
 
 SCRIPTED_PREFIX = "scripted/"
@@ -69,6 +70,12 @@ def settings_for(cfg: RunConfig, host: str | None = None) -> GatewaySettings:
         tls_cert=cfg.gateway_tls_cert,
         tls_key=cfg.gateway_tls_key,
     )
+
+
+def caps_of(cfg: RunConfig) -> Caps:
+    """The run's spend caps as its gateways and its runner keep them (``runner.results.caps``),
+    priced as the report prices the run (its ``--price`` items, its ``--model``)."""
+    return Caps(cfg.max_spend, cfg.max_spend_arm, cfg.on_cap, cfg.prices, cfg.model)
 
 
 @dataclass(frozen=True)

@@ -278,6 +278,22 @@ def check_model(cfg: RunConfig) -> list[Problem]:
     ]
 
 
+def check_caps(cfg: RunConfig) -> list[Problem]:
+    """A spend cap is kept from the gateway's ledger, priced: it needs the gateway and a price for
+    the run's model (``runner.results.caps``)."""
+    from runner.results.caps import require_priced
+    from runner.schedule.gateway import caps_of, gateway_on
+
+    caps = caps_of(cfg)
+    if not caps.any:
+        return []
+    if not gateway_on(cfg):
+        return [Problem("spend", "--max-spend/--max-spend-arm are kept from the gateway's ledger, and this run has no gateway",
+                        "run the codex arms through the gateway (drop --no-gateway)")]  # fmt: skip
+    why = require_priced(caps)
+    return [Problem("spend", why, "pass --price MODEL=in,cached,out (USD per million tokens)")] if why else []
+
+
 def check_credentials(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
     """Every ``--ae`` reference, and the variable ``api_key_var`` names, resolve in ``env``."""
     problems = []
@@ -423,6 +439,7 @@ def check(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
     problems += check_arms(cfg, env)
     problems += check_staging(cfg)
     problems += check_model(cfg)
+    problems += check_caps(cfg)
     problems += check_credentials(cfg, env)
     problems += check_environment(cfg, env)
     problems += check_docker(cfg, env)

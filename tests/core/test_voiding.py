@@ -61,6 +61,11 @@ CASES = [
     # whatever the trial says, finished or not
     ("gateway_failed", None, True, "", None),
     ("gateway_failed", "ArmFailure", True, "turn failed: stream disconnected", None),
+    # an operator's spend cap stopped it (--on-cap stop; the runner's cuts.jsonl): void, whether it
+    # finished, failed on a refused call, or never wrote its result
+    ("spend_cap_stopped", None, True, "", "spend_cap_run"),
+    ("spend_cap_stopped", "ArmFailure", True, "turn failed: 402 Payment Required", None),
+    ("spend_cap_stopped", "-", True, "", "spend_cap_arm"),
     # killed under harbor's verifier: harbor's own words say nothing of it, the engine's events do
     (
         "container_died",
@@ -118,6 +123,18 @@ def gateway_failed_trial(tmp_path: Path, arm: str, etype: str | None, ran: bool,
     return trial
 
 
+def spend_cut_trial(tmp_path: Path, arm: str, etype: str | None, ran: bool, msg: str) -> Path:
+    """A trial in a tree's layout whose attempt the runner recorded as cut by a spend cap."""
+    from runner.results.caps import RUN, Reached, write_cut
+
+    out = tmp_path / f"out-{arm}"
+    stamp = "2026-12-01__08-00-00"
+    trial = write_trial(out / "calc-partial" / arm / stamp, arm, etype, ran, msg)
+    write_cut(out, Reached(RUN, None, 12.5, 10.0),
+              [("calc-partial", arm, "2026-12-01__07-00-00"), ("calc-partial", arm, stamp)])  # fmt: skip
+    return trial
+
+
 @pytest.mark.parametrize(
     ("row", "etype", "ran", "msg", "stop"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
 )
@@ -128,6 +145,8 @@ def test_each_row_of_the_voiding_table(tmp_path, row, etype, ran, msg, stop):
         ended = _iso(deaths.deaths_at(compose_project(TRIAL))[0] + 5) if row == "container_died" else ""
         if row == "gateway_failed":
             trial = gateway_failed_trial(tmp_path, arm, etype, ran, msg)
+        elif row == "spend_cap_stopped":
+            trial = spend_cut_trial(tmp_path, arm, etype, ran, msg)
         else:
             trial = write_trial(tmp_path, arm, etype, ran, msg, ended)
         v = classify_trial(trial, stopped_by=stop, deaths=deaths)
@@ -139,8 +158,12 @@ def test_each_row_of_the_voiding_table(tmp_path, row, etype, ran, msg, stop):
         next(r.verdict for r in rules.VOIDING if r.name == row)
     ]
     assert kind == ("done" if row == "finished" else want)
-    if stop and kind == "infra":
+    if stop and kind == "infra" and row != "spend_cap_stopped":
         assert f"stopped by the runner ({stop})" in reason
+    if row == "spend_cap_stopped":
+        assert "spend cap of the run" in " ".join(v.evidence) and "$12.50 spent, cap $10.00" in " ".join(
+            v.evidence
+        )
 
 
 def test_every_row_has_a_case_and_the_table_ends_with_the_scored_default():

@@ -290,3 +290,48 @@ def test_health_finds_a_dead_gateway_that_live_attempts_need_and_fix_restarts_it
         harbor.wait()
         process.stop(out)
         shutil.rmtree(attempts.socket_root(out), ignore_errors=True)
+
+
+def test_spend_caps_are_refused_at_the_wire_402_finish_lets_started_attempts_go_on_stop_does_not(
+    gateway, provider
+):
+    """The operator's caps (runner.results.caps) at the gateway: each "quick" call costs $1.166 at
+    the price below (1034 input, 200 cached, 56 output tokens). A run cap of $2 is passed by the
+    second call; under ``finish`` the attempt that had started goes on and a new one is refused; under
+    ``stop`` every call is; a higher cap (a resume) lets them through; an arm's cap holds one arm."""
+    from runner.results import caps as C
+
+    out, _s, _st = gateway
+    price = ("quick=1000,100,2000",)
+    C.write_caps(out, C.Caps(run_usd=2.0, prices=price, model="quick"))
+    a, b = issue(out, "plain"), issue(out, "goal")
+    sock_a, sock_b = attempts.socket_path(out, a.record.id), attempts.socket_path(out, b.record.id)
+
+    def after(n: int) -> None:  # the ledger has n lines: what the next call's check reads
+        wait_for(lambda: len(calls(out)) >= n, 5, f"{n} ledger lines")
+
+    assert post(sock_a, a.token)[0] == 200
+    after(1)
+    assert post(sock_a, a.token)[0] == 200  # $1.166 < $2: still under
+    after(2)
+    assert post(sock_a, a.token)[0] == 200  # $2.33 >= $2, but a started before: finish lets it go on
+    after(3)
+    status, body = post(sock_b, b.token)  # b's first call: no new attempt past the cap
+    assert (status, code_of(body)) == (402, L.SPEND_CAP_RUN) and b"--max-spend" in body
+    C.write_caps(out, C.Caps(run_usd=2.0, on_cap=C.STOP, prices=price, model="quick"))
+    assert (post(sock_a, a.token)[0], code_of(post(sock_a, a.token)[1])) == (402, L.SPEND_CAP_RUN)
+    C.write_caps(out, C.Caps(run_usd=100.0, on_cap=C.STOP, prices=price, model="quick"))  # resumed higher
+    assert post(sock_b, b.token)[0] == 200
+    after(7)
+    # each arm's cap of $3: plain spent $3.50, goal $1.17
+    C.write_caps(out, C.Caps(arm_usd=3.0, on_cap=C.STOP, prices=price, model="quick"))
+    assert code_of(post(sock_a, a.token)[1]) == L.SPEND_CAP_ARM
+    assert post(sock_b, b.token)[0] == 200
+    led = wait_for(lambda: L.read_ledger(out) if len(calls(out)) >= 9 else None, 5, "every line")
+    refused = [(c.arm, c.refused, c.status) for c in led.calls if c.outcome == L.REFUSED]
+    assert refused == [("goal", L.SPEND_CAP_RUN, 402), ("plain", L.SPEND_CAP_RUN, 402),
+                       ("plain", L.SPEND_CAP_RUN, 402), ("plain", L.SPEND_CAP_ARM, 402)]  # fmt: skip
+    assert len(provider.seen) == 5  # nothing refused went upstream
+    tally = C.Tally(out, C.read_caps(out).pricer())
+    tally.update()
+    assert round(tally.arm("plain"), 6) == round(3 * 1.166, 6) and round(tally.run, 6) == round(5 * 1.166, 6)

@@ -8,7 +8,9 @@ Per call: the attempt is the one whose socket the call came in on (local Docker)
 carries (the TLS listener for remote sandboxes); the token is checked against the attempt's record
 (``runner.ops.gateway.attempts``) and refused ``401`` -- logged on the ledger with the attempt --
 when it is missing or another attempt's, when the attempt ended, its harbor process is gone, or its
-model budget (from its first forwarded call, ``modes.budget``'s rule) is spent. Otherwise the request
+model budget (from its first forwarded call, ``modes.budget``'s rule) is spent; refused ``402`` when
+the run's or the arm's spend cap is reached (``runner.results.caps``: every call under ``--on-cap
+stop``, an attempt's first call under ``finish``). Otherwise the request
 goes upstream as it came (the body untouched, the token replaced by the real key, an
 ``x-client-request-id`` added), and the answer comes back as it arrives: SSE chunks are written on
 as they are read, never buffered whole. A client that goes away cancels the handler (aiohttp's
@@ -43,6 +45,7 @@ from aiohttp import web
 from modes import safetext
 from modes.gateway import REQUEST_ID_HEADER, request_id
 from runner.ops.gateway import attempts as att
+from runner.results import caps as C
 from runner.results import ledger as L
 from runner.results.tree import ledger_path
 
@@ -178,6 +181,11 @@ class Gateway:
         self._first: dict[str, float] = {}  # attempt id -> its first forwarded call (the budget's start)
         self.started_at = time.time()
         self._dir_mtime: int | None = None
+        self.caps = (
+            C.Caps()
+        )  # the run's spend caps (runner.results.caps), re-read when the runner rewrites them
+        self._caps_mtime: int | None = None
+        self.tally: C.Tally | None = None
         self.upstream_label = self.upstream_label or self.upstream.base
 
     # ------------------------------------------------------------------ lifecycle
@@ -291,6 +299,31 @@ class Gateway:
             self.by_token.pop(a.record.token_sha256, None)
             await self._unbind(a, remove_dir=True)
 
+    def _read_caps(self) -> None:
+        """The run's caps as the runner last wrote them (a resume with a higher cap rewrites them)."""
+        try:
+            mtime = os.stat(C.caps_path(self.out)).st_mtime_ns
+        except OSError:
+            mtime = None
+        if mtime == self._caps_mtime:
+            return
+        self._caps_mtime = mtime
+        caps = C.read_caps(self.out) if mtime is not None else C.Caps()
+        if caps.prices != self.caps.prices or caps.model != self.caps.model or self.tally is None:
+            self.tally = C.Tally(self.out, caps.pricer()) if caps.any else None
+        self.caps = caps
+
+    def _cap_refusal(self, a: Live) -> str | None:
+        """The spend cap this call is over (``runner.results.caps``), from the caps and the ledger as
+        they are now (a stat per call: a cap the runner just wrote counts from the next call)."""
+        self._read_caps()
+        if not self.caps.any:
+            return None
+        if self.tally is None:
+            self.tally = C.Tally(self.out, self.caps.pricer())
+        self.tally.update()
+        return self.tally.refusal(self.caps, a.record.arm, started=a.first_at is not None)
+
     def _ending(self) -> bool:
         """An ended attempt's socket still bound, its grace over: the next sync removes it."""
         now = time.time()
@@ -373,6 +406,9 @@ class Gateway:
             return L.GONE, a
         if rec.budget_sec and a.first_at is not None and now > a.first_at + rec.budget_sec:
             return L.BUDGET, a
+        cap = self._cap_refusal(a)
+        if cap is not None:
+            return cap, a
         return None, a
 
     def _row(self, a: Live | None, request: web.BaseRequest, now: float) -> dict[str, Any]:
@@ -401,7 +437,7 @@ class Gateway:
         if reason is None and not (request.path == "/v1" or request.path.startswith("/v1/")):
             reason = L.NOT_FOUND
         if reason is not None:
-            row.update(outcome=L.REFUSED, refused=reason, status=404 if reason == L.NOT_FOUND else 401)
+            row.update(outcome=L.REFUSED, refused=reason, status=STATUS.get(reason, 401))
             row["total_ms"] = round((time.monotonic() - t0) * 1000, 3)
             self.ledger.write(row)
             self.say(f"gateway: refused {request.method} {request.path} ({reason}) attempt {row['attempt']}")
@@ -409,7 +445,7 @@ class Gateway:
                 return _json_error(
                     404, reason, f"the marathon gateway forwards /v1/... only, not {request.path}"
                 )
-            return _json_error(401, reason, REFUSAL_TEXT[reason])
+            return _json_error(STATUS.get(reason, 401), reason, REFUSAL_TEXT[reason])
         assert a is not None
         return await self.forward(request, a, row, now, t0)
 
@@ -458,10 +494,15 @@ class Gateway:
                 )  # fmt: skip
                 row["status"] = up.status
                 await resp.prepare(request)
+                noted = False
                 async for chunk in up.content.iter_any():
                     if first is None:
                         first = time.monotonic()
                     scanner.feed(chunk)
+                    if not noted and scanner.usage is not None and self.tally is not None:
+                        # counted for the caps before the client reads the answer's end (and can call again)
+                        self.tally.note({**row, "usage": scanner.usage, "outcome": L.OK})
+                        noted = True
                     await resp.write(chunk)
                 delivered = L.OK if up.status < 400 else L.UPSTREAM_ERROR  # every byte of the answer is out
                 await resp.write_eof()
@@ -493,7 +534,12 @@ REFUSAL_TEXT = {
     L.ENDED: "the attempt this token was issued for has ended (finished, voided or stopped)",
     L.GONE: "the attempt this token was issued for is gone (its harbor process no longer runs)",
     L.BUDGET: "the attempt's model budget is spent: no further model calls",
+    L.SPEND_CAP_RUN: "spend_cap_run: the run's spend cap (marathon run --max-spend) is reached",
+    L.SPEND_CAP_ARM: "spend_cap_arm: this arm's spend cap (marathon run --max-spend-arm) is reached",
 }
+#: the HTTP status of a refusal (401 unless named): a spend cap is Payment Required, a path outside
+#: the API is Not Found
+STATUS = {L.NOT_FOUND: 404, L.SPEND_CAP_RUN: 402, L.SPEND_CAP_ARM: 402}
 
 
 # ---------------------------------------------------------------------------------------- main

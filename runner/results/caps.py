@@ -1,0 +1,277 @@
+"""The operator's purse: spend caps for a run and for each arm, read from the gateway's ledger.
+
+``marathon run --max-spend USD`` caps the whole run, ``--max-spend-arm USD`` each arm. They are not
+the agents' budget (that is the time budget, the same for every arm); they are what the operator
+agreed to pay. When one is reached no new attempt starts (of the run, or of that arm), and the
+attempts running then either finish (``--on-cap finish``, the default: their spend past the cap is
+the price of not throwing work away) or are stopped and voided (``--on-cap stop``: the cap is
+hard). ``marathon run --resume --max-spend N`` with a higher cap goes on.
+
+Three parties read the same figures here, so they never disagree:
+
+- the gateway (``runner.ops.gateway.server``) refuses a call over a cap (``402``, on the ledger),
+  so no harness can spend past it whatever the runner is doing: under ``stop`` every call of the
+  capped scope, under ``finish`` the calls of attempts that had not called the model yet;
+- the runner (``runner.schedule.driver``) stops starting, pauses the run (``run_paused`` with
+  cause ``spend``) and, under ``stop``, stops the running attempts and records them as cut
+  (``cuts.jsonl``), which the voiding table's ``spend_cap_stopped`` row voids;
+- ``marathon status`` and the console show the cap and the time to it.
+
+Spend is the ledger's tokens priced by ``runner.results.prices`` (LiteLLM's map or ``--price``).
+A cap on a model without a price cannot be kept, so the preflight refuses it (``require_priced``).
+
+    <out>/.runner/gateway/caps.json    run_usd, arm_usd, on_cap, prices, model (written by the runner)
+    <out>/.runner/gateway/cuts.jsonl   one line per cap that stopped attempts: the attempts it cut
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from modes import safeio, safetext
+from modes.values import depth_within
+from runner.results.ledger import (
+    SPEND_CAP_ARM,
+    SPEND_CAP_RUN,
+    AttemptUsage,
+    Key,
+    Ledger,
+    LedgerReader,
+    call_from_dict,
+)
+from runner.results.prices import Pricer, pricer_of
+from runner.results.tree import gateway_dir
+
+CAPS_FILE = "caps.json"
+CUTS_FILE = "cuts.jsonl"
+FINISH, STOP = "finish", "stop"
+ON_CAP = (FINISH, STOP)
+#: the scopes of a cap, and the gateway's refusal code for each (the ledger's ``refused``)
+RUN, ARM = "run", "arm"
+CODE = {RUN: SPEND_CAP_RUN, ARM: SPEND_CAP_ARM}
+
+
+def caps_path(out: Path) -> Path:
+    return gateway_dir(out) / CAPS_FILE
+
+
+def cuts_path(out: Path) -> Path:
+    return gateway_dir(out) / CUTS_FILE
+
+
+@dataclass(frozen=True)
+class Caps:
+    """The run's caps in USD (None: none) and what happens to running attempts at one."""
+
+    run_usd: float | None = None
+    arm_usd: float | None = None
+    on_cap: str = FINISH
+    prices: tuple[str, ...] = ()  # the run's ``--price`` items: the gateway prices as the runner does
+    model: str | None = None  # the run's ``--model``: the price of a call that names none
+
+    @property
+    def any(self) -> bool:
+        return self.run_usd is not None or self.arm_usd is not None
+
+    def pricer(self) -> Pricer:
+        return pricer_of(self.prices, (), self.model)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "prices": list(self.prices)}
+
+
+def _usd(v: Any) -> float | None:
+    return (
+        float(v)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+        else None
+    )
+
+
+def caps_from_dict(d: Any) -> Caps:
+    """The caps a record says; no caps for anything that is not one (never a zero cap)."""
+    if not isinstance(d, dict):
+        return Caps()
+    prices = d.get("prices")
+    return Caps(
+        run_usd=_usd(d.get("run_usd")),
+        arm_usd=_usd(d.get("arm_usd")),
+        on_cap=STOP if d.get("on_cap") == STOP else FINISH,
+        prices=tuple(str(p) for p in prices if isinstance(p, str)) if isinstance(prices, list) else (),
+        model=d.get("model") if isinstance(d.get("model"), str) else None,
+    )
+
+
+def write_caps(out: Path, caps: Caps) -> None:
+    """The runner's record of its caps, read by every host's gateway (a resume with other caps
+    rewrites it, and the gateways take the new ones within a poll)."""
+    gateway_dir(out).mkdir(parents=True, exist_ok=True)
+    safeio.write_atomic(caps_path(out), safetext.dumps(caps.to_json(), pretty=True) + "\n")
+
+
+def read_caps(out: Path) -> Caps:
+    d = safeio.load_own_json(caps_path(out))
+    return Caps() if isinstance(d, safeio.Refused) else caps_from_dict(d)
+
+
+def require_priced(caps: Caps) -> str | None:
+    """Why these caps cannot be kept (one line), or None: a cap needs a price for the run's model."""
+    if not caps.any:
+        return None
+    if not caps.model:
+        return "--max-spend/--max-spend-arm need the run's --model, to price its calls"
+    r = caps.pricer().rates(caps.model)
+    if isinstance(r, str):
+        return f"--max-spend/--max-spend-arm cannot be kept: no price for {r}"
+    return None
+
+
+@dataclass(frozen=True)
+class Reached:
+    """A cap reached: its scope, the arm (scope ``arm``), what was spent and the cap."""
+
+    scope: str
+    arm: str | None
+    spent: float
+    cap: float
+
+    @property
+    def code(self) -> str:
+        return CODE[self.scope]
+
+    def text(self) -> str:
+        who = "the run" if self.scope == RUN else f"arm {self.arm}"
+        return f"spend cap of {who} reached: ${self.spent:.2f} spent, cap ${self.cap:.2f}"
+
+
+@dataclass
+class Tally:
+    """The run's spend so far, per arm and per attempt, kept up to date from the ledger incrementally
+    (``update``: only the lines appended since the last look are read)."""
+
+    out: Path
+    pricer: Pricer
+    ledger: Ledger = field(default_factory=Ledger)
+    cost: dict[Key, float] = field(default_factory=dict)  # priced attempts' USD
+    #: calls the gateway holding this tally answered and has not read back from the ledger yet
+    #: (request id -> (attempt, USD)): counted from the moment their usage was seen
+    noted: dict[str, tuple[Key, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.reader = LedgerReader(self.out)
+
+    def update(self) -> None:
+        rows = self.reader.read_new()
+        if self.reader.restarted:  # a ledger replaced under us: count it again from its start
+            self.ledger, self.cost = Ledger(), {}
+            self.reader = LedgerReader(self.out)
+            rows = self.reader.read_new()
+        for row in rows:
+            self.noted.pop(str(row.get("request_id")), None)
+        for key in self.ledger.add_rows(rows):
+            c = self.pricer.cost(self.ledger.usage(*key))
+            if c is not None and c.usd is not None:
+                self.cost[key] = c.usd
+
+    def note(self, row: dict[str, Any]) -> None:
+        """A call's ledger line as soon as its usage is known, before the answer's last bytes reach the
+        client: the gateway counts it before that client can send its next call (one gateway's own
+        calls are then never a response late; another host's are, until its ledger line is read)."""
+        c = call_from_dict(row)
+        if c is None or c.key is None or c.usage is None or not c.request_id:
+            return
+        one = AttemptUsage()
+        one.add(c)
+        cost = self.pricer.cost(one)
+        if cost is not None and cost.usd is not None:
+            self.noted[c.request_id] = (c.key, cost.usd)
+
+    def arm(self, arm: str) -> float:
+        return math.fsum([v for k, v in self.cost.items() if k[1] == arm]
+                         + [v for k, v in self.noted.values() if k[1] == arm])  # fmt: skip
+
+    @property
+    def run(self) -> float:
+        return math.fsum([*self.cost.values(), *(v for _k, v in self.noted.values())])
+
+    def reached(self, caps: Caps, arms: Iterable[str]) -> list[Reached]:
+        """Every cap reached now: the run's, then each arm's."""
+        found = []
+        if caps.run_usd is not None and self.run >= caps.run_usd:
+            found.append(Reached(RUN, None, self.run, caps.run_usd))
+        if caps.arm_usd is not None:
+            for a in arms:
+                spent = self.arm(a)
+                if spent >= caps.arm_usd:
+                    found.append(Reached(ARM, a, spent, caps.arm_usd))
+        return found
+
+    def refusal(self, caps: Caps, arm: str, started: bool) -> str | None:
+        """The gateway's refusal code for a call of an attempt of ``arm`` (``started``: it has had a
+        forwarded call), or None: under ``stop`` every call past a cap, under ``finish`` only an
+        attempt's first."""
+        if not caps.any or (started and caps.on_cap == FINISH):
+            return None
+        if caps.run_usd is not None and self.run >= caps.run_usd:
+            return CODE[RUN]
+        if caps.arm_usd is not None and self.arm(arm) >= caps.arm_usd:
+            return CODE[ARM]
+        return None
+
+
+# --------------------------------------------------------------------------------------- cuts
+
+
+def write_cut(out: Path, reached: Reached, attempts: Iterable[tuple[str, str, str]]) -> None:
+    """Record the attempts a cap stopped (``--on-cap stop``), before they are stopped: the voiding
+    table reads this (``cut_of``) whenever the attempt is classified, by the runner or later."""
+    row = {
+        "at": time.time(),
+        "scope": reached.scope,
+        "arm": reached.arm,
+        "spent_usd": round(reached.spent, 6),
+        "cap_usd": reached.cap,
+        "attempts": [{"task": t, "arm": a, "stamp": s} for t, a, s in attempts],
+    }
+    gateway_dir(out).mkdir(parents=True, exist_ok=True)
+    fd = safeio.open_append(cuts_path(out))
+    try:
+        os.write(fd, (safetext.dumps(row) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_cuts(out: Path) -> list[Mapping[str, Any]]:
+    raw = safeio.read_own(cuts_path(Path(out)))
+    if isinstance(raw, safeio.Refused):
+        return []
+    rows = []
+    for line in raw.decode(errors="replace").splitlines():
+        try:
+            d = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(d, dict) and depth_within(d, safeio.OWN_DEPTH):
+            rows.append(d)
+    return rows
+
+
+def cut_of(out: Path, task: str, arm: str, stamp: str) -> str:
+    """Why a cap stopped this attempt ("" when none did), in the reader's words."""
+    for d in read_cuts(out):
+        for a in d.get("attempts") or []:
+            if isinstance(a, dict) and (a.get("task"), a.get("arm"), a.get("stamp")) == (task, arm, stamp):
+                spent, cap = _usd(d.get("spent_usd")) or 0.0, _usd(d.get("cap_usd")) or 0.0
+                scope = "the run" if d.get("scope") == RUN else f"arm {safetext.clean(str(d.get('arm')), 40)}"
+                return (
+                    f"stopped at the spend cap of {scope} (${spent:.2f} spent, cap ${cap:.2f}; --on-cap stop)"
+                )
+    return ""
