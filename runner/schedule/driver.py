@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.errors import UserError
+from runner.ops.gateway.process import held, hold_key
 from runner.ops.procs import DEFAULT_GRACE_SEC, Registry
 from runner.ops.void import Verdict, act_void, plan_void
 from runner.results import caps as capsmod
@@ -50,7 +51,7 @@ from runner.schedule.attempt import Attempt, Launcher, Unit
 from runner.schedule.breaker import EXIT_PAUSED, SCOPE_INFRA, Breaker, Trip, is_outcome, signature
 from runner.schedule.breaker import Attempt as Failure
 from runner.schedule.config import RunConfig, as_dict, list_tasks, write_driver_env
-from runner.schedule.gateway import caps_of, gateway_on
+from runner.schedule.gateway import caps_of, gateway_on, key_var_of
 from runner.schedule.harbor_run import arm_mounts
 from runner.schedule.image_prep import FAILED, PENDING, ImagePrep
 from runner.schedule.launchers import launcher_for
@@ -145,7 +146,9 @@ class Driver:
         from runner.schedule import preflight
 
         hint = retry or self.retry or preflight.retry_run(self.out, self.resumed)
-        self.preflight_notes = preflight.require(self.cfg, os.environ, retry=hint)
+        # the key was taken out of this environment before the preflight's children (codex --version)
+        # ran; the preflight still sees that it is there
+        self.preflight_notes = preflight.require(self.cfg, {**os.environ, **held()}, retry=hint)
         tasks = self.tasks()
         self._mounts = {s.name: arm_mounts(self.cfg, s) for s in self.specs.values()}
         return tasks
@@ -160,6 +163,8 @@ class Driver:
     # --- main loop -------------------------------------------------------------------------------
 
     def run(self) -> int:
+        if gateway_on(self.cfg):  # only the gateway needs the real key: no other child of the runner
+            hold_key(key_var_of(self.cfg))  # inherits it, the preflight's probes included
         tasks = self.preflight()
         modified = self.check_dataset(tasks)
         self.launcher = launcher_for(

@@ -162,6 +162,12 @@ def hold_key(key_var: str) -> None:
         _HELD[key_var] = v
 
 
+def held() -> dict[str, str]:
+    """The key(s) ``hold_key`` took out of this environment, by name (for a check that the key is
+    there, never for a child's environment)."""
+    return dict(_HELD)
+
+
 def start_detached(out: Path, s: GatewaySettings, *, wait_sec: float = START_WAIT_SEC) -> GatewayState:
     """Start the tree's gateway in a session of its own (a short-lived launcher starts it and exits,
     as for the runner and the viewer) and wait until it serves. The key stays in the environment it
