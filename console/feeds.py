@@ -18,6 +18,7 @@ from runner.results.cells import Cell, arm_order
 from runner.results.events import EventReader
 from runner.results.hosts import HostUse
 from runner.results.model import RunModel
+from runner.results.prices import Money
 from runner.results.records import TrialRecord
 from runner.results.run_progress import RunProgress, Tally, event_time
 
@@ -223,6 +224,10 @@ class ArmSummary:
     spend_usd: float | None = None
     spend_input_tokens: int | None = None
     spend_output_tokens: int | None = None
+    #: the gateway's ledger priced (``runner.results.prices``): every attempt's spend, live; None
+    #: without a ledger, or when some of it is unpriced (``ledger_unpriced``)
+    ledger_spend_usd: float | None = None
+    ledger_unpriced: bool = False
     audit_differs: bool = False  # the fairness audit found an undeclared difference in this arm
 
     @classmethod
@@ -252,6 +257,8 @@ class ArmSummary:
             spend_usd=f("spend_usd"),
             spend_input_tokens=i("spend_input_tokens"),
             spend_output_tokens=i("spend_output_tokens"),
+            ledger_spend_usd=f("ledger_spend_usd"),
+            ledger_unpriced=bool(d.get("cost_unpriced")),
             audit_differs=audit_differs,
         )
 
@@ -272,6 +279,28 @@ class TreeSnapshot:
     hosts: tuple[HostUse, ...] = ()  # a cluster run's hosts as the tree records them (host.json)
     #: tasks every arm failed alike (``runner.results.suspect``): task -> the evidence line
     suspect: Mapping[str, str] = field(default_factory=dict)
+    #: the ledger's spend of the cells above that have ledger calls (``CellSpend``), live
+    spend: Mapping[Key, CellSpend] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CellSpend:
+    """What a cell cost the run on the gateway's ledger: every attempt's tokens priced (``usd``
+    None: unpriced, ``why``), running attempts' calls included as each call's line lands."""
+
+    usd: float | None
+    tokens: int
+    why: tuple[str, ...] = ()
+
+
+def cell_spend(money: Money, cell: Cell | None) -> CellSpend | None:
+    """A cell's ``CellSpend`` (None: no call of it on the ledger)."""
+    if cell is None:
+        return None
+    cost = money.spend(cell)
+    if cost is None:
+        return None
+    return CellSpend(cost.usd, cost.input + cost.output, tuple(cost.unpriced))
 
 
 class TreeFeed:
@@ -287,6 +316,9 @@ class TreeFeed:
         self._trial_projects: dict[str, set[str]] = {}
         #: the tree's compose projects (for the pool gauge), replaced whole so other threads may read it
         self.projects: frozenset[str] | None = None
+        #: the ledger priced, kept across updates (``_money_for``) and what it was made for
+        self._money: Money | None = None
+        self._money_of: tuple | None = None
 
     def load(self) -> TreeSnapshot:
         self.model = RunModel.load(self.out)
@@ -341,6 +373,19 @@ class TreeFeed:
             roots.append(vr)
         return roots
 
+    def _money_for(self, changed: set[Key] | None) -> Money:
+        """The model's ``Money``, re-pricing only the attempts of the changed cells (a new one after a
+        full scan, a new ledger object, or a run with other prices)."""
+        m = self.model
+        assert m is not None
+        run = m.current_run
+        ident = (id(m.ledger), run.prices if run else (), run.model if run else None)
+        if changed is None or self._money is None or ident != self._money_of:
+            self._money, self._money_of = m.money(), ident
+        else:
+            self._money.forget(a for k in changed if (c := m.cells.get(k)) is not None for a in c.attempts)
+        return self._money
+
     def _snapshot(self, changed: set[Key] | None) -> TreeSnapshot:
         m = self.model
         assert m is not None
@@ -350,7 +395,13 @@ class TreeFeed:
             history: dict[Key, Cell | None] = {k: m.cells.get(k) for k in changed}
         else:
             cells, history = dict(scoped), dict(m.cells)
-        summary, alarm = arm_summary(m, self.scope)
+        money = self._money_for(changed)
+        summary, alarm = arm_summary(m, self.scope, money)
+        spend: dict[Key, CellSpend] = {}
+        if money.exists:
+            for k, c in cells.items():
+                if (s := cell_spend(money, c)) is not None:
+                    spend[k] = s
         notes = [f"excluded {e.path}: {e.reason}" for e in m.excluded]
         if m.unreadable:
             notes.append(f"{len(m.unreadable)} unreadable file(s), last good values shown")
@@ -358,11 +409,13 @@ class TreeFeed:
         arms = tuple(arm_order(k[1] for k in scoped))
         return TreeSnapshot(
             cells, changed is None, tasks, arms, summary, alarm, tuple(notes), time.time(), history,
-            tuple(m.host_use()), suspect_tasks(scoped, arms, tasks),
+            tuple(m.host_use()), suspect_tasks(scoped, arms, tasks), spend,
         )  # fmt: skip
 
 
-def arm_summary(model: RunModel, scope: str) -> tuple[dict[str, ArmSummary], str | None]:
+def arm_summary(
+    model: RunModel, scope: str, money: Money | None = None
+) -> tuple[dict[str, ArmSummary], str | None]:
     """Per-arm summary, the infrastructure-bias alarm and the fairness audit (``runner.results.report``,
     ``runner.results.audit``). Intervals computed before for the same cells come from the tree's
     index (``runner.results.index.remembered_intervals``, as for `marathon status`): a console
@@ -373,8 +426,14 @@ def arm_summary(model: RunModel, scope: str) -> tuple[dict[str, ArmSummary], str
     cells = model.scoped(scope)
     arms = arm_order(k[1] for k in cells)
     try:
+        money = money if money is not None else model.money()
         with remembered_intervals(model.out):
-            rows = {arm: report.arm_summary([c for k, c in cells.items() if k[1] == arm]) for arm in arms}
+            rows = {
+                arm: report.arm_summary(
+                    [c for k, c in cells.items() if k[1] == arm], money=money if money.exists else None
+                )
+                for arm in arms
+            }
         alarms = [r["message"] for r in report.infrastructure(cells, arms) if r.get("alarm")]
         au = report.full_audit(cells, arms, model)  # the receipts' setup facts and the wire's parameters
         alarms += au["lines"] + au["wire"]["lines"]

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from rich.text import Text
 
-from console.feeds import ArmSummary, RunEvent, RunnerInfo
+from console.feeds import ArmSummary, CellSpend, RunEvent, RunnerInfo
 from modes import safetext
 from runner.results.cells import Cell
 
@@ -123,6 +123,11 @@ def money(v: float | None) -> str:
     return "-" if v is None else f"${v:.2f}"
 
 
+def spend_text(s: CellSpend) -> str:
+    """A cell's ledger spend: ``$1.23``, or ``$?`` when some of its tokens are unpriced."""
+    return money(s.usd) if s.usd is not None else "$?"
+
+
 def count(n: float | None) -> str:
     """A token count in at most five characters: ``640``, ``12.3k``, ``378k``, ``4.2M``."""
     if n is None:
@@ -199,16 +204,24 @@ def repeat_spread(cell: Cell) -> str:
     return "" if sd is None else "±" + _compact(sd)
 
 
-def cell_figures(cell: Cell, mode: str, budget: float | None = None, now: float | None = None) -> list[str]:
+def cell_figures(
+    cell: Cell,
+    mode: str,
+    budget: float | None = None,
+    now: float | None = None,
+    spend: CellSpend | None = None,
+) -> list[str]:
     """The figures of a cell in the order ``mode`` ranks them, each padded to its usual width so
     the columns line up; the grid shows as many as its column has room for. The pass rate carries
     the build-failure mark ``B`` (a verifier whose build failed scores no test). With repeats, the
     figures are the means over the done repeats, the repeat count (``repeat_count``) comes second
-    and the spread of the partial scores (``±.12``) after the pass rate."""
+    and the spread of the partial scores (``±.12``) after the pass rate. With the gateway's ledger
+    (``spend``) the cost is what the cell cost the run there, every attempt, running ones as their
+    calls land; without it, harbor's figure for the scoring attempt."""
     partial = num(cell.partial).rjust(4)
     rate = pct(cell.pass_rate).rjust(4) + ("B" if cell.build_failed else " ")
     reward = "r" + num(cell.reward)
-    cost = money(cell.cost_usd)
+    cost = spend_text(spend) if spend is not None else money(cell.cost_usd)
     took = elapsed_text(cell, budget, now)
     tokens = tokens_text(cell)
     order = {
@@ -233,6 +246,7 @@ def cell_text(
     width: int = 11,
     budget: float | None = None,
     now: float | None = None,
+    spend: CellSpend | None = None,
 ) -> Text:
     """One grid cell in at most ``width`` characters: status glyph, the figures of ``mode`` that
     fit, ``B`` when the verifier's build failed, ``*`` for a newer attempt or an unreadable file."""
@@ -240,7 +254,7 @@ def cell_text(
         return Text("·", style="dim")
     status = status_of(cell)
     newer = "*" if cell.newer or cell.unreadable else ""
-    figures = cell_figures(cell, mode, budget, now)
+    figures = cell_figures(cell, mode, budget, now, spend)
     room = width - 1 - len(newer)
     body = fit(figures, room)
     if cell.build_failed and "B" not in body:  # the mark stays in sight when its figure does not fit
@@ -258,6 +272,7 @@ def cell_detail(
     budget: float | None = None,
     now: float | None = None,
     width: int = 1000,
+    spend: CellSpend | None = None,
 ) -> str:
     """The one-line description of a cell (under the grid, atop the drill-down), in ``width``."""
     task, arm = clean(task, 80), clean(arm, 80)
@@ -279,6 +294,8 @@ def cell_detail(
             parts.append(f"partial sd {sd.lstrip('±')}")
     parts.append(f"time {elapsed_text(cell, budget, now)}")
     parts.append(f"cost {money(cell.cost_usd)}")
+    if spend is not None:  # the gateway's ledger: what every attempt of the cell cost, live
+        parts.append(f"spend {spend_text(spend)} ({count(spend.tokens)} tok on the ledger)")
     if cell.n_input_tokens is not None or cell.n_output_tokens is not None:
         parts.append(f"tok {num(cell.n_input_tokens)}/{num(cell.n_output_tokens)}")
     if cell.attempts:
@@ -365,6 +382,8 @@ def summary_lines(s: ArmSummary | None, width: int = 11, one_line: bool = False)
         means.append(f"B{s.build_failed}")
     if s.cost_usd is not None:
         means.append(money(s.cost_usd))
+    if s.ledger_spend_usd is not None or s.ledger_unpriced:  # Σ: the arm's spend on the ledger
+        means.append("Σ" + ("$?" if s.ledger_unpriced else money(s.ledger_spend_usd)))
     n = f"n{s.n}" + (f" \u2691{s.flagged}" if s.flagged else "")  # ⚑: flagged cells among n
     wide_ci = f"[{s.partial_ci[0]:.2f}, {s.partial_ci[1]:.2f}]" if s.partial_ci else ""
     short_ci = f"{_compact(s.partial_ci[0])}-{_compact(s.partial_ci[1])}" if s.partial_ci else ""
@@ -437,6 +456,21 @@ def progress_text(
     if usd is not None or tok is not None:
         parts.append(f"{count(tok)} tok/h {money(usd)}/h")
     return " · ".join(parts)
+
+
+def arms_spend_text(summary: dict[str, ArmSummary] | Iterable[tuple[str, ArmSummary]]) -> str:
+    """The top bar's live spend per arm from the gateway's ledger: ``spend $1.23: plain $0.40 goal
+    $0.83`` ("" without a ledger; ``$?`` for an arm with unpriced tokens, and then no total)."""
+    items = list(summary.items()) if isinstance(summary, dict) else list(summary)
+    per = [(a, s) for a, s in items if s.ledger_spend_usd is not None or s.ledger_unpriced]
+    if not per:
+        return ""
+    arms = " ".join(
+        f"{clean(a, 24)} {'$?' if s.ledger_unpriced else money(s.ledger_spend_usd)}" for a, s in per
+    )
+    if any(s.ledger_unpriced for _a, s in per):
+        return f"spend unpriced: {arms}"
+    return f"spend {money(math.fsum(s.ledger_spend_usd or 0.0 for _a, s in per))}: {arms}"
 
 
 def run_end_text(info: RunnerInfo | None) -> str | None:

@@ -24,7 +24,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from console import view
-from console.feeds import ArmSummary, Key, PoolView, RunEvent, RunnerInfo, TreeSnapshot
+from console.feeds import ArmSummary, CellSpend, Key, PoolView, RunEvent, RunnerInfo, TreeSnapshot
 from console.widgets.grid import Grid
 from console.widgets.panels import ArmsPanel, EventTail, HostsPanel, PoolGauge, RunnerPanel
 from runner.results.cells import Cell
@@ -64,6 +64,7 @@ class MainScreen(Screen):
         self.tasks: list[str] = []
         self.arms: list[str] = []
         self.summary: dict[str, ArmSummary] = {}
+        self.spend: dict[Key, CellSpend] = {}  # the cells' spend on the gateway's ledger, live
         self.notes: tuple[str, ...] = ()
         self.suspect: dict[str, str] = {}  # task -> evidence: every arm failed it alike
         self.scanned_at: float | None = None
@@ -133,6 +134,14 @@ class MainScreen(Screen):
                     self.cells[k] = c
             self.history.update({k: c for k, c in snap.history.items() if c is not None})
             self._dirty |= set(snap.cells)
+        if snap.full:
+            self.spend = dict(snap.spend)
+        else:
+            for k in snap.cells:
+                if k in snap.spend:
+                    self.spend[k] = snap.spend[k]
+                else:
+                    self.spend.pop(k, None)
         if list(snap.tasks) != self.tasks or list(snap.arms) != self.arms:
             self._rebuild = True
         self.tasks, self.arms = list(snap.tasks), list(snap.arms)
@@ -226,6 +235,7 @@ class MainScreen(Screen):
             return
         grid.now = self.clock()
         grid.budget = self.info.budget_sec if self.info else None
+        grid.spend = self.spend
         with self.app.batch_update():
             if self._rebuild:
                 self._rebuild_grid(grid)
@@ -272,7 +282,9 @@ class MainScreen(Screen):
         if self.selected:
             t, a = self.selected
             budget = self.info.budget_sec if self.info else None
-            line = view.cell_detail(t, a, self.cells.get(self.selected), budget, now, width)
+            line = view.cell_detail(
+                t, a, self.cells.get(self.selected), budget, now, width, self.spend.get(self.selected)
+            )
             if t in self.suspect:  # first, at most half the line, so the width never cuts it away
                 mark = f"⚠ {view.clean(self.suspect[t], None)}"  # task and test names from the tree
                 half = max(20, width // 2)
@@ -305,12 +317,16 @@ class MainScreen(Screen):
         if self.polling:
             right.append("poll ")
         right.append(view.age_text(self.scanned_at, now), style="dim")
-        spend_usd = sum(s.spend_usd for s in self.summary.values() if s.spend_usd is not None) or None
+        ledger = [s.ledger_spend_usd for s in self.summary.values() if s.ledger_spend_usd is not None]
+        harbor = [s.spend_usd for s in self.summary.values() if s.spend_usd is not None]
+        spend_usd = sum(ledger or harbor) or None  # the ledger's when the run has one
         spend_tok = (
             sum((s.spend_input_tokens or 0) + (s.spend_output_tokens or 0) for s in self.summary.values())
             or None
         )
         run = view.progress_text(self.info, spend_usd, spend_tok, now)
+        live = view.arms_spend_text(self.summary)  # the gateway's ledger, as its lines land
+        run = " · ".join(x for x in (run, live) if x)
         t = Text(f"marathon {view.clean(self.out.name, 60)}", style="bold")
         if run:
             t.append(f"  {run}")

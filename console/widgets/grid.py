@@ -21,7 +21,7 @@ from textual.widgets.data_table import (
 )
 
 from console import view
-from console.feeds import ArmSummary
+from console.feeds import ArmSummary, CellSpend
 from runner.results.cells import Cell
 
 SUMMARY = "__summary__"
@@ -61,6 +61,7 @@ class Grid(DataTable):
         self.restoring: tuple[str, str] | None = None  # the pair to keep the cursor on across a rebuild
         self.budget: float | None = None  # the arms' goal timeout, for "elapsed against budget"
         self.now: float | None = None  # the App's clock at the last update
+        self.spend: Mapping[tuple[str, str], CellSpend] = {}  # the cells' ledger spend (the main screen's)
 
     # -- attributes down -------------------------------------------------------------------------
     def show(
@@ -112,7 +113,7 @@ class Grid(DataTable):
             values = [_label(r, label_w, r in marked)]
             if arm_major:
                 values.append(Text(view.summary_line(summary.get(r), sum_w, True), style="bold"))
-            values += [self._cell(cells.get(self._pair(r, c))) for c in cols]
+            values += [self._cell(cells.get(p := self._pair(r, c)), p) for c in cols]
             self.add_row(*values, key=r)
         if keep and keep[0 if not arm_major else 1] in rows:
             self.restoring = keep
@@ -121,8 +122,8 @@ class Grid(DataTable):
         elif rows and cols:
             self.cursor_coordinate = Coordinate(0, 2) if arm_major else Coordinate(1, 1)
 
-    def _cell(self, cell: Cell | None) -> Text:
-        return view.cell_text(cell, self.mode, self.cell_width, self.budget, self.now)
+    def _cell(self, cell: Cell | None, pair: tuple[str, str]) -> Text:
+        return view.cell_text(cell, self.mode, self.cell_width, self.budget, self.now, self.spend.get(pair))
 
     def patch(
         self, cells: Mapping[tuple[str, str], Cell | None], keys: Iterable[tuple[str, str]],
@@ -132,7 +133,7 @@ class Grid(DataTable):
         for task, arm in keys:
             r, c = (arm, task) if self.arm_major else (task, arm)
             try:
-                self.update_cell(r, c, self._cell(cells.get((task, arm))))
+                self.update_cell(r, c, self._cell(cells.get((task, arm)), (task, arm)))
             except CellDoesNotExist:
                 if r in self.rows_order and c in self.cols_order:
                     return False

@@ -225,9 +225,11 @@ class RunModel:
 
         Feed it watchfiles' changed paths (added, modified or deleted). A trial file re-reads that
         trial; a job result re-reads the job record; a new or removed dir re-lists just that dir;
-        ``.runner/events.jsonl`` re-reads the new lines and re-scopes; ``.claims`` updates claims.
+        ``.runner/events.jsonl`` re-reads the new lines and re-scopes; ``.claims`` updates claims; a
+        ledger's new lines count as a change of the cells they cost (their spend moved).
         """
         pairs: set[Key] = set()
+        ledger_pairs: set[Key] = set()  # their spend on the ledger moved, whatever their figures do
         rescope = False
         for p in paths:
             ap = os.path.abspath(p)
@@ -239,8 +241,10 @@ class RunModel:
                     if parts[1:] == (tree.EVENTS_FILE,) or len(parts) == 1:
                         self._runs.read()
                         rescope = True
-                    elif len(parts) == 3 and parts[1] == tree.GATEWAY_DIR and parts[2].startswith("ledger"):
-                        pairs |= self._read_ledger()
+                    if _ledger_news(parts):
+                        spent = self._read_ledger()
+                        pairs |= spent
+                        ledger_pairs |= spent
                     continue
                 r = self._scan.update_main(parts, pairs)
                 rescope = rescope or r
@@ -251,7 +255,7 @@ class RunModel:
         if rescope:
             self._runs.assign(self._scan.attempts, self._scan.dirty)
             pairs |= set(self.cells)
-        return self._matrix.rebuild(pairs)
+        return self._matrix.rebuild(pairs) | (ledger_pairs & set(self.cells))
 
     def _scan_all(self) -> None:
         """A cold scan: the journal, the tree, each attempt's run, then every cell."""
@@ -315,3 +319,11 @@ def open_tree(out: Path | str) -> RunModel:
             f"{p}: not a marathon output tree (expected <task>/<arm>/<stamp>/<arm>/result.json or .runner/)"
         )
     return model
+
+
+def _ledger_news(parts: tuple[str, ...]) -> bool:
+    """Does a changed path under ``.runner`` (its parts) say the ledgers may have grown: a ledger
+    file, or ``.runner`` or its gateway dir made (a file written in it before a watch on it was)."""
+    if parts[1:] in ((), (tree.GATEWAY_DIR,)):
+        return True
+    return len(parts) == 3 and parts[1] == tree.GATEWAY_DIR and parts[2].startswith("ledger")

@@ -286,6 +286,12 @@ class Money:
             self._of[k] = self.pricer.cost(self.ledger.usage(*k))
         return self._of[k]
 
+    def forget(self, attempts: Iterable[Any]) -> None:
+        """Price these attempts again when next asked (their ledger lines grew): a reader that keeps
+        one ``Money`` across updates re-prices only what changed."""
+        for a in attempts:
+            self._of.pop((a.task, a.arm_dir, a.stamp), None)
+
     def scored(self, c: Any) -> Cost | None:
         """A done cell's cost as its arm's: its scoring attempts' (one per done repeat)."""
         if c.status != "done":

@@ -1,0 +1,82 @@
+"""Live spend in the console: as the gateway's writer appends call lines to the ledger of a tree the
+console is watching, the top bar's spend per arm, the grid's cost view and the selected cell's line
+follow them, priced as ``marathon status`` prices them (LiteLLM's map here); a call of a model the map
+does not know turns the figure into "unpriced", never $0. A recorded real tree (oracle and nop over
+the demo tasks); the ledger written by the gateway's own writer."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+from console_support import run_async, wait_for
+from textual_screen import screen_text
+
+from console.app import make_app
+from console.view import money
+from runner.ops.gateway.server import LedgerWriter
+from runner.results import ledger as L
+from runner.results.prices import Pricer
+from runner.results.tree import ledger_path, list_dirs
+
+TASK = "calc-partial"
+
+
+def call(arm: str, stamp: str, n: int, inp: int, out_tokens: int, model: str = "gpt-5.5") -> dict:
+    return {
+        "kind": L.CALL, "v": L.SCHEMA, "at": 1.7e9 + n, "gateway": "g1", "host": None,
+        "attempt": f"{arm}-{stamp}", "task": TASK, "arm": arm, "stamp": stamp, "method": "POST",
+        "path": "/v1/responses", "request_id": f"{arm}-{stamp}.{n}", "params": {"model": model},
+        "outcome": L.OK, "status": 200, "usage": {"input": inp, "cached": 0, "output": out_tokens, "reasoning": 0},
+    }  # fmt: skip
+
+
+def usd(*rows: dict) -> float:
+    u = L.AttemptUsage()
+    for r in rows:
+        u.add(L.call_from_dict(r))
+    return Pricer().cost(u).usd
+
+
+def test_spend_per_arm_and_per_cell_follows_the_ledger_as_its_lines_land(mini_tree, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    stamps = {arm: list_dirs(out / TASK / arm)[0] for arm in ("oracle", "nop")}
+    o1 = call("oracle", stamps["oracle"], 1, 200_000, 5_000)
+    o2 = call("oracle", stamps["oracle"], 2, 400_000, 20_000)
+    n1 = call("nop", stamps["nop"], 3, 100_000, 1_000)
+
+    async def go():
+        app = make_app(out, docker=False, offer_start=False)
+        async with app.run_test(size=(200, 40)) as pilot:
+            await wait_for(pilot, lambda: TASK in screen_text(app), 60, "the grid")
+            # the watcher's first heartbeat: its watches are set (it starts after the first paint)
+            shown = time.time()
+            await wait_for(pilot, lambda: (app.main.scanned_at or 0) > shown, 30, "the watcher")
+            assert "spend $" not in screen_text(app)  # no ledger yet: no ledger figure
+            w = LedgerWriter(ledger_path(out))
+            try:
+                w.write(o1)
+                want = f"spend {money(usd(o1))}: oracle {money(usd(o1))}"
+                await wait_for(pilot, lambda: want in screen_text(app), 30, want)
+                w.write(o2)
+                w.write(n1)
+                total = usd(o1, o2) + usd(n1)
+                want = f"spend {money(total)}: nop {money(usd(n1))} oracle {money(usd(o1, o2))}"  # grid order
+                await wait_for(pilot, lambda: want in screen_text(app), 30, want)
+                assert f"Σ{money(usd(o1, o2))}" in screen_text(app)  # the arm's summary too
+                # the cell's line: what the cell cost the run on the ledger, with its tokens
+                app.main.query_one("Grid").move_to(TASK, "oracle")
+                want = f"spend {money(usd(o1, o2))} (625k tok on the ledger)"
+                await wait_for(pilot, lambda: want in screen_text(app), 30, want)
+                # the grid's cost view: the cell's spend first
+                await pilot.press("v", "v")  # partial+pass, reward, cost
+                await wait_for(pilot, lambda: "cells cost" in screen_text(app), 30, "the cost view")
+                assert money(usd(o1, o2)) in screen_text(app)
+                # a model LiteLLM's map does not know: unpriced, never $0
+                w.write(call("nop", stamps["nop"], 4, 1_000, 10, model="private-model-x"))
+                await wait_for(pilot, lambda: "spend unpriced: nop $? oracle" in screen_text(app), 30, "unpriced")
+            finally:
+                w.close()
+
+    run_async(go)
