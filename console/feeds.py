@@ -23,6 +23,7 @@ from runner.results.records import TrialRecord
 from runner.results.run_progress import RunProgress, Tally, event_time
 
 if TYPE_CHECKING:
+    from runner.results.projection import Projection  # numpy: imported when first projected
     from runner.schedule.fleet.cluster import NodeState
 
 Key = tuple[str, str]
@@ -281,6 +282,9 @@ class TreeSnapshot:
     suspect: Mapping[str, str] = field(default_factory=dict)
     #: the ledger's spend of the cells above that have ledger calls (``CellSpend``), live
     spend: Mapping[Key, CellSpend] = field(default_factory=dict)
+    #: the run's spend projected to completion (``runner.results.projection``, as ``marathon status``
+    #: shows it), at most every ``PROJECTION_SEC``; None without a ledger
+    projection: Projection | None = None
 
 
 @dataclass(frozen=True)
@@ -303,6 +307,21 @@ def cell_spend(money: Money, cell: Cell | None) -> CellSpend | None:
     return CellSpend(cost.usd, cost.input + cost.output, tuple(cost.unpriced))
 
 
+#: how often the console's projection of the run's spend is recomputed while lines land
+PROJECTION_SEC = 5.0
+
+
+def _projection(model: RunModel, money: Money, scope: str) -> Projection | None:
+    """``runner.results.projection.projection_of`` with the run's cap (its ``--max-spend``)."""
+    from runner.results.caps import read_caps
+    from runner.results.projection import projection_of
+
+    try:
+        return projection_of(model, money, scope, read_caps(model.out).run_usd)
+    except Exception:  # noqa: BLE001 - a projection bug must not take the grid down
+        return None
+
+
 class TreeFeed:
     """Owns the ``runner.results.model.RunModel`` on the worker side and turns its changes into snapshots.
 
@@ -319,6 +338,8 @@ class TreeFeed:
         #: the ledger priced, kept across updates (``_money_for``) and what it was made for
         self._money: Money | None = None
         self._money_of: tuple | None = None
+        self._projection: Projection | None = None
+        self._projected_at = -PROJECTION_SEC
 
     def load(self) -> TreeSnapshot:
         self.model = RunModel.load(self.out)
@@ -397,6 +418,11 @@ class TreeFeed:
             cells, history = dict(scoped), dict(m.cells)
         money = self._money_for(changed)
         summary, alarm = arm_summary(m, self.scope, money)
+        # a bootstrap: not on every line, and not before the first grid (a finished run's console
+        # shows its spend; a running one's updates bring the projection within PROJECTION_SEC)
+        if money.exists and changed is not None and time.monotonic() - self._projected_at >= PROJECTION_SEC:
+            self._projection = _projection(m, money, self.scope)
+            self._projected_at = time.monotonic()
         spend: dict[Key, CellSpend] = {}
         if money.exists:
             for k, c in cells.items():
@@ -410,6 +436,7 @@ class TreeFeed:
         return TreeSnapshot(
             cells, changed is None, tasks, arms, summary, alarm, tuple(notes), time.time(), history,
             tuple(m.host_use()), suspect_tasks(scoped, arms, tasks), spend,
+            self._projection if money.exists else None,
         )  # fmt: skip
 
 

@@ -11,12 +11,16 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 
 from console.feeds import ArmSummary, CellSpend, RunEvent, RunnerInfo
 from modes import safetext
 from runner.results.cells import Cell
+
+if TYPE_CHECKING:
+    from runner.results.projection import Projection  # numpy: not at the console's start
 
 STATUS_GLYPH = {
     "done": "✓",
@@ -458,9 +462,12 @@ def progress_text(
     return " · ".join(parts)
 
 
-def arms_spend_text(summary: dict[str, ArmSummary] | Iterable[tuple[str, ArmSummary]]) -> str:
-    """The top bar's live spend per arm from the gateway's ledger: ``spend $1.23: plain $0.40 goal
-    $0.83`` ("" without a ledger; ``$?`` for an arm with unpriced tokens, and then no total)."""
+def arms_spend_text(
+    summary: dict[str, ArmSummary] | Iterable[tuple[str, ArmSummary]], projection: Projection | None = None
+) -> str:
+    """The top bar's live spend per arm from the gateway's ledger: ``spend $1.23 (projected $4.10
+    [3.80, 4.52]; cap $10.00 in 2.1 h): plain $0.40 goal $0.83`` ("" without a ledger; ``$?`` for
+    an arm with unpriced tokens, and then no total)."""
     items = list(summary.items()) if isinstance(summary, dict) else list(summary)
     per = [(a, s) for a, s in items if s.ledger_spend_usd is not None or s.ledger_unpriced]
     if not per:
@@ -470,7 +477,29 @@ def arms_spend_text(summary: dict[str, ArmSummary] | Iterable[tuple[str, ArmSumm
     )
     if any(s.ledger_unpriced for _a, s in per):
         return f"spend unpriced: {arms}"
-    return f"spend {money(math.fsum(s.ledger_spend_usd or 0.0 for _a, s in per))}: {arms}"
+    total = math.fsum(s.ledger_spend_usd or 0.0 for _a, s in per)
+    return f"spend {money(total)}{projection_text(projection, total)}: {arms}"
+
+
+def projection_text(p: Projection | None, spent_now: float | None = None) -> str:
+    """`` (projected $4.10 [3.80, 4.52]; cap $10.00 in 2.1 h)``: the projection's figures that exist.
+    ``spent_now``: the spend shown beside it, which may be newer than the projection (it is made at
+    most every few seconds): what was spent since moves the projected total and its interval alike."""
+    if p is None or p.unpriced:
+        return ""
+    shift = spent_now - p.spent if spent_now is not None and p.spent is not None else 0.0
+    parts = []
+    if p.projected is not None:
+        iv = f" [{p.interval[0] + shift:.2f}, {p.interval[1] + shift:.2f}]" if p.interval else ""
+        parts.append(f"projected {money(p.projected + shift)}{iv}")
+    if p.cap is not None:
+        if p.time_to_cap_sec == 0:
+            parts.append(f"cap {money(p.cap)} reached")
+        elif p.time_to_cap_sec is not None:
+            parts.append(f"cap {money(p.cap)} in {duration(p.time_to_cap_sec)}")
+        else:
+            parts.append(f"cap {money(p.cap)}")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def run_end_text(info: RunnerInfo | None) -> str | None:

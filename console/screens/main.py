@@ -31,6 +31,7 @@ from runner.results.cells import Cell
 from runner.results.hosts import HostUse
 
 if TYPE_CHECKING:
+    from runner.results.projection import Projection
     from runner.schedule.fleet.cluster import NodeState
 
 #: batching: cell updates that arrive within this window are applied in one repaint
@@ -65,6 +66,7 @@ class MainScreen(Screen):
         self.arms: list[str] = []
         self.summary: dict[str, ArmSummary] = {}
         self.spend: dict[Key, CellSpend] = {}  # the cells' spend on the gateway's ledger, live
+        self.projection: Projection | None = None  # the run's spend projected (the feed's, throttled)
         self.notes: tuple[str, ...] = ()
         self.suspect: dict[str, str] = {}  # task -> evidence: every arm failed it alike
         self.scanned_at: float | None = None
@@ -146,6 +148,7 @@ class MainScreen(Screen):
             self._rebuild = True
         self.tasks, self.arms = list(snap.tasks), list(snap.arms)
         self.summary, self.notes = dict(snap.summary), snap.notes
+        self.projection = snap.projection
         if dict(snap.suspect) != self.suspect:  # the marks are in the row labels: rebuild
             self.suspect = dict(snap.suspect)
             self._rebuild = True
@@ -325,7 +328,7 @@ class MainScreen(Screen):
             or None
         )
         run = view.progress_text(self.info, spend_usd, spend_tok, now)
-        live = view.arms_spend_text(self.summary)  # the gateway's ledger, as its lines land
+        live = view.arms_spend_text(self.summary, self.projection)  # the gateway's ledger, as its lines land
         run = " · ".join(x for x in (run, live) if x)
         t = Text(f"marathon {view.clean(self.out.name, 60)}", style="bold")
         if run:

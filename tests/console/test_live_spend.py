@@ -57,12 +57,15 @@ def test_spend_per_arm_and_per_cell_follows_the_ledger_as_its_lines_land(mini_tr
             w = LedgerWriter(ledger_path(out))
             try:
                 w.write(o1)
-                want = f"spend {money(usd(o1))}: oracle {money(usd(o1))}"
+                want = f"spend {money(usd(o1))} (projected {money(usd(o1))} [{usd(o1):.2f}, {usd(o1):.2f}]): oracle"
                 await wait_for(pilot, lambda: want in screen_text(app), 30, want)
                 w.write(o2)
                 w.write(n1)
                 total = usd(o1, o2) + usd(n1)
-                want = f"spend {money(total)}: nop {money(usd(n1))} oracle {money(usd(o1, o2))}"  # grid order
+                # every pair is done: the projection at completion is what was spent (made at the first
+                # line, moved by the spend since)
+                iv = f"{total:.2f}"
+                want = f"spend {money(total)} (projected {money(total)} [{iv}, {iv}]): nop {money(usd(n1))} oracle"
                 await wait_for(pilot, lambda: want in screen_text(app), 30, want)
                 assert f"Σ{money(usd(o1, o2))}" in screen_text(app)  # the arm's summary too
                 # the cell's line: what the cell cost the run on the ledger, with its tokens
@@ -75,7 +78,9 @@ def test_spend_per_arm_and_per_cell_follows_the_ledger_as_its_lines_land(mini_tr
                 assert money(usd(o1, o2)) in screen_text(app)
                 # a model LiteLLM's map does not know: unpriced, never $0
                 w.write(call("nop", stamps["nop"], 4, 1_000, 10, model="private-model-x"))
-                await wait_for(pilot, lambda: "spend unpriced: nop $? oracle" in screen_text(app), 30, "unpriced")
+                await wait_for(
+                    pilot, lambda: "spend unpriced: nop $? oracle" in screen_text(app), 30, "unpriced"
+                )
             finally:
                 w.close()
 

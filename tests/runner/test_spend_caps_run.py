@@ -10,10 +10,12 @@ resume with a higher cap reruns it, and every pair is done exactly once.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 import pytest
-from runner_support import DEMO_TASKS, done_jobs, events, run_marathon
+from runner_support import DEMO_TASKS, done_jobs, events, run_marathon, start_marathon
 
 from runner.results import ledger as L
 from runner.results.caps import cut_of, read_caps
@@ -83,12 +85,12 @@ def test_a_run_cap_reached_mid_attempt_stops_voids_pauses_and_a_higher_cap_resum
 
 @pytest.mark.timeout(1800)
 def test_an_arm_cap_under_finish_lets_running_attempts_finish_scored_and_holds_only_that_arm(
-    docker_engine, out_tree
+    docker_engine, out_tree, tmp_path
 ):
     """``--max-spend-arm`` with ``--on-cap finish``: each arm's first attempt passes its arm's cap with
     its first call and still finishes (scored: the gateway lets a started attempt go on); no second
     attempt of a capped arm starts; the run pauses when only capped arms' pairs are left, and a
-    resume with a higher cap runs them."""
+    resume with a higher cap runs them, while the real console on the tree shows the spend move."""
     out = out_tree
     tasks = ("calc-partial", "two-stage")
     common = ["--ak", f"api_key_var={KEY}", "--plain", "--price", PRICE]
@@ -113,12 +115,80 @@ def test_an_arm_cap_under_finish_lets_running_attempts_finish_scored_and_holds_o
         u = led.usage(s["task"], s["arm"], s["stamp"])
         assert u is not None and u.forwarded >= 2 and not u.refused, (s, u)
 
-    r2 = run_marathon(
-        "run", str(out), "--resume", "--max-spend-arm", "1000", *common,
-        timeout=900, **{KEY: "sk-caps-test-not-a-secret"},
-    )  # fmt: skip
-    assert r2.returncode == 0, r2.stdout[-3000:] + r2.stderr[-2000:]
+    # the resume, watched by the real console: its spend moves while the resumed trials stream
+    # through the real gateway (the console opened first, its watcher set, then the runner started)
+    log_path = tmp_path / "resume.log"
+    seen: list[str] = []
+
+    async def watch() -> None:
+        from textual_screen import screen_text
+
+        from console.app import make_app
+
+        app = make_app(out, docker=False, offer_start=False)
+        async with app.run_test(size=(200, 40)) as pilot:
+            shown = time.time()
+            await _until(pilot, lambda: (app.main.scanned_at or 0) > shown, 60, "the console's watcher")
+            before = _total(app.main.summary)
+            assert before is not None  # the first run's spend, on the ledger
+            await _until(pilot, lambda: f"spend ${before:.2f}" in screen_text(app), 60, "the spend on screen")
+            proc = start_marathon(
+                "run", str(out), "--resume", "--max-spend-arm", "1000", *common, log=log_path,
+                **{KEY: "sk-caps-test-not-a-secret"},
+            )  # fmt: skip
+            try:
+                # the resumed run is the counting scope now: its first cell's spend appears while its
+                # trial still streams (the runner is still running it)
+                await _until(
+                    pilot,
+                    lambda: _spent(app.main.spend, tasks[1]) > 0 and _shows_arm(app, "plain"),
+                    600,
+                    "the new trial's spend on screen",
+                )
+                assert proc.poll() is None, log_path.read_text()[-2000:]
+                seen.append(screen_text(app))
+                await _until(pilot, lambda: proc.poll() is not None, 900, "the resumed run to end")
+            finally:
+                if proc.poll() is None:
+                    proc.terminate()  # the runner this test started, by its handle
+                    proc.wait(120)
+            assert proc.returncode == 0, log_path.read_text()[-3000:]
+
+    asyncio.run(watch())
+    screen = seen[0]
+    assert "spend $" in screen and "plain $" in screen, screen  # the top bar, per arm
     done = done_jobs(out)
     assert sorted(done) == sorted((t, a) for t in tasks for a in ARMS) and all(
         len(j) == 1 for j in done.values()
     )
+
+
+def _shows_arm(app, arm: str) -> bool:
+    """The screen shows ``arm``'s spend as the console's summary has it now (painted, not pending)."""
+    from textual_screen import screen_text
+
+    s = app.main.summary.get(arm)
+    return (
+        s is not None
+        and s.ledger_spend_usd is not None
+        and f"{arm} ${s.ledger_spend_usd:.2f}" in screen_text(app)
+    )
+
+
+def _spent(spend, task: str) -> float:
+    """What the console shows ``task``'s cells cost on the ledger so far."""
+    return sum(s.usd or 0.0 for (t, _a), s in spend.items() if t == task)
+
+
+def _total(summary) -> float | None:
+    """The console's run spend on the ledger (the arms' ledger spend summed), or None."""
+    vals = [s.ledger_spend_usd for s in summary.values() if s.ledger_spend_usd is not None]
+    return sum(vals) if vals else None
+
+
+async def _until(pilot, predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await pilot.pause(0.2)
