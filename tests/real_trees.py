@@ -39,16 +39,21 @@ TEST_AGENTS = {
 
 @dataclass(frozen=True)
 class TreeSpec:
-    """The harbor jobs of one recorded tree: (task, arm) pairs and extra ``harbor run`` arguments."""
+    """The harbor jobs of one recorded tree: (task, arm) pairs and extra ``harbor run`` arguments,
+    given to the jobs of ``extra_arms`` only (None: every job); the other jobs get ``others_extra``."""
 
     jobs: tuple[tuple[str, str], ...]
     extra: tuple[str, ...] = ()
     about: str = ""
+    extra_arms: tuple[str, ...] | None = None
+    others_extra: tuple[str, ...] = ()
 
 
 #: The recorded trees. ``mini``: harbor's oracle and nop over the 4 demo tasks. ``agents``: the
-#: tests.harbor_agents stand-ins that crash, time out (the multiplier gives the sleeper ~3.6 s),
-#: exit non-zero and half-solve. The core tests read both merged (``core_tree``).
+#: tests.harbor_agents stand-ins that crash, time out (the multiplier gives the sleeper ~3.6 s: the
+#: sleeper's job alone, so the others keep the task's 120 s and a loaded machine's slow ``docker
+#: exec`` never times out the half-solver), exit non-zero and half-solve. The core tests read both
+#: merged (``core_tree``).
 TREES: dict[str, TreeSpec] = {
     "mini": TreeSpec(
         tuple((t, a) for a in ("oracle", "nop") for t in DEMO_TASK_NAMES),
@@ -63,6 +68,10 @@ TREES: dict[str, TreeSpec] = {
             ("calc-partial", "partial"),
         ),
         ("--agent-timeout-multiplier", "0.03"),
+        extra_arms=("sleeper",),
+        # the others at the task's own timeout, the multiplier still named (harbor's config.json
+        # has the key only when it is given: the recording's shapes have it)
+        others_extra=("--agent-timeout-multiplier", "1.0"),
         about="errored trials (RuntimeError, AgentTimeoutError, NonZeroAgentExitCodeError) and a "
         "partial score with tokens, cost and a goal receipt",
     ),
@@ -78,13 +87,22 @@ def harbor_bin() -> str:
     return str(cand) if cand.exists() else "harbor"
 
 
-def start_harbor_jobs(out: Path, jobs, *extra: str, stamp: str | None = None):
+def start_harbor_jobs(
+    out: Path,
+    jobs,
+    *extra: str,
+    stamp: str | None = None,
+    extra_arms: tuple[str, ...] | None = None,
+    others_extra: tuple[str, ...] = (),
+):
     """Start one real harbor job per (task, arm), concurrently, in the output-tree layout.
 
     Each job: jobs dir ``<out>/<task>/<arm>/<stamp>``, job name ``<arm>``, one task (``-p <task dir>``),
     live logs (``--ek auto_mounting=true``). ``arm`` is a harbor agent name or a ``tests.harbor_agents``
     stand-in (``crash``/``sleeper``/``exit1``/``partial``). Runs from the repo root with it on PYTHONPATH
-    so harbor can import the test agents. Returns a handle for ``wait_harbor_jobs``.
+    so harbor can import the test agents. ``extra`` goes to the jobs of ``extra_arms`` (None: all),
+    ``others_extra`` to the rest.
+    Returns a handle for ``wait_harbor_jobs``.
     """
     stamp = stamp or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     env = dict(
@@ -94,7 +112,11 @@ def start_harbor_jobs(out: Path, jobs, *extra: str, stamp: str | None = None):
     for task, arm in jobs:
         cmd = [harbor_bin(), "run", "-p", str(DEMO_TASKS / task), "-a", TEST_AGENTS.get(arm, arm)]
         cmd += ["-o", str(out / task / arm / stamp), "--job-name", arm, "-n", "1", "-y"]
-        cmd += ["--ek", "auto_mounting=true", *extra]
+        cmd += [
+            "--ek",
+            "auto_mounting=true",
+            *(extra if extra_arms is None or arm in extra_arms else others_extra),
+        ]
         log = (out.parent / f"harbor-{task}-{arm}-{stamp}.log").open("wb")
         procs.append((task, arm, log, subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=log)))
     return stamp, procs
@@ -129,7 +151,11 @@ def build_trees(outs: dict[str, Path]) -> None:
     for name, out in outs.items():
         out.mkdir(parents=True, exist_ok=True)
         spec = TREES[name]
-        handles.append(start_harbor_jobs(out, spec.jobs, *spec.extra))
+        handles.append(
+            start_harbor_jobs(
+                out, spec.jobs, *spec.extra, extra_arms=spec.extra_arms, others_extra=spec.others_extra
+            )
+        )
     for h in handles:
         wait_harbor_jobs(h)
 

@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
                 "harbor": version("harbor"),
                 "jobs": [list(j) for j in spec.jobs],
                 "harbor_run_extra": list(spec.extra),
+                "harbor_run_extra_arms": list(spec.extra_arms) if spec.extra_arms is not None else None,
+                "harbor_run_others_extra": list(spec.others_extra),
                 "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "empty_dirs": real_trees.empty_dirs(out),
             }
