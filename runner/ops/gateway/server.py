@@ -181,9 +181,8 @@ class Gateway:
         self._first: dict[str, float] = {}  # attempt id -> its first forwarded call (the budget's start)
         self.started_at = time.time()
         self._dir_mtime: int | None = None
-        self.caps = (
-            C.Caps()
-        )  # the run's spend caps (runner.results.caps), re-read when the runner rewrites them
+        # the run's spend caps (runner.results.caps), re-read when the runner rewrites them
+        self.caps = C.Caps()
         self._caps_mtime: int | None = None
         self.tally: C.Tally | None = None
         self.upstream_label = self.upstream_label or self.upstream.base
