@@ -162,9 +162,14 @@ def render(d: dict) -> str:
     if caps:
         parts = [f"run ${caps['run_usd']:.2f}" if caps.get("run_usd") else "",
                  f"each arm ${caps['arm_usd']:.2f}" if caps.get("arm_usd") else ""]  # fmt: skip
-        lines.append(
-            f"spend caps: {', '.join(p for p in parts if p)}; at a cap running attempts {caps['on_cap']}"
-        )
+        if any(parts):
+            lines.append(
+                f"spend caps: {', '.join(p for p in parts if p)}; at a cap running attempts {caps['on_cap']}"
+            )
+        if caps.get("attempt_usd"):
+            lines.append(
+                f"each attempt's spend budget: ${caps['attempt_usd']:.2f} (at it the attempt ends, scored)"
+            )
     for host, hrow in d.get("hosts", {}).items():
         rest = ", ".join(f"{n} {clean(k)}" for k, n in hrow.items() if k != "attempts")
         lines.append(f"host {clean(host)}: {hrow['attempts']} attempt(s) ({rest})")

@@ -25,6 +25,11 @@ RELAY_BASE_URL = f"http://{RELAY_HOST}:{RELAY_PORT}/v1"
 #: the variable that holds the attempt's token: in harbor's environment (the runner puts it there),
 #: then in codex's (its ``env_key``); never the real key
 TOKEN_VAR = "MARATHON_GATEWAY_TOKEN"
+#: the variable that names, in harbor's environment, the host file the gateway writes when the attempt
+#: has spent its own spend cap (``--max-spend-attempt``): the agent's host side ends the phase at it
+CUT_VAR = "MARATHON_GATEWAY_CUT"
+#: the gateway's refusal code for such an attempt's calls, and its receipt's ``stop_reason``
+SPEND_CAP_ATTEMPT = "spend_cap_attempt"
 #: ``--ak gateway=local``: the relay to the mounted socket; ``--ak gateway=https://...``: a TLS URL
 LOCAL = "local"
 #: where a remote sandbox gets the CA of the gateway's certificate (``--ak gateway_ca=HOST_PATH``,

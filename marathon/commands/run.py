@@ -81,6 +81,13 @@ def add_knobs(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-spend-arm", dest="max_spend_arm", type=float, metavar="USD", help=h("max_spend_arm")
     )
+    p.add_argument(
+        "--max-spend-attempt",
+        dest="max_spend_attempt",
+        type=float,
+        metavar="USD",
+        help=h("max_spend_attempt"),
+    )
     p.add_argument("--on-cap", dest="on_cap", choices=("finish", "stop"), help=h("on_cap"))
     p.add_argument("--mounts", help=h("mounts"))
     p.add_argument(

@@ -7,6 +7,12 @@ attempts running then either finish (``--on-cap finish``, the default: their spe
 the price of not throwing work away) or are stopped and voided (``--on-cap stop``: the cap is
 hard). ``marathon run --resume --max-spend N`` with a higher cap goes on.
 
+``--max-spend-attempt USD`` is different in kind: a budget like the time budget, the same for every
+arm. An attempt that has spent it is cut like one whose deadline passed: its gateway refuses its next
+call (``spend_cap_attempt``, whatever ``--on-cap`` says), writes the attempt's cut record, and the
+agent's host side (``agents.sandbox_host``), which watches that record, ends the agent phase as at
+the deadline; the verifier scores what exists and the receipt names the cap. Nothing is voided.
+
 Three parties read the same figures here, so they never disagree:
 
 - the gateway (``runner.ops.gateway.server``) refuses a call over a cap (``402``, on the ledger),
@@ -22,6 +28,7 @@ A cap on a model without a price cannot be kept, so the preflight refuses it (``
 
     <out>/.runner/gateway/caps.json    run_usd, arm_usd, on_cap, prices, model (written by the runner)
     <out>/.runner/gateway/cuts.jsonl   one line per cap that stopped attempts: the attempts it cut
+    <out>/.runner/gateway/attempts/<id>.cut.json   an attempt its own spend cap ended (the gateway)
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from modes import safeio, safetext
 from modes.values import depth_within
 from runner.results.ledger import (
     SPEND_CAP_ARM,
+    SPEND_CAP_ATTEMPT,
     SPEND_CAP_RUN,
     AttemptUsage,
     Key,
@@ -54,8 +62,8 @@ CUTS_FILE = "cuts.jsonl"
 FINISH, STOP = "finish", "stop"
 ON_CAP = (FINISH, STOP)
 #: the scopes of a cap, and the gateway's refusal code for each (the ledger's ``refused``)
-RUN, ARM = "run", "arm"
-CODE = {RUN: SPEND_CAP_RUN, ARM: SPEND_CAP_ARM}
+RUN, ARM, ATTEMPT = "run", "arm", "attempt"
+CODE = {RUN: SPEND_CAP_RUN, ARM: SPEND_CAP_ARM, ATTEMPT: SPEND_CAP_ATTEMPT}
 
 
 def caps_path(out: Path) -> Path:
@@ -75,9 +83,15 @@ class Caps:
     on_cap: str = FINISH
     prices: tuple[str, ...] = ()  # the run's ``--price`` items: the gateway prices as the runner does
     model: str | None = None  # the run's ``--model``: the price of a call that names none
+    attempt_usd: float | None = None  # each attempt's budget in USD (cut like a deadline, not voided)
 
     @property
     def any(self) -> bool:
+        return self.purse or self.attempt_usd is not None
+
+    @property
+    def purse(self) -> bool:
+        """A run or arm cap: the operator's purse (the runner pauses at it)."""
         return self.run_usd is not None or self.arm_usd is not None
 
     def pricer(self) -> Pricer:
@@ -106,6 +120,7 @@ def caps_from_dict(d: Any) -> Caps:
         on_cap=STOP if d.get("on_cap") == STOP else FINISH,
         prices=tuple(str(p) for p in prices if isinstance(p, str)) if isinstance(prices, list) else (),
         model=d.get("model") if isinstance(d.get("model"), str) else None,
+        attempt_usd=_usd(d.get("attempt_usd")),
     )
 
 
@@ -126,10 +141,10 @@ def require_priced(caps: Caps) -> str | None:
     if not caps.any:
         return None
     if not caps.model:
-        return "--max-spend/--max-spend-arm need the run's --model, to price its calls"
+        return "--max-spend/--max-spend-arm/--max-spend-attempt need the run's --model, to price its calls"
     r = caps.pricer().rates(caps.model)
     if isinstance(r, str):
-        return f"--max-spend/--max-spend-arm cannot be kept: no price for {r}"
+        return f"--max-spend/--max-spend-arm/--max-spend-attempt cannot be kept: no price for {r}"
     return None
 
 
@@ -147,7 +162,7 @@ class Reached:
         return CODE[self.scope]
 
     def text(self) -> str:
-        who = "the run" if self.scope == RUN else f"arm {self.arm}"
+        who = {RUN: "the run", ATTEMPT: "the attempt"}.get(self.scope, f"arm {self.arm}")
         return f"spend cap of {who} reached: ${self.spent:.2f} spent, cap ${self.cap:.2f}"
 
 
@@ -197,6 +212,9 @@ class Tally:
         return math.fsum([v for k, v in self.cost.items() if k[1] == arm]
                          + [v for k, v in self.noted.values() if k[1] == arm])  # fmt: skip
 
+    def attempt(self, key: Key) -> float:
+        return math.fsum([self.cost.get(key, 0.0), *(v for k, v in self.noted.values() if k == key)])
+
     @property
     def run(self) -> float:
         return math.fsum([*self.cost.values(), *(v for _k, v in self.noted.values())])
@@ -213,12 +231,22 @@ class Tally:
                     found.append(Reached(ARM, a, spent, caps.arm_usd))
         return found
 
-    def refusal(self, caps: Caps, arm: str, started: bool) -> str | None:
-        """The gateway's refusal code for a call of an attempt of ``arm`` (``started``: it has had a
-        forwarded call), or None: under ``stop`` every call past a cap, under ``finish`` only an
-        attempt's first."""
-        if not caps.any or (started and caps.on_cap == FINISH):
+    def attempt_reached(self, caps: Caps, key: Key) -> Reached | None:
+        """The attempt's own spend cap, when this attempt has spent it."""
+        if caps.attempt_usd is None:
             return None
+        spent = self.attempt(key)
+        return Reached(ATTEMPT, key[1], spent, caps.attempt_usd) if spent >= caps.attempt_usd else None
+
+    def refusal(self, caps: Caps, key: Key, started: bool) -> str | None:
+        """The gateway's refusal code for a call of attempt ``key`` (``started``: it has had a
+        forwarded call), or None: every call past the attempt's own cap; past the run's or the arm's,
+        under ``stop`` every call, under ``finish`` only an attempt's first."""
+        if self.attempt_reached(caps, key) is not None:
+            return CODE[ATTEMPT]
+        if not caps.purse or (started and caps.on_cap == FINISH):
+            return None
+        arm = key[1]
         if caps.run_usd is not None and self.run >= caps.run_usd:
             return CODE[RUN]
         if caps.arm_usd is not None and self.arm(arm) >= caps.arm_usd:
@@ -275,3 +303,50 @@ def cut_of(out: Path, task: str, arm: str, stamp: str) -> str:
                     f"stopped at the spend cap of {scope} (${spent:.2f} spent, cap ${cap:.2f}; --on-cap stop)"
                 )
     return ""
+
+
+# ------------------------------------------------------------------------------ an attempt's own cap
+
+ATTEMPT_CUTS_DIR = "attempt_cuts"
+
+
+def attempt_cut_path(out: Path, attempt_id: str) -> Path:
+    """The gateway's record that attempt ``attempt_id`` has spent its own cap (host-side only: no
+    sandbox mounts ``.runner``); its harbor process is told the path (``modes.gateway.CUT_VAR``)."""
+    return gateway_dir(out) / ATTEMPT_CUTS_DIR / f"{attempt_id}.json"
+
+
+def write_attempt_cut(out: Path, attempt_id: str, key: Key, reached: Reached) -> None:
+    """Record (once, atomically) that this attempt has spent its own cap: its agent's host side ends
+    the phase at this file, and the report names the cut from it."""
+    path = attempt_cut_path(out, attempt_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    row = {
+        "at": time.time(),
+        "attempt": attempt_id,
+        "task": key[0],
+        "arm": key[1],
+        "stamp": key[2],
+        "scope": ATTEMPT,
+        "spent_usd": round(reached.spent, 6),
+        "cap_usd": reached.cap,
+        "text": reached.text(),
+    }
+    safeio.write_atomic(path, safetext.dumps(row) + "\n")
+
+
+def attempt_cuts(out: Path) -> dict[Key, Mapping[str, Any]]:
+    """Every attempt its own spend cap ended, by (task, arm, stamp): the gateway's records."""
+    d = gateway_dir(Path(out)) / ATTEMPT_CUTS_DIR
+    try:
+        names = sorted(os.listdir(d))
+    except OSError:
+        return {}
+    found: dict[Key, Mapping[str, Any]] = {}
+    for n in names:
+        if not n.endswith(".json") or n.startswith("."):
+            continue
+        row = safeio.load_own_json(d / n)
+        if isinstance(row, dict) and all(isinstance(row.get(k), str) for k in ("task", "arm", "stamp")):
+            found[(row["task"], row["arm"], row["stamp"])] = row
+    return found

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from modes import gateway as gateway_contract
 from modes import safeio
 from modes.cost_map import crossed_threshold
 from modes.values import COUNT, SECONDS, Bad, Range, depth_within, number
@@ -53,7 +54,18 @@ BUDGET = "budget_exhausted"  # the attempt's model budget (modes.budget) is spen
 NOT_FOUND = "not_found"  # a path outside the API (404): nothing went upstream
 SPEND_CAP_RUN = "spend_cap_run"  # the run's spend cap is reached (402; runner.results.caps)
 SPEND_CAP_ARM = "spend_cap_arm"  # the arm's spend cap is reached (402)
-REFUSALS = (NO_TOKEN, OTHER_ATTEMPT, ENDED, GONE, BUDGET, NOT_FOUND, SPEND_CAP_RUN, SPEND_CAP_ARM)
+SPEND_CAP_ATTEMPT = gateway_contract.SPEND_CAP_ATTEMPT  # the attempt spent its own cap (402; cut, not voided)
+REFUSALS = (
+    NO_TOKEN,
+    OTHER_ATTEMPT,
+    ENDED,
+    GONE,
+    BUDGET,
+    NOT_FOUND,
+    SPEND_CAP_RUN,
+    SPEND_CAP_ARM,
+    SPEND_CAP_ATTEMPT,
+)
 
 #: the request parameters that decide the model's behaviour, compared across arms by the wire audit
 PARAMS: dict[str, str] = {

@@ -52,6 +52,7 @@ from pathlib import Path
 
 from runner.results import tree
 from runner.results.attempts import RUNNING, Attempt, Key
+from runner.results.caps import attempt_cuts
 from runner.results.cells import Cell, arm_order
 from runner.results.hosts import HostUse
 from runner.results.ledger import Ledger, LedgerReader
@@ -203,7 +204,8 @@ class RunModel:
         """The ledger's cost of attempts and cells (``runner.results.prices``), priced with the
         current run's recorded ``--price`` items and then ``prices`` (a ``ValueError`` names a bad one)."""
         run = self.current_run
-        return Money(self.ledger, pricer_of(run.prices if run else (), prices, run.model if run else None))
+        pricer = pricer_of(run.prices if run else (), prices, run.model if run else None)
+        return Money(self.ledger, pricer, frozenset(attempt_cuts(self.out)))
 
     def scoped(self, scope: str = "run") -> dict[Key, Cell]:
         """Cells counted in the current run (``"run"``) or over all time (``"all"``): ``CellMatrix.scoped``."""

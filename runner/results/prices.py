@@ -270,9 +270,13 @@ def pricer_of(
 class Money:
     """The ledger's cost of attempts and cells under one pricer, each attempt priced once."""
 
-    def __init__(self, ledger: Ledger, pricer: Pricer) -> None:
+    def __init__(
+        self, ledger: Ledger, pricer: Pricer, cut: frozenset[tuple[str, str, str]] = frozenset()
+    ) -> None:
         self.ledger = ledger
         self.pricer = pricer
+        #: the attempts their own spend cap ended (the gateway's records, ``runner.results.caps``)
+        self.cut = cut
         self._of: dict[tuple[str, str, str], Cost | None] = {}
 
     @property
@@ -298,6 +302,14 @@ class Money:
             return None
         stamps = {p.scored_by for p in c.parts if p.status == "done"}
         return add_costs(self.attempt(a) for a in c.attempts if a.stamp in stamps)
+
+    def spend_capped(self, c: Any) -> bool:
+        """A done cell whose scoring attempt its own spend cap ended (``--max-spend-attempt``): scored
+        like a deadline, shown as such."""
+        if c.status != "done":
+            return False
+        stamps = {p.scored_by for p in c.parts if p.status == "done"}
+        return any((a.task, a.arm_dir, a.stamp) in self.cut for a in c.attempts if a.stamp in stamps)
 
     def spend(self, c: Any) -> Cost | None:
         """What the cell cost the run: every attempt, errored, voided and running ones too."""

@@ -171,6 +171,7 @@ def cell_dict(c: Cell, money: Money | None = None) -> dict[str, Any]:
         "note": c.note,
         **(repeat_dict(c) if c.repeats else {}),
         **(money_dict(money.scored(c), money.spend(c)) if money is not None else {}),
+        **({"spend_capped": money.spend_capped(c)} if money is not None else {}),
     }
 
 

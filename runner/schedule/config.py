@@ -242,6 +242,14 @@ KNOBS: tuple[Knob, ...] = (
         "each arm's spend cap in USD: at it no new attempt of that arm starts",
     ),
     Knob(
+        "max_spend_attempt",
+        "MARATHON_MAX_SPEND_ATTEMPT",
+        "--max-spend-attempt",
+        None,
+        "float",
+        "each attempt's budget in USD, the same for every arm: at it the attempt ends as at its deadline (scored)",
+    ),
+    Knob(
         "on_cap",
         "MARATHON_ON_CAP",
         "--on-cap",
@@ -302,6 +310,7 @@ class RunConfig:
     prices: tuple[str, ...] = ()  # ``--price`` items (``runner.results.prices``), recorded for the report
     max_spend: float | None = None  # USD: the run's spend cap (runner.results.caps)
     max_spend_arm: float | None = None  # USD: each arm's spend cap
+    max_spend_attempt: float | None = None  # USD: each attempt's budget (cut like a deadline, scored)
     on_cap: str = "finish"  # finish | stop: the running attempts at a cap
     mounts: str | None = None
     allow_modified: bool = False

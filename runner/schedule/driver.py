@@ -182,7 +182,7 @@ class Driver:
             write_driver_env(self.cfg)
             if gateway_on(self.cfg):  # before any attempt: every host's gateway keeps them too
                 capsmod.write_caps(self.out, self.caps)
-            if self.caps.any:
+            if self.caps.purse:  # the attempts' own cap is their gateway's to keep
                 self.tally = capsmod.Tally(self.out, self.caps.pricer())
             self.registry.register(os.getpid(), "runner", list(sys.argv))
             all_units = self.units(tasks)

@@ -12,10 +12,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from modes.gateway import LOCAL, SCRIPTED_UPSTREAM, TOKEN_VAR
+from modes.gateway import CUT_VAR, LOCAL, SCRIPTED_UPSTREAM, TOKEN_VAR
 from runner.ops.gateway import attempts
 from runner.ops.gateway.process import DEFAULT_BASE_URL, GatewaySettings
-from runner.results.caps import Caps
+from runner.results.caps import Caps, attempt_cut_path
 from runner.schedule.config import ArmSpec, RunConfig
 
 SCRIPTED_PREFIX = "scripted/"
@@ -75,7 +75,14 @@ def settings_for(cfg: RunConfig, host: str | None = None) -> GatewaySettings:
 def caps_of(cfg: RunConfig) -> Caps:
     """The run's spend caps as its gateways and its runner keep them (``runner.results.caps``),
     priced as the report prices the run (its ``--price`` items, its ``--model``)."""
-    return Caps(cfg.max_spend, cfg.max_spend_arm, cfg.on_cap, cfg.prices, cfg.model)
+    return Caps(
+        run_usd=cfg.max_spend,
+        arm_usd=cfg.max_spend_arm,
+        on_cap=cfg.on_cap,
+        prices=cfg.prices,
+        model=cfg.model,
+        attempt_usd=cfg.max_spend_attempt,
+    )
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,7 @@ class Wiring:
     key_var: str
     url: str | None = None  # the remote route: the gateway's TLS URL (no socket, no mount)
     ca: str | None = None  # the CA a remote sandbox is given to trust the gateway's certificate
+    cut: str = ""  # the file the gateway writes when the attempt has spent its own cap
 
     @property
     def attempt_id(self) -> str:
@@ -98,9 +106,12 @@ class Wiring:
         return json.dumps([*(json.loads(mounts) if mounts else []), self.issued.mount])
 
     def env(self, job_env: dict[str, str]) -> dict[str, str]:
-        """harbor's environment: the token by name; the real key removed (harbor never needs it)."""
+        """harbor's environment: the token by name; the real key removed (harbor never needs it); the
+        file the gateway writes when the attempt has spent its own cap (the agent's host side ends
+        the phase at it: ``agents.sandbox_host``)."""
         env = {k: v for k, v in job_env.items() if k != self.key_var}
         env[TOKEN_VAR] = self.issued.token
+        env[CUT_VAR] = self.cut
         return env
 
     def agent_kwargs(self) -> list[str]:
@@ -120,7 +131,8 @@ def wire_attempt(
     issued = attempts.issue(
         cfg.out, task, arm.name, stamp, budget_sec=cfg.goal_timeout_sec, host=host, socket=not remote
     )
-    return Wiring(issued, key_var_of(cfg), remote, cfg.gateway_ca)
+    cut = str(attempt_cut_path(cfg.out, issued.record.id))
+    return Wiring(issued, key_var_of(cfg), remote, cfg.gateway_ca, cut)
 
 
 def end_attempt(out: Path, task: str, arm: str, stamp: str, reason: str) -> None:

@@ -288,7 +288,7 @@ def check_caps(cfg: RunConfig) -> list[Problem]:
     if not caps.any:
         return []
     if not gateway_on(cfg):
-        return [Problem("spend", "--max-spend/--max-spend-arm are kept from the gateway's ledger, and this run has no gateway",
+        return [Problem("spend", "--max-spend/--max-spend-arm/--max-spend-attempt are kept from the gateway's ledger, and this run has no gateway",
                         "run the codex arms through the gateway (drop --no-gateway)")]  # fmt: skip
     why = require_priced(caps)
     return [Problem("spend", why, "pass --price MODEL=in,cached,out (USD per million tokens)")] if why else []

@@ -74,14 +74,41 @@ def test_which_call_is_refused_under_finish_and_stop(tmp_path):
     t.update()
     finish = C.Caps(run_usd=1.0, prices=(PRICE,), model="m")
     stop = C.Caps(run_usd=1.0, on_cap=C.STOP, prices=(PRICE,), model="m")
-    assert t.refusal(finish, "plain", started=True) is None  # a started attempt finishes
-    assert t.refusal(finish, "goal", started=False) == L.SPEND_CAP_RUN  # a new one does not start
-    assert t.refusal(stop, "plain", started=True) == L.SPEND_CAP_RUN
+    assert t.refusal(finish, ("t1", "plain", "s1"), started=True) is None  # a started attempt finishes
+    assert (
+        t.refusal(finish, ("t1", "goal", "s2"), started=False) == L.SPEND_CAP_RUN
+    )  # a new one does not start
+    assert t.refusal(stop, ("t1", "plain", "s1"), started=True) == L.SPEND_CAP_RUN
     arm_only = C.Caps(arm_usd=1.0, on_cap=C.STOP, prices=(PRICE,), model="m")
-    assert t.refusal(arm_only, "plain", started=True) == L.SPEND_CAP_ARM
-    assert t.refusal(arm_only, "goal", started=True) is None  # another arm's purse
-    assert t.refusal(C.Caps(run_usd=1.01, on_cap=C.STOP), "plain", started=True) is None
-    assert t.refusal(C.Caps(), "plain", started=False) is None
+    assert t.refusal(arm_only, ("t1", "plain", "s1"), started=True) == L.SPEND_CAP_ARM
+    assert t.refusal(arm_only, ("t1", "goal", "s2"), started=True) is None  # another arm's purse
+    assert t.refusal(C.Caps(run_usd=1.01, on_cap=C.STOP), ("t1", "plain", "s1"), started=True) is None
+    assert t.refusal(C.Caps(), ("t1", "plain", "s1"), started=False) is None
+
+
+def test_an_attempts_own_cap_refuses_only_that_attempt_whatever_on_cap_says(tmp_path):
+    """``--max-spend-attempt`` is a budget: the attempt that spent it is refused (started or not,
+    ``finish`` or ``stop``), another attempt of the same arm is not, and the run's purse is untouched."""
+    write(
+        tmp_path, [row("plain", "s1", 1, 250_000, 0, 0), row("plain", "s9", 2, 100_000, 0, 0)]
+    )  # $0.50, $0.20
+    t = C.Tally(tmp_path, C.Caps(prices=(PRICE,), model="m").pricer())
+    t.update()
+    caps = C.Caps(attempt_usd=0.5, prices=(PRICE,), model="m")
+    assert caps.any and not caps.purse and t.reached(caps, ["plain"]) == []
+    assert t.refusal(caps, ("t1", "plain", "s1"), started=True) == L.SPEND_CAP_ATTEMPT
+    assert t.refusal(caps, ("t1", "plain", "s9"), started=True) is None  # $0.20 of its $0.50
+    r = t.attempt_reached(caps, ("t1", "plain", "s1"))
+    assert r is not None and (r.scope, r.arm, r.code) == (C.ATTEMPT, "plain", L.SPEND_CAP_ATTEMPT)
+    assert "spend cap of the attempt reached: $0.50 spent, cap $0.50" == r.text()
+    t.note(row("plain", "s9", 3, 150_000, 0, 0))  # +$0.30 seen going by: s9 reaches its cap now
+    assert t.refusal(caps, ("t1", "plain", "s9"), started=True) == L.SPEND_CAP_ATTEMPT
+    # the cut record the gateway writes, and the report's reading of it
+    C.write_attempt_cut(tmp_path, "a-plain-s1", ("t1", "plain", "s1"), r)
+    (path_row,) = C.attempt_cuts(tmp_path).items()
+    assert path_row[0] == ("t1", "plain", "s1") and path_row[1]["cap_usd"] == 0.5
+    C.attempt_cut_path(tmp_path, "bad").write_text('{"task": 1}')  # not a cut: skipped
+    assert list(C.attempt_cuts(tmp_path)) == [("t1", "plain", "s1")]
 
 
 def test_a_call_noted_when_its_usage_passes_is_counted_once(tmp_path):
@@ -115,7 +142,7 @@ def test_a_broken_caps_record_is_no_cap_never_a_zero_cap(tmp_path, raw):
 
 
 def test_the_caps_record_round_trips_and_an_unreadable_one_is_none(tmp_path):
-    caps = C.Caps(run_usd=250.0, arm_usd=60.5, on_cap=C.STOP, prices=(PRICE,), model="m")
+    caps = C.Caps(run_usd=250.0, arm_usd=60.5, on_cap=C.STOP, prices=(PRICE,), model="m", attempt_usd=4.5)
     C.write_caps(tmp_path, caps)
     assert C.read_caps(tmp_path) == caps
     C.caps_path(tmp_path).write_text("{not json")
@@ -151,6 +178,8 @@ def _tasks(tmp_path):
         ({"max_spend": "nan"}, "--max-spend"),
         ({"max_spend": "inf"}, "--max-spend"),
         ({"max_spend_arm": "ten"}, "--max-spend-arm"),
+        ({"max_spend_attempt": "0"}, "--max-spend-attempt"),
+        ({"max_spend_attempt": "inf"}, "--max-spend-attempt"),
         ({"on_cap": "pause"}, "--on-cap must be finish or stop"),
     ],
 )
@@ -171,6 +200,11 @@ def test_a_cap_needs_a_priced_model_and_the_gateway(tmp_path):
     priced = RunConfig(out=tmp_path, arms=("plain",), model="private-model-x", max_spend_arm=9.0,
                        prices=("private-model-x=1,0.5,4",))  # fmt: skip
     assert check_caps(priced) == [] and caps_of(priced).arm_usd == 9.0
+    (p,) = check_caps(
+        RunConfig(out=tmp_path, arms=("plain",), model="private-model-x", max_spend_attempt=2.0)
+    )
+    assert "no price for private-model-x" in p.what  # the attempt's cap is priced like the others
+    assert caps_of(RunConfig(out=tmp_path, arms=("plain",), max_spend_attempt=2.0)).attempt_usd == 2.0
     (p,) = check_caps(RunConfig(out=tmp_path, arms=("plain",), model="gpt-5.5", max_spend=1.0, gateway=False))
     assert "no gateway" in p.what
     assert check_caps(RunConfig(out=tmp_path, arms=("plain",), model="gpt-5.5")) == []  # no cap, no check

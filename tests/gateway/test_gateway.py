@@ -335,3 +335,35 @@ def test_spend_caps_are_refused_at_the_wire_402_finish_lets_started_attempts_go_
     tally = C.Tally(out, C.read_caps(out).pricer())
     tally.update()
     assert round(tally.arm("plain"), 6) == round(3 * 1.166, 6) and round(tally.run, 6) == round(5 * 1.166, 6)
+
+
+def test_an_attempts_own_cap_cuts_it_when_its_usage_passes_and_refuses_it_alone(gateway, provider):
+    """``--max-spend-attempt`` at the gateway: attempt a's second "quick" call ($1.166 each) passes
+    its $2 cap, and the gateway writes a's cut record before that answer's end is out (the agent's
+    host side ends the phase at it); a's next call is refused 402 ``spend_cap_attempt`` whatever
+    ``--on-cap`` says; b, of the same arm and under its cap, goes on."""
+    from runner.results import caps as C
+
+    out, _s, _st = gateway
+    price = ("quick=1000,100,2000",)
+    C.write_caps(out, C.Caps(attempt_usd=2.0, prices=price, model="quick"))
+    a, b = issue(out, "plain"), issue(out, "plain")
+    sock_a, sock_b = attempts.socket_path(out, a.record.id), attempts.socket_path(out, b.record.id)
+    cut = C.attempt_cut_path(out, a.record.id)
+    assert post(sock_a, a.token)[0] == 200
+    assert not cut.exists()  # $1.17 of $2
+    assert post(sock_a, a.token)[0] == 200  # $2.33: this call passes it
+    assert cut.is_file()  # written while that answer streamed, before the client could call again
+    row = json.loads(cut.read_text())
+    assert (row["attempt"], row["arm"], row["scope"], row["cap_usd"]) == (
+        a.record.id,
+        "plain",
+        "attempt",
+        2.0,
+    )
+    assert row["spent_usd"] == round(2 * 1.166, 6) and "spend cap of the attempt reached" in row["text"]
+    status, body = post(sock_a, a.token)
+    assert (status, code_of(body)) == (402, L.SPEND_CAP_ATTEMPT) and b"--max-spend-attempt" in body
+    assert post(sock_b, b.token)[0] == 200 and not C.attempt_cut_path(out, b.record.id).exists()
+    assert len(provider.seen) == 3  # the refused call never went upstream
+    assert list(C.attempt_cuts(out)) == [(a.record.task, "plain", a.record.stamp)]

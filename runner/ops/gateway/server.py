@@ -10,7 +10,9 @@ carries (the TLS listener for remote sandboxes); the token is checked against th
 when it is missing or another attempt's, when the attempt ended, its harbor process is gone, or its
 model budget (from its first forwarded call, ``modes.budget``'s rule) is spent; refused ``402`` when
 the run's or the arm's spend cap is reached (``runner.results.caps``: every call under ``--on-cap
-stop``, an attempt's first call under ``finish``). Otherwise the request
+stop``, an attempt's first call under ``finish``), and every call of an attempt that has spent its
+own cap (``--max-spend-attempt``; the gateway writes that attempt's cut record the moment a call's
+usage passes it, so the agent's host side ends the phase even if no call follows). Otherwise the request
 goes upstream as it came (the body untouched, the token replaced by the real key, an
 ``x-client-request-id`` added), and the answer comes back as it arrives: SSE chunks are written on
 as they are read, never buffered whole. A client that goes away cancels the handler (aiohttp's
@@ -129,6 +131,11 @@ class Live:
     sock: str | None = None
     first_at: float | None = None
     n: int = 0
+    cut: bool = False  # its own spend cap is spent and its cut record written
+
+
+def _key(a: Live) -> tuple[str, str, str]:
+    return (a.record.task, a.record.arm, a.record.stamp)
 
 
 @dataclass
@@ -321,7 +328,20 @@ class Gateway:
         if self.tally is None:
             self.tally = C.Tally(self.out, self.caps.pricer())
         self.tally.update()
-        return self.tally.refusal(self.caps, a.record.arm, started=a.first_at is not None)
+        reason = self.tally.refusal(self.caps, _key(a), started=a.first_at is not None)
+        if reason == L.SPEND_CAP_ATTEMPT:
+            self._cut_attempt(a)
+        return reason
+
+    def _cut_attempt(self, a: Live) -> None:
+        """The attempt has spent its own cap: its cut record, written once (``runner.results.caps``)."""
+        if a.cut or self.tally is None:
+            return
+        reached = self.tally.attempt_reached(self.caps, _key(a))
+        if reached is not None:
+            C.write_attempt_cut(self.out, a.record.id, _key(a), reached)
+            a.cut = True
+            self.say(f"gateway: attempt {a.record.id} ({reached.text()}): cut")
 
     def _ending(self) -> bool:
         """An ended attempt's socket still bound, its grace over: the next sync removes it."""
@@ -502,6 +522,7 @@ class Gateway:
                         # counted for the caps before the client reads the answer's end (and can call again)
                         self.tally.note({**row, "usage": scanner.usage, "outcome": L.OK})
                         noted = True
+                        self._cut_attempt(a)
                     await resp.write(chunk)
                 delivered = L.OK if up.status < 400 else L.UPSTREAM_ERROR  # every byte of the answer is out
                 await resp.write_eof()
@@ -535,10 +556,11 @@ REFUSAL_TEXT = {
     L.BUDGET: "the attempt's model budget is spent: no further model calls",
     L.SPEND_CAP_RUN: "spend_cap_run: the run's spend cap (marathon run --max-spend) is reached",
     L.SPEND_CAP_ARM: "spend_cap_arm: this arm's spend cap (marathon run --max-spend-arm) is reached",
+    L.SPEND_CAP_ATTEMPT: "spend_cap_attempt: this attempt's spend cap (marathon run --max-spend-attempt) is spent",
 }
 #: the HTTP status of a refusal (401 unless named): a spend cap is Payment Required, a path outside
 #: the API is Not Found
-STATUS = {L.NOT_FOUND: 404, L.SPEND_CAP_RUN: 402, L.SPEND_CAP_ARM: 402}
+STATUS = {L.NOT_FOUND: 404, L.SPEND_CAP_RUN: 402, L.SPEND_CAP_ARM: 402, L.SPEND_CAP_ATTEMPT: 402}
 
 
 # ---------------------------------------------------------------------------------------- main
