@@ -17,6 +17,9 @@ Docker engine. The conversation itself runs inside the sandbox (agents.sandbox_d
   the driver's last phase;
 - at the deadline: the ``stop`` file, then SIGTERM, then SIGKILL to the driver's process group,
   each to the pid the driver reported with its start time re-checked (a reused pid is never hit);
+- at the attempt's own spend cap (``marathon run --max-spend-attempt``): the same, as soon as the
+  gateway's cut record appears on the host (the file ``modes.gateway.CUT_VAR`` names, polled every
+  ``CUT_POLL_SEC`` beside the status polls); the receipt says ``spend_cap_attempt`` and the figures;
 - at the end the evidence under /logs/agent is downloaded (regular files only, through
   modes.safeio) and the driver's receipt merged into ``agent/goal_receipt.json``.
 """
@@ -52,7 +55,16 @@ from agents.transport import (
 from modes import safeio
 from modes.budget import deadline_margin_sec
 from modes.config_digest import config_digests
-from modes.gateway import CA_VAR, LOCAL, RELAY_HOST, RELAY_PORT, SANDBOX_CA, SANDBOX_SOCKET
+from modes.gateway import (
+    CA_VAR,
+    CUT_VAR,
+    LOCAL,
+    RELAY_HOST,
+    RELAY_PORT,
+    SANDBOX_CA,
+    SANDBOX_SOCKET,
+    SPEND_CAP_ATTEMPT,
+)
 from modes.naming import compose_project
 from modes.receipt import Receipt
 
@@ -102,6 +114,8 @@ KILL_AFTER_SEC = 5.0
 EXTRA_MARGIN_SEC = 25.0
 #: the host's own stop (stop file) comes this long before harbor's timeout minus the usual margin
 HARD_STOP_BEFORE_SEC = 30.0
+#: how often the host looks for the gateway's cut record of this attempt (a stat of a host file)
+CUT_POLL_SEC = 1.0
 #: host-side mirror of the driver's last status (live progress for a reader of the trial dir)
 STATUS_MIRROR = "driver-status.json"
 EXEC_TIMEOUT_SEC = 30
@@ -310,8 +324,18 @@ def status_command(path: str, wait_steps: int = 0) -> str:
 class Watch:
     """The host's view of one driver: status polls, silence, and the deadline's escalation."""
 
-    def __init__(self, t: SandboxTransport, hard_deadline: float | None, on_status, mirror: Path) -> None:
+    def __init__(
+        self,
+        t: SandboxTransport,
+        hard_deadline: float | None,
+        on_status,
+        mirror: Path,
+        cut_file: Path | None = None,
+    ) -> None:
         self.t = t
+        #: the gateway's record that this attempt has spent its own cap (host-side), and what it said
+        self.cut_file = cut_file
+        self.cut: dict | None = None
         self.mirror = mirror
         self.hard_deadline = hard_deadline
         self.on_status = on_status
@@ -366,6 +390,42 @@ class Watch:
         return bool(ends) and now >= min(ends)
 
     async def run(self) -> dict:
+        cutter = asyncio.create_task(self.watch_cut()) if self.cut_file is not None else None
+        try:
+            return await self._run()
+        finally:
+            if cutter is not None:
+                cutter.cancel()
+                await asyncio.gather(cutter, return_exceptions=True)
+
+    async def watch_cut(self) -> None:
+        """The attempt's own spend cap: when its gateway writes the cut record, the stop file goes
+        now, beside a status poll that may be waiting in the sandbox (the deadline's escalation then
+        goes on from here: SIGTERM, SIGKILL)."""
+        assert self.cut_file is not None
+        while self.stop_at is None:
+            if self.cut_file.is_file():
+                self.cut = read_cut(self.cut_file)
+                if self.stop_at is None:
+                    self.stop_at = time.monotonic()
+                    await self.send(f"touch {CTRL}/{STOP_NAME}", "stop file (spend cap of the attempt)")
+                return
+            await asyncio.sleep(CUT_POLL_SEC)
+
+    def cut_ended(self, failure: str) -> bool:
+        """The driver's failure is the attempt's spend cap: the gateway's cut record exists (it is
+        written while the call that passed the cap streams, so before codex can meet the refusal of
+        the next one) and either this watch stopped the driver at it or the failure is that refusal
+        (codex ends its turn on the 402 before the next look for the record)."""
+        if self.cut_file is None or not self.cut_file.is_file():
+            return False
+        if self.cut is None and SPEND_CAP_ATTEMPT not in failure:
+            return False
+        if self.cut is None:
+            self.cut = read_cut(self.cut_file)
+        return True
+
+    async def _run(self) -> dict:
         while True:
             asked = time.monotonic()
             status = await self.poll(self.wait_sec(asked))
@@ -617,10 +677,14 @@ class SandboxDriverRun:
             if status.get("token_usage"):
                 arm.usage_to_context(status["token_usage"], run.harbor)
 
-        self.watch = Watch(t, hard, on_status, arm.logs_dir / STATUS_MIRROR)
+        cut = os.environ.get(CUT_VAR)
+        self.watch = Watch(t, hard, on_status, arm.logs_dir / STATUS_MIRROR, Path(cut) if cut else None)
         final = await self.watch.run()
         if final.get("failure"):
-            return ArmFailure(final["failure"].get("message") or "the driver failed")
+            message = final["failure"].get("message") or "the driver failed"
+            if self.watch.cut_ended(message):
+                return None  # the attempt's spend cap ended it: scored like a deadline
+            return ArmFailure(message)
         return None
 
     async def cancelled(self, run: RunContext) -> None:
@@ -691,7 +755,28 @@ def _merge_driver_receipt(
         receipt.warnings.append(f"the driver's receipt is unreadable: {exc}")
         return receipt
     merged.stop_reason = merged_stop_reason(receipt.stop_reason, merged.stop_reason)
+    if watch is not None and watch.cut is not None and receipt.stop_reason not in ("cancelled", "error"):
+        # the host stopped the driver at the attempt's spend cap: its wind-down was not a deadline
+        merged.stop_reason, merged.deadline_hit = SPEND_CAP_ATTEMPT, False
+        merged.extra["spend_cap"] = watch.cut
     return merged
+
+
+def read_cut(path: Path) -> dict:
+    """The gateway's cut record (host-side, written by the gateway only): the figures the receipt
+    keeps; a record that cannot be read still cuts (the file's existence is the gateway's word)."""
+    raw = safeio.read_own(path)
+    try:
+        d = json.loads(raw) if not isinstance(raw, safeio.Refused) else {}
+    except ValueError:
+        d = {}
+    d = d if isinstance(d, dict) else {}
+    return {
+        "scope": "attempt",
+        "spent_usd": d.get("spent_usd") if isinstance(d.get("spent_usd"), (int, float)) else None,
+        "cap_usd": d.get("cap_usd") if isinstance(d.get("cap_usd"), (int, float)) else None,
+        "text": d.get("text") if isinstance(d.get("text"), str) else "spend cap of the attempt reached",
+    }
 
 
 def merged_stop_reason(host: str | None, driver: str | None) -> str | None:

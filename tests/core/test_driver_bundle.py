@@ -94,3 +94,32 @@ def test_a_poll_waits_long_only_while_the_driver_answers_and_no_deadline_is_near
     w.no_status, w.stop_at = False, 5.0
     assert w.wait_sec(6.0) == 0.0
     assert 2 * LONG_POLL_SEC <= SILENT_SEC  # a stalled driver is seen within two polls of the rule
+
+
+def test_a_driver_failure_is_the_attempts_spend_cap_only_with_the_gateways_record(tmp_path):
+    """The host reads the driver's failure as the attempt's spend cap (scored like a deadline) only when
+    the gateway's cut record exists on the host, and only for the refusal itself or after the watch
+    stopped the driver at the record; the record's figures go into the receipt, a torn one still cuts."""
+    from agents.sandbox_host import read_cut
+
+    refusal = "turn 1 failed: unexpected status 402 Payment Required: spend_cap_attempt: this attempt's..."
+    cut = tmp_path / "cut.json"
+    w = Watch(None, hard_deadline=None, on_status=lambda s: None, mirror=tmp_path / "m.json", cut_file=cut)
+    assert not w.cut_ended(refusal)  # no record: a 402 the agent could fake is a failure
+    cut.write_text(
+        json.dumps({"spent_usd": 0.051, "cap_usd": 0.05, "text": "spend cap of the attempt reached"})
+    )
+    assert not w.cut_ended("turn 1 failed: the sandbox ran out of disk")  # another failure stays one
+    assert w.cut_ended(refusal) and w.cut == {
+        "scope": "attempt", "spent_usd": 0.051, "cap_usd": 0.05, "text": "spend cap of the attempt reached"
+    }  # fmt: skip
+    stopped = Watch(
+        None, hard_deadline=None, on_status=lambda s: None, mirror=tmp_path / "n.json", cut_file=cut
+    )
+    stopped.cut = read_cut(
+        cut
+    )  # the watch stopped the driver at the record: its wind-down's failure is the cut
+    assert stopped.cut_ended("the app-server went away")
+    cut.write_text("{torn")
+    assert read_cut(cut)["text"] == "spend cap of the attempt reached" and read_cut(cut)["cap_usd"] is None
+    assert not Watch(None, None, lambda s: None, tmp_path / "o.json").cut_ended(refusal)  # no cap in this run
