@@ -412,14 +412,15 @@ class Watch:
                 return
             await asyncio.sleep(CUT_POLL_SEC)
 
-    def cut_ended(self, failure: str) -> bool:
-        """The driver's failure is the attempt's spend cap: the gateway's cut record exists (it is
-        written while the call that passed the cap streams, so before codex can meet the refusal of
-        the next one) and either this watch stopped the driver at it or the failure is that refusal
-        (codex ends its turn on the 402 before the next look for the record)."""
+    def cut_ended(self, failure: str | None) -> bool:
+        """The attempt's spend cap ended the phase: the gateway's cut record exists (it is written
+        while the call that passed the cap streams, so before codex can meet the refusal of the next
+        one), and the driver ended on its own (a harness that gave up on the refusals before the next
+        look for the record), or this watch stopped it at the record, or its failure is the refusal
+        (codex ends its turn on the 402). Another failure stays a failure."""
         if self.cut_file is None or not self.cut_file.is_file():
             return False
-        if self.cut is None and SPEND_CAP_ATTEMPT not in failure:
+        if self.cut is None and failure is not None and SPEND_CAP_ATTEMPT not in failure:
             return False
         if self.cut is None:
             self.cut = read_cut(self.cut_file)
@@ -680,12 +681,11 @@ class SandboxDriverRun:
         cut = os.environ.get(CUT_VAR)
         self.watch = Watch(t, hard, on_status, arm.logs_dir / STATUS_MIRROR, Path(cut) if cut else None)
         final = await self.watch.run()
-        if final.get("failure"):
-            message = final["failure"].get("message") or "the driver failed"
-            if self.watch.cut_ended(message):
-                return None  # the attempt's spend cap ended it: scored like a deadline
-            return ArmFailure(message)
-        return None
+        failure = final.get("failure")
+        message = (failure.get("message") or "the driver failed") if failure else None
+        if self.watch.cut_ended(message) or message is None:
+            return None  # done, or ended by the attempt's spend cap: scored like a deadline
+        return ArmFailure(message)
 
     async def cancelled(self, run: RunContext) -> None:
         """The stop file, the driver's wind-down, then SIGTERM: bounded, and settled even while
@@ -757,8 +757,8 @@ def _merge_driver_receipt(
     merged.stop_reason = merged_stop_reason(receipt.stop_reason, merged.stop_reason)
     if watch is not None and watch.cut is not None and receipt.stop_reason not in ("cancelled", "error"):
         # the host stopped the driver at the attempt's spend cap: its wind-down was not a deadline
+        merged.extra["spend_cap"] = {**watch.cut, "driver_stop_reason": merged.stop_reason}
         merged.stop_reason, merged.deadline_hit = SPEND_CAP_ATTEMPT, False
-        merged.extra["spend_cap"] = watch.cut
     return merged
 
 

@@ -120,6 +120,10 @@ def test_a_driver_failure_is_the_attempts_spend_cap_only_with_the_gateways_recor
         cut
     )  # the watch stopped the driver at the record: its wind-down's failure is the cut
     assert stopped.cut_ended("the app-server went away")
+    ended = Watch(
+        None, hard_deadline=None, on_status=lambda s: None, mirror=tmp_path / "e.json", cut_file=cut
+    )
+    assert ended.cut_ended(None) and ended.cut is not None  # a harness that gave up on the refusals
     cut.write_text("{torn")
     assert read_cut(cut)["text"] == "spend cap of the attempt reached" and read_cut(cut)["cap_usd"] is None
     assert not Watch(None, None, lambda s: None, tmp_path / "o.json").cut_ended(refusal)  # no cap in this run
