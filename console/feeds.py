@@ -295,6 +295,8 @@ class CellSpend:
     usd: float | None
     tokens: int
     why: tuple[str, ...] = ()
+    #: its scoring attempt was ended by its own spend cap (``--max-spend-attempt``), scored
+    capped: bool = False
 
 
 def cell_spend(money: Money, cell: Cell | None) -> CellSpend | None:
@@ -304,7 +306,7 @@ def cell_spend(money: Money, cell: Cell | None) -> CellSpend | None:
     cost = money.spend(cell)
     if cost is None:
         return None
-    return CellSpend(cost.usd, cost.input + cost.output, tuple(cost.unpriced))
+    return CellSpend(cost.usd, cost.input + cost.output, tuple(cost.unpriced), money.spend_capped(cell))
 
 
 #: how often the console's projection of the run's spend is recomputed while lines land
@@ -405,6 +407,7 @@ class TreeFeed:
             self._money, self._money_of = m.money(), ident
         else:
             self._money.forget(a for k in changed if (c := m.cells.get(k)) is not None for a in c.attempts)
+            self._money.cut = m.spend_cuts()  # an attempt its spend cap ended while the console watched
         return self._money
 
     def _snapshot(self, changed: set[Key] | None) -> TreeSnapshot:

@@ -300,6 +300,8 @@ def cell_detail(
     parts.append(f"cost {money(cell.cost_usd)}")
     if spend is not None:  # the gateway's ledger: what every attempt of the cell cost, live
         parts.append(f"spend {spend_text(spend)} ({count(spend.tokens)} tok on the ledger)")
+        if spend.capped:
+            parts.append("ended by its spend cap (scored, like a deadline)")
     if cell.n_input_tokens is not None or cell.n_output_tokens is not None:
         parts.append(f"tok {num(cell.n_input_tokens)}/{num(cell.n_output_tokens)}")
     if cell.attempts:

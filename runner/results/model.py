@@ -205,7 +205,12 @@ class RunModel:
         current run's recorded ``--price`` items and then ``prices`` (a ``ValueError`` names a bad one)."""
         run = self.current_run
         pricer = pricer_of(run.prices if run else (), prices, run.model if run else None)
-        return Money(self.ledger, pricer, frozenset(attempt_cuts(self.out)))
+        return Money(self.ledger, pricer, self.spend_cuts())
+
+    def spend_cuts(self) -> frozenset[tuple[str, str, str]]:
+        """The attempts their own spend cap ended (``runner.results.caps``: the gateway's records), as
+        ``Money.cut`` takes them; one listing of a small dir, so a live reader asks on every update."""
+        return frozenset(attempt_cuts(self.out))
 
     def scoped(self, scope: str = "run") -> dict[Key, Cell]:
         """Cells counted in the current run (``"run"``) or over all time (``"all"``): ``CellMatrix.scoped``."""

@@ -15,6 +15,7 @@ from textual_screen import screen_text
 from console.app import make_app
 from console.view import money
 from runner.ops.gateway.server import LedgerWriter
+from runner.results import caps as C
 from runner.results import ledger as L
 from runner.results.prices import Pricer
 from runner.results.tree import ledger_path, list_dirs
@@ -81,6 +82,14 @@ def test_spend_per_arm_and_per_cell_follows_the_ledger_as_its_lines_land(mini_tr
                 await wait_for(
                     pilot, lambda: "spend unpriced: nop $? oracle" in screen_text(app), 30, "unpriced"
                 )
+                # the gateway cuts oracle's attempt at its own spend cap (--max-spend-attempt): the cell's
+                # line says so once the attempt's next ledger line lands (the console watched it happen)
+                assert "ended by its spend cap" not in screen_text(app)
+                key = (TASK, "oracle", stamps["oracle"])
+                C.write_attempt_cut(out, "a-oracle", key, C.Reached(C.ATTEMPT, "oracle", 1.0, 1.0))
+                w.write(call("oracle", stamps["oracle"], 5, 1_000, 10))
+                want = "ended by its spend cap (scored, like a deadline)"
+                await wait_for(pilot, lambda: want in screen_text(app), 30, want)
             finally:
                 w.close()
 
