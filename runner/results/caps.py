@@ -318,8 +318,11 @@ def attempt_cut_path(out: Path, attempt_id: str) -> Path:
 
 def write_attempt_cut(out: Path, attempt_id: str, key: Key, reached: Reached) -> None:
     """Record (once, atomically) that this attempt has spent its own cap: its agent's host side ends
-    the phase at this file, and the report names the cut from it."""
+    the phase at this file, and the report names the cut from it. A record already there stays (a
+    restarted gateway refusing the attempt again does not move the moment of the cut)."""
     path = attempt_cut_path(out, attempt_id)
+    if os.path.lexists(path):
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     row = {
         "at": time.time(),

@@ -105,6 +105,11 @@ def test_an_attempts_own_cap_refuses_only_that_attempt_whatever_on_cap_says(tmp_
     assert t.refusal(caps, ("t1", "plain", "s9"), started=True) == L.SPEND_CAP_ATTEMPT
     # the cut record the gateway writes, and the report's reading of it
     C.write_attempt_cut(tmp_path, "a-plain-s1", ("t1", "plain", "s1"), r)
+    first = C.attempt_cut_path(tmp_path, "a-plain-s1").read_text()
+    C.write_attempt_cut(
+        tmp_path, "a-plain-s1", ("t1", "plain", "s1"), C.Reached(C.ATTEMPT, "plain", 0.9, 0.5)
+    )
+    assert C.attempt_cut_path(tmp_path, "a-plain-s1").read_text() == first  # the first cut stays
     (path_row,) = C.attempt_cuts(tmp_path).items()
     assert path_row[0] == ("t1", "plain", "s1") and path_row[1]["cap_usd"] == 0.5
     C.attempt_cut_path(tmp_path, "bad").write_text('{"task": 1}')  # not a cut: skipped
