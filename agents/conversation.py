@@ -92,6 +92,7 @@ class Conversation:
         self.client: AppServerClient | None = None
         self.session: CodexSession | None = None
         self.budget_t0: float | None = None
+        self._budget_args: tuple[float, float | None, float | None] | None = None
 
     async def open(self, proc, deadline: float | None = None) -> CodexSession:
         """Client on ``proc`` (app-server), ``initialize``: a ready session, or a loud ArmFailure."""
@@ -135,6 +136,36 @@ class Conversation:
         r.extra["budget_source"] = source
         self.session.deadline = now + budget if budget is not None else None
         self.budget_t0 = now
+        self._budget_args = (t0, goal_timeout_sec, harbor_sec)
+
+    def anchor_budget(self, first_request: float, first_epoch: float) -> None:
+        """Start the budget again at the arm's first model request (``first_request``, monotonic;
+        ``first_epoch``, the same moment by the wall clock): what the gateway counts the attempt's
+        wire budget from (``modes.budget``). Called once, by the in-sandbox relay's first connection.
+
+        Why: the budget started just before the arm's first turn, but codex sends its first request
+        only after its own start of that turn (seconds on a loaded machine, not the same for every
+        arm), so each harness stopped its arm that much model time short of the wire's budget, and
+        the five arms were cut at different moments on the wire. Started here, the harness's deadline
+        and the gateway's fall together for every arm. A request after the deadline started from
+        ``start_budget`` (the deadline already ended the work) moves nothing."""
+        s, args = self.session, self._budget_args
+        if s is None or args is None or self.budget_t0 is None or first_request <= self.budget_t0:
+            return
+        if s.deadline is not None and first_request >= s.deadline:
+            return
+        t0, goal_timeout_sec, harbor_sec = args
+        lag = first_request - self.budget_t0
+        budget, source = model_budget(goal_timeout_sec, harbor_sec, first_request - t0)
+        r = self.receipt
+        r.budget_start = utc_now(first_epoch)
+        r.extra["budget_start_epoch"] = round(first_epoch, 3)
+        r.extra["budget_anchor"] = "first model request"
+        r.extra["first_request_after_sec"] = round(lag, 3)
+        r.budget_sec = round(budget, 3) if budget is not None else None
+        r.extra["budget_source"] = source
+        s.deadline = first_request + budget if budget is not None else None
+        self.budget_t0 = first_request
 
     async def drive(self, drive: Drive, instruction: str) -> None:
         """Run the arm's loop; the deadline is normal budget exhaustion (wind down, return)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 
 CHUNK = 64 * 1024
 
@@ -31,6 +32,11 @@ class Relay:
         self.server: asyncio.AbstractServer | None = None
         self.stats = {"connections": 0, "unreachable": 0, "last_unreachable": None}
         self._tasks: set[asyncio.Task] = set()
+        #: set by the driver when the budget starts: called once, with (monotonic, epoch) seconds,
+        #: when the next request's first bytes pass towards the gateway (on any connection, a reused
+        #: one too): codex's first model request of the budget, within milliseconds of the gateway's
+        #: first call of the attempt (the wire budget's start, ``modes.budget``)
+        self.on_first: Callable[[float, float], None] | None = None
 
     async def start(self) -> None:
         self.server = await asyncio.start_server(self._handle, self.host, self.port, reuse_address=True)
@@ -61,16 +67,26 @@ class Relay:
                 self.stats["last_unreachable"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 await _refuse(writer, f"the marathon model gateway is unreachable ({exc.strerror or exc})")
                 return
-            await _splice(reader, writer, up_r, up_w)
+            await _splice(reader, writer, up_r, up_w, self._sent)
         finally:
             if task is not None:
                 self._tasks.discard(task)
             writer.close()
 
+    def _sent(self) -> None:
+        """Bytes of a request are on their way to the gateway (called per chunk: a check, no more)."""
+        if self.on_first is not None:
+            first, self.on_first = self.on_first, None
+            first(time.monotonic(), time.time())
 
-async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+
+async def _pipe(
+    src: asyncio.StreamReader, dst: asyncio.StreamWriter, on_chunk: Callable[[], None] | None = None
+) -> None:
     try:
         while chunk := await src.read(CHUNK):
+            if on_chunk is not None:
+                on_chunk()
             dst.write(chunk)
             await dst.drain()
     except (ConnectionError, OSError):
@@ -82,11 +98,12 @@ async def _splice(
     writer: asyncio.StreamWriter,
     up_r: asyncio.StreamReader,
     up_w: asyncio.StreamWriter,
+    on_request: Callable[[], None] | None = None,
 ) -> None:
     """Both directions until either side closes; then both are closed at once. codex never half-closes
     a request, so its EOF means it went away: the gateway sees the connection drop and cancels its
     upstream request (a model still thinking is not left running for nobody)."""
-    to_up = asyncio.ensure_future(_pipe(reader, up_w))
+    to_up = asyncio.ensure_future(_pipe(reader, up_w, on_request))
     to_client = asyncio.ensure_future(_pipe(up_r, writer))
     try:
         await asyncio.wait({to_up, to_client}, return_when=asyncio.FIRST_COMPLETED)

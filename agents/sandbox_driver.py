@@ -283,6 +283,8 @@ async def drive_in_sandbox(ctrl: Path) -> int:
         status.session = conv.session
         harness = harness_from_state(cfg["harness"], receipt, logs_dir, local_exec(cfg.get("user")))
         conv.start_budget(t0, cfg.get("goal_timeout_sec"), cfg.get("harbor_sec"))
+        if relay is not None:  # the budget starts again at codex's first request (the wire's start)
+            relay.on_first = conv.anchor_budget
         status.phase = "drive"
         drive = asyncio.create_task(conv.drive(harness.drive, cfg["instruction"]))
         stopper = asyncio.create_task(stop.wait())

@@ -215,12 +215,17 @@ class CodexSession:
             raise self.fatal
 
     async def _next(self):
-        try:
-            note = await self.client.next_notification(self.deadline)
-        except DeadlineReached:
-            raise RuntimeError(DEADLINE_MESSAGE) from None
-        self._check()
-        return note
+        while True:
+            try:
+                note = await self.client.next_notification(self.deadline)
+            except DeadlineReached:
+                # the deadline may have moved later while this waited (the budget's start moves to the
+                # first model request: ``Conversation.anchor_budget``): wait on to the new one
+                if self.deadline is not None and time.monotonic() < self.deadline:
+                    continue
+                raise RuntimeError(DEADLINE_MESSAGE) from None
+            self._check()
+            return note
 
     async def request(self, method: str, params: dict, timeout: float = 120):
         """A request bounded by the deadline as well as ``timeout``."""

@@ -107,7 +107,9 @@ def main() -> int:
         r = asyncio.run(measure(out, attempts, args.lines))
         lat = sorted(x * 1000 for x in r["latency"])
         p95 = lat[min(len(lat) - 1, int(len(lat) * 0.95))]
-        print(f"tree: {len(attempts)} attempts, {r['seed_lines']} ledger lines before; {len(lat)} lines measured")
+        print(
+            f"tree: {len(attempts)} attempts, {r['seed_lines']} ledger lines before; {len(lat)} lines measured"
+        )
         print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cpus, Python "
               f"{platform.python_version()}, load avg {os.getloadavg()[0]:.1f}")  # fmt: skip
         print(f"console start to full grid (with the ledger)  {r['start_to_grid']:.2f} s")

@@ -32,8 +32,9 @@ RECEIPT_NAME = TrialFiles.RECEIPT.removeprefix(TrialFiles.AGENT_DIR + "/")
 SCHEMA = "marathon.goal_receipt/1"
 
 
-def utc_now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+def utc_now(epoch: float | None = None) -> str:
+    """UTC to the second, as every receipt writes its times: now, or the moment ``epoch``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 @dataclass
@@ -69,7 +70,9 @@ class Receipt:
     deadline_hit: bool = False
     goal_timeout_sec: float | None = None
     # The model's budget starts right before the first model request, the same for every arm:
-    # what the harness did before (LoopX install, preflight, app-server start) is prep_sec.
+    # what the harness did before (LoopX install, preflight, app-server start) is prep_sec. Through
+    # the gateway's relay it starts again at the request itself (``extra.budget_anchor``, and
+    # ``extra.first_request_after_sec`` after the first start), where the gateway starts the wire's.
     prep_sec: float | None = None
     budget_start: str | None = None  # UTC, when the budget started
     budget_sec: float | None = None

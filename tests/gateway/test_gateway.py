@@ -176,6 +176,51 @@ def test_tokens_are_refused_without_a_token_from_another_attempt_ended_killed_or
     assert led.usage("t1", "heartbeat", c.record.stamp).refused == {L.BUDGET: 1}
 
 
+def test_the_relay_marks_the_budgets_first_request_as_the_gateway_counts_it(gateway, provider):
+    """The in-sandbox relay (``agents.relay``) on loopback in front of an attempt's socket, as the
+    driver runs it: armed at the budget's start, the next request's first bytes call it back once
+    (on a connection opened before it was armed, as a kept-alive one of codex's may be), just before
+    the gateway takes that call as the attempt's first (the wire budget's start); the harness's
+    budget starts there (``Conversation.anchor_budget``). A later request does not call it again."""
+    import asyncio
+
+    from agents.relay import Relay
+
+    out, _s, _st = gateway
+    a = issue(out, budget=60.0)
+    sock = attempts.socket_path(out, a.record.id)
+
+    async def scenario() -> tuple[list[float], list[bytes]]:
+        relay = Relay("127.0.0.1", 0, str(sock))
+        await relay.start()
+        assert relay.server is not None
+        port = relay.server.sockets[0].getsockname()[1]
+        marks: list[float] = []
+        bodies: list[bytes] = []
+        try:
+            early_r, early_w = await asyncio.open_connection("127.0.0.1", port)  # before the budget
+            await asyncio.sleep(0.2)
+            assert marks == []
+            relay.on_first = lambda _mono, epoch: marks.append(epoch)
+            for r, w in ((early_r, early_w), await asyncio.open_connection("127.0.0.1", port)):
+                w.write(raw_request(a.token, "quick", close=True))
+                await w.drain()
+                bodies.append(await r.read())  # to its end: the gateway closes after the response
+                w.close()
+        finally:
+            await relay.close()
+        return marks, bodies
+
+    marks, bodies = asyncio.run(scenario())
+    assert [b.split(b"\r\n", 1)[0] for b in bodies] == [b"HTTP/1.1 200 OK"] * 2, bodies
+    (mark,) = marks
+    first, second = wait_for(lambda: c if len(c := calls(out)) >= 2 else None, 5, "both calls")
+    assert (first.outcome, second.outcome, first.attempt) == (L.OK, L.OK, a.record.id)
+    # the harness's budget start is the wire's, to within the relay's hop: never after it
+    assert mark <= first.at < mark + 1.0, (mark, first.at)
+    assert first.model_time_sec == 0 and second.at > first.at
+
+
 def test_a_killed_gateway_is_restarted_with_the_outage_recorded_and_the_budget_kept(gateway, provider):
     out, s, st = gateway
     a = issue(out, budget=4.0)
