@@ -114,13 +114,20 @@ class LocalLauncher:
     # --- the model gateway (runner.ops.gateway) --------------------------------------------------
 
     def _ensure_gateway(self, first: bool = False) -> bool:
-        """The tree's gateway serves (a dead one is restarted: the attempts it served are voided
-        by the voiding table's ``gateway_failed`` row, from the outage this records)."""
+        """The tree's gateway serves: at the start, the running one or a new one; later, one that
+        died without being asked to is restarted (``restart_if_failed``: the attempts it served are
+        voided by the voiding table's ``gateway_failed`` row, from the outage this records)."""
         from runner.errors import UserError
-        from runner.ops.gateway.process import ensure
+        from runner.ops.gateway.process import ensure, restart_if_failed
 
         try:
-            st, started = ensure(self.out, settings_for(self.cfg), by="runner")
+            if first:
+                st, started = ensure(self.out, settings_for(self.cfg), by="runner")
+            else:
+                new = restart_if_failed(self.out, settings_for(self.cfg), by="runner")
+                if new is None:
+                    return True
+                st, started = new, True
         except UserError as exc:
             self.log.emit(EventKind.GATEWAY_ERROR, error=str(exc))
             if first:
@@ -138,10 +145,7 @@ class LocalLauncher:
         if not self.gateway or now < self._gateway_next_check:
             return
         self._gateway_next_check = now + self.gateway_check_sec
-        from runner.ops.gateway.process import running as gateway_running
-
-        if gateway_running(self.out) is None:
-            self._ensure_gateway()
+        self._ensure_gateway()
 
     # --- starting -----------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ an outage); serve remote sandboxes over TLS with the operator's certificate.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -239,6 +240,57 @@ def test_a_killed_gateway_is_restarted_with_the_outage_recorded_and_the_budget_k
     assert abs(later.model_time_sec - (later.at - first)) < 0.01  # ... on the budget from its first call
     time.sleep(max(0.0, first + 4.2 - time.time()))
     assert code_of(post(sock, a.token)[1]) == L.BUDGET
+
+
+def test_a_cluster_job_restarts_its_hosts_killed_gateway_never_a_stopped_one(tmp_path, key, provider):
+    """``runner.schedule.fleet.job.keep_gateway``, the tender each cluster job runs beside its harbor
+    on its host (``restart_if_failed``, the runner's rule on one host too): the host's gateway
+    killed mid-attempt is restarted at once, the outage recorded with the job's attempt (so the
+    attempt is voided and rerun); stopped on purpose (``marathon kill``, the run's end), it stays
+    stopped; the tender ends with its harbor."""
+    import threading
+
+    from runner.schedule.fleet.job import keep_gateway
+
+    out, host = tmp_path / "out", "node-a"
+    out.mkdir()
+    s = process.GatewaySettings(upstream=provider.url, key_var=KEY_VAR, host=host)
+    st = process.start_detached(out, s)
+    harbor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # the job's harbor
+    ended = threading.Event()
+    try:
+        a = attempts.issue(out, "t1", "plain", "2026-01-01__00-00-00", budget_sec=None, host=host)
+        wait_for(lambda: attempts.socket_path(out, a.record.id).exists(), 10, "the attempt's socket")
+        attempts.set_harbor(out, a.record.id, harbor.pid)
+        keeper = threading.Thread(target=keep_gateway, args=(out, s, a.record.id, harbor, ended, 0.1))
+        keeper.start()
+        os.kill(st.pid, signal.SIGKILL)  # the gateway this test started (its registered identity)
+        new = wait_for(
+            lambda: (n := process.running(out, host)) and n.pid != st.pid and n, 30, "a new gateway"
+        )
+        # the outage is written once the new gateway serves, a moment after it answers as running
+        (o,) = wait_for(lambda: L.read_outages(out), 10, "the outage")
+        assert o.by == f"job of attempt {a.record.id}" and ("t1", "plain", a.record.stamp) in o.attempts
+        wait_for(lambda: attempts.socket_path(out, a.record.id).exists(), 10, "the socket bound again")
+        assert post(attempts.socket_path(out, a.record.id), a.token)[0] == 200  # serving the attempt again
+        # stopped on purpose (as `marathon kill` stops it, by its registered identity): left stopped
+        assert process.stop(out, host).startswith("stopped")
+        time.sleep(1.0)  # ten of the tender's looks
+        assert process.running(out, host) is None and process.read_state(out, host).pid == new.pid
+        assert len(L.read_outages(out)) == 1
+        assert keeper.is_alive()
+        harbor.kill()  # the job's harbor ends (ours, by its handle): so does the tender
+        harbor.wait()
+        keeper.join(10)
+        assert not keeper.is_alive()
+    finally:
+        ended.set()
+        if harbor.poll() is None:
+            harbor.kill()
+            harbor.wait()
+        with contextlib.suppress(Exception):
+            process.stop(out, host)
+        shutil.rmtree(attempts.socket_root(out), ignore_errors=True)
 
 
 def _cert(tmp: Path) -> tuple[Path, Path]:

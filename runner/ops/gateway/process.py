@@ -235,6 +235,39 @@ def ensure(out: Path, s: GatewaySettings, *, by: str) -> tuple[GatewayState, boo
         return new, True
 
 
+#: gateway instances found stopped on purpose (a tender asks once a second; the ledger is read once)
+_STOPPED: set[str] = set()
+
+
+def stopped_on_purpose(out: Path, st: GatewayState) -> bool:
+    """Did this gateway stop as it was asked to (a signal: ``marathon kill``, ``gateway --stop``,
+    the run's end)? Then it wrote its stop line on the ledger; a killed or crashed one did not."""
+    from runner.results import ledger as L
+
+    if st.instance not in _STOPPED and any(
+        g.get("kind") == L.GATEWAY_STOP and g.get("gateway") == st.instance
+        for g in L.read_ledger(out).gateways
+    ):
+        _STOPPED.add(st.instance)
+    return st.instance in _STOPPED
+
+
+def restart_if_failed(out: Path, s: GatewaySettings, *, by: str) -> GatewayState | None:
+    """The tender's rule, the same for the runner on one host and for each cluster job on its host:
+    a gateway of this host that died without being asked to (killed, crashed) is started again at
+    once (``ensure``: the outage recorded, its live attempts voided by the voiding table's
+    ``gateway_failed`` row); one that is running, or was stopped on purpose, is left as it is (a
+    tender that restarted a gateway ``marathon kill`` had just stopped would outlive the kill).
+    Returns the new gateway's state when one was started."""
+    if running(out, s.host) is not None:
+        return None
+    old = read_state(out, s.host)
+    if old is None or stopped_on_purpose(out, old):
+        return None
+    new, started = ensure(out, s, by=by)
+    return new if started else None
+
+
 def record_outage(
     out: Path,
     host: str | None,

@@ -34,6 +34,7 @@ import psutil
 
 from modes.naming import compose_project
 from runner.ops.gateway.attempts import set_harbor
+from runner.ops.gateway.process import GatewaySettings
 from runner.ops.gateway.process import ensure as ensure_gateway
 from runner.ops.held import start_held
 from runner.ops.procs import Registry
@@ -91,6 +92,8 @@ def say(msg: str) -> None:
 #: how often the job looks at its raylet: a lost node's harbor ends within this, long before the
 #: cluster's health check (about 15 s here) declares the node dead and the runner voids the attempt
 RAYLET_POLL_SEC = 0.5
+#: how often a job looks at its host's gateway while its harbor runs (the runner on one host: 1 s)
+GATEWAY_CHECK_SEC = 1.0
 #: the job's exit code when it ended harbor because its raylet was gone
 RC_NODE_LOST = 75
 #: the job's exit code when this host does not hold the task's image and could not load it: no harbor ran
@@ -232,12 +235,17 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    ended = threading.Event()
+    if wiring is not None:
+        keeper = (cfg.out, settings_for(cfg, rec.node_id), wiring.attempt_id, proc, ended)
+        threading.Thread(target=keep_gateway, args=keeper, daemon=True).start()
     raylet, lost = own_raylet(), threading.Event()
     if raylet is None:
         say("no raylet among this job's ancestors: a lost node will not end harbor from here")
     else:
         threading.Thread(target=watch_raylet, args=(raylet, proc, lost), daemon=True).start()
     rc = proc.wait()
+    ended.set()
     say(f"harbor exited with {rc}")
     if wiring is not None:
         end_attempt(cfg.out, task, arm, stamp, f"harbor exited with {rc}")
@@ -256,6 +264,32 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
         else f"the cluster still counts this node alive after {LOST_WAIT_SEC:.0f} s"
     )
     return RC_NODE_LOST
+
+
+def keep_gateway(
+    out: Path, s: GatewaySettings, attempt_id: str, proc: subprocess.Popen, ended: threading.Event,
+    every: float = GATEWAY_CHECK_SEC,
+) -> None:  # fmt: skip
+    """While this job's harbor runs, this host's gateway serves: each job keeps its host's gateway as
+    the runner keeps its own on one host (``restart_if_failed``: one killed or crashed is restarted
+    at once, the outage recorded, so its live attempts are voided and rerun; one stopped on purpose
+    stays stopped). Without it a gateway that died mid-attempt was found only by the next job to
+    start on this host, and the attempts it failed ran on against a dead socket until then."""
+    from runner.errors import UserError
+    from runner.ops.gateway.attempts import LIVE, read_record
+    from runner.ops.gateway.process import restart_if_failed
+
+    while not ended.wait(every):
+        rec = read_record(out, attempt_id)
+        if proc.poll() is not None or rec is None or rec.state != LIVE or rec.gone():
+            return
+        try:
+            new = restart_if_failed(out, s, by=f"job of attempt {attempt_id}")
+        except UserError as exc:
+            say(f"gateway: this host's could not be restarted: {exc}")
+            continue
+        if new is not None:
+            say(f"gateway restarted: PID {new.pid} (this host's was found dead, the outage recorded)")
 
 
 def watch_deaths():
