@@ -25,7 +25,6 @@ def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | N
     """The status of ``model``; ``cap``: a spend cap in USD the projection gives the time to (default:
     the run's ``--max-spend``, as its runner recorded it for the gateways)."""
     from runner.results.caps import read_caps
-    from runner.results.projection import projection_of
     from runner.results.report import HEADLINE, OTHER_READING, arm_summary, cell_dict
     from runner.results.tree import unit_label
 
@@ -37,7 +36,11 @@ def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | N
     }
     caps = read_caps(model.out)
     cap = cap if cap is not None else caps.run_usd
-    spend = projection_of(model, money, scope, cap) if money.exists else None
+    spend = None
+    if money.exists:  # (numpy, which the projection needs, is imported only for a tree with a ledger)
+        from runner.results.projection import projection_of
+
+        spend = projection_of(model, money, scope, cap)
     all_cells = model.scoped("all")
     repeats = max((c.k for c in cells.values()), default=1)
     return {

@@ -298,7 +298,7 @@ class Money:
 
     def scored(self, c: Any) -> Cost | None:
         """A done cell's cost as its arm's: its scoring attempts' (one per done repeat)."""
-        if c.status != "done":
+        if c.status != "done" or not self.ledger.attempts:  # no ledger: no attempt has a cost from it
             return None
         stamps = {p.scored_by for p in c.parts if p.status == "done"}
         return add_costs(self.attempt(a) for a in c.attempts if a.stamp in stamps)
@@ -306,11 +306,13 @@ class Money:
     def spend_capped(self, c: Any) -> bool:
         """A done cell whose scoring attempt its own spend cap ended (``--max-spend-attempt``): scored
         like a deadline, shown as such."""
-        if c.status != "done":
+        if c.status != "done" or not self.cut:
             return False
         stamps = {p.scored_by for p in c.parts if p.status == "done"}
         return any((a.task, a.arm_dir, a.stamp) in self.cut for a in c.attempts if a.stamp in stamps)
 
     def spend(self, c: Any) -> Cost | None:
         """What the cell cost the run: every attempt, errored, voided and running ones too."""
+        if not self.ledger.attempts:
+            return None
         return add_costs(self.attempt(a) for a in c.attempts)
