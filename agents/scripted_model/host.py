@@ -35,10 +35,14 @@ _by_attempt: dict[str, int] = {}
 _tasks: list[tuple[str, str, dict]] = []  # (task, instruction text, plan), longest instruction first
 
 
-def load_tasks(tasks_dir: str | None) -> list[tuple[str, str, dict]]:
-    """Each task's instruction (stripped) and plan, longest instruction first (the most specific wins)."""
+def load_tasks(tasks_dirs: str | None) -> list[tuple[str, str, dict]]:
+    """Each task's instruction (stripped) and plan, longest instruction first (the most specific wins);
+    ``tasks_dirs``: one tasks dir, or several joined by ``os.pathsep`` (a test's own tasks beside the
+    mini-benchmark's)."""
     found = []
-    if tasks_dir and os.path.isdir(tasks_dir):
+    for tasks_dir in (tasks_dirs or "").split(os.pathsep):
+        if not (tasks_dir and os.path.isdir(tasks_dir)):
+            continue
         for name in sorted(os.listdir(tasks_dir)):
             d = Path(tasks_dir) / name
             try:

@@ -1,9 +1,12 @@
 """Real trials for the codex arms: real harbor, real Docker, the real codex binary, the scripted model.
 
 Every harbor job the area's tests need is started once per session by ``arm_runs`` and run
-concurrently (bounded), so the whole area costs about one slow trial plus builds. The credential is
-a random value in the host environment only; a watcher thread scans every process command line on
-the machine for it while the jobs run.
+concurrently (bounded), so the whole area costs about one slow trial plus builds. Every arm reaches
+its model as in a real run: through the model gateway (``runner.ops.gateway``, started for the area
+with the scripted model on the host as its upstream), each job an attempt with its own token and
+socket, the relay in its sandbox (all but the codex-copy job, which stands for a sandbox that takes
+no mount, so its model is in its image). The credential is a random value in the gateway's environment
+only; a watcher thread scans every process command line on the machine for it while the jobs run.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import arm_gateway
 import psutil
 import pytest
 
@@ -50,6 +54,9 @@ class Job:
     ak: dict = field(default_factory=dict)
     codex_root: Path | None = None
     mount: bool = True  # False: no --mounts (the codex_delivery=copy route)
+    #: False: the model in the trial's image, the key in harbor's environment (where no mount is
+    #: possible the gateway's socket cannot be mounted either: a remote sandbox takes its TLS route)
+    gateway: bool = True
     cancel_when_turn_started: bool = False
 
 
@@ -60,6 +67,8 @@ class JobOutcome:
     returncode: int
     log: Path
     cancelled_at: float | None = None
+    attempt: str = ""  # the job's attempt at the gateway (one token for its trials)
+    out: Path | None = None  # the tree of the gateway's records (and the scripted model's log)
 
     def trials(self) -> list[Path]:
         return sorted(p for p in self.job_dir.iterdir() if p.is_dir()) if self.job_dir.is_dir() else []
@@ -71,8 +80,14 @@ class JobOutcome:
         return json.loads((trial / "agent" / "goal_receipt.json").read_text())
 
     def requests(self, trial: Path) -> list[dict]:
-        path = trial / "agent" / "scripted-model" / "requests.jsonl"
-        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        """What the scripted model received from this trial, from its own log: the job's attempt's
+        calls (the gateway's request ids name it), of the trial's task when the job ran several."""
+        if not self.attempt:  # the model in the trial's container
+            path = trial / "agent" / "scripted-model" / "requests.jsonl"
+            return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        assert self.out is not None
+        task = trial.name.split("__")[0] if len(self.trials()) > 1 else None
+        return arm_gateway.requests(self.out, self.attempt, task)
 
     def by_task(self) -> dict[str, Path]:
         return {t.name.split("__")[0]: t for t in self.trials()}
@@ -117,12 +132,16 @@ def harbor_bin() -> str:
     return str(cand) if cand.exists() else "harbor"
 
 
-def _mounts(root: Path) -> str:
-    return json.dumps([{"type": "bind", "source": str(root), "target": "/opt/codex", "read_only": True}])
+def _mounts(root: Path) -> list[dict]:
+    return [{"type": "bind", "source": str(root), "target": "/opt/codex", "read_only": True}]
 
 
 def _run_job(job: Job, out: Path, staged: StagedCodex, env: dict) -> JobOutcome:
     jobs_dir = out / job.key
+    iss, gateway_ak = None, []
+    if job.gateway:
+        budget = float(job.ae["GOAL_TIMEOUT_SEC"]) if "GOAL_TIMEOUT_SEC" in job.ae else None
+        iss, env, gateway_ak = arm_gateway.wire(out, job.path.name, job.key, budget, env, KEY_VAR)
     cmd = [
         harbor_bin(),
         "run",
@@ -143,8 +162,8 @@ def _run_job(job: Job, out: Path, staged: StagedCodex, env: dict) -> JobOutcome:
         "--ak",
         f"api_key_var={KEY_VAR}",
     ]
-    if job.mount:
-        cmd += ["--mounts", _mounts(job.codex_root or staged.root)]
+    mounts = [*(_mounts(job.codex_root or staged.root) if job.mount else []), *([iss.mount] if iss else [])]
+    cmd += [*(["--mounts", json.dumps(mounts)] if mounts else []), *gateway_ak]
     for k, v in job.ae.items():
         cmd += ["--ae", f"{k}={v}"]
     for k, v in job.ak.items():
@@ -168,7 +187,10 @@ def _run_job(job: Job, out: Path, staged: StagedCodex, env: dict) -> JobOutcome:
         except subprocess.TimeoutExpired:
             proc.kill()
             rc = proc.wait()
-    return JobOutcome(job, job_dir, rc, log, cancelled_at)
+    if iss is None:
+        return JobOutcome(job, job_dir, rc, log, cancelled_at)
+    arm_gateway.end(out, iss, rc)
+    return JobOutcome(job, job_dir, rc, log, cancelled_at, iss.record.id, out)
 
 
 def _turn_started(job_dir: Path) -> bool:
@@ -219,7 +241,10 @@ def arm_runs(docker_engine, demo_image, staged_codex, tmp_path_factory):
     (no_sidecar / "bin" / SIDECAR).unlink()
 
     secret = "sk-marathon-test-" + secrets.token_hex(12)
+    # the key is in harbor's environment only for the job without the gateway (arm_gateway.wire
+    # takes it out of every other job's)
     env = dict(os.environ, PYTHONPATH=str(REPO), LITELLM_LOCAL_MODEL_COST_MAP="True", **{KEY_VAR: secret})
+    arm_gateway.start(out, KEY_VAR, secret, [DEMO_TASKS, TEST_TASKS])  # it alone gets the key
     calc = DEMO_TASKS / "calc-partial"
     jobs = [
         Job("cancel-goal", GOAL, calc, model="scripted/never-finish", cancel_when_turn_started=True),
@@ -254,7 +279,7 @@ def arm_runs(docker_engine, demo_image, staged_codex, tmp_path_factory):
         Job("block-goal", GOAL, calc, model="scripted/block-always"),
         Job("continue-goal", GOAL, calc, model="scripted/two-turns"),
         Job("unsupported-plain", PLAIN, calc, model="scripted/unsupported"),
-        Job("copy-goal", GOAL, calc, mount=False, ak={"codex_delivery": "copy"}),
+        Job("copy-goal", GOAL, calc, mount=False, ak={"codex_delivery": "copy"}, gateway=False),
         Job("zero-goal", GOAL, calc, model="scripted/zero-usage", ae={"GOAL_TIMEOUT_SEC": "60"}),
     ]
     watcher = CmdlineWatcher(secret)
@@ -265,6 +290,7 @@ def arm_runs(docker_engine, demo_image, staged_codex, tmp_path_factory):
             outcomes = {k: f.result() for k, f in futures.items()}
     finally:
         watcher.stop()
+        arm_gateway.stop(out)
     yield outcomes, watcher
     shutil.rmtree(noisy, ignore_errors=True)
     shutil.rmtree(no_sidecar, ignore_errors=True)

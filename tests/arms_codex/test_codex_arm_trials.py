@@ -1,4 +1,5 @@
-"""The codex arms in real harbor trials (see conftest.arm_runs for the jobs, run once, concurrently)."""
+"""The codex arms in real harbor trials (see conftest.arm_runs for the jobs, run once, concurrently),
+each reaching the scripted model through the model gateway as a real run does."""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ def test_each_arm_solves_the_mini_tasks(arm_runs, staged_codex, key):
         rec = o.receipt(trial)
         assert rec["arm"] == ("plain" if key.startswith("plain") else "goal")
         assert rec["command_executions"] >= 1 and rec["errors"] == []
+        # the model reached through the gateway, as in a real run: the token, never the key
+        assert rec["provider"]["gateway"] == "local", rec["provider"]
+        assert rec["provider"]["api_key_var"] == "MARATHON_GATEWAY_TOKEN"
+        assert rec["extra"]["relay"]["connections"] > 0 and rec["extra"]["relay"]["unreachable"] == 0
         # what the fairness audit compares: the mounted binary, the config hashes, the image
         assert rec["codex_sha256"] == file_sha256(staged_codex.binary)
         assert rec["image_digest"].startswith("sha256:") and rec["config_toml"]["normalized_sha256"]
@@ -77,6 +82,7 @@ def test_deadline_scores_partial_progress_without_error(arm_runs, key):
     # the budget started right before the first model request and the deadline ended it on time
     assert rec["budget_sec"] == float(o.job.ae["GOAL_TIMEOUT_SEC"]) and rec["prep_sec"] > 0
     assert rec["budget_start"] and abs(rec["extra"]["deadline_after_sec"] - rec["budget_sec"]) <= 2
+    assert rec["extra"]["budget_anchor"] == "first model request"  # where the wire's budget starts
     assert rec["budget_used_sec"] >= rec["extra"]["deadline_after_sec"]
     assert _rollouts(trial), "sessions must be saved after a timeout"
 

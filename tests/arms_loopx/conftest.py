@@ -109,6 +109,8 @@ import zipfile  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 
+import arm_gateway  # noqa: E402
+
 from agents.scripted_model.image import ensure_demo_image  # noqa: E402
 from agents.staging import CONTAINER_CODEX_ROOT, stage_codex  # noqa: E402
 from runner.schedule.harbor_run import SKIP_MODEL_PARSING  # noqa: E402
@@ -141,6 +143,8 @@ class Outcome:
     job_dir: Path
     returncode: int
     log: Path
+    attempt: str = ""  # the job's attempt at the model gateway ("" on the docker-exec transport)
+    out: Path | None = None
 
     @property
     def trial(self) -> Path:
@@ -155,6 +159,11 @@ class Outcome:
         return json.loads((self.trial / "agent" / "goal_receipt.json").read_text())
 
     def requests(self) -> list[dict]:
+        """What the scripted model received from this job's trial, from its own log: on the host
+        (through the gateway, by the job's attempt), or in the trial's container (docker-exec)."""
+        if self.attempt:
+            assert self.out is not None
+            return arm_gateway.requests(self.out, self.attempt)
         path = self.trial / "agent" / "scripted-model" / "requests.jsonl"
         assert path.is_file(), "the scripted model's request log was not saved"
         return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
@@ -218,6 +227,11 @@ def _run(job: Job, out: Path, codex_root: Path, parts_root: Path, env: dict) -> 
         {"type": "bind", "source": str(codex_root), "target": CONTAINER_CODEX_ROOT, "read_only": True},
         {"type": "bind", "source": str(parts_root), "target": CONTAINER_PARTS_ROOT, "read_only": True},
     ]
+    iss, gateway_ak = None, []
+    if job.ak.get("transport") != "docker-exec":  # the debugging transport cannot run the relay
+        budget = float(job.ae["GOAL_TIMEOUT_SEC"]) if "GOAL_TIMEOUT_SEC" in job.ae else None
+        iss, env, gateway_ak = arm_gateway.wire(out, CALC.name, job.key, budget, env, KEY_VAR)
+        mounts.append(iss.mount)
     cmd = [
         _harbor(),
         "run",
@@ -244,6 +258,7 @@ def _run(job: Job, out: Path, codex_root: Path, parts_root: Path, env: dict) -> 
         json.dumps(mounts),
         "--ak",
         f"api_key_var={KEY_VAR}",
+        *gateway_ak,
     ]
     for k, v in job.ak.items():
         cmd += ["--ak", f"{k}={v}"]
@@ -254,7 +269,10 @@ def _run(job: Job, out: Path, codex_root: Path, parts_root: Path, env: dict) -> 
         rc = subprocess.run(
             cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=900
         ).returncode
-    return Outcome(job, out / job.key / "job", rc, log)
+    if iss is None:
+        return Outcome(job, out / job.key / "job", rc, log)
+    arm_gateway.end(out, iss, rc)
+    return Outcome(job, out / job.key / "job", rc, log, iss.record.id, out)
 
 
 JOBS = [
@@ -308,13 +326,20 @@ def loopx_runs(docker_engine, staged_loopx, parts_variants, tmp_path_factory) ->
     codex = stage_codex()
     out = tmp_path_factory.mktemp("arms_loopx") / "out"
     out.mkdir()
-    env = dict(
-        os.environ, PYTHONPATH=str(REPO), LITELLM_LOCAL_MODEL_COST_MAP="True", **{KEY_VAR: "sk-loopx-test"}
-    )
+    key = "sk-loopx-test"
+    # the docker-exec job's model is in its container and takes the key from harbor's environment;
+    # every other job's harbor gets its attempt's token instead (arm_gateway.wire)
+    env = dict(os.environ, PYTHONPATH=str(REPO), LITELLM_LOCAL_MODEL_COST_MAP="True", **{KEY_VAR: key})
     env.pop("WEN_MODE", None)
-    with ThreadPoolExecutor(MAX_PARALLEL_JOBS) as pool:
-        futures = {
-            j.key: pool.submit(_run, j, out, codex.root, parts_variants.get(j.parts, staged_loopx.root), env)
-            for j in JOBS
-        }
-        return {k: f.result() for k, f in futures.items()}
+    arm_gateway.start(out, KEY_VAR, key, [CALC.parent])
+    try:
+        with ThreadPoolExecutor(MAX_PARALLEL_JOBS) as pool:
+            futures = {
+                j.key: pool.submit(
+                    _run, j, out, codex.root, parts_variants.get(j.parts, staged_loopx.root), env
+                )
+                for j in JOBS
+            }
+            return {k: f.result() for k, f in futures.items()}
+    finally:
+        arm_gateway.stop(out)

@@ -1,4 +1,5 @@
-"""The three LoopX arms in real harbor trials (real Docker, codex, LoopX, Node 22; scripted model).
+"""The three LoopX arms in real harbor trials (real Docker, codex, LoopX, Node 22; the scripted model
+on the host, reached through the model gateway as in a real run).
 
 All jobs run once per session, concurrently (conftest.loopx_runs).
 """
@@ -37,6 +38,11 @@ def test_each_mode_solves_a_mini_task_running_the_loopx_guard_in_the_container(l
     assert [g["gate"] for g in lx["gates"]] == ["skills", "doctor", "skills/list"]
     assert all(g["ok"] for g in lx["gates"])
     assert lx["parts"]["delivery"] == "mounted" and lx["profile"]["node"] >= "v22.22.3"
+    # the model reached through the gateway, as in a real run: the token, never the key
+    assert (
+        rec["provider"]["gateway"] == "local" and rec["provider"]["api_key_var"] == "MARATHON_GATEWAY_TOKEN"
+    )
+    assert rec["extra"]["relay"]["connections"] > 0 and rec["extra"]["relay"]["unreachable"] == 0
     # the real LoopX CLI ran inside the container, through codex's own shell, and answered ok
     guards = _guard_runs(o)
     assert guards and all(g["exitCode"] == 0 for g in guards)
@@ -177,6 +183,7 @@ def test_deadline_scores_partial_progress_like_the_codex_arms(loopx_runs, key):
     # the LoopX preparation is outside the budget: the model gets GOAL_TIMEOUT_SEC like the codex arms
     assert rec["budget_sec"] == float(o.job.ae["GOAL_TIMEOUT_SEC"]) and rec["prep_sec"] > 0
     assert abs(rec["extra"]["deadline_after_sec"] - rec["budget_sec"]) <= 2
+    assert rec["extra"]["budget_anchor"] == "first model request"  # where the wire's budget starts
     # the deadline hit while the model was working (not during the LoopX install) ...
     # (the stamps have 1 s resolution: a fast install can share its second with the first turn)
     assert len(o.requests()) >= 2 and rec["timings"]["loopx_ready"] <= rec["timings"]["first_turn"]

@@ -9,7 +9,8 @@ remote sandbox does. Through it, with the all-solve model of ``marathon demo
 of ``plain`` on the other three mini tasks (every arm and every task through the environment, each
 once: the arms' path through it does not depend on the task, and the tasks' verifiers do not
 depend on the arm; the five arms on the four tasks on Docker are the varied demo's); and
-calc-partial per arm through harbor directly on plain Docker, receipt against receipt. Also:
+calc-partial per arm through harbor directly on plain Docker (the gateway's local route: socket
+and relay), receipt against receipt. Also:
 lost execs (one in four) are retried, a deadline run through the remote-like environment ends at
 the deadline and is scored; ``kill -9`` of ``harbor run`` leaves no driver and no container after
 ``marathon cleanup``.
@@ -30,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import arm_gateway
 import pytest
 
 from agents.loopx_staging import CONTAINER_PARTS_ROOT
@@ -80,11 +82,11 @@ def _harbor() -> str:
     return str(cand) if cand.exists() else "harbor"
 
 
-def _cmd(run: Run, jobs_dir: Path, job_name: str, mounts: list[dict]) -> list[str]:
+def _cmd(run: Run, jobs_dir: Path, job_name: str, mounts: list[dict], extra: list[str] = ()) -> list[str]:
     agent, ak = AGENTS[run.arm]
     cmd = [_harbor(), "run", "-p", str(CALC), "-a", agent, "-m", f"openai/{run.model}", "-o", str(jobs_dir),
            "--job-name", job_name, "-n", "1", "-y", "--agent-timeout-multiplier", "6", SKIP_MODEL_PARSING,
-           "--ak", f"api_key_var={KEY_VAR}"]  # fmt: skip
+           "--ak", f"api_key_var={KEY_VAR}", *extra]  # fmt: skip
     if run.env is None:
         cmd += ["--mounts", json.dumps(mounts)]
     else:
@@ -126,17 +128,33 @@ def driver_runs(sandbox_env):
         Run("remote-deadline", "plain", REMOTE, model="scripted/never-finish", ae={"GOAL_TIMEOUT_SEC": "20"})
     )
 
+    gw_out = base / "gateway"
+    gw_out.mkdir()
+
     def one(run: Run) -> tuple[Path, int, str]:
         jobs = base / run.key
         log = base / f"{run.key}.log"
+        job_env, job_mounts, extra, iss = env, mounts, [], None
+        if run.env is None:  # on Docker the arm reaches the model through the gateway, as in a run
+            budget = float(run.ae["GOAL_TIMEOUT_SEC"]) if "GOAL_TIMEOUT_SEC" in run.ae else None
+            iss, job_env, extra = arm_gateway.wire(gw_out, CALC.name, run.key, budget, env, KEY_VAR)
+            job_mounts = [*mounts, iss.mount]
         with log.open("wb") as fh:
-            rc = subprocess.run(_cmd(run, jobs, "job", mounts), cwd=REPO, env=env, stdout=fh,
+            rc = subprocess.run(_cmd(run, jobs, "job", job_mounts, extra), cwd=REPO, env=job_env, stdout=fh,
                                 stderr=subprocess.STDOUT, timeout=1500).returncode  # fmt: skip
+        if iss is not None:
+            arm_gateway.end(gw_out, iss, rc)
         return jobs / "job", rc, log.read_text(errors="replace")[-2000:]
 
-    with ThreadPoolExecutor(MAX_PARALLEL) as pool:
-        futures = {r.key: pool.submit(one, r) for r in runs}
-        return {k: f.result() for k, f in futures.items()}
+    # the remote-like runs keep the model in their container (no mount reaches a remote sandbox; the
+    # TLS route is the marathon runs' below): what they test is the transport's lost execs and deadline
+    arm_gateway.start(gw_out, KEY_VAR, env[KEY_VAR], [CALC.parent])
+    try:
+        with ThreadPoolExecutor(MAX_PARALLEL) as pool:
+            futures = {r.key: pool.submit(one, r) for r in runs}
+            return {k: f.result() for k, f in futures.items()}
+    finally:
+        arm_gateway.stop(gw_out)
 
 
 def _outcome(runs, key) -> tuple[dict, dict]:
@@ -344,6 +362,7 @@ def test_every_arm_solves_through_the_remote_like_environment_as_on_docker(drive
     assert {k: docker_rec[k] for k in SAME} == {k: remote_rec[k] for k in SAME}
     assert docker_rec["transport"]["kind"] == remote_rec["transport"]["kind"] == "sandbox-driver"
     assert docker_rec["transport"]["environment"] == "DockerEnvironment"
+    assert docker_rec["provider"]["gateway"] == "local"  # the gateway's two routes: socket and TLS
     assert remote_rec["transport"]["environment"] == "RemoteLikeEnvironment"
     # no mount there: codex (and LoopX's parts) were uploaded, and the receipt says how much
     assert docker_rec["transport"]["codex_delivery"] == "mounted"

@@ -218,8 +218,8 @@ FIVE_ARMS = ("plain", "goal", "ssh-goal", "codex-cli", "heartbeat")
 
 @pytest.mark.timeout(3600)
 def test_the_five_codex_arms_run_over_both_hosts_and_score_as_on_one(cluster, tmp_path):
-    """The real arms (the staged codex binary, LoopX's three modes, the scripted model inside each
-    trial container) as Ray jobs on both hosts: every pair done once, each solves calc-partial as it
+    """The real arms (the staged codex binary, LoopX's three modes, the scripted model behind each
+    host's gateway) as Ray jobs on both hosts: every pair done once, each solves calc-partial as it
     does on one host (``marathon demo --simple``: reward 1, partial 1), and the fairness audit finds
     the same codex binary, transport, config and image on both engines: the task image built once
     and shipped to host 2."""
