@@ -141,7 +141,8 @@ class Conversation:
     def anchor_budget(self, first_request: float, first_epoch: float) -> None:
         """Start the budget again at the arm's first model request (``first_request``, monotonic;
         ``first_epoch``, the same moment by the wall clock): what the gateway counts the attempt's
-        wire budget from (``modes.budget``). Called once, by the in-sandbox relay's first connection.
+        wire budget from (``modes.budget``). Called once, by the in-sandbox relay, when the first request
+        of the budget passes it (``agents.relay.Relay.on_first``).
 
         Why: the budget started just before the arm's first turn, but codex sends its first request
         only after its own start of that turn (seconds on a loaded machine, not the same for every
