@@ -15,10 +15,11 @@ from pathlib import Path
 
 from waiting import wait_for
 
-from modes.gateway import CUT_VAR, LOCAL, SCRIPTED_UPSTREAM, TOKEN_VAR
+from modes.gateway import SCRIPTED_UPSTREAM
 from runner.ops.gateway import attempts, process
 from runner.results.caps import attempt_cut_path
 from runner.results.tree import gateway_dir
+from runner.schedule.gateway import Wiring
 
 
 def start(out: Path, key_var: str, key: str, tasks_dirs: list[Path]) -> None:
@@ -40,13 +41,12 @@ def wire(
     out: Path, task: str, key: str, budget_sec: float | None, env: dict[str, str], key_var: str
 ) -> tuple[attempts.Issued, dict[str, str], list[str]]:
     """One harbor job as one attempt: its record (socket bound before harbor starts), harbor's
-    environment (the token, never the key) and the ``--ak`` that points the arm at the relay; the
-    socket's mount is ``issued.mount``."""
+    environment (the token, never the key) and the ``--ak`` that points the arm at the relay, both
+    from the runner's own ``Wiring``; the socket's mount is ``issued.mount``."""
     iss = attempts.issue(out, task, key, key, budget_sec=budget_sec)
     wait_for(attempts.socket_path(out, iss.record.id).exists, 30, f"the gateway to bind {key}'s socket")
-    env = {k: v for k, v in env.items() if k != key_var}
-    env |= {TOKEN_VAR: iss.token, CUT_VAR: str(attempt_cut_path(out, iss.record.id))}
-    return iss, env, ["--ak", f"gateway={LOCAL}"]
+    w = Wiring(iss, key_var, cut=str(attempt_cut_path(out, iss.record.id)))
+    return iss, w.env(env), w.agent_kwargs()
 
 
 def end(out: Path, iss: attempts.Issued, rc: int) -> None:
