@@ -140,9 +140,14 @@ def plan_kill(
 
 def act_kill(plan: KillPlan, grace_sec: float | None = None) -> KillReport:
     """Carry out a kill plan: stop (TERM, the grace, KILL), then the Docker cleanup."""
+    from runner.ops.gateway.process import ROLE_GATEWAY, mark_stopping
+
     grace = plan.grace_sec if grace_sec is None else grace_sec
-    report = KillReport(act_stop(plan.stop, grace_sec=grace))
     out = Path(plan.out)
+    for t in plan.stop.targets:
+        if t.role == ROLE_GATEWAY:  # stopped on purpose even if the grace ends it with SIGKILL
+            mark_stopping(out, t.ident)
+    report = KillReport(act_stop(plan.stop, grace_sec=grace))
     try:
         if plan.cleanup is not None:
             report.cleanup = act_cleanup(plan.cleanup)

@@ -320,6 +320,9 @@ class StopTarget:
     runner: bool = False  # the run's runner (or its descendant): signalled first, so it starts nothing new
     start_ticks: int | None = None
     boot_id: str | None = None
+    #: the registry role of a registered process (``runner``, ``gateway``, ...); "" for a descendant
+    #: or a process chosen by its argv
+    role: str = ""
 
     @property
     def ident(self) -> ProcIdentity | None:
@@ -422,7 +425,7 @@ def plan_stop(
     plan = StopPlan(out=str(out), protected=sorted(prot))
     chosen: dict[int, StopTarget] = {}
 
-    def add(p: psutil.Process, why: str, runner: bool = False) -> None:
+    def add(p: psutil.Process, why: str, runner: bool = False, role: str = "") -> None:
         if p.pid in chosen:
             return
         argv = _argv(p)
@@ -447,10 +450,13 @@ def plan_stop(
             runner,
             ident.start_ticks,
             ident.boot_id,
+            role,
         )
 
-    def add_tree(p: psutil.Process, why: str, runner: bool = False, same_user: bool = False) -> None:
-        add(p, why, runner)
+    def add_tree(
+        p: psutil.Process, why: str, runner: bool = False, same_user: bool = False, role: str = ""
+    ) -> None:
+        add(p, why, runner, role)
         if p.pid in prot:
             return  # an ancestor's other descendants (the caller's siblings) are not selected through it
         for d in _descendants(p):
@@ -500,7 +506,7 @@ def plan_stop(
         except psutil.NoSuchProcess:
             plan.skipped.append(StopSkip(e.pid, e.argv, f"{label}: exited"))
             continue
-        add_tree(p, label, runner=e.role == ROLE_RUNNER)
+        add_tree(p, label, runner=e.role == ROLE_RUNNER, role=e.role)
 
     wanted = [list(a) for a in expected_argvs]
     if wanted:

@@ -293,6 +293,37 @@ def test_a_cluster_job_restarts_its_hosts_killed_gateway_never_a_stopped_one(tmp
         shutil.rmtree(attempts.socket_root(out), ignore_errors=True)
 
 
+def test_a_gateway_the_kill_ends_with_sigkill_counts_as_stopped_on_purpose(tmp_path, key, provider):
+    """``marathon kill`` (``runner.ops.kill``) marks each registered gateway of its plan as stopping
+    before any signal: a gateway that cannot act on SIGTERM within the grace (here: held by SIGSTOP,
+    so it never writes its own stop line) is ended by SIGKILL and still left stopped by the tender
+    (``restart_if_failed``); one killed by anybody else is restarted (the test above)."""
+    from runner.ops.kill import act_kill, plan_kill
+
+    out, host = tmp_path / "out", "node-b"
+    out.mkdir()
+    s = process.GatewaySettings(upstream=provider.url, key_var=KEY_VAR, host=host)
+    st = process.start_detached(out, s)
+    try:
+        plan = plan_kill(out, node=host, grace_sec=0.5)
+        (t,) = [t for t in plan.stop.targets if t.pid == st.pid]
+        assert t.role == process.ROLE_GATEWAY
+        os.kill(st.pid, signal.SIGSTOP)  # the gateway this test started: it cannot act on SIGTERM now
+        report = act_kill(plan)
+        assert [x.signal for x in report.stop.signalled if x.pid == st.pid] == ["SIGTERM", "SIGKILL"]
+        wait_for(lambda: process.running(out, host) is None, 10, "the gateway gone")
+        stops = [g for g in L.read_ledger(out).gateways if g.get("kind") == L.GATEWAY_STOP]
+        assert stops == []  # it wrote no stop line of its own
+        assert process.restart_if_failed(out, s, by="test") is None
+        assert process.running(out, host) is None and L.read_outages(out) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(st.pid, signal.SIGCONT)
+        with contextlib.suppress(Exception):
+            process.stop(out, host)
+        shutil.rmtree(attempts.socket_root(out), ignore_errors=True)
+
+
 def _cert(tmp: Path) -> tuple[Path, Path]:
     cert, key = tmp / "gw.crt", tmp / "gw.key"
     subprocess.run(

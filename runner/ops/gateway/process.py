@@ -11,6 +11,9 @@ Files (``<out>/.runner/gateway/``; a cluster host's carry its node: ``state.<nod
 - ``state.json``: pid and identity, instance, upstream, key variable NAME, heartbeat (``at``, every
   2 s), what it serves; never the key;
 - ``gateway.log``: its output (no key, no token);
+- ``stopping/<boot>-<pid>-<ticks>``: a gateway asked to stop (``stop``, ``marathon kill``), marked
+  before the signal: one that the kill's grace ends with SIGKILL writes no stop line of its own, and
+  must not be taken for a crashed one and restarted;
 - ``outages.jsonl``: each time a dead gateway was found and restarted (by the runner or
   ``health --fix``): since when it was silent (its last heartbeat), when it was noticed and
   restarted. An attempt whose model time overlaps an outage is voided (``runner.results.rules``,
@@ -239,14 +242,32 @@ def ensure(out: Path, s: GatewaySettings, *, by: str) -> tuple[GatewayState, boo
 _STOPPED: set[str] = set()
 
 
+def _stopping_path(out: Path, ident: Any) -> Path:
+    return gateway_dir(Path(out).resolve()) / "stopping" / f"{ident.boot_id}-{ident.pid}-{ident.start_ticks}"
+
+
+def mark_stopping(out: Path, ident: Any) -> None:
+    """Before a gateway is signalled to stop (``stop``, ``marathon kill``): it is stopped on purpose,
+    whether it then writes its own stop line or the kill's grace ends it with SIGKILL."""
+    if ident is None:
+        return
+    path = _stopping_path(out, ident)
+    safeio.ensure_dir(path.parent, gateway_dir(Path(out).resolve()))
+    safeio.write_atomic(path, "")
+
+
 def stopped_on_purpose(out: Path, st: GatewayState) -> bool:
     """Did this gateway stop as it was asked to (a signal: ``marathon kill``, ``gateway --stop``,
-    the run's end)? Then it wrote its stop line on the ledger; a killed or crashed one did not."""
+    the run's end)? Then it wrote its stop line on the ledger, or the one who stopped it marked it
+    first (``mark_stopping``); a killed or crashed one has neither."""
     from runner.results import ledger as L
 
-    if st.instance not in _STOPPED and any(
-        g.get("kind") == L.GATEWAY_STOP and g.get("gateway") == st.instance
-        for g in L.read_ledger(out).gateways
+    if st.instance not in _STOPPED and (
+        _stopping_path(out, st.ident).exists()
+        or any(
+            g.get("kind") == L.GATEWAY_STOP and g.get("gateway") == st.instance
+            for g in L.read_ledger(out).gateways
+        )
     ):
         _STOPPED.add(st.instance)
     return st.instance in _STOPPED
@@ -298,6 +319,7 @@ def stop(out: Path, host: str | None = None, wait_sec: float = 10.0) -> str:
     st = running(out, host)
     if st is None:
         return f"no gateway of {out} is running"
+    mark_stopping(out, st.ident)
     return terminate(st.ident, f"gateway of {out}", wait_sec)
 
 
