@@ -50,7 +50,9 @@ def _event(kind: str, data: dict) -> bytes:
     return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
 
 
-def provider(pace_sec: float) -> ThreadingHTTPServer:
+def provider(pace_sec: float, keep_alive: bool = False) -> ThreadingHTTPServer:
+    """``keep_alive``: answers in chunked framing on a connection kept for the next call (as a
+    provider's HTTPS endpoint does); else one connection per call, closed at the answer's end."""
     usage = {"input_tokens": 1000, "output_tokens": 40, "total_tokens": 1040}
 
     class H(BaseHTTPRequestHandler):
@@ -63,18 +65,26 @@ def provider(pace_sec: float) -> ThreadingHTTPServer:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Connection", "close")
+            if keep_alive:
+                self.send_header("Transfer-Encoding", "chunked")
+            else:
+                self.send_header("Connection", "close")
+                self.close_connection = True
             self.end_headers()
-            self.close_connection = True
-            self.wfile.write(_event("response.created", {"response": {"id": "r"}}))
-            self.wfile.flush()
+
+            def send(data: bytes) -> None:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if keep_alive else data)
+                self.wfile.flush()
+
+            send(_event("response.created", {"response": {"id": "r"}}))
             for _ in range(DELTAS):
                 if pace_sec:
                     time.sleep(pace_sec)
-                self.wfile.write(_event("response.output_text.delta", {"delta": "x" * 80}))
+                send(_event("response.output_text.delta", {"delta": "x" * 80}))
+            send(_event("response.completed", {"response": {"id": "r", "usage": usage}}))
+            if keep_alive:
+                self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
-            self.wfile.write(_event("response.completed", {"response": {"id": "r", "usage": usage}}))
-            self.wfile.flush()
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
     srv.daemon_threads = True
@@ -87,11 +97,12 @@ BODY = json.dumps(
 ).encode()
 
 
-def call(connect, token: str | None) -> tuple[float, float]:
-    """(first byte, whole answer) in ms, timed by the client."""
-    s = connect()
+def call(connect, token: str | None, kept: socket.socket | None = None) -> tuple[float, float]:
+    """(first byte, whole answer) in ms, timed by the client; ``kept``: on that open connection,
+    left open (the gateway answers in chunked framing: its end is the zero-length chunk)."""
+    s = kept or connect()
     head = (f"POST /v1/responses HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(BODY)}\r\nConnection: close\r\n"
+            f"Content-Length: {len(BODY)}\r\n" + ("" if kept else "Connection: close\r\n")
             + (f"Authorization: Bearer {token}\r\n" if token else "") + "\r\n").encode()  # fmt: skip
     t0 = time.perf_counter()
     s.sendall(head + BODY)
@@ -105,9 +116,11 @@ def call(connect, token: str | None) -> tuple[float, float]:
             first = time.perf_counter()
         got += chunk
         if b"response.completed" in got and (got.endswith(b"\r\n0\r\n\r\n") or got.endswith(b"\n\n")):
-            break
+            if kept is None or got.endswith(b"\r\n0\r\n\r\n"):
+                break
     end = time.perf_counter()
-    s.close()
+    if kept is None:
+        s.close()
     assert b"response.completed" in got, got[:300]
     return (first - t0) * 1000, (end - t0) * 1000
 
@@ -130,6 +143,70 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
+def load(out: Path, streams: int, seconds: float, keep_alive: bool) -> None:
+    """``streams`` clients on their own attempts for ``seconds``: the gateway's CPU and peak RSS.
+    ``keep_alive``: each client keeps its connection, and the provider its own (as codex and an HTTPS
+    provider do); else a new connection per call on both sides (the worst case)."""
+    slow = provider(0.05, keep_alive)
+    st = process.start_detached(
+        out,
+        process.GatewaySettings(upstream=f"http://127.0.0.1:{slow.server_address[1]}/v1", key_var=KEY_VAR),
+    )
+    issued = [
+        attempts.issue(out, "bench", f"arm{i}", f"s{i + 1}-{keep_alive}", budget_sec=None)
+        for i in range(streams)
+    ]
+    for iss in issued:
+        while not attempts.socket_path(out, iss.record.id).exists():
+            time.sleep(0.05)
+    gw = psutil.Process(st.pid)
+
+    def cpu() -> float:
+        t = gw.cpu_times()
+        return (
+            t.user
+            + t.system
+            + sum(c.cpu_times().user + c.cpu_times().system for c in gw.children(recursive=True))
+        )
+
+    stop = time.monotonic() + seconds
+    counts = [0] * streams
+
+    def client(i: int) -> None:
+        iss = issued[i]
+        connect = unix(attempts.socket_path(out, iss.record.id))
+        kept = connect() if keep_alive else None
+        try:
+            while time.monotonic() < stop:
+                call(connect, iss.token, kept)
+                counts[i] += 1
+        finally:
+            if kept is not None:
+                kept.close()
+
+    c0, w0 = cpu(), time.monotonic()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(streams)]
+    for t in threads:
+        t.start()
+    rss = 0
+    while any(t.is_alive() for t in threads):
+        rss = max(rss, gw.memory_info().rss)
+        time.sleep(0.5)
+    c1, w1 = cpu(), time.monotonic()
+    how = (
+        "connections kept (as codex and a provider keep them)" if keep_alive else "a new connection per call"
+    )
+    print(f"{streams} streams for {w1 - w0:.1f} s ({sum(counts)} calls, each ~2 s of SSE; {how}): gateway CPU "
+          f"{100 * (c1 - c0) / (w1 - w0):.2f} % of one core, peak RSS {rss / 1e6:.1f} MB", flush=True)  # fmt: skip
+    led = [json.loads(x) for x in (out / ".runner" / "gateway" / "ledger.jsonl").read_text().splitlines()]
+    calls = [x for x in led if x.get("kind") == "call" and x.get("outcome") == "ok"]
+    print(
+        f"ledger: {len(calls)} calls recorded so far, every one with usage: {all(x.get('usage') for x in calls)}"
+    )
+    process.stop(out)
+    slow.shutdown()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=300)
@@ -143,7 +220,7 @@ def main() -> int:
     print(f"load average before: {os.getloadavg()}", flush=True)
     fast = provider(0.0)
     try:
-        st = process.start_detached(
+        process.start_detached(
             out,
             process.GatewaySettings(
                 upstream=f"http://127.0.0.1:{fast.server_address[1]}/v1", key_var=KEY_VAR
@@ -169,55 +246,8 @@ def main() -> int:
                   flush=True)  # fmt: skip
         process.stop(out)
 
-        slow = provider(0.05)
-        st = process.start_detached(
-            out,
-            process.GatewaySettings(
-                upstream=f"http://127.0.0.1:{slow.server_address[1]}/v1", key_var=KEY_VAR
-            ),
-        )
-        issued = [
-            attempts.issue(out, "bench", f"arm{i}", f"s{i + 1}", budget_sec=None) for i in range(args.streams)
-        ]
-        for iss in issued:
-            while not attempts.socket_path(out, iss.record.id).exists():
-                time.sleep(0.05)
-        gw = psutil.Process(st.pid)
-
-        def cpu() -> float:
-            t = gw.cpu_times()
-            return (
-                t.user
-                + t.system
-                + sum(c.cpu_times().user + c.cpu_times().system for c in gw.children(recursive=True))
-            )
-
-        stop = time.monotonic() + args.seconds
-        counts = [0] * args.streams
-
-        def client(i: int) -> None:
-            iss = issued[i]
-            while time.monotonic() < stop:
-                call(unix(attempts.socket_path(out, iss.record.id)), iss.token)
-                counts[i] += 1
-
-        c0, w0 = cpu(), time.monotonic()
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(args.streams)]
-        for t in threads:
-            t.start()
-        rss = 0
-        while any(t.is_alive() for t in threads):
-            rss = max(rss, gw.memory_info().rss)
-            time.sleep(0.5)
-        c1, w1 = cpu(), time.monotonic()
-        print(f"{args.streams} streams for {w1 - w0:.1f} s ({sum(counts)} calls, each ~2 s of SSE): gateway CPU "
-              f"{100 * (c1 - c0) / (w1 - w0):.2f} % of one core, peak RSS {rss / 1e6:.1f} MB", flush=True)  # fmt: skip
-        led = [json.loads(x) for x in (out / ".runner" / "gateway" / "ledger.jsonl").read_text().splitlines()]
-        calls = [x for x in led if x.get("kind") == "call" and x.get("outcome") == "ok"]
-        print(
-            f"ledger: {len(calls)} calls recorded, every one with usage: {all(x.get('usage') for x in calls)}"
-        )
-        process.stop(out)
+        for keep_alive in (False, True):
+            load(out, args.streams, args.seconds, keep_alive)
     finally:
         print(f"load average after: {os.getloadavg()}", flush=True)
         shutil.rmtree(attempts.socket_root(out), ignore_errors=True)
