@@ -31,8 +31,9 @@ the sandbox driver uploads it whenever no mount brought it), ``transport`` (``sa
 ``setup_fault_once`` (``<task>/<arm>@<marker>``: that pair's first setup fails; agents.setup_fault),
 ``gateway`` (``local``: the model gateway through the relay the in-sandbox driver starts on the
 sandbox's loopback, to the attempt's socket the runner mounted; ``https://HOST:PORT/v1``: a remote
-sandbox's route to the gateway's TLS listener. Either way codex's key is the attempt's token from
-``modes.gateway.TOKEN_VAR``, never the real key: docs/gateway.md).
+sandbox's route to the gateway's TLS listener, through the same relay, which is the TLS client there
+and trusts ``gateway_ca``. Either way codex's base URL is the relay's and its key is the attempt's
+token from ``modes.gateway.TOKEN_VAR``, never the real key: docs/gateway.md).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ from agents.transport import Transport, UnsupportedEnvironment
 from modes import safeio
 from modes.budget import deadline_margin_sec
 from modes.config_digest import config_digests
-from modes.gateway import LOCAL, RELAY_BASE_URL, TOKEN_VAR
+from modes.gateway import LOCAL, RELAY_BASE_URL, TOKEN_VAR, tls_address
 from modes.profiles import mode_for
 from modes.receipt import Receipt, utc_now
 from modes.trial_files import TrialFiles
@@ -167,7 +168,8 @@ class CodexAppServerAgent(BaseAgent):
         if gateway == LOCAL:
             provider_base_url, api_key_var = RELAY_BASE_URL, TOKEN_VAR
         elif gateway and gateway.startswith("https://"):
-            provider_base_url, api_key_var = gateway.rstrip("/"), TOKEN_VAR
+            tls_address(gateway)  # a URL the relay cannot reach fails here, for every arm
+            provider_base_url, api_key_var = RELAY_BASE_URL, TOKEN_VAR
         elif gateway:
             raise ValueError(f"gateway must be {LOCAL!r} or the gateway's https:// URL, not {gateway!r}")
         self.gateway = gateway

@@ -16,7 +16,6 @@ from agents.conversation import Conversation
 from agents.envelope import Arm, RunContext
 from agents.session import ArmFailure
 from agents.transport import Transport, transport_for
-from modes.gateway import LOCAL
 from modes.receipt import Receipt
 
 
@@ -53,10 +52,10 @@ class DockerExecRun:
 
     async def run(self, run: RunContext) -> ArmFailure | None:
         arm, receipt = self.arm, run.receipt
-        if getattr(arm, "gateway", None) == LOCAL:
+        if getattr(arm, "gateway", None):
             raise ArmFailure(
-                "--ak gateway=local needs the in-sandbox driver (it runs the relay to the gateway's "
-                "socket): drop --ak transport=docker-exec, or run without the gateway (--gateway 0)"
+                f"--ak gateway={arm.gateway} needs the in-sandbox driver (it runs the relay to the "
+                "gateway): drop --ak transport=docker-exec, or run without the gateway (--gateway 0)"
             )
         t = self.transport = transport_for(run.environment, arm.trial_name())
         receipt.transport = t.describe()

@@ -1,10 +1,14 @@
-"""The relay inside the sandbox: the sandbox's loopback to the gateway's unix socket, byte for byte.
+"""The relay inside the sandbox: the sandbox's loopback to the gateway, byte for byte.
 
 Why: codex speaks HTTP to a base URL, and on local Docker the gateway is reachable only through the
-attempt's unix socket, bind-mounted into the trial (``modes.gateway``). No credential is involved
-here: codex sends the attempt's token, the gateway checks it. The relay is started by the in-sandbox
-driver (``agents.sandbox_driver``) before codex and runs in the driver's own event loop; stdlib only,
-like everything uploaded into a sandbox.
+attempt's unix socket, bind-mounted into the trial (``modes.gateway``). A remote sandbox reaches the
+gateway's TLS listener instead: the relay is then the TLS client (trusting the operator's CA, uploaded
+beside it), and codex still speaks plain HTTP to the sandbox's loopback. So on both routes every arm's
+codex has the same base URL, and the relay sees each request leave: the budget's start at the first
+model request (``on_first``) is the same rule on both. No credential is involved here: codex sends the
+attempt's token, the gateway checks it. The relay is started by the in-sandbox driver
+(``agents.sandbox_driver``) before codex and runs in the driver's own event loop; stdlib only, like
+everything uploaded into a sandbox.
 
 A connection the gateway does not take (socket missing, gateway down) is answered ``502`` with an
 OpenAI-shaped error naming the gateway, so codex's log says what happened, and is counted in
@@ -16,19 +20,37 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 from collections.abc import Callable
 
 CHUNK = 64 * 1024
+#: a TLS connection to a remote gateway that takes longer than this is answered 502 (codex retries)
+CONNECT_TIMEOUT_SEC = 30.0
 
 
 class Relay:
-    """One listening relay: ``await start()``, ``await close()``; ``stats`` for the receipt."""
+    """One listening relay: ``await start()``, ``await close()``; ``stats`` for the receipt.
 
-    def __init__(self, host: str, port: int, socket_path: str) -> None:
+    To the gateway by ``socket_path`` (local Docker), or by ``tls`` = (host, port, CA file or None
+    for the system's trust) (a remote sandbox: the gateway's TLS listener, its name checked)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        socket_path: str | None = None,
+        tls: tuple[str, int, str | None] | None = None,
+    ) -> None:
+        if (socket_path is None) == (tls is None):
+            raise ValueError("a relay goes to the gateway's socket or to its TLS address, one of the two")
         self.host = host
         self.port = port
         self.socket_path = socket_path
+        self.tls = tls
+        self._ssl: ssl.SSLContext | None = None
+        if tls is not None:
+            self._ssl = ssl.create_default_context(cafile=tls[2]) if tls[2] else ssl.create_default_context()
         self.server: asyncio.AbstractServer | None = None
         self.stats = {"connections": 0, "unreachable": 0, "last_unreachable": None}
         self._tasks: set[asyncio.Task] = set()
@@ -61,17 +83,31 @@ class Relay:
         self.stats["connections"] += 1
         try:
             try:
-                up_r, up_w = await asyncio.open_unix_connection(self.socket_path)
-            except OSError as exc:
+                up_r, up_w = await self._connect()
+            # (one class from Python 3.11 on; a sandbox's Python may be older)
+            except (OSError, asyncio.TimeoutError) as exc:  # noqa: UP041
                 self.stats["unreachable"] += 1
                 self.stats["last_unreachable"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-                await _refuse(writer, f"the marathon model gateway is unreachable ({exc.strerror or exc})")
+                await _refuse(
+                    writer,
+                    f"the marathon model gateway is unreachable ({getattr(exc, 'strerror', None) or exc!r})",
+                )
                 return
             await _splice(reader, writer, up_r, up_w, self._sent)
         finally:
             if task is not None:
                 self._tasks.discard(task)
             writer.close()
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.tls is None:
+            assert self.socket_path is not None
+            return await asyncio.open_unix_connection(self.socket_path)
+        host, port, _ca = self.tls
+        # (ssl.SSLError, a refused certificate, is an OSError: answered 502 like an unreachable socket)
+        return await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=self._ssl, server_hostname=host), CONNECT_TIMEOUT_SEC
+        )
 
     def _sent(self) -> None:
         """Bytes of a request are on their way to the gateway (called per chunk: a check, no more)."""

@@ -213,18 +213,23 @@ def _save_evidence(cfg: dict, logs_dir: Path, receipt, session) -> None:
 
 
 async def start_relay(r: dict):
-    """The model gateway's local route (``agents.relay``): the sandbox's loopback to the attempt's
-    socket, before codex starts. A missing mount is a loud failure here, not a failed first turn."""
+    """The relay to the model gateway (``agents.relay``): the sandbox's loopback to the attempt's
+    mounted socket (local Docker) or to the gateway's TLS address (``r["tls"]``: a remote sandbox),
+    before codex starts. A missing mount is a loud failure here, not a failed first turn."""
     from agents.relay import Relay
     from agents.session import ArmFailure
 
-    sock_dir = os.path.dirname(r["socket"])
-    if not os.path.isdir(sock_dir):
-        raise ArmFailure(
-            f"the model gateway's socket dir {sock_dir} is not mounted in the sandbox (the runner mounts "
-            "it with harbor --mounts; a remote sandbox reaches the gateway by its TLS URL instead)"
-        )
-    relay = Relay(r["host"], int(r["port"]), r["socket"])
+    if r.get("tls"):
+        tls = r["tls"]
+        relay = Relay(r["host"], int(r["port"]), tls=(tls["host"], int(tls["port"]), tls.get("ca")))
+    else:
+        sock_dir = os.path.dirname(r["socket"])
+        if not os.path.isdir(sock_dir):
+            raise ArmFailure(
+                f"the model gateway's socket dir {sock_dir} is not mounted in the sandbox (the runner mounts "
+                "it with harbor --mounts; a remote sandbox reaches the gateway by its TLS URL instead)"
+            )
+        relay = Relay(r["host"], int(r["port"]), r["socket"])
     try:
         await relay.start()
     except OSError as exc:

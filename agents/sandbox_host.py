@@ -56,7 +56,6 @@ from modes import safeio
 from modes.budget import deadline_margin_sec
 from modes.config_digest import config_digests
 from modes.gateway import (
-    CA_VAR,
     CUT_VAR,
     LOCAL,
     RELAY_HOST,
@@ -64,6 +63,7 @@ from modes.gateway import (
     SANDBOX_CA,
     SANDBOX_SOCKET,
     SPEND_CAP_ATTEMPT,
+    tls_address,
 )
 from modes.naming import compose_project
 from modes.receipt import Receipt
@@ -268,7 +268,7 @@ async def upload_credentials(t: SandboxTransport, secret: dict[str, str]) -> str
 
 
 async def upload_gateway_ca(t: SandboxTransport, ca: Path) -> None:
-    """The CA of the gateway's TLS certificate, where codex is told to find it (the remote route)."""
+    """The CA of the gateway's TLS certificate, where the relay's TLS client reads it (the remote route)."""
     if not ca.is_file():
         raise ArmFailure(f"gateway_ca {ca}: no such file on the host (the CA of the gateway's certificate)")
     await t.environment.upload_file(ca, SANDBOX_CA)
@@ -569,10 +569,7 @@ def driver_config(agent, t: SandboxTransport, instruction: str, cred_path: str, 
         "codex_version": agent.codex_version,
         "codex_home": agent.codex_home,
         "config_toml": config_toml,
-        "appserver_env": {
-            **agent.appserver_env(),
-            **({CA_VAR: SANDBOX_CA} if getattr(agent, "gateway_ca", None) else {}),
-        },
+        "appserver_env": agent.appserver_env(),
         "credentials_file": cred_path,
         "instruction": instruction,
         "harness": agent.harness().state(),
@@ -585,13 +582,21 @@ def driver_config(agent, t: SandboxTransport, instruction: str, cred_path: str, 
         "logs_dir": SANDBOX_LOGS,
         "scripted_log": SCRIPTED_LOG,
         "extra_evidence": agent.sandbox_evidence(),
-        # the model gateway's local route: the relay from the sandbox's loopback to the mounted socket
-        "relay": (
-            {"host": RELAY_HOST, "port": RELAY_PORT, "socket": SANDBOX_SOCKET}
-            if getattr(agent, "gateway", None) == LOCAL
-            else None
-        ),
+        "relay": relay_config(getattr(agent, "gateway", None), getattr(agent, "gateway_ca", None)),
     }
+
+
+def relay_config(gateway: str | None, gateway_ca: str | None) -> dict | None:
+    """The in-sandbox relay's route to the model gateway (``agents.relay``): the mounted socket
+    (``local``), or the gateway's TLS address trusting the uploaded CA (an https:// URL); None
+    without a gateway."""
+    if gateway == LOCAL:
+        return {"host": RELAY_HOST, "port": RELAY_PORT, "socket": SANDBOX_SOCKET}
+    if gateway:
+        host, port = tls_address(gateway)
+        return {"host": RELAY_HOST, "port": RELAY_PORT,
+                "tls": {"host": host, "port": port, "ca": SANDBOX_CA if gateway_ca else None}}  # fmt: skip
+    return None
 
 
 async def upload_bundle(t: SandboxTransport) -> None:

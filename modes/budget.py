@@ -8,7 +8,7 @@ also runs inside harbor's agent timeout; the runner therefore raises that timeou
 ``--agent-timeout-multiplier``) to hold the budget, the preparation allowance and the wind-down
 margin, the same for every arm of a task. A preparation longer than the allowance clamps that
 trial's budget; its receipt then shows a smaller ``budget_sec`` and the fairness audit says so.
-Through the gateway's local route the harness starts its clock at the request itself (the relay's
+Through the gateway (its socket and its TLS routes alike) the harness starts its clock at the request itself (the relay's
 mark, ``agents.conversation.Conversation.anchor_budget``), where the gateway starts the wire's, so
 the harness and the wire cut each arm at the same model time.
 """

@@ -8,10 +8,13 @@ attempt, only while it runs, only within its model budget. On local Docker the s
 gateway through a unix socket bind-mounted at ``SANDBOX_SOCKET_DIR`` (one socket per attempt) and a
 small relay the in-sandbox driver starts on the sandbox's own loopback (``agents.relay``); codex's
 provider base URL is the relay's (``RELAY_BASE_URL``), the same for every arm, and codex's
-``env_key`` names ``TOKEN_VAR``. A remote sandbox reaches the gateway's TLS URL instead.
+``env_key`` names ``TOKEN_VAR``. A remote sandbox reaches the gateway's TLS URL instead, through the
+same relay (the TLS client there): codex's base URL is the relay's on both routes.
 """
 
 from __future__ import annotations
+
+from urllib.parse import urlsplit
 
 #: where the attempt's socket dir is bind-mounted (read-only) inside the trial's container
 SANDBOX_SOCKET_DIR = "/run/marathon-gateway"
@@ -33,16 +36,30 @@ SPEND_CAP_ATTEMPT = "spend_cap_attempt"
 #: ``--ak gateway=local``: the relay to the mounted socket; ``--ak gateway=https://...``: a TLS URL
 LOCAL = "local"
 #: where a remote sandbox gets the CA of the gateway's certificate (``--ak gateway_ca=HOST_PATH``,
-#: uploaded; public, not a secret), and the variable that makes codex trust it (codex >= 0.113
-#: honours ``CODEX_CA_CERTIFICATE``, openai/codex#14239)
+#: uploaded; public, not a secret): the relay's TLS client trusts it
 SANDBOX_CA = "/tmp/marathon-gateway-ca.pem"
-CA_VAR = "CODEX_CA_CERTIFICATE"
 #: the header the gateway sets on every forwarded request (OpenAI's own request-tracing header):
 #: ``<attempt id>.<n>``, so the upstream's records and the ledger can be joined call by call
 REQUEST_ID_HEADER = "x-client-request-id"
 #: the model base URL that makes the gateway start the scripted model (``agents/scripted_model``)
 #: next to itself, on a unix socket, as its upstream: the demo's and the tests' provider
 SCRIPTED_UPSTREAM = "scripted"
+
+
+def tls_address(url: str) -> tuple[str, int]:
+    """(host, port) of the gateway's ``https://HOST[:PORT]/v1`` URL (the remote route), or ValueError
+    saying why not. The relay passes codex's requests as they are, so the URL's path is codex's own
+    (``/v1``): a gateway behind a path prefix cannot be reached this way."""
+    try:
+        u = urlsplit(url)
+        port = u.port or 443
+    except ValueError as exc:
+        raise ValueError(f"gateway {url!r}: {exc}") from None
+    if u.scheme != "https" or not u.hostname:
+        raise ValueError(f"gateway {url!r}: expected https://HOST[:PORT]/v1")
+    if u.path.rstrip("/") not in ("", "/v1") or u.query or u.fragment or u.username or u.password:
+        raise ValueError(f"gateway {url!r}: the URL must be https://HOST[:PORT]/v1, nothing after /v1")
+    return u.hostname, port
 
 
 def request_id(attempt: str, n: int) -> str:

@@ -331,10 +331,12 @@ def test_every_arm_and_every_task_solves_through_the_remote_like_environment(min
 
 
 def test_the_five_arms_reach_the_gateway_over_its_tls_route(mini_remote):
-    """No socket and no mount reach a remote sandbox: each arm's codex called the gateway at its
-    https:// URL with the attempt's token (trusting the uploaded CA), and every call is on the
-    gateway's ledger, forwarded, for each of the five attempts."""
-    from modes.gateway import TOKEN_VAR
+    """No socket and no mount reach a remote sandbox: each arm's codex called the relay on its
+    sandbox's loopback (the same base URL as on the socket route) with the attempt's token, the relay
+    reached the gateway at its https:// URL trusting the uploaded CA, and every call is on the
+    gateway's ledger, forwarded, for each of the five attempts; the budget started at the first
+    model request, as on the socket route."""
+    from modes.gateway import RELAY_BASE_URL, TOKEN_VAR
     from runner.results.ledger import read_ledger
 
     run = mini_remote.arms
@@ -343,8 +345,11 @@ def test_the_five_arms_reach_the_gateway_over_its_tls_route(mini_remote):
     for arm in DEFAULT_ARMS:
         (trial,) = run.trials("calc-partial", arm)
         _, rec = _read_trial(trial, run.log)
-        assert rec["provider"]["base_url"] == mini_remote.tls.url, (arm, rec["provider"])
+        assert rec["provider"]["gateway"] == mini_remote.tls.url, (arm, rec["provider"])
+        assert rec["provider"]["base_url"] == RELAY_BASE_URL, (arm, rec["provider"])
         assert rec["provider"]["api_key_var"] == TOKEN_VAR, (arm, rec["provider"])
+        assert rec["extra"]["relay"]["connections"] >= 1 and rec["extra"]["relay"]["unreachable"] == 0, arm
+        assert rec["extra"]["budget_anchor"] == "first model request", (arm, rec["extra"])
         stamp = trial.parent.parent.name  # OUT/TASK/ARM/STAMP/JOB/TRIAL
         usage = ledger.usage("calc-partial", arm, stamp)
         assert usage is not None and usage.forwarded >= 1 and usage.refused == {}, (arm, usage)

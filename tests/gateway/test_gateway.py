@@ -334,6 +334,32 @@ def _cert(tmp: Path) -> tuple[Path, Path]:
     return cert, key
 
 
+def _through_relay(tls: tuple[str, int, str | None], token: str) -> tuple[list[float], bytes, dict]:
+    """One call through an ``agents.relay.Relay`` to the gateway's TLS address: the budget marks it
+    made, the answer's status line, its stats."""
+    import asyncio
+
+    from agents.relay import Relay
+
+    async def scenario() -> tuple[list[float], bytes, dict]:
+        relay = Relay("127.0.0.1", 0, tls=tls)
+        await relay.start()
+        assert relay.server is not None
+        marks: list[float] = []
+        relay.on_first = lambda _mono, epoch: marks.append(epoch)
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", relay.server.sockets[0].getsockname()[1])
+            w.write(raw_request(token, "quick", close=True))
+            await w.drain()
+            answer = await r.read()  # to its end: the gateway (or the relay's refusal) closes
+            w.close()
+        finally:
+            await relay.close()
+        return marks, answer.split(b"\r\n", 1)[0], dict(relay.stats)
+
+    return asyncio.run(scenario())
+
+
 def test_remote_sandboxes_reach_it_over_tls_by_token(tmp_path, key, provider):
     out = tmp_path / "out"
     out.mkdir()
@@ -358,6 +384,21 @@ def test_remote_sandboxes_reach_it_over_tls_by_token(tmp_path, key, provider):
         wait_for(lambda: process.running(out) is not None, 10, "the gateway")
         status, body = call(a.token)
         assert status == 200 and b"response.completed" in body
+        # the in-sandbox relay as this route's TLS client (agents.relay): codex speaks plain HTTP to it
+        # on the sandbox's loopback; it trusts the uploaded CA, checks the gateway's name, and marks the
+        # budget's first request as on the socket route
+        b = attempts.issue(out, "t1", "goal", "2026-01-01__00-00-01", budget_sec=60.0)
+        marks, head, stats = _through_relay(("127.0.0.1", st.tcp_port, str(cert)), b.token)
+        assert head == b"HTTP/1.1 200 OK" and stats["unreachable"] == 0
+        (mark,) = marks
+        (first,) = wait_for(
+            lambda: [c for c in calls(out) if c.attempt == b.record.id], 5, "the relayed call"
+        )
+        assert first.outcome == L.OK and mark <= first.at < mark + 1.0, (mark, first.at)
+        # a relay that does not trust the gateway's certificate (the system's CAs only) gets nowhere:
+        # codex is answered 502 naming the gateway, and the relay counts it for the receipt
+        marks, head, stats = _through_relay(("127.0.0.1", st.tcp_port, None), b.token)
+        assert head == b"HTTP/1.1 502 Bad Gateway" and stats["unreachable"] == 1
         assert code_of(call("nobody's token")[1]) == L.NO_TOKEN
         attempts.end(out, a.record.id, "ended")
         time.sleep(0.5)  # the gateway re-reads the record on each call; this only lets the write land

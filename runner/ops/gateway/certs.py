@@ -1,11 +1,12 @@
 """The operator's certificate for the gateway's TLS route, checked before the first attempt.
 
-Why: a certificate that OpenSSL accepts can still be one codex refuses. codex speaks TLS through
-rustls (webpki), which refuses a CA certificate presented as a server's (``CaUsedAsEndEntity``: the
-self-signed certificate ``openssl req -x509`` makes by default), ignores the common name (only the
-subject alternative names count) and refuses an expired one. In a sandbox that refusal is only
-"Connection failed: error sending request" in codex's stream, once per attempt, for every arm: the
+Why: in a sandbox a refused certificate is only a failed call, once per attempt, for every arm: the
 run ends paused by the circuit breaker with nothing scored. Here it is one line before any attempt.
+The TLS client in the sandbox is the relay (``agents.relay``, Python's ssl: OpenSSL); the checks are
+the stricter ones of codex's own TLS, rustls (webpki), should codex ever call the URL itself: it
+refuses a CA certificate presented as a server's (``CaUsedAsEndEntity``: the self-signed
+certificate ``openssl req -x509`` makes by default), ignores the common name (only the subject
+alternative names count) and refuses an expired one.
 """
 
 from __future__ import annotations
