@@ -25,7 +25,9 @@ pytestmark = [
     pytest.mark.docker,
     pytest.mark.slow,
     pytest.mark.timeout(3600),
-    pytest.mark.skipif(not browser.available(), reason="no /usr/bin/chromium (Debian's chromium package)"),
+    pytest.mark.skipif(
+        not browser.available(), reason="no /usr/bin/chromium (Debian's chromium package), unshare or ip"
+    ),
 ]
 
 #: the rows of harbor's job table, as the browser shows them
@@ -49,7 +51,7 @@ def served(demo_varied_tree):
 @pytest.fixture(scope="module")
 def page(served, tmp_path_factory):
     """One browser, signed in by the printed address (the token becomes its cookie)."""
-    with browser.Browser(tmp_path_factory.mktemp("chromium")) as b:
+    with browser.Browser(tmp_path_factory.mktemp("chromium"), ports=[served.port]) as b:
         b.open(served.url)
         yield b
 
@@ -98,7 +100,7 @@ def test_a_trajectory_page_renders(served, page, demo_varied_tree):
 
 
 def test_without_the_token_the_browser_gets_nothing(served, tmp_path_factory):
-    with browser.Browser(tmp_path_factory.mktemp("chromium-stranger")) as b:
+    with browser.Browser(tmp_path_factory.mktemp("chromium-stranger"), ports=[served.port]) as b:
         b.open(_base(served) + "/")
         text = b.wait_text("refused", timeout=60)
         assert "__attempt-" not in text
