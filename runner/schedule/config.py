@@ -25,6 +25,7 @@ from typing import Any
 
 from modes import safeio, safetext
 from modes.budget import agent_timeout_multiplier
+from modes.gateway import tls_address
 from modes.profiles import DEFAULT_ARMS, mode_for
 from runner import secrets
 from runner.errors import UserError
@@ -562,8 +563,13 @@ def resolve(
     if values["build_network"] not in ("host", "default"):
         raise UserError("--build-network must be host or default")
     url = values["gateway_url"]
-    if url is not None and not (url.startswith("https://") and len(url) > len("https://")):
-        raise UserError("--gateway-url: the gateway's https:// URL as the remote sandboxes reach it")
+    if url is not None:
+        try:
+            tls_address(url)  # what the sandboxes' relays connect to (agents.relay)
+        except ValueError as exc:
+            raise UserError(
+                f"--gateway-url: {exc} (the gateway's URL as the remote sandboxes reach it)"
+            ) from None
     if values["gateway_tls_listen"] and not (values["gateway_tls_cert"] and values["gateway_tls_key"]):
         raise UserError(
             "--gateway-tls-listen needs --gateway-tls-cert and --gateway-tls-key (the operator's certificate)"

@@ -8,6 +8,8 @@ import datetime as dt
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from runner.ops.gateway.certs import problems
 
 
@@ -79,3 +81,23 @@ def test_the_preflight_refuses_a_run_whose_certificate_codex_would_refuse(tmp_pa
     got = check(root[0])  # the CA's own certificate as the server's: a CA, and no name of the URL's
     assert [p.check for p in got] == ["gateway", "gateway"], got
     assert "is a CA certificate" in got[0].what and "does not name 127.0.0.1" in got[1].what, got
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://gw.example.org/v1", "https://", "https://gw.example.org/proxy/v1", "https://gw:notaport/v1",
+     "https://user@gw.example.org/v1", "https://gw.example.org/v1?x=1"],
+)  # fmt: skip
+def test_a_gateway_url_the_relays_cannot_reach_is_one_line_before_anything(tmp_path, url):
+    """The sandboxes' relays (``agents.relay``) pass codex's requests as they are, to HOST:PORT over
+    TLS: ``--gateway-url`` must be ``https://HOST[:PORT]/v1`` (a path prefix, a user part, a query
+    cannot be served), refused by ``marathon run``'s flags, not in each trial."""
+    from runner.errors import UserError
+    from runner.schedule.config import resolve
+
+    tasks = Path(__file__).resolve().parents[2] / "runner" / "demo" / "tasks"
+    flags = {"tasks_dir": str(tasks), "arms": ["plain"], "model": "scripted/solve", "gateway_url": url}
+    with pytest.raises(UserError) as got:
+        resolve(tmp_path / "out", flags, environ={})
+    assert str(got.value).startswith("--gateway-url: ") and "\n" not in str(got.value), got.value
+    assert resolve(tmp_path / "ok", {**flags, "gateway_url": "https://gw.example.org:8443/v1"}, environ={})
