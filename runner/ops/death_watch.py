@@ -8,9 +8,12 @@ engine knows, and the agent cannot forge what it says: so the runner follows the
 ``die``/``stop``/``oom`` events of compose main containers while it runs, and a trial whose main
 container died without a stop request before the trial ended is voided
 (``runner.results.rules.VOIDING``, row ``container_died``). Harbor's own teardown always stops
-(``docker compose down``: a ``stop`` event follows the ``die``). The stop request, not the time,
-tells them apart: the engine reports a killed container's ``die`` some milliseconds after its
-exec'd verifier has died and harbor has already closed the verifier phase.
+(``docker compose down``: a ``stop`` event follows the ``die``), and only after the verifier
+finished. The stop request tells them apart after the verifier (the engine reports a killed
+container's ``die`` some milliseconds after its exec'd verifier has died and harbor has already
+closed the verifier phase); before the verifier finished, any death is someone else's, a stop
+too: an engine restart stops every container with the same ``kill``/``die``/``stop`` events as
+harbor's teardown (the fresh-clone chaos run of 2026-12-05 scored such an attempt against its arm).
 
 The runner watches its own engine (``--env docker`` without ``--cluster``); in a cluster run each
 attempt's Ray job watches its host's engine and records what it saw (``runner.results.deaths``). A
@@ -61,10 +64,11 @@ class DeathWatch:
             with contextlib.suppress(Exception):
                 stream.close()
 
-    def death_before(self, project: str, end: float) -> Death | None:
-        """The first death of ``project``'s main container without a stop request before ``end``."""
+    def death_before(self, project: str, end: float, under: float | None = None) -> Death | None:
+        """The first death of ``project``'s main container before ``end`` that was no teardown of
+        harbor's (``runner.results.deaths.first_unstopped``)."""
         with self._lock:
-            return first_unstopped(list(self._deaths.get(project, ())), end)
+            return first_unstopped(list(self._deaths.get(project, ())), end, under)
 
     def deaths_of(self, projects: set[str]) -> list[Death]:
         """Every death seen of these projects' main containers (what a cluster job records)."""

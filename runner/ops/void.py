@@ -23,7 +23,7 @@ from modes.naming import compose_project
 from modes.trial_files import TrialFiles
 from runner.results import rules
 from runner.results.events import last_run_id, utc_now
-from runner.results.records import parse_time, read_trial
+from runner.results.records import RESULT_JSON, parse_time, read_trial, verifier_finished
 from runner.results.tree import VOID_README, iter_trial_dirs, voided_root, voided_trial_dir
 
 if TYPE_CHECKING:
@@ -101,9 +101,14 @@ def trial_facts(
     died = ""
     ended = parse_time(rec.finished_at)
     if deaths is not None and ended is not None and ended.tzinfo is not None:
-        death = deaths.death_before(compose_project(trial_dir.name), ended.timestamp())
+        under = _verifier_finished(trial_dir)
+        death = deaths.death_before(
+            compose_project(trial_dir.name), ended.timestamp(), under.timestamp() if under else None
+        )
         if death is not None:
-            died = f"{death.describe()}, before the trial ended at {ended:%H:%M:%S} UTC"
+            when = f"{under:%H:%M:%S}" if death.stopped and under else f"{ended:%H:%M:%S}"
+            what = "the verifier finished" if death.stopped and under else "the trial ended"
+            died = f"{death.describe()}, before {what} at {when} UTC"
             evidence.append(died)
     facts = rules.TrialFacts(
         exception_type=etype,
@@ -118,6 +123,16 @@ def trial_facts(
     if not facts.agent_started:
         evidence.append("failed in: " + ("agent setup" if rec.agent_setup_started else "environment start"))
     return facts, evidence
+
+
+def _verifier_finished(trial_dir: Path):
+    """``verifier.finished_at`` of the trial's result.json (harbor sets it whatever the verifier did,
+    before it stops the environment); None when there is none (no verifier, a multi-step trial)."""
+    raw = safeio.read_capped(trial_dir / RESULT_JSON, trial_dir)
+    if isinstance(raw, safeio.Refused):
+        return None
+    got = verifier_finished(raw)
+    return got if got is not None and got.tzinfo is not None else None
 
 
 def gateway_outage(trial_dir: Path) -> str:

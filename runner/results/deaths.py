@@ -42,19 +42,28 @@ class Death:
     def describe(self) -> str:
         when = datetime.fromtimestamp(self.at, UTC).strftime("%H:%M:%S")
         why = "killed by the OOM killer" if self.oom else f"exit code {self.exit_code}"
+        if self.stopped:
+            return (
+                f"the engine saw main container {self.container[:12]} stopped at {when} UTC ({why}) while "
+                "the trial's last phase still ran (harbor stops it only after that phase)"
+            )
         return f"the engine saw main container {self.container[:12]} die at {when} UTC ({why}) without a stop request"
 
 
 class Deaths(Protocol):
     """What the voiding rules ask of an engine's account: the live watch or a job's record."""
 
-    def death_before(self, project: str, end: float) -> Death | None: ...
+    def death_before(self, project: str, end: float, under: float | None = None) -> Death | None: ...
 
 
-def first_unstopped(deaths: list[Death], end: float) -> Death | None:
-    """The one rule: the first death without a stop request before ``end``."""
+def first_unstopped(deaths: list[Death], end: float, under: float | None = None) -> Death | None:
+    """The one rule: the first death before the trial's ``end`` that was no teardown of harbor's:
+    without a stop request, or, stopped or not, before ``under`` (when the trial's last phase, its
+    verifier, finished: harbor stops the container only after it). A stop under the verifier is
+    someone else's: an engine restart stops every container with the same ``kill``/``die``/``stop``
+    events as harbor's teardown, and ``docker stop`` by an operator does too."""
     for d in deaths:
-        if not d.stopped and d.at < end:
+        if d.at < end and (not d.stopped or (under is not None and d.at < under)):
             return d
     return None
 
@@ -66,8 +75,8 @@ class RecordedDeaths:
     deaths: tuple[Death, ...]
     engine: str = ""  # the engine address the job watched (its host's DOCKER_HOST)
 
-    def death_before(self, project: str, end: float) -> Death | None:
-        return first_unstopped([d for d in self.deaths if d.project == project], end)
+    def death_before(self, project: str, end: float, under: float | None = None) -> Death | None:
+        return first_unstopped([d for d in self.deaths if d.project == project], end, under)
 
 
 def write_deaths(stamp_dir: Path, deaths: list[Death], engine: str = "") -> None:

@@ -91,9 +91,16 @@ CASES = [
 
 
 def write_trial(
-    root: Path, arm: str, etype: str | None, agent_ran: bool, msg: str, finished_at: str = ""
+    root: Path,
+    arm: str,
+    etype: str | None,
+    agent_ran: bool,
+    msg: str,
+    finished_at: str = "",
+    verifier_finished: str = "",
 ) -> Path:
-    """A trial dir as harbor 0.25.0 leaves it (the fields classify_trial reads)."""
+    """A trial dir as harbor 0.25.0 leaves it (the fields classify_trial reads, indented as harbor
+    writes them: ``verifier`` is found by its place in the file)."""
     t = root / arm / TRIAL
     t.mkdir(parents=True)
     if etype == "-":
@@ -102,9 +109,10 @@ def write_trial(
         "exception_info": {"exception_type": etype, "exception_message": msg} if etype else None,
         "agent_setup": {"started_at": "a", "finished_at": "b"},
         "agent_execution": {"started_at": "a", "finished_at": "b"} if agent_ran else None,
+        "verifier": {"started_at": "a", "finished_at": verifier_finished} if verifier_finished else None,
         "finished_at": finished_at or None,
     }
-    (t / "result.json").write_text(json.dumps(res))
+    (t / "result.json").write_text(json.dumps(res, indent=4))
     return t
 
 
@@ -246,6 +254,38 @@ def test_a_death_counts_only_without_a_stop_request_and_before_the_trial_ended(t
     )
     assert classify_trial(t, deaths=stopped).kind == "errored"
     assert classify_trial(t).kind == "errored"  # nobody watched (health, fleet): harbor's words decide
+
+
+def test_a_stop_under_the_verifier_is_nobody_elses_teardown(tmp_path):
+    """Harbor stops the trial's container only after its verifier finished (``verifier.finished_at``
+    is set before the environment stops). A dockerd restart stops every container the same way
+    (``kill``, ``die``, ``stop``: the recorded ``docker stop`` events), and one under the verifier
+    failed it with ``RewardFileNotFoundError``, scored against the arm (the chaos run of
+    2026-12-05). So a stop before the verifier finished voids the trial; after it, it is harbor's
+    teardown, and the verifier's own failure is scored. The same from a cluster job's record."""
+    from runner.results.deaths import read_deaths, write_deaths
+
+    project = compose_project(TRIAL)
+    w = watch_of("recorded-stop")
+    (at,) = w.deaths_at(project)
+    under = write_trial(tmp_path / "u", "plain", "RewardFileNotFoundError", True, "No reward file",
+                        _iso(at + 20), verifier_finished=_iso(at + 2))  # fmt: skip
+    v = classify_trial(under, deaths=w)
+    assert (v.kind, v.rule) == ("infra", "container_died")
+    assert any("while the trial's last phase still ran" in e and "before the verifier finished" in e
+               for e in v.evidence), v.evidence  # fmt: skip
+    after = write_trial(tmp_path / "a", "plain", "RewardFileNotFoundError", True, "No reward file",
+                        _iso(at + 20), verifier_finished=_iso(at - 2))  # fmt: skip
+    assert classify_trial(after, deaths=w).kind == "errored"
+    stamp = tmp_path / "stamp"
+    stamp.mkdir()
+    write_deaths(stamp, w.deaths_of({project}))
+    rec = read_deaths(stamp)
+    assert rec is not None
+    assert (
+        classify_trial(under, deaths=rec).kind == "infra"
+        and classify_trial(after, deaths=rec).kind == "errored"
+    )
 
 
 def test_a_replayed_die_event_is_one_death():

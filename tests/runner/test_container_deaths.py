@@ -154,3 +154,61 @@ def _kill_when(ready, args: list[str], log, **env: str) -> str:
             proc.terminate()
             proc.wait(60)
     return cid
+
+
+def test_an_engine_restart_under_the_verifier_voids_the_trial(docker_engine, tmp_path):
+    """A real dockerd restart (a private engine in its own network namespace) stops the running trial
+    container with ``kill``/``die``/``stop`` events, the same as harbor's teardown. Under the verifier
+    (the container stopped before harbor's ``verifier.finished_at``) it failed the verifier with
+    ``RewardFileNotFoundError``, and the runner scored that against the arm (the chaos run of
+    2026-12-05); now the runner's watch (``runner.ops.death_watch``) voids it (row
+    ``container_died``), and harbor's own stop after the verifier stays harbor's."""
+    import os
+    import shutil
+    import time
+    from datetime import UTC, datetime
+
+    from private_engine import private_dockerd
+
+    from runner.ops.death_watch import DeathWatch
+    from runner.ops.void import classify_trial
+
+    if os.geteuid() != 0 or not all(shutil.which(b) for b in ("dockerd", "unshare", "nsenter")):
+        pytest.skip("a private dockerd needs root, dockerd, unshare and nsenter")
+    trial = "calc-partial__restart1"
+    project = compose_project(trial)
+
+    def iso(t: float) -> str:
+        return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+
+    def harbor_trial(root, verifier_finished: float):
+        t = root / trial
+        t.mkdir(parents=True)
+        res = {"exception_info": {"exception_type": "RewardFileNotFoundError", "exception_message": "No reward file"},
+               "agent_setup": {"started_at": "a", "finished_at": "b"},
+               "agent_execution": {"started_at": "a", "finished_at": "b"},
+               "verifier": {"started_at": "a", "finished_at": iso(verifier_finished)},
+               "finished_at": iso(time.time() + 60)}  # fmt: skip
+        (t / "result.json").write_text(json.dumps(res, indent=4))  # as harbor writes it
+        return t
+
+    with private_dockerd() as pd:
+        pd.load_images(BASE_IMAGE)
+        pd.client.containers.run(BASE_IMAGE, ["sleep", "600"], detach=True, labels={
+            "com.docker.compose.project": project, "com.docker.compose.service": "main"})  # fmt: skip
+        watch = DeathWatch(base_url=pd.host).start()
+        try:
+            assert watch.connected.is_set()
+            before = time.time()
+            pd.restart()
+            (died,) = wait_for(
+                lambda: watch.deaths_of({project}), 60, "the restart's stop, once the watch is back"
+            )
+            assert died.stopped and died.at > before  # the engine's stop: the same events as harbor's
+            v = classify_trial(harbor_trial(tmp_path / "under", died.at + 1), deaths=watch)
+            assert (v.kind, v.rule) == ("infra", "container_died"), (v.kind, v.rule, v.evidence)
+            assert (
+                classify_trial(harbor_trial(tmp_path / "after", died.at - 1), deaths=watch).kind == "errored"
+            )
+        finally:
+            watch.stop()
