@@ -177,6 +177,34 @@ def test_tokens_are_refused_without_a_token_from_another_attempt_ended_killed_or
     assert led.usage("t1", "heartbeat", c.record.stamp).refused == {L.BUDGET: 1}
 
 
+def issued_by_a_process_that_died(out: Path, arm: str = "plain") -> tuple[str, str]:
+    """(attempt id, token) of an attempt issued by a child that exits before any harbor is
+    recorded: the runner killed between issuing an attempt and releasing its held harbor."""
+    code = ("import sys; from pathlib import Path; from runner.ops.gateway import attempts as a; "
+            f"i = a.issue(Path(sys.argv[1]), 't1', {arm!r}, 'S', budget_sec=None); "
+            "print(i.record.id, i.token)")  # fmt: skip
+    got = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2], timeout=60)  # fmt: skip
+    attempt_id, token = got.stdout.split()
+    return attempt_id, token
+
+
+def test_an_attempt_whose_issuer_died_before_its_harbor_was_recorded_is_gone(gateway, provider):
+    """Seen in CI: a runner killed right after issuing an attempt (its harbor still held at the gate,
+    which then exits unrun) left the record live for good, and health called for the gateway of a
+    finished run. Such a record is gone, and its token refused, as a killed harbor's is."""
+    out, _s, _st = gateway
+    orphan, token = issued_by_a_process_that_died(out)
+    rec = attempts.read_record(out, orphan)
+    assert rec is not None and rec.state == attempts.LIVE and rec.harbor is None and rec.gone()
+    mine = issue(out)  # issued by this process, which runs, its harbor not started yet
+    assert not attempts.read_record(out, mine.record.id).gone()
+    assert post(attempts.socket_path(out, mine.record.id), mine.token)[0] == 200
+    sock = attempts.socket_path(out, orphan)  # bound as any live record's is, and refusing
+    wait_for(sock.exists, 10, "the orphan attempt's socket")
+    assert code_of(post(sock, token)[1]) == L.GONE
+
+
 def test_the_relay_marks_the_budgets_first_request_as_the_gateway_counts_it(gateway, provider):
     """The in-sandbox relay (``agents.relay``) on loopback in front of an attempt's socket, as the
     driver runs it: armed at the budget's start, the next request's first bytes call it back once
@@ -437,6 +465,7 @@ def test_health_finds_a_dead_gateway_that_live_attempts_need_and_fix_restarts_it
         st = process.start_detached(out, settings_for(cfg))
         a = attempts.issue(out, "calc-partial", "plain", "2026-01-01__00-00-00", budget_sec=30)
         attempts.set_harbor(out, a.record.id, harbor.pid)
+        issued_by_a_process_that_died(out, "goal")  # no attempt of a dead issuer needs a gateway
         rep, _ = check(out)
         assert (
             rep.gateway

@@ -97,15 +97,22 @@ class AttemptRecord:
     ended_reason: str | None = None
     ended_at: float | None = None
     harbor: dict | None = None  # identity of the attempt's harbor process (pid, start_ticks, boot_id)
+    issuer: dict | None = None  # identity of the process that issued it (the runner, a fleet job)
 
     @property
     def harbor_ident(self) -> ProcIdentity | None:
         return identity_from(self.harbor) if isinstance(self.harbor, dict) else None
 
     def gone(self) -> bool:
-        """The attempt's harbor process was recorded and no longer runs (killed, crashed, ended)."""
+        """The attempt's harbor process was recorded and no longer runs (killed, crashed, ended),
+        or none was recorded and its issuer no longer runs: harbor is held at a gate until its
+        record names it (``runner.ops.held``), so an issuer killed before that left no harbor, and
+        the record would otherwise stay live for good (health would call for a gateway nobody needs)."""
         ident = self.harbor_ident
-        return ident is not None and not alive(ident)
+        if ident is not None:
+            return not alive(ident)
+        issuer = identity_from(self.issuer) if isinstance(self.issuer, dict) else None
+        return issuer is not None and not alive(issuer)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -143,6 +150,7 @@ def record_from_dict(d: Any) -> AttemptRecord | None:
             ended_reason=d.get("ended_reason") if isinstance(d.get("ended_reason"), str) else None,
             ended_at=float(ended_at) if ended_at is not None else None,
             harbor=d.get("harbor") if isinstance(d.get("harbor"), dict) else None,
+            issuer=d.get("issuer") if isinstance(d.get("issuer"), dict) else None,
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -203,6 +211,7 @@ def issue(
     socket in it within a poll; the dir exists now, so harbor can mount it before the container
     starts). ``socket=False``: a remote sandbox's attempt, reached by token on the TLS listener."""
     token = secrets.token_urlsafe(32)
+    issuer = identity_of(os.getpid())
     rec = AttemptRecord(
         id="a" + uuid.uuid4().hex[:15],
         token_sha256=token_sha256(token),
@@ -212,6 +221,7 @@ def issue(
         host=host,
         budget_sec=float(budget_sec) if budget_sec else None,
         created=time.time(),
+        issuer=asdict(issuer) if issuer is not None else None,
     )
     sdir = socket_dir(out, rec.id)
     if socket:
