@@ -27,6 +27,8 @@ from runner.results.records import RESULT_JSON, parse_time, read_trial, verifier
 from runner.results.tree import VOID_README, iter_trial_dirs, voided_root, voided_trial_dir
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from runner.results.deaths import Deaths
 
 VOID_JSON = "void.json"
@@ -106,9 +108,11 @@ def trial_facts(
             compose_project(trial_dir.name), ended.timestamp(), under.timestamp() if under else None
         )
         if death is not None:
-            when = f"{under:%H:%M:%S}" if death.stopped and under else f"{ended:%H:%M:%S}"
-            what = "the verifier finished" if death.stopped and under else "the trial ended"
-            died = f"{death.describe()}, before {what} at {when} UTC"
+            # a stop counts only under the verifier: say so, with the verifier's end
+            what, at = (
+                ("the verifier finished", under) if death.stopped and under else ("the trial ended", ended)
+            )
+            died = f"{death.describe()}, before {what} at {at:%H:%M:%S} UTC"
             evidence.append(died)
     facts = rules.TrialFacts(
         exception_type=etype,
@@ -125,7 +129,7 @@ def trial_facts(
     return facts, evidence
 
 
-def _verifier_finished(trial_dir: Path):
+def _verifier_finished(trial_dir: Path) -> datetime | None:
     """``verifier.finished_at`` of the trial's result.json (harbor sets it whatever the verifier did,
     before it stops the environment); None when there is none (no verifier, a multi-step trial)."""
     raw = safeio.read_capped(trial_dir / RESULT_JSON, trial_dir)
