@@ -183,3 +183,48 @@ def test_the_scripted_model_on_the_host_finds_the_task_from_the_request(tmp_path
     finally:
         proc.terminate()  # the server this test started, by its handle
         proc.wait(10)
+
+
+READ_SIZES = """
+import asyncio, socket, sys
+from runner.ops.gateway import server
+if sys.argv[1] == "small":
+    server.small_reads()
+sizes = []
+
+async def main():
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    class Reader(asyncio.Protocol):
+        def data_received(self, data):
+            sizes.append(len(data))
+
+        def connection_lost(self, exc):
+            done.set_result(None)
+
+    a, b = socket.socketpair()
+    a.sendall(b"x" * 120_000)  # in the kernel's buffer before the loop reads any of it
+    a.close()
+    await loop.connect_accepted_socket(Reader, b)
+    await done
+
+asyncio.run(main())
+print(max(sizes), sum(sizes))
+"""
+
+
+def test_the_gateways_reads_are_bounded_and_lose_nothing():
+    """asyncio reads a socket 256 KiB at a time, a buffer mapped and unmapped per SSE chunk: the
+    gateway's process reads at most ``RECV_BYTES`` (docs/gateway.md), every byte still arriving."""
+    from runner.ops.gateway.server import RECV_BYTES
+
+    def run(how: str) -> tuple[int, int]:
+        out = subprocess.run([sys.executable, "-c", READ_SIZES, how], capture_output=True, text=True,
+                             cwd=REPO, check=True)  # fmt: skip
+        biggest, total = out.stdout.split()
+        return int(biggest), int(total)
+
+    assert run("default") == (120_000, 120_000)  # asyncio's own: all that is buffered, at once
+    biggest, total = run("small")
+    assert total == 120_000 and biggest <= RECV_BYTES

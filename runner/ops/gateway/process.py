@@ -432,6 +432,7 @@ def serve(
             loop.add_signal_handler(sig, gw.stop_event.set)
         await gw.run(ready=ready)
 
+    server.small_reads()
     try:
         asyncio.run(main())
     finally:

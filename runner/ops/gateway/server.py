@@ -566,6 +566,26 @@ STATUS = {L.NOT_FOUND: 404, L.SPEND_CAP_RUN: 402, L.SPEND_CAP_ARM: 402, L.SPEND_
 # ---------------------------------------------------------------------------------------- main
 
 
+#: what one read of a plain socket asks for. asyncio's own default (``max_size``, 256 KiB) is above
+#: glibc's mmap threshold, so each ``recv`` of an SSE chunk (a few hundred bytes) mapped and unmapped
+#: a fresh 256 KiB buffer: with 12 streams that was about a third of the gateway's CPU
+#: (docs/gateway.md, "Figures"). A TLS socket reads into its protocol's own buffer and is unaffected.
+RECV_BYTES = 64 * 1024
+
+
+def small_reads() -> None:
+    """Let this process's asyncio socket transports read at most :data:`RECV_BYTES` at a time.
+
+    Called by the gateway's process before its event loop starts (it sets a class attribute of
+    asyncio's selector transport, so it is for a process of our own, not a library import). An
+    answer larger than one read arrives in more reads, as it would from the kernel anyway."""
+    from asyncio import selector_events
+
+    transport = getattr(selector_events, "_SelectorSocketTransport", None)
+    if transport is not None and getattr(transport, "max_size", 0) > RECV_BYTES:
+        transport.max_size = RECV_BYTES
+
+
 def load_tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:
     if not cert:
         return None
