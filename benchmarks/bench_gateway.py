@@ -1,7 +1,7 @@
 """What the model gateway adds: latency per call (first byte, whole answer) against the provider
 reached directly, and its CPU and memory with 12 streams at once.
 
-    uv run python benchmarks/bench_gateway.py [--calls 300] [--streams 12] [--seconds 30]
+    uv run python benchmarks/bench_gateway.py [--calls 300] [--streams 12] [--seconds 30] [--floor]
 
 The provider is a stdlib SSE server on the host's loopback (one thread per call, no model: what is
 measured is the path, not a model). Each call gets the same answer: ``response.created``, 40 text
@@ -16,6 +16,9 @@ deltas and ``response.completed`` with usage (about 6 KB), the shape of a short 
    streams every answer over 2 s (40 deltas 50 ms apart: a live model's pace); the gateway's CPU
    time (psutil, the gateway process and its children) over the wall time, and its RSS at the end.
 
+3. ``--floor``: the same load through relays that only copy bytes (asyncio's, with its default
+   reads and with the gateway's, and socat's when installed): what any relay on this machine pays.
+
 Targets (issue 27): under 5 ms p50 first-byte overhead on loopback; under 2 % of a core and 150 MB
 with 12 streams.
 """
@@ -28,6 +31,7 @@ import os
 import shutil
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -159,45 +163,15 @@ def load(out: Path, streams: int, seconds: float, keep_alive: bool) -> None:
     for iss in issued:
         while not attempts.socket_path(out, iss.record.id).exists():
             time.sleep(0.05)
-    gw = psutil.Process(st.pid)
-
-    def cpu() -> float:
-        t = gw.cpu_times()
-        return (
-            t.user
-            + t.system
-            + sum(c.cpu_times().user + c.cpu_times().system for c in gw.children(recursive=True))
-        )
-
-    stop = time.monotonic() + seconds
-    counts = [0] * streams
-
-    def client(i: int) -> None:
-        iss = issued[i]
-        connect = unix(attempts.socket_path(out, iss.record.id))
-        kept = connect() if keep_alive else None
-        try:
-            while time.monotonic() < stop:
-                call(connect, iss.token, kept)
-                counts[i] += 1
-        finally:
-            if kept is not None:
-                kept.close()
-
-    c0, w0 = cpu(), time.monotonic()
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(streams)]
-    for t in threads:
-        t.start()
-    rss = 0
-    while any(t.is_alive() for t in threads):
-        rss = max(rss, gw.memory_info().rss)
-        time.sleep(0.5)
-    c1, w1 = cpu(), time.monotonic()
     how = (
         "connections kept (as codex and a provider keep them)" if keep_alive else "a new connection per call"
     )
-    print(f"{streams} streams for {w1 - w0:.1f} s ({sum(counts)} calls, each ~2 s of SSE; {how}): gateway CPU "
-          f"{100 * (c1 - c0) / (w1 - w0):.2f} % of one core, peak RSS {rss / 1e6:.1f} MB", flush=True)  # fmt: skip
+    sockets = [attempts.socket_path(out, iss.record.id) for iss in issued]
+    pct_core, rss, wall, n = drive(
+        psutil.Process(st.pid), sockets, [i.token for i in issued], seconds, keep_alive
+    )
+    print(f"{streams} streams for {wall:.1f} s ({n} calls, each ~2 s of SSE; {how}): gateway CPU "
+          f"{pct_core:.2f} % of one core, peak RSS {rss / 1e6:.1f} MB", flush=True)  # fmt: skip
     led = [json.loads(x) for x in (out / ".runner" / "gateway" / "ledger.jsonl").read_text().splitlines()]
     calls = [x for x in led if x.get("kind") == "call" and x.get("outcome") == "ok"]
     print(
@@ -207,12 +181,139 @@ def load(out: Path, streams: int, seconds: float, keep_alive: bool) -> None:
     slow.shutdown()
 
 
+def drive(
+    proc: psutil.Process, sockets: list[Path], tokens: list[str | None], seconds: float, keep_alive: bool
+) -> tuple[float, int, float, int]:
+    """One client per socket calling for ``seconds``: ``proc``'s CPU (with its children) in % of one
+    core over the wall time, its peak RSS, the wall time and the calls made."""
+
+    def cpu() -> float:
+        t = proc.cpu_times()  # with its children that ended (socat forks one per connection)
+        return (
+            t.user
+            + t.system
+            + t.children_user
+            + t.children_system
+            + sum(c.cpu_times().user + c.cpu_times().system for c in proc.children(recursive=True))
+        )
+
+    stop = time.monotonic() + seconds
+    counts = [0] * len(sockets)
+
+    def client(i: int) -> None:
+        connect = unix(sockets[i])
+        kept = connect() if keep_alive else None
+        try:
+            while time.monotonic() < stop:
+                call(connect, tokens[i], kept)
+                counts[i] += 1
+        finally:
+            if kept is not None:
+                kept.close()
+
+    c0, w0 = cpu(), time.monotonic()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(sockets))]
+    for t in threads:
+        t.start()
+    rss = 0
+    while any(t.is_alive() for t in threads):
+        rss = max(rss, proc.memory_info().rss)
+        time.sleep(0.5)
+    c1, w1 = cpu(), time.monotonic()
+    return 100 * (c1 - c0) / (w1 - w0), rss, w1 - w0, sum(counts)
+
+
+def relay(path: str, port: int, recv_bytes: int) -> None:
+    """The floor: a bare asyncio byte relay from a unix socket to the provider (no HTTP, no token,
+    no ledger), what any asyncio gateway pays at least for the same chunks."""
+    import asyncio
+    from asyncio import selector_events
+
+    if recv_bytes:
+        selector_events._SelectorSocketTransport.max_size = recv_bytes
+
+    class Up(asyncio.Protocol):
+        def __init__(self, down: asyncio.Transport) -> None:
+            self.down = down
+
+        def data_received(self, data: bytes) -> None:
+            self.down.write(data)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self.down.close()
+
+    class Down(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.t, self.up, self.early = transport, None, []
+            asyncio.ensure_future(self.connect())
+
+        async def connect(self) -> None:
+            up, _ = await asyncio.get_running_loop().create_connection(lambda: Up(self.t), "127.0.0.1", port)
+            self.up = up
+            for data in self.early:
+                up.write(data)
+
+        def data_received(self, data: bytes) -> None:
+            self.up.write(data) if self.up else self.early.append(data)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.up:
+                self.up.close()
+
+    async def serve() -> None:
+        await asyncio.get_running_loop().create_unix_server(Down, path)
+        await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+def floor(streams: int, seconds: float) -> None:
+    """The same load as ``load`` (connections kept) through relays that only copy bytes: asyncio
+    with its default 256 KiB reads, with the gateway's reads (``server.RECV_BYTES``), and socat (a C
+    relay) when it is installed. The gap between these and the gateway is what its HTTP costs."""
+    from runner.ops.gateway import server
+
+    slow = provider(0.05, True)
+    port = slow.server_address[1]
+    kinds = [("asyncio, 256 KiB reads (its default)", [sys.executable, __file__, "--relay", "0"]),
+             (f"asyncio, {server.RECV_BYTES // 1024} KiB reads (the gateway's)",
+              [sys.executable, __file__, "--relay", str(server.RECV_BYTES)])]  # fmt: skip
+    if shutil.which("socat"):
+        kinds.append(("socat", ["socat"]))
+    for name, argv in kinds:
+        d = Path(tempfile.mkdtemp(prefix="bench-relay-"))
+        path = d / "relay.sock"
+        if argv == ["socat"]:
+            argv = ["socat", f"UNIX-LISTEN:{path},fork", f"TCP:127.0.0.1:{port}"]
+        else:
+            argv = [*argv, str(path), str(port)]
+        p = subprocess.Popen(argv)
+        try:
+            while not path.exists():
+                time.sleep(0.05)
+            pct_core, rss, wall, n = drive(
+                psutil.Process(p.pid), [path] * streams, [None] * streams, seconds, True
+            )
+            print(f"floor, {name}: {streams} streams for {wall:.1f} s ({n} calls): CPU {pct_core:.2f} % of one core, "
+                  f"peak RSS {rss / 1e6:.1f} MB", flush=True)  # fmt: skip
+        finally:
+            p.terminate()
+            p.wait()
+            shutil.rmtree(d, ignore_errors=True)
+    slow.shutdown()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--streams", type=int, default=12)
     ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--floor", action="store_true", help="also measure relays that only copy bytes")
+    ap.add_argument("--relay", nargs=3, metavar=("RECV_BYTES", "SOCKET", "PORT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.relay:
+        relay(args.relay[1], int(args.relay[2]), int(args.relay[0]))
+        return 0
     os.environ[KEY_VAR] = "sk-bench-" + os.urandom(8).hex()
     base = Path(tempfile.mkdtemp(prefix="bench-gw-"))
     out = base / "out"
@@ -248,6 +349,8 @@ def main() -> int:
 
         for keep_alive in (False, True):
             load(out, args.streams, args.seconds, keep_alive)
+        if args.floor:
+            floor(args.streams, args.seconds)
     finally:
         print(f"load average after: {os.getloadavg()}", flush=True)
         shutil.rmtree(attempts.socket_root(out), ignore_errors=True)
