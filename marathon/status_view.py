@@ -25,15 +25,13 @@ def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | N
     """The status of ``model``; ``cap``: a spend cap in USD the projection gives the time to (default:
     the run's ``--max-spend``, as its runner recorded it for the gateways)."""
     from runner.results.caps import read_caps
-    from runner.results.report import HEADLINE, OTHER_READING, arm_summary, cell_dict
+    from runner.results.report import HEADLINE, OTHER_READING, arm_summaries, cell_dict
     from runner.results.tree import unit_label
 
     cells = model.scoped(scope)
     arms = [a for a in model.arms if any(k[1] == a for k in cells)]
     money = model.money()
-    per_arm = {
-        a: arm_summary([c for k, c in cells.items() if k[1] == a], exclude_flagged, money) for a in arms
-    }
+    per_arm, total = arm_summaries(cells, arms, exclude_flagged, money)  # the total row in the same pass
     caps = read_caps(model.out)
     cap = cap if cap is not None else caps.run_usd
     spend = None
@@ -52,7 +50,7 @@ def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | N
         "run_started": _iso(model.current_run.started) if model.current_run else None,
         "arms": arms,
         "per_arm": per_arm,
-        "total": arm_summary(list(cells.values()), exclude_flagged, money),
+        "total": total,
         # the gateway's ledger priced (runner.results.prices) and projected (runner.results.projection)
         "spend": {**spend.as_dict(), "text": spend.text(), "prices": money.pricer.source_line()}
         if spend

@@ -34,7 +34,7 @@ from typing import Any
 
 from modes import profiles, safetext
 from runner.results import audit, clusters, power, rules, stats, suspect
-from runner.results.attempts import DONE, ERRORED, STATUSES, VOIDED
+from runner.results.attempts import DONE, ERRORED, STATUSES, VOIDED, Key
 from runner.results.cells import Cell, scored_values
 from runner.results.model import RunModel
 from runner.results.prices import Money, add_costs
@@ -217,6 +217,123 @@ def _total(got: list) -> Any:
 RECEIPT_SUMS = ("continuations", "unblocks", "error_events")
 
 
+class _Sums:
+    """One summary's running figures (an arm's, or the total row's), fed cell by cell by
+    ``_summarize``."""
+
+    __slots__ = ("cells", "means_of", "counts", "attempts", "errored", "voided", "flagged", "receipts",
+                 "spends", "vals", "cost", "tok_in", "tok_out", "solved", "build_failed", "flagged_in_n")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.cells: list[Cell] = []
+        self.means_of: list[Cell] = []  # the counted cells, in task order
+        self.counts = dict.fromkeys(STATUSES, 0)
+        self.attempts = self.errored = self.voided = self.flagged = 0
+        self.receipts: dict[str, list] = {k: [] for k in RECEIPT_SUMS}
+        self.spends: tuple[list, list, list] = ([], [], [])
+        self.vals: dict[str, list[float]] = {m: [] for m in MEASURES}
+        self.cost: list = []
+        self.tok_in: list = []
+        self.tok_out: list = []
+        self.solved = self.build_failed = self.flagged_in_n = 0
+
+
+def _summarize(cells: Iterable[tuple[Cell, tuple[_Sums, ...]]], exclude_flagged: bool) -> None:
+    """Feed each cell to the summaries it counts in: one pass over the cells and one over the
+    counted ones, each cell's figures read once however many summaries take it (`marathon status`'s
+    total row is every arm's cells again)."""
+    counted_cells = []
+    for c, into in cells:
+        statuses = [p.status for p in c.parts]  # with repeats, each repeat is counted by its status
+        flagged = c.flagged_repeats
+        atts = c.attempts
+        errored = sum(1 for a in atts if a.status == ERRORED)
+        voided = sum(1 for a in atts if a.status == VOIDED)
+        f = c.figures
+        receipts = [getattr(f, k) for k in RECEIPT_SUMS]
+        spent = spend(c)
+        for s in into:
+            s.cells.append(c)
+            counts = s.counts
+            for st in statuses:
+                if st in counts:
+                    counts[st] += 1
+            s.flagged += flagged
+            s.attempts += len(atts)
+            s.errored += errored
+            s.voided += voided
+            for got, v in zip(s.receipts.values(), receipts, strict=True):
+                got.append(v)
+            for got, v in zip(s.spends, spent, strict=True):
+                got.append(v)
+        if counted(c, exclude_flagged):
+            counted_cells.append((c, into))
+    # in task order: the bootstrap draws positions, so the same tree must list its cells the same way
+    counted_cells.sort(key=lambda ci: (ci[0].task, ci[0].arm))
+    for c, into in counted_cells:
+        # the task's value: with repeats, the mean of its counted repeats
+        scores = [(m, v) for m in MEASURES if (v := _score(c, m, exclude_flagged)) is not None]
+        fl = flagged_in(c, exclude_flagged)
+        done = c.status == DONE  # a flagged cell: a failure in the means, nothing it says is cost
+        if done:
+            f = c.figures
+            if c.repeats:  # solved and build failures are counted per attempt, as the cost is summed
+                solved = sum(1 for p in c.repeats if p.status == DONE and p.reward == 1.0)
+                build_failed = sum(1 for p in c.repeats if p.status == DONE and p.build_failed)
+            else:
+                solved = int(f.reward == 1.0)
+                build_failed = int(bool(f.build_failed))
+        for s in into:
+            s.means_of.append(c)
+            for m, v in scores:
+                s.vals[m].append(v)
+            s.flagged_in_n += fl
+            if done:
+                s.cost.append(f.cost_usd)
+                s.tok_in.append(f.n_input_tokens)
+                s.tok_out.append(f.n_output_tokens)
+                s.solved += solved
+                s.build_failed += build_failed
+
+
+def _summary(s: _Sums, exclude_flagged: bool, money: Money | None) -> dict[str, Any]:
+    """The summary dict of what ``_summarize`` fed ``s`` (``arm_summary``'s)."""
+    means_of, vals, solved = s.means_of, s.vals, s.solved
+    cost_usd = _total(s.cost)
+    ledger = {}
+    if money is not None:
+        l_cost = add_costs(money.scored(c) for c in means_of if c.status == DONE)
+        l_spend = add_costs(money.spend(c) for c in s.cells)
+        ledger = money_dict(l_cost, l_spend)
+        ledger["ledger_cost_per_solved"] = (
+            _r(l_cost.usd / solved, 6) if l_cost and l_cost.usd is not None and solved else None
+        )
+    return {
+        "n": len(means_of),
+        "flagged": s.flagged,
+        "flagged_in_n": s.flagged_in_n,
+        **{m: _r(stats.mean(vals[m])) for m in MEASURES},
+        **{f"{m}_ci": _ci(vals[m]) for m in MEASURES},
+        "build_failed": s.build_failed,
+        "cost_usd": _r(cost_usd, 6),
+        "n_input_tokens": _total(s.tok_in),
+        "n_output_tokens": _total(s.tok_out),
+        "solved": solved,
+        "cost_per_solved": _r(cost_usd / solved, 6) if cost_usd is not None and solved else None,
+        "spend_usd": _r(_total(s.spends[0]), 6),
+        "spend_input_tokens": _total(s.spends[1]),
+        "spend_output_tokens": _total(s.spends[2]),
+        "cells": len(s.cells),
+        **s.counts,
+        "attempts": s.attempts,
+        "errored_attempts": s.errored,
+        "voided_attempts": s.voided,
+        **{k: _total(got) for k, got in s.receipts.items()},
+        **pass_k(means_of, exclude_flagged),
+        **ledger,
+    }
+
+
 def arm_summary(
     cells: list[Cell], exclude_flagged: bool = False, money: Money | None = None
 ) -> dict[str, Any]:
@@ -227,79 +344,29 @@ def arm_summary(
 
     One pass over the cells and one over the counted ones (a 10,000-cell tree's status called this
     for every figure in turn, half a million attribute reads)."""
-    # in task order: the bootstrap draws positions, so the same tree must list its cells the same way
-    means_of = sorted((c for c in cells if counted(c, exclude_flagged)), key=lambda c: (c.task, c.arm))
-    counts = dict.fromkeys(STATUSES, 0)
-    attempts = errored = voided = flagged = 0
-    receipts: dict[str, list] = {k: [] for k in RECEIPT_SUMS}
-    spends: tuple[list, list, list] = ([], [], [])
-    for c in cells:
-        for p in c.parts:  # with repeats, each repeat is counted by its status
-            if p.status in counts:
-                counts[p.status] += 1
-        flagged += c.flagged_repeats
-        attempts += len(c.attempts)
-        for a in c.attempts:
-            errored += a.status == ERRORED
-            voided += a.status == VOIDED
-        f = c.figures
-        for k, got in receipts.items():
-            got.append(getattr(f, k))
-        for got, v in zip(spends, spend(c), strict=True):
-            got.append(v)
-    vals: dict[str, list[float]] = {m: [] for m in MEASURES}
-    cost, tok_in, tok_out = [], [], []
-    solved = build_failed = flagged_in_n = 0
-    for c in means_of:
-        for m, got in vals.items():  # the task's value: with repeats, the mean of its counted repeats
-            if (v := _score(c, m, exclude_flagged)) is not None:
-                got.append(v)
-        flagged_in_n += flagged_in(c, exclude_flagged)
-        if c.status != DONE:  # a flagged cell: a failure in the means, nothing it says is cost
-            continue
-        f = c.figures
-        cost.append(f.cost_usd)
-        tok_in.append(f.n_input_tokens)
-        tok_out.append(f.n_output_tokens)
-        if c.repeats:  # solved and build failures are counted per attempt, as the cost is summed
-            solved += sum(1 for p in c.repeats if p.status == DONE and p.reward == 1.0)
-            build_failed += sum(1 for p in c.repeats if p.status == DONE and p.build_failed)
-        else:
-            solved += f.reward == 1.0
-            build_failed += bool(f.build_failed)
-    cost_usd = _total(cost)
-    ledger = {}
-    if money is not None:
-        l_cost = add_costs(money.scored(c) for c in means_of if c.status == DONE)
-        l_spend = add_costs(money.spend(c) for c in cells)
-        ledger = money_dict(l_cost, l_spend)
-        ledger["ledger_cost_per_solved"] = (
-            _r(l_cost.usd / solved, 6) if l_cost and l_cost.usd is not None and solved else None
-        )
-    return {
-        "n": len(means_of),
-        "flagged": flagged,
-        "flagged_in_n": flagged_in_n,
-        **{m: _r(stats.mean(vals[m])) for m in MEASURES},
-        **{f"{m}_ci": _ci(vals[m]) for m in MEASURES},
-        "build_failed": build_failed,
-        "cost_usd": _r(cost_usd, 6),
-        "n_input_tokens": _total(tok_in),
-        "n_output_tokens": _total(tok_out),
-        "solved": solved,
-        "cost_per_solved": _r(cost_usd / solved, 6) if cost_usd is not None and solved else None,
-        "spend_usd": _r(_total(spends[0]), 6),
-        "spend_input_tokens": _total(spends[1]),
-        "spend_output_tokens": _total(spends[2]),
-        "cells": len(cells),
-        **counts,
-        "attempts": attempts,
-        "errored_attempts": errored,
-        "voided_attempts": voided,
-        **{k: _total(got) for k, got in receipts.items()},
-        **pass_k(means_of, exclude_flagged),
-        **ledger,
-    }
+    s = _Sums()
+    into = (s,)
+    _summarize(((c, into) for c in cells), exclude_flagged)
+    return _summary(s, exclude_flagged, money)
+
+
+def arm_summaries(
+    cells: dict[Key, Cell],
+    arms: list[str],
+    exclude_flagged: bool = False,
+    money: Money | None = None,
+    total: bool = True,
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
+    """``arm_summary`` of each arm's cells (by the key's arm) and, with ``total``, of all the cells
+    (`marathon status`'s total row; else None), in one pass: each cell's figures are read once."""
+    every = _Sums()
+    per = {a: (_Sums(), every) if total else (_Sums(),) for a in arms}
+    alone = (every,) if total else ()  # a cell of an arm not asked for counts in the total only
+    _summarize(((c, per.get(k[1], alone)) for k, c in cells.items()), exclude_flagged)
+    return (
+        {a: _summary(into[0], exclude_flagged, money) for a, into in per.items()},
+        _summary(every, exclude_flagged, money) if total else None,
+    )
 
 
 def pass_k(counted_cells: list[Cell], exclude_flagged: bool = False) -> dict[str, Any]:
@@ -548,9 +615,7 @@ def build_report(
         "cells": {t: {a: cell_dict(cells[(t, a)], money) for a in arms if (t, a) in cells} for t in tasks},
         "reading": OTHER_READING if exclude_flagged else HEADLINE,
         "exclude_flagged": exclude_flagged,
-        "arm_summary": {
-            a: arm_summary([c for k, c in cells.items() if k[1] == a], exclude_flagged, money) for a in arms
-        },
+        "arm_summary": arm_summaries(cells, arms, exclude_flagged, money, total=False)[0],
         "paired": pairs,
         "power": power.block(pairs),
         "suspect": [s.as_dict() for s in suspects.values()],

@@ -286,3 +286,30 @@ def test_the_projection_of_a_recorded_tree_equals_a_hand_computation(handmade, t
     assert projection_of(model, model.money(), "run", now=started + 4 * 3600) == projection_of(
         model, model.money(), "run", now=started + 4 * 3600
     )  # a fixed seed: the same tree, the same figures
+
+
+def test_the_arms_and_the_total_row_summed_in_one_pass_are_each_summary_on_its_own(handmade, tmp_path):
+    """`marathon status` sums every arm and the total row in one pass over the cells
+    (``arm_summaries``): each is exactly ``arm_summary`` of its own cells, with a ledger, with
+    repeats, in both readings, and a cell of an arm not asked for counts in the total only."""
+    from core import repeats_tree
+
+    from runner.results.report import arm_summaries, arm_summary
+
+    priced = _model_tree(handmade, tmp_path)
+    _ledger(priced)
+    for out in (priced, repeats_tree.build(tmp_path / "repeats", 2)):
+        m = RunModel.load(out)
+        money = m.money()
+        for scope in ("run", "all"):
+            cells = m.scoped(scope)
+            every = sorted({k[1] for k in cells})
+            for arms in (every, every[1:]):
+                for ef in (False, True):
+                    per, total = arm_summaries(cells, arms, ef, money)
+                    mine = {
+                        a: arm_summary([c for k, c in cells.items() if k[1] == a], ef, money) for a in arms
+                    }
+                    assert per == mine and total == arm_summary(list(cells.values()), ef, money)
+                    assert arm_summaries(cells, arms, ef, money, total=False) == (per, None)
+        assert money.exists == (out == priced)
