@@ -11,7 +11,6 @@ file): offline, and the same on every host of a run with the same lock file. ``i
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import importlib.util
 import json
 import re
@@ -49,9 +48,12 @@ def _read() -> tuple[dict[str, dict[str, Any]], MapIdentity]:
         except (OSError, ValueError):
             continue
         if isinstance(data, dict):
+            # here, not at the top: 20 ms of imports that `marathon status` without a ledger never needs
+            from importlib import metadata
+
             try:
-                version: str | None = importlib.metadata.version("litellm")
-            except importlib.metadata.PackageNotFoundError:
+                version: str | None = metadata.version("litellm")
+            except metadata.PackageNotFoundError:
                 version = None
             ident = MapIdentity(version, hashlib.sha256(raw).hexdigest(), str(path))
             return {k: v for k, v in data.items() if isinstance(v, dict)}, ident
