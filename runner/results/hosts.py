@@ -33,8 +33,10 @@ class HostRecord:
 
 def read_host(stamp_dir: Path | str) -> HostRecord | None:
     """The attempt's host record, or None when absent (a single-host run) or unreadable."""
-    path = os.path.join(os.fspath(stamp_dir), HOST_JSON)
-    if not os.path.lexists(path):  # a single-host tree: one lstat per attempt, not a safe open
+    path = f"{os.fspath(stamp_dir)}/{HOST_JSON}"
+    # a single-host tree: one existence check per attempt (of the name itself, a link not
+    # followed, as ``os.path.lexists``; no exception made when it is missing), not a safe open
+    if not os.access(path, os.F_OK, follow_symlinks=False):
         return None
     loaded = records.load_json(path)
     d = loaded.data

@@ -423,7 +423,12 @@ def _idents(sdir: str, rels: list[str]) -> str:
     """The identities of the attempt's files now, as one string: compared in one step, and parsed
     from the index as one JSON string instead of five 19-digit integers per file (that parse was
     the largest part of reading a warm index)."""
-    return "|".join([_ident(os.lstat(f"{sdir}/{rel}" if rel else sdir)) for rel in rels])
+    lstat = os.lstat
+    # (``_ident`` inlined: 50,000 files on a 10,000-attempt tree, a call each was a tenth of this)
+    return "|".join([
+        f"{(st := lstat(f'{sdir}/{rel}' if rel else sdir)).st_mode}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+        for rel in rels
+    ])  # fmt: skip
 
 
 def _deps(sdir: str, arm_dir: str, got: Stamp, limit: int) -> tuple[list[str], str] | None:

@@ -16,6 +16,7 @@ keep their own) and its key is put in ``dirty`` for the matrix (``runner.results
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from dataclasses import dataclass, replace
@@ -80,18 +81,23 @@ class TreeScan:
 
             index = ScanIndex.open(self._out_s)
         todo: list[tuple[str, str, str]] = []
-        for task in tree.list_dirs(self._out_s):
+        out, owner, lstat, isdir = self._out_s, self.owner, os.lstat, stat.S_ISDIR
+        for task in tree.list_dirs(out):
             self.task_dirs.add(task)
             for arm_dir in self._subdirs(index, task):
-                adir = f"{self._out_s}/{task}/{arm_dir}"
+                adir = f"{out}/{task}/{arm_dir}"
                 try:
-                    st = os.lstat(adir)
+                    st = lstat(adir)
                 except OSError:
                     continue
-                if stat.S_ISDIR(st.st_mode) and not self._arm_excluded(task, arm_dir, adir, st):
-                    todo.extend(
-                        (task, arm_dir, stamp) for stamp in self._subdirs(index, f"{task}/{arm_dir}", st)
-                    )
+                if not isdir(st.st_mode):
+                    continue
+                if owner is not None and st.st_uid == owner:  # the usual arm dir (``_arm_excluded``'s rule)
+                    if self.excluded:
+                        self.excluded.pop(adir, None)
+                elif self._arm_excluded(task, arm_dir, adir, st):
+                    continue
+                todo.extend((task, arm_dir, stamp) for stamp in self._subdirs(index, f"{task}/{arm_dir}", st))
         for key, got in zip(todo, _read_stamps(self._out_s, todo, index), strict=True):
             self._scan_stamp(*key, pre=got)
         self.index_hits = (index.hits, index.misses) if index is not None else None
@@ -152,8 +158,8 @@ class TreeScan:
         key = (task, arm_dir, stamp)
         a = self.attempts.get(key)
         if a is None:
-            arm = tree.arm_of_dir(arm_dir)
-            rep = tree.repeat_of(stamp)
+            arm = _arm_of_dir(arm_dir)
+            rep = _repeat_of(stamp)
             a = self.attempts[key] = Attempt(task=task, arm=arm, arm_dir=arm_dir, stamp=stamp, repeat=rep)
             self.by_pair.setdefault((task, arm), set()).add(key)
             self.repeat_n[rep] = self.repeat_n.get(rep, 0) + 1
@@ -389,6 +395,11 @@ def _void_reason(*dirs: str) -> str:
 
 
 _Stamp = tuple[str, JobRecord, dict[str, TrialRecord]]
+
+# ``tree.arm_of_dir`` and ``tree.repeat_of`` remembered by name: a tree has a few arm dir names,
+# and a run's attempts often share their stamp (two regex matches per attempt otherwise)
+_arm_of_dir = functools.lru_cache(maxsize=4096)(tree.arm_of_dir)
+_repeat_of = functools.lru_cache(maxsize=4096)(tree.repeat_of)
 
 
 def _merge_trial(rec: TrialRecord, old: TrialRecord | None) -> TrialRecord:
