@@ -241,16 +241,25 @@ class _Sums:
 def _summarize(cells: Iterable[tuple[Cell, tuple[_Sums, ...]]], exclude_flagged: bool) -> None:
     """Feed each cell to the summaries it counts in: one pass over the cells and one over the
     counted ones, each cell's figures read once however many summaries take it (`marathon status`'s
-    total row is every arm's cells again)."""
+    total row is every arm's cells again). A pair of one repeat (the usual cell) is read from its
+    own fields, not through ``Cell.parts``/``flagged_repeats`` and the figure properties (their
+    values are the same: the parts of such a cell are the cell itself)."""
     counted_cells = []
     for c, into in cells:
-        statuses = [p.status for p in c.parts]  # with repeats, each repeat is counted by its status
-        flagged = c.flagged_repeats
+        reps = c.repeats
+        if reps:  # with repeats, each repeat is counted by its status
+            statuses = [p.status for p in reps]
+            flagged = c.flagged_repeats
+        else:
+            statuses = (c.status,)
+            flagged = 1 if c.flagged else 0
         atts = c.attempts
-        errored = sum(1 for a in atts if a.status == ERRORED)
-        voided = sum(1 for a in atts if a.status == VOIDED)
+        errored = voided = 0
+        for a in atts:
+            errored += a.status == ERRORED
+            voided += a.status == VOIDED
         f = c.figures
-        receipts = [getattr(f, k) for k in RECEIPT_SUMS]
+        receipts = (f.continuations, f.unblocks, f.error_events)  # RECEIPT_SUMS' order
         spent = spend(c)
         for s in into:
             s.cells.append(c)
@@ -271,12 +280,17 @@ def _summarize(cells: Iterable[tuple[Cell, tuple[_Sums, ...]]], exclude_flagged:
     # in task order: the bootstrap draws positions, so the same tree must list its cells the same way
     counted_cells.sort(key=lambda ci: (ci[0].task, ci[0].arm))
     for c, into in counted_cells:
-        # the task's value: with repeats, the mean of its counted repeats
-        scores = [(m, v) for m in MEASURES if (v := _score(c, m, exclude_flagged)) is not None]
-        fl = flagged_in(c, exclude_flagged)
+        f = c.figures
+        if c.repeats:  # the task's value: with repeats, the mean of its counted repeats
+            scores = [(m, v) for m in MEASURES if (v := _score(c, m, exclude_flagged)) is not None]
+        else:  # ``_score`` of a pair of one repeat, from its figures
+            fl, bf = c.flagged, f.build_failed
+            scores = [
+                (m, v) for m in MEASURES if (v := rules.scored_measure(getattr(f, m), bf, m, fl)) is not None
+            ]
+        fl_in = flagged_in(c, exclude_flagged)
         done = c.status == DONE  # a flagged cell: a failure in the means, nothing it says is cost
         if done:
-            f = c.figures
             if c.repeats:  # solved and build failures are counted per attempt, as the cost is summed
                 solved = sum(1 for p in c.repeats if p.status == DONE and p.reward == 1.0)
                 build_failed = sum(1 for p in c.repeats if p.status == DONE and p.build_failed)
@@ -287,7 +301,7 @@ def _summarize(cells: Iterable[tuple[Cell, tuple[_Sums, ...]]], exclude_flagged:
             s.means_of.append(c)
             for m, v in scores:
                 s.vals[m].append(v)
-            s.flagged_in_n += fl
+            s.flagged_in_n += fl_in
             if done:
                 s.cost.append(f.cost_usd)
                 s.tok_in.append(f.n_input_tokens)
