@@ -218,24 +218,18 @@ RECEIPT_SUMS = ("continuations", "unblocks", "error_events")
 
 
 class _Sums:
-    """One summary's running figures (an arm's, or the total row's), fed cell by cell by
-    ``_summarize``."""
+    """What ``_summarize`` fed one summary (an arm's, or the total row's): a row per cell and one
+    per counted cell, turned into columns by ``_summary`` (one append per cell and summary)."""
 
-    __slots__ = ("cells", "means_of", "counts", "attempts", "errored", "voided", "flagged", "receipts",
-                 "spends", "vals", "cost", "tok_in", "tok_out", "solved", "build_failed", "flagged_in_n")  # fmt: skip
+    __slots__ = ("rows", "counted")
 
     def __init__(self) -> None:
-        self.cells: list[Cell] = []
-        self.means_of: list[Cell] = []  # the counted cells, in task order
-        self.counts = dict.fromkeys(STATUSES, 0)
-        self.attempts = self.errored = self.voided = self.flagged = 0
-        self.receipts: dict[str, list] = {k: [] for k in RECEIPT_SUMS}
-        self.spends: tuple[list, list, list] = ([], [], [])
-        self.vals: dict[str, list[float]] = {m: [] for m in MEASURES}
-        self.cost: list = []
-        self.tok_in: list = []
-        self.tok_out: list = []
-        self.solved = self.build_failed = self.flagged_in_n = 0
+        #: per cell: (cell, its statuses, flagged repeats, attempts, errored, voided, the three
+        #: RECEIPT_SUMS figures, the three ``spend`` figures)
+        self.rows: list[tuple] = []
+        #: per counted cell, in task order: (cell, the three MEASURES' scores (None: none), flagged
+        #: in n, done, cost, input and output tokens, solved, build failures)
+        self.counted: list[tuple] = []
 
 
 def _summarize(cells: Iterable[tuple[Cell, tuple[_Sums, ...]]], exclude_flagged: bool) -> None:
@@ -248,7 +242,7 @@ def _summarize(cells: Iterable[tuple[Cell, tuple[_Sums, ...]]], exclude_flagged:
     for c, into in cells:
         reps = c.repeats
         if reps:  # with repeats, each repeat is counted by its status
-            statuses = [p.status for p in reps]
+            statuses = tuple(p.status for p in reps)
             flagged = c.flagged_repeats
         else:
             statuses = (c.status,)
@@ -259,22 +253,10 @@ def _summarize(cells: Iterable[tuple[Cell, tuple[_Sums, ...]]], exclude_flagged:
             errored += a.status == ERRORED
             voided += a.status == VOIDED
         f = c.figures
-        receipts = (f.continuations, f.unblocks, f.error_events)  # RECEIPT_SUMS' order
-        spent = spend(c)
+        row = (c, statuses, flagged, len(atts), errored, voided,
+               f.continuations, f.unblocks, f.error_events, *spend(c))  # fmt: skip
         for s in into:
-            s.cells.append(c)
-            counts = s.counts
-            for st in statuses:
-                if st in counts:
-                    counts[st] += 1
-            s.flagged += flagged
-            s.attempts += len(atts)
-            s.errored += errored
-            s.voided += voided
-            for got, v in zip(s.receipts.values(), receipts, strict=True):
-                got.append(v)
-            for got, v in zip(s.spends, spent, strict=True):
-                got.append(v)
+            s.rows.append(row)
         if counted(c, exclude_flagged):
             counted_cells.append((c, into))
     # in task order: the bootstrap draws positions, so the same tree must list its cells the same way
@@ -282,14 +264,12 @@ def _summarize(cells: Iterable[tuple[Cell, tuple[_Sums, ...]]], exclude_flagged:
     for c, into in counted_cells:
         f = c.figures
         if c.repeats:  # the task's value: with repeats, the mean of its counted repeats
-            scores = [(m, v) for m in MEASURES if (v := _score(c, m, exclude_flagged)) is not None]
+            scores = tuple([_score(c, m, exclude_flagged) for m in MEASURES])
         else:  # ``_score`` of a pair of one repeat, from its figures
             fl, bf = c.flagged, f.build_failed
-            scores = [
-                (m, v) for m in MEASURES if (v := rules.scored_measure(getattr(f, m), bf, m, fl)) is not None
-            ]
-        fl_in = flagged_in(c, exclude_flagged)
+            scores = tuple([rules.scored_measure(getattr(f, m), bf, m, fl) for m in MEASURES])
         done = c.status == DONE  # a flagged cell: a failure in the means, nothing it says is cost
+        solved = build_failed = 0
         if done:
             if c.repeats:  # solved and build failures are counted per attempt, as the cost is summed
                 solved = sum(1 for p in c.repeats if p.status == DONE and p.reward == 1.0)
@@ -297,53 +277,63 @@ def _summarize(cells: Iterable[tuple[Cell, tuple[_Sums, ...]]], exclude_flagged:
             else:
                 solved = int(f.reward == 1.0)
                 build_failed = int(bool(f.build_failed))
+        row = (c, *scores, flagged_in(c, exclude_flagged), done,
+               f.cost_usd, f.n_input_tokens, f.n_output_tokens, solved, build_failed)  # fmt: skip
         for s in into:
-            s.means_of.append(c)
-            for m, v in scores:
-                s.vals[m].append(v)
-            s.flagged_in_n += fl_in
-            if done:
-                s.cost.append(f.cost_usd)
-                s.tok_in.append(f.n_input_tokens)
-                s.tok_out.append(f.n_output_tokens)
-                s.solved += solved
-                s.build_failed += build_failed
+            s.counted.append(row)
+
+
+def _columns(rows: list[tuple], n: int) -> list[tuple]:
+    return list(zip(*rows, strict=True)) if rows else [()] * n
 
 
 def _summary(s: _Sums, exclude_flagged: bool, money: Money | None) -> dict[str, Any]:
     """The summary dict of what ``_summarize`` fed ``s`` (``arm_summary``'s)."""
-    means_of, vals, solved = s.means_of, s.vals, s.solved
-    cost_usd = _total(s.cost)
+    cells, statuses, flagged, attempts, errored, voided, *rest = _columns(s.rows, 12)
+    receipts, spends = rest[:3], rest[3:]
+    counts = dict.fromkeys(STATUSES, 0)
+    for sts in statuses:
+        for st in sts:
+            if st in counts:
+                counts[st] += 1
+    means_of, *scores, fl_in, done, cost, tok_in, tok_out, solved_n, bf_n = _columns(s.counted, 11)
+    vals = {m: [v for v in got if v is not None] for m, got in zip(MEASURES, scores, strict=True)}
+
+    def of_done(got: tuple) -> list:  # a flagged cell: a failure in the means, nothing it says is cost
+        return [v for v, d in zip(got, done, strict=True) if d]
+
+    solved = sum(solved_n)
+    cost_usd = _total(of_done(cost))
     ledger = {}
     if money is not None:
         l_cost = add_costs(money.scored(c) for c in means_of if c.status == DONE)
-        l_spend = add_costs(money.spend(c) for c in s.cells)
+        l_spend = add_costs(money.spend(c) for c in cells)
         ledger = money_dict(l_cost, l_spend)
         ledger["ledger_cost_per_solved"] = (
             _r(l_cost.usd / solved, 6) if l_cost and l_cost.usd is not None and solved else None
         )
     return {
         "n": len(means_of),
-        "flagged": s.flagged,
-        "flagged_in_n": s.flagged_in_n,
+        "flagged": sum(flagged),
+        "flagged_in_n": sum(fl_in),
         **{m: _r(stats.mean(vals[m])) for m in MEASURES},
         **{f"{m}_ci": _ci(vals[m]) for m in MEASURES},
-        "build_failed": s.build_failed,
+        "build_failed": sum(bf_n),
         "cost_usd": _r(cost_usd, 6),
-        "n_input_tokens": _total(s.tok_in),
-        "n_output_tokens": _total(s.tok_out),
+        "n_input_tokens": _total(of_done(tok_in)),
+        "n_output_tokens": _total(of_done(tok_out)),
         "solved": solved,
         "cost_per_solved": _r(cost_usd / solved, 6) if cost_usd is not None and solved else None,
-        "spend_usd": _r(_total(s.spends[0]), 6),
-        "spend_input_tokens": _total(s.spends[1]),
-        "spend_output_tokens": _total(s.spends[2]),
-        "cells": len(s.cells),
-        **s.counts,
-        "attempts": s.attempts,
-        "errored_attempts": s.errored,
-        "voided_attempts": s.voided,
-        **{k: _total(got) for k, got in s.receipts.items()},
-        **pass_k(means_of, exclude_flagged),
+        "spend_usd": _r(_total(spends[0]), 6),
+        "spend_input_tokens": _total(spends[1]),
+        "spend_output_tokens": _total(spends[2]),
+        "cells": len(cells),
+        **counts,
+        "attempts": sum(attempts),
+        "errored_attempts": sum(errored),
+        "voided_attempts": sum(voided),
+        **{k: _total(got) for k, got in zip(RECEIPT_SUMS, receipts, strict=True)},
+        **pass_k(list(means_of), exclude_flagged),
         **ledger,
     }
 
