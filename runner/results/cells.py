@@ -153,6 +153,10 @@ def _partial_hole(f: Figures, task_scored: bool) -> bool:
     return task_scored and f.partial is None and not f.build_failed
 
 
+#: attempts in the order they ran (their stamps; the arm dir when two share one)
+_stamp_order = attrgetter("stamp", "arm_dir")
+
+
 def build_cell(
     task: str, arm: str, attempts: Iterable[Attempt], claimed: bool = False, task_scored: bool = False
 ) -> Cell:
@@ -160,7 +164,9 @@ def build_cell(
 
     ``task_scored``: some attempt of this task (any arm) has a partial score; a done cell without one
     (its metrics.json deleted or emptied of scores) is then a hole and counts as a failure."""
-    atts = sorted(attempts, key=lambda a: (a.stamp, a.arm_dir))
+    atts = list(attempts)
+    if len(atts) > 1:
+        atts.sort(key=_stamp_order)
     if len(atts) == 1:  # the usual pair, done at its first attempt: what the rules below give it
         a = atts[0]
         f = a.figures
@@ -268,7 +274,7 @@ def build_pair_cell(
     on its own, ``task_scored`` as ``build_cell``'s), combined (``combine_repeats``). ``claimed``:
     the repeats with a claim file."""
     atts = attempts if isinstance(attempts, (list, tuple)) else list(attempts)
-    if repeats == 1 and all(a.repeat == 1 for a in atts):
+    if repeats == 1 and all([a.repeat == 1 for a in atts]):
         return build_cell(task, arm, atts, 1 in claimed, task_scored)
     by: dict[int, list[Attempt]] = {}
     for a in atts:

@@ -104,7 +104,10 @@ class CellMatrix:
         # which tasks have a partial score somewhere (``build_cell``'s task_scored); a task that
         # gained or lost its last one rebuilds all its cells
         tasks = {k[0] for k in pairs}
-        now = {t for t in tasks if self._task_scored(t)}
+        if full:  # every attempt is in ``per``: ``_task_scored`` of each task, in one pass
+            now = {a.task for atts in per.values() for a in atts if partial_scored(a)}
+        else:
+            now = {t for t in tasks if self._task_scored(t)}
         flipped = (now ^ self._scored_tasks) & tasks
         self._scored_tasks = (self._scored_tasks - tasks) | now
         if flipped:
