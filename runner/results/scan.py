@@ -27,7 +27,7 @@ from modes import safeio
 from modes.trial_files import TrialFiles
 from runner.results import records as results
 from runner.results import tree
-from runner.results.attempts import Attempt, AttemptKey, Key, VoidedTrial
+from runner.results.attempts import NO_FIGURES, Attempt, AttemptKey, Key, VoidedTrial
 from runner.results.hosts import read_host
 from runner.results.records import JobRecord, TrialRecord
 
@@ -160,7 +160,10 @@ class TreeScan:
         if a is None:
             arm = _arm_of_dir(arm_dir)
             rep = _repeat_of(stamp)
-            a = self.attempts[key] = Attempt(task=task, arm=arm, arm_dir=arm_dir, stamp=stamp, repeat=rep)
+            # (the figures ``refresh_attempt`` sets: none until then, without a new empty ``Figures`` each)
+            a = self.attempts[key] = Attempt(
+                task=task, arm=arm, arm_dir=arm_dir, stamp=stamp, repeat=rep, figures=NO_FIGURES
+            )
             self.by_pair.setdefault((task, arm), set()).add(key)
             self.repeat_n[rep] = self.repeat_n.get(rep, 0) + 1
             self.arms_seen.add(arm)
@@ -198,7 +201,10 @@ class TreeScan:
         a.host = read_host(sdir) or a.host
         self._set_job(a, job)
         old = a.trials
-        a.trials = {n: _merge_trial(t, old.get(n) or self._prev_trial(a, n)) for n, t in trials.items()}
+        if not old and self.prev is None:  # a new attempt: no last good value to keep (``_merge_trial``)
+            a.trials = dict(trials)
+        else:
+            a.trials = {n: _merge_trial(t, old.get(n) or self._prev_trial(a, n)) for n, t in trials.items()}
 
     def _prev_trial(self, a: Attempt, name: str) -> TrialRecord | None:
         if self.prev is None:
