@@ -181,10 +181,14 @@ class ScanIndex:
         """The attempt's records when every file they came from is unchanged; else None."""
         k = "/".join(key)
         self._seen.add(k)
-        row = self._parsed().get(k)
+        entries = self._parsed()
+        row = entries.get(k)
         if row is None:
             self.misses += 1
             return None
+        # an entry serves once (``_decode`` builds the records in its lists): its key stays (for
+        # ``save``'s forgetting), its lists go now, their memory reused for the records
+        entries[k] = None
         try:
             key_in, rels, idents, rec = row
             if key_in != k:
