@@ -70,8 +70,7 @@ def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | N
                 "arm": c.arm,
                 **{k: v for k, v in cell_dict(c).items() if k in ("status", "flagged", "note")},
             }
-            for c in sorted(cells.values(), key=lambda c: (c.arm, c.task))
-            if c.note
+            for c in sorted([c for c in cells.values() if c.note], key=lambda c: (c.arm, c.task))
         ],
     }
 

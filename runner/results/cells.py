@@ -116,12 +116,16 @@ class Cell:
 
     @property
     def repeats_done(self) -> int:
-        return sum(1 for p in self.parts if p.status == DONE)
+        if not self.repeats:  # a pair of one repeat, whose part is itself (read per cell by status)
+            return 1 if self.status == DONE else 0
+        return sum(1 for p in self.repeats if p.status == DONE)
 
     @property
     def flagged_repeats(self) -> int:
         """How many of its repeats the hole rule flagged (0 or 1 for a pair of one repeat)."""
-        return sum(1 for p in self.parts if p.flagged)
+        if not self.repeats:
+            return 1 if self.flagged else 0
+        return sum(1 for p in self.repeats if p.flagged)
 
 
 def scored_values(cell: Cell, measure: str, exclude_flagged: bool = False) -> list[float]:

@@ -182,9 +182,11 @@ class RunModel:
         nodes: dict[str, str] = {}
         counts: dict[str, dict[str, int]] = {}
         running: dict[str, list[tuple[str, str]]] = {}
-        for a in sorted(self._scan.attempts.values(), key=lambda a: a.stamp):
-            if a.host is None:
-                continue
+        # (only the attempts with a host sorted: a single-host tree has none, and a stable sort keeps
+        # the same order among them as sorting all)
+        for a in sorted(
+            [a for a in self._scan.attempts.values() if a.host is not None], key=lambda a: a.stamp
+        ):
             name = a.host.short()
             nodes[name] = a.host.node_id  # the latest attempt's node
             c = counts.setdefault(name, {})
