@@ -98,11 +98,11 @@ class Cell:
 
     @property
     def n_voided(self) -> int:
-        return sum(1 for a in self.attempts if a.voided)
+        return len([a for a in self.attempts if a.status == VOIDED])  # (``Attempt.voided``)
 
     @property
     def n_errored(self) -> int:
-        return sum(1 for a in self.attempts if a.status == ERRORED)
+        return len([a for a in self.attempts if a.status == ERRORED])
 
     @property
     def parts(self) -> tuple[Cell, ...]:

@@ -141,21 +141,22 @@ def cell_dict(c: Cell, money: Money | None = None) -> dict[str, Any]:
     """A cell's figures; with ``money``, also the ledger's cost and spend (``money_dict``)."""
     s_cost, s_in, s_out = spend(c)
     f = c.figures  # the cell's figures, read from their record once (not through ten properties)
-    return {
+    done = c.status == DONE  # cost and tokens are the arm's only when the cell is done (``_scored``)
+    d = {
         "status": c.status,
         "reward": _r(f.reward),
         "partial": _r(f.partial),
         "pass_rate": _r(f.pass_rate),
         "build_failed": f.build_failed,
-        "cost_usd": _r(_scored(c, "cost_usd"), 6),
-        "n_input_tokens": _scored(c, "n_input_tokens"),
-        "n_output_tokens": _scored(c, "n_output_tokens"),
+        "cost_usd": _r(f.cost_usd, 6) if done else None,
+        "n_input_tokens": f.n_input_tokens if done else None,
+        "n_output_tokens": f.n_output_tokens if done else None,
         "tokens_source": f.tokens_source or "agent",
         "spend_usd": _r(s_cost, 6),
         "spend_input_tokens": s_in,
         "spend_output_tokens": s_out,
         "wall_sec": _r(f.wall_sec, 1),
-        "attempts": c.n_attempts,
+        "attempts": len(c.attempts),
         "errored_attempts": c.n_errored,
         "voided_attempts": c.n_voided,
         "continuations": f.continuations,
@@ -169,10 +170,13 @@ def cell_dict(c: Cell, money: Money | None = None) -> dict[str, Any]:
         "unreadable": c.unreadable,
         "flagged": c.flagged,
         "note": c.note,
-        **(repeat_dict(c) if c.repeats else {}),
-        **(money_dict(money.scored(c), money.spend(c)) if money is not None else {}),
-        **({"spend_capped": money.spend_capped(c)} if money is not None else {}),
     }
+    if c.repeats:
+        d.update(repeat_dict(c))
+    if money is not None:
+        d.update(money_dict(money.scored(c), money.spend(c)))
+        d["spend_capped"] = money.spend_capped(c)
+    return d
 
 
 def repeat_dict(c: Cell) -> dict[str, Any]:
