@@ -97,7 +97,7 @@ class TreeScan:
                         self.excluded.pop(adir, None)
                 elif self._arm_excluded(task, arm_dir, adir, st):
                     continue
-                todo.extend((task, arm_dir, stamp) for stamp in self._subdirs(index, f"{task}/{arm_dir}", st))
+                todo += [(task, arm_dir, stamp) for stamp in self._subdirs(index, f"{task}/{arm_dir}", st)]
         for key, got in zip(todo, _read_stamps(self._out_s, todo, index), strict=True):
             self._scan_stamp(*key, pre=got)
         self.index_hits = (index.hits, index.misses) if index is not None else None
@@ -112,16 +112,16 @@ class TreeScan:
     def _subdirs(self, index: Any, rel: str, st: os.stat_result | None = None) -> list[str]:
         """``tree.list_dirs`` of ``<out>/<rel>``, from the scan index while the dir ``lstat``s the
         same (``runner.results.index.ScanIndex.listing``)."""
-        path = f"{self._out_s}/{rel}"
         if index is None:
-            return tree.list_dirs(path)
-        try:
-            st = st or os.lstat(path)
-        except OSError:
-            return []
+            return tree.list_dirs(f"{self._out_s}/{rel}")
+        if st is None:
+            try:
+                st = os.lstat(f"{self._out_s}/{rel}")
+            except OSError:
+                return []
         got = index.listing(rel, st)
         if got is None:
-            got = tree.list_dirs(path)
+            got = tree.list_dirs(f"{self._out_s}/{rel}")
             index.put_listing(rel, st, got)
         return got
 

@@ -223,3 +223,36 @@ def test_dir_listings_come_from_the_index_only_while_their_dirs_are_unchanged(co
     conn.commit()
     conn.close()
     assert figures(out) == figures(out, index=False)
+
+
+def test_an_attempts_host_json_is_looked_for_on_every_scan_behind_the_index(core_tree, tmp_path):
+    """``host.json`` sits in the attempt's stamp dir, outside the files an index entry validates:
+    every scan looks for it again (the name itself, a link not followed), so one that appears,
+    changes, turns into a symlink or goes shows at once, as in a scan without the index."""
+    out = tmp_path / "out"
+    shutil.copytree(core_tree, out, symlinks=True, ignore=shutil.ignore_patterns(INDEX_DIR))
+    _age(out)
+    RunModel.load(out)
+    key = ("calc-partial", "nop")
+    warm = RunModel.load(out)
+    assert warm.index_hits[0] >= 8 and warm.hosts() == {} and warm.cells[key].scored_on is None
+    cell = warm.cells[key]
+    att = next(a for a in cell.attempts if a.stamp == cell.scored_by)
+    host = Path(att.job_dir).parent / "host.json"
+
+    def scored_on() -> str | None:
+        m, plain = RunModel.load(out), RunModel.load(out, index=False)
+        assert m.index_hits[0] >= 8 and m.cells == plain.cells and m.hosts() == plain.hosts()
+        return m.cells[key].scored_on
+
+    host.write_text(json.dumps({"host": "h1", "node_id": "n1", "engine_id": "e1"}))
+    assert scored_on() == "h1" and "h1" in RunModel.load(out).hosts()
+    host.write_text(json.dumps({"host": "h2", "node_id": "n1", "engine_id": "e1", "node_ip": "10.0.0.2"}))
+    assert scored_on() == "h2/10.0.0.2"
+    host.unlink()
+    elsewhere = tmp_path / "host.json"
+    elsewhere.write_text(json.dumps({"host": "h3", "node_id": "n1", "engine_id": "e1"}))
+    host.symlink_to(elsewhere)  # never followed: no host
+    assert scored_on() is None
+    host.unlink()
+    assert scored_on() is None and RunModel.load(out).hosts() == {}
