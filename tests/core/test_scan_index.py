@@ -256,3 +256,16 @@ def test_an_attempts_host_json_is_looked_for_on_every_scan_behind_the_index(core
     assert scored_on() is None
     host.unlink()
     assert scored_on() is None and RunModel.load(out).hosts() == {}
+
+
+def test_an_entrys_identities_are_checked_in_the_format_they_are_stored_in(tmp_path):
+    """``_idents`` (the check of every served entry) writes each identity itself, for speed: in
+    the very format ``_ident`` stores (else no entry would ever be served again), and a change
+    of any file shows."""
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "result.json").write_text("{}")
+    rels = ["", "job", "job/result.json"]
+    stored = "|".join(scan_index._ident(os.lstat(tmp_path / r)) for r in rels)
+    assert scan_index._idents(str(tmp_path), rels) == stored
+    (tmp_path / "job" / "result.json").write_text("{} ")
+    assert scan_index._idents(str(tmp_path), rels) != stored
