@@ -457,13 +457,8 @@ def arm_summary(
     arms = arm_order(k[1] for k in cells)
     try:
         money = money if money is not None else model.money()
-        with remembered_intervals(model.out):
-            rows = {
-                arm: report.arm_summary(
-                    [c for k, c in cells.items() if k[1] == arm], money=money if money.exists else None
-                )
-                for arm in arms
-            }
+        with remembered_intervals(model.out):  # (the report's per-arm rows: one pass over the cells)
+            rows, _ = report.arm_summaries(cells, arms, money=money if money.exists else None, total=False)
         alarms = [r["message"] for r in report.infrastructure(cells, arms) if r.get("alarm")]
         au = report.full_audit(cells, arms, model)  # the receipts' setup facts and the wire's parameters
         alarms += au["lines"] + au["wire"]["lines"]
