@@ -175,7 +175,7 @@ class ConsoleApp(App[int]):
             return
         # set up the inotify watches (tens of thousands of dirs on a big tree) after the first paint
         self._painted.wait(5.0)
-        from watchfiles import watch
+        from console.treewatch import WatchSettings, watch
 
         last_full = last_projects = time.monotonic()
         rescan_every = self.rescan_sec
@@ -183,21 +183,24 @@ class ConsoleApp(App[int]):
             self._feed.update_projects()
         while not self._stop.is_set():
             roots = self._feed.watch_roots()
+            settings = WatchSettings(
+                [str(r) for r in roots], WATCH_DEBOUNCE_MS, WATCH_STEP_MS, WATCH_TIMEOUT_MS, self.poll,
+                POLL_DELAY_MS,
+            )  # fmt: skip
+            first = True
             try:
-                for changes in watch(
-                    *roots,
-                    watch_filter=None,
-                    debounce=WATCH_DEBOUNCE_MS,
-                    step=WATCH_STEP_MS,
-                    stop_event=self._stop,
-                    rust_timeout=WATCH_TIMEOUT_MS,
-                    yield_on_timeout=True,
-                    force_polling=self.poll or None,
-                    poll_delay_ms=POLL_DELAY_MS,
-                    ignore_permission_denied=True,
-                    raise_interrupt=False,
-                ):
+                for changes in watch(settings, self._stop):
                     t0 = time.monotonic()
+                    # first: the watches are set up now, what changed before them is read by a
+                    # rescan; None: changes were lost (a file name watchfiles cannot report)
+                    if first or changes is None:
+                        first = False
+                        snap = self._feed.rescan()
+                        last_full = time.monotonic()
+                        if snap is not None:
+                            self.post_message(TreeData(snap))
+                        if changes is None:
+                            continue
                     snap = self._feed.update([p for _, p in changes]) if changes else None
                     if snap is not None:
                         self.post_message(TreeData(snap, changed_at=t0))
