@@ -509,6 +509,10 @@ class LiveJobsFolder:
                         self.update([p for _, p in changes])
                     if self._roots() != roots:
                         break  # the voided root appeared: watch it too (and rescan once watching)
+            except RuntimeError as exc:
+                # watchfiles could not report a change (a file name that is not UTF-8: an agent can
+                # make one): watch again, and rescan once watching, as at the start
+                say(f"marathon view: a change could not be read ({type(exc).__name__}); rescanning")
             except OSError as exc:  # e.g. the inotify watch limit: poll instead, and say so
                 if poll:
                     raise

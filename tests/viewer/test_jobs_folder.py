@@ -208,6 +208,33 @@ def test_kept_current_while_the_run_goes_on(mini, poll):
     assert not t.is_alive()
 
 
+def test_a_name_that_is_not_utf8_costs_a_rescan_not_the_watch(mini):
+    """watchfiles raises on a file name that is not UTF-8 (an agent can make one in its trial dir):
+    that ended the viewer's watch for good; now it watches again and rescans."""
+    live = LiveJobsFolder(mini, all_attempts=False)
+    live.sync_all()
+    stop = threading.Event()
+    said: list[str] = []
+    t = threading.Thread(target=live.follow, args=(stop,), kwargs={"say": said.append}, daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 60
+        n = 0
+        while not said:  # a new such name until the watch (set up at its own pace) sees one
+            assert t.is_alive(), "the watch died"
+            assert time.monotonic() < deadline, "the name never reached the watch"
+            n += 1
+            (mini / "two-stage" / os.fsdecode(b"agent-\xff-%d" % n)).write_text("x")
+            time.sleep(0.3)
+        assert "could not be read" in said[0]
+        _rerun(mini, "two-stage", "nop")  # after: only a watch that goes on (or its rescan) sees it
+        _wait_for(live.root, "two-stage__nop__attempt-2", "two-stage__nop__attempt-1")
+    finally:
+        stop.set()
+        t.join(10)
+    assert not t.is_alive()
+
+
 def test_a_copy_where_a_link_cannot_be_made(tmp_path, mini_tree):
     """Another filesystem (here /dev/shm): the files are copied, bounded by the cap, mtime kept."""
     shm = Path("/dev/shm")
