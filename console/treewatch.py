@@ -52,7 +52,8 @@ def watch(settings: WatchSettings, stop: threading.Event) -> Iterator[set[tuple[
         if stop.is_set():
             proc.terminate()
 
-    threading.Thread(target=stopper, daemon=True, name="treewatch-stop").start()
+    stopping = threading.Thread(target=stopper, daemon=True, name="treewatch-stop")
+    stopping.start()
     try:
         proc.stdin.write((json.dumps(asdict(settings)) + "\n").encode())
         proc.stdin.flush()
@@ -70,6 +71,7 @@ def watch(settings: WatchSettings, stop: threading.Event) -> Iterator[set[tuple[
             raise OSError(f"the watcher process ended (exit status {proc.wait()})")
     finally:
         done.set()
+        stopping.join()  # (it signals no child this thread may have reaped by then)
         for end in (proc.stdin, proc.stdout):
             try:
                 end.close()
