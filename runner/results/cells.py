@@ -98,7 +98,7 @@ class Cell:
 
     @property
     def n_voided(self) -> int:
-        return len([a for a in self.attempts if a.status == VOIDED])  # (``Attempt.voided``)
+        return len([a for a in self.attempts if a.voided])
 
     @property
     def n_errored(self) -> int:
