@@ -198,6 +198,34 @@ def test_a_file_change_updates_its_cell_live(tree, poll):
     run_async(go)
 
 
+def test_a_file_name_the_watcher_cannot_report_costs_a_rescan_not_the_live_updates(tree):
+    """An agent can name a file in its trial dir with bytes that are not UTF-8; watchfiles cannot
+    report such a name, and the batch it is in is lost (console/treewatch.py asks for a rescan
+    instead). The console rescans: a change made with it still updates its cell, long before the
+    periodic rescan, and the watch goes on (tests/console/test_treewatch.py)."""
+    import os
+
+    trial = next(p for p in (tree / "calc-partial" / "nop").rglob("metrics.json"))
+
+    async def go():
+        app = _app(tree, poll=False, rescan_sec=600)
+        async with app.run_test(size=SIZE) as pilot:
+            await _ready(pilot, app)
+            loaded = app.main.scanned_at
+            # the watcher's first batch came (a heartbeat): its rescan is behind us
+            await wait_for(pilot, lambda: app.main.scanned_at != loaded, 20, "the watcher's first batch")
+            # in one batch of changes: the one watchfiles cannot report loses the other with it
+            (trial.parent / os.fsdecode(b"agent-\xff-name")).write_text("{}")
+            rewrite_partial(trial, 0.6)
+            grid = app.screen.query_one(Grid)
+            col = grid.get_column_index("nop")
+            await wait_for(
+                pilot, lambda: "0.60" in str(grid.get_row("calc-partial")[col]), 20, "cell updated"
+            )
+
+    run_async(go)
+
+
 def test_huge_trajectory_opens_at_once_and_is_indexed_in_the_background(tree):
     trial_dir = next((tree / "calc-partial" / "oracle").rglob("calc-partial__*"))
     traj = trial_dir / "agent" / "trajectory.json"
