@@ -7,11 +7,17 @@ Measures, against these targets (printed, never asserted):
   4. resident memory                                         <= 300 MB
   5. first screen of a 1 GB trajectory                       <= 1 s
 
+``--stall``: the console's main thread while its watcher sets up on the tree (the worst gap of a
+thread ticking every 1 ms, over ``--stall-sec``), the child process the console runs
+(console/treewatch.py) against watchfiles in a thread of this process (what the console did before:
+its inotify setup holds the GIL). A stall is keys that do not answer.
+
 (1), (2) and (5) drive the real App headless in this process (Textual's run_test); (3) and (4) run
 the real `marathon console` in a real terminal (a private tmux server, 160x48) and read its
 process with psutil. The tree is built with benchmarks/bench_model.py's builder.
 
     uv run python benchmarks/bench_console.py [--source OUT] [--keep DIR] [--idle-sec 60]
+    uv run python benchmarks/bench_console.py --keep DIR --shape many-tasks --stall
 """
 
 from __future__ import annotations
@@ -208,6 +214,57 @@ def in_terminal(out: Path, idle_sec: float, settle: float = 30.0) -> dict:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
 
 
+def stall(out: Path, how: str, seconds: float) -> tuple[float, float | None]:
+    """(worst main-thread gap, first batch after) in seconds, with the watcher started as ``how``
+    ("child": console.treewatch, as the console runs it; "thread": watchfiles in a thread), on the
+    roots the console watches, its tree loaded first as the console does."""
+    import threading
+
+    from console.app import WATCH_DEBOUNCE_MS, WATCH_STEP_MS, WATCH_TIMEOUT_MS
+    from console.feeds import TreeFeed
+
+    feed = TreeFeed(out)
+    feed.load()
+    roots = feed.watch_roots()
+    stop = threading.Event()
+    first: list[float] = []
+    t0 = time.monotonic()
+
+    def run() -> None:
+        if how == "thread":
+            from watchfiles import watch as wf_watch
+
+            it = wf_watch(
+                *roots, watch_filter=None, debounce=WATCH_DEBOUNCE_MS, step=WATCH_STEP_MS, stop_event=stop,
+                rust_timeout=WATCH_TIMEOUT_MS, yield_on_timeout=True, ignore_permission_denied=True,
+                raise_interrupt=False,
+            )  # fmt: skip
+        else:
+            from console.treewatch import WatchSettings, watch
+
+            settings = WatchSettings(
+                [str(r) for r in roots], WATCH_DEBOUNCE_MS, WATCH_STEP_MS, WATCH_TIMEOUT_MS, False, 2000
+            )
+            it = watch(settings, stop)
+        for _ in it:
+            if not first:
+                first.append(time.monotonic() - t0)
+            if stop.is_set():
+                break
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    worst, last = 0.0, time.monotonic()
+    end = last + seconds
+    while last < end:
+        time.sleep(0.001)
+        now = time.monotonic()
+        worst, last = max(worst, now - last), now
+    stop.set()
+    th.join(seconds)
+    return worst, (first[0] if first else None)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", type=Path, help="a real output tree to replicate (default: make one)")
@@ -218,6 +275,8 @@ def main() -> int:
     ap.add_argument("--screen", type=Path, help="write the terminal capture of the main screen here")
     ap.add_argument("--grid-only", action="store_true", help="only (1), warm scan index and none")
     ap.add_argument("--repeat", type=int, default=3, help="with --grid-only: starts of each kind")
+    ap.add_argument("--stall", action="store_true", help="only the watcher's setup stall (see above)")
+    ap.add_argument("--stall-sec", type=float, default=10.0)
     ap.add_argument(
         "--shape", choices=SHAPES, default="few-tasks", help="the tree's shape (bench_model.SHAPES)"
     )
@@ -229,6 +288,13 @@ def main() -> int:
         out = bench_tree(args.keep, tmp, args.trials, args.source, tasks=SHAPES[args.shape])
         if args.grid_only:
             grid_only(out, args.repeat)
+            return 0
+        if args.stall:
+            for how in ("child", "thread"):
+                worst, first = stall(out, how, args.stall_sec)
+                after = f"{first:.1f} s" if first is not None else f"none within {args.stall_sec:.0f} s"
+                print(f"watcher in a {how:<6}: worst main-thread gap {worst * 1000:,.0f} ms over "
+                      f"{args.stall_sec:.0f} s; its first batch after {after}")  # fmt: skip
             return 0
         model = RunModel.load(out)  # also warms the page cache
         n_trials = sum(len(a.trials) for a in model.attempts())
