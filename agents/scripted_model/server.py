@@ -187,6 +187,18 @@ def _our_outputs(body: dict) -> list[str]:
     return ids
 
 
+def _user_texts(body: dict, head: int = 60) -> list[str]:
+    """The start of each user message's text in the request, in order: what a test reads to know
+    whether the harness's instruction was in a request (codex's own goal context is one too)."""
+    out = []
+    for item in body.get("input") or []:
+        if isinstance(item, dict) and item.get("role") == "user" and isinstance(item.get("content"), list):
+            for part in item["content"]:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    out.append(part["text"][:head])
+    return out
+
+
 def _is_goal_turn(body: dict, headers) -> bool:
     meta = headers.get("x-codex-turn-metadata") or ""
     try:
@@ -401,6 +413,7 @@ class Handler(BaseHTTPRequestHandler):
         entry.update(
             model=model,
             n_input_items=len(body.get("input") or []),
+            user_texts=_user_texts(body),
             tools=sorted(
                 t.get("name", t.get("type", "?")) for t in body.get("tools") or [] if isinstance(t, dict)
             ),
