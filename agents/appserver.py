@@ -142,32 +142,55 @@ class AppServerClient:
     # --- sending -----------------------------------------------------------------------------------
 
     async def _send(self, msg: dict) -> None:
+        await self._send_lines([msg])
+
+    async def _send_lines(self, msgs: list[dict]) -> None:
         if self.proc.stdin is None or self.proc.stdin.is_closing():
             raise AppServerClosed("app-server stdin is closed")
-        data = (json.dumps(msg) + "\n").encode()
+        data = "".join(json.dumps(m) + "\n" for m in msgs).encode()
         async with self._write_lock:
             self.proc.stdin.write(data)
             await self.proc.stdin.drain()
 
     async def request(self, method: str, params: dict | None = None, timeout: float | None = 120) -> Any:
+        (result,) = await self.requests([(method, params)], timeout)
+        return result
+
+    async def requests(self, calls: list[tuple[str, dict | None]], timeout: float | None = 120) -> list[Any]:
+        """Several requests written back to back in one write, before any answer is awaited; their
+        results in order (the first error raises). app-server reads them in this order, so the
+        second is already in its input while it handles the first: nothing of ours (this process
+        being scheduled, reading the first answer) can come between them."""
         if self.closed:
-            raise AppServerClosed(f"app-server exited before {method}", method=method)
-        rid = self._next_id
-        self._next_id += 1
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._pending[rid] = fut
-        self._pending_method[rid] = method
-        msg: dict = {"id": rid, "method": method}
-        if params is not None:
-            msg["params"] = params
+            raise AppServerClosed(f"app-server exited before {calls[0][0]}", method=calls[0][0])
+        loop = asyncio.get_running_loop()
+        sent: list[tuple[int, str, asyncio.Future]] = []
+        lines = []
+        for method, params in calls:
+            rid = self._next_id
+            self._next_id += 1
+            fut: asyncio.Future = loop.create_future()
+            self._pending[rid] = fut
+            self._pending_method[rid] = method
+            sent.append((rid, method, fut))
+            msg: dict = {"id": rid, "method": method}
+            if params is not None:
+                msg["params"] = params
+            lines.append(msg)
+        waiting = calls[0][0]
         try:
-            await self._send(msg)
-            return await asyncio.wait_for(fut, timeout)
+            await self._send_lines(lines)
+            results = []
+            for _rid, method, fut in sent:
+                waiting = method
+                results.append(await asyncio.wait_for(fut, timeout))
+            return results
         except TimeoutError as exc:
-            raise AppServerError(f"{method}: no response within {timeout}s", method=method) from exc
+            raise AppServerError(f"{waiting}: no response within {timeout}s", method=waiting) from exc
         finally:
-            self._pending.pop(rid, None)
-            self._pending_method.pop(rid, None)
+            for rid, _method, _fut in sent:
+                self._pending.pop(rid, None)
+                self._pending_method.pop(rid, None)
 
     async def notify(self, method: str, params: dict | None = None) -> None:
         msg: dict = {"method": method}

@@ -83,8 +83,7 @@ class GoalHarness(Harness):
 
     async def drive(self, session: CodexSession, instruction: str) -> None:
         await session.thread_start()
-        await session.goal_set(self.objective)
-        await session.turn_start(instruction)
+        await session.goal_set_and_turn_start(self.objective, instruction)
         status = await session.follow_goal()
         self.receipt.stop_reason = f"goal_{status}"
 
@@ -189,8 +188,7 @@ class LoopxHarness(Harness):
             await self._drive_heartbeat(session, instruction)
 
     async def _drive_goal(self, session: CodexSession, instruction: str) -> None:
-        await session.goal_set(self.body.text)
-        tid = await session.turn_start(instruction)
+        tid = await session.goal_set_and_turn_start(self.body.text, instruction)
         # codex merges our turn into the goal turn it auto-started; when that turn already ended
         # (a very fast model) the instruction runs as a turn of its own, possibly on a blocked goal
         first = session.turn_ids[0] if session.turn_ids else tid

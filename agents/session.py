@@ -6,6 +6,7 @@ Shared by every codex arm (plain, goal and the LoopX arms). API:
     await s.skills_list()                       # works before thread/start (LoopX gate)
     await s.thread_start()
     await s.goal_set("objective", status=None)  # thread/goal/set; auto-starts a goal turn
+    tid = await s.goal_set_and_turn_start("objective", "text")  # both written at once: merged
     await s.goal_resume()                       # blocked/paused -> active (the harness plays the user)
     tid = await s.turn_start("text")            # our turn (merges into an auto-started goal turn)
     turn = await s.wait_turn_end(tid)           # the completed turn (dict)
@@ -229,18 +230,24 @@ class CodexSession:
 
     async def request(self, method: str, params: dict, timeout: float = 120):
         """A request bounded by the deadline as well as ``timeout``."""
+        (result,) = await self.requests([(method, params)], timeout)
+        return result
+
+    async def requests(self, calls: list[tuple[str, dict]], timeout: float = 120) -> list:
+        """Requests written back to back (``AppServerClient.requests``), bounded by the deadline as
+        well as ``timeout``."""
         if self.deadline is not None:
             left = self.deadline - time.monotonic()
             if left <= 0:
                 raise RuntimeError(DEADLINE_MESSAGE)
             if left < timeout:
                 try:
-                    return await self.client.request(method, params, timeout=left)
+                    return await self.client.requests(calls, timeout=left)
                 except AppServerError as exc:
                     if "no response within" in str(exc) and time.monotonic() >= self.deadline:
                         raise RuntimeError(DEADLINE_MESSAGE) from None
                     raise
-        return await self.client.request(method, params, timeout=timeout)
+        return await self.client.requests(calls, timeout=timeout)
 
     # --- thread, goal, turns -------------------------------------------------------------------------
 
@@ -260,6 +267,10 @@ class CodexSession:
     async def goal_set(
         self, objective: str | None = None, status: str | None = None, token_budget: int | None = None
     ) -> dict:
+        params = self._goal_params(objective, status, token_budget)
+        return await self.request("thread/goal/set", params)  # the goal itself: _on_result
+
+    def _goal_params(self, objective: str | None, status: str | None, token_budget: int | None) -> dict:
         params: dict = {"threadId": self.thread_id, "origin": "user"}
         if objective is not None:
             params["objective"] = objective
@@ -269,7 +280,20 @@ class CodexSession:
             params["status"] = status
         if token_budget is not None:
             params["tokenBudget"] = token_budget
-        return await self.request("thread/goal/set", params)  # the goal itself: _on_result
+        return params
+
+    async def goal_set_and_turn_start(self, objective: str, text: str) -> str:
+        """Set the goal and start our turn with ``text``, the two requests written back to back; our
+        turn's id. ``thread/goal/set`` starts a goal turn by itself, and codex merges a ``turn/start``
+        that reaches it in time into that turn. One that comes after the goal turn's first request
+        left costs an answer: codex waits for it, drops it, and asks again with the text (the
+        ledger has the answer, codex's own count not; docs/gateway.md). Written together, nothing of
+        ours comes between them: not this process being scheduled, not reading the first answer."""
+        params = self._goal_params(objective, None, None)
+        _goal, turn = await self.requests(
+            [("thread/goal/set", params), ("turn/start", self._turn_params(text))]
+        )
+        return self._started(turn)
 
     async def goal_get(self) -> dict | None:
         res = await self.request("thread/goal/get", {"threadId": self.thread_id})
@@ -283,12 +307,17 @@ class CodexSession:
         return await self.goal_set(status=ACTIVE)
 
     async def turn_start(self, text: str, **extra) -> str:
-        params = {
+        return self._started(await self.request("turn/start", self._turn_params(text, **extra)))
+
+    def _turn_params(self, text: str, **extra) -> dict:
+        return {
             "threadId": self.thread_id,
             "input": [{"type": "text", "text": text, "text_elements": []}],
             **extra,
         }
-        res = await self.request("turn/start", params)
+
+    def _started(self, res: dict) -> str:
+        """Our turn, from ``turn/start``'s answer: its id, counted as ours."""
         tid = res["turn"]["id"]
         self.our_turn_ids.add(tid)
         self.receipt.our_turns = len(self.our_turn_ids)

@@ -167,3 +167,38 @@ def test_code_mode_host_failure_at_runtime_fails_loudly(
 
     exc = asyncio.run(scenario())
     assert exc is not None and "code-mode host unavailable" in str(exc), agent.receipt.errors
+
+
+def test_the_instruction_is_in_the_goal_turns_first_request_however_late_the_harness(
+    container, tmp_path, monkeypatch
+):
+    """``thread/goal/set`` starts a goal turn by itself. Were the instruction's ``turn/start`` sent
+    only after the goal's answer, a harness not scheduled in between (a loaded host) would let that
+    turn ask the model without the instruction, and codex drops that answer once the instruction
+    merges in (docs/gateway.md). Written in one write with the goal, the instruction is in codex's
+    input before the goal turn starts: here the whole harness stalls 1 s after each write, and the
+    goal turn's first request still carries it, merged into that one turn."""
+    agent = _agent(tmp_path, "scripted/solve", monkeypatch)
+    transport = DockerExecTransport(container, "/work", None)
+    instruction = "Create one.txt and two.txt in the working directory."
+
+    async def scenario():
+        session = await agent.open_session(transport, deadline=time.monotonic() + 90)
+        await session.thread_start()
+        write = session.client._send_lines
+
+        async def stalled(msgs):
+            await write(msgs)
+            time.sleep(1.0)  # the whole process descheduled right after its write
+
+        session.client._send_lines = stalled
+        tid = await session.goal_set_and_turn_start("Finish the task.", instruction)
+        session.client._send_lines = write
+        status = await session.follow_goal()
+        await session.client.close()
+        return tid, session.turn_ids, status
+
+    tid, turns, status = asyncio.run(scenario())
+    assert status == "complete" and turns[0] == tid, (turns, tid)  # merged into the goal's own turn
+    (first, *_rest) = [r for r in _requests(container) if r.get("method") == "POST"]
+    assert first["goal_turn"] and instruction[:60] in first["user_texts"], first
