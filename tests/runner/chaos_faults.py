@@ -148,8 +148,18 @@ class Sampler(threading.Thread):
         while not self.stop_evt.wait(1.0):
             self.sample()
 
-    def left(self) -> list[Proc]:
-        return [p for p in self.seen.values() if p.alive()]
+    def left(self, grace: float = 60.0) -> list[Proc]:
+        """The processes seen that still run ``grace`` seconds after the run ended. The run's end is
+        its runner's lock released, which is the runner's last act, not its exit: a runner that
+        ``health --fix`` restarted (not our child, nothing to wait on) was seen still exiting when
+        this was read at once on a loaded machine. Each is waited for until it has ended (a zombie
+        has), never longer than ``grace``."""
+        t0 = time.monotonic()
+        while (running := [p for p in self.seen.values() if p.alive()]) and time.monotonic() < t0 + grace:
+            time.sleep(0.2)
+        print(f"the run's processes all ended {time.monotonic() - t0:.1f} s after the run's end" if not running
+              else f"still running after {grace:.0f} s: {running}")  # fmt: skip
+        return running
 
 
 class Injector:
