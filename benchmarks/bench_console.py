@@ -220,7 +220,7 @@ def stall(out: Path, how: str, seconds: float) -> tuple[float, float | None]:
     roots the console watches, its tree loaded first as the console does."""
     import threading
 
-    from console.app import WATCH_DEBOUNCE_MS, WATCH_STEP_MS, WATCH_TIMEOUT_MS
+    from console.app import POLL_DELAY_MS, WATCH_DEBOUNCE_MS, WATCH_STEP_MS, WATCH_TIMEOUT_MS
     from console.feeds import TreeFeed
 
     feed = TreeFeed(out)
@@ -243,7 +243,12 @@ def stall(out: Path, how: str, seconds: float) -> tuple[float, float | None]:
             from console.treewatch import WatchSettings, watch
 
             settings = WatchSettings(
-                [str(r) for r in roots], WATCH_DEBOUNCE_MS, WATCH_STEP_MS, WATCH_TIMEOUT_MS, False, 2000
+                [str(r) for r in roots],
+                WATCH_DEBOUNCE_MS,
+                WATCH_STEP_MS,
+                WATCH_TIMEOUT_MS,
+                False,
+                POLL_DELAY_MS,
             )
             it = watch(settings, stop)
         for _ in it:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -203,8 +204,6 @@ def test_a_file_name_the_watcher_cannot_report_costs_a_rescan_not_the_live_updat
     report such a name, and the batch it is in is lost (console/treewatch.py asks for a rescan
     instead). The console rescans: a change made with it still updates its cell, long before the
     periodic rescan, and the watch goes on (tests/console/test_treewatch.py)."""
-    import os
-
     trial = next(p for p in (tree / "calc-partial" / "nop").rglob("metrics.json"))
 
     async def go():

@@ -84,8 +84,9 @@ def test_the_ledger_equals_the_scripted_models_own_count_per_attempt(wire):
 def _dropped_by_codex(model: list[dict], attempt: str) -> set[str]:
     """The request ids of the answers codex read and then dropped, for one attempt. ``thread/goal/set``
     starts a goal turn by itself; when its first request leaves before our ``turn/start`` (the
-    instruction) reaches codex, which a loaded host makes likely, codex merges the instruction into that
-    turn by waiting for the answer, dropping it, and asking again with the instruction: the dropped
+    instruction, written together with the goal: only codex's own timing can make it late), codex
+    merges the instruction into that turn by waiting for the answer, dropping it, and asking again
+    with the instruction: the dropped
     answer is on the wire (a provider bills it) and in no codex count. Told by the next request: an
     answer codex kept adds two items to its history (the call and its output); after a dropped one the
     next request is the same history plus the instruction. Any other dropped answer fails: codex
