@@ -3,8 +3,9 @@
 ``Provider`` is a real HTTP server on the host's loopback (stdlib, in a thread of the test) whose
 answers the test steers through the request's ``model``: a stream that waits for the test before it
 ends (pass-through, not buffering), a stream that never ends (a client that goes away must cancel
-it), a non-streamed JSON answer, a quick stream. It records what reached it (the key, the request
-id), never what the gateway is supposed to keep to itself.
+it), a non-streamed JSON answer, a quick stream, a stream in chunked framing on a kept connection
+and a 32 MiB one. It records what reached it (the key, the request id, the connection), never what
+the gateway is supposed to keep to itself.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ USAGE = {
 }
 
 
+#: the 64 KiB events of a "big" answer (32 MiB: more than any socket buffers between the two)
+BIG_EVENTS = 512
+
+
 def sse(kind: str, data: dict) -> bytes:
     return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
 
@@ -38,6 +43,8 @@ class Provider:
         self.seen: list[dict] = []
         self.go = threading.Event()
         self.disconnected = threading.Event()
+        self.ports: list[int] = []  # the client port of each call: which connection carried it
+        self.sent = 0  # the bytes of "chunked"/"big" answers written so far
         provider = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -53,6 +60,28 @@ class Provider:
                      "accept_encoding": self.headers.get("Accept-Encoding"), "model": body.get("model")}
                 )  # fmt: skip
                 model = body.get("model")
+                provider.ports.append(self.client_address[1])
+                if model in ("chunked", "big"):
+                    # chunked framing on a connection kept for the next call, as a provider's HTTPS
+                    # endpoint answers; "big": BIG_EVENTS events of 64 KiB before the end
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+
+                    def chunk(data: bytes) -> None:
+                        self.wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
+                        self.wfile.flush()
+                        provider.sent += len(data)
+
+                    chunk(sse("response.created", {"response": {"id": "resp_1"}}))
+                    for _ in range(BIG_EVENTS if model == "big" else 0):
+                        chunk(b": " + b"x" * (64 * 1024 - 4) + b"\n\n")
+                    chunk(sse("response.output_text.delta", {"delta": "hi"}))
+                    chunk(sse("response.completed", {"response": {"id": "resp_1", "usage": USAGE}}))
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                    return
                 if model == "json":
                     data = json.dumps({"id": "resp_json", "object": "response", "usage": USAGE}).encode()
                     self.send_response(200)

@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from gateway_support import USAGE, Provider, code_of, post, raw_request, wait_for
+from gateway_support import BIG_EVENTS, USAGE, Provider, code_of, post, raw_request, sse, wait_for
 
 from runner.ops.gateway import attempts, process
 from runner.results import ledger as L
@@ -134,6 +134,45 @@ def test_a_client_that_goes_away_cancels_the_upstream_call(gateway, provider):
     assert provider.disconnected.wait(10), "the gateway kept the upstream call running for nobody"
     (c,) = wait_for(lambda: calls(out), 5, "the ledger line")
     assert c.outcome == L.CLIENT_CLOSED and c.usage is None
+
+
+def test_the_providers_connection_is_kept_for_the_next_call(gateway, provider):
+    out, _s, _st = gateway
+    a = issue(out)
+    for _ in range(3):
+        status, body = post(attempts.socket_path(out, a.record.id), a.token, model="chunked")
+        assert status == 200 and body.endswith(
+            sse("response.completed", {"response": {"id": "resp_1", "usage": USAGE}})
+        )
+    assert len(provider.ports) == 3 and len(set(provider.ports)) == 1  # one connection carried all three
+    got = wait_for(
+        lambda: [c for c in calls(out) if c.outcome == L.OK] if len(calls(out)) == 3 else None, 5, "3 lines"
+    )
+    assert [c.usage for c in got] == [(1234, 200, 56, 7)] * 3
+
+
+def test_a_client_slower_than_the_provider_holds_the_provider_and_loses_nothing(gateway, provider):
+    out, _s, _st = gateway
+    a = issue(out)
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(20)
+        s.connect(str(attempts.socket_path(out, a.record.id)))
+        s.sendall(raw_request(a.token, "big", close=True))
+        # the client reads nothing: the gateway holds what it cannot pass on (up to its high water
+        # mark, server.HIGH_WATER) and stops reading the provider, whose writes then block
+        last = -1
+        while last != provider.sent:
+            last = provider.sent
+            time.sleep(0.5)
+        assert provider.sent < BIG_EVENTS * 64 * 1024 // 2, provider.sent
+        got = bytearray()
+        while chunk := s.recv(1 << 20):
+            got += chunk
+    assert provider.sent > BIG_EVENTS * 64 * 1024  # read on: the whole answer went through
+    body = bytes(got).partition(b"\r\n\r\n")[2]
+    assert body.count(b": xxx") == BIG_EVENTS and b"response.completed" in body
+    (c,) = wait_for(lambda: calls(out), 5, "the ledger line")
+    assert c.outcome == L.OK and c.usage == (1234, 200, 56, 7)
 
 
 def test_tokens_are_refused_without_a_token_from_another_attempt_ended_killed_or_past_budget(
