@@ -61,6 +61,7 @@ def provider(pace_sec: float, keep_alive: bool = False) -> ThreadingHTTPServer:
 
     class H(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # as a provider's SSE endpoint: each event out as it is written
 
         def log_message(self, *a):
             pass
