@@ -19,6 +19,11 @@ deltas and ``response.completed`` with usage (about 6 KB), the shape of a short 
 3. ``--floor``: the same load through relays that only copy bytes (asyncio's, with its default
    reads and with the gateway's, and socat's when installed): what any relay on this machine pays.
 
+4. ``--against DIR [--pairs 5]``: only the load with connections kept, of this checkout and of
+   another (``git worktree add DIR COMMIT``) in turn, ``--pairs`` times, each in a fresh process,
+   and the medians. One load's figure varies by a fifth from run to run on a shared VM; a change to
+   the gateway is judged by pairs, never by one run.
+
 Targets (issue 27): under 5 ms p50 first-byte overhead on loopback; under 2 % of a core and 150 MB
 with 12 streams.
 """
@@ -304,16 +309,61 @@ def floor(streams: int, seconds: float) -> None:
     slow.shutdown()
 
 
+#: one load of a checkout's gateway (its own bench module and code), in a fresh process
+_ONE_LOAD = """
+import os, sys, tempfile
+from pathlib import Path
+root = sys.argv[1]
+sys.path[:0] = [root, root + "/benchmarks"]
+import bench_gateway as B
+os.environ[B.KEY_VAR] = "sk-bench-" + os.urandom(8).hex()
+out = Path(tempfile.mkdtemp(prefix="bench-gw-ab-")) / "out"
+out.mkdir()
+B.load(out, int(sys.argv[2]), float(sys.argv[3]), True)
+"""
+
+
+def ab(against: Path, pairs: int, streams: int, seconds: float) -> None:
+    """The kept-connections load of this checkout and of ``against`` in turn, ``pairs`` times."""
+    import re
+
+    sides = {"this": REPO, "against": against.resolve()}
+    got: dict[str, list[float]] = {k: [] for k in sides}
+    for i in range(pairs):
+        for name, root in sides.items():
+            r = subprocess.run(
+                [sys.executable, "-c", _ONE_LOAD, str(root), str(streams), str(seconds)],
+                capture_output=True, text=True, timeout=seconds + 120, cwd=root,
+            )  # fmt: skip
+            m = re.search(r"gateway CPU ([0-9.]+) %", r.stdout)
+            if m is None:
+                raise SystemExit(f"{name} ({root}): no figure\n{r.stdout[-800:]}{r.stderr[-800:]}")
+            got[name].append(float(m.group(1)))
+            print(f"pair {i + 1}, {name:<7} {root}: {m.group(1)} % of a core (load {os.getloadavg()[0]:.1f})",
+                  flush=True)  # fmt: skip
+    for name, xs in got.items():
+        print(
+            f"{name:<7}: median {statistics.median(xs):.2f} % of a core, {min(xs):.2f}-{max(xs):.2f} over {pairs}"
+        )
+    ratio = statistics.median(a / b for a, b in zip(got["this"], got["against"], strict=True))
+    print(f"this / against, median of the pairs' ratios: {ratio:.2f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--streams", type=int, default=12)
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--floor", action="store_true", help="also measure relays that only copy bytes")
+    ap.add_argument("--against", type=Path, help="another checkout: paired loads of it and this one")
+    ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--relay", nargs=3, metavar=("RECV_BYTES", "SOCKET", "PORT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.relay:
         relay(args.relay[1], int(args.relay[2]), int(args.relay[0]))
+        return 0
+    if args.against:
+        ab(args.against, args.pairs, args.streams, args.seconds)
         return 0
     os.environ[KEY_VAR] = "sk-bench-" + os.urandom(8).hex()
     base = Path(tempfile.mkdtemp(prefix="bench-gw-"))
