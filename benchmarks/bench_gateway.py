@@ -316,10 +316,17 @@ from pathlib import Path
 root = sys.argv[1]
 sys.path[:0] = [root, root + "/benchmarks"]
 import bench_gateway as B
+import shutil
+from runner.ops.gateway import attempts
 os.environ[B.KEY_VAR] = "sk-bench-" + os.urandom(8).hex()
-out = Path(tempfile.mkdtemp(prefix="bench-gw-ab-")) / "out"
+base = Path(tempfile.mkdtemp(prefix="bench-gw-ab-"))
+out = base / "out"
 out.mkdir()
-B.load(out, int(sys.argv[2]), float(sys.argv[3]), True)
+try:
+    B.load(out, int(sys.argv[2]), float(sys.argv[3]), True)
+finally:
+    shutil.rmtree(attempts.socket_root(out), ignore_errors=True)
+    shutil.rmtree(base, ignore_errors=True)
 """
 
 
@@ -328,6 +335,10 @@ def ab(against: Path, pairs: int, streams: int, seconds: float) -> None:
     import re
 
     sides = {"this": REPO, "against": against.resolve()}
+    if not (sides["against"] / "benchmarks" / "bench_gateway.py").is_file():
+        raise SystemExit(
+            f"--against {against}: not a marathon checkout (make one: git worktree add DIR COMMIT)"
+        )
     got: dict[str, list[float]] = {k: [] for k in sides}
     for i in range(pairs):
         for name, root in sides.items():
