@@ -161,6 +161,20 @@ def code_of(body: bytes) -> str | None:
         return None
 
 
+def dechunk(framed: bytes) -> bytes:
+    """The body of an answer in chunked framing (the gateway cuts its chunks where its reads fell,
+    anywhere in an event, so a test reads the events only after this)."""
+    out, pos = bytearray(), 0
+    while True:
+        eol = framed.index(b"\r\n", pos)
+        size = int(framed[pos:eol].split(b";")[0], 16)
+        if size == 0:
+            return bytes(out)
+        out += framed[eol + 2 : eol + 2 + size]
+        assert framed[eol + 2 + size : eol + 4 + size] == b"\r\n", "chunked framing broken"
+        pos = eol + 4 + size
+
+
 def raw_request(token: str, model: str, close: bool = False) -> bytes:
     """A streaming call as raw bytes; ``close``: ask the gateway to close the connection once the
     response is whole, so the client can read to the end of it (EOF) before it lets go."""

@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from gateway_support import BIG_EVENTS, USAGE, Provider, code_of, post, raw_request, sse, wait_for
+from gateway_support import BIG_EVENTS, USAGE, Provider, code_of, dechunk, post, raw_request, sse, wait_for
 
 from runner.ops.gateway import attempts, process
 from runner.results import ledger as L
@@ -169,7 +169,9 @@ def test_a_client_slower_than_the_provider_holds_the_provider_and_loses_nothing(
         while chunk := s.recv(1 << 20):
             got += chunk
     assert provider.sent > BIG_EVENTS * 64 * 1024  # read on: the whole answer went through
-    body = bytes(got).partition(b"\r\n\r\n")[2]
+    head, _, framed = bytes(got).partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head.lower()
+    body = dechunk(framed)
     assert body.count(b": xxx") == BIG_EVENTS and b"response.completed" in body
     (c,) = wait_for(lambda: calls(out), 5, "the ledger line")
     assert c.outcome == L.OK and c.usage == (1234, 200, 56, 7)
