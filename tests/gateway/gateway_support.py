@@ -161,6 +161,16 @@ def code_of(body: bytes) -> str | None:
         return None
 
 
+def send_call(sock: str | Path, token: str, model: str, timeout: float) -> socket.socket:
+    """A client connected to an attempt's socket with one streaming call sent (``raw_request`` with
+    ``close``: read to EOF for the whole answer); the caller reads and closes."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(timeout)
+    s.connect(str(sock))
+    s.sendall(raw_request(token, model, close=True))
+    return s
+
+
 def dechunk(framed: bytes) -> bytes:
     """The body of an answer in chunked framing (the gateway cuts its chunks where its reads fell,
     anywhere in an event, so a test reads the events only after this)."""

@@ -26,7 +26,18 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from gateway_support import BIG_EVENTS, USAGE, Provider, code_of, dechunk, post, raw_request, sse, wait_for
+from gateway_support import (
+    BIG_EVENTS,
+    USAGE,
+    Provider,
+    code_of,
+    dechunk,
+    post,
+    raw_request,
+    send_call,
+    sse,
+    wait_for,
+)  # fmt: skip
 
 from runner.ops.gateway import attempts, process
 from runner.results import ledger as L
@@ -101,10 +112,7 @@ def test_a_call_is_forwarded_with_the_real_key_and_recorded_with_its_usage(gatew
 def test_a_stream_passes_as_it_arrives_never_buffered_whole(gateway, provider):
     out, _s, _st = gateway
     a = issue(out)
-    with socket.socket(socket.AF_UNIX) as s:
-        s.settimeout(10)
-        s.connect(str(attempts.socket_path(out, a.record.id)))
-        s.sendall(raw_request(a.token, "stream-wait", close=True))
+    with send_call(attempts.socket_path(out, a.record.id), a.token, "stream-wait", 10) as s:
         got = b""
         while b"response.created" not in got:
             got += s.recv(65536)
@@ -154,12 +162,9 @@ def test_the_providers_connection_is_kept_for_the_next_call(gateway, provider):
 def test_a_client_slower_than_the_provider_holds_the_provider_and_loses_nothing(gateway, provider):
     out, _s, _st = gateway
     a = issue(out)
-    with socket.socket(socket.AF_UNIX) as s:
-        s.settimeout(20)
-        s.connect(str(attempts.socket_path(out, a.record.id)))
-        s.sendall(raw_request(a.token, "big", close=True))
-        # the client reads nothing: the gateway holds what it cannot pass on (up to its high water
-        # mark, server.HIGH_WATER) and stops reading the provider, whose writes then block
+    with send_call(attempts.socket_path(out, a.record.id), a.token, "big", 20) as s:
+        # the client reads nothing: the gateway's writes wait for it (aiohttp's drain), so it stops
+        # reading the provider, whose writes then block once the sockets' buffers are full
         last = -1
         while last != provider.sent:
             last = provider.sent

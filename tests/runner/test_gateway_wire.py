@@ -62,8 +62,8 @@ def test_the_ledger_equals_the_scripted_models_own_count_per_attempt(wire):
         (aid,) = {c.attempt for c in calls}
         seen = {m["request_id"]: m for m in model if m.get("attempt") == aid}
         # the one call the model may not have seen: the attempt's last, cut when its client went away
-        # at the deadline before the request reached the model (ci43: ssh-goal's 26th); the ledger
-        # rightly has it, with no usage
+        # at the deadline before the request reached the model (the explanation that fits ci43's
+        # ssh-goal, whose 26th call the model never logged); the ledger rightly has it, no usage
         last = max(calls, key=lambda c: int(c.request_id.rsplit(".", 1)[1]))
         if last.request_id not in seen and last.outcome == L.CLIENT_CLOSED and last.usage is None:
             calls.remove(last)
