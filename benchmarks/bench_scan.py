@@ -49,6 +49,25 @@ from runner.results.report import dump_json
 print(dump_json(status_data(RunModel.load(sys.argv[1], index=False), "run")))
 """
 
+#: what a warm `status` cannot skip while the index promises never to serve a stale entry: open the
+#: index, parse its entries, ``lstat`` every file and dir each names (``index._idents``), every task
+#: and arm dir it keeps a listing of, and look for each attempt's ``host.json``; no record decoded,
+#: no figure computed. The floor of this design on the machine, not a thing marathon runs.
+VALIDATION = """
+import os, sys
+from runner.results import index as I
+from runner.results.hosts import HOST_JSON
+out = sys.argv[1]
+ix = I.ScanIndex.open(out)
+same = 0
+for k, (_key, rels, idents, _records) in ix._parsed().items():
+    same += I._idents(f"{out}/{k}", rels) == idents
+    os.access(f"{out}/{k}/{HOST_JSON}", os.F_OK)
+for rel, ident, names in ix._conn.execute("SELECT path, ident, names FROM dirs"):
+    same += I._listing_ident(rel, os.lstat(f"{out}/{rel}" if rel else out), names) == ident
+print(same)
+"""
+
 
 def child(argv: list[str], before=None) -> tuple[float, float]:
     """Wall and CPU seconds of one child process (its own rusage: user + sys)."""
@@ -91,6 +110,7 @@ def measure(out: Path, trials: int, repeat: int) -> None:
         ("status --json, cold index", marathon + ["status", str(out), "--json"], drop),
         ("report --format json, cold index", marathon + ["report", str(out), "--format", "json"], drop),
         ("status without any index", [py, "-c", NO_INDEX, str(out)], None),
+        ("the index's validation alone", [py, "-c", VALIDATION, str(out)], None),
         ("pydantic script", [py, PYDANTIC, str(out)], None),
     ]
     child(cases[0][1])  # warm the page cache and the index
