@@ -6,8 +6,9 @@ cursor stays on the same (task, arm) when rows are re-sorted or filtered (htop's
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
+from rich.console import Console, ConsoleOptions
 from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.message import Message
@@ -28,6 +29,46 @@ SUMMARY = "__summary__"
 #: a cell's width in characters, at least and at most (below the minimum the grid scrolls sideways)
 MIN_CELL = 8
 MAX_CELL = 32
+
+
+class GridText:
+    """What a grid cell holds: its text, made when the table first draws it or something reads it
+    (``str``), and never measured.
+
+    Why: the DataTable measures every cell of every new row (``__rich_measure__``, through Rich's
+    console options, which ask the terminal for its size each time) to size auto-width columns, and
+    the grid's columns all have fixed widths; a 2,010-task tree has 12,060 cells and a screen shows
+    a few hundred. Without a measure or ``__rich__``, the table takes a width of 1 for the cell,
+    and renders it through ``__rich_console__`` when it is in sight.
+    """
+
+    __slots__ = ("_make", "_args", "_text")
+
+    def __init__(self, make: Callable[..., Text], *args: object) -> None:
+        self._make: Callable[..., Text] | None = make
+        self._args = args
+        self._text: Text | None = None
+
+    @classmethod
+    def of(cls, text: Text) -> GridText:
+        """A cell whose text is already made (a row label)."""
+        cell = cls(Text)
+        cell._make, cell._args, cell._text = None, (), text
+        return cell
+
+    @property
+    def text(self) -> Text:
+        if self._text is None:
+            assert self._make is not None
+            self._text = self._make(*self._args)
+            self._make, self._args = None, ()
+        return self._text
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
+        yield self.text
+
+    def __str__(self) -> str:
+        return self.text.plain
 
 
 def _label(name: str, width: int, marked: bool) -> Text:
@@ -110,7 +151,7 @@ class Grid(DataTable):
             values = [Text("mean", style="bold")] + [Text("\n".join(lines[c]), style="bold") for c in cols]
             self.add_row(*values, key=SUMMARY, height=height)
         for r in rows:
-            values = [_label(r, label_w, r in marked)]
+            values = [GridText.of(_label(r, label_w, r in marked))]
             if arm_major:
                 values.append(Text(view.summary_line(summary.get(r), sum_w, True), style="bold"))
             values += [self._cell(cells.get(p := self._pair(r, c)), p) for c in cols]
@@ -122,8 +163,10 @@ class Grid(DataTable):
         elif rows and cols:
             self.cursor_coordinate = Coordinate(0, 2) if arm_major else Coordinate(1, 1)
 
-    def _cell(self, cell: Cell | None, pair: tuple[str, str]) -> Text:
-        return view.cell_text(cell, self.mode, self.cell_width, self.budget, self.now, self.spend.get(pair))
+    def _cell(self, cell: Cell | None, pair: tuple[str, str]) -> GridText:
+        return GridText(
+            view.cell_text, cell, self.mode, self.cell_width, self.budget, self.now, self.spend.get(pair)
+        )
 
     def patch(
         self, cells: Mapping[tuple[str, str], Cell | None], keys: Iterable[tuple[str, str]],
