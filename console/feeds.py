@@ -6,6 +6,7 @@ frozen records they return. Each reader is cheap when nothing changed, so an idl
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -230,6 +231,10 @@ class ArmSummary:
     ledger_spend_usd: float | None = None
     ledger_unpriced: bool = False
     audit_differs: bool = False  # the fairness audit found an undeclared difference in this arm
+    #: the receipts' figures summed over the arm's cells (``report.RECEIPT_SUMS``; the arms panel)
+    continuations: int = 0
+    unblocks: int = 0
+    error_events: int = 0
 
     @classmethod
     def of(cls, d: Mapping[str, object], audit_differs: bool = False) -> ArmSummary:
@@ -261,6 +266,9 @@ class ArmSummary:
             ledger_spend_usd=f("ledger_spend_usd"),
             ledger_unpriced=bool(d.get("cost_unpriced")),
             audit_differs=audit_differs,
+            continuations=i("continuations") or 0,
+            unblocks=i("unblocks") or 0,
+            error_events=i("error_events") or 0,
         )
 
 
@@ -344,7 +352,15 @@ class TreeFeed:
         self._projected_at = -PROJECTION_SEC
 
     def load(self) -> TreeSnapshot:
+        first = self.model is None
         self.model = RunModel.load(self.out)
+        if first:
+            # The model lives as long as the console (rescans refresh it in place) and its tens of
+            # thousands of records hold no cycles: out of the cyclic GC's reach, they are not
+            # re-walked by every collection the summaries and the grid trigger (half of those
+            # steps' time on a 2,010-task tree); records a refresh replaces are still freed by
+            # their reference counts.
+            gc.freeze()
         return self._snapshot(None)
 
     def rescan(self, full: bool = False) -> TreeSnapshot | None:

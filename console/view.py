@@ -427,18 +427,6 @@ def summary_line(s: ArmSummary | None, width: int = 11, one_line: bool = False) 
     return "\n".join(summary_lines(s, width, one_line))
 
 
-def receipts_of(cells: Iterable[Cell | None]) -> tuple[int, int, int]:
-    """Summed receipt figures (continuations, unblocks, error events) over cells."""
-    c = u = e = 0
-    for cell in cells:
-        if cell is None:
-            continue
-        c += cell.continuations or 0
-        u += cell.unblocks or 0
-        e += cell.error_events or 0
-    return c, u, e
-
-
 # -- the run: progress, spend rate, how it ended -----------------------------------------------------
 def clock(at: float | None) -> str:
     return time.strftime("%H:%M", time.localtime(at)) if at is not None else "?"
