@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,6 +55,22 @@ def scoring_metrics(out: Path, task: str, arm: str) -> Path:
     return Path(att.job_dir) / trial / "verifier" / "metrics.json"
 
 
+def finish_trial(metrics: Path, d: dict) -> None:
+    """Write a trial's verifier metrics the way a finishing harbor trial does: metrics.json first,
+    then result.json with the verifier's finish time after it (harbor writes result.json last). A
+    metrics.json rewritten alone is a verifier file changed after harbor's result: the console
+    shows the cell as tampered, never the new value (``runner.results.records.tampered``)."""
+    tmp = metrics.with_suffix(".tmp")
+    tmp.write_text(json.dumps(d))
+    os.replace(tmp, metrics)
+    result = metrics.parent.parent / "result.json"
+    r = json.loads(result.read_text())
+    r.setdefault("verifier", {})["finished_at"] = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    tmp = result.with_suffix(".tmp")
+    tmp.write_text(json.dumps(r))
+    os.replace(tmp, result)
+
+
 def make_gigabyte(path: Path, size: int = 1 << 30) -> None:
     line = (json.dumps({"type": "response_item", "payload": {"text": "lorem ipsum " * 20}}) + "\n").encode()
     block = line * 8192
@@ -63,15 +80,11 @@ def make_gigabyte(path: Path, size: int = 1 << 30) -> None:
             fh.write(block)
 
 
-async def start_to_grid(out: Path) -> tuple[float, float]:
-    """Console start to its full grid, in this process (headless): wall and CPU seconds, taken after
-    the refresh that follows the main screen's report of the grid (the table's own work on its new
-    rows and the screen's render included; not when this coroutine next runs: the watcher's setup
-    may hold the GIL right after)."""
-    from console.app import make_app
-
-    t0, c0 = time.perf_counter(), time.process_time()
-    app = make_app(out, docker=False, offer_start=False)
+def when_drawn(app, t0: float, c0: float) -> list[tuple[float, float]]:
+    """Wall and CPU seconds since (t0, c0) when the grid is drawn, in the list returned (filled
+    once): taken after the refresh that follows the main screen's report of the grid (the table's
+    own work on its new rows and the screen's render included; not when the caller's coroutine next
+    runs: the watcher's setup may hold the GIL right after)."""
     got: list[tuple[float, float]] = []
     painted = app.painted
 
@@ -84,6 +97,16 @@ async def start_to_grid(out: Path) -> tuple[float, float]:
         painted()
 
     app.painted = mark  # type: ignore[method-assign]
+    return got
+
+
+async def start_to_grid(out: Path) -> tuple[float, float]:
+    """Console start to its full grid, in this process (headless): wall and CPU seconds (``when_drawn``)."""
+    from console.app import make_app
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    app = make_app(out, docker=False, offer_start=False)
+    got = when_drawn(app, t0, c0)
     async with app.run_test(size=SIZE):
         while not got:
             await asyncio.sleep(0.005)
@@ -125,12 +148,12 @@ async def in_process(out: Path, task: str, arm: str, big_task: str, big_arm: str
     res: dict = {}
     t0, c0 = time.perf_counter(), time.process_time()
     app = make_app(out, docker=False, offer_start=False)
+    drawn = when_drawn(app, t0, c0)
     async with app.run_test(size=SIZE) as pilot:
-        while app.main.last_change_at is None:
+        while not drawn:
             await asyncio.sleep(0.005)
         grid = app.screen.query_one(Grid)
-        res["start_to_grid"] = time.perf_counter() - t0
-        res["start_to_grid_cpu"] = time.process_time() - c0
+        res["start_to_grid"], res["start_to_grid_cpu"] = drawn[0]
         res["rows"] = grid.row_count
         await pilot.pause(3.0)  # let the watcher settle (inotify watches on the whole tree)
 
@@ -142,18 +165,15 @@ async def in_process(out: Path, task: str, arm: str, big_task: str, big_arm: str
             value = round(0.01 + 0.97 * ((i * 37) % 97) / 97, 2)
             if f"{value:.2f}" in str(grid.get_row(task)[col]):
                 value = round(value + 0.005, 3) if value < 0.9 else round(value - 0.005, 3)
-            d = dict(base, partial_score=value)
-            tmp = metrics.with_suffix(".tmp")
-            tmp.write_text(json.dumps(d))
             t = time.perf_counter()
-            os.replace(tmp, metrics)
+            finish_trial(metrics, dict(base, partial_score=value))
             want = f"{value:.2f}"
             deadline = t + 5
             while want not in str(grid.get_row(task)[col]) and time.perf_counter() < deadline:
                 await asyncio.sleep(0.002)
             lat.append(time.perf_counter() - t)
             await pilot.pause(0.15)
-        metrics.write_text(json.dumps(base))
+        finish_trial(metrics, base)
         res["latency"] = lat
 
         grid.move_to(big_task, big_arm)
@@ -180,8 +200,9 @@ async def in_process(out: Path, task: str, arm: str, big_task: str, big_arm: str
     return res
 
 
-def in_terminal(out: Path, idle_sec: float, settle: float = 30.0) -> dict:
-    """The real `marathon console` in a tmux terminal: idle CPU and RSS of its process."""
+def in_terminal(out: Path, idle_sec: float, row: str, settle: float = 30.0) -> dict:
+    """The real `marathon console` in a tmux terminal: start to its grid (``row``, a task's name,
+    on the screen), then idle CPU and RSS of its process."""
     import psutil
 
     sock = f"bench-console-{os.getpid()}"
@@ -198,22 +219,31 @@ def in_terminal(out: Path, idle_sec: float, settle: float = 30.0) -> dict:
         )
         while True:
             screen = subprocess.run([*tmux, "capture-pane", "-p"], capture_output=True, text=True).stdout
-            if " × " in screen:  # the selected cell's line: grid loaded and painted
-                break
+            if row in screen:  # a row of the grid: the tree loaded and painted (the line under the
+                break  # grid says "0 tasks × 0 arms" before)
             if time.perf_counter() - t0 > 60:
                 raise SystemExit("console did not show its grid in a terminal within 60 s:\n" + screen)
             time.sleep(0.02)
         start = time.perf_counter() - t0
         proc = psutil.Process(pid)
-        time.sleep(
-            5
-        )  # past the start-up work (inotify watches, first pool read is off: --readonly keeps Docker reads)
+        # past the start-up work: the watcher's inotify setup (its child's), then the full rescan the
+        # console makes once its watches are up (a second of CPU on a 10,050-trial tree, some
+        # seconds after the grid; inside the window it read as 1-2.5 % "idle"): ten quiet seconds in
+        # a row (the safety net's next rescan is minutes away), at most ``settle``
+        t1, quiet = time.perf_counter(), 0
+        while quiet < 10 and time.perf_counter() - t1 < settle:
+            c = proc.cpu_times()
+            time.sleep(1.0)
+            d = proc.cpu_times()
+            quiet = quiet + 1 if (d.user - c.user + d.system - c.system) < 0.05 else 0
+        settled = time.perf_counter() - t1
         c0, w0 = proc.cpu_times(), time.perf_counter()
         time.sleep(idle_sec)
         c1, w1 = proc.cpu_times(), time.perf_counter()
         cpu = (c1.user - c0.user + c1.system - c0.system) / (w1 - w0)
         rss = proc.memory_info().rss / 2**20
-        return {"terminal_start_to_grid": start, "idle_cpu": cpu, "rss_mb": rss, "screen": screen}
+        return {"terminal_start_to_grid": start, "idle_cpu": cpu, "rss_mb": rss, "screen": screen,
+                "settled": settled}  # fmt: skip
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
 
@@ -318,7 +348,7 @@ def main() -> int:
         print(f"wrote a {traj.stat().st_size / 2**30:.2f} GB trajectory in {time.perf_counter() - t:.1f} s")
 
         r = asyncio.run(in_process(out, task, arm, big_task, big_arm, args.changes))
-        term = in_terminal(out, args.idle_sec)
+        term = in_terminal(out, args.idle_sec, task)
         traj.unlink()
 
         lat = sorted(x * 1000 for x in r["latency"])
@@ -330,7 +360,8 @@ def main() -> int:
              term["terminal_start_to_grid"] <= 2),
             ("file change to updated cell, median", f"{statistics.median(lat):.0f} ms", "", None),
             ("file change to updated cell, p95", f"{p95:.0f} ms", "<= 300 ms", p95 <= 300),
-            (f"idle CPU over {args.idle_sec:.0f} s (tmux)", f"{term['idle_cpu'] * 100:.2f} %", "<= 1 %",
+            (f"idle CPU over {args.idle_sec:.0f} s (tmux), after {term['settled']:.0f} s of start-up work",
+             f"{term['idle_cpu'] * 100:.2f} %", "<= 1 %",
              term["idle_cpu"] <= 0.01),
             ("resident memory (tmux)", f"{term['rss_mb']:.0f} MB", "<= 300 MB", term["rss_mb"] <= 300),
             ("first screen of a 1 GB trajectory", f"{r['first_screen_1gb'] * 1000:.0f} ms", "<= 1 s",
