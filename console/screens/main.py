@@ -3,8 +3,8 @@ events tail. It owns what it shows: the cells the tree worker sent, the runner a
 workers last saw them, and the operator's view choices (filter, sort, transpose, cell mode, pause).
 
 The panels are bound to this screen's reactives (``data_bind``), so setting one repaints exactly
-the widgets that show it. Cell updates are merged and applied in one batch (``FLUSH_SEC``), in
-place, by (task, arm) key.
+the widgets that show it. Cell updates are applied in place, by (task, arm) key: at once when they
+come alone, merged into one paint per ``FLUSH_SEC`` when they come in a burst.
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ class MainScreen(Screen):
         self._dirty: set[Key] = set()
         self._rebuild = True
         self._flush_pending = False
+        self._flushed_at = -FLUSH_SEC  # monotonic time of the last paint (``_schedule_flush``)
         self._tree_pending = False  # tree data that no flush has shown yet
         self._width = 0
         self._topbar_plain = ""
@@ -108,6 +109,7 @@ class MainScreen(Screen):
         self.query_one(Grid).focus()
         self._live = True
         self.paint_status()
+        self._flushed_at = time.monotonic()  # the screen's first paint: after its mount, as a batch
         self._schedule_flush()
 
     def on_unmount(self) -> None:
@@ -156,10 +158,7 @@ class MainScreen(Screen):
         self.alarm = snap.alarm
         self.scanned_at = snap.scanned_at
         self._tree_pending = True
-        if self.last_change_at is None and self._live and not self.paused:
-            self._flush()  # the tree's first data: nothing to batch it with, show it now
-        else:
-            self._schedule_flush()
+        self._schedule_flush()
 
     def add_events(self, events: tuple[RunEvent, ...]) -> None:
         self.pending_events.extend(events)
@@ -225,13 +224,21 @@ class MainScreen(Screen):
 
     # -- painting ----------------------------------------------------------------------------------
     def _schedule_flush(self) -> None:
+        """Paint now when the last paint is ``FLUSH_SEC`` old, else once it is: a change that comes
+        alone (the tree's first data, one trial finishing) is on screen at once, and a burst is
+        merged into one paint every ``FLUSH_SEC``."""
         if self._flush_pending or self.paused or not self._live:
             return
+        wait = FLUSH_SEC - (time.monotonic() - self._flushed_at)
+        if wait <= 0:
+            self._flush()
+            return
         self._flush_pending = True
-        self.set_timer(FLUSH_SEC, self._flush)
+        self.set_timer(wait, self._flush)
 
     def _flush(self) -> None:
         self._flush_pending = False
+        self._flushed_at = time.monotonic()
         if self.paused or not self._live:
             return
         try:
