@@ -126,6 +126,7 @@ class ConsoleApp(App[int]):
     def on_unmount(self) -> None:
         self._stop.set()
         self._pool_wake.set()
+        self._feed.release()
 
     def _install_hangup_guard(self) -> None:
         """Exit cleanly when the terminal goes away (ssh dropped, tmux closed): never spin on a dead tty."""

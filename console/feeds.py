@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -350,6 +351,9 @@ class TreeFeed:
         self._money_of: tuple | None = None
         self._projection: Projection | None = None
         self._projected_at = -PROJECTION_SEC
+        self._frozen = False  # ``load`` froze the heap (``release`` unfreezes it)
+        self._released = False
+        self._freezing = threading.Lock()  # load (the tree worker) against release (the App's exit)
 
     def load(self) -> TreeSnapshot:
         first = self.model is None
@@ -359,9 +363,21 @@ class TreeFeed:
             # thousands of records hold no cycles: out of the cyclic GC's reach, they are not
             # re-walked by every collection the summaries and the grid trigger (half of those
             # steps' time on a 2,010-task tree); records a refresh replaces are still freed by
-            # their reference counts.
-            gc.freeze()
+            # their reference counts. ``release`` gives them back when the console closes.
+            with self._freezing:
+                if not self._released:
+                    gc.freeze()
+                    self._frozen = True
         return self._snapshot(None)
+
+    def release(self) -> None:
+        """The console closes: what ``load`` froze goes back to the cyclic GC (a process that opens
+        many consoles, a test session, would otherwise keep every closed one's cycles for good)."""
+        with self._freezing:
+            self._released = True
+            if self._frozen:
+                self._frozen = False
+                gc.unfreeze()
 
     def rescan(self, full: bool = False) -> TreeSnapshot | None:
         """Re-read everything; a snapshot of only the cells that changed (None when nothing did)."""
