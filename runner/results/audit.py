@@ -42,6 +42,8 @@ DECLARED: frozenset[str] = frozenset()
 
 def _in_order(c: Cell) -> list:
     """The cell's attempts, the one that scores it first, then the latest first."""
+    if len(c.attempts) < 2:  # the usual pair (the console redoes the audit on every change)
+        return list(c.attempts)
     atts = sorted(c.attempts, key=lambda a: a.stamp, reverse=True)
     if c.status == DONE and c.scored_by:
         atts.sort(key=lambda a: a.stamp != c.scored_by)  # stable: the scoring attempt first
