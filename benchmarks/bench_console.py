@@ -155,7 +155,11 @@ async def in_process(out: Path, task: str, arm: str, big_task: str, big_arm: str
         grid = app.screen.query_one(Grid)
         res["start_to_grid"], res["start_to_grid_cpu"] = drawn[0]
         res["rows"] = grid.row_count
-        await pilot.pause(3.0)  # let the watcher settle (inotify watches on the whole tree)
+        # the watcher's inotify setup (seconds on a large tree) and the rescan after it: a change
+        # before that is read by the rescan, not followed (the many-tasks tree's first change took 5 s)
+        while not app.watching.is_set():
+            await asyncio.sleep(0.05)
+        await pilot.pause(0.5)
 
         metrics = scoring_metrics(out, task, arm)
         base = json.loads(metrics.read_text())
@@ -337,8 +341,10 @@ def main() -> int:
             return 0
         model = RunModel.load(out)  # also warms the page cache
         n_trials = sum(len(a.trials) for a in model.attempts())
-        task, arm = model.tasks[0], "plain"
-        big_task, big_arm = model.tasks[1], "goal"
+        # pairs a done attempt scores (on the many-tasks tree some first tasks errored)
+        arm, big_arm = "plain", "goal"
+        task = next(t for t in model.tasks if model.cells[(t, arm)].scored_by)
+        big_task = next(t for t in model.tasks if t != task and model.cells[(t, big_arm)].scored_by)
         cell = model.cells[(big_task, big_arm)]
         att = next(a for a in cell.attempts if a.stamp == cell.scored_by)
         (trial,) = att.trials

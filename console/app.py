@@ -96,6 +96,9 @@ class ConsoleApp(App[int]):
         self._rescan_now = threading.Event()
         self._pool_wake = threading.Event()
         self._painted = threading.Event()  # the first full grid is on screen
+        #: the watcher's watches are up and the tree was read once after they were (what changed
+        #: before is shown): from here a change is on screen within the watcher's debounce
+        self.watching = threading.Event()
         self._feed = TreeFeed(self.out)
         self._ppid = os.getppid()
 
@@ -200,6 +203,7 @@ class ConsoleApp(App[int]):
                         last_full = time.monotonic()
                         if snap is not None:
                             self.post_message(TreeData(snap))
+                        self.watching.set()
                         if changes is None:
                             continue
                     snap = self._feed.update([p for _, p in changes]) if changes else None
