@@ -352,9 +352,10 @@ class TreeFeed:
         self._projection: Projection | None = None
         self._projected_at = -PROJECTION_SEC
         self._frozen = False  # ``load`` froze the heap (``release`` unfreezes it)
-        #: the arms' summary rows of the last snapshot, and the (scope, prices) they were made with
+        #: the arms' summary rows of the last snapshot, and the scope and priced ledger they were made with
         self._summary: dict[str, ArmSummary] = {}
-        self._summary_of: tuple[str, int] | None = None
+        self._summary_of: str | None = None
+        self._summary_money: Money | None = None
         self._released = False
         self._freezing = threading.Lock()  # load (the tree worker) against release (the App's exit)
 
@@ -458,11 +459,11 @@ class TreeFeed:
         # an update changes only its cells' arms' rows: the others are kept (with the same scope and
         # prices), since each arm's row reads only that arm's cells; the alarms and the audit are
         # made anew (they compare the arms)
-        same = changed is not None and self._summary_of == (self.scope, id(money))
+        same = changed is not None and self._summary_of == self.scope and self._summary_money is money
         summary, alarm = arm_summary(
             m, self.scope, money, previous=self._summary if same else None, only={k[1] for k in changed or ()}
         )
-        self._summary, self._summary_of = summary, (self.scope, id(money))
+        self._summary, self._summary_of, self._summary_money = summary, self.scope, money
         # a bootstrap: not on every line, and not before the first grid (a finished run's console
         # shows its spend; a running one's updates bring the projection within PROJECTION_SEC)
         if money.exists and changed is not None and time.monotonic() - self._projected_at >= PROJECTION_SEC:
