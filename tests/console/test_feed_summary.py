@@ -41,6 +41,13 @@ def test_a_change_sums_its_arm_again_and_keeps_the_others(tmp_path):
     real_trees.copy_recorded("mini", out)
     real_trees.copy_recorded("agents", out)
     feed = TreeFeed(out)
+    try:
+        _check(feed)
+    finally:
+        feed.release()  # what its load froze goes back to this test process's cyclic GC
+
+
+def _check(feed: TreeFeed) -> None:
     first = feed.load()
     assert len(first.summary) >= 3
     m = feed.model
