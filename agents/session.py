@@ -195,7 +195,15 @@ class CodexSession:
                 self._fail(f"code-mode host unavailable, tool calls would fail silently: {msg}")
         elif method == "error":
             err = p.get("error") or {}
-            r.errors.append(f"error notification (willRetry={p.get('willRetry')}): {err.get('message')}")
+            line = f"error notification (willRetry={p.get('willRetry')}): {err.get('message')}"
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                # the deadline has ended the model's work: until our interrupt reaches codex, a call
+                # it still makes is refused by the wire's budget (started on the same request, so
+                # it ends no earlier) and codex says "Reconnecting...". The budget's end, not a fault
+                # of the arm: counted as one, an arm that calls more often got more error events.
+                r.extra.setdefault("errors_after_deadline", []).append(line)
+            else:
+                r.errors.append(line)
         elif method == "item/completed":
             item = p.get("item") or {}
             if item.get("type") == "commandExecution":

@@ -26,9 +26,9 @@ def _receipt() -> Receipt:
     )
 
 
-async def _quiet_session(tmp_path) -> tuple[Conversation, AppServerClient]:
+async def _quiet_session(tmp_path, *argv: str) -> tuple[Conversation, AppServerClient]:
     proc = await asyncio.create_subprocess_exec(
-        "sleep", "60", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        *(argv or ("sleep", "60")), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     client = AppServerClient(proc, tmp_path / "appserver.stdout.jsonl")
@@ -106,3 +106,28 @@ def test_the_clamp_of_harbors_timeout_counts_the_time_to_the_first_request(tmp_p
     conv = asyncio.run(scenario())
     assert conv.receipt.budget_sec == pytest.approx(85.0, abs=0.01)
     assert conv.receipt.extra["budget_source"].startswith("harbor agent timeout")
+
+
+def test_an_error_after_the_deadline_is_the_budgets_end_not_an_error_of_the_arm(tmp_path):
+    """Between the deadline and our interrupt reaching codex, a call codex still makes is refused by
+    the wire's budget (which starts on the same request, so ends no earlier) and codex reports
+    "Reconnecting... 1/2": kept apart from the arm's error events (CI saw it fail the deadline test
+    when a tick's call fell in that gap). ``cat`` stands in for app-server: what we write comes back."""
+
+    async def scenario() -> Conversation:
+        conv, client = await _quiet_session(tmp_path, "cat")
+        try:
+            conv.start_budget(time.monotonic(), 0.5, None)
+            before = {"error": {"message": "stream disconnected before completion"}, "willRetry": True}
+            await client.notify("error", before)
+            assert (await client.next_notification(time.monotonic() + 10)).method == "error"
+            await asyncio.sleep(max(0.0, conv.session.deadline - time.monotonic()) + 0.05)
+            await client.notify("error", {"error": {"message": "Reconnecting... 1/2"}, "willRetry": True})
+            assert (await client.next_notification(time.monotonic() + 10)).method == "error"
+            return conv
+        finally:
+            await client.close(grace=0.1)
+
+    r = asyncio.run(scenario()).receipt
+    assert r.errors == ["error notification (willRetry=True): stream disconnected before completion"]
+    assert r.extra["errors_after_deadline"] == ["error notification (willRetry=True): Reconnecting... 1/2"]
