@@ -33,14 +33,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "tests"))  # trial_writes: a trial finished as harbor writes it
 
 from bench_model import SHAPES, bench_tree  # noqa: E402
+from trial_writes import finish_trial  # noqa: E402
 
 from runner.results.model import RunModel  # noqa: E402
 
@@ -53,22 +54,6 @@ def scoring_metrics(out: Path, task: str, arm: str) -> Path:
     att = next(a for a in cell.attempts if a.stamp == cell.scored_by)
     (trial,) = att.trials
     return Path(att.job_dir) / trial / "verifier" / "metrics.json"
-
-
-def finish_trial(metrics: Path, d: dict) -> None:
-    """Write a trial's verifier metrics the way a finishing harbor trial does: metrics.json first,
-    then result.json with the verifier's finish time after it (harbor writes result.json last). A
-    metrics.json rewritten alone is a verifier file changed after harbor's result: the console
-    shows the cell as tampered, never the new value (``runner.results.records.tampered``)."""
-    tmp = metrics.with_suffix(".tmp")
-    tmp.write_text(json.dumps(d))
-    os.replace(tmp, metrics)
-    result = metrics.parent.parent / "result.json"
-    r = json.loads(result.read_text())
-    r.setdefault("verifier", {})["finished_at"] = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-    tmp = result.with_suffix(".tmp")
-    tmp.write_text(json.dumps(r))
-    os.replace(tmp, result)
 
 
 def make_gigabyte(path: Path, size: int = 1 << 30) -> None:
@@ -170,14 +155,14 @@ async def in_process(out: Path, task: str, arm: str, big_task: str, big_arm: str
             if f"{value:.2f}" in str(grid.get_row(task)[col]):
                 value = round(value + 0.005, 3) if value < 0.9 else round(value - 0.005, 3)
             t = time.perf_counter()
-            finish_trial(metrics, dict(base, partial_score=value))
+            finish_trial(metrics.parent.parent, {"metrics.json": json.dumps(dict(base, partial_score=value))})
             want = f"{value:.2f}"
             deadline = t + 5
             while want not in str(grid.get_row(task)[col]) and time.perf_counter() < deadline:
                 await asyncio.sleep(0.002)
             lat.append(time.perf_counter() - t)
             await pilot.pause(0.15)
-        finish_trial(metrics, base)
+        finish_trial(metrics.parent.parent, {"metrics.json": json.dumps(base)})
         res["latency"] = lat
 
         grid.move_to(big_task, big_arm)

@@ -10,10 +10,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from pathlib import Path
 
 import pytest
+from trial_writes import finish_trial
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_TASKS = REPO_ROOT / "runner" / "demo" / "tasks"
@@ -120,20 +120,12 @@ def capture(tree: Path, size: tuple[int, int], keys=(), probe: Callable | None =
     return got["screen"], got["probe"]
 
 
-def rewrite_partial(metrics: Path, partial: float) -> None:
-    """Rewrite a trial's metrics.json with another partial score (atomically, as a verifier rerun
-    would, dated before the verifier finished so it is not read as tampered), then its result.json
-    as harbor does after its verifier."""
+def rewrite_partial(metrics: Path, partial: float) -> list[str]:
+    """Rewrite a trial's metrics.json with another partial score, as a finishing harbor trial writes
+    it (``trial_writes.finish_trial``: the metrics, then result.json); the paths written."""
     d = json.loads(metrics.read_text())
     d["partial_score"] = partial
-    tmp = metrics.with_suffix(".tmp")
-    tmp.write_text(json.dumps(d))
-    result = metrics.parent.parent / "result.json"
-    fin = json.loads(result.read_text())["verifier"]["finished_at"]
-    t = datetime.fromisoformat(fin.replace("Z", "+00:00")).timestamp() - 0.5
-    os.utime(tmp, (t, t))
-    os.replace(tmp, metrics)
-    result.write_bytes(result.read_bytes())
+    return finish_trial(metrics.parent.parent, {"metrics.json": json.dumps(d)})
 
 
 def check_snapshot(name: str, text: str) -> None:

@@ -9,31 +9,12 @@ result.json), and the feed's snapshot must say what a fresh summary of the whole
 
 from __future__ import annotations
 
-import json
-import os
-from datetime import UTC, datetime
 from pathlib import Path
 
 import real_trees
+from trial_writes import finish_trial
 
 from console.feeds import TreeFeed, arm_summary
-
-
-def _finish_again(trial: Path, reward: float) -> list[str]:
-    """Rewrite a trial's verifier reward as a finishing harbor trial would; the paths changed."""
-    reward_txt = trial / "verifier" / "reward.txt"
-    tmp = reward_txt.with_suffix(".tmp")
-    tmp.write_text(f"{reward}\n")
-    os.replace(tmp, reward_txt)
-    result = trial / "result.json"
-    r = json.loads(result.read_text())
-    r.setdefault("verifier", {})["finished_at"] = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-    if isinstance(r.get("verifier_result"), dict):
-        r["verifier_result"]["rewards"] = {"reward": reward}
-    tmp = result.with_suffix(".tmp")
-    tmp.write_text(json.dumps(r))
-    os.replace(tmp, result)
-    return [str(reward_txt), str(result)]
 
 
 def test_a_change_sums_its_arm_again_and_keeps_the_others(tmp_path):
@@ -61,7 +42,8 @@ def _check(feed: TreeFeed) -> None:
         if not (trial / "verifier" / "reward.txt").is_file():
             continue
         before = feed._summary[arm]
-        snap = feed.update(_finish_again(trial, 0.0 if (cell.reward or 0) > 0 else 1.0))
+        reward = 0.0 if (cell.reward or 0) > 0 else 1.0
+        snap = feed.update(finish_trial(trial, {"reward.txt": f"{reward}\n"}, reward))
         assert snap is not None and (task, arm) in snap.cells
         full, _ = arm_summary(m, feed.scope, m.money())
         assert snap.summary == full, f"after a change of {task} x {arm}"
