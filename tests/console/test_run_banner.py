@@ -180,7 +180,7 @@ def test_the_drill_down_header_follows_the_rows_below_it(mini_tree, tmp_path):
             await wait_for(pilot, lambda: isinstance(app.screen, DrillScreen), 10, "drill")
             drill = app.screen
             assert "partial 0.20" in screen_text(app).splitlines()[0]
-            await pilot.pause(1.5)  # the watcher is running
+            await wait_for(pilot, app.watching.is_set, 30, "the watcher")
             rewrite_partial(trial, 0.6)
             table = drill.query_one("#trials")
             await wait_for(pilot, lambda: "0.60" in str(table.get_row_at(0)), 30, "the trial row updated")

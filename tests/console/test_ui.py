@@ -187,7 +187,8 @@ def test_a_file_change_updates_its_cell_live(tree, poll):
         app = _app(tree, poll=poll)
         async with app.run_test(size=SIZE) as pilot:
             await _ready(pilot, app)
-            await pilot.pause(1.5)  # watcher running (polling: first poll done)
+            # the watches are up (polling: the first poll's baseline taken) and the tree read after them
+            await wait_for(pilot, app.watching.is_set, 30, "the watcher")
             rewrite_partial(trial, 0.6)
             grid = app.screen.query_one(Grid)
             col = grid.get_column_index("nop")
