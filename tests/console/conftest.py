@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,3 +16,11 @@ def fresh_out(tmp_path: Path):
     out.mkdir()
     yield out
     stop_runner_if_alive(out)
+
+
+@pytest.fixture
+def tree(mini_tree, tmp_path: Path) -> Path:
+    """A copy of the recorded mini tree (real harbor files) the test may change."""
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    return out

@@ -10,9 +10,7 @@ or a process that opens many consoles (a test session) would keep every closed o
 from __future__ import annotations
 
 import gc
-import shutil
 
-import pytest
 import real_trees
 from console_support import rewrite_partial, run_async, wait_for
 
@@ -22,13 +20,6 @@ from console.widgets.grid import Grid
 from console.widgets.panels import ArmsPanel
 
 SIZE = (100, 30)
-
-
-@pytest.fixture
-def tree(mini_tree, tmp_path):
-    out = tmp_path / "out"
-    shutil.copytree(mini_tree, out)
-    return out
 
 
 def test_a_lone_change_is_on_the_grid_in_the_call_that_hands_it_over(tree):

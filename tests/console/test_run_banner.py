@@ -55,13 +55,6 @@ def start_run(out, t0: float, pairs: int = 20, arms=("plain", "goal")) -> None:
 
 
 @pytest.fixture
-def tree(mini_tree, tmp_path):
-    out = tmp_path / "out"
-    shutil.copytree(mini_tree, out)
-    return out
-
-
-@pytest.fixture
 def sleeper():
     """A real process standing in for a runner; ended by its PID when the test is done."""
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -20,13 +19,6 @@ from console.widgets.fileview import FileView
 from console.widgets.grid import Grid
 
 SIZE = (100, 30)
-
-
-@pytest.fixture
-def tree(mini_tree, tmp_path):
-    out = tmp_path / "out"
-    shutil.copytree(mini_tree, out)
-    return out
 
 
 def _app(out, **kw):
