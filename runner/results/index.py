@@ -104,8 +104,14 @@ class ScanIndex:
         self._dirs: dict[str, tuple[str, str]] | None = None  # path -> (ident, names), on first use
         self._dirs_fresh: list[tuple[str, str, str, int]] = []  # (path, ident, names, ctime_ns)
         self._dirs_seen: set[str] = set()
+        self._dirs_served: set[str] = set()  # dirs whose listing came from the index (unchanged)
         self.hits = 0
         self.misses = 0
+        self.unchecked = 0  # entries served without checking their files (``trusting``)
+        #: serve entries without ``lstat``-ing their files when their arm dir's listing was served
+        #: (the console's first paint, which says so and is followed at once by a checked scan:
+        #: ``RunModel.load``); what it reads afresh is stored as by any scan
+        self.trusting = False
 
     # ------------------------------------------------------------------------ opening
 
@@ -166,6 +172,7 @@ class ScanIndex:
         row = self._dirs.get(rel)
         if row is None or not stat.S_ISDIR(st.st_mode) or row[0] != _listing_ident(rel, st, row[1]):
             return None
+        self._dirs_served.add(rel)
         return row[1].split("/") if row[1] else []
 
     def put_listing(self, rel: str, st: os.stat_result, names: list[str]) -> None:
@@ -195,13 +202,17 @@ class ScanIndex:
                 raise LookupError("another attempt's entry")
             if not rels:
                 raise LookupError("no files")  # every entry names its files; this one is not ours
-            if _idents(sdir, rels) != idents:
+            # trusting: unchecked only under an arm dir the index listed (the same dir, by inode
+            # and times: never a copy of the tree, nor an arm dir with a stamp added or removed)
+            unchecked = self.trusting and f"{key[0]}/{key[1]}" in self._dirs_served
+            if not unchecked and _idents(sdir, rels) != idents:
                 raise LookupError("a file changed")
             got = _decode(rec)
         except (OSError, LookupError, ValueError, TypeError, AttributeError):
             self.misses += 1
             return None
         self.hits += 1
+        self.unchecked += unchecked
         return got
 
     def _parsed(self) -> dict[str, Any]:

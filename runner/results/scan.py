@@ -64,9 +64,13 @@ class TreeScan:
         self.prev: TreeScan | None = None  # during a refresh: the scan whose last good values to keep
         #: (attempts taken from the scan index, attempts read) of the last scan; None without one
         self.index_hits: tuple[int, int] | None = None
+        #: every record was read or taken from an index entry whose files ``lstat`` the same (False:
+        #: some were taken unchecked, ``scan_all``'s ``trust_index``)
+        self.checked = True
 
-    def scan_all(self, use_index: bool) -> None:
-        """Scan the whole tree (and its voided trials); ``use_index``: through the scan index."""
+    def scan_all(self, use_index: bool, trust_index: bool = False) -> None:
+        """Scan the whole tree (and its voided trials); ``use_index``: through the scan index;
+        ``trust_index``: take its entries without checking their files (``checked`` says so)."""
         self.markers = {
             n for n in (tree.RUNNER_DIR, tree.CLAIMS_DIR, tree.DRIVER_ENV) if os.path.exists(self.out / n)
         }
@@ -80,6 +84,8 @@ class TreeScan:
             from runner.results.index import ScanIndex
 
             index = ScanIndex.open(self._out_s)
+            if index is not None:
+                index.trusting = trust_index
         todo: list[tuple[str, str, str]] = []
         out, owner, lstat, isdir = self._out_s, self.owner, os.lstat, stat.S_ISDIR
         for task in tree.list_dirs(out):
@@ -101,6 +107,7 @@ class TreeScan:
         for key, got in zip(todo, _read_stamps(self._out_s, todo, index), strict=True):
             self._scan_stamp(*key, pre=got)
         self.index_hits = (index.hits, index.misses) if index is not None else None
+        self.checked = not (index is not None and index.unchecked)
         self._scan_voided()
 
     def _scan_task(self, task: str) -> None:

@@ -163,15 +163,11 @@ def test_an_unreadable_index_is_ignored(aged):
         p.unlink()
 
 
-def test_a_file_changed_behind_the_index_is_never_served_stale(core_tree, tmp_path):
-    """An agent's leftover process rewrites metrics.json in place, same size, mtime set back: the
-    index must not show the old score (its ctime changed), and the tamper rule still holds."""
-    out = tmp_path / "out"
-    shutil.copytree(core_tree, out, symlinks=True, ignore=shutil.ignore_patterns(INDEX_DIR))
-    _age(out)
+def _rewrite_behind_the_index(out: Path) -> None:
+    """Index the aged tree warm, then rewrite calc-partial x nop's metrics.json in place as an
+    agent's leftover process could: the same size, its mtime set back."""
     RunModel.load(out)
-    warm = RunModel.load(out)
-    cell = warm.cells[("calc-partial", "nop")]
+    cell = RunModel.load(out).cells[("calc-partial", "nop")]
     assert cell.status == "done" and cell.partial == pytest.approx(0.2)
     att = next(a for a in cell.attempts if a.stamp == cell.scored_by)
     (trial,) = att.trials
@@ -179,9 +175,62 @@ def test_a_file_changed_behind_the_index_is_never_served_stale(core_tree, tmp_pa
     st = os.stat(metrics)
     metrics.write_bytes(json.dumps({**json.loads(metrics.read_bytes()), "partial_score": 0.9}).encode())
     os.utime(metrics, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_a_file_changed_behind_the_index_is_never_served_stale(core_tree, tmp_path):
+    """An agent's leftover process rewrites metrics.json in place, same size, mtime set back: the
+    index must not show the old score (its ctime changed), and the tamper rule still holds."""
+    out = tmp_path / "out"
+    shutil.copytree(core_tree, out, symlinks=True, ignore=shutil.ignore_patterns(INDEX_DIR))
+    _age(out)
+    _rewrite_behind_the_index(out)
     after = RunModel.load(out)
     assert after.cells == RunModel.load(out, index=False).cells
     assert after.cells[("calc-partial", "nop")].status == "tampered"
+
+
+def test_an_unchecked_load_says_so_and_its_refresh_is_the_truth(core_tree, tmp_path):
+    """``trust_index`` (the console's first paint) serves the entries without checking their
+    files: a score rewritten behind the index shows as it was, the model says it is unchecked,
+    and ``refresh`` (the checked scan that follows) gives the figures of a scan that reads every
+    file. Commands never trust: their load is checked."""
+    out = tmp_path / "out"
+    shutil.copytree(core_tree, out, symlinks=True, ignore=shutil.ignore_patterns(INDEX_DIR))
+    _age(out)
+    _rewrite_behind_the_index(out)
+    first = RunModel.load(out, trust_index=True)
+    assert not first.checked and first.index_hits[0] > 0
+    assert first.cells[("calc-partial", "nop")].partial == pytest.approx(0.2)  # as indexed
+    assert RunModel.load(out).checked
+    first.refresh()
+    assert first.checked and first.cells == RunModel.load(out, index=False).cells
+    assert first.cells[("calc-partial", "nop")].status == "tampered"
+
+
+def test_an_unchecked_load_of_a_copied_tree_checks_every_entry(core_tree, tmp_path):
+    """A tree copied with its index (an rsync from a fleet host, a test's copy): its dirs are other
+    inodes, so no arm dir's listing is served and no entry is taken unchecked."""
+    src = tmp_path / "src"
+    shutil.copytree(core_tree, src, symlinks=True, ignore=shutil.ignore_patterns(INDEX_DIR))
+    _age(src)
+    RunModel.load(src)
+    assert RunModel.load(src, trust_index=True)._scan.checked is False
+    copy = tmp_path / "copy"
+    shutil.copytree(src, copy, symlinks=True)
+    assert (copy / INDEX_DIR).is_dir()
+    first = RunModel.load(copy, trust_index=True)
+    assert first.checked and first.cells == RunModel.load(copy, index=False).cells
+
+
+def test_an_unchecked_load_without_an_index_reads_every_file_and_stores_them(core_tree, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(core_tree, out, symlinks=True, ignore=shutil.ignore_patterns(INDEX_DIR))
+    _age(out)
+    first = RunModel.load(out, trust_index=True)
+    assert first.checked and first.index_hits[0] == 0  # nothing was taken unchecked
+    assert first.cells == RunModel.load(out, index=False).cells
+    hits, misses = RunModel.load(out).index_hits  # what it read is in the index, for the next scan
+    assert hits >= 8 and misses == 0
 
 
 def test_dir_listings_come_from_the_index_only_while_their_dirs_are_unchanged(core_tree, tmp_path):
