@@ -294,6 +294,9 @@ class TreeSnapshot:
     #: the run's spend projected to completion (``runner.results.projection``, as ``marathon status``
     #: shows it), at most every ``PROJECTION_SEC``; None without a ledger
     projection: Projection | None = None
+    #: every value was read or checked against its files (False: the first paint's values, taken
+    #: from the scan index unchecked; ``TreeFeed.load``)
+    checked: bool = True
 
 
 @dataclass(frozen=True)
@@ -359,9 +362,12 @@ class TreeFeed:
         self._released = False
         self._freezing = threading.Lock()  # load (the tree worker) against release (the App's exit)
 
-    def load(self) -> TreeSnapshot:
+    def load(self, trust_index: bool = False) -> TreeSnapshot:
+        """The whole tree, read once. ``trust_index``: the scan index's entries as they are, their
+        files not checked (``RunModel.load``): the console's first paint, a third sooner on a big
+        tree, shown as unchecked until the ``rescan`` that must follow at once."""
         first = self.model is None
-        self.model = RunModel.load(self.out)
+        self.model = RunModel.load(self.out, trust_index=trust_index)
         if first:
             # The model lives as long as the console (rescans refresh it in place) and its tens of
             # thousands of records hold no cycles: out of the cyclic GC's reach, they are not
@@ -388,10 +394,12 @@ class TreeFeed:
         if self.model is None:
             return self.load()
         before = (self.model.tasks, self.model.arms)
+        was_checked = self.model.checked
         changed = self.model.refresh()
         if full or before != (self.model.tasks, self.model.arms):
             return self._snapshot(None)
-        return self._snapshot(changed) if changed else None
+        # the first checked scan after an unchecked load: a snapshot even when nothing changed
+        return self._snapshot(changed) if changed or not was_checked else None
 
     def update_projects(self, cells: Iterable[Cell | None] | None = None) -> bool:
         """Keep the compose projects of the tree's trials current, reading only trials not seen yet
@@ -482,7 +490,7 @@ class TreeFeed:
         return TreeSnapshot(
             cells, changed is None, tasks, arms, summary, alarm, tuple(notes), time.time(), history,
             tuple(m.host_use()), suspect_tasks(scoped, arms, tasks), spend,
-            self._projection if money.exists else None,
+            self._projection if money.exists else None, m.checked,
         )  # fmt: skip
 
 

@@ -350,6 +350,10 @@ def matches(filter_text: str, *names: str) -> bool:
     return hit != invert
 
 
+#: the top bar while the grid shows the scan index's values, not yet checked against the files
+UNCHECKED = "data as indexed, checking"
+
+
 def age_text(scanned_at: float | None, now: float | None = None) -> str:
     if scanned_at is None:
         return "no data yet"

@@ -70,6 +70,7 @@ class MainScreen(Screen):
         self.notes: tuple[str, ...] = ()
         self.suspect: dict[str, str] = {}  # task -> evidence: every arm failed it alike
         self.scanned_at: float | None = None
+        self.checked = True  # the tree's values were checked against its files (``TreeSnapshot``)
         # the operator's view of it
         self.filter_text = ""
         self.sort_key = "name"
@@ -157,6 +158,7 @@ class MainScreen(Screen):
         self.hosts = snap.hosts
         self.alarm = snap.alarm
         self.scanned_at = snap.scanned_at
+        self.checked = snap.checked
         self._tree_pending = True
         self._schedule_flush()
 
@@ -331,7 +333,10 @@ class MainScreen(Screen):
         right.append(f"{self.scope} ")
         if self.polling:
             right.append("poll ")
-        right.append(view.age_text(self.scanned_at, now), style="dim")
+        if self.checked:
+            right.append(view.age_text(self.scanned_at, now), style="dim")
+        else:
+            right.append(view.UNCHECKED, style="yellow")
         ledger = [s.ledger_spend_usd for s in self.summary.values() if s.ledger_spend_usd is not None]
         harbor = [s.spend_usd for s in self.summary.values() if s.spend_usd is not None]
         spend_usd = sum(ledger or harbor) or None  # the ledger's when the run has one

@@ -10,14 +10,23 @@ or a process that opens many consoles (a test session) would keep every closed o
 from __future__ import annotations
 
 import gc
+import time
+from pathlib import Path
 
+import pytest
 import real_trees
 from console_support import rewrite_partial, run_async, wait_for
+from textual_screen import screen_text
 
-from console.app import make_app
+import console.app
+from console import view
+from console.app import ConsoleApp, make_app
+from console.feeds import TreeFeed
 from console.screens.main import FLUSH_SEC
 from console.widgets.grid import Grid
 from console.widgets.panels import ArmsPanel
+from runner.results.index import RACY_NS
+from runner.results.model import RunModel
 
 SIZE = (100, 30)
 
@@ -79,3 +88,58 @@ def test_the_arms_panel_sums_the_receipts_of_each_arm(tmp_path):
     run_async(go)
     assert rows["partial"] == ["2", "1", "1"], rows
     assert all(sums == ["0", "0", "0"] for arm, sums in rows.items() if arm != "partial"), rows
+
+
+class CheckedRecordingApp(ConsoleApp):
+    """The console, with the ``checked`` flag of every tree snapshot it is handed kept in order."""
+
+    CSS_PATH = str(Path(console.app.__file__).parent / ConsoleApp.CSS_PATH)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.checked_seen: list[bool] = []
+
+    def on_tree_data(self, msg) -> None:
+        self.checked_seen.append(msg.snapshot.checked)
+        super().on_tree_data(msg)
+
+
+def _indexed_then_changed(tree) -> Path:
+    """The tree's scan index made by a checked scan, then a score finished again behind it."""
+    time.sleep(RACY_NS / 1e9 + 0.2)  # the index stores only files older than its racy window
+    RunModel.load(tree)
+    trial = next(p for p in (tree / "calc-partial" / "nop").rglob("metrics.json"))
+    rewrite_partial(trial, 0.6)
+    return trial
+
+
+def test_the_first_paint_takes_the_index_unchecked_and_the_checked_scan_follows(tree):
+    """Watching, the console's first paint takes the scan index's entries without checking their
+    files (a third of a warm scan on a 2,010-task tree), says so in the top bar, and the checked
+    scan that follows at once brings what changed behind the index (``TreeFeed.load``)."""
+    _indexed_then_changed(tree)
+    feed = TreeFeed(tree)
+    try:
+        first = feed.load(trust_index=True)
+        assert not first.checked and first.cells[("calc-partial", "nop")].partial == pytest.approx(0.2)
+        after = feed.rescan()
+        assert after is not None and after.checked
+        assert after.cells[("calc-partial", "nop")].partial == pytest.approx(0.6)
+    finally:
+        feed.release()
+
+    async def go(app: CheckedRecordingApp) -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            grid = app.screen.query_one(Grid)
+            await wait_for(pilot, lambda: app.main.checked and bool(app.checked_seen), 30, "a checked grid")
+            col = grid.get_column_index("nop")
+            assert "0.60" in str(grid.get_row("calc-partial")[col])
+            assert view.UNCHECKED not in screen_text(app) and "data live" in screen_text(app)
+
+    watching = CheckedRecordingApp(tree, docker=False, offer_start=False)
+    run_async(lambda: go(watching))
+    assert watching.checked_seen[0] is False and watching.checked_seen[-1] is True
+    # not watching (--screenshot): the one paint there is is checked
+    still = CheckedRecordingApp(tree, docker=False, offer_start=False, watch=False)
+    run_async(lambda: go(still))
+    assert still.checked_seen == [True]
