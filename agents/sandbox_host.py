@@ -84,6 +84,7 @@ BUNDLE = (
     "agents/staging.py",
     "modes/__init__.py",
     "modes/budget.py",
+    "modes/gateway.py",
     "modes/profiles.py",
     "modes/receipt.py",
     "modes/safeio.py",

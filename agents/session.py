@@ -38,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agents.appserver import AppServerClient, AppServerError, DeadlineReached
+from modes.gateway import names_wire_end
 from modes.receipt import Receipt
 
 DEADLINE_MESSAGE = "goal_timeout_before_terminal"
@@ -196,12 +197,13 @@ class CodexSession:
         elif method == "error":
             err = p.get("error") or {}
             line = f"error notification (willRetry={p.get('willRetry')}): {err.get('message')}"
-            if self.deadline is not None and time.monotonic() >= self.deadline:
-                # the deadline has ended the model's work: until our interrupt reaches codex, a call
-                # it still makes is refused by the wire's budget (started on the same request, so
-                # it ends no earlier) and codex says "Reconnecting...". The budget's end, not a fault
-                # of the arm: counted as one, an arm that calls more often got more error events.
-                r.extra.setdefault("errors_after_deadline", []).append(line)
+            if self._ended() or names_wire_end(f"{err.get('message')} {err.get('additionalDetails')}"):
+                # the model's work has ended (the deadline; the wire's refusal of the spent budget or
+                # spend cap): until our interrupt or the host's stop reaches codex, a call it still
+                # makes is refused at the wire and codex says "Reconnecting...", then fails the turn.
+                # The end, not a fault of the arm: counted as one, the five arms got 0 to 4 error
+                # events each for the same cap, by when each harness stopped its codex.
+                r.extra.setdefault("errors_at_end", []).append(line)
             else:
                 r.errors.append(line)
         elif method == "item/completed":
@@ -213,6 +215,10 @@ class CodexSession:
                 self._fail(
                     f"tool call failed silently ({item.get('type')} {item.get('id')}): unsupported call"
                 )
+
+    def _ended(self) -> bool:
+        """The deadline has passed: the model's work is over, whatever codex still reports."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
     def _fail(self, message: str) -> None:
         self.receipt.errors.append(message)
@@ -352,6 +358,14 @@ class CodexSession:
                 if isinstance(turn.get("error"), dict)
                 else turn.get("error")
             )
+            if names_wire_end(str(err)):
+                # the wire refused the spent budget (it ends no earlier than our deadline) or the
+                # attempt's spend cap: the end of the model's work, wound down as the deadline is
+                # (the host says spend cap when it cut), never the arm's failure
+                self.receipt.extra.setdefault("errors_at_end", []).append(f"turn {tid} failed: {err}")
+                now = time.monotonic()
+                self.deadline = now if self.deadline is None else min(self.deadline, now)
+                raise RuntimeError(DEADLINE_MESSAGE)
             self._fail(f"turn {tid} failed: {err}")
             self._check()
         self._zero_token_streak = self._zero_token_streak + 1 if used <= 0 else 0

@@ -33,6 +33,19 @@ TOKEN_VAR = "MARATHON_GATEWAY_TOKEN"
 CUT_VAR = "MARATHON_GATEWAY_CUT"
 #: the gateway's refusal code for such an attempt's calls, and its receipt's ``stop_reason``
 SPEND_CAP_ATTEMPT = "spend_cap_attempt"
+#: the gateway's refusal code for the calls of an attempt whose model budget is spent
+BUDGET_EXHAUSTED = "budget_exhausted"
+#: the refusals that end an attempt's model work at the wire, scored as the deadline is. Each refusal's
+#: message starts with ``<code>:``, and codex puts that message in its error text (``unexpected
+#: status 402 Payment Required: spend_cap_attempt: ...``), so the harness knows the end from a failure
+WIRE_ENDS = (BUDGET_EXHAUSTED, SPEND_CAP_ATTEMPT)
+
+
+def names_wire_end(text: str) -> bool:
+    """True when codex's error text carries the gateway's refusal of a spent budget or spend cap."""
+    return any(f"{code}:" in text for code in WIRE_ENDS)
+
+
 #: ``--ak gateway=local``: the relay to the mounted socket; ``--ak gateway=https://...``: a TLS URL
 LOCAL = "local"
 #: where a remote sandbox gets the CA of the gateway's certificate (``--ak gateway_ca=HOST_PATH``,

@@ -16,7 +16,8 @@ import pytest
 
 from agents.appserver import AppServerClient
 from agents.conversation import Conversation
-from agents.session import DEADLINE_MESSAGE, CodexSession
+from agents.session import DEADLINE_MESSAGE, CodexSession, is_deadline
+from modes.gateway import WIRE_ENDS, names_wire_end
 from modes.receipt import Receipt
 
 
@@ -130,4 +131,59 @@ def test_an_error_after_the_deadline_is_the_budgets_end_not_an_error_of_the_arm(
 
     r = asyncio.run(scenario()).receipt
     assert r.errors == ["error notification (willRetry=True): stream disconnected before completion"]
-    assert r.extra["errors_after_deadline"] == ["error notification (willRetry=True): Reconnecting... 1/2"]
+    assert r.extra["errors_at_end"] == ["error notification (willRetry=True): Reconnecting... 1/2"]
+
+
+#: what codex 0.171 reported when the gateway refused an attempt past its own spend cap (recorded from
+#: a real `marathon run --max-spend-attempt` of the five arms on 2026-12-06)
+CAP_DETAILS = (
+    "unexpected status 402 Payment Required: spend_cap_attempt: this attempt's spend cap "
+    "(marathon run --max-spend-attempt) is spent, url: http://127.0.0.1:18791/v1/responses"
+)
+
+
+def test_the_wires_refusal_of_a_spent_cap_ends_the_work_as_the_deadline_does(tmp_path):
+    """At the attempt's own spend cap the gateway refuses every call (402) until the host stops the
+    driver; codex retries ("Reconnecting... 1/2", "2/2") and fails the turn. Counted as the arm's
+    errors, the five arms of one capped run got 4, 2, 2, 4 and 0 error events; and the failed turn
+    raised the arm's failure. They are the end: kept apart, and the turn's failure winds down as
+    the deadline does. The budget's refusal (401, ``budget_exhausted:``) is the same rule."""
+
+    async def scenario() -> tuple[Conversation, BaseException | None]:
+        conv, client = await _quiet_session(tmp_path, "cat")
+        try:
+            conv.start_budget(time.monotonic(), 60.0, None)
+            s = conv.session
+            for n in (1, 2):
+                err = {"message": f"Reconnecting... {n}/2", "additionalDetails": CAP_DETAILS}
+                await client.notify("error", {"error": err, "willRetry": True})
+            failed = {"id": "t1", "status": "failed", "error": {"message": CAP_DETAILS}}
+            await client.notify("turn/started", {"turn": {"id": "t1"}})
+            await client.notify("turn/completed", {"turn": failed})
+            try:
+                await s.wait_turn_end("t1")
+            except BaseException as exc:  # noqa: BLE001 - what it raised is the subject
+                return conv, exc
+            return conv, None
+        finally:
+            await client.close(grace=0.1)
+
+    conv, raised = asyncio.run(scenario())
+    assert isinstance(raised, RuntimeError) and is_deadline(raised), raised
+    r = conv.receipt
+    assert r.errors == []
+    assert r.extra["errors_at_end"] == [
+        "error notification (willRetry=True): Reconnecting... 1/2",
+        "error notification (willRetry=True): Reconnecting... 2/2",
+        f"turn t1 failed: {CAP_DETAILS}",
+    ]
+    assert conv.session.fatal is None and conv.session.deadline <= time.monotonic()
+
+
+def test_the_gateways_refusals_that_end_an_attempt_name_their_code_first():
+    """The harness knows the end only from codex's error text, which carries the refusal's message."""
+    from runner.ops.gateway.server import REFUSAL_TEXT
+
+    for code in WIRE_ENDS:
+        assert REFUSAL_TEXT[code].startswith(f"{code}:") and names_wire_end(f"x: {REFUSAL_TEXT[code]}")
+    assert not names_wire_end("unexpected status 401 Unauthorized: invalid_api_key")

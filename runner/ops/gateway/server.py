@@ -553,7 +553,7 @@ REFUSAL_TEXT = {
     L.OTHER_ATTEMPT: "this token belongs to another attempt: refused here",
     L.ENDED: "the attempt this token was issued for has ended (finished, voided or stopped)",
     L.GONE: "the attempt this token was issued for is gone (its harbor process no longer runs)",
-    L.BUDGET: "the attempt's model budget is spent: no further model calls",
+    L.BUDGET: f"{L.BUDGET}: the attempt's model budget is spent: no further model calls",
     L.SPEND_CAP_RUN: "spend_cap_run: the run's spend cap (marathon run --max-spend) is reached",
     L.SPEND_CAP_ARM: "spend_cap_arm: this arm's spend cap (marathon run --max-spend-arm) is reached",
     L.SPEND_CAP_ATTEMPT: "spend_cap_attempt: this attempt's spend cap (marathon run --max-spend-attempt) is spent",
