@@ -57,7 +57,9 @@ def _bindings() -> list[Binding]:
 
 
 class ConsoleApp(App[int]):
-    CSS_PATH = "console.tcss"
+    # absolute: Textual resolves a relative path beside the file of the instance's class, which for
+    # a subclass (a test's, an embedding tool's) is not this one
+    CSS_PATH = str(Path(__file__).with_name("console.tcss"))
     TITLE = "marathon console"
     BINDINGS = _bindings()
     COMMAND_PALETTE_BINDING = "ctrl+p"

@@ -1,10 +1,12 @@
-"""When the grid shows a change, and what the console gives back when it closes.
+"""When the grid shows a change, what it shows first, and what the console gives back when it closes.
 
 A change that comes alone (one trial finishing) is on the grid in the same call that hands it
 over; only a burst waits, merged into one paint every ``FLUSH_SEC`` (``MainScreen._schedule_flush``;
 before, every change waited ``FLUSH_SEC``). The console's first load freezes the model's records
 out of the cyclic GC's reach (``console.feeds.TreeFeed.load``); closing the console unfreezes them,
 or a process that opens many consoles (a test session) would keep every closed one's records.
+Watching, the first paint takes the scan index unchecked and says so until the checked scan after
+it; the arms panel sums the receipts of each arm.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from console_support import rewrite_partial, run_async, wait_for
 from textual.widgets.data_table import ColumnDoesNotExist, RowDoesNotExist
 from textual_screen import screen_text
 
-import console.app
 from console import view
 from console.app import ConsoleApp, make_app
 from console.feeds import TreeFeed
@@ -93,8 +94,6 @@ def test_the_arms_panel_sums_the_receipts_of_each_arm(tmp_path):
 
 class CheckedRecordingApp(ConsoleApp):
     """The console, with the ``checked`` flag of every tree snapshot it is handed kept in order."""
-
-    CSS_PATH = str(Path(console.app.__file__).parent / ConsoleApp.CSS_PATH)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

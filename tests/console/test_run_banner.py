@@ -13,13 +13,11 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from console_support import rewrite_partial, run_async, wait_for
 from textual_screen import screen_text
 
-import console.app
 from console.app import ConsoleApp
 from console.screens.drill import DrillScreen
 from console.widgets.grid import Grid
@@ -32,7 +30,6 @@ RUN = "20261201T000000Z-abcdef"
 class BellCountingApp(ConsoleApp):
     """The console with its terminal bell counted (the bell is a byte to the terminal, nothing more)."""
 
-    CSS_PATH = str(Path(console.app.__file__).parent / ConsoleApp.CSS_PATH)
     bells = 0
 
     def bell(self) -> None:
