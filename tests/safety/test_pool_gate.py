@@ -216,9 +216,12 @@ def test_permission_denied_names_the_socket(docker_engine):
         pytest.skip("needs root to drop to an unprivileged user")
     code = (
         # import everything first: after dropping to nobody, the interpreter's stdlib under /root
-        # may no longer be readable
-        "import os, sys, json, docker, requests, marathon.cli, marathon.commands.net, runner.ops.docker_pool;"
-        "marathon.cli.build_parser();"
+        # may no longer be readable, nor the checkout (a clone in a 0700 dir, as `mktemp -d` makes
+        # it): every module of marathon's own packages, since a command imports some lazily
+        "import os, sys, json, pkgutil, importlib, docker, requests, marathon, runner, modes;"
+        "[importlib.import_module(m.name) for p in (marathon, runner, modes)"
+        " for m in pkgutil.walk_packages(p.__path__, p.__name__ + '.') if not m.name.startswith('runner.demo')];"
+        "import marathon.cli; marathon.cli.build_parser();"
         "os.setgroups([]); os.setgid(65534); os.setuid(65534);"
         "sys.exit(marathon.cli.main(['net']))"
     )
