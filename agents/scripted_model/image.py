@@ -28,12 +28,20 @@ def context_digest() -> str:
 
 
 def _label(image: str) -> str | None:
+    """The image's content label; None when the engine has no such image. An engine that does not
+    answer is not a missing image: its own line is raised, so nobody is sent to rebuild a base image
+    that is there."""
     proc = subprocess.run(
         ["docker", "image", "inspect", "--format", f'{{{{index .Config.Labels "{HASH_LABEL}"}}}}', image],
         capture_output=True,
         text=True,
     )
-    return proc.stdout.strip() if proc.returncode == 0 else None
+    if proc.returncode == 0:
+        return proc.stdout.strip()
+    if "no such image" in proc.stderr.lower():
+        return None
+    lines = proc.stderr.strip().splitlines()
+    raise RuntimeError(f"docker image inspect {image} failed: {lines[-1] if lines else proc.returncode}")
 
 
 def ensure_demo_image(image: str = DEMO_IMAGE) -> str:

@@ -82,7 +82,9 @@ def _prepare_real_arms(arms: list[str]) -> None:
     from agents.scripted_model.image import ensure_demo_image
     from agents.staging import stage_codex
     from modes.profiles import mode_for
+    from runner.ops.dockerapi import connect
 
+    connect().close()  # an engine that does not answer: its one line (exit 3) before any staging
     print("marathon demo: staging codex, LoopX and the demo image (cached after the first time)")
     stage_codex()
     if any((m := mode_for(a)) is not None and m.loopx for a in arms):

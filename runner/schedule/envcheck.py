@@ -45,6 +45,9 @@ def _build_image(task: Path) -> str:
     env_dir = task / "environment"
     if not (env_dir / "Dockerfile").is_file():
         raise UserError(f"{task} is not a harbor task with environment/Dockerfile")
+    from runner.ops.dockerapi import connect
+
+    connect().close()  # an engine that does not answer: its one line (exit 3), not a missing image
     ensure_demo_image()
     tag = f"marathon-verify-envs:{task.name}"
     proc = subprocess.run(["docker", "build", "-q", "-t", tag, str(env_dir)], capture_output=True, text=True)

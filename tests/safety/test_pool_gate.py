@@ -210,6 +210,22 @@ def test_unreachable_docker_is_one_clear_line(tmp_path):
     ]
 
 
+@pytest.mark.parametrize("argv", [["demo", "--headless"], ["verify-envs"]])
+def test_unreachable_docker_is_not_a_missing_image(tmp_path, argv):
+    """The demo and verify-envs build an image first: an engine that does not answer is its one line
+    (exit 3), never "base image missing, run setup-machine" labelled an internal error; nothing is
+    made on the way."""
+    out = tmp_path / "out"
+    r = marathon(*argv, *(["--out", str(out)] if argv[0] == "demo" else []),
+                 env={"DOCKER_HOST": f"unix://{tmp_path}/no.sock"})  # fmt: skip
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"marathon: no Docker engine at unix://{tmp_path}/no.sock: the socket does not exist; "
+        "start the engine (sudo systemctl start docker) or set DOCKER_HOST"
+    ]
+    assert not out.exists()
+
+
 def test_permission_denied_names_the_socket(docker_engine):
     """A user outside the docker group gets one line naming the socket (real EACCES via setuid)."""
     if os.geteuid() != 0:
