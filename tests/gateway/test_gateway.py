@@ -41,7 +41,7 @@ from gateway_support import (
 
 from runner.ops.gateway import attempts, process
 from runner.results import ledger as L
-from runner.results.tree import gateway_dir
+from runner.results.tree import gateway_dir, ledger_path
 
 KEY_VAR = "MARATHON_GW_TEST_KEY"
 
@@ -314,6 +314,43 @@ def test_a_killed_gateway_is_restarted_with_the_outage_recorded_and_the_budget_k
     assert abs(later.model_time_sec - (later.at - first)) < 0.01  # ... on the budget from its first call
     time.sleep(max(0.0, first + 4.2 - time.time()))
     assert code_of(post(sock, a.token)[1]) == L.BUDGET
+
+
+def test_a_ledger_it_cannot_write_stops_the_gateway_and_the_restart_keeps_the_ledger_whole(gateway, provider):
+    """A full disk under the ledger must not leave a gateway serving calls no ledger holds (they
+    would escape the caps, the budgets and the bill). The failure is a real one: a file-size limit
+    set on the running gateway (``prlimit``), so its next row is cut short and then refused
+    (EFBIG, as ENOSPC on a full disk). It exits saying why; the restart records the outage (the
+    attempt live at it is voided by ``gateway_failed``), ends the torn line, and serves again."""
+    import resource
+
+    out, s, st = gateway
+    a = issue(out)
+    sock = attempts.socket_path(out, a.record.id)
+    for _ in range(6):
+        assert post(sock, a.token)[0] == 200
+    wait_for(lambda: len(calls(out)) == 6, 5, "six ledger lines")
+    ledger = ledger_path(out)
+    size = ledger.stat().st_size
+    others = [p.stat().st_size for p in gateway_dir(out).rglob("*") if p.is_file() and p != ledger]
+    assert size > max(others) + 100  # only the ledger's next row crosses the limit
+    resource.prlimit(st.pid, resource.RLIMIT_FSIZE, (size + 40, resource.RLIM_INFINITY))
+    assert post(sock, a.token)[0] == 200  # answered; its row is what cannot be written
+    wait_for(lambda: process.running(out) is None, 10, "the gateway to exit")
+    log = (gateway_dir(out) / process.LOG_FILE).read_text()
+    assert "gateway: the ledger cannot be written (File too large): exiting" in log
+    assert ledger.stat().st_size == size + 40  # the torn row: 40 bytes of it, no newline
+    new, started = process.ensure(out, s, by="test")
+    assert started and new.pid != st.pid
+    (o,) = L.read_outages(out)
+    assert ("t1", "plain", a.record.stamp) in o.attempts
+    wait_for(lambda: sock.exists(), 10, "the socket bound again")
+    assert post(sock, a.token)[0] == 200
+    wait_for(lambda: len(calls(out)) == 7, 5, "the new gateway's call on the ledger")
+    lines = ledger.read_bytes().split(b"\n")
+    assert len(lines[7]) == 40 and json.loads(lines[8])["kind"] == L.GATEWAY_START  # the torn row alone
+    starts = [g["gateway"] for g in L.read_ledger(out).gateways if g["kind"] == L.GATEWAY_START]
+    assert starts[-1] == new.instance
 
 
 def test_a_cluster_job_restarts_its_hosts_killed_gateway_never_a_stopped_one(tmp_path, key, provider):

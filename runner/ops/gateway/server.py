@@ -83,14 +83,27 @@ def _json_error(status: int, code: str, message: str, kind: str = "invalid_reque
     return web.Response(status=status, text=safetext.dumps(body), content_type="application/json")
 
 
-class LedgerWriter:
-    """Append-only, fsync'd, from a thread of its own (the event loop never waits on the disk)."""
+#: the gateway's exit status when its ledger cannot be written (a full disk, a file-size limit)
+EXIT_LEDGER = 75
 
-    def __init__(self, path: Path) -> None:
+
+class LedgerWriter:
+    """Append-only, fsync'd, from a thread of its own (the event loop never waits on the disk).
+
+    A write that fails (the disk full, a file-size limit) is never dropped quietly: the writer stops
+    and calls ``on_fail`` (the gateway exits on it: a call the ledger does not hold would escape the
+    caps, the budgets and the bill). A line torn by such a failure stays a line of its own: the next
+    writer ends it before its first row."""
+
+    def __init__(self, path: Path, on_fail: Any = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         from modes.safeio import open_append
 
         self.fd = open_append(path)
+        self.failed: OSError | None = None
+        self.on_fail = on_fail
+        if _torn(path, self.fd):
+            _write_all(self.fd, b"\n")
         self.q: queue.Queue[bytes | None] = queue.Queue()
         self.thread = threading.Thread(target=self._run, name="ledger", daemon=True)
         self.thread.start()
@@ -110,8 +123,14 @@ class LedgerWriter:
             stop = None in batch
             data = b"".join(b for b in batch if b is not None)
             if data:
-                os.write(self.fd, data)
-                os.fsync(self.fd)
+                try:
+                    _write_all(self.fd, data)
+                    os.fsync(self.fd)
+                except OSError as exc:
+                    self.failed = exc
+                    if self.on_fail is not None:
+                        self.on_fail(exc)
+                    return
             if stop:
                 return
 
@@ -119,6 +138,30 @@ class LedgerWriter:
         self.q.put(None)
         self.thread.join(10)
         os.close(self.fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """All of ``data`` or an ``OSError`` (a write to a filling disk can be short before it fails)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _torn(path: Path, fd: int) -> bool:
+    """The ledger does not end with a newline: a writer failed in the middle of a line."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return False
+    from modes.safeio import Refused, open_own
+
+    opened = open_own(str(path))
+    if isinstance(opened, Refused):
+        return False
+    rfd, _st = opened
+    try:
+        return os.pread(rfd, 1, size - 1) != b"\n"
+    finally:
+        os.close(rfd)
 
 
 @dataclass
@@ -181,7 +224,7 @@ class Gateway:
         self.live: dict[str, Live] = {}
         self.by_sock: dict[str, str] = {}  # socket path -> attempt id
         self.by_token: dict[str, str] = {}  # token sha256 -> attempt id
-        self.ledger = LedgerWriter(ledger_path(self.out, self.host))
+        self.ledger = LedgerWriter(ledger_path(self.out, self.host), on_fail=self._ledger_failed)
         self.stop_event = asyncio.Event()
         self.served = 0
         self.tcp_port: int | None = None
@@ -193,6 +236,17 @@ class Gateway:
         self._caps_mtime: int | None = None
         self.tally: C.Tally | None = None
         self.upstream_label = self.upstream_label or self.upstream.base
+
+    def _ledger_failed(self, exc: OSError) -> None:
+        """The ledger cannot be written: exit at once (from the writer's thread), serving no call the
+        ledger would not hold. The runner's tender finds a gateway that died unasked for, records
+        the outage and starts another; the attempts live meanwhile are voided (``gateway_failed``)."""
+        with contextlib.suppress(Exception):
+            self.say(f"gateway: the ledger cannot be written ({exc.strerror or exc}): exiting, so that no "
+                     "call goes unrecorded")  # fmt: skip
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(EXIT_LEDGER)
 
     # ------------------------------------------------------------------ lifecycle
 
