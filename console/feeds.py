@@ -521,6 +521,7 @@ def arm_summary(
         with remembered_intervals(model.out):  # (the report's per-arm rows: one pass over the cells)
             rows, _ = report.arm_summaries(mine, redo, money=money if money.exists else None, total=False)
         alarms = [r["message"] for r in report.infrastructure(cells, arms) if r.get("alarm")]
+        alarms += [r["message"] for r in report.provider_errors(cells, arms, model.ledger) if r["alarm"]]
         au = report.full_audit(cells, arms, model)  # the receipts' setup facts and the wire's parameters
         alarms += au["lines"] + au["wire"]["lines"]
         differing = set(au["arms_differing"])  # the summary row's warning mark

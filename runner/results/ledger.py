@@ -269,6 +269,8 @@ class AttemptUsage:
     output: int = 0
     reasoning: int = 0
     with_usage: int = 0  # forwarded calls whose answer carried usage
+    #: the provider's error answers by HTTP status ("no answer": none came), ``runner.results.alarms``
+    upstream_errors: dict[str, int] = field(default_factory=dict)
     first_at: float | None = None  # the first forwarded call: where the wire budget starts
     last_accepted_at: float | None = None
     last_accepted_model_sec: float | None = None
@@ -288,6 +290,9 @@ class AttemptUsage:
                 self.first_refused_at = c.at
             return
         self.forwarded += 1
+        if c.outcome == UPSTREAM_ERROR:
+            s = str(c.status) if c.status else "no answer"
+            self.upstream_errors[s] = self.upstream_errors.get(s, 0) + 1
         if self.first_at is None or c.at < self.first_at:
             self.first_at = c.at
         if self.last_accepted_at is None or c.at > self.last_accepted_at:

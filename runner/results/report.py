@@ -34,6 +34,7 @@ from typing import Any
 
 from modes import profiles, safetext
 from runner.results import audit, clusters, power, rules, stats, suspect
+from runner.results.alarms import ALARM_P, ALARM_TEXT, arm_vs_others, provider_errors
 from runner.results.attempts import DONE, ERRORED, STATUSES, VOIDED, Key
 from runner.results.cells import Cell, scored_values
 from runner.results.model import RunModel
@@ -49,8 +50,6 @@ FORMATS = ("md", "json", "csv", "html")
 #: ``ledger_spend_usd``, ``cost_unpriced`` per cell; ``ledger_*`` per arm), ``prices`` (the LiteLLM
 #: map's identity and the overrides) and ``reconciliation.cost`` (per arm, ledger vs harbor).
 SCHEMA = "marathon-report-v4"
-ALARM_P = 0.05
-ALARM_TEXT = "suspect infrastructure before capability"
 CELL_FIELDS = (
     "status",
     "reward",
@@ -466,37 +465,28 @@ def paired(
 
 def infrastructure(cells: dict[tuple[str, str], Cell], arms: list[str]) -> list[dict[str, Any]]:
     """Per arm: errored + voided attempts (and holes only the harness could have made:
-    ``Attempt.infrastructure``) vs the rest, against all other arms (Fisher's exact test). A hole
+    ``Attempt.infrastructure``) vs the rest, against all other arms (``runner.results.alarms``). A hole
     the agent could have made is the arm's failure (the hole rule), not infrastructure."""
-    per = {}
+    per: dict[str, tuple[int, int]] = {}
     for arm in arms:
         atts = [a for (t, ar), c in cells.items() if ar == arm for a in c.attempts]
-        bad = sum(1 for a in atts if a.infrastructure)
-        per[arm] = (bad, len(atts))
-    out = []
-    for arm in arms:
-        bad, n = per[arm]
-        obad = sum(per[o][0] for o in arms if o != arm)
-        on = sum(per[o][1] for o in arms if o != arm)
-        p = stats.fisher_exact(bad, n - bad, obad, on - obad) if n and on else 1.0
-        rate = bad / n if n else None
-        orate = obad / on if on else None
-        alarm = bool(rate is not None and orate is not None and rate > orate and p < ALARM_P)
-        out.append(
-            {
-                "arm": arm,
-                "bad_attempts": bad,
-                "attempts": n,
-                "rate": _r(rate),
-                "others_rate": _r(orate),
-                "p_value": _r(p, 6),
-                "alarm": alarm,
-                "message": f"{arm}: error/void rate {bad}/{n} vs {obad}/{on} for the others (Fisher p={p:.3g}): {ALARM_TEXT}"
-                if alarm
-                else "",
-            }
-        )
-    return out
+        per[arm] = (sum(1 for a in atts if a.infrastructure), len(atts))
+    return [
+        {
+            "arm": r.arm,
+            "bad_attempts": r.bad,
+            "attempts": r.n,
+            "rate": _r(r.rate),
+            "others_rate": _r(r.others_rate),
+            "p_value": _r(r.p, 6),
+            "alarm": r.alarm,
+            "message": f"{r.arm}: error/void rate {r.bad}/{r.n} vs {r.others_bad}/{r.others_n} for the others "
+            f"(Fisher p={r.p:.3g}): {ALARM_TEXT}"
+            if r.alarm
+            else "",
+        }
+        for r in arm_vs_others(per, arms)
+    ]
 
 
 def full_audit(cells: dict, arms: list[str], model: RunModel) -> dict[str, Any]:
@@ -629,6 +619,7 @@ def build_report(
         "suspect": [s.as_dict() for s in suspects.values()],
         "suspect_excluded": exclude_suspect,
         "infrastructure": infrastructure(cells, arms),
+        "provider_errors": provider_errors(cells, arms, model.ledger),
         "audit": full_audit(cells, arms, model),
         "reconciliation": reconciliation(cells, arms, model, money),
         "prices": {**money.pricer.source(), "line": money.pricer.source_line()},
@@ -659,6 +650,9 @@ def build_report(
             "Holm-adjusted across every pair with a common task",
             "infrastructure": "errored+voided attempts and holes only the harness could have made vs the other "
             f"arms, Fisher's exact test; alarm at p < {ALARM_P}",
+            "provider_errors": "attempts the provider answered with an error at least once (the gateway's "
+            "ledger; codex retries most of them unseen) vs the other arms, the same test and level; "
+            "statuses: the error answers by HTTP status",
             "power": "per pair and measure: MDE and tasks needed (runner.results.power)",
             "suspect": f"{suspect.LABEL}: counted as any task unless suspect_excluded (the other reading)",
             **({"repeats": REPEATS_NOTE} if repeats > 1 else {}),
@@ -994,6 +988,22 @@ def hole_line(c: dict[str, Any]) -> str:
     return f"{c['status']}: the harness's file, not a score"
 
 
+def provider_error_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The provider's error answers per arm (heads, rows) every format shows; no rows without a
+    ledger (the statuses come from the tree: escaped by the formats like a name)."""
+    heads = ["arm", "attempts with errors", "attempts", "error answers", "calls", "statuses", "Fisher p"]
+    rows = [
+        [r["arm"], str(r["attempts_with_errors"]), str(r["attempts"]), str(r["error_calls"]), str(r["calls"]),
+         ", ".join(f"{k} x{v}" for k, v in r["statuses"].items()) or "-", fmt_p(r["p_value"])]
+        for r in rep.get("provider_errors") or []
+    ]  # fmt: skip
+    return heads, rows
+
+
+#: what the provider-errors table is (md and html)
+PROVIDER_ERRORS_TITLE = "Provider errors at the wire (the gateway's ledger: attempts the provider answered with an error at least once; codex retries most of them unseen)"
+
+
 def render_md(rep: dict[str, Any]) -> str:
     m = safetext.md
     arms, tasks = rep["arms"], rep["tasks"]
@@ -1018,6 +1028,10 @@ def render_md(rep: dict[str, Any]) -> str:
         lines.append(
             f"| {m(r['arm'])} | {r['bad_attempts']} | {r['attempts']} | {_f(r['rate'])} | {_f(r['others_rate'])} | {fmt_p(r['p_value'])} |"
         )
+    if rep.get("provider_errors"):
+        lines += ["", f"{PROVIDER_ERRORS_TITLE}:", ""]
+        lines += [f"- **ALARM** {m(r['message'], None)}" for r in rep["provider_errors"] if r["alarm"]]
+        lines += _md_table(*provider_error_table(rep))
     lines += ["", "## Fairness audit (setup facts from the receipts, per task)", ""]
     lines += _audit_lines(rep, lambda t: f"- **ALARM** {m(t, None)}", m)
     if rec := reconciliation_lines(rep, lambda t: f"- **FLAG** tokens differ: {m(t, None)}"):
@@ -1143,7 +1157,14 @@ def render_html(rep: dict[str, Any]) -> str:
         parts.append(
             f"<tr><td>{e(r['arm'])}</td><td>{r['bad_attempts']}</td><td>{r['attempts']}</td><td>{e(fmt_p(r['p_value']))}</td></tr>"
         )
-    parts.append("</table><h2>Fairness audit</h2>")
+    parts.append("</table>")
+    if rep.get("provider_errors"):
+        parts.append(f"<p>{e(PROVIDER_ERRORS_TITLE)}:</p>")
+        parts += [
+            f'<p class="alarm">ALARM: {e(r["message"])}</p>' for r in rep["provider_errors"] if r["alarm"]
+        ]
+        parts.append(_html_table(*provider_error_table(rep)))
+    parts.append("<h2>Fairness audit</h2>")
     parts += [
         f'<p class="alarm">{e(t, None)}</p>' if t.startswith("ALARM ") else f"<p>{e(t, None)}</p>"
         for t in _audit_lines(rep, lambda t: f"ALARM {t}")
