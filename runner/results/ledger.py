@@ -271,6 +271,9 @@ class AttemptUsage:
     with_usage: int = 0  # forwarded calls whose answer carried usage
     #: the provider's error answers by HTTP status ("no answer": none came), ``runner.results.alarms``
     upstream_errors: dict[str, int] = field(default_factory=dict)
+    #: forwarded calls that were not an error answer and whose usage never reached the ledger (cut
+    #: by the client or the deadline, a stream that ended early): the provider may bill their tokens
+    unmetered: int = 0
     first_at: float | None = None  # the first forwarded call: where the wire budget starts
     last_accepted_at: float | None = None
     last_accepted_model_sec: float | None = None
@@ -293,6 +296,8 @@ class AttemptUsage:
         if c.outcome == UPSTREAM_ERROR:
             s = str(c.status) if c.status else "no answer"
             self.upstream_errors[s] = self.upstream_errors.get(s, 0) + 1
+        elif c.usage is None:
+            self.unmetered += 1
         if self.first_at is None or c.at < self.first_at:
             self.first_at = c.at
         if self.last_accepted_at is None or c.at > self.last_accepted_at:

@@ -129,6 +129,9 @@ class Cost:
     #: some of the calls were priced by an operator's ``--price`` (harbor, which prices with the map
     #: alone, cannot agree with those: the reconciliation compares tokens only then)
     overridden: bool = False
+    #: calls the provider may have billed whose usage the ledger never got (``AttemptUsage.unmetered``):
+    #: the figure is a lower bound by those
+    unmetered: int = 0
 
     @property
     def priced(self) -> bool:
@@ -142,6 +145,7 @@ class Cost:
             "output_tokens": self.output,
             "reasoning_tokens": self.reasoning,
             "unpriced": list(self.unpriced),
+            "unmetered_calls": self.unmetered,
         }
 
 
@@ -153,7 +157,8 @@ def add_costs(costs: Iterable[Cost | None]) -> Cost | None:
     why = tuple(dict.fromkeys(w for c in got for w in c.unpriced))
     usd = None if why or any(c.usd is None for c in got) else math.fsum(c.usd or 0.0 for c in got)
     return Cost(usd, sum(c.input for c in got), sum(c.cached for c in got), sum(c.output for c in got),
-                sum(c.reasoning for c in got), why, any(c.overridden for c in got))  # fmt: skip
+                sum(c.reasoning for c in got), why, any(c.overridden for c in got),
+                sum(c.unmetered for c in got))  # fmt: skip
 
 
 def _rate(entry: dict[str, Any], base: str, tier: str | None, threshold: str) -> float | None:
@@ -216,8 +221,9 @@ class Pricer:
         return Rates(inp, inp if cached is None else cached, out, reasoning, f"LiteLLM map: {where}")
 
     def cost(self, usage: AttemptUsage | None) -> Cost | None:
-        """One attempt's cost from its ledger usage; None when the ledger has no answered call of it."""
-        if usage is None or not usage.with_usage:
+        """One attempt's cost from its ledger usage; None when the ledger has no answered call of it
+        and none cut short (those alone: $0 and their count, a lower bound)."""
+        if usage is None or not (usage.with_usage or usage.unmetered):
             return None
         usd, why, overridden = 0.0, [], False
         parts = []
@@ -232,7 +238,7 @@ class Pricer:
                       reas_n * (r.output if r.reasoning is None else r.reasoning)]  # fmt: skip
         usd = math.fsum(parts)
         return Cost(None if why else usd, usage.input, usage.cached, usage.output, usage.reasoning,
-                    tuple(dict.fromkeys(why)), overridden)  # fmt: skip
+                    tuple(dict.fromkeys(why)), overridden, usage.unmetered)  # fmt: skip
 
     def source(self) -> dict[str, Any]:
         """Which prices: the map's identity and every override (the report's ``prices``)."""

@@ -133,7 +133,8 @@ def money_dict(cost: Any, spent: Any) -> dict[str, Any]:
     """The ledger's figures of a cell or an arm: its cost (scoring attempts), its spend (every
     attempt), and why any of it is unpriced ([] when all is priced or there is no ledger)."""
     why = list(dict.fromkeys([*(cost.unpriced if cost else ()), *(spent.unpriced if spent else ())]))
-    return {"ledger_cost_usd": _usd(cost), "ledger_spend_usd": _usd(spent), "cost_unpriced": why}
+    return {"ledger_cost_usd": _usd(cost), "ledger_spend_usd": _usd(spent), "cost_unpriced": why,
+            "ledger_unmetered_calls": spent.unmetered if spent else 0}  # fmt: skip
 
 
 def cell_dict(c: Cell, money: Money | None = None) -> dict[str, Any]:
@@ -936,12 +937,19 @@ def cost_lines(rep: dict[str, Any]) -> tuple[list[str], list[str]]:
             f"{a}: cost {_money_text(s['ledger_cost_usd'])} (scored attempts), "
             f"spend {_money_text(s['ledger_spend_usd'])} (every attempt)"
             + (f"; unpriced: {'; '.join(s['cost_unpriced'])}" if s.get("cost_unpriced") else "")
+            + (f"; {n} {UNMETERED}" if (n := s.get("ledger_unmetered_calls")) else "")
         )
     rec = rep.get("reconciliation") or {}
     if rec.get("arms") and not rec.get("arm_lines"):
         out.append("Harbor's own tokens and cost equal the ledger's for every compared done cell.")
     return out, list(rec.get("arm_lines") or [])
 
+
+#: what the money section says of an arm's calls cut before their usage arrived
+UNMETERED = (
+    "call(s) cut before the provider's usage arrived (the client or the deadline ended them): the "
+    "provider may bill their tokens, which no figure here counts; the spend is a lower bound by those"
+)
 
 #: what a flagged line of the money section says before its arm's figures
 COST_FLAG = "harbor's figures differ from the ledger"

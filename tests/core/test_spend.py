@@ -200,6 +200,39 @@ def test_an_unpriced_model_shows_unpriced_in_every_format(handmade, tmp_path):
     assert priced["arm_summary"]["plain"]["ledger_cost_usd"] == pytest.approx(0.150)
 
 
+def test_calls_cut_before_their_usage_are_counted_as_unmetered_never_as_free(handmade, tmp_path):
+    """A call the client or the deadline cut, or a stream that ended without its usage, may be
+    billed: the spend is a lower bound by those, said per arm; an error answer is not one of them."""
+    out = _model_tree(handmade, tmp_path)
+    _ledger(out)
+    w = LedgerWriter(gateway_dir(out) / "ledger.jsonl")
+    for task, outcome, status in (
+        ("t02", L.CLIENT_CLOSED, 200),
+        ("t03", L.OK, 200),
+        ("t04", L.UPSTREAM_ERROR, 429),
+    ):
+        w.write({"kind": L.CALL, "v": L.SCHEMA, "at": 1.7e9, "task": task, "arm": "goal", "stamp": STAMP,
+                 "params": {"model": "hand/model"}, "outcome": outcome, "status": status})  # fmt: skip
+    w.write({"kind": L.CALL, "v": L.SCHEMA, "at": 1.7e9, "task": "t01", "arm": "plain", "stamp": EARLY,
+             "params": {"model": "hand/model"}, "outcome": L.CLIENT_CLOSED, "status": 200})  # fmt: skip
+    w.close()
+    rep = build_report(RunModel.load(out), prices=[PRICE])
+    goal, plain = rep["arm_summary"]["goal"], rep["arm_summary"]["plain"]
+    assert goal["ledger_unmetered_calls"] == 2 and goal["ledger_spend_usd"] == pytest.approx(0.300)
+    assert plain["ledger_unmetered_calls"] == 1 and plain["ledger_spend_usd"] == pytest.approx(0.150 + 0.02)
+    # an attempt whose only call was cut: $0 and counted, never dropped from the spend or taken as free
+    led = L.Ledger()
+    led.add_rows(
+        [{"kind": L.CALL, "at": 1.0, "task": "t", "arm": "a", "stamp": "s", "outcome": L.CLIENT_CLOSED}]
+    )
+    lone = Pricer().cost(led.usage("t", "a", "s"))
+    assert lone is not None and (lone.usd, lone.unmetered) == (0.0, 1)
+    assert rep["arm_summary"]["heartbeat"]["ledger_unmetered_calls"] == 0
+    md = render(rep, "md")
+    assert "goal: cost $0.3000 (scored attempts), spend $0.3000 (every attempt); 2 call(s) cut before" in md
+    assert "heartbeat: cost $0.4500 (scored attempts), spend $0.5000 (every attempt)\n" in md
+
+
 def test_harbors_own_figures_are_reconciled_per_arm_naming_the_attempts(handmade, tmp_path):
     out = _model_tree(handmade, tmp_path)
     # plain's calls say what harbor says (100 in, 10 out, $0.01 at 50/0/500 per million); the other
