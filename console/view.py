@@ -517,7 +517,7 @@ def run_end_text(info: RunnerInfo | None) -> str | None:
 
 
 def gate_text(info: RunnerInfo | None, now: float) -> str | None:
-    """A network-gate wait long enough to be worth waking the operator for."""
+    """A gate wait (the disks, the address pool) long enough to be worth waking the operator for."""
     from runner.results.run_progress import GATE_ALARM_SEC
 
     if info is None or not info.alive:
@@ -526,6 +526,4 @@ def gate_text(info: RunnerInfo | None, now: float) -> str | None:
     if waited is None or waited < GATE_ALARM_SEC:
         return None
     why = f" ({info.progress.gate_reason})" if info.progress.gate_reason else ""
-    return (
-        f"network gate waiting {long_duration(waited)} since {clock(info.progress.gate_waiting_since)}{why}"
-    )
+    return f"gate waiting {long_duration(waited)} since {clock(info.progress.gate_waiting_since)}{why}"

@@ -42,6 +42,7 @@ def add_knobs(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--net-cap", dest="net_cap", type=int, help=h("net_cap"))
     p.add_argument("--net-margin", dest="net_margin", type=int, help=h("net_margin"))
+    p.add_argument("--min-free-gb", dest="min_free_gb", type=int, metavar="GB", help=h("min_free_gb"))
     p.add_argument("--max-passes", dest="max_passes", type=int, help=h("max_passes"))
     p.add_argument("--breaker-k", dest="breaker_k", type=int, help=h("breaker_k"))
     p.add_argument("--model", "-m", help=h("model"))

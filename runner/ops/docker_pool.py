@@ -469,13 +469,24 @@ def wait_for_gate(
     timeout_sec: float | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     on_wait: Callable[[GateVerdict, list[str]], None] = lambda v, reclaimed: None,
+    min_free_gb: int = 0,
+    on_disk_wait: Callable[[str], None] = lambda reason: None,
 ) -> GateVerdict:
     """Block until the gate opens for ``n`` more trials (or timeout / should_stop); while waiting,
     reclaim empty networks of ours (never foreign ones) and tell ``on_wait`` the verdict and what
-    was reclaimed. The single-host driver checks the same ``verdict`` without blocking (it has other
+    was reclaimed. With ``min_free_gb``, first until the disks have that much free
+    (``runner.ops.disk``; ``on_disk_wait`` hears why it waits). The single-host driver checks the same ``verdict`` without blocking (it has other
     pairs to look after); a cluster job has one pair and waits here on its own host."""
+    from runner.ops import disk
+
     client = client or connect()
     deadline = None if timeout_sec is None else time.monotonic() + timeout_sec
+    root = disk.engine_root(client) if min_free_gb else None
+    while min_free_gb and not (dv := disk.verdict(out, root, min_free_gb)).ok:  # the disks first
+        on_disk_wait(dv.reason)
+        if should_stop() or (deadline is not None and time.monotonic() >= deadline):
+            break
+        time.sleep(poll_sec)
     while True:
         v = verdict(pool_status(out, client=client), n, cap=cap, margin=margin)
         if v.ok:

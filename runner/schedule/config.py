@@ -117,6 +117,14 @@ KNOBS: tuple[Knob, ...] = (
     Knob(
         "net_margin", "MARATHON_NET_MARGIN", "--net-margin", None, "int", "networks kept free below the cap"
     ),
+    Knob(
+        "min_free_gb",
+        "MARATHON_MIN_FREE_GB",
+        "--min-free-gb",
+        5,
+        "int",
+        "start no new attempt while the tree's or the Docker engine's disk has less free, in GB (0 = no check)",
+    ),
     Knob("max_passes", "MARATHON_MAX_PASSES", "--max-passes", 3, "int", "sweeps over pairs not done"),
     Knob(
         "breaker_k",
@@ -291,6 +299,7 @@ class RunConfig:
     arm_major: bool = False
     net_cap: int | None = None
     net_margin: int | None = None
+    min_free_gb: int = 5  # runner.ops.disk: new attempts wait while a disk of the run has less free
     max_passes: int = 3
     breaker_k: int = 3
     model: str | None = None

@@ -51,7 +51,7 @@ SLACK_SEC = 600  # build, setup and teardown on top of the agent and verifier bu
 
 @dataclass
 class Finding:
-    kind: str  # runner_dead, run_paused, stale_claim, orphan_job, past_budget, leak, errored_not_voided, untrusted
+    kind: str  # runner_dead, run_paused, stale_claim, orphan_job, past_budget, leak, errored_not_voided, disk_low, untrusted
     what: str
     fixable: bool = False
     data: dict = field(default_factory=dict)
@@ -351,6 +351,18 @@ def _check_gateway(seen: Seen) -> list[Finding]:
     return [Finding("gateway_dead", what, True, {"attempts": [r.id for r in live]})]
 
 
+def _check_disk(seen: Seen) -> list[Finding]:
+    """A disk of the run with less than ``--min-free-gb`` free: no new attempt starts until there is
+    room (``runner.ops.disk``); a person must free it, so nothing to fix here."""
+    if seen.cfg is None or not seen.cfg.min_free_gb:
+        return []
+    from runner.ops import disk
+
+    root = disk.ask_engine_root()[1] if seen.cfg.env == "docker" else None
+    v = disk.verdict(seen.out, root, seen.cfg.min_free_gb)
+    return [] if v.ok else [Finding("disk_low", v.reason)]
+
+
 def _check_trust(seen: Seen) -> list[Finding]:
     """What could decide a signal or a removal but is not the runner's user's alone (claims, the
     registry: ``modes.safeio.untrusted``): named; nothing is signalled or removed because of it."""
@@ -364,6 +376,7 @@ CHECKS: tuple[tuple[str, Callable[[Seen], list[Finding]]], ...] = (
     ("jobs", _check_jobs),
     ("claims", _check_claims),
     ("leaks", _check_leaks),
+    ("disk", _check_disk),
     ("trust", _check_trust),
 )
 

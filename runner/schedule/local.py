@@ -75,6 +75,8 @@ class LocalLauncher:
     deaths: Any = None  # runner.ops.death_watch.DeathWatch on this host's engine
     _gate_waiting_since: float | None = None
     _gate_next_check: float = 0.0
+    _engine_root: str | None = None  # the engine's data root (``runner.ops.disk``), once it answered
+    _engine_root_known: bool = False
     _cleanup_pending: set[str] = field(default_factory=set)  # trials whose leftovers could not be removed yet
     gateway_check_sec: float = 1.0
     _gateway_next_check: float = 0.0
@@ -233,14 +235,16 @@ class LocalLauncher:
         return sum(1 for a in running if not any(compose_project(t) in have for t in a.trials()))
 
     def may_start(self, running: list[Attempt]) -> bool:
-        """The address-pool gate (``runner.ops.docker_pool.verdict``), without blocking: while it
-        waits, empty networks of ours are reclaimed and the engine is asked again every
-        ``gate_recheck_sec``."""
-        if not self.docker:
-            return True
+        """The gates, without blocking: the disks' headroom (``runner.ops.disk``), then the address
+        pool (``runner.ops.docker_pool.verdict``). While the pool's waits, empty networks of ours
+        are reclaimed; either is asked again every ``gate_recheck_sec``."""
         now = time.monotonic()
         if self._gate_waiting_since is not None and now < self._gate_next_check:
             return False
+        if not self._disk_ok(now):
+            return False
+        if not self.docker:
+            return True
         from runner.ops.docker_pool import pool_status, reclaim_empty_ours, verdict
 
         try:
@@ -286,6 +290,20 @@ class LocalLauncher:
             if removed:
                 self.reclaimed += removed
                 self.log.emit(EventKind.RECLAIM, networks=removed)
+        return False
+
+    def _disk_ok(self, now: float) -> bool:
+        from runner.ops.disk import ask_engine_root, verdict
+
+        if self.docker and not self._engine_root_known:  # asked until the engine answers once
+            self._engine_root_known, self._engine_root = ask_engine_root()
+        v = verdict(self.out, self._engine_root, self.cfg.min_free_gb)
+        if v.ok:
+            return True
+        if self._gate_waiting_since is None:
+            self.gate_waits += 1
+            self.log.emit(EventKind.GATE_WAIT, reason=v.reason)
+        self._gate_wait_start(now)
         return False
 
     def _gate_wait_start(self, now: float) -> None:

@@ -15,7 +15,8 @@ will have:
 - every credential: each ``--ae`` ``${VAR}`` reference, and the variable ``api_key_var`` names;
 - an environment other than Docker (``--env daytona``, an import path ``module:Class``) exists and
   has its credentials, by harbor's own preflight of that environment (in a child interpreter);
-- the Docker engine answers; a full address pool is a note (the gate will wait), not a failure.
+- the Docker engine answers; a full address pool is a note (the gate will wait), not a failure;
+  so is a disk with less than ``--min-free-gb`` free (``runner.ops.disk``).
 
 Any blocking problem: ``PreflightFailed`` (exit 2) with one line per problem saying what to do,
 nothing started, and nothing written but one ``preflight_failed`` event (when the tree exists).
@@ -430,6 +431,19 @@ def check_docker(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
     ]
 
 
+def check_disk(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
+    """Too little free space is a note: the runner waits at its gate until there is room."""
+    from runner.ops import disk
+
+    root = None
+    if cfg.env == "docker" and cfg.min_free_gb:
+        root = disk.ask_engine_root(env.get("DOCKER_HOST") or None)[1]
+    v = disk.verdict(cfg.out, root, cfg.min_free_gb)
+    if v.ok:
+        return []
+    return [Problem("disk", v.reason, "until then the runner waits at its gate", blocking=False)]
+
+
 def check(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
     """Every problem a runner of ``cfg`` would hit in ``env`` (the environment it will inherit).
     Reads only: the tasks dir, the staging cache, the Docker engine; starts one child interpreter."""
@@ -443,6 +457,7 @@ def check(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
     problems += check_credentials(cfg, env)
     problems += check_environment(cfg, env)
     problems += check_docker(cfg, env)
+    problems += check_disk(cfg, env)
     return problems
 
 

@@ -141,7 +141,7 @@ def test_a_network_gate_waiting_over_five_minutes_rings_once(tree, sleeper, wait
                 await pilot.pause(1.2)
                 assert "network gate" not in banner(app) and app.bells == 0
                 return
-            await wait_for(pilot, lambda: "network gate waiting" in banner(app), 30, "the gate banner")
+            await wait_for(pilot, lambda: "gate waiting" in banner(app), 30, "the gate banner")
             assert "(31 of 31 networks in use)" in banner(app)
             assert app.bells == 1
             event(tree, time.time(), "gate_open", waited_sec=400.0, reason="ok")

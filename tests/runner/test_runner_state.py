@@ -183,10 +183,7 @@ def test_progress_plain_lines_json_and_tty_bars():
         p = Progress(mode, s)
         p(start)
         p(gate)
-    assert (
-        plain.getvalue().splitlines()[1]
-        == "2026-11-29 08:00:01Z network gate: waiting (wait: 9 used + 1 > cap 9)"
-    )
+    assert plain.getvalue().splitlines()[1] == "2026-11-29 08:00:01Z gate: waiting (wait: 9 used + 1 > cap 9)"
     assert [json.loads(ln)["event"] for ln in js.getvalue().splitlines()] == ["runner_start", "gate_wait"]
     assert "oracle [" in tty.getvalue() and "1/2 done" in tty.getvalue() and "\x1b[" in tty.getvalue()
 

@@ -193,6 +193,7 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
         v = wait_for_gate(
             1, out=cfg.out, cap=cfg.net_cap, margin=cfg.net_margin, poll_sec=2.0,
             on_wait=lambda v, reclaimed: say(f"gate waits: {v.reason}; reclaimed {len(reclaimed)}"),
+            min_free_gb=cfg.min_free_gb, on_disk_wait=lambda reason: say(f"gate waits: {reason}"),
         )  # fmt: skip
         say(f"gate open: {v.reason}")
     mounts, env = arm_mounts(cfg, spec), job_env()

@@ -1,0 +1,64 @@
+"""The disk gate (runner.ops.disk) on a real run: the output tree on a small tmpfs of its own, a
+file filling it below ``--min-free-gb``. The runner starts nothing while the disk is short and says
+why (its ``gate_wait`` event, ``marathon health``'s ``disk_low``); it goes on by itself once the
+file is removed, with no one restarting it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from runner_support import DEMO_TASKS, done_jobs, events, run_marathon, start_marathon, wait_for
+
+pytestmark = pytest.mark.docker
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1,100 MiB tmpfs mounted for this test alone (root: CI's machine is)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    d = tmp_path / "disk"
+    d.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1100m,mode=0755", "tmpfs", str(d)],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def test_no_attempt_starts_while_the_disk_is_short_and_the_run_goes_on_once_it_is_freed(
+    docker_engine, small_disk, tmp_path
+):
+    filler = small_disk / "filler"
+    with open(filler, "wb") as fh:  # 200 MiB of 1,100: 900 MiB free, below 1 GiB
+        for _ in range(200):
+            fh.write(b"\0" * MIB)
+    out = small_disk / "out"
+    argv = ["run", str(out), "--tasks-dir", str(DEMO_TASKS), "--tasks", "calc-partial", "--arms", "oracle",
+            "--plain", "--min-free-gb", "1"]  # fmt: skip
+    proc = start_marathon(*argv, log=tmp_path / "runner.log")
+    try:
+        wait_for(lambda: events(out, "gate_wait"), 120, "the runner to wait at the gate")
+        (wait,) = events(out, "gate_wait")
+        assert wait["reason"].startswith(
+            f"disk: 0.9 GB free on {out} (the output tree), below --min-free-gb 1"
+        )
+        health = run_marathon("health", str(out), timeout=120)
+        assert f"disk_low            disk: 0.9 GB free on {out}" in health.stdout, health.stdout
+        assert not events(out, "job_start")
+        filler.unlink()
+        assert proc.wait(timeout=300) == 0, (tmp_path / "runner.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    opened, start = events(out, "gate_open"), events(out, "job_start")
+    assert opened and len(start) == 1 and start[0]["ts"] >= opened[0]["ts"]
+    assert list(done_jobs(out)) == [("calc-partial", "oracle")]
+    notes = [e for e in events(out, "preflight_note") if e["check"] == "disk"]
+    assert notes and "below --min-free-gb 1" in notes[0]["what"]
