@@ -25,7 +25,8 @@ def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | N
     """The status of ``model``; ``cap``: a spend cap in USD the projection gives the time to (default:
     the run's ``--max-spend``, as its runner recorded it for the gateways)."""
     from runner.results.caps import read_caps
-    from runner.results.report import HEADLINE, OTHER_READING, arm_summaries, cell_dict
+    from runner.results.report import HEADLINE, OTHER_READING, arm_summaries, cell_dict, infrastructure
+    from runner.results.report import provider_errors as provider_alarms
     from runner.results.tree import unit_label
 
     cells = model.scoped(scope)
@@ -39,6 +40,9 @@ def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | N
         from runner.results.projection import projection_of
 
         spend = projection_of(model, money, scope, cap)
+    # the bias alarms of the report (runner.results.alarms), so a headless operator sees them too
+    alarms = [r["message"] for r in infrastructure(cells, arms) if r["alarm"]]
+    alarms += [r["message"] for r in provider_alarms(cells, arms, model.ledger) if r["alarm"]]
     all_cells = model.scoped("all")
     repeats = max((c.k for c in cells.values()), default=1)
     return {
@@ -56,6 +60,7 @@ def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | N
         if spend
         else None,
         "caps": caps.to_json() if caps.any else None,
+        "alarms": alarms,
         # with repeats these count repeats (each pair K times), as every count of the table does
         "all_time_done": sum(c.repeats_done for c in all_cells.values()),
         "all_time_pairs": sum(c.k for c in all_cells.values()),
@@ -155,6 +160,7 @@ def render(d: dict) -> str:
     if not d["arms"]:
         lines.append("no pairs yet")
     lines += repeats_lines(d)
+    lines += [f"ALARM {clean(a, None)}" for a in d.get("alarms", ())]
     if d.get("spend"):
         lines.append(clean(d["spend"]["text"], None))
         lines.append(clean(d["spend"]["prices"], None))

@@ -468,10 +468,13 @@ def infrastructure(cells: dict[tuple[str, str], Cell], arms: list[str]) -> list[
     """Per arm: errored + voided attempts (and holes only the harness could have made:
     ``Attempt.infrastructure``) vs the rest, against all other arms (``runner.results.alarms``). A hole
     the agent could have made is the arm's failure (the hole rule), not infrastructure."""
-    per: dict[str, tuple[int, int]] = {}
-    for arm in arms:
-        atts = [a for (t, ar), c in cells.items() if ar == arm for a in c.attempts]
-        per[arm] = (sum(1 for a in atts if a.infrastructure), len(atts))
+    counts = {arm: [0, 0] for arm in arms}  # one pass over the cells (status asks too)
+    for (_t, arm), c in cells.items():
+        got = counts.get(arm)
+        if got is not None:
+            got[0] += sum(1 for a in c.attempts if a.infrastructure)
+            got[1] += len(c.attempts)
+    per = {arm: (bad, n) for arm, (bad, n) in counts.items()}
     return [
         {
             "arm": r.arm,

@@ -11,6 +11,8 @@ import shutil
 from handmade_tree import STAMP, TASKS
 from scipy.stats import fisher_exact
 
+from marathon.status_view import render as render_status
+from marathon.status_view import status_data
 from runner.ops.gateway.server import LedgerWriter
 from runner.results import ledger as L
 from runner.results.model import RunModel
@@ -68,9 +70,13 @@ def test_an_arm_the_provider_refused_more_often_is_an_alarm_with_its_statuses(ha
     assert "| plain | 9 | 15 | 25 | 40 | 400 x1, 429 x24 |" in md
     html = render(rep, "html")
     assert "429 x24" in html and "ALARM: plain: the provider answered with an error" in html
+    # a headless operator sees it too: marathon status, the same line
+    d = status_data(RunModel.load(out), "all")
+    assert d["alarms"] == [plain["message"]]
+    assert f"ALARM {plain['message']}" in render_status(d).splitlines()
 
 
 def test_without_a_ledger_there_is_no_provider_reading(handmade):
     rep = build_report(RunModel.load(handmade))
-    assert rep["provider_errors"] == []
+    assert rep["provider_errors"] == [] and status_data(RunModel.load(handmade), "all")["alarms"] == []
     assert "Provider errors at the wire" not in render(rep, "md")
