@@ -475,8 +475,9 @@ def wait_for_gate(
     """Block until the gate opens for ``n`` more trials (or timeout / should_stop); while waiting,
     reclaim empty networks of ours (never foreign ones) and tell ``on_wait`` the verdict and what
     was reclaimed. With ``min_free_gb``, first until the disks have that much free
-    (``runner.ops.disk``; ``on_disk_wait`` hears why it waits). The single-host driver checks the same ``verdict`` without blocking (it has other
-    pairs to look after); a cluster job has one pair and waits here on its own host."""
+    (``runner.ops.disk``; ``on_disk_wait`` hears why it waits). The single-host driver checks the
+    same ``verdict`` without blocking (it has other pairs to look after); a cluster job has one pair
+    and waits here on its own host."""
     from runner.ops import disk
 
     client = client or connect()

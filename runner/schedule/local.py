@@ -244,6 +244,7 @@ class LocalLauncher:
         if not self._disk_ok(now):
             return False
         if not self.docker:
+            self._gate_opened(now, "disk: room again")
             return True
         from runner.ops.docker_pool import pool_status, reclaim_empty_ours, verdict
 
@@ -261,11 +262,7 @@ class LocalLauncher:
             return False
         self.tidy(set())  # the engine answers again: what an outage kept from being removed
         if v.ok:
-            if self._gate_waiting_since is not None:
-                self.log.emit(
-                    EventKind.GATE_OPEN, waited_sec=round(now - self._gate_waiting_since, 1), reason=v.reason
-                )
-                self._gate_waiting_since = None
+            self._gate_opened(now, v.reason)
             return True
         if self._gate_waiting_since is None:
             self.gate_waits += 1
@@ -292,9 +289,18 @@ class LocalLauncher:
                 self.log.emit(EventKind.RECLAIM, networks=removed)
         return False
 
+    def _gate_opened(self, now: float, reason: str) -> None:
+        if self._gate_waiting_since is not None:
+            self.log.emit(
+                EventKind.GATE_OPEN, waited_sec=round(now - self._gate_waiting_since, 1), reason=reason
+            )
+            self._gate_waiting_since = None
+
     def _disk_ok(self, now: float) -> bool:
         from runner.ops.disk import ask_engine_root, verdict
 
+        if not self.cfg.min_free_gb:
+            return True
         if self.docker and not self._engine_root_known:  # asked until the engine answers once
             self._engine_root_known, self._engine_root = ask_engine_root()
         v = verdict(self.out, self._engine_root, self.cfg.min_free_gb)

@@ -11,7 +11,11 @@ import subprocess
 import pytest
 from runner_support import DEMO_TASKS, done_jobs, events, run_marathon, start_marathon, wait_for
 
-pytestmark = pytest.mark.docker
+from runner.ops.disk import GB, rooms
+from runner.results.events import EventLog
+from runner.schedule.config import RunConfig
+from runner.schedule.local import LocalLauncher
+from runner.schedule.lock import me
 
 MIB = 1024 * 1024
 
@@ -32,6 +36,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(d)], capture_output=True)
 
 
+@pytest.mark.docker
 def test_no_attempt_starts_while_the_disk_is_short_and_the_run_goes_on_once_it_is_freed(
     docker_engine, small_disk, tmp_path
 ):
@@ -62,3 +67,23 @@ def test_no_attempt_starts_while_the_disk_is_short_and_the_run_goes_on_once_it_i
     assert list(done_jobs(out)) == [("calc-partial", "oracle")]
     notes = [e for e in events(out, "preflight_note") if e["check"] == "disk"]
     assert notes and "below --min-free-gb 1" in notes[0]["what"]
+
+
+def test_a_run_without_docker_opens_its_gate_again_once_the_disk_has_room(tmp_path):
+    """Another harbor environment (no local engine): the tree's disk alone, and the gate's wait is
+    closed by its ``gate_open`` once there is room (else the console would show it waiting forever)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    above = int(rooms(out, None)[0].free // GB) + 10  # more than this disk has free
+    cfg = RunConfig(out=out, env="daytona", gateway=False, min_free_gb=above)
+    launcher = LocalLauncher(cfg, EventLog(out, "r1"), me("r1"), {}, {}, gate_recheck_sec=0.0)
+    assert not launcher.may_start([]) and not launcher.may_start([])
+    (wait,) = events(out, "gate_wait")
+    assert (
+        wait["reason"].startswith("disk: ")
+        and f"(the output tree), below --min-free-gb {above}:" in wait["reason"]
+    )
+    launcher.cfg = RunConfig(out=out, env="daytona", gateway=False, min_free_gb=1)
+    assert launcher.may_start([])
+    (opened,) = events(out, "gate_open")
+    assert opened["reason"] == "disk: room again" and not launcher._gate_waiting_since
