@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
     out = fresh_out(args.out)
     arms = [a for a in args.arms.split(",") if a]
     flags = {"tasks_dir": str(tasks), "arms": arms, "concurrency": args.concurrency, "max_passes": 2}
+    flags["min_free_gb"] = 1  # the mini-benchmark's trials are small (runner.ops.disk)
     flags["agent_timeout_mult"] = args.agent_timeout_mult
     flags["goal_timeout_sec"] = DEMO_GOAL_TIMEOUT_SEC
     if any(a in DEFAULT_ARMS for a in arms):
