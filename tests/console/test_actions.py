@@ -36,18 +36,37 @@ def _app(out, **kw):
     return make_app(out, **kw)
 
 
+def _on_screen(app) -> str:
+    """What the console shows now (every screen of its stack, the top last) and whether an action is
+    under way: a wait that times out says what was in the way (a dialog left open, a worker's
+    failure, an action still planning)."""
+    shown = []
+    for scr in app.screen_stack:
+        text = getattr(scr, "title_text", None) or getattr(scr, "plan_text", None) or ""
+        shown.append(f"{type(scr).__name__}({str(text)[:200]!r})")
+    return f"screens {' > '.join(shown)}; busy {app.main.busy!r}"
+
+
 async def _confirm(pilot, app, what: str, timeout: float = 60) -> str:
     """Wait for the confirmation dialog, return its plan text, press y."""
-    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout, f"{what} dialog")
+    try:
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout, f"{what} dialog")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {_on_screen(app)}") from None
     plan = app.screen.plan_text
     await pilot.press("y")
     return plan
 
 
 async def _outcome(pilot, app, timeout: float = 240) -> str:
-    await wait_for(pilot, lambda: isinstance(app.screen, MessageScreen), timeout, "action outcome")
+    try:
+        await wait_for(pilot, lambda: isinstance(app.screen, MessageScreen), timeout, "action outcome")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {_on_screen(app)}") from None
     text = app.screen.title_text + "\n" + app.screen.text
     await pilot.press("enter")
+    # the main screen is back (a second message under it, a worker's failure, would take the next key)
+    assert not isinstance(app.screen, (MessageScreen, ConfirmScreen)), _on_screen(app)
     return text
 
 
