@@ -47,8 +47,10 @@ def _on_screen(app) -> str:
     return f"screens {' > '.join(shown)}; busy {app.main.busy!r}"
 
 
-async def _confirm(pilot, app, what: str, timeout: float = 60) -> str:
-    """Wait for the confirmation dialog, return its plan text, press y."""
+async def _confirm(pilot, app, what: str, timeout: float = 240) -> str:
+    """Wait for the confirmation dialog, return its plan text, press y. The plan is made in a worker
+    and asks the engine (containers, networks: an inspect per network) and the process table, so it
+    gets the outcome's time on a loaded machine, not less."""
     try:
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout, f"{what} dialog")
     except AssertionError as exc:
