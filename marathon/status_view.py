@@ -24,9 +24,9 @@ def _iso(t) -> str | None:
 def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | None = None) -> dict:
     """The status of ``model``; ``cap``: a spend cap in USD the projection gives the time to (default:
     the run's ``--max-spend``, as its runner recorded it for the gateways)."""
+    from runner.results.alarms import infrastructure, provider_errors
     from runner.results.caps import read_caps
-    from runner.results.report import HEADLINE, OTHER_READING, arm_summaries, cell_dict, infrastructure
-    from runner.results.report import provider_errors as provider_alarms
+    from runner.results.report import HEADLINE, OTHER_READING, arm_summaries, cell_dict
     from runner.results.tree import unit_label
 
     cells = model.scoped(scope)
@@ -42,7 +42,7 @@ def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | N
         spend = projection_of(model, money, scope, cap)
     # the bias alarms of the report (runner.results.alarms), so a headless operator sees them too
     alarms = [r["message"] for r in infrastructure(cells, arms) if r["alarm"]]
-    alarms += [r["message"] for r in provider_alarms(cells, arms, model.ledger) if r["alarm"]]
+    alarms += [r["message"] for r in provider_errors(cells, arms, model.ledger) if r["alarm"]]
     all_cells = model.scoped("all")
     repeats = max((c.k for c in cells.values()), default=1)
     return {

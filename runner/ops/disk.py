@@ -111,3 +111,10 @@ def verdict(out: Path, docker_root: str | None, min_free_gb: int) -> DiskVerdict
             tuple(found),
         )
     return DiskVerdict(True, "disk: " + "; ".join(r.text() for r in found), tuple(found))
+
+
+def check(out: Path, min_free_gb: int, *, engine: bool, docker_host: str | None = None) -> DiskVerdict:
+    """``verdict`` with the engine's data root asked once (``engine``: the run uses a local Docker
+    engine); for the one-off checks (``marathon run``'s preflight, ``health``)."""
+    root = ask_engine_root(docker_host)[1] if engine and min_free_gb > 0 else None
+    return verdict(out, root, min_free_gb)

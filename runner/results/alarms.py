@@ -8,8 +8,7 @@ one arm fails significantly more often than the others, suspect infrastructure b
 One rule, two readings, each arm against all the others by Fisher's exact test on *attempts* (one
 attempt's calls are not independent of each other; its attempts are the arm's units):
 
-- ``infrastructure`` (``runner.results.report``): errored and voided attempts, and holes only the
-  harness could have made;
+- ``infrastructure``: errored and voided attempts, and holes only the harness could have made;
 - ``provider_errors``: attempts the provider answered with an error at least once (the gateway's
   ledger: a 4xx or 5xx, or no answer), out of the attempts that made a forwarded call. codex retries
   most of them, so neither the trial's result nor its receipt shows them: only the wire does.
@@ -66,6 +65,35 @@ def arm_vs_others(per: dict[str, tuple[int, int]], arms: list[str]) -> list[ArmV
         p = stats.fisher_exact(bad, n - bad, obad, on - obad) if n and on else 1.0
         out.append(ArmVsOthers(arm, bad, n, obad, on, p))
     return out
+
+
+def infrastructure(cells: dict[tuple[str, str], Cell], arms: list[str]) -> list[dict[str, Any]]:
+    """Per arm: errored + voided attempts (and holes only the harness could have made:
+    ``Attempt.infrastructure``) vs the rest, against all other arms (``arm_vs_others``). A hole
+    the agent could have made is the arm's failure (the hole rule), not infrastructure."""
+    counts = {arm: [0, 0] for arm in arms}  # one pass over the cells (status asks too)
+    for (_t, arm), c in cells.items():
+        got = counts.get(arm)
+        if got is not None:
+            got[0] += sum(1 for a in c.attempts if a.infrastructure)
+            got[1] += len(c.attempts)
+    per = {arm: (bad, n) for arm, (bad, n) in counts.items()}
+    return [
+        {
+            "arm": r.arm,
+            "bad_attempts": r.bad,
+            "attempts": r.n,
+            "rate": _r(r.rate),
+            "others_rate": _r(r.others_rate),
+            "p_value": _r(r.p, 6),
+            "alarm": r.alarm,
+            "message": f"{r.arm}: error/void rate {r.bad}/{r.n} vs {r.others_bad}/{r.others_n} for the others "
+            f"(Fisher p={r.p:.3g}): {ALARM_TEXT}"
+            if r.alarm
+            else "",
+        }
+        for r in arm_vs_others(per, arms)
+    ]
 
 
 def provider_errors(

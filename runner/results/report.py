@@ -34,7 +34,7 @@ from typing import Any
 
 from modes import profiles, safetext
 from runner.results import audit, clusters, power, rules, stats, suspect
-from runner.results.alarms import ALARM_P, ALARM_TEXT, arm_vs_others, provider_errors
+from runner.results.alarms import ALARM_P, infrastructure, provider_errors
 from runner.results.attempts import DONE, ERRORED, STATUSES, VOIDED, Key
 from runner.results.cells import Cell, scored_values
 from runner.results.model import RunModel
@@ -462,35 +462,6 @@ def paired(
         r["sign_test_p_holm"] = p
     power.annotate(out, diffs)  # MDE and tasks needed per measure, at the Holm level
     return out
-
-
-def infrastructure(cells: dict[tuple[str, str], Cell], arms: list[str]) -> list[dict[str, Any]]:
-    """Per arm: errored + voided attempts (and holes only the harness could have made:
-    ``Attempt.infrastructure``) vs the rest, against all other arms (``runner.results.alarms``). A hole
-    the agent could have made is the arm's failure (the hole rule), not infrastructure."""
-    counts = {arm: [0, 0] for arm in arms}  # one pass over the cells (status asks too)
-    for (_t, arm), c in cells.items():
-        got = counts.get(arm)
-        if got is not None:
-            got[0] += sum(1 for a in c.attempts if a.infrastructure)
-            got[1] += len(c.attempts)
-    per = {arm: (bad, n) for arm, (bad, n) in counts.items()}
-    return [
-        {
-            "arm": r.arm,
-            "bad_attempts": r.bad,
-            "attempts": r.n,
-            "rate": _r(r.rate),
-            "others_rate": _r(r.others_rate),
-            "p_value": _r(r.p, 6),
-            "alarm": r.alarm,
-            "message": f"{r.arm}: error/void rate {r.bad}/{r.n} vs {r.others_bad}/{r.others_n} for the others "
-            f"(Fisher p={r.p:.3g}): {ALARM_TEXT}"
-            if r.alarm
-            else "",
-        }
-        for r in arm_vs_others(per, arms)
-    ]
 
 
 def full_audit(cells: dict, arms: list[str], model: RunModel) -> dict[str, Any]:

@@ -358,8 +358,7 @@ def _check_disk(seen: Seen) -> list[Finding]:
         return []
     from runner.ops import disk
 
-    root = disk.ask_engine_root()[1] if seen.cfg.env == "docker" else None
-    v = disk.verdict(seen.out, root, seen.cfg.min_free_gb)
+    v = disk.check(seen.out, seen.cfg.min_free_gb, engine=seen.cfg.env == "docker")
     return [] if v.ok else [Finding("disk_low", v.reason)]
 
 

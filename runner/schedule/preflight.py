@@ -435,10 +435,9 @@ def check_disk(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
     """Too little free space is a note: the runner waits at its gate until there is room."""
     from runner.ops import disk
 
-    root = None
-    if cfg.env == "docker" and cfg.min_free_gb:
-        root = disk.ask_engine_root(env.get("DOCKER_HOST") or None)[1]
-    v = disk.verdict(cfg.out, root, cfg.min_free_gb)
+    v = disk.check(
+        cfg.out, cfg.min_free_gb, engine=cfg.env == "docker", docker_host=env.get("DOCKER_HOST") or None
+    )
     if v.ok:
         return []
     return [Problem("disk", v.reason, "until then the runner waits at its gate", blocking=False)]
