@@ -3,9 +3,9 @@
 ``Provider`` is a real HTTP server on the host's loopback (stdlib, in a thread of the test) whose
 answers the test steers through the request's ``model``: a stream that waits for the test before it
 ends (pass-through, not buffering), a stream that never ends (a client that goes away must cancel
-it), a non-streamed JSON answer, a quick stream, a stream in chunked framing on a kept connection
-and a 32 MiB one. It records what reached it (the key, the request id, the connection), never what
-the gateway is supposed to keep to itself.
+it), a non-streamed JSON answer, the provider's error answers (``ERRORS``), a quick stream, a stream
+in chunked framing on a kept connection and a 32 MiB one. It records what reached it (the key, the
+request id, the connection), never what the gateway is supposed to keep to itself.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ USAGE = {
     "total_tokens": 1290,
 }
 
+
+#: the models the provider answers with an error: HTTP status, the error's code
+ERRORS = {"limited": (429, "rate_limit_exceeded"), "bad": (400, "invalid_request_error")}
 
 #: the 64 KiB events of a "big" answer (32 MiB: more than any socket buffers between the two)
 BIG_EVENTS = 512
@@ -81,6 +84,19 @@ class Provider:
                     chunk(sse("response.completed", {"response": {"id": "resp_1", "usage": USAGE}}))
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
+                    return
+                if model in ERRORS:
+                    # the provider's error answer, as OpenAI writes a rate limit or a bad request
+                    status, code = ERRORS[model]
+                    data = json.dumps(
+                        {"error": {"message": f"{code} (test)", "type": code, "code": code}}
+                    ).encode()
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Retry-After", "1")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
                     return
                 if model == "json":
                     data = json.dumps({"id": "resp_json", "object": "response", "usage": USAGE}).encode()

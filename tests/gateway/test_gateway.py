@@ -30,6 +30,7 @@ from gateway_support import (
     BIG_EVENTS,
     USAGE,
     Provider,
+    UnixConn,
     code_of,
     dechunk,
     post,
@@ -107,6 +108,33 @@ def test_a_call_is_forwarded_with_the_real_key_and_recorded_with_its_usage(gatew
     for p in gateway_dir(out).rglob("*"):
         if p.is_file():
             assert key.encode() not in p.read_bytes(), p
+
+
+def test_the_providers_error_answers_reach_the_client_whole_and_the_ledger_by_status(gateway, provider):
+    """codex retries a 429 unseen (runbook pitfall 1): the client must get the provider's answer as
+    it was (status, Retry-After, body), and the ledger must keep it per attempt by status, which is
+    what the provider-errors alarm counts (tests/core/test_provider_errors.py reads such rows)."""
+    out, _s, _st = gateway
+    a, b = issue(out, "plain"), issue(out, "goal")
+    sock = attempts.socket_path(out, a.record.id)
+    for _ in range(3):
+        c = UnixConn(sock)
+        c.request("POST", "/v1/responses", json.dumps({"model": "limited", "stream": True}),
+                  {"Authorization": f"Bearer {a.token}", "Content-Type": "application/json"})  # fmt: skip
+        r = c.getresponse()
+        assert (r.status, r.getheader("Retry-After"), code_of(r.read())) == (429, "1", "rate_limit_exceeded")
+        c.close()
+    assert post(sock, a.token, model="bad")[0] == 400
+    assert post(sock, a.token)[0] == 200  # the retry that got through
+    assert post(attempts.socket_path(out, b.record.id), b.token)[0] == 200
+    rows = wait_for(lambda: len(calls(out)) == 6 and calls(out), 5, "six ledger lines")
+    assert [(c.outcome, c.status) for c in rows if c.attempt == a.record.id] == [
+        (L.UPSTREAM_ERROR, 429)] * 3 + [(L.UPSTREAM_ERROR, 400), (L.OK, 200)]  # fmt: skip
+    led = L.read_ledger(out)
+    ua = led.usage("t1", "plain", a.record.stamp)
+    ub = led.usage("t1", "goal", b.record.stamp)
+    assert (ua.forwarded, ua.upstream_errors, ua.unmetered, ua.with_usage) == (5, {"429": 3, "400": 1}, 0, 1)
+    assert (ub.forwarded, ub.upstream_errors) == (1, {})
 
 
 def test_a_stream_passes_as_it_arrives_never_buffered_whole(gateway, provider):
