@@ -103,15 +103,24 @@ def crossed_threshold(model_name: str | None, service_tier: str | None, prompt_t
 
     Why per call: LiteLLM prices a long prompt's whole call (input, cached and output) at the higher
     rates (e.g. above 272k tokens), so a ledger summed before pricing would under-price it."""
+    for tokens, label in _thresholds(model_name, (service_tier or "").lower()):
+        if prompt_tokens > tokens:
+            return label
+    return ""
+
+
+@cache
+def _thresholds(model_name: str | None, service_tier: str) -> tuple[tuple[int, str], ...]:
+    """The model's prompt-size tiers for the service tier, largest first (the map is read once per
+    process, so once per model and tier: a ledger of 150,000 calls asks for every one of them)."""
     found = lookup(model_name)
     if found is None:
-        return ""
-    suffix = TIER_SUFFIX.get((service_tier or "").lower())
-    best = ""
+        return ()
+    suffix = TIER_SUFFIX.get(service_tier)
+    tiers: dict[int, str] = {}
     for key in found[1]:
         m = _ABOVE.match(key)
         if m is None or (m.group(2) is not None and m.group(2) != suffix):
             continue
-        if prompt_tokens > _tokens_of(m.group(1)) and (not best or _tokens_of(m.group(1)) > _tokens_of(best)):
-            best = m.group(1)
-    return best
+        tiers[_tokens_of(m.group(1))] = m.group(1)
+    return tuple(sorted(tiers.items(), reverse=True))

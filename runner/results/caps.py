@@ -37,7 +37,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,17 +183,22 @@ class Tally:
         self.reader = LedgerReader(self.out)
 
     def update(self) -> None:
-        rows = self.reader.read_new()
+        touched = self.ledger.add_rows(self._read_back(self.reader.iter_new()))  # streamed
         if self.reader.restarted:  # a ledger replaced under us: count it again from its start
             self.ledger, self.cost = Ledger(), {}
             self.reader = LedgerReader(self.out)
-            rows = self.reader.read_new()
-        for row in rows:
-            self.noted.pop(str(row.get("request_id")), None)
-        for key in self.ledger.add_rows(rows):
+            touched = self.ledger.add_rows(self._read_back(self.reader.iter_new()))
+        for key in touched:
             c = self.pricer.cost(self.ledger.usage(*key))
             if c is not None and c.usd is not None:
                 self.cost[key] = c.usd
+
+    def _read_back(self, rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        """The rows, each call read back from the ledger leaving ``noted`` (it is counted there now)."""
+        for row in rows:
+            if isinstance(rid := row.get("request_id"), str):
+                self.noted.pop(rid, None)
+            yield row
 
     def note(self, row: dict[str, Any]) -> None:
         """A call's ledger line as soon as its usage is known, before the answer's last bytes reach the

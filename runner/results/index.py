@@ -53,6 +53,8 @@ _INTERVALS = "CREATE TABLE IF NOT EXISTS intervals (key TEXT PRIMARY KEY, lo REA
 #: one row per task and arm dir (path relative to the tree): its identity and its subdirs' names
 #: joined by "/" (the one character a name cannot hold)
 _DIRS = "CREATE TABLE IF NOT EXISTS dirs (path TEXT PRIMARY KEY, ident TEXT NOT NULL, names TEXT NOT NULL)"
+#: what other readers of the tree keep between processes, one JSON text each (``runner.results.ledger_memo``)
+_MEMOS = "CREATE TABLE IF NOT EXISTS memos (k TEXT PRIMARY KEY, v TEXT NOT NULL)"
 #: remembered bootstrap intervals kept (the newest); a live run makes a few new ones per change
 KEEP_INTERVALS = 5000
 
@@ -316,6 +318,39 @@ def remembered_intervals(out: str | os.PathLike) -> Iterator[None]:
                 conn.close()
 
 
+def read_memo(out: str | os.PathLike, key: str) -> str | None:
+    """The text another process kept under ``key`` in the tree's index (None: none, or no index
+    this process can trust)."""
+    ix = ScanIndex.open(os.fspath(out), entries=False)
+    conn = ix._conn if ix is not None else None
+    if conn is None:
+        return None
+    try:
+        got = conn.execute("SELECT v FROM memos WHERE k = ?", (key,)).fetchone()
+    except sqlite3.DatabaseError:
+        got = None
+    finally:
+        conn.close()
+    return got[0] if got else None
+
+
+def write_memo(out: str | os.PathLike, key: str, value: str) -> None:
+    """Keep ``value`` under ``key`` in the tree's index (made when there is none yet); a cache: a
+    busy or untrusted index keeps nothing."""
+    ix = ScanIndex.open(os.fspath(out), entries=False)
+    if ix is None:
+        return
+    conn = ix._conn if ix._conn is not None else _create(ix._dir)
+    if conn is None:
+        return
+    try:
+        _write(conn, [("INSERT OR REPLACE INTO memos VALUES (?, ?)", (key, value))])
+    except sqlite3.DatabaseError:
+        pass
+    finally:
+        conn.close()
+
+
 def _parse_all(rows: str | None, conn: sqlite3.Connection | None) -> dict[str, Any]:
     """Every entry by its attempt key, from the one JSON array ``_rows`` read (a tenth of a warm
     scan's CPU went to 10,000 separate parses); row by row when one of them is not JSON (those map
@@ -366,6 +401,7 @@ def _connect(path: str, euid: int) -> sqlite3.Connection | None:
             conn.execute(_META)
             conn.execute(_INTERVALS)
             conn.execute(_DIRS)
+            conn.execute(_MEMOS)
             fp = fingerprint()
             got = conn.execute("SELECT v FROM meta WHERE k = 'fingerprint'").fetchone()
             if got is None or got[0] != fp:  # made by other code: its entries mean nothing to this one
@@ -375,9 +411,11 @@ def _connect(path: str, euid: int) -> sqlite3.Connection | None:
                         ("DROP TABLE IF EXISTS stamps", ()),
                         ("DROP TABLE IF EXISTS intervals", ()),
                         ("DROP TABLE IF EXISTS dirs", ()),
+                        ("DROP TABLE IF EXISTS memos", ()),
                         (_SCHEMA, ()),
                         (_INTERVALS, ()),
                         (_DIRS, ()),
+                        (_MEMOS, ()),
                         ("INSERT OR REPLACE INTO meta VALUES ('fingerprint', ?)", (fp,)),
                     ],
                 )

@@ -16,10 +16,11 @@ Row kinds: ``call`` (one HTTP request of a sandbox, forwarded or refused), ``gat
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -91,17 +92,20 @@ MILLIS = Range(0.0, SECONDS.hi * 1000)
 
 def _num(v: Any, rng: Range = SECONDS) -> float | None:
     """A time or latency (``modes.values``): a value out of its range is no value."""
+    if type(v) is float and rng.lo <= v <= rng.hi:  # the hot path (every line has four); NaN fails it
+        return v
     got = number(v, rng, "")
     return None if got is None or isinstance(got, Bad) else float(got)
 
 
 def _str(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
+    return v if type(v) is str else None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Call:
-    """One ``call`` line, typed."""
+    """One ``call`` line, typed (not frozen: built 150,000 times for a multi-day run's ledger, and
+    a frozen dataclass pays a ``object.__setattr__`` per field; no reader changes one)."""
 
     at: float  # epoch seconds, when the gateway received the request
     attempt: str | None
@@ -142,9 +146,13 @@ def _params(v: Any) -> tuple[tuple[str, str], ...]:
         return ()
     out = []
     for k in PARAMS:
-        if k in v and v[k] is not None:
-            x = v[k]
-            out.append((k, x if isinstance(x, str) else json.dumps(x, sort_keys=True)))
+        x = v.get(k)
+        if x is None:
+            continue
+        if isinstance(x, str):
+            out.append((k, x))
+        elif depth_within(x, safeio.OWN_DEPTH):  # the one place a row's nested value is walked
+            out.append((k, json.dumps(x, sort_keys=True)))
     return tuple(out)
 
 
@@ -155,7 +163,11 @@ def _usage(v: Any) -> tuple[int, int, int, int] | None:
         return None
     got = []
     for k in TOKENS:
-        n = number(v.get(k), COUNT, k)
+        n = v.get(k)
+        if type(n) is int and 0 <= n <= COUNT.hi:  # the hot path: a count as the gateway writes it
+            got.append(n)
+            continue
+        n = number(n, COUNT, k)
         if isinstance(n, Bad):
             return None
         got.append(int(n or 0))
@@ -164,91 +176,211 @@ def _usage(v: Any) -> tuple[int, int, int, int] | None:
 
 def call_from_dict(d: dict[str, Any]) -> Call | None:
     """A ``call`` line as a ``Call``; None for another kind or a line without a time."""
-    if d.get("kind") != CALL:
+    g = d.get
+    if g("kind") != CALL:
         return None
-    at = _num(d.get("at"))
+    at = _num(g("at"))
     if at is None:
         return None
-    outcome = d.get("outcome") if d.get("outcome") in OUTCOMES else GATEWAY_ERROR
-    status = number(d.get("status"), HTTP_STATUS, "status")
+    outcome = g("outcome")
+    if type(outcome) is not str or outcome not in OUTCOMES:
+        outcome = GATEWAY_ERROR
+    status = g("status")
+    if not (type(status) is int and 100 <= status <= 599):
+        status = number(status, HTTP_STATUS, "status")
+    s = _str
     return Call(
-        at=at,
-        attempt=_str(d.get("attempt")),
-        task=_str(d.get("task")),
-        arm=_str(d.get("arm")),
-        stamp=_str(d.get("stamp")),
-        host=_str(d.get("host")),
-        outcome=outcome,
-        status=status if isinstance(status, int) else None,
-        refused=_str(d.get("refused")),
-        method=_str(d.get("method")) or "POST",
-        path=_str(d.get("path")) or "",
-        request_id=_str(d.get("request_id")),
-        response_id=_str(d.get("response_id")),
-        params=_params(d.get("params")),
-        usage=_usage(d.get("usage")),
-        first_byte_ms=_num(d.get("first_byte_ms"), MILLIS),
-        total_ms=_num(d.get("total_ms"), MILLIS),
-        model_time_sec=_num(d.get("model_time_sec")),
-        gateway=_str(d.get("gateway")),
+        at,
+        s(g("attempt")),
+        s(g("task")),
+        s(g("arm")),
+        s(g("stamp")),
+        s(g("host")),
+        outcome,
+        status if isinstance(status, int) else None,
+        s(g("refused")),
+        s(g("method")) or "POST",
+        s(g("path")) or "",
+        s(g("request_id")),
+        s(g("response_id")),
+        _params(g("params")),
+        _usage(g("usage")),
+        _num(g("first_byte_ms"), MILLIS),
+        _num(g("total_ms"), MILLIS),
+        _num(g("model_time_sec")),
+        s(g("gateway")),
     )
+
+
+#: the most of a ledger file read at once: a multi-day run's ledger holds hundreds of thousands of
+#: lines (over 100 MB), which are taken in and let go a chunk at a time
+CHUNK = 8 * 1024 * 1024
 
 
 class LedgerReader:
     """The one reader of the ledgers, incremental per file (the console and the model poll it): each
-    ``read_new`` returns the lines appended since the last call. A torn last line waits until it is
-    complete; a replaced or truncated file is read again from its start (``restarted``)."""
+    ``read_new`` returns the lines appended since the last call (``iter_new``: one at a time, the
+    file read a ``CHUNK`` at a time). A torn last line waits until it is complete; a replaced or
+    truncated file is read again from its start (``restarted``).
+
+    A line is handed on when it is a JSON object with a ``kind``; a ``call`` line's fields are typed
+    by ``call_from_dict`` (which walks no nested value but a parameter's, depth-checked there), any
+    other kind is depth-checked here (a line is the gateway's own, but the reader trusts no file)."""
 
     def __init__(self, out: Path | str) -> None:
         self.out = Path(out)
         self._pos: dict[str, tuple[int, int]] = {}  # path -> (inode, offset)
+        #: path -> the sha256 of the bytes before its offset (what ``state`` names and ``resume`` checks)
+        self._sha: dict[str, Any] = {}
         self.skipped = 0
         self.restarted = False
 
     def read_new(self) -> list[dict[str, Any]]:
-        self.restarted = False
-        rows: list[dict[str, Any]] = []
-        for path in ledger_paths(self.out):
-            rows += self._read(str(path))
-        return rows
+        return list(self.iter_new())
 
-    def _read(self, path: str) -> list[dict[str, Any]]:
+    def iter_new(self) -> Iterator[dict[str, Any]]:
+        """The lines appended since the last look, one at a time (``restarted`` is known once the
+        first file has been looked at; callers that need it read to the end first)."""
+        self.restarted = False
+        for path in ledger_paths(self.out):
+            yield from self._read(str(path))
+
+    def _read(self, path: str) -> Iterator[dict[str, Any]]:
         opened = safeio.open_own(path)  # a symlink is refused, a FIFO never blocks
         if isinstance(opened, safeio.Refused):
-            return []
+            return
         fd, st = opened
         try:
             inode, offset = self._pos.get(path, (st.st_ino, 0))
             if inode != st.st_ino or st.st_size < offset:
                 self.restarted = True
                 offset = 0
-            if st.st_size == offset:
+            if offset == 0:
+                self._sha[path] = hashlib.sha256()
+            self._pos[path] = (st.st_ino, offset)
+            sha = self._sha[path]
+            while offset < st.st_size:
+                try:
+                    data = os.pread(fd, min(CHUNK, st.st_size - offset), offset)
+                except OSError:
+                    return
+                if not data:
+                    return
+                end = data.rfind(b"\n") + 1
+                if end == 0:
+                    if len(data) < CHUNK:
+                        return  # a torn last line: wait for its end
+                    # one line longer than a chunk: not the gateway's; skip to its end
+                    past = sha.copy()
+                    past.update(data)
+                    nl = _next_newline(fd, offset + len(data), st.st_size, past)
+                    if nl is None:
+                        return
+                    self.skipped += 1
+                    offset = nl + 1
+                    self._sha[path] = sha = past
+                    self._pos[path] = (st.st_ino, offset)
+                    continue
+                offset += end
+                sha.update(data[:end] if end < len(data) else data)
                 self._pos[path] = (st.st_ino, offset)
-                return []
-            data = os.pread(fd, st.st_size - offset, offset)
-        except OSError:
-            return []
+                yield from self._rows(data[:end])
         finally:
             os.close(fd)
-        end = data.rfind(b"\n") + 1
-        self._pos[path] = (st.st_ino, offset + end)
-        out = []
-        for raw in data[:end].splitlines():
+
+    def state(self) -> dict[str, list[Any]]:
+        """Where the reader is, per file (its name in the gateway dir): ``[inode, offset, sha256 of
+        the bytes before it]``, for ``resume`` in another process (``runner.results.ledger_memo``)."""
+        return {
+            os.path.basename(p): [ino, off, self._sha[p].hexdigest()]
+            for p, (ino, off) in self._pos.items()
+            if p in self._sha
+        }
+
+    def resume(self, state: dict[str, Any]) -> bool:
+        """Take up where ``state`` was, when every file it names still starts with the very bytes it
+        had read (same inode, at least as long, the same sha256 of them: the gateway only appends);
+        False, the reader unchanged, when one does not (read from the start then)."""
+        gw = ledger_paths(self.out)
+        by_name = {p.name: str(p) for p in gw}
+        pos: dict[str, tuple[int, int]] = {}
+        shas: dict[str, Any] = {}
+        for name, got in state.items():
+            path = by_name.get(name)
+            if path is None or not (isinstance(got, list) and len(got) == 3):
+                return False
+            ino, off, want = got
+            if not (type(ino) is int and type(off) is int and off >= 0 and isinstance(want, str)):
+                return False
+            sha = _prefix_sha(path, ino, off)
+            if sha is None or sha.hexdigest() != want:
+                return False
+            pos[path], shas[path] = (ino, off), sha
+        self._pos, self._sha = pos, shas
+        return True
+
+    def _rows(self, data: bytes) -> Iterator[dict[str, Any]]:
+        loads = json.loads
+        for raw in data.splitlines():
             if not raw.strip():
                 continue
             try:
-                row = json.loads(raw)
+                row = loads(raw)
             except (ValueError, RecursionError):
                 row = None
             if (
                 isinstance(row, dict)
-                and isinstance(row.get("kind"), str)
-                and depth_within(row, safeio.OWN_DEPTH)
+                and isinstance(kind := row.get("kind"), str)
+                and (kind == CALL or depth_within(row, safeio.OWN_DEPTH))
             ):
-                out.append(row)
+                yield row
             else:
                 self.skipped += 1
-        return out
+
+
+def _next_newline(fd: int, start: int, size: int, sha: Any) -> int | None:
+    """The offset of the first newline at or after ``start`` (None: none before ``size``); the
+    bytes up to it, the newline included, go into ``sha``."""
+    pos = start
+    while pos < size:
+        try:
+            data = os.pread(fd, min(CHUNK, size - pos), pos)
+        except OSError:
+            return None
+        if not data:
+            return None
+        i = data.find(b"\n")
+        if i >= 0:
+            sha.update(data[: i + 1])
+            return pos + i
+        sha.update(data)
+        pos += len(data)
+    return None
+
+
+def _prefix_sha(path: str, inode: int, size: int) -> Any:
+    """The sha256 of the first ``size`` bytes of the ledger file ``path`` when it is still the file
+    ``inode`` and at least that long (None otherwise), ready to take the bytes after them."""
+    opened = safeio.open_own(path)
+    if isinstance(opened, safeio.Refused):
+        return None
+    fd, st = opened
+    try:
+        if st.st_ino != inode or st.st_size < size:
+            return None
+        sha = hashlib.sha256()
+        pos = 0
+        while pos < size:
+            data = os.pread(fd, min(CHUNK, size - pos), pos)
+            if not data:
+                return None
+            sha.update(data)
+            pos += len(data)
+        return sha
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 #: what prices a call's tokens: its model and service tier (the request's ``params``; None when it
@@ -303,19 +435,31 @@ class AttemptUsage:
         if self.last_accepted_at is None or c.at > self.last_accepted_at:
             self.last_accepted_at = c.at
             self.last_accepted_model_sec = c.model_time_sec
-        if c.usage is not None:
-            self.with_usage += 1
-            self.input += c.usage[0]
-            self.cached += c.usage[1]
-            self.output += c.usage[2]
-            self.reasoning += c.usage[3]
-            model, tier = c.param("model"), c.param("service_tier")
-            pk = (model, tier, crossed_threshold(model, tier, c.usage[0]))
-            got = self.by_price.setdefault(pk, [0, 0, 0, 0])
-            for i, n in enumerate(c.usage):
-                got[i] += n
+        model = tier = None
+        params = self.params
         for k, v in c.params:
-            self.params.setdefault(k, set()).add(v)
+            if (vals := params.get(k)) is None:
+                params[k] = {v}
+            else:
+                vals.add(v)
+            if k == "model":
+                model = v
+            elif k == "service_tier":
+                tier = v
+        if (u := c.usage) is not None:
+            self.with_usage += 1
+            self.input += u[0]
+            self.cached += u[1]
+            self.output += u[2]
+            self.reasoning += u[3]
+            pk = (model, tier, crossed_threshold(model, tier, u[0]))
+            if (got := self.by_price.get(pk)) is None:
+                self.by_price[pk] = list(u)
+            else:
+                got[0] += u[0]
+                got[1] += u[1]
+                got[2] += u[2]
+                got[3] += u[3]
 
     @property
     def total(self) -> int:
@@ -343,15 +487,21 @@ Key = tuple[str, str, str]  # (task, arm, stamp)
 
 @dataclass
 class Ledger:
-    """Every call of the tree's ledgers, and per attempt what they add up to."""
+    """What the tree's ledgers add up to per attempt, and the gateways' lives.
 
-    calls: list[Call] = field(default_factory=list)
+    The calls themselves only when asked (``keep_calls``: tools and tests): a multi-day run's ledger
+    holds hundreds of thousands, and every reader (status, report, the console, the runner's and the
+    gateway's spend tally) needs only their sums."""
+
     attempts: dict[Key, AttemptUsage] = field(default_factory=dict)
     gateways: list[dict[str, Any]] = field(default_factory=list)  # gateway_start / gateway_stop lines
+    n_calls: int = 0  # call lines taken in (refused ones too)
+    keep_calls: bool = False
+    calls: list[Call] = field(default_factory=list)  # every call line, with ``keep_calls``
 
     @property
     def exists(self) -> bool:
-        return bool(self.calls) or bool(self.gateways)
+        return bool(self.n_calls) or bool(self.gateways)
 
     def add_rows(self, rows: Iterable[dict[str, Any]]) -> set[Key]:
         """Take new lines; returns the attempts they touched."""
@@ -363,7 +513,9 @@ class Ledger:
             c = call_from_dict(row)
             if c is None:
                 continue
-            self.calls.append(c)
+            self.n_calls += 1
+            if self.keep_calls:
+                self.calls.append(c)
             if c.key is not None:
                 self.attempts.setdefault(c.key, AttemptUsage()).add(c)
                 touched.add(c.key)
@@ -372,20 +524,50 @@ class Ledger:
     def usage(self, task: str, arm: str, stamp: str) -> AttemptUsage | None:
         return self.attempts.get((task, arm, stamp))
 
-    def of_attempt(self, attempt_id: str) -> list[Call]:
-        return [c for c in self.calls if c.attempt == attempt_id]
+    def to_state(self) -> dict[str, Any]:
+        """The sums as JSON (``runner.results.ledger_memo`` keeps them between processes)."""
+        return {
+            "n_calls": self.n_calls,
+            "gateways": self.gateways,
+            "attempts": [[*k, _usage_state(u)] for k, u in self.attempts.items()],
+        }
+
+    @classmethod
+    def from_state(cls, d: dict[str, Any]) -> Ledger:
+        """``to_state`` read back (a TypeError, ValueError or KeyError when it is not one)."""
+        led = cls(n_calls=int(d["n_calls"]), gateways=list(d["gateways"]))
+        for task, arm, stamp, u in d["attempts"]:
+            if not all(isinstance(x, str) for x in (task, arm, stamp)):
+                raise TypeError("an attempt's key")
+            led.attempts[(task, arm, stamp)] = _usage_from_state(u)
+        return led
 
 
-def read_ledger(out: Path | str) -> Ledger:
-    """The whole ledger of a tree (every host's file); an empty ``Ledger`` when there is none."""
-    led = Ledger()
-    led.add_rows(LedgerReader(out).read_new())
+def _usage_state(u: AttemptUsage) -> dict[str, Any]:
+    d = {f.name: getattr(u, f.name) for f in fields(AttemptUsage)}
+    d["params"] = {k: sorted(v) for k, v in u.params.items()}
+    d["by_price"] = [[*k, v] for k, v in u.by_price.items()]
+    return d
+
+
+def _usage_from_state(d: dict[str, Any]) -> AttemptUsage:
+    u = AttemptUsage(**{k: v for k, v in d.items() if k not in ("params", "by_price")})
+    u.params = {str(k): {str(x) for x in v} for k, v in d["params"].items()}
+    u.by_price = {(m, t, str(th)): [int(x) for x in v] for m, t, th, v in d["by_price"]}
+    return u
+
+
+def read_ledger(out: Path | str, keep_calls: bool = False) -> Ledger:
+    """The whole ledger of a tree (every host's file) added up; an empty ``Ledger`` when there is
+    none. ``keep_calls``: every call too, typed (tools and tests: all of them in memory)."""
+    led = Ledger(keep_calls=keep_calls)
+    led.add_rows(LedgerReader(out).iter_new())
     return led
 
 
 def iter_rows(out: Path | str) -> Iterator[dict[str, Any]]:
     """Every well-formed line of every ledger file (for tools and tests)."""
-    yield from LedgerReader(out).read_new()
+    yield from LedgerReader(out).iter_new()
 
 
 # ------------------------------------------------------------------------------ reconciliation

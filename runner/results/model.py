@@ -50,7 +50,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from runner.results import tree
+from runner.results import ledger_memo, tree
 from runner.results.attempts import RUNNING, Attempt, Key
 from runner.results.caps import attempt_cuts
 from runner.results.cells import Cell, arm_order
@@ -280,7 +280,14 @@ class RunModel:
     def _scan_all(self, trust_index: bool = False) -> None:
         """A cold scan: the journal, the tree, each attempt's run, then every cell."""
         self._runs.read()
+        kept = None
+        if self.use_index:  # the ledger's sums as the last scan left them: only what is new is read
+            got = ledger_memo.restore(self.out, self._ledger_reader)
+            if got is not None:
+                self._matrix.ledger, kept = got
         self._read_ledger()
+        if self.use_index:
+            ledger_memo.store(self.out, self._ledger_reader, self.ledger, kept)
         self._scan.scan_all(self.use_index, trust_index)
         self._runs.assign(self._scan.attempts, self._scan.dirty)
         self._matrix.rebuild(None)
@@ -288,14 +295,12 @@ class RunModel:
     def _read_ledger(self) -> set[Key]:
         """Take in the new lines of the gateway's ledgers; mark the attempts they touch for a re-read
         of their figures (the scan's ``dirty``), and return their pairs."""
-        rows = self._ledger_reader.read_new()
+        touched = self.ledger.add_rows(self._ledger_reader.iter_new())  # streamed: never held whole
         if self._ledger_reader.restarted:  # a ledger replaced or truncated: read all of them again
+            touched |= set(self.ledger.attempts)
             self._ledger_reader = LedgerReader(self.out)
             self._matrix.ledger = Ledger()
-            rows = self._ledger_reader.read_new()
-            touched = set(self.ledger.attempts) | self.ledger.add_rows(rows)
-        else:
-            touched = self.ledger.add_rows(rows)
+            touched |= self.ledger.add_rows(self._ledger_reader.iter_new())
         pairs: set[Key] = set()
         for task, arm, stamp in touched:
             for ak in self._scan.by_pair.get((task, tree.arm_of_dir(arm)), ()):

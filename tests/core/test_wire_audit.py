@@ -110,6 +110,6 @@ def test_a_receipt_that_under_reports_its_tokens_is_flagged(tree):
 def test_a_ledger_line_with_a_nonsense_count_has_no_usage(tree):
     write_receipts(tree)
     _ledger(tree, **{"plain/t01": {"usage": {"output": 10**400}}})
-    led = L.read_ledger(tree)
+    led = L.read_ledger(tree, keep_calls=True)
     (c,) = [c for c in led.calls if c.key == ("t01", "plain", STAMP)]
     assert c.usage is None and c.forwarded

@@ -138,6 +138,51 @@ def test_the_ledger_reader_is_incremental_and_sums_per_attempt(tmp_path):
     ]
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(min_value=220, max_value=500),  # the chunk: more than a line, less than the long one
+    st.lists(st.integers(min_value=1, max_value=500), min_size=1, max_size=12),  # where the writer paused
+    st.integers(min_value=0, max_value=3),  # where a line longer than a chunk goes
+)
+def test_the_ledger_is_read_a_chunk_at_a_time_and_loses_no_line_however_it_was_cut(chunk, pauses, long_at):
+    """A multi-day run's ledger is read a ``CHUNK`` at a time (never held whole): the lines read
+    over any number of looks, while a writer appends in pieces that end anywhere, are every line
+    written, once, in order; a line longer than a chunk (not the gateway's) is skipped alone."""
+    import tempfile
+
+    from runner.results.tree import ledger_path
+
+    lines = [json.dumps({"kind": "call", "at": 1000.0 + i, "attempt": f"a{i % 3}", "task": "t", "arm": "plain",
+                         "stamp": f"s{i % 3}", "outcome": "ok", "status": 200,
+                         "usage": {"input": i, "cached": 0, "output": 1, "reasoning": 0}}) + "\n"
+             for i in range(8)]  # fmt: skip
+    assert max(map(len, lines)) < 220
+    lines.insert(long_at, json.dumps({"kind": "call", "pad": "x" * 600}) + "\n")
+    data = "".join(lines).encode()
+    old = L.CHUNK
+    L.CHUNK = chunk
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp)
+            path = ledger_path(out)
+            path.parent.mkdir(parents=True)
+            reader = L.LedgerReader(out)
+            got, pos = [], 0
+            with path.open("wb") as fh:
+                for n in [*pauses, len(data)]:
+                    fh.write(data[pos : pos + n])
+                    fh.flush()
+                    pos += n
+                    got += reader.read_new()
+                    if pos >= len(data):
+                        break
+            got += reader.read_new()
+    finally:
+        L.CHUNK = old
+    assert [r["at"] for r in got] == [1000.0 + i for i in range(8)]
+    assert reader.skipped == 1 and not reader.restarted
+
+
 def test_the_scripted_model_on_the_host_finds_the_task_from_the_request(tmp_path):
     """host.py: one server for every task; the plan is the task whose instruction codex sent."""
     sock = tmp_path / "s.sock"

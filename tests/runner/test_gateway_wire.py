@@ -37,7 +37,7 @@ def wire(five_arm_run):
     run = five_arm_run
     assert run.rc == 0, run.console[-3000:]
     assert set(run.receipts) == set(DEFAULT_ARMS), run.console[-3000:]
-    led = L.read_ledger(run.out)
+    led = L.read_ledger(run.out, keep_calls=True)
     log = run.out / ".runner" / "gateway" / "scripted" / "requests.jsonl"
     model = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
     # the done attempt of each arm (the receipts are theirs): its stamp

@@ -65,7 +65,7 @@ def test_an_attempts_own_cap_ends_all_five_arms_at_the_same_spend_scored_like_a_
         len(j) == 1 for j in done.values()
     ), log
     cuts = C.attempt_cuts(out)
-    led = L.read_ledger(out)
+    led = L.read_ledger(out, keep_calls=True)
     spent: dict[str, float] = {}
     one_call: list[float] = []
     for (_t, arm), (job,) in done.items():

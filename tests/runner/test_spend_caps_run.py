@@ -53,7 +53,7 @@ def test_a_run_cap_reached_mid_attempt_stops_voids_pauses_and_a_higher_cap_resum
     assert void["stamp"] == start["stamp"] and "spend cap" in void["reason"], void
     assert list(iter_job_dirs(out)) == [] and len(list(iter_job_dirs(voided_root(out)))) == 1
     # the wire: the attempt was forwarded its first call, and nothing was forwarded past the cap
-    led = L.read_ledger(out)
+    led = L.read_ledger(out, keep_calls=True)
     u = led.usage(TASK, start["arm"], start["stamp"])
     assert u is not None and u.forwarded >= 1, led.calls
     spent_at_cap = cap["spent_usd"]
@@ -110,7 +110,7 @@ def test_an_arm_cap_under_finish_lets_running_attempts_finish_scored_and_holds_o
     assert events(out, "void") == [] and read_caps(out).on_cap == "finish"
     (paused,) = events(out, "run_paused")
     assert paused["cause"] == "spend cap" and [c["arm"] for c in paused["caps"]] == list(ARMS), paused
-    led = L.read_ledger(out)
+    led = L.read_ledger(out, keep_calls=True)
     for s in starts:  # every call of the finishing attempts went through: none refused
         u = led.usage(s["task"], s["arm"], s["stamp"])
         assert u is not None and u.forwarded >= 2 and not u.refused, (s, u)

@@ -306,7 +306,7 @@ class Gateway:
     def _restore_first_calls(self) -> None:
         """A restarted gateway keeps each attempt's budget start: its first forwarded call, from the
         ledger this host's gateways wrote."""
-        for row in L.LedgerReader(self.out).read_new():
+        for row in L.LedgerReader(self.out).iter_new():
             c = L.call_from_dict(row)
             if c is None or not c.attempt or not c.forwarded or c.host != self.host:
                 continue
