@@ -97,7 +97,9 @@ def main() -> int:
         if not ledger_path(out).exists():
             t = time.perf_counter()
             n = write_ledger(out, args.calls_per_attempt)
-            print(f"ledger: {n} calls, {ledger_path(out).stat().st_size / 1e6:.1f} MB in {time.perf_counter() - t:.1f} s")
+            print(
+                f"ledger: {n} calls, {ledger_path(out).stat().st_size / 1e6:.1f} MB in {time.perf_counter() - t:.1f} s"
+            )
         else:
             print(f"ledger: {ledger_path(out).stat().st_size / 1e6:.1f} MB (kept)")
         marathon = str(Path(sys.executable).parent / "marathon")

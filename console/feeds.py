@@ -510,7 +510,7 @@ def arm_summary(
     ``only`` (those whose cells changed since) and arms it lacks are summed again (one trial
     finishing on a 2,010-task tree re-read every arm's 2,010 cells: most of the update's time)."""
     from runner.results import report
-    from runner.results.alarms import infrastructure, provider_errors
+    from runner.results.alarms import infrastructure, provider_errors, provider_outages
     from runner.results.index import remembered_intervals
 
     cells = model.scoped(scope)
@@ -523,6 +523,7 @@ def arm_summary(
             rows, _ = report.arm_summaries(mine, redo, money=money if money.exists else None, total=False)
         alarms = [r["message"] for r in infrastructure(cells, arms) if r["alarm"]]
         alarms += [r["message"] for r in provider_errors(cells, arms, model.ledger) if r["alarm"]]
+        alarms += [f"FLAG {r['message']}" for r in provider_outages(cells, arms, model.ledger)]
         au = report.full_audit(cells, arms, model)  # the receipts' setup facts and the wire's parameters
         alarms += au["lines"] + au["wire"]["lines"]
         differing = set(au["arms_differing"])  # the summary row's warning mark

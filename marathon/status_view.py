@@ -24,7 +24,7 @@ def _iso(t) -> str | None:
 def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | None = None) -> dict:
     """The status of ``model``; ``cap``: a spend cap in USD the projection gives the time to (default:
     the run's ``--max-spend``, as its runner recorded it for the gateways)."""
-    from runner.results.alarms import infrastructure, provider_errors
+    from runner.results.alarms import infrastructure, provider_errors, provider_outages
     from runner.results.caps import read_caps
     from runner.results.report import HEADLINE, OTHER_READING, arm_summaries, cell_dict
     from runner.results.tree import unit_label
@@ -61,6 +61,8 @@ def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | N
         else None,
         "caps": caps.to_json() if caps.any else None,
         "alarms": alarms,
+        # scored attempts the provider failed for a minute or more: each its own flagged line
+        "flags": [r["message"] for r in provider_outages(cells, arms, model.ledger)],
         # with repeats these count repeats (each pair K times), as every count of the table does
         "all_time_done": sum(c.repeats_done for c in all_cells.values()),
         "all_time_pairs": sum(c.k for c in all_cells.values()),
@@ -161,6 +163,7 @@ def render(d: dict) -> str:
         lines.append("no pairs yet")
     lines += repeats_lines(d)
     lines += [f"ALARM {clean(a, None)}" for a in d.get("alarms", ())]
+    lines += [f"FLAG {clean(a, None)}" for a in d.get("flags", ())]
     if d.get("spend"):
         lines.append(clean(d["spend"]["text"], None))
         lines.append(clean(d["spend"]["prices"], None))

@@ -14,6 +14,12 @@ attempt's calls are not independent of each other; its attempts are the arm's un
   most of them, so neither the trial's result nor its receipt shows them: only the wire does.
 
 An alarm is a line in the report, the status and the console; it changes no figure.
+
+Beside them, per attempt, ``provider_outages``: a scored attempt whose calls the provider failed for
+``PROVIDER_DOWN_SEC`` or more (an outage, a quota or rate limit that outlasted codex's retries) lost
+model time to the provider, not to its harness, whichever arm it was; too few such attempts for any
+arm to stand out, they would still bend its mean. Each is a flagged line naming the attempt and the
+`marathon void` that runs it again; what to do stays the operator's call.
 """
 
 from __future__ import annotations
@@ -23,11 +29,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.results import stats
+from runner.results.attempts import DONE
 from runner.results.cells import Cell
 from runner.results.ledger import Ledger
 
 ALARM_P = 0.05
 ALARM_TEXT = "suspect infrastructure before capability"
+#: a scored attempt the provider failed this long is flagged (codex's own retries of one 429 or 503
+#: take seconds; a minute is an outage, or a limit the retries did not outlast)
+PROVIDER_DOWN_SEC = 60.0
 
 
 @dataclass(frozen=True)
@@ -144,6 +154,49 @@ def provider_errors(
             }
         )
     return out
+
+
+def provider_outages(
+    cells: dict[tuple[str, str], Cell], arms: list[str], ledger: Ledger, min_sec: float = PROVIDER_DOWN_SEC
+) -> list[dict[str, Any]]:
+    """The scored attempts (each done repeat's) the provider failed for ``min_sec`` or more, longest
+    first: the attempt, how long, the statuses, and the flag's text (``[]`` without a ledger)."""
+    if not ledger.attempts:
+        return []
+    found = []
+    for (task, arm), c in cells.items():
+        if arm not in arms:
+            continue
+        for part in c.parts:
+            if part.status != DONE or part.scored_by is None:
+                continue
+            att = next((a for a in part.attempts if a.stamp == part.scored_by), None)
+            u = ledger.usage(task, att.arm_dir, att.stamp) if att is not None else None
+            if u is None or (down := u.provider_down_sec) < min_sec:
+                continue
+            seen = ", ".join(f"{s} x{k}" for s, k in sorted(u.upstream_errors.items()))
+            where = att.job_dir or f"{task}/{att.arm_dir}/{att.stamp}"
+            found.append(
+                {
+                    "task": task,
+                    "arm": arm,
+                    "stamp": att.stamp,
+                    "down_sec": round(down, 1),
+                    "statuses": dict(sorted(u.upstream_errors.items())),
+                    "job_dir": att.job_dir,
+                    "message": (
+                        f"{task} × {arm} ({att.stamp}): the provider failed its calls for {_duration(down)} "
+                        f"({seen}): model time lost to the provider, not to the harness; "
+                        f"`marathon void {where} --reason 'provider outage' --yes` runs it again"
+                    ),
+                }
+            )
+    return sorted(found, key=lambda r: (-r["down_sec"], r["task"], r["arm"]))
+
+
+def _duration(sec: float) -> str:
+    m, s = divmod(int(round(sec)), 60)
+    return f"{m} min {s} s" if m else f"{s} s"
 
 
 def _r(v: float | None, digits: int = 4) -> float | None:

@@ -383,6 +383,19 @@ def _prefix_sha(path: str, inode: int, size: int) -> Any:
         os.close(fd)
 
 
+#: error answers that say the request was wrong (the harness's doing), except those that say the
+#: provider's state: a refused credential (401, 403), a timeout (408), a rate or quota limit (429)
+REQUEST_FAULTS = range(400, 500)
+PROVIDER_4XX = frozenset({401, 403, 408, 429})
+
+
+def provider_fault(status: int | None) -> bool:
+    """Is an ``upstream_error`` call the provider's failure (down, overloaded, rate-limited, the
+    credential refused, the answer cut, no answer at all: 502 from the gateway) rather than a
+    request the harness got wrong (400, 404, 413, 422: those are the arm's, never an outage)?"""
+    return status is None or status not in REQUEST_FAULTS or status in PROVIDER_4XX
+
+
 #: what prices a call's tokens: its model and service tier (the request's ``params``; None when it
 #: named none) and the prompt-size tier LiteLLM raises its rates at (``modes.cost_map``; "" below)
 PriceKey = tuple[str | None, str | None, str]
@@ -406,6 +419,12 @@ class AttemptUsage:
     #: forwarded calls that were not an error answer and whose usage never reached the ledger (cut
     #: by the client or the deadline, a stream that ended early): the provider may bill their tokens
     unmetered: int = 0
+    #: the provider down for the attempt (``provider_fault``): seconds from a failed call to the next
+    #: answered one, summed; an outage still open at the attempt's last call is ``down_since`` to
+    #: ``down_until`` (the end of its last failed call). ``provider_down_sec`` adds them up.
+    down_sec: float = 0.0
+    down_since: float | None = None
+    down_until: float | None = None
     first_at: float | None = None  # the first forwarded call: where the wire budget starts
     last_accepted_at: float | None = None
     last_accepted_model_sec: float | None = None
@@ -428,8 +447,17 @@ class AttemptUsage:
         if c.outcome == UPSTREAM_ERROR:
             s = str(c.status) if c.status else "no answer"
             self.upstream_errors[s] = self.upstream_errors.get(s, 0) + 1
+            if provider_fault(c.status):
+                if self.down_since is None or c.at < self.down_since:
+                    self.down_since = c.at
+                end = c.at + (c.total_ms or 0.0) / 1000
+                if self.down_until is None or end > self.down_until:
+                    self.down_until = end
         elif c.usage is None:
             self.unmetered += 1
+        if c.outcome == OK and self.down_since is not None and c.at > self.down_since:
+            self.down_sec += c.at - self.down_since  # answered again: the outage closes
+            self.down_since = self.down_until = None
         if self.first_at is None or c.at < self.first_at:
             self.first_at = c.at
         if self.last_accepted_at is None or c.at > self.last_accepted_at:
@@ -464,6 +492,14 @@ class AttemptUsage:
     @property
     def total(self) -> int:
         return self.input + self.output
+
+    @property
+    def provider_down_sec(self) -> float:
+        """How long the provider failed the attempt's calls: closed outages, and one still open."""
+        still = (
+            (self.down_until - self.down_since) if self.down_since is not None and self.down_until else 0.0
+        )
+        return self.down_sec + max(0.0, still)
 
     def param_value(self, name: str) -> str | None:
         """The attempt's value of one parameter (several values joined: a mix is itself a value)."""

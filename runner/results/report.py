@@ -34,7 +34,13 @@ from typing import Any
 
 from modes import profiles, safetext
 from runner.results import audit, clusters, power, rules, stats, suspect
-from runner.results.alarms import ALARM_P, infrastructure, provider_errors
+from runner.results.alarms import (
+    ALARM_P,
+    PROVIDER_DOWN_SEC,
+    infrastructure,
+    provider_errors,
+    provider_outages,
+)
 from runner.results.attempts import DONE, ERRORED, STATUSES, VOIDED, Key
 from runner.results.cells import Cell, scored_values
 from runner.results.model import RunModel
@@ -595,6 +601,7 @@ def build_report(
         "suspect_excluded": exclude_suspect,
         "infrastructure": infrastructure(cells, arms),
         "provider_errors": provider_errors(cells, arms, model.ledger),
+        "provider_outages": provider_outages(cells, arms, model.ledger),
         "audit": full_audit(cells, arms, model),
         "reconciliation": reconciliation(cells, arms, model, money),
         "prices": {**money.pricer.source(), "line": money.pricer.source_line()},
@@ -628,6 +635,9 @@ def build_report(
             "provider_errors": "attempts the provider answered with an error at least once (the gateway's "
             "ledger; codex retries most of them unseen) vs the other arms, the same test and level; "
             "statuses: the error answers by HTTP status",
+            "provider_outages": f"scored attempts whose calls the provider failed for {PROVIDER_DOWN_SEC:.0f} s "
+            "or more (from a failed call to the next answered one; a request the harness got wrong, a 400, "
+            "is not an outage): flagged, never voided by the report",
             "power": "per pair and measure: MDE and tasks needed (runner.results.power)",
             "suspect": f"{suspect.LABEL}: counted as any task unless suspect_excluded (the other reading)",
             **({"repeats": REPEATS_NOTE} if repeats > 1 else {}),
@@ -1014,6 +1024,7 @@ def render_md(rep: dict[str, Any]) -> str:
         lines += ["", f"{PROVIDER_ERRORS_TITLE}:", ""]
         lines += [f"- **ALARM** {m(r['message'], None)}" for r in rep["provider_errors"] if r["alarm"]]
         lines += _md_table(*provider_error_table(rep))
+    lines += [f"- **FLAG** {m(r['message'], None)}" for r in rep.get("provider_outages") or []]
     lines += ["", "## Fairness audit (setup facts from the receipts, per task)", ""]
     lines += _audit_lines(rep, lambda t: f"- **ALARM** {m(t, None)}", m)
     if rec := reconciliation_lines(rep, lambda t: f"- **FLAG** tokens differ: {m(t, None)}"):
@@ -1146,6 +1157,7 @@ def render_html(rep: dict[str, Any]) -> str:
             f'<p class="alarm">ALARM: {e(r["message"])}</p>' for r in rep["provider_errors"] if r["alarm"]
         ]
         parts.append(_html_table(*provider_error_table(rep)))
+    parts += [f'<p class="alarm">FLAG: {e(r["message"])}</p>' for r in rep.get("provider_outages") or []]
     parts.append("<h2>Fairness audit</h2>")
     parts += [
         f'<p class="alarm">{e(t, None)}</p>' if t.startswith("ALARM ") else f"<p>{e(t, None)}</p>"

@@ -80,3 +80,78 @@ def test_without_a_ledger_there_is_no_provider_reading(handmade):
     rep = build_report(RunModel.load(handmade))
     assert rep["provider_errors"] == [] and status_data(RunModel.load(handmade), "all")["alarms"] == []
     assert "Provider errors at the wire" not in render(rep, "md")
+
+
+def _at(
+    w: LedgerWriter, task: str, arm: str, at: float, outcome: str, status: int | None, ms: float = 50.0
+) -> None:
+    w.write({
+        "kind": L.CALL, "v": L.SCHEMA, "at": at, "gateway": "g1", "host": None, "attempt": f"{arm}-{task}",
+        "task": task, "arm": arm, "stamp": STAMP, "method": "POST", "path": "/v1/responses",
+        "params": {"model": "hand/model"}, "outcome": outcome, "status": status, "total_ms": ms,
+        "usage": {"input": 100, "cached": 0, "output": 10, "reasoning": 0} if outcome == L.OK else None,
+    })  # fmt: skip
+
+
+def test_a_scored_attempt_the_provider_failed_for_a_minute_is_flagged_with_the_void_that_reruns_it(
+    handmade, tmp_path
+):
+    """An outage hits whichever attempts are running, too few for any arm to stand out: each scored
+    attempt the provider failed for PROVIDER_DOWN_SEC or more is its own flagged line (report, status,
+    console), with the `marathon void` that runs it again; a request the harness got wrong (400) is
+    the arm's, never an outage; the figures are unchanged."""
+    from runner.results.alarms import PROVIDER_DOWN_SEC
+
+    out = _tree(handmade, tmp_path)
+
+    def scores(rep: dict) -> dict:
+        return {(t, a): [c.get(k) for k in ("status", "reward", "partial", "pass_rate")]
+                for t, row in rep["cells"].items() for a, c in row.items()}  # fmt: skip
+
+    before = scores(build_report(RunModel.load(out, index=False)))
+    w = LedgerWriter(gateway_dir(out) / "ledger.jsonl")
+    t = 1.78e9
+    # t00 plain: answered, then 429s for 90 s (codex's retries, backing off), then answered again
+    _at(w, "t00", "plain", t, L.OK, 200)
+    for k in range(6):
+        _at(w, "t00", "plain", t + 10 + 18 * k, L.UPSTREAM_ERROR, 429)
+    _at(w, "t00", "plain", t + 100, L.OK, 200)
+    # t00 goal: 400s for 200 s (its own bad requests): not the provider's
+    _at(w, "t00", "goal", t, L.OK, 200)
+    for k in range(5):
+        _at(w, "t00", "goal", t + 10 + 50 * k, L.UPSTREAM_ERROR, 400)
+    _at(w, "t00", "goal", t + 300, L.OK, 200)
+    # t01 heartbeat: a 503 wall it never came back from: open until its last failed call ends (80 s)
+    _at(w, "t01", "heartbeat", t, L.OK, 200)
+    _at(w, "t01", "heartbeat", t + 20, L.UPSTREAM_ERROR, 503)
+    _at(w, "t01", "heartbeat", t + 70, L.UPSTREAM_ERROR, None, ms=30_000.0)  # no answer: cut at 30 s
+    # t02 plain: a 30 s blip (under the line)
+    _at(w, "t02", "plain", t, L.OK, 200)
+    _at(w, "t02", "plain", t + 5, L.UPSTREAM_ERROR, 502)
+    _at(w, "t02", "plain", t + 35, L.OK, 200)
+    w.close()
+
+    model = RunModel.load(out)
+    assert model.ledger.usage("t00", "plain", STAMP).provider_down_sec == 90.0
+    assert model.ledger.usage("t00", "goal", STAMP).provider_down_sec == 0.0
+    assert model.ledger.usage("t01", "heartbeat", STAMP).provider_down_sec == 80.0
+    assert model.ledger.usage("t02", "plain", STAMP).provider_down_sec == 30.0 < PROVIDER_DOWN_SEC
+    rep = build_report(model)
+    got = [(r["task"], r["arm"], r["down_sec"], r["statuses"]) for r in rep["provider_outages"]]
+    assert got == [("t00", "plain", 90.0, {"429": 6}), ("t01", "heartbeat", 80.0, {"503": 1, "no answer": 1})]
+    first = rep["provider_outages"][0]
+    assert first["message"].startswith(
+        f"t00 × plain ({STAMP}): the provider failed its calls for 1 min 30 s (429 x6): "
+        "model time lost to the provider, not to the harness; `marathon void "
+    )
+    assert f"{first['job_dir']} --reason 'provider outage' --yes` runs it again" in first["message"]
+    assert scores(rep) == before  # a flag: no score changed
+    from modes import safetext
+
+    assert f"- **FLAG** {safetext.md(first['message'], None)}" in render(rep, "md")
+    assert "FLAG: t01 × heartbeat" in render(rep, "html")
+    d = status_data(RunModel.load(out), "all")
+    assert d["flags"] == [r["message"] for r in rep["provider_outages"]]
+    assert f"FLAG {first['message']}" in render_status(d).splitlines()
+    # the sums the scan kept carry an outage still open, and the next process reads the same
+    assert build_report(RunModel.load(out))["provider_outages"] == rep["provider_outages"]

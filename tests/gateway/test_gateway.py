@@ -238,7 +238,9 @@ def test_tokens_are_refused_without_a_token_from_another_attempt_ended_killed_or
     time.sleep(1.2)
     assert code_of(post(sock_c, c.token)[1]) == L.BUDGET
     forwarded = len(provider.seen)
-    led = wait_for(lambda: L.read_ledger(out, keep_calls=True) if len(calls(out)) >= 11 else None, 5, "every line")
+    led = wait_for(
+        lambda: L.read_ledger(out, keep_calls=True) if len(calls(out)) >= 11 else None, 5, "every line"
+    )
     refused = [x for x in led.calls if x.outcome == L.REFUSED]
     assert [x.refused for x in refused] == [
         L.NO_TOKEN, L.NO_TOKEN, L.OTHER_ATTEMPT, L.ENDED, L.ENDED, L.GONE, L.BUDGET
@@ -636,7 +638,9 @@ def test_spend_caps_are_refused_at_the_wire_402_finish_lets_started_attempts_go_
     C.write_caps(out, C.Caps(arm_usd=3.0, on_cap=C.STOP, prices=price, model="quick"))
     assert code_of(post(sock_a, a.token)[1]) == L.SPEND_CAP_ARM
     assert post(sock_b, b.token)[0] == 200
-    led = wait_for(lambda: L.read_ledger(out, keep_calls=True) if len(calls(out)) >= 9 else None, 5, "every line")
+    led = wait_for(
+        lambda: L.read_ledger(out, keep_calls=True) if len(calls(out)) >= 9 else None, 5, "every line"
+    )
     refused = [(c.arm, c.refused, c.status) for c in led.calls if c.outcome == L.REFUSED]
     assert refused == [("goal", L.SPEND_CAP_RUN, 402), ("plain", L.SPEND_CAP_RUN, 402),
                        ("plain", L.SPEND_CAP_RUN, 402), ("plain", L.SPEND_CAP_ARM, 402)]  # fmt: skip

@@ -46,7 +46,10 @@ def killed_run(module_out, docker_engine):
     try:
         # the attempt works through the gateway: its first model call is on the ledger
         wait_for(
-            lambda: proc.poll() is not None or sum(1 for c in L.read_ledger(out, keep_calls=True).calls if c.forwarded) >= 1,
+            lambda: (
+                proc.poll() is not None
+                or sum(1 for c in L.read_ledger(out, keep_calls=True).calls if c.forwarded) >= 1
+            ),
             900,
             "model calls",
         )
