@@ -135,6 +135,10 @@ def test_the_providers_error_answers_reach_the_client_whole_and_the_ledger_by_st
     ub = led.usage("t1", "goal", b.record.stamp)
     assert (ua.forwarded, ua.upstream_errors, ua.unmetered, ua.with_usage) == (5, {"429": 3, "400": 1}, 0, 1)
     assert (ub.forwarded, ub.upstream_errors) == (1, {})
+    # the provider was down for the attempt from its first 429 to the answered call (the 400 between
+    # is the request's fault, and neither opens nor closes the outage)
+    by_at = sorted((c for c in rows if c.attempt == a.record.id), key=lambda c: c.at)
+    assert ua.provider_down_sec == by_at[-1].at - by_at[0].at > 0 and ub.provider_down_sec == 0
 
 
 def test_a_stream_passes_as_it_arrives_never_buffered_whole(gateway, provider):
