@@ -157,7 +157,7 @@ def project(
         interval = None
         if left and len(costs) >= MIN_FOR_INTERVAL:
             arr = np.array(costs)
-            means = arr[rng.integers(0, len(arr), size=(draws, len(arr)))].mean(axis=1)
+            means = stats.bootstrap_means(arr, draws, rng)  # chunked: bounded memory for any arm
             more = means * a.pending + np.maximum(means[:, None] - running[None, :], 0).sum(axis=1)
             boot += more
             lo, hi = np.percentile(spent + more, [50 * (1 - stats.CONFIDENCE), 50 * (1 + stats.CONFIDENCE)])
