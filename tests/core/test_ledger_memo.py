@@ -5,6 +5,7 @@ a second host's file, another version of the readers)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -38,11 +39,13 @@ def _line(n: int, **kw) -> bytes:
 
 def _sums(led: L.Ledger) -> str:
     """The sums, in an order that does not depend on which file was read first."""
-    d = led.to_state()
-    for att in d["attempts"]:
-        att[3]["by_price"] = sorted(att[3]["by_price"], key=json.dumps)
-    d["attempts"] = sorted(d["attempts"], key=lambda a: a[:3])
-    return json.dumps(d, sort_keys=True)
+    per = {}
+    for key, u in led.attempts.items():
+        d = dataclasses.asdict(u)
+        d["params"] = {k: sorted(v) for k, v in u.params.items()}
+        d["by_price"] = sorted(([*k, v] for k, v in u.by_price.items()), key=json.dumps)
+        per["/".join(key)] = d
+    return json.dumps({"n_calls": led.n_calls, "gateways": led.gateways, "attempts": per}, sort_keys=True)
 
 
 def test_a_warm_scan_reads_only_the_new_lines_and_an_edit_anywhere_is_read_again(handmade, tmp_path):
