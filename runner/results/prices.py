@@ -154,6 +154,8 @@ def add_costs(costs: Iterable[Cost | None]) -> Cost | None:
     got = [c for c in costs if c is not None]
     if not got:
         return None
+    if len(got) == 1 and (got[0].usd is None or not got[0].unpriced):
+        return got[0]  # (most cells: one attempt; a Cost is immutable, so it is its own sum)
     why = tuple(dict.fromkeys(w for c in got for w in c.unpriced))
     usd = None if why or any(c.usd is None for c in got) else math.fsum(c.usd or 0.0 for c in got)
     return Cost(usd, sum(c.input for c in got), sum(c.cached for c in got), sum(c.output for c in got),
