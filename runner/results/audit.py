@@ -139,7 +139,8 @@ def wire_audit(cells: dict[tuple[str, str], Cell], arms: list[str], ledger: L.Le
             u = ledger.usage(a.task, a.arm_dir, a.stamp)
             if u is None or not u.forwarded:
                 continue
-            values = {k: v for k in labels if (v := u.param_value(k)) is not None}
+            # (``param_value`` of each parameter the attempt sent, not of all twelve: 10,000 attempts)
+            values = {k: u.param_value(k) for k, vals in u.params.items() if vals and k in labels}
             seen |= set(values)
             by_task.setdefault(task, {})[arm] = values
             break
