@@ -576,7 +576,10 @@ class Ledger:
         """``to_state`` read back (a TypeError, ValueError or KeyError when it is not one)."""
         if d["fields"] != _USAGE_FIELDS:
             raise ValueError("kept by another version of AttemptUsage")
-        led = cls(n_calls=int(d["n_calls"]), gateways=list(d["gateways"]))
+        gateways = list(d["gateways"])
+        if not all(isinstance(g, dict) for g in gateways):
+            raise TypeError("a gateway line")
+        led = cls(n_calls=int(d["n_calls"]), gateways=gateways)
         attempts = led.attempts
         for task, arm, stamp, u in d["attempts"]:
             if type(task) is not str or type(arm) is not str or type(stamp) is not str:
