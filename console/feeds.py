@@ -523,7 +523,7 @@ def arm_summary(
             rows, _ = report.arm_summaries(mine, redo, money=money if money.exists else None, total=False)
         alarms = [r["message"] for r in infrastructure(cells, arms) if r["alarm"]]
         alarms += [r["message"] for r in provider_errors(cells, arms, model.ledger) if r["alarm"]]
-        alarms += [f"FLAG {r['message']}" for r in provider_outages(cells, arms, model.ledger)]
+        alarms += [f"FLAG {r['message']}" for r in provider_outages(cells, arms, model.ledger, model.out)]
         au = report.full_audit(cells, arms, model)  # the receipts' setup facts and the wire's parameters
         alarms += au["lines"] + au["wire"]["lines"]
         differing = set(au["arms_differing"])  # the summary row's warning mark

@@ -62,7 +62,7 @@ def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | N
         "caps": caps.to_json() if caps.any else None,
         "alarms": alarms,
         # scored attempts the provider failed for a minute or more: each its own flagged line
-        "flags": [r["message"] for r in provider_outages(cells, arms, model.ledger)],
+        "flags": [r["message"] for r in provider_outages(cells, arms, model.ledger, model.out)],
         # with repeats these count repeats (each pair K times), as every count of the table does
         "all_time_done": sum(c.repeats_done for c in all_cells.values()),
         "all_time_pairs": sum(c.k for c in all_cells.values()),

@@ -24,6 +24,8 @@ arm to stand out, they would still bend its mean. Each is a flagged line naming 
 
 from __future__ import annotations
 
+import os
+import shlex
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -157,10 +159,15 @@ def provider_errors(
 
 
 def provider_outages(
-    cells: dict[tuple[str, str], Cell], arms: list[str], ledger: Ledger, min_sec: float = PROVIDER_DOWN_SEC
+    cells: dict[tuple[str, str], Cell],
+    arms: list[str],
+    ledger: Ledger,
+    out: str | os.PathLike[str],
+    min_sec: float = PROVIDER_DOWN_SEC,
 ) -> list[dict[str, Any]]:
     """The scored attempts (each done repeat's) the provider failed for ``min_sec`` or more, longest
-    first: the attempt, how long, the statuses, and the flag's text (``[]`` without a ledger)."""
+    first: the attempt, how long, the statuses, and the flag's text with the `marathon void` of the
+    tree ``out`` that plans its rerun (``[]`` without a ledger)."""
     if not ledger.attempts:
         return []
     found = []
@@ -175,7 +182,8 @@ def provider_outages(
             if u is None or (down := u.provider_down_sec) < min_sec:
                 continue
             seen = ", ".join(f"{s} x{k}" for s, k in sorted(u.upstream_errors.items()))
-            where = att.job_dir or f"{task}/{att.arm_dir}/{att.stamp}"
+            where = att.job_dir or os.path.join(out, task, att.arm_dir, att.stamp)
+            void = f"marathon void {shlex.quote(str(where))} {shlex.quote(os.fspath(out))} --reason 'provider outage'"
             found.append(
                 {
                     "task": task,
@@ -187,7 +195,7 @@ def provider_outages(
                     "message": (
                         f"{task} × {arm} ({att.stamp}): the provider failed its calls for {_duration(down)} "
                         f"({seen}): model time lost to the provider, not to the harness; "
-                        f"`marathon void {where} --reason 'provider outage' --yes` runs it again"
+                        f"`{void}` plans its rerun (--yes carries it out)"
                     ),
                 }
             )

@@ -601,7 +601,7 @@ def build_report(
         "suspect_excluded": exclude_suspect,
         "infrastructure": infrastructure(cells, arms),
         "provider_errors": provider_errors(cells, arms, model.ledger),
-        "provider_outages": provider_outages(cells, arms, model.ledger),
+        "provider_outages": provider_outages(cells, arms, model.ledger, model.out),
         "audit": full_audit(cells, arms, model),
         "reconciliation": reconciliation(cells, arms, model, money),
         "prices": {**money.pricer.source(), "line": money.pricer.source_line()},

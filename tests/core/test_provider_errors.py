@@ -7,6 +7,7 @@ scipy's Fisher test."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 from handmade_tree import STAMP, TASKS
 from scipy.stats import fisher_exact
@@ -144,7 +145,18 @@ def test_a_scored_attempt_the_provider_failed_for_a_minute_is_flagged_with_the_v
         f"t00 × plain ({STAMP}): the provider failed its calls for 1 min 30 s (429 x6): "
         "model time lost to the provider, not to the harness; `marathon void "
     )
-    assert f"{first['job_dir']} --reason 'provider outage' --yes` runs it again" in first["message"]
+    assert first["message"].endswith(
+        f"`marathon void {first['job_dir']} {out} --reason 'provider outage'` plans its rerun (--yes carries it out)"
+    )
+    # the hint is the command: run as given, it plans voiding that attempt of this tree, and only plans
+    import shlex
+
+    from marathon.cli import main as marathon_main
+
+    hint = shlex.split(first["message"].split("`")[1])
+    assert hint[:2] == ["marathon", "void"] and hint[-2:] == ["--reason", "provider outage"]
+    assert marathon_main(hint[1:] + ["--json"]) == 0
+    assert Path(first["job_dir"]).is_dir()  # planned, nothing moved
     assert scores(rep) == before  # a flag: no score changed
     from modes import safetext
 
