@@ -82,11 +82,14 @@ def trial_facts(
         return rules.TrialFacts(has_result=False, stopped_by=stopped_by, spend_cut=cut), [cut] if cut else []
     gw = gateway_outage(trial_dir)
     if not rec.errored:
+        # a clean result of a trial the runner stopped is a score only when its verifier finished
+        # (harbor has recorded a trial it was cancelling as completed without an exception)
+        verified = stopped_by is None or _verifier_finished_at(trial_dir) is not None
         if gw or cut:
-            return rules.TrialFacts(stopped_by=stopped_by, gateway_failed=gw, spend_cut=cut), [
-                x for x in (gw, cut) if x
-            ]
-        return rules.TrialFacts(stopped_by=stopped_by), []
+            return rules.TrialFacts(
+                stopped_by=stopped_by, gateway_failed=gw, spend_cut=cut, verified=verified
+            ), [x for x in (gw, cut) if x]
+        return rules.TrialFacts(stopped_by=stopped_by, verified=verified), []
     etype = rec.exception_type or "UnknownException"
     msg = rec.exception_message or ""
     evidence = [f"exception_type: {etype}", f"exception_message: {msg[:2000]}"]
@@ -131,12 +134,18 @@ def trial_facts(
 
 def _verifier_finished(trial_dir: Path) -> datetime | None:
     """``verifier.finished_at`` of the trial's result.json (harbor sets it whatever the verifier did,
-    before it stops the environment); None when there is none (no verifier, a multi-step trial)."""
+    before it stops the environment), when it names its time zone; None when there is none (no
+    verifier, a multi-step trial)."""
+    got = _verifier_finished_at(trial_dir)
+    return got if got is not None and got.tzinfo is not None else None
+
+
+def _verifier_finished_at(trial_dir: Path) -> datetime | None:
+    """``verifier.finished_at`` of the trial's result.json as written (None: no verifier finished)."""
     raw = safeio.read_capped(trial_dir / RESULT_JSON, trial_dir)
     if isinstance(raw, safeio.Refused):
         return None
-    got = verifier_finished(raw)
-    return got if got is not None and got.tzinfo is not None else None
+    return verifier_finished(raw)
 
 
 def gateway_outage(trial_dir: Path) -> str:
@@ -174,7 +183,11 @@ def classify_trial(trial_dir: Path, stopped_by: str | None = None, deaths: Death
     facts, evidence = trial_facts(trial_dir, stopped_by, deaths)
     rule = rules.voiding_rule(facts)
     if rule.verdict == rules.VOID:
-        why = rule.what if rule.name != "stopped_by_runner" else f"{rule.what} ({stopped_by})"
+        why = (
+            f"{rule.what} ({stopped_by})"
+            if rule.name in ("stopped_by_runner", "stopped_unverified")
+            else rule.what
+        )
         reason = f"{facts.exception_type}: {why}" if facts.exception_type else why
         return Verdict("infra", reason, evidence, trial_dir.name, rule.name)
     if rule.name == "finished":

@@ -296,6 +296,9 @@ class TrialFacts:
     #: the runner's record of an operator's spend cap stopping the attempt (``--on-cap stop``; ""
     #: if none did): runner.results.caps.cut_of
     spend_cut: str = ""
+    #: the trial's verifier finished (``verifier.finished_at`` in its result.json); read only for a
+    #: trial the runner stopped, where a clean result without it is a stopped agent, not a score
+    verified: bool = True
 
 
 @dataclass(frozen=True)
@@ -314,6 +317,8 @@ VOIDING: tuple[VoidRule, ...] = (
              lambda f: not f.has_result),
     VoidRule("gateway_failed", VOID, "the model gateway failed while the attempt was live at it (calls refused or cut)",
              lambda f: bool(f.gateway_failed)),
+    VoidRule("stopped_unverified", VOID, "stopped by the runner before its verifier finished",
+             lambda f: f.stopped_by is not None and not f.exception_type and not f.verified),
     VoidRule("finished", SCORED, "finished without exception", lambda f: not f.exception_type),
     VoidRule("stopped_by_runner", VOID, "stopped by the runner", lambda f: f.stopped_by is not None),
     VoidRule("harbor_cause", VOID, "harbor classifies the exception as the sandbox's or its own",

@@ -413,6 +413,11 @@ class Driver:
         cut = capsmod.cut_of(self.out, job.task, job.arm.name, job.stamp)
         if done and cut:
             done = False  # a spend cap stopped it (--on-cap stop): voided by the spend_cap_stopped row
+        if done and stopping:
+            # harbor has counted a trial it was cancelling as completed without an exception (its job
+            # said done, "reward=None"): the runner stopped it, so the trials decide (the voiding
+            # table's stopped_unverified row: no finished verifier, no score)
+            done = self.launcher.classify(job, stopped_by or self.stop_reason or "stop").kind == "done"
         elapsed = round(time.monotonic() - job.started, 1)
         retry: str | None = None
         if done:

@@ -26,6 +26,9 @@ CASES = [
     ("no_result", "-", True, "", None),
     ("finished", None, True, "", None),
     ("finished", None, True, "", "SIGTERM"),  # a job that finished before the stop is a result
+    # harbor has written a clean result for a trial it was cancelling (seen once in CI: "done ...
+    # reward=None" after the runner's SIGTERM): without a finished verifier it is no score
+    ("stopped_unverified", None, True, "", "SIGTERM"),
     ("stopped_by_runner", "CancelledError", True, "", "SIGTERM"),
     ("stopped_by_runner", "RuntimeError", True, "boom in the agent", "SIGINT"),
     ("harbor_cause", "EnvironmentStartTimeoutError", False, "x", None),  # sandbox_failed
@@ -156,7 +159,9 @@ def test_each_row_of_the_voiding_table(tmp_path, row, etype, ran, msg, stop):
         elif row == "spend_cap_stopped":
             trial = spend_cut_trial(tmp_path, arm, etype, ran, msg)
         else:
-            trial = write_trial(tmp_path, arm, etype, ran, msg, ended)
+            # a trial that finished before the stop has its verifier's end in its result
+            verified = "2026-12-01T08:00:00.000000Z" if row == "finished" and stop else ""
+            trial = write_trial(tmp_path, arm, etype, ran, msg, ended, verified)
         v = classify_trial(trial, stopped_by=stop, deaths=deaths)
         verdicts[arm] = (v.kind, v.rule, v.reason)
     assert len(set(verdicts.values())) == 1, verdicts  # never depends on the arm
@@ -167,7 +172,8 @@ def test_each_row_of_the_voiding_table(tmp_path, row, etype, ran, msg, stop):
     ]
     assert kind == ("done" if row == "finished" else want)
     if stop and kind == "infra" and row != "spend_cap_stopped":
-        assert f"stopped by the runner ({stop})" in reason
+        assert reason.startswith(("stopped by the runner", f"{etype}: stopped by the runner"))
+        assert reason.endswith(f"({stop})"), reason
     if row == "spend_cap_stopped":
         assert "spend cap of the run" in " ".join(v.evidence) and "$12.50 spent, cap $10.00" in " ".join(
             v.evidence
