@@ -183,11 +183,11 @@ def classify_trial(trial_dir: Path, stopped_by: str | None = None, deaths: Death
     facts, evidence = trial_facts(trial_dir, stopped_by, deaths)
     rule = rules.voiding_rule(facts)
     if rule.verdict == rules.VOID:
-        why = (
-            f"{rule.what} ({stopped_by})"
-            if rule.name in ("stopped_by_runner", "stopped_unverified")
-            else rule.what
-        )
+        why = rule.what
+        if rule.name in ("stopped_by_runner", "stopped_unverified"):
+            why = f"{rule.what} ({stopped_by})"
+        elif rule.name == "no_result" and stopped_by is not None:
+            why = f"{rule.what}; stopped by the runner ({stopped_by})"
         reason = f"{facts.exception_type}: {why}" if facts.exception_type else why
         return Verdict("infra", reason, evidence, trial_dir.name, rule.name)
     if rule.name == "finished":

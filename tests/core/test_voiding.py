@@ -24,6 +24,7 @@ COMPOSE = "Docker compose command failed for environment calc-partial. Command: 
 #: (row, exception type or None, agent started, message, runner stop reason); None type = no exception
 CASES = [
     ("no_result", "-", True, "", None),
+    ("no_result", "-", True, "", "SIGTERM"),  # cancelled before harbor wrote its result: says so
     ("finished", None, True, "", None),
     ("finished", None, True, "", "SIGTERM"),  # a job that finished before the stop is a result
     # harbor has written a clean result for a trial it was cancelling (seen once in CI: "done ...
@@ -172,8 +173,7 @@ def test_each_row_of_the_voiding_table(tmp_path, row, etype, ran, msg, stop):
     ]
     assert kind == ("done" if row == "finished" else want)
     if stop and kind == "infra" and row != "spend_cap_stopped":
-        assert reason.startswith(("stopped by the runner", f"{etype}: stopped by the runner"))
-        assert reason.endswith(f"({stop})"), reason
+        assert "stopped by the runner" in reason and reason.endswith(f"({stop})"), reason
     if row == "spend_cap_stopped":
         assert "spend cap of the run" in " ".join(v.evidence) and "$12.50 spent, cap $10.00" in " ".join(
             v.evidence
