@@ -18,6 +18,7 @@ from rich.text import Text
 from console.feeds import ArmSummary, CellSpend, RunEvent, RunnerInfo
 from modes import safetext
 from runner.results.cells import Cell
+from runner.results.run_progress import long_duration
 
 if TYPE_CHECKING:
     from runner.results.projection import Projection  # numpy: not at the console's start
@@ -111,16 +112,6 @@ def duration(sec: float | None) -> str:
     if sec < 3600:
         return f"{sec // 60}m"
     return f"{sec // 3600}h{(sec % 3600) // 60:02d}"
-
-
-def long_duration(sec: float) -> str:
-    """``2 min 48 s``, ``1 h 05 min``: for sentences (the end-of-run banner)."""
-    sec = int(round(sec))
-    if sec < 60:
-        return f"{sec} s"
-    if sec < 3600:
-        return f"{sec // 60} min {sec % 60} s"
-    return f"{sec // 3600} h {(sec % 3600) // 60:02d} min"
 
 
 def money(v: float | None) -> str:

@@ -34,6 +34,7 @@ from runner.results import stats
 from runner.results.attempts import DONE
 from runner.results.cells import Cell
 from runner.results.ledger import Ledger
+from runner.results.run_progress import long_duration
 
 ALARM_P = 0.05
 ALARM_TEXT = "suspect infrastructure before capability"
@@ -193,18 +194,13 @@ def provider_outages(
                     "statuses": dict(sorted(u.upstream_errors.items())),
                     "job_dir": att.job_dir,
                     "message": (
-                        f"{task} × {arm} ({att.stamp}): the provider failed its calls for {_duration(down)} "
+                        f"{task} × {arm} ({att.stamp}): the provider failed its calls for {long_duration(down)} "
                         f"({seen}): model time lost to the provider, not to the harness; "
                         f"`{void}` plans its rerun (--yes carries it out)"
                     ),
                 }
             )
     return sorted(found, key=lambda r: (-r["down_sec"], r["task"], r["arm"]))
-
-
-def _duration(sec: float) -> str:
-    m, s = divmod(int(round(sec)), 60)
-    return f"{m} min {s} s" if m else f"{s} s"
 
 
 def _r(v: float | None, digits: int = 4) -> float | None:

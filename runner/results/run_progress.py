@@ -21,6 +21,16 @@ from runner.results.tree import repeat_of, unit_label
 GATE_ALARM_SEC = 300.0
 
 
+def long_duration(sec: float) -> str:
+    """``2 min 48 s``, ``1 h 05 min``: for sentences (the end-of-run banner, a report's flag)."""
+    sec = int(round(sec))
+    if sec < 60:
+        return f"{sec} s"
+    if sec < 3600:
+        return f"{sec // 60} min {sec % 60} s"
+    return f"{sec // 3600} h {(sec % 3600) // 60:02d} min"
+
+
 def event_time(ev: Mapping[str, Any]) -> float | None:
     """An event's ``ts`` (ISO-8601, ``Z``) as epoch seconds, or None when it has none."""
     ts = ev.get("ts")

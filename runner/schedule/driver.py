@@ -413,11 +413,14 @@ class Driver:
         cut = capsmod.cut_of(self.out, job.task, job.arm.name, job.stamp)
         if done and cut:
             done = False  # a spend cap stopped it (--on-cap stop): voided by the spend_cap_stopped row
+        stop_reason = (stopped_by or self.stop_reason or "stop") if stopping else None
+        v: Verdict | None = None
         if done and stopping:
             # harbor has counted a trial it was cancelling as completed without an exception (its job
             # said done, "reward=None"): the runner stopped it, so the trials decide (the voiding
             # table's stopped_unverified row: no finished verifier, no score)
-            done = self.launcher.classify(job, stopped_by or self.stop_reason or "stop").kind == "done"
+            v = self.launcher.classify(job, stop_reason)
+            done = v.kind == "done"
         elapsed = round(time.monotonic() - job.started, 1)
         retry: str | None = None
         if done:
@@ -431,7 +434,7 @@ class Driver:
                 self._failed.clear()
         else:
             # the voiding table (runner.results.rules.VOIDING) decides, the runner's own stop included
-            v = self.launcher.classify(job, (stopped_by or self.stop_reason or "stop") if stopping else None)
+            v = v or self.launcher.classify(job, stop_reason)
             status = "void" if v.kind == "infra" else "errored"
             self.log.emit(EventKind.JOB_FINISH, task=job.task, arm=job.arm.name, stamp=job.stamp, status=status,
                           elapsed_sec=elapsed, returncode=job.returncode, detail=v.reason,
