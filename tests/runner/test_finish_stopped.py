@@ -1,0 +1,86 @@
+"""The runner's bookkeeping of a job it stopped itself, on harbor's own files.
+
+Seen once in a fresh-clone CI run (tests/runner/test_runner_signals.py): after the runner's SIGTERM,
+harbor wrote a job result counting a trial it was cancelling as completed, without an exception and
+without a verifier, and the runner recorded the pair as done with ``reward=None``. The race is
+harbor's and could not be reproduced on demand, so the files it leaves are made here from a real
+recorded attempt (tests/core/recorded) and handed to the runner's real ``Driver._finish`` through
+its real local launcher: the job result says done; the trial's verifier never finished.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.results import tree
+from runner.results.events import read_events
+from runner.schedule import claims as claimsmod
+from runner.schedule.config import RunConfig
+from runner.schedule.driver import Driver
+from runner.schedule.local import LocalAttempt, LocalLauncher
+
+RECORDED = Path(__file__).resolve().parents[1] / "core" / "recorded" / "partial"
+STAMP = "20261201T081523Z"
+TASK, ARM = "calc-partial", "plain"
+
+
+def _stopped_attempt(out: Path, *, verifier_finished: bool) -> tuple[Driver, LocalAttempt]:
+    """A driver over ``out`` and one of its attempts whose harbor process has exited after the
+    runner stopped it, its files as harbor left them."""
+    stamp_dir = out / TASK / ARM / STAMP
+    shutil.copytree(RECORDED / STAMP, stamp_dir, symlinks=True)
+    (stamp_dir / "partial").rename(stamp_dir / ARM)
+    (trial,) = tree.list_dirs(stamp_dir / ARM)
+    res = stamp_dir / ARM / trial / "result.json"
+    d = json.loads(res.read_text())
+    if not verifier_finished:  # harbor's race: a clean trial result with no verifier run
+        d["verifier"] = None
+        d["verifier_result"] = None
+    res.write_text(json.dumps(d, indent=4))  # as harbor writes it (records.verifier_finished reads it so)
+
+    cfg = RunConfig(out=out, arms=(ARM,), gateway=False)
+    drv = Driver(cfg)
+    drv.stop_reason = "SIGTERM"
+    drv.launcher = LocalLauncher(cfg=cfg, log=drv.log, holder=drv.holder, specs=drv.specs, mounts={})
+    got = claimsmod.try_claim(out, TASK, ARM, drv.holder)
+    assert got.acquired and got.claim is not None
+    job = LocalAttempt(task=TASK, arm=drv.specs[ARM], stamp=STAMP, claim=got.claim, out=out, started=time.monotonic(),
+                       returncode=-15, terminated=True)  # fmt: skip
+    return drv, job
+
+
+def _finish_event(out: Path) -> dict:
+    (e,) = [e for e in read_events(out) if e["event"] == "job_finish"]
+    return e
+
+
+@pytest.mark.parametrize("verifier_finished", [False, True])
+def test_a_stopped_job_harbor_called_done_is_scored_only_with_a_finished_verifier(
+    tmp_path: Path, verifier_finished: bool
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    drv, job = _stopped_attempt(out, verifier_finished=verifier_finished)
+
+    retry = drv._finish(job, stopping=True)
+
+    e = _finish_event(out)
+    if verifier_finished:  # it finished before the stop: its result stands
+        assert (e["status"], retry) == ("done", None)
+        assert e["detail"].startswith("reward=0.0")
+        assert (out / TASK / ARM / STAMP).is_dir()
+        return
+    # the runner stopped it before its verifier finished: no score, voided and retried, its
+    # dir moved out of the tree's scored attempts with the reason
+    assert e["status"] == "void", e
+    assert "stopped by the runner before its verifier finished" in e["detail"]
+    assert retry is not None
+    assert not (out / TASK / ARM / STAMP).exists()
+    readme = tree.voided_root(out) / TASK / ARM / STAMP / tree.VOID_README
+    assert "verifier" in readme.read_text()
+    assert claimsmod.list_claims(out) == []  # the pair is free for its rerun
