@@ -485,12 +485,21 @@ _VERIFIER_FINISHED = re.compile(
 
 
 def verifier_finished(raw: bytes) -> datetime | None:
-    """``verifier.finished_at`` of a trial's result.json bytes without parsing the whole file.
+    """``verifier.finished_at`` of a trial's result.json bytes, parsing the whole file only when
+    its place in the file does not give it.
 
-    harbor writes TrialResult with indent=4 and ``verifier`` among the last top-level keys.
+    harbor writes TrialResult with indent=4 and ``verifier`` among the last top-level keys, so the
+    file's last 4 KiB usually hold it. Not always: a multi-step trial's ``step_results`` come after
+    it, and another harbor may write the file otherwise. Missing it is never harmless (the tamper
+    rule's verifier clock goes unchecked, and a trial the runner stopped reads as unverified), so
+    a miss looks through the whole file, then parses it.
     """
-    m = _VERIFIER_FINISHED.search(raw, max(0, len(raw) - 4096))
-    return parse_time(m.group(1).decode("utf-8", "replace")) if m else None
+    m = _VERIFIER_FINISHED.search(raw, max(0, len(raw) - 4096)) or _VERIFIER_FINISHED.search(raw)
+    if m:
+        return parse_time(m.group(1).decode("utf-8", "replace"))
+    data = _parse_json(raw).data
+    ver = data.get("verifier") if data else None
+    return parse_time(ver.get("finished_at")) if isinstance(ver, dict) else None
 
 
 #: Verifier files whose change after the verifier finished means someone else wrote them.

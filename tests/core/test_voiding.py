@@ -180,6 +180,29 @@ def test_each_row_of_the_voiding_table(tmp_path, row, etype, ran, msg, stop):
         )
 
 
+@pytest.mark.parametrize("layout", ["steps after it", "compact"])
+def test_a_verifier_found_anywhere_in_the_result_is_a_finished_verifier(tmp_path, layout):
+    """harbor puts ``verifier`` among the file's last keys; a multi-step trial's ``step_results``
+    (here 6 KB of them) come after it, and another writer may not indent. Either way a trial the
+    runner stopped after its verifier finished is a score, and the tamper rule has its clock."""
+    from runner.results.records import verifier_finished
+
+    t = write_trial(tmp_path, "plain", None, True, "", verifier_finished="2026-12-01T08:00:00.000000Z")
+    res = json.loads((t / "result.json").read_text())
+    if layout == "steps after it":
+        res["step_results"] = [
+            {"step_name": f"s{i}", "verifier_result": {"rewards": {"reward": 1}}} for i in range(60)
+        ]
+        text = json.dumps(res, indent=4)
+    else:
+        text = json.dumps(res)
+    assert len(text) > 4096 or layout == "compact"
+    (t / "result.json").write_text(text)
+    assert verifier_finished(text.encode()) is not None
+    v = classify_trial(t, stopped_by="SIGTERM")
+    assert (v.kind, v.rule) == ("done", "finished")
+
+
 def test_every_row_has_a_case_and_the_table_ends_with_the_scored_default():
     assert {c[0] for c in CASES} == {r.name for r in rules.VOIDING}
     assert rules.VOIDING[-1].verdict == rules.SCORED and rules.VOIDING[-1].applies(
