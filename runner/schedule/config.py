@@ -367,11 +367,27 @@ def parse_arm(text: str) -> ArmSpec:
     )
 
 
+def _task_toml(tasks_dir: Path, task: str) -> dict | None:
+    """The task's task.toml as a table; None when unreadable (harbor says why when it runs it)."""
+    try:
+        return tomllib.loads((tasks_dir / task / "task.toml").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def task_is_multi_step(tasks_dir: Path, task: str) -> bool:
+    """A task of harbor's multi-step kind (``steps`` in its task.toml, harbor's ``Task.has_steps``):
+    harbor runs the agent once per step, each with its own instruction, verifier and
+    ``steps/<name>/`` dir, where marathon's budgets, receipts and readers hold one agent run and one
+    verifier per trial."""
+    t = _task_toml(tasks_dir, task)
+    return bool(t and t.get("steps"))
+
+
 def task_agent_timeout_sec(tasks_dir: Path, task: str) -> float | None:
     """The task's own ``[agent] timeout_sec`` (task.toml); None when it sets none or is unreadable."""
-    try:
-        t = tomllib.loads((tasks_dir / task / "task.toml").read_text())
-    except (OSError, ValueError):
+    t = _task_toml(tasks_dir, task)
+    if t is None:
         return None
     v = (t.get("agent") or {}).get("timeout_sec")
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None

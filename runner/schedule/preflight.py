@@ -35,7 +35,13 @@ from pathlib import Path
 
 from modes.gateway import SCRIPTED_UPSTREAM
 from runner.errors import EXIT_USAGE, UserError
-from runner.schedule.config import RunConfig, list_tasks, missing_env_refs, project_pythonpath
+from runner.schedule.config import (
+    RunConfig,
+    list_tasks,
+    missing_env_refs,
+    project_pythonpath,
+    task_is_multi_step,
+)
 from runner.secrets import DECLARED_NON_SECRETS, ref_name
 
 #: where every codex arm's credential comes from unless ``--ak api_key_var=NAME`` says otherwise
@@ -114,6 +120,17 @@ def check_tasks(cfg: RunConfig) -> tuple[list[Problem], list[str]]:
     if unknown:
         problems.append(Problem("tasks", f"unknown task(s) in {td}: {', '.join(unknown)}", "fix --tasks"))
         tasks = [t for t in tasks if t in available]
+    multi = [t for t in tasks if task_is_multi_step(td, t)]
+    if multi:
+        problems.append(
+            Problem(
+                "tasks",
+                f"multi-step task(s) (steps in task.toml) in {td}: {', '.join(multi)} -- marathon "
+                "compares one agent run and one verifier per trial",
+                "leave them out with --tasks",
+            )
+        )
+        tasks = [t for t in tasks if t not in multi]
     try:
         if cfg.out.resolve().is_relative_to(td.resolve()):
             problems.append(

@@ -17,7 +17,7 @@ from runner_support import DEMO_TASKS, events, run_marathon
 from runner.errors import UserError
 from runner.results.tree import driver_env_path, runner_dir
 from runner.schedule import preflight
-from runner.schedule.config import read_driver_env, resolve, write_driver_env
+from runner.schedule.config import read_driver_env, resolve, task_is_multi_step, write_driver_env
 from runner.schedule.lock import lock_holder
 
 KEY = "MARATHON_PREFLIGHT_TEST_KEY"
@@ -202,3 +202,31 @@ def test_an_unknown_environment_or_import_path_is_refused_naming_it(tmp_path):
     assert (
         preflight.check_environment(_cfg(tmp_path / "d", arms=["oracle"]), _env()) == []
     )  # docker: the engine check
+
+
+def test_a_multi_step_task_is_refused_by_name_as_harbor_reads_it(tmp_path):
+    """harbor runs a task with ``steps`` once per step (its own instruction, verifier and
+    ``steps/<name>/`` dir); marathon's budgets, receipts and readers hold one agent run and one
+    verifier per trial, so such a task would be scored from files that are not there. Refused
+    before anything starts, by name; the other tasks are not."""
+    import shutil
+
+    from harbor.models.task.config import TaskConfig
+
+    tasks = tmp_path / "tasks"
+    shutil.copytree(DEMO_TASKS, tasks)
+    toml = tasks / "two-stage" / "task.toml"
+    toml.write_text(toml.read_text() + '\n[[steps]]\nname = "first"\n\n[[steps]]\nname = "second"\n')
+    for t in ("two-stage", "calc-partial"):  # marathon's reading is harbor's own
+        assert task_is_multi_step(tasks, t) is bool(
+            TaskConfig.model_validate_toml((tasks / t / "task.toml").read_text()).steps
+        )
+    cfg = resolve(
+        tmp_path / "out", {"tasks_dir": str(tasks), "arms": ["nop"], "env": NO_ENGINE_ENV}, environ={}
+    )
+    (p,) = preflight.check(cfg, {})
+    assert p.blocking and p.what.startswith("multi-step task(s)") and ": two-stage --" in p.what, p.what
+    assert "--tasks" in p.todo
+    assert (
+        "two-stage" not in preflight.check_tasks(cfg)[1] and "calc-partial" in preflight.check_tasks(cfg)[1]
+    )
