@@ -469,7 +469,8 @@ def read_trial(trial_dir: Path | str) -> TrialRecord:
     # a score, a file made nonsense, or gone; ``phase: initialized`` is a verifier (re)run's own mark
     if metrics.state not in (REFUSED, IN_PROGRESS):
         ver = data.get("verifier")
-        why = tampered(d, parse_time(ver.get("finished_at")) if isinstance(ver, dict) else None)
+        fin = parse_time(ver.get("finished_at")) if isinstance(ver, dict) else None
+        why = tampered(d, fin, parse_time(data.get("finished_at")))
         if why:
             metrics = Metrics(state=TAMPERED, error=why)
     return trial_from_dict(name, data, metrics, receipt)
@@ -482,24 +483,39 @@ LINKED_DIR = "a symlink (not followed)"
 _VERIFIER_FINISHED = re.compile(
     rb'\n    "verifier": \{\s*"started_at":\s*(?:"[^"\n]*"|null),\s*"finished_at":\s*"([^"\n]*)"'
 )
+#: the trial's own ``finished_at``: four spaces (a nested one has eight), after a raw newline (which
+#: no JSON string holds), so only the top-level key
+_TRIAL_FINISHED = re.compile(rb'\n    "finished_at":\s*"([^"\n]*)"')
 
 
 def verifier_finished(raw: bytes) -> datetime | None:
-    """``verifier.finished_at`` of a trial's result.json bytes, parsing the whole file only when
-    its place in the file does not give it.
+    """``verifier.finished_at`` of a trial's result.json bytes (``_top_time``)."""
+    return _top_time(raw, _VERIFIER_FINISHED, ("verifier", "finished_at"))
 
-    harbor writes TrialResult with indent=4 and ``verifier`` among the last top-level keys, so the
-    file's last 4 KiB usually hold it. Not always: a multi-step trial's ``step_results`` come after
-    it, and another harbor may write the file otherwise. Missing it is never harmless (the tamper
-    rule's verifier clock goes unchecked, and a trial the runner stopped reads as unverified), so
-    a miss looks through the whole file, then parses it.
+
+def trial_finished(raw: bytes) -> datetime | None:
+    """The trial's own ``finished_at`` in its result.json bytes (``_top_time``): harbor stamps it
+    and writes the file at once, so it is the file's mtime in harbor's clock."""
+    return _top_time(raw, _TRIAL_FINISHED, ("finished_at",))
+
+
+def _top_time(raw: bytes, pattern: re.Pattern[bytes], keys: tuple[str, ...]) -> datetime | None:
+    """A time of a trial's result.json, parsing the whole file only when its place in the file
+    does not give it.
+
+    harbor writes TrialResult with indent=4 and its times among the last top-level keys, so the
+    file's last 4 KiB usually hold them. Not always: a multi-step trial's ``step_results`` come
+    after them, and another harbor may write the file otherwise. Missing one is never harmless (the
+    tamper rule's verifier clock goes unchecked, and a trial the runner stopped reads as
+    unverified), so a miss looks through the whole file, then parses it.
     """
-    m = _VERIFIER_FINISHED.search(raw, max(0, len(raw) - 4096)) or _VERIFIER_FINISHED.search(raw)
+    m = pattern.search(raw, max(0, len(raw) - 4096)) or pattern.search(raw)
     if m:
         return parse_time(m.group(1).decode("utf-8", "replace"))
-    data = _parse_json(raw).data
-    ver = data.get("verifier") if data else None
-    return parse_time(ver.get("finished_at")) if isinstance(ver, dict) else None
+    v: Any = _parse_json(raw).data
+    for k in keys:
+        v = v.get(k) if isinstance(v, dict) else None
+    return parse_time(v)
 
 
 #: Verifier files whose change after the verifier finished means someone else wrote them.
@@ -508,7 +524,9 @@ VERIFIER_FILES = VERIFIER_WRITTEN
 TAMPER_SLACK_NS = 1_000_000_000
 
 
-def tampered(trial_dir: str, verifier_finished: datetime | None) -> str:
+def tampered(
+    trial_dir: str, verifier_finished: datetime | None, trial_finished: datetime | None = None
+) -> str:
     """Why the trial's verifier files are not the verifier's own (``""`` when they are).
 
     harbor writes a trial's ``result.json`` last: after its verifier finished (``verifier.finished_at``
@@ -520,14 +538,22 @@ def tampered(trial_dir: str, verifier_finished: datetime | None) -> str:
     means a file of the verifier's was deleted or planted (a deleted metrics.json would otherwise
     just leave its cell without a partial score). Copies of a tree (which keep mtimes and renew
     every ctime, the dir's before the files') stay consistent with these rules.
+
+    The verifier's end is harbor's clock, a file's mtime the output disk's: on a network disk they
+    differ (the field's NAS lagged its host by about two minutes), which would flag every cell of a
+    disk ahead of its host and miss writes of that long after the verifier on one behind. harbor
+    stamps the trial's ``finished_at`` (``trial_finished``) and writes result.json at once, so the
+    file's mtime minus that stamp is the disk's offset, and the verifier's end is moved by it.
     """
     times = safeio.lstat_times(f"{trial_dir}/{RESULT_JSON}")
     if times is None:
         return ""
-    res_ctime = times[1]
+    res_mtime, res_ctime = times
     fin_ns = None
     if verifier_finished is not None and verifier_finished.tzinfo is not None:
         fin_ns = int(verifier_finished.timestamp() * 1e9)
+        if trial_finished is not None and trial_finished.tzinfo is not None:
+            fin_ns += res_mtime - int(trial_finished.timestamp() * 1e9)  # in the disk's clock
     for rel in VERIFIER_FILES:
         t = safeio.lstat_times(f"{trial_dir}/{rel}")
         if t is None:
@@ -594,7 +620,7 @@ def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | 
     if isinstance(raw, Loaded):
         return None  # the trial's own result.json is missing or refused: read the trial dir
     if metrics.state not in (REFUSED, IN_PROGRESS):
-        why = tampered(tdir, verifier_finished(raw))
+        why = tampered(tdir, verifier_finished(raw), trial_finished(raw))
         if why:
             metrics = Metrics(state=TAMPERED, error=why)
     bad: list[Bad] = []

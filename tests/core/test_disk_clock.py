@@ -1,0 +1,75 @@
+"""The tamper rule on an output disk whose clock is not the host's (the field report: "the mtime on
+the NAS output disk lags the host by about 2 minutes").
+
+A verifier file's mtime is the disk's clock, the verifier's end (``verifier.finished_at``) harbor's.
+The rule compares them (``runner.results.records.tampered``) after moving the verifier's end by the
+disk's offset, read from the trial's own result.json: harbor stamps the trial's ``finished_at`` and
+writes the file at once. Here a real recorded attempt (tests/core/recorded) is given the times a disk
+that far ahead or behind would have given its files, and both readers of a trial (each trial's
+result.json, and the job summary the scan takes for a finished one-trial job) are asked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from runner.results import records, tree
+
+RECORDED = Path(__file__).resolve().parent / "recorded" / "partial" / "20261201T081523Z" / "partial"
+
+
+def _t(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _job(tmp_path: Path, offset: float, late: float | None) -> tuple[Path, Path]:
+    """The recorded job with its files' times as a disk ``offset`` s from harbor's clock records
+    them; ``late``: metrics.json rewritten that many seconds (harbor's clock) after the verifier
+    finished, before harbor wrote result.json (a process the agent left running, during teardown)."""
+    job = tmp_path / "job"
+    shutil.copytree(RECORDED, job, symlinks=True)
+    (trial,) = tree.list_dirs(job)
+    t = job / trial
+    res = json.loads((t / "result.json").read_text())
+    ver_fin, trial_fin = _t(res["verifier"]["finished_at"]), _t(res["finished_at"])
+    for f in (t / "verifier").iterdir():  # written by the verifier, just before it finished
+        at = ver_fin - 0.5 + offset
+        os.utime(f, (at, at))
+    if late is not None:
+        at = ver_fin + late + offset
+        os.utime(t / "verifier" / "metrics.json", (at, at))
+    at = trial_fin + offset  # harbor writes result.json last (its ctime the newest, as harbor's is)
+    (t / "result.json").write_bytes((t / "result.json").read_bytes())
+    os.utime(t / "result.json", (at, at))
+    return job, t
+
+
+def _verdicts(job: Path, t: Path) -> tuple[str, str]:
+    """The metrics' state as each reader of a trial sees it."""
+    by_trial = records.read_trial(t).metrics.state
+    summary = records.trial_from_job_summary(json.loads((job / "result.json").read_text()), str(job))
+    assert summary is not None  # a finished one-trial job: the scan's fast path applies
+    return by_trial, summary.metrics.state
+
+
+@pytest.mark.parametrize("offset", [0.0, 120.0, -120.0, 3600.0])
+def test_the_verifiers_own_files_are_never_tampered_whatever_the_disks_clock(tmp_path, offset):
+    # a disk two minutes ahead of its host flagged every cell of the run as tampered (a failure
+    # against its arm) before the verifier's end was moved by the disk's offset
+    job, t = _job(tmp_path, offset, late=None)
+    assert _verdicts(job, t) == (records.OK, records.OK)
+
+
+@pytest.mark.parametrize("offset", [0.0, 120.0, -120.0])
+def test_a_write_after_the_verifier_finished_is_caught_whatever_the_disks_clock(tmp_path, offset):
+    # on the field's NAS (two minutes behind) a write up to two minutes after the verifier was
+    # dated before its end and passed
+    job, t = _job(tmp_path, offset, late=60.0)
+    assert _verdicts(job, t) == (records.TAMPERED, records.TAMPERED)
+    assert "metrics.json written 60.0 s after the verifier finished" in records.read_trial(t).metrics.error
