@@ -684,3 +684,40 @@ def test_an_attempts_own_cap_cuts_it_when_its_usage_passes_and_refuses_it_alone(
     assert post(sock_b, b.token)[0] == 200 and not C.attempt_cut_path(out, b.record.id).exists()
     assert len(provider.seen) == 3  # the refused call never went upstream
     assert list(C.attempt_cuts(out)) == [(a.record.task, "plain", a.record.stamp)]
+
+
+def _same_tick(path: Path, mtime_ns: int) -> None:
+    """Give ``path`` the mtime it had before its last change, as a filesystem whose times move in
+    coarse ticks does for two changes within one tick (Linux before 6.13 stamps files and dirs from a
+    clock of one jiffy, up to 10 ms; some network disks in seconds; this machine's kernel stamps
+    finely once a time was read, so the tick is made by hand)."""
+    os.utime(path, ns=(os.stat(path).st_atime_ns, mtime_ns))
+
+
+def test_two_records_written_within_one_tick_are_both_served(gateway, provider):
+    """The gateway lists its attempts' records only when their dir changed (by its mtime): a second
+    attempt issued within the same tick as the first left the dir's mtime as the first set it, its
+    socket was never bound, and its agent's every call failed at the relay, scored against its arm."""
+    out, _s, _st = gateway
+    d = attempts.attempts_dir(out)
+    a = issue(out, "plain")  # listed and bound: the gateway has seen the dir with a in it
+    before = os.stat(d).st_mtime_ns
+    b = attempts.issue(out, "t1", "goal", "2026-01-01__00-00-59", budget_sec=None)
+    _same_tick(d, before)
+    sock_b = attempts.socket_path(out, b.record.id)
+    wait_for(sock_b.exists, 10, "the second attempt's socket")
+    assert post(sock_b, b.token)[0] == 200 and post(attempts.socket_path(out, a.record.id), a.token)[0] == 200
+
+
+def test_an_attempt_ended_within_the_tick_of_its_last_change_is_refused(gateway, provider):
+    """A record rewritten within one tick keeps its mtime: told apart by its inode (each version is
+    written by a rename), an ended attempt's token is refused, never served on the old record."""
+    out, _s, _st = gateway
+    a = issue(out, "plain")
+    sock = attempts.socket_path(out, a.record.id)
+    assert post(sock, a.token)[0] == 200  # the gateway has read the live record
+    rec = attempts.record_path(out, a.record.id)
+    before = os.stat(rec).st_mtime_ns
+    attempts.end(out, a.record.id, "ended")
+    _same_tick(rec, before)
+    assert (post(sock, a.token)[0], code_of(post(sock, a.token)[1])) == (401, L.ENDED)

@@ -52,6 +52,10 @@ from runner.results import ledger as L
 from runner.results.tree import ledger_path
 
 POLL_SEC = 0.25
+#: once the attempts' dir changed, it is listed on every poll this long: a filesystem whose times
+#: move in coarse ticks (a jiffy before Linux 6.13, seconds on some network disks) leaves the dir's
+#: mtime as the first of two records renamed into it within one tick set it
+DIR_SETTLE_SEC = 2.0
 HEARTBEAT_SEC = 2.0
 #: an ended attempt's socket stays bound this long (its calls refused ``attempt_ended`` and logged:
 #: a process the agent left running still finds the socket), then it and its dir are removed
@@ -169,12 +173,20 @@ class Live:
     """One attempt as this gateway serves it."""
 
     record: att.AttemptRecord
-    mtime_ns: int
+    version: tuple[int, int, int]  # its record file's (``_version``)
     site: web.UnixSite | None = None
     sock: str | None = None
     first_at: float | None = None
     n: int = 0
     cut: bool = False  # its own spend cap is spent and its cut record written
+
+
+def _version(path: Path) -> tuple[int, int, int]:
+    """Which version of a record (or of the caps) is on disk: each is written by a rename, a new
+    inode every time, so two versions written within one tick of a coarse clock (the same mtime)
+    are still told apart."""
+    st = os.stat(path)
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def _key(a: Live) -> tuple[str, str, str]:
@@ -231,9 +243,10 @@ class Gateway:
         self._first: dict[str, float] = {}  # attempt id -> its first forwarded call (the budget's start)
         self.started_at = time.time()
         self._dir_mtime: int | None = None
+        self._dir_changed = 0.0  # (monotonic) when a poll last found the attempts' dir changed
         # the run's spend caps (runner.results.caps), re-read when the runner rewrites them
         self.caps = C.Caps()
-        self._caps_mtime: int | None = None
+        self._caps_version: tuple[int, int, int] | None = None
         self.tally: C.Tally | None = None
         self.upstream_label = self.upstream_label or self.upstream.base
 
@@ -320,10 +333,13 @@ class Gateway:
         socket of each that ended (or whose record is gone)."""
         seen = set()
         try:
-            # a record is written by a rename in this dir: an unchanged dir has no new or changed record
-            # (then only the ended attempts' grace is looked at)
+            # a record is written by a rename in this dir: a dir unchanged for a while has no new or
+            # changed record (then only the ended attempts' grace is looked at)
+            now = time.monotonic()
             dir_mtime = os.stat(att.attempts_dir(self.out)).st_mtime_ns
-            if dir_mtime == self._dir_mtime and not self._ending():
+            if dir_mtime != self._dir_mtime:
+                self._dir_changed = now
+            elif now > self._dir_changed + DIR_SETTLE_SEC and not self._ending():
                 return
             names = os.listdir(att.attempts_dir(self.out))
             self._dir_mtime = dir_mtime
@@ -334,19 +350,19 @@ class Gateway:
                 continue
             aid = name[: -len(".json")]
             try:
-                mtime = os.stat(att.record_path(self.out, aid)).st_mtime_ns
+                version = _version(att.record_path(self.out, aid))
             except OSError:
                 continue
             cur = self.live.get(aid)
-            if cur is None or cur.mtime_ns != mtime:
+            if cur is None or cur.version != version:
                 rec = att.read_record(self.out, aid)
                 if rec is None or rec.host != self.host:
                     continue
                 if cur is None:
-                    cur = self.live[aid] = Live(rec, mtime, first_at=self._first.get(aid))
+                    cur = self.live[aid] = Live(rec, version, first_at=self._first.get(aid))
                     self.by_token[rec.token_sha256] = aid
                 else:
-                    cur.record, cur.mtime_ns = rec, mtime
+                    cur.record, cur.version = rec, version
             seen.add(aid)
             rec = cur.record
             over = rec.state == att.ENDED and time.time() > (rec.ended_at or 0) + ENDED_GRACE_SEC
@@ -362,13 +378,13 @@ class Gateway:
     def _read_caps(self) -> None:
         """The run's caps as the runner last wrote them (a resume with a higher cap rewrites them)."""
         try:
-            mtime = os.stat(C.caps_path(self.out)).st_mtime_ns
+            version: tuple[int, int, int] | None = _version(C.caps_path(self.out))
         except OSError:
-            mtime = None
-        if mtime == self._caps_mtime:
+            version = None
+        if version == self._caps_version:
             return
-        self._caps_mtime = mtime
-        caps = C.read_caps(self.out) if mtime is not None else C.Caps()
+        self._caps_version = version
+        caps = C.read_caps(self.out) if version is not None else C.Caps()
         if caps.prices != self.caps.prices or caps.model != self.caps.model or self.tally is None:
             self.tally = C.Tally(self.out, caps.pricer()) if caps.any else None
         self.caps = caps
@@ -445,13 +461,13 @@ class Gateway:
         if a is None:
             return None
         try:
-            mtime = os.stat(att.record_path(self.out, aid)).st_mtime_ns
+            version = _version(att.record_path(self.out, aid))
         except OSError:
             return None  # the record is gone: no attempt to serve
-        if mtime != a.mtime_ns:
+        if version != a.version:
             rec = att.read_record(self.out, aid)
             if rec is not None:
-                a.record, a.mtime_ns = rec, mtime
+                a.record, a.version = rec, version
         return a
 
     # ------------------------------------------------------------------ calls
