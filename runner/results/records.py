@@ -143,7 +143,10 @@ def parse_time(v: Any) -> datetime | None:
 
 
 def _span_sec(start: Any, end: Any) -> float | None:
-    a, b = parse_time(start), parse_time(end)
+    return _span(parse_time(start), parse_time(end))
+
+
+def _span(a: datetime | None, b: datetime | None) -> float | None:
     if a is None or b is None or (a.tzinfo is None) != (b.tzinfo is None):
         return None
     return max(0.0, (b - a).total_seconds())
@@ -486,6 +489,7 @@ _VERIFIER_FINISHED = re.compile(
 #: the trial's own ``finished_at``: four spaces (a nested one has eight), after a raw newline (which
 #: no JSON string holds), so only the top-level key
 _TRIAL_FINISHED = re.compile(rb'\n    "finished_at":\s*"([^"\n]*)"')
+_TRIAL_STARTED = re.compile(rb'\n    "started_at":\s*"([^"\n]*)"')
 
 
 def verifier_finished(raw: bytes) -> datetime | None:
@@ -497,6 +501,11 @@ def trial_finished(raw: bytes) -> datetime | None:
     """The trial's own ``finished_at`` in its result.json bytes (``_top_time``): harbor stamps it
     and writes the file at once, so it is the file's mtime in harbor's clock."""
     return _top_time(raw, _TRIAL_FINISHED, ("finished_at",))
+
+
+def trial_started(raw: bytes) -> datetime | None:
+    """The trial's own ``started_at`` in its result.json bytes (``_top_time``)."""
+    return _top_time(raw, _TRIAL_STARTED, ("started_at",))
 
 
 def _top_time(raw: bytes, pattern: re.Pattern[bytes], keys: tuple[str, ...]) -> datetime | None:
@@ -619,8 +628,9 @@ def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | 
     raw = _read(f"{tdir}/{RESULT_JSON}", tdir)
     if isinstance(raw, Loaded):
         return None  # the trial's own result.json is missing or refused: read the trial dir
+    finished = trial_finished(raw)
     if metrics.state not in (REFUSED, IN_PROGRESS):
-        why = tampered(tdir, verifier_finished(raw), trial_finished(raw))
+        why = tampered(tdir, verifier_finished(raw), finished)
         if why:
             metrics = Metrics(state=TAMPERED, error=why)
     bad: list[Bad] = []
@@ -636,7 +646,9 @@ def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | 
         n_input_tokens=tokens[0],
         n_output_tokens=tokens[1],
         n_cache_tokens=tokens[2],
-        wall_sec=_span_sec(d.get("started_at"), d.get("finished_at")),
+        # the trial's own times, as ``read_trial`` takes them: the job's are harbor's naive local time
+        # (an hour off across a change of daylight saving time) and hold the job's own overhead
+        wall_sec=_span(trial_started(raw), finished),
         metrics=metrics,
         receipt=read_receipt(tdir),
         from_summary=True,

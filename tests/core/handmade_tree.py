@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from runner.results import tree
@@ -79,13 +79,20 @@ def _done_cell(
     reward = 1.0 if partial == 1.0 else 0.0
     metrics = {"phase": "build_failed"} if build_failed else {"partial_score": partial, "pass_rate": partial}
     (job / trial / "verifier/metrics.json").write_text(json.dumps(metrics))
-    _edit(job / trial / "result.json", lambda d: d["verifier_result"]["rewards"].update(reward=reward))
+
+    def trial_res(d):
+        d["verifier_result"]["rewards"].update(reward=reward)
+        # the cell's wall time is its trial's (the job's naive local times are not read for it)
+        end = datetime.fromisoformat(d["finished_at"].replace("Z", "+00:00"))
+        d["started_at"] = (end - timedelta(seconds=wall)).isoformat().replace("+00:00", "Z")
+
+    _edit(job / trial / "result.json", trial_res)
 
     def job_res(d):
         (ev,) = d["stats"]["evals"].values()
         ev["reward_stats"]["reward"] = {str(reward): [trial]}
-        d["started_at"], d["finished_at"] = (
-            "2026-11-30T10:00:00",
+        d["started_at"], d["finished_at"] = (  # (the job's own set-up: 30 s before its trial)
+            "2026-11-30T09:59:30",
             f"2026-11-30T10:{wall // 60:02d}:{wall % 60:02d}",
         )
 

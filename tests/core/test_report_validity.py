@@ -254,3 +254,14 @@ def test_fairness_audit_flags_a_mix_of_transports(handmade, tmp_path):
     (d,) = au["differences"]
     assert (d["fact"], d["task"]) == ("transport", "t02")
     assert au["lines"] == ["arms differ in: transport (plain, heartbeat \u2260 goal; task t02)"]
+
+
+def test_each_done_cells_wall_time_is_its_trials(handmade):
+    """The time-to-finish figure is each trial's own span (UTC), not its job's (harbor's naive local
+    times, an hour off across a change of daylight saving time), whichever reader took it."""
+    from handmade_tree import TASKS, WALL
+
+    m = RunModel.load(handmade, index=False)
+    for i, t in enumerate(TASKS):
+        for arm in ("goal", "plain", "heartbeat"):
+            assert m.cells[(t, arm)].wall_sec == pytest.approx(WALL[arm][i], abs=1e-3), (t, arm)
