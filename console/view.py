@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -19,6 +19,7 @@ from console.feeds import ArmSummary, CellSpend, RunEvent, RunnerInfo
 from modes import safetext
 from runner.results.cells import Cell
 from runner.results.run_progress import long_duration
+from runner.results.tree import stamp_time
 
 if TYPE_CHECKING:
     from runner.results.projection import Projection  # numpy: not at the console's start
@@ -154,17 +155,36 @@ def elapsed_sec(cell: Cell | None, now: float | None = None) -> float | None:
         return None
     wall = cell.wall_sec
     if (status_of(cell) == "running" or wall is None) and cell.attempts and now is not None:
-        job = cell.attempts[-1].job
-        started = job.started_at if job is not None else None
-        if started:
-            try:
-                t = datetime.fromisoformat(started.replace("Z", "+00:00"))
-            except ValueError:
-                return wall
-            if t.tzinfo is None:
-                t = t.replace(tzinfo=UTC)
-            return max(0.0, now - t.timestamp())
+        att = cell.attempts[-1]
+        started = _job_started(att.job.started_at if att.job is not None else None, att.stamp, now)
+        if started is not None:
+            return max(0.0, now - started)
     return wall
+
+
+#: how far harbor's job start may lie outside [the runner's stamp, now] and still be believed
+_START_SLACK_SEC = 120.0
+
+
+def _job_started(started_at: str | None, stamp: str, now: float) -> float | None:
+    """When an attempt's harbor job started. harbor writes the job's ``started_at`` without a zone,
+    in the local time of the host it runs on (``datetime.now()``): read here as this host's local
+    time (it was read as UTC, which put every running pair of a UTC+8 host at 0 s for eight hours).
+    When that reading does not fall between the runner's stamp (UTC, the runner's clock, taken just
+    before harbor starts) and now, as on a fleet host in another zone, or there is none, the stamp
+    is the start."""
+    st = stamp_time(stamp)
+    floor = st.timestamp() if st is not None else None
+    if started_at:
+        try:
+            t = datetime.fromisoformat(started_at.replace("Z", "+00:00"))
+        except ValueError:
+            t = None
+        if t is not None:
+            at = t.timestamp()  # a naive time is local time
+            if (floor is None or at >= floor - _START_SLACK_SEC) and at <= now + _START_SLACK_SEC:
+                return at
+    return floor
 
 
 def elapsed_text(cell: Cell | None, budget: float | None = None, now: float | None = None) -> str:
