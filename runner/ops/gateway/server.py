@@ -176,6 +176,7 @@ class Live:
     version: tuple[int, int, int]  # its record file's (``_version``)
     site: web.UnixSite | None = None
     sock: str | None = None
+    bound: str | None = None  # the name the socket was bound to (``_bind``), which its calls carry
     first_at: float | None = None
     n: int = 0
     cut: bool = False  # its own spend cap is spent and its cut record written
@@ -234,7 +235,7 @@ class Gateway:
 
     def __post_init__(self) -> None:
         self.live: dict[str, Live] = {}
-        self.by_sock: dict[str, str] = {}  # socket path -> attempt id
+        self.by_sock: dict[str, str] = {}  # the socket's bound name (``Live.bound``) -> attempt id
         self.by_token: dict[str, str] = {}  # token sha256 -> attempt id
         self.ledger = LedgerWriter(ledger_path(self.out, self.host), on_fail=self._ledger_failed)
         self.stop_event = asyncio.Event()
@@ -428,17 +429,24 @@ class Gateway:
         if not d.is_dir():
             return  # issued on another host, or removed: nothing to bind here
         path = str(att.socket_path(self.out, a.record.id))
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)  # a dead gateway's socket: this one takes its place in the same dir
-        site = web.UnixSite(self.runner, path)
+        # bound under another name and renamed once it listens: whoever finds the socket can connect
+        # (between bind and listen a connect is refused, and a loaded host can pause the gateway
+        # there); the rename takes a dead gateway's socket's place in the same dir
+        bound = f"{path}.{os.urandom(4).hex()}"
+        site = web.UnixSite(self.runner, bound)
         try:
             await site.start()
-            os.chmod(path, 0o666)  # the trial's task user connects through the mount
+            os.chmod(bound, 0o666)  # the trial's task user connects through the mount
+            os.replace(bound, path)
         except OSError as exc:
             self.say(f"gateway: cannot bind the socket of attempt {a.record.id}: {exc}")
+            with contextlib.suppress(Exception):
+                await site.stop()
+            with contextlib.suppress(OSError):
+                os.unlink(bound)
             return
-        a.site, a.sock = site, path
-        self.by_sock[path] = a.record.id
+        a.site, a.sock, a.bound = site, path, bound
+        self.by_sock[bound] = a.record.id
 
     async def _unbind(self, a: Live, remove_dir: bool = False) -> None:
         """Stop serving an attempt's socket; ``remove_dir`` once it ended (a live attempt's dir stays:
@@ -447,13 +455,13 @@ class Gateway:
             with contextlib.suppress(Exception):
                 await a.site.stop()
         if a.sock is not None:
-            self.by_sock.pop(a.sock, None)
+            self.by_sock.pop(a.bound or "", None)
             with contextlib.suppress(OSError):
                 os.unlink(a.sock)
             if remove_dir:
                 with contextlib.suppress(OSError):
                     os.rmdir(os.path.dirname(a.sock))
-        a.site, a.sock = None, None
+        a.site, a.sock, a.bound = None, None, None
 
     def _fresh(self, aid: str) -> Live | None:
         """The attempt with its record as it is on disk now (ended or killed a moment ago counts)."""
