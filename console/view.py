@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -18,6 +17,7 @@ from rich.text import Text
 from console.feeds import ArmSummary, CellSpend, RunEvent, RunnerInfo
 from modes import safetext
 from runner.results.cells import Cell
+from runner.results.records import parse_time
 from runner.results.run_progress import long_duration
 from runner.results.tree import stamp_time
 
@@ -175,15 +175,11 @@ def _job_started(started_at: str | None, stamp: str, now: float) -> float | None
     is the start."""
     st = stamp_time(stamp)
     floor = st.timestamp() if st is not None else None
-    if started_at:
-        try:
-            t = datetime.fromisoformat(started_at.replace("Z", "+00:00"))
-        except ValueError:
-            t = None
-        if t is not None:
-            at = t.timestamp()  # a naive time is local time
-            if (floor is None or at >= floor - _START_SLACK_SEC) and at <= now + _START_SLACK_SEC:
-                return at
+    t = parse_time(started_at)
+    if t is not None:
+        at = t.timestamp()  # a naive time is local time
+        if (floor is None or at >= floor - _START_SLACK_SEC) and at <= now + _START_SLACK_SEC:
+            return at
     return floor
 
 
