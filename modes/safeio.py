@@ -421,6 +421,48 @@ def open_append(path: str | os.PathLike) -> int:
     raise OSError(f"{p}: something keeps being planted at this name")
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """All of ``data`` or an ``OSError``: a write to a filling disk can be short before it fails, and
+    a short write taken for a whole one leaves a line torn with nothing said."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def torn_end(path: str | os.PathLike, fd: int) -> bool:
+    """The journal at ``path`` (open as ``fd``) does not end with a newline: a writer failed in the
+    middle of a line, and whatever is appended next would be read as part of that torn line."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return False
+    opened = open_own(os.fspath(path))
+    if isinstance(opened, Refused):
+        return False
+    rfd, _st = opened
+    try:
+        return os.pread(rfd, 1, size - 1) != b"\n"
+    finally:
+        os.close(rfd)
+
+
+def append_line(path: str | os.PathLike, line: bytes, *, sync: bool = True) -> None:
+    """Append one whole line to a journal the host keeps (the runner's events, the caps' cuts, the
+    gateway's outages), or raise ``OSError``: never a line silently lost or half written.
+
+    One write on an ``O_APPEND`` descriptor (lines of concurrent writers do not interleave); a line
+    torn by an earlier failure (a full disk) is ended first, in the same write, so this one is read.
+    ``sync``: fsync'd before returning (a record others act on must survive a crash)."""
+    fd = open_append(path)
+    try:
+        if torn_end(path, fd):
+            line = b"\n" + line
+        write_all(fd, line)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def held_lock(path: str | os.PathLike) -> Iterator[None]:
     """An exclusive flock on the side file ``path`` (created, never through a symlink) for the

@@ -149,6 +149,31 @@ def docker_engine() -> None:
     pytest.skip("no Docker engine reachable")
 
 
+# ------------------------------------------------------------------ filesystems of a test's own
+
+
+@pytest.fixture
+def mount_tmpfs():
+    """``mount_tmpfs(dir, size)``: a tmpfs of ``size`` (``"64k"``, ``"1100m"``) mounted at ``dir``
+    for this test alone, unmounted after it: a disk that fills, a second filesystem (root: CI's
+    machine is). A mount, not a mock: the kernel's own short writes, ENOSPC and EXDEV."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted: list[Path] = []
+
+    def mount(d: Path, size: str) -> Path:
+        d.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(d)],
+                           capture_output=True, text=True)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        mounted.append(d)
+        return d
+
+    yield mount
+    for d in reversed(mounted):
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
 # ------------------------------------------------------------------ real output trees
 
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from marathon.options import add_out, tree_out
+from modes import safeio
 
 HELP = "the comparison report: matrix, per-arm summary, paired comparisons, bias alarm (md/json/csv/html)"
 DESCRIPTION = (
@@ -82,9 +83,14 @@ def run(args: argparse.Namespace) -> int:
     if args.out_file is None:
         sys.stdout.write(text)
         return 0
+    data = text.encode("utf-8")
+    if os.path.isdir(args.out_file):
+        raise UserError(f"--out {args.out_file}: is a directory (name the report's file)")
     try:
-        Path(args.out_file).write_text(text, encoding="utf-8")
+        # a temp file renamed over the name: a full disk leaves the report that was there, never a
+        # truncated one that looks whole
+        safeio.write_atomic(args.out_file, data)
     except OSError as exc:
         raise UserError(f"--out {args.out_file}: cannot write it ({exc.strerror or exc})") from None
-    print(f"wrote {args.out_file} ({args.format}, {len(text)} bytes)", file=sys.stderr)
+    print(f"wrote {args.out_file} ({args.format}, {len(data)} bytes)", file=sys.stderr)
     return 0

@@ -11,9 +11,12 @@ it is a scored result and is never voided (runbook pitfall 4).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import shutil
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING
 from modes import safeio
 from modes.naming import compose_project
 from modes.trial_files import TrialFiles
+from runner.errors import EXIT_FAILED, UserError
 from runner.results import rules
 from runner.results.events import last_run_id, utc_now
 from runner.results.records import RESULT_JSON, parse_time, read_trial, verifier_finished
@@ -297,13 +301,23 @@ def plan_void(out: Path, trial_or_job: Path, reason: str, evidence: list[str] | 
     return VoidPlan(str(out), str(src), str(dest), task, arm_dir, stamp, trial, reason, list(evidence or []))
 
 
+class VoidFailed(UserError):
+    """A void that could not be carried out; the message says whether anything moved."""
+
+    exit_code = EXIT_FAILED
+
+
 def act_void(plan: VoidPlan, *, run_id: str | None = None) -> Path:
-    """Move the source aside and write README.md + void.json next to it. Never deletes."""
+    """Move the source aside with its README.md + void.json. Never deletes an attempt, never leaves
+    one half moved or without its reason.
+
+    The reason is written into the source first and moves with it, so a voided attempt always says
+    why; across filesystems (the voided root is a sibling of the tree, which may be a mount of its
+    own) the source is copied to a hidden name beside its destination (the scan skips it), renamed
+    into place, and only then removed. A failure before the move is complete (a full or read-only
+    disk) leaves the tree as it was and raises ``VoidFailed`` in one line."""
     src, dest = Path(plan.source), Path(plan.dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(src), str(dest))
     record = asdict(plan) | {"voided_at": utc_now(), "run_id": run_id}
-    (dest / VOID_JSON).write_text(json.dumps(record, indent=1) + "\n")
     lines = [
         f"# Voided: {plan.reason}",
         "",
@@ -321,5 +335,54 @@ def act_void(plan: VoidPlan, *, run_id: str | None = None) -> Path:
         "```",
         "",
     ]
-    (dest / VOID_README).write_text("\n".join(lines))
+    written: list[Path] = []
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        for name, text in ((VOID_JSON, json.dumps(record, indent=1) + "\n"), (VOID_README, "\n".join(lines))):
+            safeio.write_atomic(src / name, text)
+            written.append(src / name)
+        copied = _move(src, dest)
+    except OSError as exc:
+        for p in written:
+            with contextlib.suppress(OSError):
+                p.unlink()
+        raise VoidFailed(f"void {src}: nothing moved ({exc.strerror or exc})") from None
+    if copied:
+        try:
+            shutil.rmtree(src)
+        except OSError as exc:
+            raise VoidFailed(
+                f"void {src}: copied to {dest}, but the source could not be removed "
+                f"({exc.strerror or exc}): remove it by hand, or the attempt counts twice"
+            ) from None
     return dest
+
+
+def _move(src: Path, dest: Path) -> bool:
+    """Rename ``src`` to ``dest``; across filesystems copy it to a hidden name beside ``dest`` and
+    rename that into place (a partial copy is removed, never left for the scan). True when copied:
+    the caller removes the source."""
+    try:
+        os.rename(src, dest)
+        return False
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    tmp = dest.with_name(f".{dest.name}.partial-{os.urandom(4).hex()}")
+    try:
+        # symlinks copied as links (an agent's link is never followed); a FIFO, socket or device
+        # node an agent planted is made again, never opened (opening a FIFO would wait forever)
+        shutil.copytree(src, tmp, symlinks=True, copy_function=_copy_entry)
+        os.rename(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return True
+
+
+def _copy_entry(src: str, dst: str) -> None:
+    st = os.lstat(src)
+    if stat.S_ISREG(st.st_mode):
+        shutil.copy2(src, dst, follow_symlinks=False)
+    else:
+        os.mknod(dst, st.st_mode, st.st_rdev)

@@ -274,12 +274,7 @@ def write_cut(out: Path, reached: Reached, attempts: Iterable[tuple[str, str, st
         "attempts": [{"task": t, "arm": a, "stamp": s} for t, a, s in attempts],
     }
     gateway_dir(out).mkdir(parents=True, exist_ok=True)
-    fd = safeio.open_append(cuts_path(out))
-    try:
-        os.write(fd, (safetext.dumps(row) + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    safeio.append_line(cuts_path(out), (safetext.dumps(row) + "\n").encode())
 
 
 def read_cuts(out: Path) -> list[Mapping[str, Any]]:

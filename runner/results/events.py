@@ -19,7 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from modes import safetext
+from modes import safeio, safetext
 from runner.results.tree import events_path
 
 Listener = Callable[[dict[str, Any]], None]
@@ -104,18 +104,14 @@ class EventLog:
 
 
 def append_event(out: Path, rec: dict[str, Any]) -> None:
-    """Append one event line atomically (one write on an O_APPEND descriptor); ``rec["event"]`` is
-    an ``EventKind``."""
+    """Append one event line (``safeio.append_line``: whole, or an ``OSError`` such as a full disk's,
+    never a line lost in silence); ``rec["event"]`` is an ``EventKind``."""
     rec = {**rec, "event": EventKind(rec["event"])}
     path = events_path(Path(out))
     path.parent.mkdir(parents=True, exist_ok=True)
     # strict JSON (a non-finite number is null: a journal line never stops the runner)
     line = (safetext.dumps(rec, default=str, nonfinite_as_null=True) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    safeio.append_line(path, line, sync=False)
 
 
 #: events.jsonl is read from its end, at most this much (a day-long 10,000-trial run writes ~20 MB;

@@ -121,14 +121,21 @@ def dir_mutex(directory: Path) -> Iterator[None]:
 
 
 def create_exclusive(path: Path, payload: dict) -> bool:
-    """Create ``path`` with ``payload`` only if it does not exist (O_CREAT|O_EXCL)."""
+    """Create ``path`` with ``payload`` only if it does not exist (O_CREAT|O_EXCL). A write that
+    fails (a full disk) removes the file again and raises: an empty claim or lock left behind reads
+    as a pair running that nothing runs."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "w") as fh:
-        fh.write(json.dumps(payload) + "\n")
+    try:
+        safeio.write_all(fd, (json.dumps(payload) + "\n").encode())
+    except BaseException:
+        os.unlink(path)
+        raise
+    finally:
+        os.close(fd)
     return True
 
 

@@ -5,9 +5,6 @@ file is removed, with no one restarting it."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
 from runner_support import DEMO_TASKS, done_jobs, events, run_marathon, start_marathon, wait_for
 
@@ -21,19 +18,9 @@ MIB = 1024 * 1024
 
 
 @pytest.fixture
-def small_disk(tmp_path):
-    """A 1,100 MiB tmpfs mounted for this test alone (root: CI's machine is)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    d = tmp_path / "disk"
-    d.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1100m,mode=0755", "tmpfs", str(d)],
-                       capture_output=True, text=True)  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    try:
-        yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+def small_disk(tmp_path, mount_tmpfs):
+    """A 1,100 MiB tmpfs mounted for this test alone."""
+    return mount_tmpfs(tmp_path / "disk", "1100m")
 
 
 @pytest.mark.docker

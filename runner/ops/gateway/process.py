@@ -305,12 +305,7 @@ def record_outage(
         "old_pid": old.pid, "new_pid": new.pid, "by": by,
         "live_attempts": [{"id": r.id, "task": r.task, "arm": r.arm, "stamp": r.stamp} for r in live],
     }  # fmt: skip
-    fd = safeio.open_append(outages_path(out))
-    try:
-        os.write(fd, (safetext.dumps(row, nonfinite_as_null=True) + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    safeio.append_line(outages_path(out), (safetext.dumps(row, nonfinite_as_null=True) + "\n").encode())
 
 
 def stop(out: Path, host: str | None = None, wait_sec: float = 10.0) -> str:

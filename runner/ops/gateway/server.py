@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
-from modes import safetext
+from modes import safeio, safetext
 from modes.gateway import REQUEST_ID_HEADER, request_id
 from runner.ops.gateway import attempts as att
 from runner.results import caps as C
@@ -101,13 +101,11 @@ class LedgerWriter:
 
     def __init__(self, path: Path, on_fail: Any = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        from modes.safeio import open_append
-
-        self.fd = open_append(path)
+        self.fd = safeio.open_append(path)
         self.failed: OSError | None = None
         self.on_fail = on_fail
-        if _torn(path, self.fd):
-            _write_all(self.fd, b"\n")
+        if safeio.torn_end(path, self.fd):
+            safeio.write_all(self.fd, b"\n")
         self.q: queue.Queue[bytes | None] = queue.Queue()
         self.thread = threading.Thread(target=self._run, name="ledger", daemon=True)
         self.thread.start()
@@ -128,7 +126,7 @@ class LedgerWriter:
             data = b"".join(b for b in batch if b is not None)
             if data:
                 try:
-                    _write_all(self.fd, data)
+                    safeio.write_all(self.fd, data)
                     os.fsync(self.fd)
                 except OSError as exc:
                     self.failed = exc
@@ -142,30 +140,6 @@ class LedgerWriter:
         self.q.put(None)
         self.thread.join(10)
         os.close(self.fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """All of ``data`` or an ``OSError`` (a write to a filling disk can be short before it fails)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _torn(path: Path, fd: int) -> bool:
-    """The ledger does not end with a newline: a writer failed in the middle of a line."""
-    size = os.fstat(fd).st_size
-    if size == 0:
-        return False
-    from modes.safeio import Refused, open_own
-
-    opened = open_own(str(path))
-    if isinstance(opened, Refused):
-        return False
-    rfd, _st = opened
-    try:
-        return os.pread(rfd, 1, size - 1) != b"\n"
-    finally:
-        os.close(rfd)
 
 
 @dataclass
