@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 from pathlib import Path
 
 from marathon.options import add_out, tree_out
-from modes import safeio
+from modes import safeio, safetext
 
 HELP = "the comparison report: matrix, per-arm summary, paired comparisons, bias alarm (md/json/csv/html)"
 DESCRIPTION = (
@@ -62,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
     out = tree_out(args, must_exist=False)
     model = open_tree(out)
     if args.out_file is not None:
-        target = os.path.abspath(args.out_file)
-        if target == str(model.out) or target.startswith(str(model.out) + os.sep):
+        # resolved, links and all: a link to (or into) the tree is the tree
+        target, root = os.path.realpath(args.out_file), os.path.realpath(model.out)
+        if target == root or target.startswith(root + os.sep):
             raise UserError(f"--out {args.out_file}: inside the output tree; write the report elsewhere")
         if os.path.isdir(target):
             raise UserError(f"--out {args.out_file}: is a directory; give a file name")
@@ -84,13 +86,26 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     data = text.encode("utf-8")
-    if os.path.isdir(args.out_file):
-        raise UserError(f"--out {args.out_file}: is a directory (name the report's file)")
     try:
-        # a temp file renamed over the name: a full disk leaves the report that was there, never a
-        # truncated one that looks whole
-        safeio.write_atomic(args.out_file, data)
+        write_out(args.out_file, data)
     except OSError as exc:
         raise UserError(f"--out {args.out_file}: cannot write it ({exc.strerror or exc})") from None
-    print(f"wrote {args.out_file} ({args.format}, {len(data)} bytes)", file=sys.stderr)
+    print(safetext.clean(f"wrote {args.out_file} ({args.format}, {len(data)} bytes)", None), file=sys.stderr)
     return 0
+
+
+def write_out(name: str, data: bytes) -> None:
+    """Write the report to ``name`` as a shell's ``>`` would, except that a file is never left half
+    written: a regular file (or a new name) is replaced whole by a temp file renamed over it, so a
+    full disk leaves the report that was there; a device, FIFO or terminal the name leads to
+    (``/dev/stdout``, ``/dev/null``) is written to as it is, never replaced by a file; through a
+    symlink, its target is written."""
+    try:
+        st = os.stat(name)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with open(name, "wb") as fh:
+            fh.write(data)
+        return
+    safeio.write_atomic(os.path.realpath(name), data)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -65,6 +67,38 @@ def test_report_refuses_to_write_into_the_tree(tmp_path, capsys):
     assert cli.main(["report", str(out), "--out", str(out / "r.md")]) == EXIT_USAGE
     assert "inside the output tree" in capsys.readouterr().err
     assert not (out / "r.md").exists()
+    # a link is followed before the check: a link to the tree, or to a dir inside it, is the tree
+    (tmp_path / "to-tree").symlink_to(out)
+    (tmp_path / "into-tree").symlink_to(out / ".runner")
+    for via in (tmp_path / "to-tree" / "r.md", tmp_path / "into-tree" / "r.md"):
+        assert cli.main(["report", str(out), "--out", str(via)]) == EXIT_USAGE
+        assert "inside the output tree" in capsys.readouterr().err
+    assert cli.main(["report", str(tmp_path / "to-tree"), "--out", str(out / "r.md")]) == EXIT_USAGE
+    assert sorted(p.name for p in out.rglob("*")) == [".runner"]
+
+
+def test_report_out_writes_to_a_device_or_fifo_and_never_replaces_it(tmp_path, capsys):
+    """``--out /dev/stdout`` or ``/dev/null`` is written to, as with a shell's ``>``; the temp file
+    and rename that keep a regular file whole must never replace a device by a file (found when a
+    probe's ``--out /dev/full`` replaced the machine's /dev/full)."""
+    out = tmp_path / "out"
+    (out / ".runner").mkdir(parents=True)
+    null = tmp_path / "null"
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
+    assert cli.main(["report", str(out), "--out", str(null)]) == 0, capsys.readouterr().err
+    assert stat.S_ISCHR(null.lstat().st_mode)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    assert cli.main(["report", str(out), "--out", str(fifo), "--format", "json"]) == 0
+    reader.join(30)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and json.loads(got[0])["out"] == str(out)
+    link = tmp_path / "link.md"  # through a link, its target is written and the link stays
+    link.symlink_to(tmp_path / "target.md")
+    assert cli.main(["report", str(out), "--out", str(link)]) == 0
+    assert link.is_symlink() and (tmp_path / "target.md").read_text().startswith("#")
 
 
 def test_a_tree_with_only_a_runner_start_is_all_pending(tmp_path, capsys):
