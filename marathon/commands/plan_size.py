@@ -17,24 +17,28 @@ DESCRIPTION = (
 )
 
 
-def _fraction(text: str) -> float:
+def _number(text: str, lo: float, hi: float, what: str) -> float:
+    """A flag's number within [lo, hi]: outside it the power computation has no meaning for a plan
+    (a level of 1e-300, a power of 1 - 1e-16 that no finite run reaches) or no answer in floats."""
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < v < 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive): {text}")
+    if not lo <= v <= hi:
+        raise argparse.ArgumentTypeError(f"{what} from {lo:g} to {hi:g}: {text}")
     return v
+
+
+def _power(text: str) -> float:
+    return _number(text, 0.05, 0.999, "a power")
+
+
+def _alpha(text: str) -> float:
+    return _number(text, 1e-6, 0.5, "a level")
 
 
 def _diff(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < v <= 1:
-        raise argparse.ArgumentTypeError(f"a difference of scores between 0 and 1 (0 excluded): {text}")
-    return v
+    return _number(text, 1e-6, 1.0, "a difference of scores")
 
 
 def _repeats(text: str) -> list[int]:
@@ -59,9 +63,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--measure", choices=("partial", "reward", "pass_rate"), default="partial", help="default partial"
     )
-    p.add_argument("--power", type=_fraction, default=POWER, help=f"default {POWER}")
+    p.add_argument("--power", type=_power, default=POWER, help=f"default {POWER}")
     p.add_argument(
-        "--alpha", type=_fraction, default=ALPHA, help=f"family-wise level, Holm-adjusted (default {ALPHA})"
+        "--alpha", type=_alpha, default=ALPHA, help=f"family-wise level, Holm-adjusted (default {ALPHA})"
     )
     p.add_argument(
         "--repeats",

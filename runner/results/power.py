@@ -248,8 +248,12 @@ def _solve_d(n: int, alpha: float, power: float) -> float:
     df = n - 1
     guess = (t_isf(alpha / 2, df) + t_isf(1 - power, df)) / math.sqrt(n)  # the t approximation
     lo, hi = 0.0, max(guess, 1e-6)
-    while ttest_power(hi, n, alpha) < power:
+    for _ in range(200):  # a power no finite difference reaches in floats: no answer, not a hang
+        if ttest_power(hi, n, alpha) >= power:
+            break
         lo, hi = hi, 2 * hi
+    else:
+        return math.inf
     # Illinois' regula falsi on power(d) - target, bracketed in [lo, hi]
     flo, fhi = ttest_power(lo, n, alpha) - power, ttest_power(hi, n, alpha) - power
     side = 0
@@ -290,9 +294,10 @@ def _solve_n(d: float, alpha: float, power: float) -> int:
         return n >= 2 and ttest_power(d, n, alpha) >= power
 
     za = _norm_isf(alpha / 2)
-    guess = ((za + _norm_isf(1 - power)) / d) ** 2 + za * za / 2
-    if guess > 2 * MAX_TASKS:
+    root = (za + _norm_isf(1 - power)) / d  # inf for a d of 1e-320 (float division does not raise)
+    if not root * root + za * za / 2 <= 2 * MAX_TASKS:  # (``** 2`` raised OverflowError for 1e-300)
         return -1
+    guess = root * root + za * za / 2
     start = min(MAX_TASKS, max(2, math.ceil(guess)))
     step = 1
     if ok(start):  # walk down by doubling steps until a failing n brackets it

@@ -54,10 +54,17 @@ def test_plan_text_reads_as_a_table_and_explains_the_range(handmade, capsys):
 @pytest.mark.parametrize(
     "args, says",
     [
-        (["--diff", "2"], "between 0 and 1"),
+        (["--diff", "2"], "a difference of scores from 1e-06 to 1"),
         (["--diff", "x"], "not a number"),
         (["--repeats", "0"], "repeats from 1 to 100"),
-        (["--power", "1"], "between 0 and 1"),
+        (["--power", "1"], "a power from 0.05 to 0.999"),
+        # values that once reached the computation: an OverflowError, a ValueError, a loop that
+        # never ended (a power of 1 - 1e-16)
+        (["--diff", "1e-300"], "a difference of scores from 1e-06 to 1"),
+        (["--power", "1e-17"], "a power from 0.05 to 0.999"),
+        (["--power", "0.9999999999999999"], "a power from 0.05 to 0.999"),
+        (["--alpha", "1e-300"], "a level from 1e-06 to 0.5"),
+        (["--alpha", "0.9999999999999999"], "a level from 1e-06 to 0.5"),
     ],
 )
 def test_bad_flags_say_what_is_wrong_and_exit_2(handmade, capsys, args, says):

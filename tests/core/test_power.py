@@ -103,6 +103,12 @@ def test_no_difference_and_too_small_a_difference_need_no_count():
     pp = power.pair_power([0.2] * 10, 0.05)  # no spread: the t test is not defined
     assert pp.mde is None and pp.tasks_needed is None and not pp.underpowered
     assert power.pair_power([0.1], 0.05).mde is None  # one task
+    # a difference of 1e-300 (an agent's metrics.json may hold any finite number): too small to
+    # detect, never an OverflowError that stops the report
+    for tiny in (1e-300, 5e-324):
+        assert power.tasks_needed_d(tiny, 0.05) is None
+    pp = power.pair_power([0.3, -0.3, 1e-300], 0.05)
+    assert pp.tasks_needed is None and pp.needed_over_max and pp.underpowered
 
 
 def test_remembered_figures_are_the_computed_ones(monkeypatch):
