@@ -105,7 +105,7 @@ def pct(v: float | None) -> str:
 
 
 def duration(sec: float | None) -> str:
-    if sec is None:
+    if sec is None or not math.isfinite(sec):
         return "-"
     sec = int(sec)
     if sec < 60:

@@ -7,7 +7,6 @@ display (``runner.schedule.display``) and the console both render it, neither co
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -136,6 +135,20 @@ class RunProgress:
         return None if self.gate_waiting_since is None else max(0.0, now - self.gate_waiting_since)
 
 
+#: a trial duration beyond this (a week) is no trial's: left out of the ETA, as a negative one is
+MAX_TRIAL_SEC = 7 * 24 * 3600.0
+
+
+def _name(v: Any) -> str | None:
+    """A task's or an arm's name from an event: a string, else none (a list there is unhashable)."""
+    return v if isinstance(v, str) and v else None
+
+
+def _mapping(v: Any) -> list[tuple[str, Any]]:
+    """The items of an event's ``{arm: ...}`` field with string keys; [] when it is not a mapping."""
+    return [(k, x) for k, x in v.items() if isinstance(k, str)] if isinstance(v, Mapping) else []
+
+
 def _unit(task: Any, ev: Mapping[str, Any]) -> Any:
     """The repeat of a pair an event is about, as ``already_done`` names it: ``task`` / ``task@r2``
     (its stamp names the repeat)."""
@@ -164,8 +177,11 @@ class Tally:
         self.run = replace(self.run, **changes)
 
     def add(self, ev: Mapping[str, Any]) -> None:
+        """Fold one event in. Every field is checked for its type before it is used: the journal is
+        a file of the tree, and one line with a list where a name belongs once stopped the console's
+        reading of the runner for the rest of its session."""
         kind = ev.get("event")
-        task, arm = ev.get("task"), ev.get("arm")
+        task, arm = _name(ev.get("task")), _name(ev.get("arm"))
         at = event_time(ev)
         if kind == EventKind.RUNNER_START:
             self.__dict__.update(vars(Tally()))  # a new run: start over
@@ -176,12 +192,14 @@ class Tally:
                 concurrency=conc if isinstance(conc, int) else None,
                 repeats=reps if isinstance(reps, int) and not isinstance(reps, bool) and reps > 1 else 1,
             )
-            self.arms = [str(a) for a in ev.get("arms") or []]
-            for a, n in (ev.get("pairs_per_arm") or {}).items():
-                if isinstance(n, int):
+            arms = ev.get("arms")
+            self.arms = [a for a in arms if isinstance(a, str)] if isinstance(arms, list) else []
+            for a, n in _mapping(ev.get("pairs_per_arm")):
+                if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
                     self.total[a] = n
-            for a, tasks in (ev.get("already_done") or {}).items():
-                self.done[a].update(tasks or ())
+            for a, tasks in _mapping(ev.get("already_done")):
+                if isinstance(tasks, list):
+                    self.done[a].update(t for t in tasks if isinstance(t, str))
         elif kind in (EventKind.JOB_START, EventKind.ADOPT) and arm:
             self.running[arm].add(_unit(task, ev))
         elif kind == EventKind.JOB_FINISH and arm:
@@ -189,7 +207,7 @@ class Tally:
             if ev.get("status") == "done":
                 self.done[arm].add(_unit(task, ev))
             took = ev.get("elapsed_sec")
-            if isinstance(took, (int, float)) and not isinstance(took, bool) and math.isfinite(took):
+            if isinstance(took, (int, float)) and not isinstance(took, bool) and 0 <= took <= MAX_TRIAL_SEC:
                 self.durations.append(float(took))
         elif kind == EventKind.VOID and arm:
             self.voided[arm] += 1

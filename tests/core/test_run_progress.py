@@ -77,3 +77,28 @@ def test_the_tally_of_a_run():
     t.add(ev(200, "runner_start", arms=["plain"], pairs_per_arm={"plain": 1}, concurrency=1))
     p = t.snapshot()  # a new run starts over
     assert (p.total, p.done, p.end, p.durations, p.gate_waits) == (1, 0, None, (), 0)
+
+
+def test_a_field_of_the_wrong_type_or_size_is_left_out_and_the_tally_goes_on():
+    """One journal line with a list where a name belongs, or a duration of 1e308, once ended the
+    console: its reading of the runner (a TypeError in the tally) or the whole app (an ETA of inf)."""
+    from console.view import duration
+
+    t = Tally()
+    bad = [
+        ev(1, "runner_start", arms=7, pairs_per_arm=[1, 2], already_done={"a": 5}, concurrency=1),
+        ev(2, "runner_start", arms=["a"], pairs_per_arm={"a": 5, "b": True}, already_done=["x"], concurrency=1),
+        ev(3, "job_start", task=["t"], arm=["x"]),
+        ev(3, "job_start", task="t", arm={"x": 1}),
+        ev(4, "void", task="t", arm={"x": 1}),
+        ev(5, "job_finish", task="t1", arm="a", status="done", elapsed_sec=1e308),
+        ev(5, "job_finish", task="t2", arm="a", status="done", elapsed_sec=1e308),
+        ev(6, "job_finish", task="t3", arm="a", status="done", elapsed_sec=-5),
+        ev(7, "job_finish", task="t4", arm="a", status="done", elapsed_sec=30),
+    ]
+    for e in bad:
+        t.add(e)
+    p = t.snapshot()
+    assert [(a.arm, a.total, a.done, a.running, a.voided) for a in p.arms] == [("a", 5, 4, 0, 0)]
+    assert p.durations == (30.0,) and p.eta_sec() == pytest.approx(30.0)
+    assert duration(float("inf")) == duration(float("nan")) == "-" and duration(3700) == "1h01"
