@@ -314,6 +314,11 @@ class TreeScan:
         task, arm_dir = parts[0], parts[1]
         if arm_dir.startswith("."):
             return False
+        if not os.path.isdir(os.path.join(self._out_s, task)):
+            # a change below a task dir that is gone: ``rm -r`` reports its children's deletions in
+            # the same batch, in any order, and one read after the task's own put it back as pending
+            self._drop_task(task, pairs)
+            return True
         arm = tree.arm_of_dir(arm_dir)
         pairs.add((task, arm))
         self.task_dirs.add(task)

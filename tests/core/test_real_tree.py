@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -175,6 +176,19 @@ def test_one_changed_trial_is_reread_without_rescanning(tree_copy):
     assert all(m.cells[k] is before[k] for k in before if k != ("calc-partial", "nop"))
     # a file the model does not show changes nothing
     assert m.update([metrics.parent.parent / "trial.log"]) == set()
+
+
+def test_a_task_dir_removed_whole_leaves_the_grid_whatever_order_its_deletions_come_in(tree_copy):
+    """``rm -r`` of a task dir: the watcher reports the dir and its children in one batch, in any
+    order; a child read after the dir put the task back as a pending row until a full rescan."""
+    m = RunModel.load(tree_copy)
+    task = "calc-partial"
+    paths = sorted(p for p in (tree_copy / task).rglob("*"))
+    assert any(k[0] == task for k in m.cells)
+    shutil.rmtree(tree_copy / task)
+    m.update([tree_copy / task, *paths])  # the dir first, then its children
+    assert task not in m.tasks and not any(k[0] == task for k in m.cells)
+    assert m.cells == RunModel.load(tree_copy).cells
 
 
 def test_job_summary_reading_agrees_with_reading_each_trial(core_tree):
