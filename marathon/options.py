@@ -9,6 +9,8 @@ drift apart, and neither can they from the console's keys, which act on the same
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,9 +31,18 @@ def tree_out(args: argparse.Namespace, *, must_exist: bool = True) -> Path:
     """The output tree the command names (``$MARATHON_OUT``, else ./marathon-out when none is given);
     ``must_exist``: a missing directory is a one-line error."""
     out = Path(args.out) if args.out else default_out()
-    if must_exist and not out.is_dir():
+    if must_exist and not is_dir(out):
         raise NotAnOutputTree(f"{out} is not a directory (expected a marathon output tree)")
     return out
+
+
+def is_dir(p: Path) -> bool:
+    """``p`` is a directory (through links); False, never an error, for a name too long or a link
+    loop (``Path.is_dir`` raises on the first)."""
+    try:
+        return stat.S_ISDIR(os.stat(p).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 def add_plan_flags(p: argparse.ArgumentParser) -> None:

@@ -23,9 +23,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from runner.results.model import check_tree
     from runner.schedule.health import check, fix
 
-    out = tree_out(args, must_exist=False)
+    out = check_tree(tree_out(args))  # not a tree (an empty dir): exit 2, as status says
     rep = fix(out) if args.fix else check(out)[0]
     print(safetext.dumps(rep.to_json(), pretty=True) if args.json else rep.render())
     if args.fix:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from marathon.options import is_dir
 from modes import safetext
 
 HELP = "Docker address pools: capacity, used (ours/foreign), free, empty-and-ours, gate verdict"
@@ -64,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
     for flag in ("net_cap", "net_margin"):
         if getattr(args, flag) is not None and getattr(args, flag) < 0:
             raise UserError(f"--{flag.replace('_', '-')} must not be negative")
-    if args.out is not None and not args.out.is_dir():
+    if args.n < 1:
+        raise UserError("-n must be at least 1 (the new trials to ask the gate about)")
+    if args.out is not None and not is_dir(args.out):
         raise UserError(f"{args.out} is not a directory (expected a marathon output tree)")
     from runner.schedule.fleet.probe import tree_cluster
 

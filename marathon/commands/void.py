@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from marathon.options import add_out, add_plan_flags, show_then_act, tree_out
+from marathon.options import add_out, add_plan_flags, is_dir, show_then_act, tree_out
 
 HELP = "void one trial (move it aside with a README, never delete it); the runner reruns the pair"
 DESCRIPTION = (
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from runner.schedule.actions import VOID, plan_action
 
     out = tree_out(args)
-    if not args.trial.is_dir():
+    if not is_dir(args.trial):
         raise UserError(f"{args.trial} is not a directory (expected a trial dir of {out})")
     try:
         plan = plan_action(VOID, out, trial=str(args.trial), reason=args.reason)

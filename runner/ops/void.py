@@ -279,6 +279,8 @@ def plan_void(out: Path, trial_or_job: Path, reason: str, evidence: list[str] | 
     """
     out = Path(out).resolve()
     p = Path(trial_or_job).resolve()
+    if not p.is_relative_to(out):
+        raise ValueError(f"{p} is not inside the output tree {out}")
     rel = p.relative_to(out).parts
     if len(rel) not in (4, 5):
         raise ValueError(f"{p} is not a job or trial dir of {out}")

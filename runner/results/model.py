@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import gc
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -310,18 +311,22 @@ class RunModel:
         return pairs
 
 
-def open_tree(out: Path | str) -> RunModel:
-    """Load the model of an output tree for a command, or raise a one-line ``UserError``.
-
-    Bad input never modifies anything: a missing path, a file, an unreadable dir, an empty dir, a
-    dir that is not an output tree (with a hint when it is a harbor jobs/job dir inside one).
-    """
+def check_tree(out: Path | str) -> Path:
+    """``out`` as an output tree a command may read, or a one-line ``UserError``: a missing path, a
+    file, a name too long, a link loop, an unreadable dir, an empty dir, a dir that is not an output
+    tree (with a hint when it is a harbor job dir inside one). Reads nothing beyond its listing."""
     from runner.errors import NotAnOutputTree, UserError
 
     p = Path(out)
-    if not p.exists():
-        raise UserError(f"{p}: no such directory (give the output tree, e.g. `marathon status OUT`)")
-    if not p.is_dir():
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise UserError(
+            f"{p}: no such directory (give the output tree, e.g. `marathon status OUT`)"
+        ) from None
+    except (OSError, ValueError) as exc:  # a name too long, a link loop, a NUL byte
+        raise UserError(f"{p}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    if not stat.S_ISDIR(st.st_mode):
         raise NotAnOutputTree(f"{p}: not a directory; give the output tree's root dir")
     try:
         with os.scandir(p) as it:
@@ -335,6 +340,18 @@ def open_tree(out: Path | str) -> RunModel:
         raise NotAnOutputTree(
             f"{p}: this is a harbor job dir; give the output tree root (the dir above <task>/<arm>/<stamp>/<arm>)"
         )
+    return p
+
+
+def open_tree(out: Path | str) -> RunModel:
+    """Load the model of an output tree for a command, or raise a one-line ``UserError``.
+
+    Bad input never modifies anything: a missing path, a file, an unreadable dir, an empty dir, a
+    dir that is not an output tree (with a hint when it is a harbor jobs/job dir inside one).
+    """
+    from runner.errors import NotAnOutputTree
+
+    p = check_tree(out)
     model = RunModel.load(p)
     # A command's model lives until the process exits: keep the collector from walking its tens of
     # thousands of records again (they hold no cycles; refcounting still frees them).

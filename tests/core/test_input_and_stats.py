@@ -36,7 +36,7 @@ def test_runner_imports_without_textual_in_a_fresh_interpreter():
 
 
 def _listing(p: Path) -> list[tuple[str, int]]:
-    return sorted((str(q), q.stat().st_mtime_ns) for q in p.rglob("*"))
+    return sorted((str(q), q.lstat().st_mtime_ns) for q in p.rglob("*"))
 
 
 @pytest.mark.parametrize("command", ["status", "report"])
@@ -59,6 +59,42 @@ def test_bad_input_gives_one_line_and_exit_2_and_modifies_nothing(tmp_path, caps
     err = capsys.readouterr().err
     assert err.startswith("marathon: ") and err.count("\n") == 1, err
     assert _listing(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "command, case",
+    [
+        (command, case)
+        for command in ("status", "report", "health", "plan-size", "net", "void")
+        for case in ("name_too_long", "link_loop", "empty")
+        if not (case == "empty" and command in ("net", "void"))  # they take any dir as OUT
+    ],
+)
+def test_a_path_no_tree_can_be_at_is_one_line_and_exit_2(tmp_path, capsys, command, case):
+    """Found by a probe of the CLI (2026-12-06): a name of 300 bytes was 'internal error: OSError'
+    (exit 1) in every command, a link loop the same in health, and health on an empty dir said
+    'OK: nothing to fix' (exit 0) where status refuses it."""
+    target = tmp_path / ("a" * 300)
+    if case == "link_loop":
+        target = tmp_path / "loop"
+        target.symlink_to(target)
+    elif case == "empty":
+        target = tmp_path / "empty"
+        target.mkdir()
+    args = [command, str(target)] if command != "void" else [command, str(target), str(tmp_path)]
+    before = _listing(tmp_path)
+    assert cli.main(args) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("marathon: ") and err.count("\n") == 1 and "internal error" not in err, err
+    assert _listing(tmp_path) == before
+
+
+def test_void_of_a_dir_outside_the_tree_and_net_with_no_trial_are_one_line(tmp_path, capsys):
+    (tmp_path / "out" / ".runner").mkdir(parents=True)
+    assert cli.main(["void", str(tmp_path), str(tmp_path / "out")]) == EXIT_USAGE
+    assert "is not inside the output tree" in capsys.readouterr().err  # not Python's wording
+    assert cli.main(["net", "-n", "0"]) == EXIT_USAGE
+    assert "-n must be at least 1" in capsys.readouterr().err
 
 
 def test_report_refuses_to_write_into_the_tree(tmp_path, capsys):
