@@ -547,6 +547,15 @@ def read_driver_env(out: Path) -> dict[str, str]:
     return values
 
 
+#: the numbers a run is bounded to (attr, flag, lowest, highest): outside them a value is a typo
+#: (a deadline of 0 s, 10^20 jobs at once), refused before anything starts rather than met mid-run
+BOUNDS = (
+    ("concurrency", "--concurrency", 1, 4096),
+    ("max_passes", "--max-passes", 1, 1000),
+    ("goal_timeout_sec", "--goal-timeout-sec", 1, 30 * 24 * 3600),
+)
+
+
 def resolve(
     out: Path,
     flags: Mapping[str, Any],
@@ -579,10 +588,14 @@ def resolve(
     if values["tasks_dir"] is None:
         raise UserError("no tasks dir: pass --tasks-dir DIR (or set MARATHON_TASKS_DIR)")
     values["tasks_dir"] = Path(values["tasks_dir"]).resolve()
-    if values["concurrency"] < 1:
-        raise UserError("--concurrency must be at least 1")
-    if values["max_passes"] < 1:
-        raise UserError("--max-passes must be at least 1")
+    for attr, flag, lo, hi in BOUNDS:
+        if not lo <= values[attr] <= hi:
+            raise UserError(f"{flag} must be from {lo} to {hi} (got {values[attr]})")
+    if not values["arms"]:
+        raise UserError("--arms names no arm")
+    twice_tasks = sorted({t for t in values["tasks"] if values["tasks"].count(t) > 1})
+    if twice_tasks:
+        raise UserError(f"task given twice in --tasks: {', '.join(twice_tasks)}")
     if not 1 <= values["repeats"] <= MAX_REPEATS:
         raise UserError(f"--repeats must be from 1 to {MAX_REPEATS}")
     if values["build_network"] not in ("host", "default"):

@@ -87,7 +87,14 @@ def test_a_field_of_the_wrong_type_or_size_is_left_out_and_the_tally_goes_on():
     t = Tally()
     bad = [
         ev(1, "runner_start", arms=7, pairs_per_arm=[1, 2], already_done={"a": 5}, concurrency=1),
-        ev(2, "runner_start", arms=["a"], pairs_per_arm={"a": 5, "b": True}, already_done=["x"], concurrency=1),
+        ev(
+            2,
+            "runner_start",
+            arms=["a"],
+            pairs_per_arm={"a": 5, "b": True},
+            already_done=["x"],
+            concurrency=1,
+        ),
         ev(3, "job_start", task=["t"], arm=["x"]),
         ev(3, "job_start", task="t", arm={"x": 1}),
         ev(4, "void", task="t", arm={"x": 1}),

@@ -136,6 +136,24 @@ def test_bad_arm_and_missing_resume_are_one_line_errors(tmp_path):
         resolve(tmp_path / "nope", {}, resume=True, environ={})
 
 
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        ({"arms": [""]}, "--arms names no arm"),
+        ({"tasks": ["calc-partial", "calc-partial"]}, "task given twice in --tasks: calc-partial"),
+        ({"goal_timeout_sec": 0}, "--goal-timeout-sec must be from 1 to 2592000"),
+        ({"concurrency": 10**20}, "--concurrency must be from 1 to 4096"),
+        ({"max_passes": 0}, "--max-passes must be from 1 to 1000"),
+    ],
+)
+def test_a_run_flag_no_run_can_use_is_refused_before_anything_starts(tmp_path, flags, says):
+    """Values a probe of the CLI got through to the preflight (found 2026-12-06): refused in one line."""
+    with pytest.raises(UserError) as exc:
+        resolve(tmp_path, {"tasks_dir": str(tmp_path), **flags}, environ={})
+    assert str(exc.value) == says or str(exc.value).startswith(says), str(exc.value)
+    assert not (tmp_path / ".driver_env").exists()
+
+
 def _trial(tmp_path, exc_type, agent_ran=True, msg="x"):
     t = tmp_path / "task__abc"
     t.mkdir()
