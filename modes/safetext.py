@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import re
 
-#: C0 and C1 controls, DEL, bidi embeddings/overrides/isolates and marks, zero-width characters,
-#: line/paragraph separators, BOM, interlinear annotations, lone surrogates (a name that was not
-#: UTF-8 comes back from os.listdir as U+DC80..U+DCFF), and the XML non-characters U+FFFE/U+FFFF.
+#: C0 and C1 controls, DEL, bidi embeddings/overrides/isolates and marks, line/paragraph
+#: separators, interlinear annotations, lone surrogates (a name that was not UTF-8 comes back from
+#: os.listdir as U+DC80..U+DCFF), the XML non-characters U+FFFE/U+FFFF, and every character Unicode
+#: calls default-ignorable (DerivedCoreProperties: zero-width characters, BOM, the Hangul fillers,
+#: variation selectors, the tag characters U+E0000..U+E0FFF): shown nowhere, so text hidden in them
+#: (an agent's instructions to a reviewer, two arm names that look the same) would pass unseen.
 _REST = (
-    "\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
-    "\ufeff\ufff9-\ufffb\ufffe\uffff\ud800-\udfff"
+    "\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+    "\u2028-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb\ufffe\uffff"
+    "\ud800-\udfff\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
 )
 _UNSAFE = re.compile(f"[\x00-\x1f{_REST}]")
 _UNSAFE_KEEP_NL = re.compile(f"[\x00-\x09\x0b-\x1f{_REST}]")
@@ -43,6 +47,8 @@ def _escape(ch: str) -> str:
         return f"\\x{o - 0xDC00:02x}"
     if o < 0x100:
         return f"\\x{o:02x}"
+    if o > 0xFFFF:
+        return f"\\U{o:08x}"
     return f"\\u{o:04x}"
 
 
@@ -128,6 +134,9 @@ def _json_sub(m: re.Match[str]) -> str:
     o = ord(m.group())
     if 0xD800 <= o <= 0xDFFF:  # not a character: show its escape as text
         return "\\\\x" + f"{o - 0xDC00:02x}" if 0xDC80 <= o <= 0xDCFF else f"\\\\u{o:04x}"
+    if o > 0xFFFF:  # JSON escapes a character beyond the BMP as its UTF-16 surrogate pair
+        o -= 0x10000
+        return f"\\u{0xD800 + (o >> 10):04x}\\u{0xDC00 + (o & 0x3FF):04x}"
     return f"\\u{o:04x}"
 
 
