@@ -32,6 +32,7 @@ USD per million tokens; reasoning at the output rate) prices a private deploymen
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -206,7 +207,8 @@ class Pricer:
                 return o.rates()
         found = cost_map.lookup(model)
         if found is None:
-            return f"{model}: not in LiteLLM's model cost map (give --price {model}=in,cached,out)"
+            # the name is the agent's (its request's "model"): quoted, so the hint is safe to paste
+            return f"{model}: not in LiteLLM's model cost map (give --price {shlex.quote(model + '=in,cached,out')})"
         key, entry = found
         if "tiered_pricing" in entry:
             return f"{model}: its map entry prices by tiers this reader does not apply (give --price)"

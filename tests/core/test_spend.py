@@ -97,6 +97,10 @@ def test_an_unknown_model_is_unpriced_with_its_tokens_never_zero():
     assert cost.unpriced == (
         "scripted/solve: not in LiteLLM's model cost map (give --price scripted/solve=in,cached,out)",
     )
+    # the model name is the agent's: the hint quotes it, so pasting it runs nothing (a probe of
+    # the reports, 2026-12-06: `x$(touch /tmp/pwned)` was pasted into the hint as it was)
+    (hint,) = Pricer().cost(_usage(("x$(touch /tmp/pwned)", None, 1, 0, 1, 0))).unpriced
+    assert hint.endswith("(give --price 'x$(touch /tmp/pwned)=in,cached,out')")
     # one unpriced call makes the whole attempt unpriced: part of its calls is not its cost
     assert Pricer().cost(_usage(CALLS[0], ("scripted/solve", None, 300, 0, 20, 0))).usd is None
     # an override prices it (with or without the provider prefix the request sent)
