@@ -57,7 +57,12 @@ class Provider:
                 pass
 
             def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:  # what a hostile client sent (a compressed body): answered all the same
+                    body = {}
+                body = body if isinstance(body, dict) else {}
                 provider.seen.append(
                     {"auth": self.headers.get("Authorization"), "request_id": self.headers.get("x-client-request-id"),
                      "accept_encoding": self.headers.get("Accept-Encoding"), "model": body.get("model")}

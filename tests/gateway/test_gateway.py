@@ -721,3 +721,62 @@ def test_an_attempt_ended_within_the_tick_of_its_last_change_is_refused(gateway,
     attempts.end(out, a.record.id, "ended")
     _same_tick(rec, before)
     assert (post(sock, a.token)[0], code_of(post(sock, a.token)[1])) == (401, L.ENDED)
+
+
+def _send(sock: Path, token: str, path: str, body: bytes, headers: dict | None = None) -> tuple[int, bytes]:
+    c = UnixConn(sock)
+    try:
+        c.request("POST", path, body, {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+                                       **(headers or {})})  # fmt: skip
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def test_a_hostile_clients_paths_stay_under_v1_and_its_calls_stay_on_the_ledger(gateway, provider, key):
+    """Found by a probe of the gateway as the agent (2026-12-06): ``/v1/../admin`` and its encoded
+    forms reached the provider's ``/admin`` with the real key; a call whose tool_choice was a NaN
+    nested 990 deep reached the provider with no ledger line (the line did not encode); a 9 MB
+    tool_choice made a line no ledger reader reads; a 2 MB gzip body that expands to 2 GiB was
+    decompressed whole on the event loop."""
+    import gzip
+
+    out, _s, _st = gateway
+    a = issue(out)
+    sock = attempts.socket_path(out, a.record.id)
+    call = b'{"model": "quick", "stream": true, "input": []}'
+    for path in (
+        "/v1/../admin",
+        "/v1/%2e%2e/%2e%2e/admin",
+        "/v1/..%2f..%2fadmin",
+        "/v1/.%2e/admin",
+        "/v1/..\\admin",
+    ):
+        status, body = _send(sock, a.token, path, call)
+        assert status == 404 and code_of(body) == L.NOT_FOUND, (path, status, body)
+    assert provider.seen == []  # none of them reached the provider
+    assert _send(sock, a.token, "/v1/./responses/..", call)[0] == 404
+
+    deep = b"[" * 990 + b"NaN" + b"]" * 990
+    nan_deep = b'{"model": "quick", "stream": true, "input": [], "tool_choice": ' + deep + b"}"
+    long_choice = json.dumps(
+        {"model": "quick", "stream": True, "input": [], "tool_choice": "x" * 9_000_000}
+    ).encode()
+    for body in (nan_deep, long_choice):
+        assert _send(sock, a.token, "/v1/responses", body)[0] == 200
+    bomb = gzip.compress(call[:-1] + b" " * (200 << 20) + b"}")  # 200 MiB of JSON in ~200 KB
+    _send(sock, a.token, "/v1/responses", bomb, {"Content-Encoding": "gzip"})
+    got = wait_for(lambda: [c for c in calls(out) if c.outcome != L.REFUSED] if len(
+        [c for c in calls(out) if c.outcome != L.REFUSED]) == 3 else None, 10, "three ledger lines")  # fmt: skip
+    assert len(provider.seen) == 3  # each call the provider got is on the ledger, read back
+    nan_line, long_line, bomb_line = got
+    assert nan_line.param("tool_choice") == "not a JSON value the ledger keeps (non-finite or too deep)"
+    assert long_line.param("tool_choice").startswith("sha256:") and "(9000000 chars)" in long_line.param(
+        "tool_choice"
+    )
+    lines = ledger_path(out).read_bytes().splitlines()
+    assert max(len(line) for line in lines) < 4096
+    (bomb_row,) = [r for r in map(json.loads, lines) if "unparsed" in r.get("params", {})]
+    assert bomb_row["params"] == {"unparsed": "body encoding 'gzip' (or over 64 MiB decoded)"}
+    assert bomb_row["request_id"] == bomb_line.request_id

@@ -98,8 +98,36 @@ def test_request_parameters_plain_and_gzipped():
     other = dict(body, tools=[{"type": "function", "name": "update_goal"}])
     assert request_params(json.dumps(other).encode())[0]["tools_sha256"] != p["tools_sha256"]
     assert request_params(gzip.compress(json.dumps(body).encode()), "gzip")[0] == p
-    assert request_params(b"\x00garbage", "gzip")[0] == {"unparsed": "body encoding 'gzip'"}
+    assert request_params(b"\x00garbage", "gzip")[0] == {
+        "unparsed": "body encoding 'gzip' (or over 64 MiB decoded)"
+    }
     assert request_params(b"[1, 2]")[0] == {"unparsed": "not a JSON object"}
+
+
+def test_a_hostile_clients_parameters_are_bounded_and_its_bombs_stop_at_the_limit():
+    """What the agent sends is kept as it was when small and finite, else as its hash and length;
+    a compressed body is never decompressed past what the gateway accepts raw."""
+    import zlib
+
+    from runner.ops.gateway.wire import MAX_DECODED, MAX_PARAM_CHARS, decode_body, param
+
+    assert param("auto") == "auto" and param({"type": "function", "name": "x"}) == {
+        "type": "function",
+        "name": "x",
+    }
+    assert param(0.2) == 0.2 and param(True) is True and param(float("nan")) == "not a finite number"
+    assert param(10**400) == "integer of 401 digits"
+    long = param("x" * (MAX_PARAM_CHARS + 1))
+    assert long.startswith("sha256:") and long.endswith(f"({MAX_PARAM_CHARS + 1} chars)")
+    deep = json.loads("[" * 900 + "1" + "]" * 900)
+    assert param(deep).startswith("sha256:")  # deep but encodable: its hash
+    assert param(json.loads("[" * 900 + "NaN" + "]" * 900)).startswith("not a JSON value")
+    body = b'{"model": "m"}' + b" " * (MAX_DECODED + 10)
+    for enc, packed in (("gzip", gzip.compress(body)), ("deflate", zlib.compress(body))):
+        assert decode_body(packed, enc) is None  # stopped at the limit, not decompressed whole
+        assert decode_body(packed[: len(packed) // 2], enc) is None  # cut short: not a body either
+    small = b'{"model": "m", "stream": true}'
+    assert decode_body(gzip.compress(small), "gzip") == small == decode_body(zlib.compress(small), "deflate")
 
 
 def test_the_ledger_reader_is_incremental_and_sums_per_attempt(tmp_path):

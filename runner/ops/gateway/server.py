@@ -111,7 +111,15 @@ class LedgerWriter:
         self.thread.start()
 
     def write(self, row: dict[str, Any]) -> None:
-        self.q.put((safetext.dumps(row, default=str, nonfinite_as_null=True) + "\n").encode())
+        """Queue one row; never raises for what the row holds (a call the provider answered is on the
+        ledger whatever its client sent): a row that does not encode is written without its params."""
+        try:
+            line = safetext.dumps(row, default=str, nonfinite_as_null=True)
+        except (ValueError, TypeError, RecursionError):
+            line = safetext.dumps(
+                {**row, "params": {"unparsed": "not encodable"}}, default=str, nonfinite_as_null=True
+            )
+        self.q.put((line + "\n").encode())
 
     def _run(self) -> None:
         while True:
@@ -505,7 +513,7 @@ class Gateway:
                 await self.sync()  # since the last poll is known after one more look at the records
                 reason, a = self.authorize(None, token, now)
         row = self._row(a, request, now)
-        if reason is None and not (request.path == "/v1" or request.path.startswith("/v1/")):
+        if reason is None and not forwardable(request.path):
             reason = L.NOT_FOUND
         if reason is not None:
             row.update(outcome=L.REFUSED, refused=reason, status=STATUS.get(reason, 401))
@@ -598,6 +606,15 @@ class Gateway:
             row["total_ms"] = round((time.monotonic() - t0) * 1000, 3)
             self.served += 1
             self.ledger.write(row)
+
+
+def forwardable(path: str) -> bool:
+    """``/v1`` or below it (the path as decoded), and nothing that leaves it once a URL library
+    normalises it: ``/v1/../admin``, ``/v1/%2e%2e/x`` and ``/v1/..%2fx`` reached the provider's
+    ``/admin`` with the real key before this check."""
+    if not (path == "/v1" or path.startswith("/v1/")):
+        return False
+    return "\\" not in path and not any(seg in (".", "..") for seg in path.split("/"))
 
 
 REFUSAL_TEXT = {

@@ -8,9 +8,9 @@ only calls them.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
+import math
 import zlib
 from typing import Any
 
@@ -22,35 +22,81 @@ MAX_JSON_ANSWER = 16 * 1024 * 1024
 MAX_EVENT = 4 * 1024 * 1024
 
 
+#: the most a request body is decompressed to for its parameters: what the gateway accepts raw
+#: (server.MAX_BODY); a 2 MB gzip bomb that expands to 2 GiB stops here instead of taking the memory
+MAX_DECODED = 64 * 1024 * 1024
+#: the longest parameter value kept as it was; a longer one is kept as its hash and length (the
+#: ledger reads its lines in chunks of 1 MiB: a 9 MB tool_choice made a line no reader saw)
+MAX_PARAM_CHARS = 256
+
+
 def _sha256_json(v: Any) -> str:
     return hashlib.sha256(json.dumps(v, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def _inflate(raw: bytes, wbits: int) -> bytes | None:
+    d = zlib.decompressobj(wbits)
+    out = d.decompress(raw, MAX_DECODED + 1)
+    if len(out) > MAX_DECODED or d.unconsumed_tail or not d.eof:
+        return None  # larger than the gateway would accept raw, or cut short: its parameters unknown
+    return out
+
+
 def decode_body(raw: bytes, encoding: str | None) -> bytes | None:
-    """The request body as JSON bytes (gzip, deflate, zstd when the module is there); None if not."""
+    """The request body as JSON bytes (gzip, deflate, zstd when the module is there), at most
+    ``MAX_DECODED`` of it; None if not."""
     enc = (encoding or "").strip().lower()
     try:
         if enc in ("", "identity"):
             return raw
         if enc == "gzip":
-            return gzip.decompress(raw)
+            return _inflate(raw, 16 + zlib.MAX_WBITS)
         if enc == "deflate":
-            return zlib.decompress(raw)
+            return _inflate(raw, zlib.MAX_WBITS)
         if enc == "zstd":
             import zstandard  # noqa: PLC0415 - optional: codex compresses only for OpenAI's own provider
 
-            return zstandard.ZstdDecompressor().decompress(raw, max_output_size=256 * 1024 * 1024)
+            return zstandard.ZstdDecompressor().decompress(raw, max_output_size=MAX_DECODED)
     except Exception:  # noqa: BLE001 - an undecodable body is forwarded as is, its parameters unknown
         return None
     return None
 
 
+def param(v: Any) -> Any:
+    """A parameter as the ledger keeps it: a string, a finite number, a bool, or a small object as
+    sent (its canonical JSON up to ``MAX_PARAM_CHARS``); anything longer, deeper or not finite as
+    ``sha256:<hex> (<n> chars)``, still comparable between arms. The client writes these: a NaN
+    nested 1,000 deep once stopped the ledger line of a call the provider had answered."""
+    if v is None or isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return v if abs(v) < 2**53 else f"integer of {len(str(v))} digits"
+    if isinstance(v, float):
+        return v if math.isfinite(v) else "not a finite number"
+    try:
+        text = (
+            v if isinstance(v, str) else json.dumps(v, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        )
+    except (ValueError, TypeError, RecursionError):
+        return "not a JSON value the ledger keeps (non-finite or too deep)"
+    if len(text) <= MAX_PARAM_CHARS:
+        return v
+    return f"sha256:{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()} ({len(text)} chars)"
+
+
+def _digest(v: Any) -> str | None:
+    try:
+        return _sha256_json(v)
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
 def request_params(raw: bytes, encoding: str | None = None) -> tuple[dict[str, Any], bool]:
     """(the request's behaviour parameters, whether it asks for a stream). Unknown when the body is
-    not a JSON object: ``{"unparsed": reason}``."""
+    not a JSON object: ``{"unparsed": reason}``. Every value bounded by ``param``."""
     body = decode_body(raw, encoding)
     if body is None:
-        return {"unparsed": f"body encoding {encoding!r}"}, False
+        return {"unparsed": f"body encoding {encoding!r} (or over {MAX_DECODED >> 20} MiB decoded)"}, False
     try:
         d = json.loads(body or b"{}")
     except (ValueError, RecursionError):
@@ -66,9 +112,9 @@ def request_params(raw: bytes, encoding: str | None = None) -> tuple[dict[str, A
         "temperature": d.get("temperature"),
         "top_p": d.get("top_p"),
         "max_output_tokens": d.get("max_output_tokens"),
-        "tools_sha256": _sha256_json(d["tools"]) if "tools" in d else None,
+        "tools_sha256": _digest(d["tools"]) if "tools" in d else None,
         "instructions_sha256": (
-            hashlib.sha256(d["instructions"].encode()).hexdigest()
+            hashlib.sha256(d["instructions"].encode("utf-8", "surrogatepass")).hexdigest()
             if isinstance(d.get("instructions"), str)
             else None
         ),
@@ -79,7 +125,7 @@ def request_params(raw: bytes, encoding: str | None = None) -> tuple[dict[str, A
         "n_tools": len(d["tools"]) if isinstance(d.get("tools"), list) else None,
         "n_input_items": len(d["input"]) if isinstance(d.get("input"), list) else None,
     }
-    return {k: v for k, v in p.items() if v is not None}, d.get("stream") is True
+    return {k: param(v) for k, v in p.items() if v is not None}, d.get("stream") is True
 
 
 def usage_of(response: Any) -> dict[str, int] | None:
