@@ -12,8 +12,11 @@ container mount reaches, and it is where the hostile-tree rules apply before har
 (harbor's own endpoints follow symlinks and read FIFOs and whole files):
 
 - only directories and regular files are mirrored; a symlink, FIFO, socket or device is left out,
-  and so is a file over ``MAX_FILE_BYTES`` or beyond ``MAX_DEPTH`` / ``MAX_FILES`` per trial;
-  what was left out is named in the trial's ``MARATHON-VIEW.txt``, which the viewer lists;
+  and so is a file over ``MAX_FILE_BYTES``, mostly holes (``MIN_DENSITY``), past
+  ``MAX_TRIAL_BYTES`` of its trial or beyond ``MAX_DEPTH`` / ``MAX_FILES`` per trial (harbor reads
+  what it serves whole, at many times its size in memory), and a name that is not UTF-8 or holds a
+  control or bidi character; what was left out is named in the trial's ``MARATHON-VIEW.txt``,
+  which the viewer lists;
 - a trial's subdirectories (``agent/``, ``verifier/``, ``artifacts/``: the container's mounts) are
   mirrored only once its ``result.json`` exists (harbor writes it after the container is gone), so
   nothing an agent still runs can grow or swap a file after it was checked;
@@ -49,8 +52,15 @@ from runner.results.tree import INDEX_DIR, JOB_FILES, view_dir, voided_root
 JOBS = "jobs"
 #: named in every mirrored trial that had something left out (the viewer's Files tab lists it)
 NOTE_FILE = "MARATHON-VIEW.txt"
-#: the largest file mirrored: harbor's viewer parses a trajectory whole (no cap of its own)
-MAX_FILE_BYTES = 256 << 20
+#: the largest file mirrored: harbor's viewer reads a trajectory, a log or a test output whole (no
+#: cap of its own) and its parse and JSON answer cost about 26 times the file in memory (a probe,
+#: 2026-12-06: one 250 MiB trajectory took the viewer to 6.6 GB)
+MAX_FILE_BYTES = 64 << 20
+#: the most of a trial mirrored in all: harbor's agent-logs answer joins every command's output
+MAX_TRIAL_BYTES = 128 << 20
+#: a file whose disk blocks hold less than this share of its size is mostly holes: left out (100 MiB
+#: of NULs cost an agent 20 KB of disk and the viewer 6 times its size as \u0000 escapes)
+MIN_DENSITY = 0.5
 MAX_DEPTH = 24
 MAX_FILES = 20_000  # per trial
 #: a full rescan as a safety net under the watcher (as the console's)
@@ -167,6 +177,7 @@ class _Trial:
         self.tmp = tmp  # where a file is made before it is renamed into place (never a mirrored name)
         self.about = about
         self.files = 0
+        self.bytes = 0
         self.notes: list[str] = []
 
     def leave_out(self, rel: str, why: str) -> None:
@@ -287,6 +298,11 @@ def _mirror_dir(dir_fd: int, dst: Path, rel: str, depth: int, subdirs: bool, wal
         if rel == "" and name == NOTE_FILE:
             continue
         sub = f"{rel}/{name}" if rel else name
+        if safetext.clean(name, None) != name:
+            # not UTF-8 (harbor's file list answered 500 for the whole trial), or a control or bidi
+            # character that would make the name read as another
+            walk.leave_out(safetext.clean(sub, None), "a name the viewer cannot show as it is")
+            continue
         st = _lstat_at(dir_fd, name)
         if st is None:
             continue  # gone meanwhile
@@ -319,8 +335,15 @@ def _mirror_dir(dir_fd: int, dst: Path, rel: str, depth: int, subdirs: bool, wal
             if walk.files >= MAX_FILES:
                 walk.leave_out(sub, f"over {MAX_FILES} files in this trial")
                 continue
+            if st.st_size > (1 << 20) and st.st_blocks * 512 < st.st_size * MIN_DENSITY:
+                walk.leave_out(sub, f"{st.st_size / (1 << 20):.0f} MiB, mostly holes (a sparse file)")
+                continue
+            if walk.bytes + st.st_size > MAX_TRIAL_BYTES:
+                walk.leave_out(sub, f"over the viewer's {MAX_TRIAL_BYTES >> 20} MiB for one trial")
+                continue
             if _put(dir_fd, name, st, dst / name, walk, sub):
                 walk.files += 1
+                walk.bytes += st.st_size
                 keep.add(name)
         else:
             walk.leave_out(sub, f"{safeio.kind_name(st.st_mode)}: never followed or read by the viewer")

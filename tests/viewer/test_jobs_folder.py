@@ -118,6 +118,38 @@ def test_a_voided_attempt_is_named_so_and_the_rerun_scores(mini):
     assert _scanner(every.root).get_trial_result(voided.name, trial.name) is not None
 
 
+def test_what_would_take_the_viewers_memory_or_hide_a_trials_files_is_left_out(tmp_path, monkeypatch):
+    """Found by a probe of ``marathon view`` (2026-12-06): harbor reads what it serves whole, at
+    about 26 times its size in memory, so a 250 MiB trajectory, or sparse command outputs costing
+    the agent a few KB of disk each, took the viewer to 5-7 GB; one file named with a byte that is
+    not UTF-8 made harbor's file list answer 500 for the whole trial."""
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    hostile_tree.make(out, outside, ["normal"])
+    trial_dir = out / "normal" / "plain" / hostile_tree.STAMP / "plain" / "normal__AbC1234"
+    agent = trial_dir / "agent"
+    with open(agent / "holes.txt", "wb") as fh:
+        fh.truncate(8 << 20)  # 8 MiB, no block written
+    os.close(os.open(os.fsencode(agent) + b"/bad\xff.txt", os.O_WRONLY | os.O_CREAT, 0o644))
+    (agent / "spoof\u202etxt.exe").write_text("x")
+    for i in range(3):
+        (agent / f"command-{i}").mkdir()
+        (agent / f"command-{i}" / "stdout.txt").write_bytes(b"y" * 4096)
+    monkeypatch.setattr(viewjobs, "MAX_TRIAL_BYTES", 10_000)  # the trial's other files and two outputs
+    live = LiveJobsFolder(out, all_attempts=True)
+    live.sync_all()
+    trial = live.root / "normal__plain__attempt-1" / "normal__AbC1234"
+    note = (trial / NOTE_FILE).read_text()
+    assert "agent/holes.txt: 8 MiB, mostly holes (a sparse file)" in note
+    assert not (trial / "agent" / "holes.txt").exists()
+    assert "agent/bad\\xff.txt: a name the viewer cannot show as it is" in note
+    assert "agent/spoof\\u202etxt.exe: a name the viewer cannot show as it is" in note
+    assert all(n.isascii() for n in os.listdir(trial / "agent"))
+    mirrored = [p for p in trial.rglob("*") if p.is_file() and p.name != NOTE_FILE]
+    assert sum(p.stat().st_size for p in mirrored) <= 10_000
+    assert "over the viewer's 0 MiB for one trial" in note  # the output past the trial's share
+    assert note.isascii()
+
+
 def test_hostile_shapes_never_reach_the_viewer(tmp_path, monkeypatch):
     out, outside = tmp_path / "out", tmp_path / "outside"
     cases = [
