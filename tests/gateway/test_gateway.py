@@ -780,3 +780,36 @@ def test_a_hostile_clients_paths_stay_under_v1_and_its_calls_stay_on_the_ledger(
     (bomb_row,) = [r for r in map(json.loads, lines) if "unparsed" in r.get("params", {})]
     assert bomb_row["params"] == {"unparsed": "body encoding 'gzip' (or over 64 MiB decoded)"}
     assert bomb_row["request_id"] == bomb_line.request_id
+
+
+def test_an_attempt_that_floods_its_socket_with_connections_holds_at_most_its_share(gateway, provider):
+    """Found by a probe of the gateway as the agent: 20,000 idle connections on one attempt's socket
+    used up the gateway's descriptors, every other attempt's calls timed out and the accept errors
+    filled the log. An attempt's socket now holds ``MAX_CONNECTIONS`` at once; the rest are closed
+    before a byte is read, and the other attempts are served."""
+    from runner.ops.gateway.server import MAX_CONNECTIONS
+
+    out, _s, _st = gateway
+    a, b = issue(out), issue(out, "goal")
+    flood = []
+    for _ in range(MAX_CONNECTIONS + 16):
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(10)
+        s.connect(str(attempts.socket_path(out, a.record.id)))
+        s.sendall(b"P")  # a request begun, never finished
+        flood.append(s)
+    try:
+        closed = 0
+        for s in flood[MAX_CONNECTIONS:]:
+            try:
+                closed += s.recv(1) == b""
+            except ConnectionResetError:  # closed with the byte it sent unread
+                closed += 1
+        assert closed == 16  # past the share: closed at once
+        assert post(attempts.socket_path(out, b.record.id), b.token)[0] == 200  # another attempt: served
+    finally:
+        for s in flood:
+            s.close()
+    assert wait_for(
+        lambda: post(attempts.socket_path(out, a.record.id), a.token)[0] == 200 or None, 10, "a's call"
+    )

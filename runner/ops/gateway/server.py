@@ -150,6 +150,66 @@ class LedgerWriter:
         os.close(self.fd)
 
 
+#: the connections one attempt's socket holds at once (codex keeps one or two): an agent that opened
+#: 20,000 idle ones used up the gateway's descriptors and every other attempt's calls timed out,
+#: while asyncio logged an accept error per try (1.2 GB of log in four minutes)
+MAX_CONNECTIONS = 64
+
+
+class _Capped(asyncio.Protocol):
+    """One connection of an attempt's socket: aiohttp's protocol behind a count of the socket's
+    open connections; past ``MAX_CONNECTIONS`` the connection is closed before a byte is read."""
+
+    def __init__(self, site: _CappedUnixSite) -> None:
+        self.site = site
+        self.inner: asyncio.Protocol | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.site.open >= MAX_CONNECTIONS:
+            transport.close()
+            return
+        self.site.open += 1
+        self.inner = self.site.runner_server()
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.inner is not None:
+            self.site.open -= 1
+            self.inner.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.inner is not None:
+            self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received() if self.inner is not None else None
+
+    def pause_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.resume_writing()
+
+
+class _CappedUnixSite(web.UnixSite):
+    """An attempt's unix socket, at most ``MAX_CONNECTIONS`` open at once."""
+
+    open = 0
+
+    def runner_server(self) -> asyncio.Protocol:
+        return self._runner.server()  # type: ignore[misc]
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        self.open = 0
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(
+            lambda: _Capped(self), self._path, ssl=self._ssl_context, backlog=self._backlog
+        )
+
+
 @dataclass
 class Live:
     """One attempt as this gateway serves it."""
@@ -415,7 +475,7 @@ class Gateway:
         # (between bind and listen a connect is refused, and a loaded host can pause the gateway
         # there); the rename takes a dead gateway's socket's place in the same dir
         bound = f"{path}.{os.urandom(4).hex()}"
-        site = web.UnixSite(self.runner, bound)
+        site = _CappedUnixSite(self.runner, bound)
         try:
             await site.start()
             os.chmod(bound, 0o666)  # the trial's task user connects through the mount
