@@ -813,3 +813,31 @@ def test_an_attempt_that_floods_its_socket_with_connections_holds_at_most_its_sh
     assert wait_for(
         lambda: post(attempts.socket_path(out, a.record.id), a.token)[0] == 200 or None, 10, "a's call"
     )
+
+
+def test_an_attempts_calls_in_flight_are_capped_and_the_rest_wait_their_turn(gateway, provider):
+    """Found by a probe of the gateway as the agent: 16 calls holding 60 MB bodies open took the
+    gateway to 1 GB. One attempt has at most ``MAX_CALLS`` calls in flight; the next ones wait (their
+    bodies unread) and are served once one ends, none refused, each on the ledger."""
+    from runner.ops.gateway.server import MAX_CALLS
+
+    out, _s, _st = gateway
+    a = issue(out)
+    sock = attempts.socket_path(out, a.record.id)
+    held = [send_call(sock, a.token, "stream-wait", 20) for _ in range(MAX_CALLS + 2)]
+    try:
+        wait_for(lambda: len(provider.seen) == MAX_CALLS or None, 10, "the first calls upstream")
+        time.sleep(1.0)  # the two past the cap would reach the provider within milliseconds
+        assert len(provider.seen) == MAX_CALLS
+        provider.go.set()
+        for s in held:
+            got = b""
+            while chunk := s.recv(65536):
+                got += chunk
+            assert b"response.completed" in got
+    finally:
+        for s in held:
+            s.close()
+    assert len(provider.seen) == MAX_CALLS + 2
+    wait_for(lambda: len(calls(out)) == MAX_CALLS + 2 or None, 5, "every call on the ledger")
+    assert {c.outcome for c in calls(out)} == {L.OK}

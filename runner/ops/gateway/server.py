@@ -150,6 +150,9 @@ class LedgerWriter:
         os.close(self.fd)
 
 
+#: the calls of one attempt in flight at once (codex makes one at a time): 16 held-open 60 MB bodies
+#: took the gateway to 1 GB; with this, one attempt holds at most MAX_CALLS x MAX_BODY
+MAX_CALLS = 8
 #: the connections one attempt's socket holds at once (codex keeps one or two): an agent that opened
 #: 20,000 idle ones used up the gateway's descriptors and every other attempt's calls timed out,
 #: while asyncio logged an accept error per try (1.2 GB of log in four minutes)
@@ -222,6 +225,9 @@ class Live:
     first_at: float | None = None
     n: int = 0
     cut: bool = False  # its own spend cap is spent and its cut record written
+    #: its calls in flight at once (``MAX_CALLS``): a call holds its body, up to MAX_BODY, until it
+    #: ends; more wait their turn (unread, their bodies stay in the socket's buffers)
+    calls: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_CALLS))
 
 
 def _version(path: Path) -> tuple[int, int, int]:
@@ -586,7 +592,8 @@ class Gateway:
                 )
             return _json_error(STATUS.get(reason, 401), reason, REFUSAL_TEXT[reason])
         assert a is not None
-        return await self.forward(request, a, row, now, t0)
+        async with a.calls:
+            return await self.forward(request, a, row, now, t0)
 
     async def forward(
         self, request: web.BaseRequest, a: Live, row: dict[str, Any], now: float, t0: float
