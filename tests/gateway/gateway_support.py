@@ -103,6 +103,18 @@ class Provider:
                     self.end_headers()
                     self.wfile.write(data)
                     return
+                if model == "echo":
+                    # a provider (or a proxy before it) that echoes the request's headers back
+                    data = json.dumps(
+                        {"id": "resp_echo", "headers": dict(self.headers), "usage": USAGE}
+                    ).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("X-Echo-Authorization", self.headers.get("Authorization") or "")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 if model == "json":
                     data = json.dumps({"id": "resp_json", "object": "response", "usage": USAGE}).encode()
                     self.send_response(200)

@@ -104,6 +104,24 @@ def test_a_call_is_forwarded_with_the_real_key_and_recorded_with_its_usage(gatew
     assert post(attempts.socket_path(out, a.record.id), a.token, model="json")[0] == 200
     js = wait_for(lambda: [c for c in calls(out) if c.param("model") == "json"], 5, "the JSON call")
     assert js[0].usage == (USAGE["input_tokens"], 200, 56, 7)
+    # a provider that echoes the request's headers: the key goes back to the agent masked
+    status, body = post(attempts.socket_path(out, a.record.id), a.token, model="echo")
+    assert status == 200 and key.encode() not in body and b"Bearer " + b"*" * len(key) in body
+    c = UnixConn(attempts.socket_path(out, a.record.id))
+    c.request(
+        "POST",
+        "/v1/responses",
+        json.dumps({"model": "echo", "input": []}),
+        {"Authorization": f"Bearer {a.token}"},
+    )
+    r = c.getresponse()
+    assert r.getheader("X-Echo-Authorization") == "Bearer " + "*" * len(key) and key.encode() not in r.read()
+    c.close()
+    wait_for(
+        lambda: len([c for c in calls(out) if c.param("model") == "echo"]) == 2 or None, 5, "the echo calls"
+    )
+    rows = [json.loads(line) for line in ledger_path(out).read_bytes().splitlines()]
+    assert sorted(r["key_masked"] for r in rows if "key_masked" in r) == [2, 2]  # body + header, each
     # the key is in none of the gateway's files (ledger, log, state, attempts)
     for p in gateway_dir(out).rglob("*"):
         if p.is_file():

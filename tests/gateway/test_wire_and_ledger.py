@@ -301,3 +301,23 @@ def test_the_gateways_reads_are_bounded_and_lose_nothing():
     assert run("default") == (120_000, 120_000)  # asyncio's own: all that is buffered, at once
     biggest, total = run("small")
     assert total == 120_000 and biggest <= RECV_BYTES
+
+
+def test_the_key_is_masked_wherever_an_answer_carries_it_even_split_across_reads():
+    from runner.ops.gateway.wire import KeyMask
+
+    key = "sk-real-" + "k" * 40
+    answer = b'{"echo": "Bearer ' + key.encode() + b'", "again": "' + key.encode() + b'"}'
+    for cut in range(1, len(answer)):
+        m = KeyMask(key)
+        out = m(answer[:cut]) + m(answer[cut:])
+        assert len(out) == len(answer) and m.hits == 2, cut  # same length: a Content-Length holds
+        first, second = answer.index(key.encode()), answer.rindex(key.encode())
+        for start in (first, second):
+            if not start < cut < start + len(key):
+                assert out[start : start + len(key)] == b"*" * len(key), cut  # whole in one read
+            else:
+                assert out[cut : start + len(key)] == b"*" * (start + len(key) - cut), cut  # its end
+    m = KeyMask(key)
+    assert m.header(f"Bearer {key}") == "Bearer " + "*" * len(key) and m.hits == 1
+    assert KeyMask(key)(b"no key here") == b"no key here"

@@ -598,7 +598,7 @@ class Gateway:
     async def forward(
         self, request: web.BaseRequest, a: Live, row: dict[str, Any], now: float, t0: float
     ) -> web.StreamResponse:
-        from runner.ops.gateway.wire import UsageScanner, request_params
+        from runner.ops.gateway.wire import KeyMask, UsageScanner, request_params
 
         body = await request.read()
         params, stream = request_params(body, request.headers.get("Content-Encoding"))
@@ -615,6 +615,7 @@ class Gateway:
         first: float | None = None
         resp: web.StreamResponse | None = None
         scanner: UsageScanner | None = None
+        mask = KeyMask(self.key)  # never back to the agent, whatever the answer echoes
         row["outcome"] = L.GATEWAY_ERROR
         delivered: str | None = None
         try:
@@ -636,7 +637,7 @@ class Gateway:
                 scanner = UsageScanner(up.headers.get("Content-Type"))
                 resp = web.StreamResponse(
                     status=up.status, reason=up.reason,
-                    headers={k: v for k, v in up.headers.items() if k.lower() not in DROP_RESPONSE},
+                    headers={k: mask.header(v) for k, v in up.headers.items() if k.lower() not in DROP_RESPONSE},
                 )  # fmt: skip
                 row["status"] = up.status
                 await resp.prepare(request)
@@ -644,6 +645,7 @@ class Gateway:
                 async for chunk in up.content.iter_any():
                     if first is None:
                         first = time.monotonic()
+                    chunk = mask(chunk)
                     scanner.feed(chunk)
                     if not noted and scanner.usage is not None and self.tally is not None:
                         # counted for the caps before the client reads the answer's end (and can call again)
@@ -669,6 +671,11 @@ class Gateway:
             if scanner is not None:
                 scanner.close()
                 row.update(response_id=scanner.response_id, usage=scanner.usage, final=scanner.final)
+            if mask.hits:
+                row["key_masked"] = mask.hits
+                self.say(
+                    f"gateway: the provider's answer to {rid} carried the key back: masked ({mask.hits}x)"
+                )
             row["first_byte_ms"] = round((first - t0) * 1000, 3) if first is not None else None
             row["total_ms"] = round((time.monotonic() - t0) * 1000, 3)
             self.served += 1

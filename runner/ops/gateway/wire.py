@@ -241,3 +241,39 @@ def _data(event: bytes) -> Any:
         return json.loads(b"\n".join(lines))
     except (ValueError, RecursionError):
         return None
+
+
+class KeyMask:
+    """The real key wherever an answer carries it back (an upstream or a proxy that echoes the
+    request's headers in an error page), replaced by as many ``*`` before the bytes go on to the
+    agent. A key split across two reads is masked in the second part (the first is already out,
+    its share of the key with it) and counted all the same: ``hits`` says the answer carried it.
+    A key written in another form (encoded, cut) is not recognised."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key.encode()
+        self.hits = 0
+        self._tail = b""
+
+    def header(self, value: str) -> str:
+        key = self.key.decode()
+        if key in value:
+            self.hits += value.count(key)
+            return value.replace(key, "*" * len(key))
+        return value
+
+    def __call__(self, chunk: bytes) -> bytes:
+        k = self.key
+        n = len(k)
+        if k in chunk:
+            self.hits += chunk.count(k)
+            chunk = chunk.replace(k, b"*" * n)
+        if self._tail:
+            joined = self._tail + chunk[: n - 1]
+            at = joined.find(k)
+            if at >= 0:  # begun in the read before, ends in this one
+                self.hits += 1
+                end = at + n - len(self._tail)
+                chunk = b"*" * end + chunk[end:]
+        self._tail = (self._tail + chunk)[-(n - 1) :] if n > 1 else b""
+        return chunk
