@@ -645,8 +645,8 @@ class Gateway:
                 async for chunk in up.content.iter_any():
                     if first is None:
                         first = time.monotonic()
+                    scanner.feed(chunk)  # the answer as the provider wrote it
                     chunk = mask(chunk)
-                    scanner.feed(chunk)
                     if not noted and scanner.usage is not None and self.tally is not None:
                         # counted for the caps before the client reads the answer's end (and can call again)
                         self.tally.note({**row, "usage": scanner.usage, "outcome": L.OK})

@@ -56,7 +56,10 @@ def decode_body(raw: bytes, encoding: str | None) -> bytes | None:
         if enc == "zstd":
             import zstandard  # noqa: PLC0415 - optional: codex compresses only for OpenAI's own provider
 
-            return zstandard.ZstdDecompressor().decompress(raw, max_output_size=MAX_DECODED)
+            # a stream read to the limit (``max_output_size`` is ignored when the frame states its size)
+            with zstandard.ZstdDecompressor().stream_reader(raw) as r:
+                out = r.read(MAX_DECODED + 1)
+            return out if len(out) <= MAX_DECODED else None
     except Exception:  # noqa: BLE001 - an undecodable body is forwarded as is, its parameters unknown
         return None
     return None
@@ -250,19 +253,26 @@ class KeyMask:
     its share of the key with it) and counted all the same: ``hits`` says the answer carried it.
     A key written in another form (encoded, cut) is not recognised."""
 
+    #: a key shorter than this is no secret worth masking (``x``, ``dummy``, ``ollama`` for a local
+    #: server): masking it would change every ``x`` of every answer
+    MIN_KEY = 16
+
     def __init__(self, key: str) -> None:
         self.key = key.encode()
+        self.on = len(self.key) >= self.MIN_KEY
         self.hits = 0
         self._tail = b""
 
     def header(self, value: str) -> str:
         key = self.key.decode()
-        if key in value:
+        if self.on and key in value:
             self.hits += value.count(key)
             return value.replace(key, "*" * len(key))
         return value
 
     def __call__(self, chunk: bytes) -> bytes:
+        if not self.on:
+            return chunk
         k = self.key
         n = len(k)
         if k in chunk:
@@ -275,5 +285,6 @@ class KeyMask:
                 self.hits += 1
                 end = at + n - len(self._tail)
                 chunk = b"*" * end + chunk[end:]
-        self._tail = (self._tail + chunk)[-(n - 1) :] if n > 1 else b""
+        if n > 1:  # the last n - 1 bytes seen (a slice of the chunk itself, unless it is shorter)
+            self._tail = chunk[-(n - 1) :] if len(chunk) >= n - 1 else (self._tail + chunk)[-(n - 1) :]
         return chunk
