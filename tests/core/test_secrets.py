@@ -47,6 +47,8 @@ CREDENTIALS = {
     "url userinfo in json": '[{"url": "http://u:p@10.0.0.1/v1"}]',
     "url userinfo, scheme with +": "git+https://deploy:tok3n@git.example/r.git",
     "url userinfo after a word": "proxy=http://u:p@10.0.0.1:3128 (set by hand)",
+    "url userinfo after dots": "see ...https://alice:s3cret@host/x",
+    "url userinfo after a number": "1.https://alice:s3cret@host/x",
     "openai": "sk-" + _alnum(48),
     "openai project": "sk-proj-" + _alnum(40) + "_" + _alnum(20),
     "anthropic": "sk-ant-api03-" + _alnum(40),
