@@ -135,8 +135,9 @@ class RunProgress:
         return None if self.gate_waiting_since is None else max(0.0, now - self.gate_waiting_since)
 
 
-#: a trial duration beyond this (a week) is no trial's: left out of the ETA, as a negative one is
-MAX_TRIAL_SEC = 7 * 24 * 3600.0
+#: a trial duration beyond this is no trial's: left out of the ETA, as a negative one is (above the
+#: longest deadline a run takes, ``--goal-timeout-sec`` up to 30 days: runner.schedule.config.BOUNDS)
+MAX_TRIAL_SEC = 32 * 24 * 3600.0
 
 
 def _name(v: Any) -> str | None:

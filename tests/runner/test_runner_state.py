@@ -154,6 +154,14 @@ def test_a_run_flag_no_run_can_use_is_refused_before_anything_starts(tmp_path, f
     assert not (tmp_path / ".driver_env").exists()
 
 
+def test_the_longest_deadline_a_run_takes_is_a_duration_its_eta_counts():
+    from runner.results.run_progress import MAX_TRIAL_SEC
+    from runner.schedule.config import BOUNDS
+
+    (longest,) = [hi for attr, _flag, _lo, hi in BOUNDS if attr == "goal_timeout_sec"]
+    assert MAX_TRIAL_SEC > longest
+
+
 def _trial(tmp_path, exc_type, agent_ran=True, msg="x"):
     t = tmp_path / "task__abc"
     t.mkdir()
