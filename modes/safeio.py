@@ -358,12 +358,13 @@ def move_aside(path: str) -> None:
     os.rename(path, f"{path}.planted-{os.urandom(4).hex()}")
 
 
-def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
+def write_atomic(path: str | os.PathLike, data: bytes | str, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data``: a planted FIFO or symlink there neither blocks nor redirects.
 
     The temp file is created with ``O_CREAT | O_EXCL`` (which never follows a symlink) in the same
     dir and renamed over the name, so the entry is replaced, not opened. A planted dir at the name
-    is moved aside (kept, renamed ``<name>.planted-<hex>``).
+    is moved aside (kept, renamed ``<name>.planted-<hex>``). ``mode``: the new file's permissions
+    (before the umask, as ``open`` applies it).
     """
     p = os.fspath(path)
     if isinstance(data, str):
@@ -372,7 +373,7 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
     while True:
         tmp = os.path.join(d, f".{name}.{os.urandom(6).hex()}.tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
             break
         except FileExistsError:
             continue

@@ -97,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
 def write_out(name: str, data: bytes) -> None:
     """Write the report to ``name`` as a shell's ``>`` would, except that a file is never left half
     written: a regular file (or a new name) is replaced whole by a temp file renamed over it, so a
-    full disk leaves the report that was there; a device, FIFO or terminal the name leads to
+    full disk leaves the report that was there (a new file, with the old one's permissions: a hard
+    link to the old one keeps the old report); a device, FIFO or terminal the name leads to
     (``/dev/stdout``, ``/dev/null``) is written to as it is, never replaced by a file; through a
     symlink, its target is written."""
     try:
@@ -108,4 +109,12 @@ def write_out(name: str, data: bytes) -> None:
         with open(name, "wb") as fh:
             fh.write(data)
         return
-    safeio.write_atomic(os.path.realpath(name), data)
+    real = os.path.realpath(name)
+    if st is None:
+        safeio.write_atomic(real, data)
+        return
+    old = os.umask(0)  # the old file's mode exactly (a 0600 report stays 0600)
+    try:
+        safeio.write_atomic(real, data, mode=stat.S_IMODE(st.st_mode))
+    finally:
+        os.umask(old)

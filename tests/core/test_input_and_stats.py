@@ -131,6 +131,11 @@ def test_report_out_writes_to_a_device_or_fifo_and_never_replaces_it(tmp_path, c
     assert cli.main(["report", str(out), "--out", str(fifo), "--format", "json"]) == 0
     reader.join(30)
     assert stat.S_ISFIFO(fifo.lstat().st_mode) and json.loads(got[0])["out"] == str(out)
+    kept = tmp_path / "private.md"  # an existing report keeps its permissions
+    kept.write_text("old")
+    kept.chmod(0o600)
+    assert cli.main(["report", str(out), "--out", str(kept)]) == 0
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600 and kept.read_text() != "old"
     link = tmp_path / "link.md"  # through a link, its target is written and the link stays
     link.symlink_to(tmp_path / "target.md")
     assert cli.main(["report", str(out), "--out", str(link)]) == 0
