@@ -56,8 +56,14 @@ NOTE_FILE = "MARATHON-VIEW.txt"
 #: cap of its own) and its parse and JSON answer cost about 26 times the file in memory (a probe,
 #: 2026-12-06: one 250 MiB trajectory took the viewer to 6.6 GB)
 MAX_FILE_BYTES = 64 << 20
-#: the most of a trial mirrored in all: harbor's agent-logs answer joins every command's output
+#: the most of a trial mirrored in all: harbor's agent-logs answer joins every command's output.
+#: A file under ``SMALL_FILE`` is always mirrored (result.json, metrics, reward: what the trial is
+#: judged by), and harbor's own files and ``verifier/`` come before the agent's dirs, so filling
+#: ``agent/`` or ``artifacts/`` never hides them
 MAX_TRIAL_BYTES = 128 << 20
+SMALL_FILE = 64 << 10
+#: the trial's dirs whose files the agent writes freely: mirrored last
+LAST = ("agent", "artifacts")
 #: a file whose disk blocks hold less than this share of its size is mostly holes: left out (100 MiB
 #: of NULs cost an agent 20 KB of disk and the viewer 6 times its size as \u0000 escapes)
 MIN_DENSITY = 0.5
@@ -289,7 +295,7 @@ def _mirror_dir(dir_fd: int, dst: Path, rel: str, depth: int, subdirs: bool, wal
     keep: set[str] = set()
     try:
         with os.scandir(dir_fd) as it:
-            names = sorted(e.name for e in it)
+            names = sorted((e.name for e in it), key=lambda n: (rel == "" and n in LAST, n))
     except OSError as exc:
         walk.leave_out(rel or ".", f"cannot list it ({exc.strerror or exc})")
         names = []
@@ -338,7 +344,7 @@ def _mirror_dir(dir_fd: int, dst: Path, rel: str, depth: int, subdirs: bool, wal
             if st.st_size > (1 << 20) and st.st_blocks * 512 < st.st_size * MIN_DENSITY:
                 walk.leave_out(sub, f"{st.st_size / (1 << 20):.0f} MiB, mostly holes (a sparse file)")
                 continue
-            if walk.bytes + st.st_size > MAX_TRIAL_BYTES:
+            if st.st_size >= SMALL_FILE and walk.bytes + st.st_size > MAX_TRIAL_BYTES:
                 walk.leave_out(sub, f"over the viewer's {MAX_TRIAL_BYTES >> 20} MiB for one trial")
                 continue
             if _put(dir_fd, name, st, dst / name, walk, sub):
@@ -348,7 +354,7 @@ def _mirror_dir(dir_fd: int, dst: Path, rel: str, depth: int, subdirs: bool, wal
         else:
             walk.leave_out(sub, f"{safeio.kind_name(st.st_mode)}: never followed or read by the viewer")
     if held_back:
-        dirs = ", ".join(f"{n}/" for n in held_back)
+        dirs = ", ".join(f"{n}/" for n in sorted(held_back))
         walk.notes.append(
             f"{dirs}: shown once the trial has finished (its result.json), never while the agent runs"
         )

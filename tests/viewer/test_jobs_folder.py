@@ -134,7 +134,9 @@ def test_what_would_take_the_viewers_memory_or_hide_a_trials_files_is_left_out(t
     for i in range(3):
         (agent / f"command-{i}").mkdir()
         (agent / f"command-{i}" / "stdout.txt").write_bytes(b"y" * 4096)
-    monkeypatch.setattr(viewjobs, "MAX_TRIAL_BYTES", 10_000)  # the trial's other files and two outputs
+    (trial_dir / "verifier" / "test-stdout.txt").write_bytes(b"v" * 4096)
+    monkeypatch.setattr(viewjobs, "MAX_TRIAL_BYTES", 10_000)  # the trial's other files and a command's output
+    monkeypatch.setattr(viewjobs, "SMALL_FILE", 1024)
     live = LiveJobsFolder(out, all_attempts=True)
     live.sync_all()
     trial = live.root / "normal__plain__attempt-1" / "normal__AbC1234"
@@ -147,6 +149,10 @@ def test_what_would_take_the_viewers_memory_or_hide_a_trials_files_is_left_out(t
     mirrored = [p for p in trial.rglob("*") if p.is_file() and p.name != NOTE_FILE]
     assert sum(p.stat().st_size for p in mirrored) <= 10_000
     assert "over the viewer's 0 MiB for one trial" in note  # the output past the trial's share
+    # what the trial is judged by came first, whatever the agent's dirs hold
+    assert (trial / "verifier" / "test-stdout.txt").is_file() and (trial / "result.json").is_file()
+    assert (trial / "verifier" / "metrics.json").is_file()
+    assert not (trial / "agent" / "command-2" / "stdout.txt").exists()
     assert note.isascii()
 
 
