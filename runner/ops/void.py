@@ -386,5 +386,13 @@ def _copy_entry(src: str, dst: str) -> None:
     st = os.lstat(src)
     if stat.S_ISREG(st.st_mode):
         shutil.copy2(src, dst, follow_symlinks=False)
-    else:
+        return
+    try:
         os.mknod(dst, st.st_mode, st.st_rdev)
+    except PermissionError:
+        # a device node (root in its container may make one) cannot be made again without root:
+        # a placeholder file says so, rather than an attempt that can never be voided
+        with open(dst, "x") as fh:
+            fh.write(
+                f"marathon void: {safeio.kind_name(st.st_mode)} was here; not copied across filesystems\n"
+            )

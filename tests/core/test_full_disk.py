@@ -189,3 +189,20 @@ def test_a_claim_the_full_disk_refuses_leaves_no_file_that_reads_as_running(tmp_
         claims.try_claim(out, "calc-partial", "oracle", me())
     assert got.value.errno == errno.ENOSPC
     assert os.listdir(out / CLAIMS_DIR) == []
+
+
+def test_a_device_node_an_agent_made_does_not_stop_a_void_across_filesystems_without_root(tmp_path):
+    """Found by a review (2026-12-06): making a device node again needs CAP_MKNOD, so a runner
+    without it failed every cross-filesystem void of such a trial (an agent is root in its container
+    and may make one); a placeholder file takes its place. The copy runs without CAP_MKNOD
+    (``setpriv --bounding-set -mknod``)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("making the device node needs root; dropping CAP_MKNOD needs setpriv")
+    os.mknod(tmp_path / "dev", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    code = "import sys; from runner.ops.void import _copy_entry; _copy_entry(sys.argv[1], sys.argv[2])"
+    r = subprocess.run(["setpriv", "--bounding-set", "-mknod", sys.executable, "-c", code,
+                        str(tmp_path / "dev"), str(tmp_path / "copy")],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert stat.S_ISREG((tmp_path / "copy").lstat().st_mode)
+    assert "a character device was here" in (tmp_path / "copy").read_text()
