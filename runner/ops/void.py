@@ -348,16 +348,26 @@ def act_void(plan: VoidPlan, *, run_id: str | None = None) -> Path:
         for p in written:
             with contextlib.suppress(OSError):
                 p.unlink()
-        raise VoidFailed(f"void {src}: nothing moved ({exc.strerror or exc})") from None
+        raise VoidFailed(f"void {src}: nothing moved ({_why(exc)})") from None
     if copied:
         try:
             shutil.rmtree(src)
         except OSError as exc:
             raise VoidFailed(
                 f"void {src}: copied to {dest}, but the source could not be removed "
-                f"({exc.strerror or exc}): remove it by hand, or the attempt counts twice"
+                f"({_why(exc)}): remove it by hand, or the attempt counts twice"
             ) from None
     return dest
+
+
+def _why(exc: OSError) -> str:
+    """An error in a few words: a copy's ``shutil.Error`` lists every file that failed (one line of
+    hundreds of paths); its first, and how many."""
+    errors = exc.args[0] if isinstance(exc, shutil.Error) and exc.args else None
+    if isinstance(errors, list) and errors and isinstance(errors[0], tuple):
+        more = f" and {len(errors) - 1} more" if len(errors) > 1 else ""
+        return f"{errors[0][-1]}{more}"
+    return exc.strerror or str(exc)
 
 
 def _move(src: Path, dest: Path) -> bool:
