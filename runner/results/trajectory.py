@@ -172,7 +172,9 @@ def _time(v: Any) -> str:
 
 
 def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    """A whole number from the agent's file, or None: a token count or exit code past 2^53 is
+    none (10**30 tokens once stopped the reader's index, whose counts are 64-bit)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and -(2**53) < v < 2**53 else None
 
 
 def _command_summary(c: Command) -> str:

@@ -158,6 +158,15 @@ GARBAGE = [
     b"[" * 100_000 + b"]" * 100_000,
     b'{"steps": [' + b'{"message": "a\\\\"},' * 1000 + b"{}]}",
     b'{"notsteps": [{"a": 1}], "steps": {"source": "agent"}}',
+    # token counts past 64 bits (found by a probe, 2026-12-06: the index's counts are 64-bit arrays,
+    # and the OverflowError left the reader at "indexing..." for good)
+    b'{"steps": [{"source": "agent", "message": "x", "metrics": {"prompt_tokens": '
+    + b"1"
+    + b"0" * 30
+    + b', "completion_tokens": 5}}]}',
+    b'{"method": "thread/tokenUsage/updated", "params": {"tokenUsage": {"total": {"inputTokens": '
+    + str(2**70).encode()
+    + b', "outputTokens": 1}}}}\n{"method": "turn/completed", "params": {"turn": {}}}\n',
 ]
 
 
