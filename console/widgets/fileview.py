@@ -105,9 +105,11 @@ class FileView(ScrollView, can_focus=True):
             self._highlight(text, line)
         if index == self.match_line:
             text.stylize(CURRENT_STYLE)
-        content_width = text.cell_len + gutter
-        if content_width > self._width:
-            self._width = min(content_width, MAX_LINE_BYTES + gutter)
+        # widest a line can be: MAX_LINE_BYTES bytes, each escaped as at most 4 cells (``\xNN``);
+        # grown only when it grows (at the cap it once asked again on every render, forever)
+        wider = min(text.cell_len + gutter, 4 * MAX_LINE_BYTES + gutter)
+        if wider > self._width:
+            self._width = wider
             self.call_after_refresh(self.grew)
         number = Segment(f"{index + 1:>{gutter - 1}} ", Style(dim=True))
         body = Strip(list(text.render(self.app.console)), text.cell_len)

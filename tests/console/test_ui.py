@@ -252,6 +252,40 @@ def test_huge_trajectory_opens_at_once_and_is_indexed_in_the_background(tree):
     run_async(go)
 
 
+def test_a_line_wider_once_escaped_settles_and_scrolls_to_its_end(tree, monkeypatch):
+    """Found by a probe of the file views (2026-12-06): a line of ESC bytes is four times wider once
+    escaped than the width the view was capped at, so every render asked to grow again (a render
+    loop at a third of a core, seconds per key) and its last cells could not be scrolled to."""
+    from console.fileindex import MAX_LINE_BYTES
+
+    trial_dir = next((tree / "calc-partial" / "oracle").rglob("calc-partial__*"))
+    (trial_dir / "agent" / "trajectory.json").write_bytes(b"\x1b" * MAX_LINE_BYTES * 3 + b"\n")
+    calls: list[int] = []
+    grew = FileView.grew
+    monkeypatch.setattr(FileView, "grew", lambda self: (calls.append(1), grew(self))[1])
+
+    async def go():
+        app = _app(tree)
+        async with app.run_test(size=SIZE) as pilot:
+            await _ready(pilot, app)
+            app.screen.query_one(Grid).move_to("calc-partial", "oracle")
+            await pilot.pause()
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, DrillScreen) and app.screen.source is not None,
+                           10, "open")  # fmt: skip
+            await wait_for(pilot, lambda: app.screen.source.complete, 10, "indexing")
+            fv = app.screen.query_one(FileView)
+            for _ in range(5):
+                await pilot.pause()
+            settled = len(calls)
+            for _ in range(20):
+                await pilot.pause()
+            assert len(calls) == settled  # no render asks to grow again
+            assert fv.virtual_size.width >= 4 * MAX_LINE_BYTES  # every escaped cell can be reached
+
+    run_async(go)
+
+
 def test_no_color_is_honoured(tree, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
 
