@@ -309,6 +309,8 @@ class DrillScreen(Screen):
             t.append(f"unreadable: {view.clean(s.error)} ", style="bold red")
         else:
             done = "" if s.complete else f" indexing {100 * s.scanned // max(1, s.size)}%"
+            if s.capped:
+                done = f" (the first {s.line_count:,} only: the rest of the file is not indexed)"
             t.append(f"{s.line_count:,} lines {s.size:,} B{done} ", style="dim")
         t.append(view.clean(rel), style="bold")
         self.query_one("#file-status", Static).update(t)

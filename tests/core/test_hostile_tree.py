@@ -150,6 +150,26 @@ def test_console_file_view_refuses_and_never_blocks(tmp_path):
     big.close()
 
 
+def test_console_file_view_indexes_at_most_max_lines_of_a_file_of_newlines(tmp_path, monkeypatch):
+    """Found by a probe of the file views (2026-12-06): a 200 MB log of newlines alone took 1.6 GB
+    to index (8 bytes a line). The index stops at ``MAX_LINES`` whole lines and says so."""
+    from console import fileindex
+    from console.fileindex import LineSource
+
+    monkeypatch.setattr(fileindex, "MAX_LINES", 1000)
+    trial = tmp_path / "trial"
+    (trial / "agent").mkdir(parents=True)
+    log = trial / "agent" / "log.txt"
+    log.write_bytes(b"".join(b"line %d\n" % i for i in range(5000)))
+    src = LineSource(log, trial)
+    while src.index_more(4096):
+        pass
+    assert src.capped and src.complete and src.line_count == 1000
+    assert src.get_line(999) == "line 999" and src.get_line(1000) == ""
+    assert not src.index_more()  # nothing more, ever, until the file is replaced
+    src.close()
+
+
 def test_host_writes_replace_planted_fifos_symlinks_and_dirs(tmp_path):
     """The arms' host-side writes into /logs/agent: a planted name neither blocks nor redirects."""
     from modes.receipt import RECEIPT_NAME, Receipt
