@@ -34,6 +34,18 @@ async def _ready(pilot, app):
     await pilot.pause()
 
 
+async def _open_drill(pilot, app, task: str, arm: str, what: str) -> DrillScreen:
+    """The grid's first paint, the cursor on (task, arm), Enter: the drill-down with its file open."""
+    await _ready(pilot, app)
+    app.screen.query_one(Grid).move_to(task, arm)
+    await pilot.pause()
+    await pilot.press("enter")
+    await wait_for(
+        pilot, lambda: isinstance(app.screen, DrillScreen) and app.screen.source is not None, 10, what
+    )
+    return app.screen
+
+
 def test_grid_shows_both_metrics_and_build_failure(tree):
     async def go():
         app = _app(tree)
@@ -132,17 +144,7 @@ def test_drill_down_lists_trials_opens_files_and_searches(tree):
     async def go():
         app = _app(tree)
         async with app.run_test(size=SIZE) as pilot:
-            await _ready(pilot, app)
-            app.screen.query_one(Grid).move_to("calc-partial", "nop")
-            await pilot.pause()
-            await pilot.press("enter")
-            await wait_for(
-                pilot,
-                lambda: isinstance(app.screen, DrillScreen) and app.screen.source is not None,
-                10,
-                "drill",
-            )
-            drill = app.screen
+            drill = await _open_drill(pilot, app, "calc-partial", "nop", "drill")
             assert len(drill.trials) == 1 and drill.trials[0].trial.startswith("calc-partial__")
             await pilot.press("tab")  # test-stdout
             await wait_for(
@@ -230,16 +232,7 @@ def test_huge_trajectory_opens_at_once_and_is_indexed_in_the_background(tree):
     async def go():
         app = _app(tree)
         async with app.run_test(size=SIZE) as pilot:
-            await _ready(pilot, app)
-            app.screen.query_one(Grid).move_to("calc-partial", "oracle")
-            await pilot.pause()
-            await pilot.press("enter")
-            await wait_for(
-                pilot,
-                lambda: isinstance(app.screen, DrillScreen) and app.screen.source is not None,
-                10,
-                "open",
-            )
+            await _open_drill(pilot, app, "calc-partial", "oracle", "open")
             # how soon it opens is measured (benchmarks/bench_console.py), never asserted here
             drill = app.screen
             assert '"step": 1' in screen_text(app)
@@ -267,12 +260,7 @@ def test_a_line_wider_once_escaped_settles_and_scrolls_to_its_end(tree, monkeypa
     async def go():
         app = _app(tree)
         async with app.run_test(size=SIZE) as pilot:
-            await _ready(pilot, app)
-            app.screen.query_one(Grid).move_to("calc-partial", "oracle")
-            await pilot.pause()
-            await pilot.press("enter")
-            await wait_for(pilot, lambda: isinstance(app.screen, DrillScreen) and app.screen.source is not None,
-                           10, "open")  # fmt: skip
+            await _open_drill(pilot, app, "calc-partial", "oracle", "open")
             await wait_for(pilot, lambda: app.screen.source.complete, 10, "indexing")
             fv = app.screen.query_one(FileView)
             for _ in range(5):
