@@ -22,7 +22,7 @@ import os
 import re
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -353,9 +353,8 @@ class TrialRecord:
     stale: bool = False  # result.json or metrics.json unreadable now; showing last good values
     agent_setup_started: bool = False  # harbor began the agent's setup (its timing block exists)
     agent_started: bool = False  # harbor began the agent's run (the environment and setup held)
-    # Built from the finished job's summary (reward/exception/tokens from harbor's job stats, wall
-    # time from the job's timestamps) instead of the trial's own result.json: see
-    # trial_from_job_summary. exception_message, agent_sec and task_name are then unknown.
+    #: found through its finished job's summary, not by listing the job dir (``trial_from_job_summary``;
+    #: the scan index then needs no identity of the job dir)
     from_summary: bool = False
     #: a value of result.json that makes no sense (``modes.values``: "field: why"), read as None;
     #: ``bad_side`` says who could have made it so (``rules.hole_side``: the agent or the harness)
@@ -486,10 +485,6 @@ LINKED_DIR = "a symlink (not followed)"
 _VERIFIER_FINISHED = re.compile(
     rb'\n    "verifier": \{\s*"started_at":\s*(?:"[^"\n]*"|null),\s*"finished_at":\s*"([^"\n]*)"'
 )
-#: the trial's own ``finished_at``: four spaces (a nested one has eight), after a raw newline (which
-#: no JSON string holds), so only the top-level key
-_TRIAL_FINISHED = re.compile(rb'\n    "finished_at":\s*"([^"\n]*)"')
-_TRIAL_STARTED = re.compile(rb'\n    "started_at":\s*"([^"\n]*)"')
 
 
 def verifier_finished(raw: bytes) -> datetime | None:
@@ -497,19 +492,8 @@ def verifier_finished(raw: bytes) -> datetime | None:
     return _top_time(raw, _VERIFIER_FINISHED, ("verifier", "finished_at"))
 
 
-def trial_finished(raw: bytes) -> datetime | None:
-    """The trial's own ``finished_at`` in its result.json bytes (``_top_time``): harbor stamps it
-    and writes the file at once, so it is the file's mtime in harbor's clock."""
-    return _top_time(raw, _TRIAL_FINISHED, ("finished_at",))
-
-
-def trial_started(raw: bytes) -> datetime | None:
-    """The trial's own ``started_at`` in its result.json bytes (``_top_time``)."""
-    return _top_time(raw, _TRIAL_STARTED, ("started_at",))
-
-
 def _top_time(raw: bytes, pattern: re.Pattern[bytes], keys: tuple[str, ...]) -> datetime | None:
-    """A time of a trial's result.json, parsing the whole file only when its place in the file
+    """A time of a trial's result.json (``void``'s check of a stopped trial), parsing the whole file only when its place in the file
     does not give it.
 
     harbor writes TrialResult with indent=4 and its times among the last top-level keys, so the
@@ -582,13 +566,13 @@ def tampered(
 
 
 def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | None:
-    """The one trial of a finished one-trial job, from the job ``result.json`` alone; else None.
+    """The one trial of a finished one-trial job, named by the job ``result.json``; else None.
 
-    harbor's job stats of a finished job sum its trials exactly (tokens, cost) and name each trial
-    in ``reward_stats``, so for the usual shape (one task per job, one attempt, no exception) the
-    trial's own result.json adds nothing the model shows. The metrics and receipt are still read
-    from the trial dir. Anything unexpected (more trials, running, a trial named twice or not at
-    all, its dir gone) gives None and the caller reads the trial dir itself.
+    harbor's job stats of a finished job name each trial in ``reward_stats``, so for the usual shape
+    (one task per job, one attempt, no exception) the job dir need not be listed to find it. The
+    trial is read by ``read_trial``, as an update reads it. Anything unexpected (more trials,
+    running, a trial named twice or not at all, its dir gone, a trial that does not read clean)
+    gives None and the caller lists the job dir.
     """
     stats = d.get("stats")
     if d.get("finished_at") is None or d.get("n_total_trials") != 1 or not isinstance(stats, dict):
@@ -613,43 +597,12 @@ def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | 
             if not isinstance(trials, list) or not all(isinstance(t, str) for t in trials):
                 return None
             names.update(trials)
-    reward = rules.reward_of_stats(rs)
-    if len(names) != 1 or ("reward" in rs and reward is None):
+    if len(names) != 1:
         return None
     name = names.pop()
-    if not isinstance(name, str) or not name or "/" in name or name[0] == ".":
+    if not name or "/" in name or name[0] == ".":
         return None
-    tdir = f"{job_dir}/{name}"
-    if os.path.islink(tdir):
-        return None  # the caller reads the trial dir, and refuses the link
-    metrics = read_metrics(tdir)
-    if metrics.state == MISSING and not os.path.isdir(tdir):
-        return None  # moved away (voided) or never there: let the caller list the job dir
-    raw = _read(f"{tdir}/{RESULT_JSON}", tdir)
-    if isinstance(raw, Loaded):
-        return None  # the trial's own result.json is missing or refused: read the trial dir
-    finished = trial_finished(raw)
-    if metrics.state not in (REFUSED, IN_PROGRESS):
-        why = tampered(tdir, verifier_finished(raw), finished)
-        if why:
-            metrics = Metrics(state=TAMPERED, error=why)
-    bad: list[Bad] = []
-    cost = _usd(stats.get("cost_usd"), "stats.cost_usd", bad)
-    tokens = [_count(stats.get(k), f"stats.{k}", bad) for k in _TOKEN_FIELDS]
-    if bad:
-        return None  # a sum that makes no sense: the trial's own record says which value
-    return TrialRecord(
-        name=name,
-        state=OK,
-        reward=reward,
-        cost_usd=cost,
-        n_input_tokens=tokens[0],
-        n_output_tokens=tokens[1],
-        n_cache_tokens=tokens[2],
-        # the trial's own times, as ``read_trial`` takes them: the job's are harbor's naive local time
-        # (an hour off across a change of daylight saving time) and hold the job's own overhead
-        wall_sec=_span(trial_started(raw), finished),
-        metrics=metrics,
-        receipt=read_receipt(tdir),
-        from_summary=True,
-    )
+    # the trial itself is read as an update reads it (one reader, one verdict): the summary only
+    # spares listing the job dir; a trial that does not read clean is left to the caller's listing
+    rec = read_trial(f"{job_dir}/{name}")
+    return replace(rec, from_summary=True) if rec.state == OK else None

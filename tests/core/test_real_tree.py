@@ -192,10 +192,13 @@ def test_a_task_dir_removed_whole_leaves_the_grid_whatever_order_its_deletions_c
 
 
 def test_job_summary_reading_agrees_with_reading_each_trial(core_tree):
-    """The cold load's shortcut (a finished one-trial job read from its summary) loses no figure."""
+    """The cold load's shortcut (a finished one-trial job found from its summary) reads each trial
+    as an update does: the same record but for how it was found."""
+    from dataclasses import replace
+
     from runner.results import records as results
 
-    m = RunModel.load(core_tree)
+    m = RunModel.load(core_tree, index=False)
     summarised = 0
     for c in m.cells.values():
         for att in c.attempts:
@@ -203,9 +206,26 @@ def test_job_summary_reading_agrees_with_reading_each_trial(core_tree):
                 full = results.read_trial(f"{att.job_dir}/{name}")
                 assert not full.from_summary
                 summarised += rec.from_summary
-                for f in ("name", "state", "errored", "reward", "partial", "pass_rate", "build_failed"):
-                    assert getattr(rec, f) == getattr(full, f), (f, att.job_dir)
-                for f in ("cost_usd", "n_input_tokens", "n_output_tokens", "receipt"):
-                    assert getattr(rec, f) == getattr(full, f), (f, att.job_dir)
-                assert rec.wall_sec == full.wall_sec  # the trial's own times, whichever reader
+                assert replace(rec, from_summary=False) == full, att.job_dir
     assert summarised == 9  # every finished, unerrored one-trial job; the errored ones were read in full
+
+
+def test_a_trial_cut_short_reads_unreadable_at_load_as_when_watched(tree_copy):
+    """A finished job's trial whose result.json lost its end: its job summary still names it and
+    holds its reward, but a fresh load reads the trial unreadable, as the update a watcher makes
+    does (which keeps its last good value, marked stale). A load read it as done from the summary,
+    unmarked, while the console, watching, said the file was unreadable."""
+    from runner.results import records as results
+
+    m = RunModel.load(tree_copy, index=False)
+    att = next(a for c in m.cells.values() for a in c.attempts for t in a.trials.values() if t.from_summary)
+    name = next(iter(att.trials))
+    path = f"{att.job_dir}/{name}/{results.RESULT_JSON}"
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 3)
+    loaded = RunModel.load(tree_copy, index=False)
+    rec = next(a for c in loaded.cells.values() for a in c.attempts if a.job_dir == att.job_dir).trials[name]
+    assert rec.state == results.UNREADABLE and rec.reward is None and "JSONDecodeError" in rec.error
+    m.update([path])
+    watched = next(a for c in m.cells.values() for a in c.attempts if a.job_dir == att.job_dir).trials[name]
+    assert watched.stale and watched.error == rec.error
