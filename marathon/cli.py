@@ -88,14 +88,14 @@ def flag_values(args: argparse.Namespace) -> list[tuple[str, str]]:
 def error_text(exc: BaseException, whole: bool = False) -> str:
     """An error for the terminal: credentials redacted (``runner.secrets.redact``: a URL's
     ``user:key@`` never reaches the screen) and cleaned (``modes.safetext``: no control byte). An
-    unexpected error is its first line, cut; a ``UserError`` (``whole``) keeps the lines it was
-    written with (the preflight lists one problem a line)."""
+    unexpected error is its first line, cut; a ``UserError`` (``whole``) is whole, on one line
+    unless it is written a line per item (``multiline``: the preflight lists one problem a line)."""
     from modes import safetext
     from runner.secrets import redact
 
     text = str(exc) if str(exc).strip() else type(exc).__name__
     if whole:
-        return safetext.clean(redact(text), 20_000, newlines=True)
+        return safetext.clean(redact(text), 20_000, newlines=getattr(exc, "multiline", False))
     return safetext.clean(redact(text.splitlines()[0]), 400)
 
 

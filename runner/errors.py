@@ -14,9 +14,12 @@ EXIT_BUSY = 4  # someone else holds what we need: the runner lock of an output t
 
 
 class UserError(Exception):
-    """A problem the user can fix; ``str(exc)`` is the whole one-line message."""
+    """A problem the user can fix; ``str(exc)`` is the whole one-line message (a newline in it, from
+    a path or a value the user gave, is shown as ``\\n``: one error, one line)."""
 
     exit_code = EXIT_USAGE
+    #: a message of one line per item (a header and its problems): shown with its line breaks
+    multiline = False
 
     def __init__(self, message: str, exit_code: int | None = None) -> None:
         super().__init__(message)

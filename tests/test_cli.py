@@ -71,6 +71,15 @@ def test_a_missing_output_tree_is_one_line_and_exit_2(name, tmp_path):
     assert not missing.exists()
 
 
+@pytest.mark.parametrize("name", ["status", "report", "kill"])
+def test_a_path_with_a_newline_is_still_one_line(name, tmp_path, capsys):
+    """A path given with a newline in it (a pasted one) is shown escaped: the error stays one line."""
+    missing = tmp_path / "no\nsuch"
+    assert main([name, str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(missing).replace("\n", "\\x0a") in err, err
+
+
 def test_debug_shows_the_traceback_instead(tmp_path):
     r = _marathon("--debug", "kill", str(tmp_path / "no-such-tree"))
     assert r.returncode != 0 and "Traceback (most recent call last)" in r.stderr

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from modes import safetext
 from modes.gateway import SCRIPTED_UPSTREAM
 from runner.errors import EXIT_USAGE, UserError
 from runner.schedule.config import (
@@ -69,6 +70,7 @@ class PreflightFailed(UserError):
     """A runner must not start: ``str(exc)`` is the header and one line per problem."""
 
     exit_code = EXIT_USAGE
+    multiline = True
 
     def __init__(self, message: str, problems: list[Problem]) -> None:
         super().__init__(message)
@@ -481,7 +483,8 @@ def check(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
 
 
 def render(problems: list[Problem], retry: str = "", out: Path | None = None) -> str:
-    """One header line, then one line per problem (blocking first), each saying what to do."""
+    """One header line, then one line per problem (blocking first), each saying what to do (a
+    newline inside one, from a path or a value, shown as ``\\n``: a line is a problem)."""
     blocking = [p for p in problems if p.blocking]
     notes = [p for p in problems if not p.blocking]
     where = f" of {out}" if out is not None else ""
@@ -489,7 +492,9 @@ def render(problems: list[Problem], retry: str = "", out: Path | None = None) ->
         head = f"cannot start the runner{where}: {len(blocking)} problem(s), nothing was started"
     else:
         head = f"preflight{where}: ok"
-    return "\n".join([head] + [f"  {p.line(retry)}" for p in blocking + notes])
+    return "\n".join(
+        safetext.clean(t, None) for t in [head] + [f"  {p.line(retry)}" for p in blocking + notes]
+    )
 
 
 def require(cfg: RunConfig, env: Mapping[str, str] | None = None, *, retry: str = "") -> list[Problem]:

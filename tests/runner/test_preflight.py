@@ -112,6 +112,11 @@ def test_every_problem_is_one_line_with_what_to_do(tmp_path, docker_engine):
     assert any("no Docker engine" in w for w in by["docker"])
     text = preflight.render(probs, "RETRY", out)
     assert text.count("\n") == len(probs) and text.count(", then RETRY") == len(probs)
+    # a newline inside a problem (a path's) does not read as another problem
+    odd = [preflight.Problem("tasks", "no tasks dir /tmp/a\nb", "pass --tasks-dir")]
+    assert preflight.render(odd, "RETRY", out).splitlines()[1:] == [
+        "  no tasks dir /tmp/a\\x0ab: pass --tasks-dir, then RETRY"
+    ]
 
     # the same tree, set up right: nothing blocks; a pool without room is a note (the gate waits)
     good = _cfg(out, agent_kwargs=[f"api_key_var={KEY}"], net_cap=0, net_margin=0)

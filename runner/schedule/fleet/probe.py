@@ -48,6 +48,12 @@ JOB_SEC = 900.0
 META_PROBE = "marathon_probe"
 
 
+class ProbeFailed(UserError):
+    """The cluster's probe job failed: a header line, then the last lines of its log."""
+
+    multiline = True
+
+
 @dataclass(frozen=True)
 class HostAnswer:
     """One host's answer to one stage: its result (a JSON object), or why there is none."""
@@ -404,7 +410,7 @@ def ask_hosts(
             time.sleep(0.5)
         if status != "SUCCEEDED":
             tail = "\n".join(logs.splitlines()[-15:])
-            raise UserError(f"the cluster's probe job {sid} ended {status}:\n{tail}")
+            raise ProbeFailed(f"the cluster's probe job {sid} ended {status}:\n{tail}")
     finally:
         try:
             fleet.client.delete_job(sid)  # a probe is no attempt: keep the cluster's job list to those
