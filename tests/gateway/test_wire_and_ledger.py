@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -102,12 +103,16 @@ def test_request_parameters_plain_and_gzipped():
         "unparsed": "body encoding 'gzip' (or over 64 MiB decoded)"
     }
     assert request_params(b"[1, 2]")[0] == {"unparsed": "not a JSON object"}
+    # deflate as gzip; an encoding the gateway does not decode is unknown, not guessed
+    assert request_params(zlib.compress(json.dumps(body).encode()), "deflate")[0] == p
+    assert request_params(json.dumps(body).encode(), "zstd")[0] == {
+        "unparsed": "body encoding 'zstd' (or over 64 MiB decoded)"
+    }
 
 
 def test_a_hostile_clients_parameters_are_bounded_and_its_bombs_stop_at_the_limit():
     """What the agent sends is kept as it was when small and finite, else as its hash and length;
     a compressed body is never decompressed past what the gateway accepts raw."""
-    import zlib
 
     from runner.ops.gateway.wire import MAX_DECODED, MAX_PARAM_CHARS, decode_body, param
 
