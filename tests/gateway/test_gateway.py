@@ -859,3 +859,71 @@ def test_an_attempts_calls_in_flight_are_capped_and_the_rest_wait_their_turn(gat
     assert len(provider.seen) == MAX_CALLS + 2
     wait_for(lambda: len(calls(out)) == MAX_CALLS + 2 or None, 5, "every call on the ledger")
     assert {c.outcome for c in calls(out)} == {L.OK}
+
+
+def test_a_large_body_is_parsed_by_a_child_without_the_key_and_the_loop_serves_meanwhile(
+    gateway, provider, key
+):
+    """Found by a probe of the gateway as the agent: a 60 MB body of small items took 1-2 s of
+    ``json.loads`` on the gateway's one event loop, every other attempt's stream stalled meanwhile,
+    and an agent could send eight at a time. A body over ``INLINE_MAX`` is parsed by the gateway's
+    child process: with that child stopped, another attempt is served; killed, the next large body
+    starts another; the child never holds the key and ends with the gateway."""
+    import threading
+
+    import psutil
+
+    from runner.ops.gateway.parsing import INLINE_MAX
+    from runner.ops.gateway.wire import request_params
+
+    out, _s, st = gateway
+    a, b = issue(out), issue(out, "goal")
+    sock = attempts.socket_path(out, a.record.id)
+
+    def big(model: str) -> bytes:
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "x"}]}
+        n = INLINE_MAX // len(json.dumps(item)) + 1
+        return json.dumps({"model": model, "stream": True, "input": [item] * n}).encode()
+
+    def params_of(request_id: str) -> dict:
+        def row() -> dict | None:
+            rows = map(json.loads, ledger_path(out).read_bytes().splitlines())
+            return next((r for r in rows if r.get("request_id") == request_id and "outcome" in r), None)
+
+        return wait_for(row, 10, f"the ledger line of {request_id}")["params"]
+
+    gw = psutil.Process(st.pid)
+    assert gw.children() == []  # no child until a large body comes
+    body = big("first")
+    assert _send(sock, a.token, "/v1/responses", body)[0] == 200
+    want = request_params(body)[0]
+    assert params_of(f"{a.record.id}.1") == want and want["n_input_items"] == len(json.loads(body)["input"])
+    (child,) = gw.children()
+    env = open(f"/proc/{child.pid}/environ", "rb").read()
+    assert KEY_VAR.encode() + b"=" not in env and key.encode() not in env
+    assert key not in " ".join(child.cmdline())
+
+    # the child held still: this attempt's next large body waits for it, another attempt is served
+    child.suspend()
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(_send(sock, a.token, "/v1/responses", big("second"))))
+    t.start()
+    try:
+        wait_for(lambda: len(provider.seen) == 1 and t.is_alive() and child.status() == psutil.STATUS_STOPPED,
+                 5, "the large body at the parser")  # fmt: skip
+        assert post(attempts.socket_path(out, b.record.id), b.token)[0] == 200
+        assert len(provider.seen) == 2 and t.is_alive()
+    finally:
+        child.resume()
+    t.join(30)
+    assert got and got[0][0] == 200 and params_of(f"{a.record.id}.2")["model"] == "second"
+
+    # killed: the next large body starts another child, and its parameters are its own
+    child.kill()
+    child.wait(10)
+    assert _send(sock, a.token, "/v1/responses", big("third"))[0] == 200
+    assert params_of(f"{a.record.id}.3")["model"] == "third"
+    (child2,) = gw.children()
+    assert child2.pid != child.pid
+    process.stop(out, None)
+    child2.wait(10)  # ends with the gateway

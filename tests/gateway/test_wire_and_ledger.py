@@ -324,9 +324,9 @@ def test_the_key_is_masked_wherever_an_answer_carries_it_even_split_across_reads
             else:
                 assert out[cut : start + len(key)] == b"*" * (start + len(key) - cut), cut  # its end
     m = KeyMask(key)
-    assert m.header(f"Bearer {key}") == "Bearer " + "*" * len(key) and m.hits == 1
+    assert m.text(f"Bearer {key}") == "Bearer " + "*" * len(key) and m.hits == 1
     assert KeyMask(key)(b"no key here") == b"no key here"
     # a key too short to be a secret (a local server's "x"): never masked, the answer unchanged
     delta = b'{"type":"response.output_text.delta","delta":"next max"}'
     short = KeyMask("x")
-    assert short(delta) == delta and short.header("x") == "x" and short.hits == 0
+    assert short(delta) == delta and short.text("x") == "x" and short.hits == 0

@@ -47,6 +47,8 @@ from aiohttp import web
 from modes import safeio, safetext
 from modes.gateway import REQUEST_ID_HEADER, request_id
 from runner.ops.gateway import attempts as att
+from runner.ops.gateway import parsing
+from runner.ops.gateway.wire import KeyMask, UsageScanner, request_params
 from runner.results import caps as C
 from runner.results import ledger as L
 from runner.results.tree import ledger_path
@@ -228,6 +230,9 @@ class Live:
     #: its calls in flight at once (``MAX_CALLS``): a call holds its body, up to MAX_BODY, until it
     #: ends; more wait their turn (unread, their bodies stay in the socket's buffers)
     calls: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_CALLS))
+    #: one of its large bodies at a time at the parser (``parsing``): another attempt's body waits
+    #: behind at most one of this attempt's, however many it sends
+    parsing: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 def _version(path: Path) -> tuple[int, int, int]:
@@ -298,6 +303,7 @@ class Gateway:
         self._caps_version: tuple[int, int, int] | None = None
         self.tally: C.Tally | None = None
         self.upstream_label = self.upstream_label or self.upstream.base
+        self.parser = parsing.BodyParser(self.key_var)  # large bodies' parameters, off the loop
 
     def _ledger_failed(self, exc: OSError) -> None:
         """The ledger cannot be written: exit at once (from the writer's thread), serving no call the
@@ -352,6 +358,7 @@ class Gateway:
             await self._unbind(a)
         await self.runner.cleanup()
         await self.client.close()
+        await self.parser.close()
         self.ledger.write(
             {"kind": L.GATEWAY_STOP, "at": time.time(), "gateway": self.instance, "host": self.host}
         )
@@ -598,10 +605,13 @@ class Gateway:
     async def forward(
         self, request: web.BaseRequest, a: Live, row: dict[str, Any], now: float, t0: float
     ) -> web.StreamResponse:
-        from runner.ops.gateway.wire import KeyMask, UsageScanner, request_params
-
         body = await request.read()
-        params, stream = request_params(body, request.headers.get("Content-Encoding"))
+        encoding = request.headers.get("Content-Encoding")
+        if parsing.inline(body, encoding):
+            params, stream = request_params(body, encoding)
+        else:
+            async with a.parsing:
+                params, stream = await self.parser.params(body, encoding)
         if a.first_at is None:
             a.first_at = now
             self._first[a.record.id] = now
@@ -637,7 +647,7 @@ class Gateway:
                 scanner = UsageScanner(up.headers.get("Content-Type"))
                 resp = web.StreamResponse(
                     status=up.status, reason=up.reason,
-                    headers={k: mask.header(v) for k, v in up.headers.items() if k.lower() not in DROP_RESPONSE},
+                    headers={k: mask.text(v) for k, v in up.headers.items() if k.lower() not in DROP_RESPONSE},
                 )  # fmt: skip
                 row["status"] = up.status
                 await resp.prepare(request)

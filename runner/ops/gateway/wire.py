@@ -258,7 +258,9 @@ class KeyMask:
         self.hits = 0
         self._tail = b""
 
-    def header(self, value: str) -> str:
+    def text(self, value: str) -> str:
+        """A text of the answer the gateway passes on or keeps (a header's name or value, the status
+        line's reason, the response's id on the ledger), the key masked."""
         key = self.key.decode()
         if self.on and key in value:
             self.hits += value.count(key)
