@@ -104,13 +104,14 @@ class Provider:
                     self.wfile.write(data)
                     return
                 if model == "echo":
-                    # a provider (or a proxy before it) that echoes the request's headers back
-                    data = json.dumps(
-                        {"id": "resp_echo", "headers": dict(self.headers), "usage": USAGE}
-                    ).encode()
-                    self.send_response(200)
+                    # a provider (or a proxy before it) that echoes the request's headers back: in
+                    # its body, the response's id, a header's value and name, the status line
+                    auth = self.headers.get("Authorization") or ""
+                    data = json.dumps({"id": auth, "headers": dict(self.headers), "usage": USAGE}).encode()
+                    self.send_response(200, f"OK for {auth}")
                     self.send_header("Content-Type", "application/json")
-                    self.send_header("X-Echo-Authorization", self.headers.get("Authorization") or "")
+                    self.send_header("X-Echo-Authorization", auth)
+                    self.send_header(f"X-For-{auth.removeprefix('Bearer ')}", "1")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data)

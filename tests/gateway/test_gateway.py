@@ -116,12 +116,16 @@ def test_a_call_is_forwarded_with_the_real_key_and_recorded_with_its_usage(gatew
     )
     r = c.getresponse()
     assert r.getheader("X-Echo-Authorization") == "Bearer " + "*" * len(key) and key.encode() not in r.read()
+    assert r.reason == "OK for Bearer " + "*" * len(key)  # the status line and the header names too
+    assert r.getheader("X-For-" + "*" * len(key)) == "1" and all(key not in h for h in r.headers)
     c.close()
     wait_for(
         lambda: len([c for c in calls(out) if c.param("model") == "echo"]) == 2 or None, 5, "the echo calls"
     )
     rows = [json.loads(line) for line in ledger_path(out).read_bytes().splitlines()]
-    assert sorted(r["key_masked"] for r in rows if "key_masked" in r) == [2, 2]  # body + header, each
+    # each: twice in the body (its id, the echoed headers), a header's value and name, the status
+    # line, and the id the ledger keeps
+    assert sorted(r["key_masked"] for r in rows if "key_masked" in r) == [6, 6]
     # the key is in none of the gateway's files (ledger, log, state, attempts)
     for p in gateway_dir(out).rglob("*"):
         if p.is_file():

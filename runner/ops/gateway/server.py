@@ -646,8 +646,8 @@ class Gateway:
             try:
                 scanner = UsageScanner(up.headers.get("Content-Type"))
                 resp = web.StreamResponse(
-                    status=up.status, reason=up.reason,
-                    headers={k: mask.text(v) for k, v in up.headers.items() if k.lower() not in DROP_RESPONSE},
+                    status=up.status, reason=mask.text(up.reason) if up.reason else up.reason,
+                    headers={mask.text(k): mask.text(v) for k, v in up.headers.items() if k.lower() not in DROP_RESPONSE},
                 )  # fmt: skip
                 row["status"] = up.status
                 await resp.prepare(request)
@@ -680,7 +680,13 @@ class Gateway:
         finally:
             if scanner is not None:
                 scanner.close()
-                row.update(response_id=scanner.response_id, usage=scanner.usage, final=scanner.final)
+                # the answer's own words, as the agent got them (an upstream may echo the key there too)
+                rid_up, final = scanner.response_id, scanner.final
+                row.update(
+                    response_id=mask.text(rid_up) if isinstance(rid_up, str) else rid_up,
+                    usage=scanner.usage,
+                    final=mask.text(final) if isinstance(final, str) else final,
+                )
             if mask.hits:
                 row["key_masked"] = mask.hits
                 self.say(
