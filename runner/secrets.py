@@ -50,8 +50,12 @@ class Finding:
 
 #: one match tried per run of scheme characters, from its start: starting at every letter made a
 #: long word quadratic (a 100 KB flag value took 18 s to screen); the run may begin with a digit or
-#: punctuation (``...https://u:p@h``, ``1.https://…``), which is still a credential in a URL
-_USERINFO = re.compile(r"(?<![A-Za-z0-9+.\-])[A-Za-z0-9+.\-]+://(?P<info>[^/?#\s@\"']+)@")
+#: punctuation (``...https://u:p@h``, ``1.https://…``), which is still a credential in a URL. The
+#: user part is anything up to the host's ``@`` but a space, a double quote (a JSON string's end:
+#: ``{"u":"http://h","img":"x@sha256:…"}`` is no credential) or the URL's delimiters: a tab, a
+#: newline or a single quote in it still make a URL with credentials (``urlsplit`` drops the first
+#: two and keeps the quote; a probe passed ``http://user:<hex>\t@host`` through every flag)
+_USERINFO = re.compile(r"(?<![A-Za-z0-9+.\-])[A-Za-z0-9+.\-]+://(?P<info>[^/?#@ \"]+)@")
 
 
 def url_userinfo(text: str) -> list[Finding]:

@@ -49,6 +49,10 @@ CREDENTIALS = {
     "url userinfo after a word": "proxy=http://u:p@10.0.0.1:3128 (set by hand)",
     "url userinfo after dots": "see ...https://alice:s3cret@host/x",
     "url userinfo after a number": "1.https://alice:s3cret@host/x",
+    "url userinfo with a tab": "http://user:" + hashlib.sha256(b"t").hexdigest()[:32] + "\t@127.0.0.1:1/v1",
+    "url userinfo with a quote": "provider_base_url=http://user:"
+    + hashlib.sha256(b"q").hexdigest()[:32]
+    + "'@h/v1",
     "openai": "sk-" + _alnum(48),
     "openai project": "sk-proj-" + _alnum(40) + "_" + _alnum(20),
     "anthropic": "sk-ant-api03-" + _alnum(40),
@@ -101,6 +105,9 @@ LEGIT = [
     "ubuntu2204jammyjellyfish",
     json.dumps([{"type": "bind", "source": "/root/.cache/marathon/codex/0.171.0", "target": "/opt/codex"}]),
     "${OPENAI_API_KEY}",
+    'see "https://example.com" or mail ops@example.org',
+    "https://example.com/a@b",
+    '{"registry":"https://r.example","image":"base@sha256:' + hashlib.sha256(b"i").hexdigest() + '"}',
     "OPENAI_API_KEY",
 ]
 
