@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from runner.errors import UserError
@@ -189,6 +189,25 @@ def redact(text: str) -> str:
         pos = f.end
     out.append(text[pos:])
     return "".join(out)
+
+
+#: a variable named for a credential (``OPENAI_API_KEY``, ``GITHUB_TOKEN``, ``DB_PASSWORD``,
+#: ``MARATHON_DEMO_MODEL_KEY``, ``SSH_AUTH_SOCK``): a word of its name between underscores
+_SECRET_NAME = re.compile(
+    r"(?:^|_)(?:API_?KEY|KEY|KEYS|TOKEN|TOKENS|SECRET|SECRETS|PASSWORD|PASSWD|PASS|CREDENTIALS?|AUTH)(?:_|$)",
+    re.IGNORECASE,
+)
+
+
+def without_secrets(env: Mapping[str, str], keep: Iterable[str] = ()) -> dict[str, str]:
+    """``env`` without every variable named for a credential or whose value looks like one
+    (``findings``), but those named in ``keep``: the environment of a process that needs no
+    credential (the viewer, the gateway's helpers), which a copy of the operator's shell would give
+    every key exported in it."""
+    kept = set(keep)
+    return {
+        k: v for k, v in env.items() if k in kept or not (_SECRET_NAME.search(k) or findings(v))
+    }  # fmt: skip
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:

@@ -598,9 +598,13 @@ def _serve_locked(
 
 
 def _project_env() -> dict[str, str]:
+    """The detached viewer's environment: this one's, without a credential (it needs none, and it
+    serves for as long as the operator leaves it; a probe found the run's key in it)."""
+    from runner.secrets import without_secrets
+
     root = str(Path(__file__).resolve().parents[2])  # the checkout the detached viewer imports
     paths = [root, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
-    return dict(os.environ) | {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+    return without_secrets(os.environ) | {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
 
 
 def viewer_argv(out: Path, all_attempts: bool = False, port: int = 0, poll: bool = False) -> list[str]:

@@ -358,3 +358,28 @@ def test_build_proxy_comes_from_the_environment():
         build_proxy(cred, None, {})
     with pytest.raises(UserError, match="^--proxy-env: "):
         build_proxy(None, "not a name", {})
+
+
+def test_a_child_that_needs_no_credential_gets_none_of_the_shells():
+    """``without_secrets``: what the viewer and the gateway's helpers start with."""
+    from runner.secrets import without_secrets
+
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin",
+        "HOME": "/root",
+        "DOCKER_HOST": "unix:///var/run/docker.sock",
+        "PYTHONPATH": "/work/main",
+        "XDG_RUNTIME_DIR": "/run/user/0",
+        "OPENAI_API_KEY": "sk-" + _alnum(48),
+        "MARATHON_DEMO_MODEL_KEY": "marathon-demo-key",
+        "AZURE_OPENAI_KEY": hashlib.sha256(b"a").hexdigest()[:32],
+        "GITHUB_TOKEN": "ghp_" + _alnum(36),
+        "DB_PASSWORD": "hunter2",
+        "SSH_AUTH_SOCK": "/tmp/ssh-x/agent.1",
+        "HTTPS_PROXY": "http://u:p@proxy.example:3128",
+        "SOMETHING": "sk-ant-api03-" + _alnum(40),
+    }
+    assert without_secrets(env) == {
+        k: env[k] for k in ("PATH", "HOME", "DOCKER_HOST", "PYTHONPATH", "XDG_RUNTIME_DIR")
+    }
+    assert without_secrets(env, keep=["GITHUB_TOKEN"])["GITHUB_TOKEN"] == env["GITHUB_TOKEN"]

@@ -172,9 +172,15 @@ def test_the_guard_decides_without_harbor():
     assert dict(away.headers)[b"location"] == b"/evil.example/x%20y?q=1"
 
 
-def test_detached_start_show_and_stop(mini_tree, tmp_path):
+def test_detached_start_show_and_stop(mini_tree, tmp_path, monkeypatch):
     out = tmp_path / "out"
     shutil.copytree(mini_tree, out, symlinks=True)
+    # credentials of the operator's shell stay out of a viewer that serves for days (a probe found
+    # the run's key in its environment): named for one, or shaped like one
+    canary = "sk-viewtest-" + os.urandom(16).hex()
+    monkeypatch.setenv("OPENAI_API_KEY", canary)
+    monkeypatch.setenv("SOME_SETTING", f"http://user:{os.urandom(8).hex()}@127.0.0.1:1/v1")
+    monkeypatch.setenv("DEPLOY_TOKEN", "plainword")
     first = marathon("view", str(out), "--detach")
     assert first.returncode == 0, first.stderr
     assert first.stdout.startswith("started ") and "ssh -N -L" in first.stdout
@@ -183,6 +189,13 @@ def test_detached_start_show_and_stop(mini_tree, tmp_path):
     proc = psutil.Process(acc.pid)
     assert proc.ppid() != os.getpid() and proc.pid not in descendants(os.getpid())  # nobody's child
     assert os.getsid(acc.pid) == acc.pid  # its own session: a hang-up of ours cannot reach it
+    env = dict(
+        line.split(b"=", 1)
+        for line in open(f"/proc/{acc.pid}/environ", "rb").read().split(b"\0")
+        if b"=" in line
+    )
+    assert canary.encode() not in b"".join(env.values()) and b"PYTHONPATH" in env
+    assert not {b"OPENAI_API_KEY", b"SOME_SETTING", b"DEPLOY_TOKEN"} & set(env)
     log = (out / ".marathon" / "view" / "viewer.log").read_text()
     assert acc.token not in log and "open:" in log  # the log has the address, never the token
     shown = marathon("view", str(out), "--detach")

@@ -9,7 +9,7 @@ compressed, whose size says nothing of what it expands to) is parsed by a child 
 gateway starts when it first needs one, one body at a time, by ``wire.request_params`` as a small
 body is parsed inline; the loop only writes the body to a pipe and reads a line back.
 
-The child gets the gateway's environment without the model key (it never needs it) and ends with
+The child gets the gateway's environment without the model key or any other credential (it needs none) and ends with
 the gateway (its stdin closes); a child that dies or hangs is ended (by its PID, ours) and the
 next large body starts another; the call it was parsing is forwarded all the same, its parameters
 ``unparsed`` on the ledger.
@@ -25,6 +25,7 @@ import sys
 from typing import Any
 
 from runner.ops.gateway.wire import request_params
+from runner.secrets import without_secrets
 
 #: a body up to this size, sent as is, is parsed on the event loop (at most ~20 ms of small items)
 INLINE_MAX = 1 << 20
@@ -84,7 +85,7 @@ class BodyParser:
     async def _child(self) -> asyncio.subprocess.Process:
         if self._proc is not None and self._proc.returncode is None:
             return self._proc
-        env = {k: v for k, v in os.environ.items() if k != self._key_var}
+        env = {k: v for k, v in without_secrets(os.environ).items() if k != self._key_var}
         self._proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", __name__,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,

@@ -38,6 +38,7 @@ from runner.errors import UserError
 from runner.ops.gateway import attempts as att
 from runner.ops.procs import Registry, alive, boot_id, identity_from, identity_of, terminate
 from runner.results.tree import gateway_dir, outages_path
+from runner.secrets import without_secrets
 
 ROLE_GATEWAY = "gateway"
 LOG_FILE = "gateway.log"
@@ -334,12 +335,13 @@ def start_scripted(
 ) -> tuple[subprocess.Popen, str]:
     """The scripted Responses-API model (stdlib, ``agents/scripted_model/host.py``) as this gateway's
     upstream, on a unix socket next to the attempts' sockets; its request log under the gateway dir.
-    It gets the key only as the gateway sends it, per call: not in its environment."""
+    It gets the key only as the gateway sends it, per call: not in its environment, nor any other
+    credential the operator's shell exported."""
     root = att.ensure_socket_root(out)
     sock = str(root / f"scripted-{instance}.sock")
     log_dir = gateway_dir(out) / "scripted"
     log_dir.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k != key_var}
+    env = {k: v for k, v in without_secrets(os.environ).items() if k != key_var}
     env |= {"SCRIPTED_SOCKET": sock, "SCRIPTED_LOG": str(log_dir / "requests.jsonl")}
     if tasks_dir:
         env["SCRIPTED_TASKS"] = str(tasks_dir)
