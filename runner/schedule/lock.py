@@ -121,22 +121,29 @@ def dir_mutex(directory: Path) -> Iterator[None]:
 
 
 def create_exclusive(path: Path, payload: dict) -> bool:
-    """Create ``path`` with ``payload`` only if it does not exist (O_CREAT|O_EXCL). A write that
-    fails (a full disk) removes the file again and raises: an empty claim or lock left behind reads
-    as a pair running that nothing runs."""
+    """Create ``path`` holding ``payload`` only if it does not exist, whole or not at all: written
+    under a temporary name, then hard-linked into place (``link`` fails when the name exists).
+
+    Why not ``O_CREAT|O_EXCL`` and a write: between the two, the file exists empty, and a second
+    process that reads it then finds no holder and takes it over (a probe put two runners on one
+    tree that way, and two holders on one claim). A write that fails (a full disk) leaves nothing:
+    an empty claim or lock reads as a pair running that nothing runs."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.new")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return False
-    try:
-        safeio.write_all(fd, (json.dumps(payload) + "\n").encode())
-    except BaseException:
-        os.unlink(path)
-        raise
+        try:
+            safeio.write_all(fd, (json.dumps(payload) + "\n").encode())
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        return True
     finally:
-        os.close(fd)
-    return True
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def lock_path(out: Path) -> Path:

@@ -10,7 +10,7 @@ import sys
 import psutil
 import pytest
 
-from runner.errors import UserError
+from runner.errors import Busy, UserError
 from runner.ops.void import classify_trial
 from runner.results.tree import claim_path
 from runner.schedule import claims
@@ -79,6 +79,69 @@ def test_second_runner_is_refused_with_the_holder(tmp_path):
     assert r.returncode == 4 and f"PID {first.holder.pid}" in r.stdout and "run-a" in r.stdout
     first.release()
     assert not (tmp_path / ".runner" / "lock").exists()
+
+
+#: a second process that takes the lock (or a claim) and holds it until its stdin closes
+_RIVAL = """
+import json, sys
+from pathlib import Path
+from runner.errors import Busy
+from runner.schedule import claims
+from runner.schedule.lock import RunnerLock, me
+out, what = Path(sys.argv[1]), sys.argv[2]
+if what == "lock":
+    try:
+        lock = RunnerLock(out, "rival")
+        lock.acquire()
+        print(json.dumps({"acquired": True, "took_over": bool(lock.took_over)}), flush=True)
+    except Busy:
+        print(json.dumps({"acquired": False}), flush=True)
+else:
+    print(json.dumps({"acquired": claims.try_claim(out, "t1", "nop", me("rival")).acquired}), flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("what", ["lock", "claim"])
+def test_a_start_racing_another_never_finds_its_file_empty(tmp_path, monkeypatch, what):
+    """Found by a probe: the lock (and a claim) was created empty, then written; a second runner
+    that read it in between found no holder and took it over, and two runners ran one tree. Here
+    the rival comes exactly then: while the first writes its record. One of the two holds it."""
+    from modes import safeio
+
+    rivals: list[subprocess.Popen] = []
+    write_all = safeio.write_all
+
+    def racing(fd: int, data: bytes) -> None:
+        if not rivals:  # the rival starts and decides while this record is being written
+            rivals.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", _RIVAL, str(tmp_path), what],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )  # fmt: skip
+            )
+            rivals.append(json.loads(rivals[0].stdout.readline()))
+        write_all(fd, data)
+
+    monkeypatch.setattr(safeio, "write_all", racing)
+    try:
+        if what == "lock":
+            try:
+                RunnerLock(tmp_path, "first").acquire()
+                mine = True
+            except Busy:
+                mine = False
+        else:
+            mine = claims.try_claim(tmp_path, "t1", "nop", me("first")).acquired
+        rival = rivals[1]
+        assert mine != rival["acquired"], (mine, rival)
+        assert not rival.get("took_over")  # nobody's record was taken for a dead one's
+    finally:
+        if rivals:
+            rivals[0].stdin.close()
+            rivals[0].wait(30)
 
 
 def test_stale_lock_is_taken_over(tmp_path, dead_other):
