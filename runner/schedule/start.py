@@ -14,6 +14,7 @@ its configuration, lock and preflight, which are the scheduler's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from modes import safeio, safetext
 from runner.errors import Busy, UserError
-from runner.ops.procs import alive, identity_of
+from runner.ops.procs import ROLE_RUNNER, Registry, alive, identity_of
 from runner.results.tree import driver_env_path, runner_dir
 from runner.schedule.config import PROJECT_ROOT, project_pythonpath
 from runner.schedule.lock import lock_holder
@@ -181,12 +182,21 @@ def start_detached(out: Path, *, wait_sec: float = START_WAIT_SEC) -> int:
 
 
 def _launch(out: Path) -> int:
-    """The launcher's one job: start the runner in its own session and print its PID."""
+    """The launcher's one job: start the runner in its own session, register it, print its PID.
+
+    Registered here, before it runs a line: the runner registers itself only once it holds the
+    lock, after its preflight (a second or more), and a ``kill`` or ``stop`` in between found no
+    runner, said so, and the run started all the same (found by a probe). A runner that then exits
+    (its preflight refused, another holds the lock) leaves an entry of a dead process, which no
+    reader takes for a live one."""
+    argv = runner_argv(out)
     with open(log_path(out), "ab") as fh:
         proc = subprocess.Popen(
-            runner_argv(out), stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+            argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
             start_new_session=True, cwd=str(PROJECT_ROOT), close_fds=True,
         )  # fmt: skip
+    with contextlib.suppress(ProcessLookupError):  # gone already: nothing to find
+        Registry(out).register(proc.pid, ROLE_RUNNER, argv)
     print(proc.pid, flush=True)
     return 0
 

@@ -235,3 +235,29 @@ def test_a_multi_step_task_is_refused_by_name_as_harbor_reads_it(tmp_path):
     assert (
         "two-stage" not in preflight.check_tasks(cfg)[1] and "calc-partial" in preflight.check_tasks(cfg)[1]
     )
+
+
+def test_a_detached_runner_is_registered_before_its_preflight(tmp_path):
+    """Found by a probe: ``run --detach`` then ``kill --yes`` at once found no runner (it registers
+    itself after its preflight and the lock), said "exited: none", and the run went on. The launcher
+    registers the runner it starts before that runner runs a line; here the runner's preflight
+    refuses it (the key is not set), and it was registered all the same, a dead entry once it left."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from runner.ops.procs import ROLE_RUNNER, Registry
+
+    out = tmp_path / "out"
+    write_driver_env(_cfg(out, env=NO_ENGINE_ENV, arms=["plain"], agent_kwargs=[f"api_key_var={KEY}"]))
+    (out / ".runner").mkdir(exist_ok=True)
+    r = subprocess.run([sys.executable, "-m", "runner.schedule.start", str(out)], env=_env(),
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    pid = int(r.stdout.strip())
+    proc = psutil.Process(pid)
+    (entry,) = [e for e in Registry(out).entries() if e.pid == pid]
+    assert entry.role == ROLE_RUNNER and entry.argv[-3:] == [str(out.resolve()), "--resume", "--plain"]
+    proc.wait(120)
+    assert lock_holder(out) is None and Registry(out).runner_entry() is None  # refused by its own preflight
+    assert "nothing was started" in (out / ".runner" / "runner.log").read_text()
