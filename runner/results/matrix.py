@@ -45,9 +45,10 @@ class CellMatrix:
     def scoped(self, scope: str = "run") -> dict[Key, Cell]:
         """Cells counted in the current run (``"run"``) or over all time (``"all"``).
 
-        In the run scope a cell sees only the attempts of the current run; the pairs are those the
-        runner planned (its ``runner_start`` event's tasks x arms) plus any it ran. Without any runner
-        start recorded, the run scope is all time.
+        In the run scope a cell sees only the attempts of the current run (its last runner start and
+        the starts that one resumed: ``RunLog.current_ids``); the pairs are those the runner planned
+        (its ``runner_start`` event's tasks x arms) plus any it ran. Without any runner start
+        recorded, the run scope is all time.
         """
         if scope == "all" or not self.run_log.runs:
             return self.cells
@@ -55,10 +56,11 @@ class CellMatrix:
         if cached is not None:
             return cached
         run = self.run_log.runs[-1]
+        ids = self.run_log.current_ids()
         keys: set[Key] = {(t, a) for t in run.tasks for a in run.arms}
         per: dict[Key, list[Attempt]] = {}
         for att in self.scan.attempts.values():
-            if att.run_id == run.run_id:
+            if att.run_id in ids:
                 per.setdefault((att.task, att.arm), []).append(att)
                 keys.add((att.task, att.arm))
         k_rep = self.repeats

@@ -33,6 +33,7 @@ class Run:
     repeats: int = 1  # the run's ``--repeats`` (attempts per pair)
     model: str | None = None  # the run's ``--model`` (prices a ledger call whose request named none)
     prices: tuple[str, ...] = ()  # the run's ``--price`` items (``runner.results.prices``)
+    resumed: bool = False  # a restart of the run before it (``--resume``, ``health --fix``, the console)
 
 
 def _ts(v: Any) -> datetime | None:
@@ -88,6 +89,18 @@ class RunLog:
     def current(self) -> Run | None:
         return self.runs[-1] if self.runs else None
 
+    def current_ids(self) -> frozenset[str]:
+        """The run ids the current run's scope counts: the last runner start and the ones it resumed
+        (back to the start that was not a resume). A runner restarted after a crash (``health
+        --fix``) gets a run id of its own, but it goes on with the same run: counting its attempts
+        alone showed the pairs its predecessor finished as pending, and means over the rest."""
+        ids: set[str] = set()
+        for r in reversed(self.runs):
+            ids.add(r.run_id)
+            if not r.resumed:
+                break
+        return frozenset(ids)
+
     def read(self) -> None:
         """Take in the new lines of events.jsonl (``runner.results.events.EventReader``)."""
         new = self._events.iter_new()  # streamed: a long journal is never held whole
@@ -113,6 +126,7 @@ class RunLog:
                     repeats=_repeats(ev.get("repeats")),
                     model=m if isinstance(m := (cfg or {}).get("model"), str) else None,
                     prices=_config_strs(cfg, "prices"),
+                    resumed=ev.get("resumed") is True,
                 )
             )
             return

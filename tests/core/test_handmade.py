@@ -261,6 +261,39 @@ def test_counts_are_scoped_to_the_current_run_by_stamps_and_events_never_mtimes(
     assert m.scoped("run")[("calc-partial", "nop")].status == PENDING
 
 
+def test_a_resumed_run_counts_what_it_resumed(tree_copy):
+    """Found by a probe: after a runner killed and restarted (``health --fix``: a runner start of its
+    own, ``resumed``), the run scope counted the restart's attempts only, so the pairs its
+    predecessor finished read as pending and the means were over the rest. A resumed start goes on
+    with the run it resumed; a fresh start (not ``resumed``) begins another."""
+    clone(tree_copy, "two-stage", "nop", stamp="20991231T235930Z")
+    events = tree.events_path(tree_copy)
+    events.parent.mkdir()
+    plan = {"tasks": ["calc-partial", "two-stage"], "arms": ["nop"]}
+    lines = [
+        {"ts": "2000-01-01T00:00:00Z", "event": "runner_start", "run_id": "r0", **plan},
+        {"ts": "2099-12-31T23:58:00Z", "event": "runner_start", "run_id": "r1", **plan},
+        {"ts": "2099-12-31T23:59:00Z", "event": "runner_start", "run_id": "r2", "resumed": True, **plan},
+        {"ts": 1, "event": "job_start", "run_id": "r1", "task": "calc-partial", "arm": "nop",
+         "stamp": attempt_dir(tree_copy, "calc-partial", "nop").name},
+    ]  # fmt: skip
+    events.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    m = RunModel.load(tree_copy)
+    run = m.scoped("run")
+    # calc-partial done by r1 (before the restart), two-stage by r2 (after it): both in the run
+    assert {k: c.status for k, c in run.items()} == {
+        ("calc-partial", "nop"): DONE,
+        ("two-stage", "nop"): DONE,
+    }
+    # a fresh start after them is another run: nothing of it done yet
+    with events.open("a") as f:
+        f.write(
+            json.dumps({"ts": "2099-12-31T23:59:50Z", "event": "runner_start", "run_id": "r3", **plan}) + "\n"
+        )
+    m.update([events])
+    assert {c.status for c in m.scoped("run").values()} == {PENDING}
+
+
 def test_a_new_attempt_is_followed_file_by_file(tree_copy):
     m = RunModel.load(tree_copy)
     src = trial_of(attempt_dir(tree_copy, "words-passrate", "sleeper"), "sleeper")
