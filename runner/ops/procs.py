@@ -185,10 +185,21 @@ class Registry:
         with safeio.held_lock(self.path.parent / REGISTRY_LOCK):
             yield
 
+    def _tree(self) -> int | None:
+        """The output tree's identity (its dir's inode): what the registry's processes belong to."""
+        try:
+            return os.stat(self.out).st_ino
+        except OSError:
+            return None
+
     def _read(self) -> list[RegEntry]:
         data = safeio.load_own_json(self.path)
         if isinstance(data, safeio.Refused):
             return []  # missing or unreadable registry: nothing is selected from it (safe side)
+        if isinstance(data, dict) and "tree" in data and data["tree"] != self._tree():
+            # a copy of another tree (``cp -a`` of a live run): its processes are that tree's; a
+            # probe's ``kill`` and ``cleanup`` of such a copy stopped the original's run
+            return []
         items = data.get("processes") if isinstance(data, dict) else None
         out: list[RegEntry] = []
         for item in items if isinstance(items, list) else []:
@@ -232,7 +243,8 @@ class Registry:
 
     def _write(self, entries: Sequence[RegEntry]) -> None:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"processes": [asdict(e) for e in entries]}, indent=1) + "\n")
+        doc = {"tree": self._tree(), "processes": [asdict(e) for e in entries]}
+        tmp.write_text(json.dumps(doc, indent=1) + "\n")
         os.replace(tmp, self.path)
 
     def register(

@@ -4,6 +4,7 @@ processes as holders (a live child, an exited child, this test process) and no D
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -142,6 +143,27 @@ def test_a_start_racing_another_never_finds_its_file_empty(tmp_path, monkeypatch
         if rivals:
             rivals[0].stdin.close()
             rivals[0].wait(30)
+
+
+def test_a_copy_of_a_live_tree_names_none_of_its_processes(tmp_path, live_other):
+    """Found by a probe: ``cp -a`` of a tree while it ran, then ``kill`` of the copy, planned (and
+    with ``--yes`` stopped) the original's runner and harbors, named in the copied registry. The
+    registry belongs to its tree (its dir's inode): a copy's names none; the tree's own still does."""
+    import shutil
+
+    from runner.ops.procs import Registry, plan_stop
+
+    out, copy = tmp_path / "out", tmp_path / "copy"
+    (out / ".runner").mkdir(parents=True)
+    Registry(out).register(live_other.pid, "runner", ["marathon", "run", str(out)])
+    shutil.copytree(out, copy, symlinks=True)
+    assert Registry(copy).entries() == [] and Registry(copy).runner_entry() is None
+    assert plan_stop(copy).targets == []
+    assert [e.pid for e in Registry(out).entries()] == [live_other.pid]
+    assert [t.pid for t in plan_stop(out).targets] == [live_other.pid]
+    # a process registered in the copy is the copy's own from then on
+    Registry(copy).register(os.getpid(), "console", ["marathon", "console", str(copy)])
+    assert [e.pid for e in Registry(copy).entries()] == [os.getpid()]
 
 
 def test_stale_lock_is_taken_over(tmp_path, dead_other):
