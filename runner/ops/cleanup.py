@@ -13,6 +13,7 @@ another tag or a container still uses stays.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from runner.ops.dockerapi import (
     list_images,
     list_networks,
 )
+from runner.results.tree import voided_root
 
 if TYPE_CHECKING:
     import docker
@@ -161,23 +163,30 @@ def plan_cleanup(
         return plan
     client = client or connect()
     has_label = {"label": COMPOSE_PROJECT}  # key only; the value is compared exactly below
+    foreign: set[str] = set()  # projects whose containers run another tree's trial (a copy's original)
     for c in call_engine(client, list_containers, has_label):
         labels = c.get("Labels") or {}
         if is_ours(labels, projects):
             name = (c.get("Names") or ["/" + c["Id"][:12]])[0].lstrip("/")
-            plan.containers.append(
-                DockerObj("container", c["Id"], name, project_of(labels) or "", c.get("State", ""))
-            )
+            project = project_of(labels) or ""
+            elsewhere = _trial_elsewhere(c, scan.trial_of.get(project), out)
+            if elsewhere:
+                foreign.add(project)
+                plan.left_alone.append(
+                    f"container {name}: mounts {elsewhere}, the trial of another tree (this one a copy of it?)"
+                )
+                continue
+            plan.containers.append(DockerObj("container", c["Id"], name, project, c.get("State", "")))
     for n in call_engine(client, list_networks, has_label):
         labels = n.get("Labels") or {}
-        if is_ours(labels, projects):
+        if is_ours(labels, projects) and project_of(labels) not in foreign:
             attached = f"{len(n.get('Containers') or {})} attached"
             plan.networks.append(
                 DockerObj("network", n["Id"], n.get("Name", ""), project_of(labels) or "", attached)
             )
     for i in call_engine(client, list_images, has_label):
         labels = i.get("Labels") or {}
-        if is_ours(labels, projects):
+        if is_ours(labels, projects) and project_of(labels) not in foreign:
             tags = [t for t in i.get("RepoTags") or [] if t != "<none>:<none>"]
             name = tags[0] if tags else i["Id"].removeprefix("sha256:")[:12]
             size = f"{(i.get('Size') or 0) / 1e6:.0f}MB"
@@ -185,6 +194,25 @@ def plan_cleanup(
     for objs in (plan.containers, plan.networks, plan.images):
         objs.sort(key=lambda o: (o.project, o.name))
     return plan
+
+
+def _trial_elsewhere(container: dict, trial_dir: Path | None, out: Path) -> str:
+    """A bind mount of the container that is its trial's dir (by name) outside this tree and its
+    voided root, when none is inside them: the container runs a trial of another tree whose copy
+    this is (``cp -a`` of a live run gives the copy the same trial names, so the same compose
+    projects; a probe's cleanup of such a copy removed the live run's containers). "" otherwise,
+    and when no mount names the trial (nothing to tell by)."""
+    if trial_dir is None:
+        return ""
+    ours = [Path(os.path.realpath(out)), Path(os.path.realpath(voided_root(out)))]
+    naming = []
+    for m in container.get("Mounts") or []:
+        src = m.get("Source") if isinstance(m, dict) and m.get("Type") == "bind" else None
+        if isinstance(src, str) and trial_dir.name in Path(src).parts:
+            naming.append(Path(os.path.realpath(src)))
+    if not naming or any(p == r or r in p.parents for p in naming for r in ours):
+        return ""
+    return str(naming[0])
 
 
 def _labels(client: docker.DockerClient, obj: DockerObj) -> dict:

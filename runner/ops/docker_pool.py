@@ -118,6 +118,8 @@ class ProjectScan:
 
     projects: set[str] = field(default_factory=set)
     left_alone: list[str] = field(default_factory=list)
+    #: each project's trial dir (where the trial's containers mount its logs from)
+    trial_of: dict[str, Path] = field(default_factory=dict)
 
 
 def _untrusted_chain(top: Path, below: Path) -> str:
@@ -182,7 +184,9 @@ def project_scan(
                 if why:
                     scan.left_alone.append(why)
                     continue
-                scan.projects |= trial_projects(tdir)
+                found = trial_projects(tdir)
+                scan.projects |= found
+                scan.trial_of.update(dict.fromkeys(found, tdir))
     return scan
 
 

@@ -217,3 +217,39 @@ def test_plan_for_a_set_of_trials(compose, tmp_path, uid):
     assert all(p.startswith(f"calc__{uid}s1__".lower()) for p in plan.projects)
     assert {c.project for c in plan.containers} == {n.project for n in plan.networks} == {compose_project(a)}
     assert plan.scope["trials"] == a
+
+
+def test_a_copy_of_a_live_tree_leaves_the_originals_containers_alone(compose, tmp_path, uid):
+    """Found by a probe: ``cp -a`` of a tree while it ran, then ``cleanup`` of the copy, removed the
+    original run's containers (the copy has the same trial names, so the same compose projects).
+    A container that mounts its trial's dir from another tree is that tree's: left alone, named
+    in the plan, its network with it; the original's own cleanup still takes it."""
+    client = docker.from_env()
+    trial = f"calc__{uid}K"
+    out = make_tree(tmp_path / "out", {("calc", "codex"): [trial]})
+    (tdir,) = [t for *_, job in iter_job_dirs(out) for t in iter_trial_dirs(job)]
+    (tdir / "agent").mkdir()
+    project = compose_project(trial)
+    mounted = tmp_path / "mounted.yaml"  # what harbor's docker environment does: the trial's logs
+    mounted.write_text(
+        "services:\n  main:\n"
+        f"    image: {BASE_IMAGE}\n"
+        '    command: ["sleep", "infinity"]\n    init: true\n'
+        f"    volumes:\n      - {tdir / 'agent'}:/logs/agent\n"
+    )
+    compose.projects.append(project)
+    subprocess.run(["docker", "compose", "-p", project, "-f", str(mounted), "up", "-d"], check=True,
+                   capture_output=True, timeout=120)  # fmt: skip
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, symlinks=True)
+
+    plan = plan_cleanup(copy, client=client)
+    assert project in plan.projects and plan.containers == [] and plan.networks == []
+    assert any(f"mounts {tdir / 'agent'}" in why and "another tree" in why for why in plan.left_alone)
+    r = marathon("cleanup", str(copy), "--yes")
+    assert r.returncode == 0, r.stderr
+    cs, ns = _by_label(client, project)
+    assert len(cs) == 1 and cs[0].status == "running" and len(ns) == 1  # the original's, untouched
+
+    mine = plan_cleanup(out, client=client)
+    assert [c.id for c in mine.containers] == [cs[0].id] and [n.id for n in mine.networks] == [ns[0].id]
