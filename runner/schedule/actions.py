@@ -71,8 +71,18 @@ def _cleanup_hosts(
 
 def _void(out: Path, *, trial: str, reason: str = "") -> Plan:
     from runner.ops.void import plan_void
+    from runner.results.tree import arm_of_dir
+    from runner.schedule.claims import running_job
 
-    return plan_void(out, Path(trial), reason or "voided by the operator")
+    plan = plan_void(out, Path(trial), reason or "voided by the operator")
+    held = running_job(Path(out), plan.task, arm_of_dir(plan.arm), plan.stamp)
+    if held is not None and held.job is not None:
+        # found by a probe: voided in the second between harbor's result.json and its exit, the
+        # attempt moved from under its runner, which then journalled a false reason for it
+        raise ValueError(
+            f"its harbor (PID {held.job.pid}) is still running: wait for it to end, or stop the run first"
+        )
+    return plan
 
 
 def _start(out: Path, *, retry: str | None = None) -> Plan:

@@ -213,6 +213,18 @@ def list_claims(out: Path) -> list[Claim]:
     return [c for p in files if not safeio.untrusted(p) and (c := read_claim(p)) is not None]
 
 
+def running_job(out: Path, task: str, arm: str, stamp: str) -> Claim | None:
+    """The claim whose harbor job runs the attempt ``stamp`` of (task, arm) and still lives (on
+    another host: until its claim is released); None when no job of that attempt runs. harbor
+    writes the trial's result.json a second or so before it exits: until then the attempt is not
+    the operator's to void."""
+    for c in list_claims(out):
+        if (c.task, c.arm) == (task, arm) and c.job is not None and c.job.stamp == stamp:
+            if c.job.is_live(c.holder.host):
+                return c
+    return None
+
+
 def untrusted_claims(out: Path) -> list[str]:
     """Claim files (or the claims dir) that may not decide anything, each with why (for health)."""
     d = Path(out) / CLAIMS_DIR

@@ -53,3 +53,29 @@ def test_void_refuses_what_is_not_a_trial_of_the_tree(mini_tree, tmp_path):
     missing = _marathon("void", str(out / "nope"), str(out), "--yes")
     assert missing.returncode == 2 and "is not a directory" in missing.stderr
     assert len(outside.stderr.splitlines()) == 1 and not voided_root(out).exists()
+
+
+def test_void_refuses_an_attempt_whose_harbor_still_runs(mini_tree, tmp_path):
+    """Found by a probe: harbor writes the trial's result.json a second or so before it exits; a
+    void in between moved the attempt from under its runner, which then journalled a false reason.
+    While the claim's job (a live process of ours here) runs that attempt, the void is refused."""
+    from runner.schedule import claims
+    from runner.schedule.lock import me
+
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    (trial,) = [t for job in (out / "calc-partial" / "oracle").glob("*/oracle") for t in iter_trial_dirs(job)]
+    stamp = trial.parent.parent.name
+    harbor = subprocess.Popen(["sleep", "60"])
+    try:
+        got = claims.try_claim(out, "calc-partial", "oracle", me("run"))
+        claims.set_job(out, got.claim, claims.job_ref(harbor.pid, stamp))
+        r = _marathon("void", str(trial), str(out), "--yes")
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert f"its harbor (PID {harbor.pid}) is still running" in r.stderr and trial.is_dir()
+    finally:
+        harbor.kill()
+        harbor.wait()
+    r = _marathon("void", str(trial), str(out), "--yes")  # its harbor gone: the operator's to void
+    assert r.returncode == 0, r.stderr
+    assert not trial.exists()
