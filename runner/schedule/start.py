@@ -176,6 +176,9 @@ def start_detached(out: Path, *, wait_sec: float = START_WAIT_SEC) -> int:
         if h is not None and h.pid == pid:
             return pid
         if not alive(ident):
+            other = lock_holder(out)
+            if other is not None:  # another start won the tree meanwhile: that is the runner now
+                raise Busy(f"{out} already has a runner: {other.describe()}")
             raise UserError(f"the runner exited at once: {' | '.join(log_tail(log, 5))}")
         time.sleep(0.1)
     return pid

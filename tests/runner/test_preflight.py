@@ -261,3 +261,34 @@ def test_a_detached_runner_is_registered_before_its_preflight(tmp_path):
     proc.wait(120)
     assert lock_holder(out) is None and Registry(out).runner_entry() is None  # refused by its own preflight
     assert "nothing was started" in (out / ".runner" / "runner.log").read_text()
+
+
+def test_a_start_that_loses_the_tree_to_another_says_busy(tmp_path, monkeypatch):
+    """Found by a probe: two ``health --fix`` at once start one runner; the other's runner exits,
+    and it said "the runner exited at once" (exit 2) with the winner's lines in the log tail. When
+    another runner holds the tree by then, it is Busy (exit 4), naming that runner."""
+    import subprocess
+    from dataclasses import asdict
+
+    from runner.errors import Busy
+    from runner.schedule import start
+    from runner.schedule.lock import create_exclusive, holder_for, lock_path
+
+    out = tmp_path / "out"
+    write_driver_env(_cfg(out, env=NO_ENGINE_ENV, arms=["plain"], agent_kwargs=[f"api_key_var={KEY}"]))
+    winner = subprocess.Popen(["sleep", "120"])
+    looks: list[object] = []
+
+    def first_free(o):  # the start's first look finds the tree free; the other wins it then
+        looks.append(o)
+        return None if len(looks) == 1 else lock_holder(o)
+
+    try:
+        monkeypatch.setattr(start, "lock_holder", first_free)
+        assert create_exclusive(lock_path(out), asdict(holder_for(winner.pid, "winner")))
+        with pytest.raises(Busy, match=f"already has a runner: PID {winner.pid}"):
+            start.start_detached(out, wait_sec=120)
+        assert len(looks) > 1  # it launched a runner, which left
+    finally:
+        winner.kill()
+        winner.wait()
