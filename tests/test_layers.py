@@ -2,7 +2,7 @@
 
     marathon (the `marathon` command: marathon.cli and its marathon.commands)
       -> console (the runner's public names only)
-        -> runner.schedule -> runner.ops -> runner.results -> runner.errors/secrets
+        -> runner.schedule -> runner.ops -> runner.results -> runner.errors/secrets/procid
           -> agents -> modes
 
 Every import of every module is read with ``ast`` (function-level ones too: a lazy import is still a
@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("runner.schedule",),
     ("runner.ops",),
     ("runner.results",),
-    ("runner.errors", "runner.secrets", "runner"),
+    ("runner.errors", "runner.secrets", "runner.procid", "runner"),
     ("agents",),
     ("modes",),
 )
@@ -208,11 +208,12 @@ def test_agents_import_only_modes():
 
 
 def test_results_read_and_never_act():
-    assert _violations("runner.results", ("runner.errors", "runner.secrets", "modes")) == []
+    assert _violations("runner.results", ("runner.errors", "runner.secrets", "runner.procid", "modes")) == []
 
 
 def test_ops_build_on_results_and_never_on_schedule():
-    assert _violations("runner.ops", ("runner.results", "runner.errors", "runner.secrets", "modes")) == []
+    allowed = ("runner.results", "runner.errors", "runner.secrets", "runner.procid", "modes")
+    assert _violations("runner.ops", allowed) == []
 
 
 #: The arms own the layout of their staged binaries (which files of ~/.cache/marathon a trial
@@ -227,7 +228,7 @@ SCHEDULE_CHECKS_ARMS = ("agents.scripted_model", "agents.loopx_gates", "agents.t
 
 
 def test_schedule_builds_on_ops_and_results():
-    allowed = ("runner.ops", "runner.results", "runner.errors", "runner.secrets", "modes")
+    allowed = ("runner.ops", "runner.results", "runner.errors", "runner.secrets", "runner.procid", "modes")
     assert _violations("runner.schedule", allowed + SCHEDULE_READS_ARM_STAGING + SCHEDULE_CHECKS_ARMS) == []
     checkers = {e.src for e in EDGES if _in(e.src, "runner.schedule") and _in(e.dst, *SCHEDULE_CHECKS_ARMS)}
     assert checkers == {"runner.schedule.envcheck"}
@@ -236,6 +237,7 @@ def test_schedule_builds_on_ops_and_results():
 def test_errors_and_secrets_are_below_everything_in_runner():
     assert _violations("runner.errors", ()) == []
     assert _violations("runner.secrets", ("runner.errors", "modes")) == []
+    assert _violations("runner.procid", ("modes",)) == []
 
 
 def test_commands_are_reached_only_through_the_cli():

@@ -25,6 +25,7 @@ from typing import Any
 
 from modes import safeio
 from modes.trial_files import TrialFiles
+from runner.procid import record_live
 from runner.results import records as results
 from runner.results import tree
 from runner.results.attempts import NO_FIGURES, Attempt, AttemptKey, Key, VoidedTrial
@@ -385,12 +386,31 @@ class TreeScan:
             with os.scandir(self.out / tree.CLAIMS_DIR) as it:
                 for e in it:
                     u = tree.claim_unit(e.name)
-                    if u:
+                    if u and _claim_runs(e.path):
                         claimed.setdefault(u[:2], set()).add(u[2])
         except OSError:
             pass
         self.claimed = {k: frozenset(v) for k, v in claimed.items()}
         self.claims = set(claimed)
+
+
+#: a claim file is a few hundred bytes (``runner.schedule.lock.RECORD_CAP``)
+_CLAIM_CAP = 64 << 10
+
+
+def _claim_runs(path: str) -> bool:
+    """Whether a claim's pair runs: its holder (the runner) or its harbor job lives (the claim's own
+    state, ``runner.schedule.claims.Claim.state``: live or orphan). A stale claim (a runner killed
+    hard, nothing running) read as running in ``status`` and the console while ``health`` said
+    stale (found by a probe). A claim that does not read is counted as running: never fewer."""
+    d = safeio.load_own_json(path, _CLAIM_CAP)
+    if isinstance(d, safeio.Refused) and d.missing:
+        return False  # released meanwhile
+    host = d.get("host") if isinstance(d, dict) else None
+    if not isinstance(host, str):
+        return True
+    job = d.get("job")
+    return record_live(d, host) or (isinstance(job, dict) and record_live(job, host))
 
 
 def _void_reason(*dirs: str) -> str:

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from modes import safeio
-from runner.ops.procs import ProcIdentity, alive, create_time_of, identity_from, identity_of, pid_of
+from runner.ops.procs import ProcIdentity, create_time_of, identity_from, identity_of, pid_of
+from runner.procid import record_live
 from runner.results.tree import CLAIMS_DIR, claim_path, repeat_of, with_repeat
 from runner.schedule.lock import Holder, create_exclusive, dir_mutex, holder_of, read_record
 
@@ -44,9 +44,7 @@ class JobRef:
         return identity_from(asdict(self))
 
     def is_live(self, host: str) -> bool:
-        if host != socket.gethostname():
-            return True
-        return alive(self.ident)
+        return record_live(asdict(self), host)
 
 
 def job_ref(pid: int, stamp: str) -> JobRef:

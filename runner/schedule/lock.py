@@ -20,7 +20,8 @@ from pathlib import Path
 
 from modes import safeio
 from runner.errors import Busy
-from runner.ops.procs import ProcIdentity, alive, create_time_of, identity_from, identity_of, pid_of
+from runner.ops.procs import ProcIdentity, create_time_of, identity_from, identity_of, pid_of
+from runner.procid import record_live
 from runner.results.events import utc_now
 from runner.results.tree import runner_dir
 
@@ -52,9 +53,7 @@ class Holder:
 
     def is_live(self) -> bool:
         """Alive as far as this host can tell. Another host's holder is assumed alive."""
-        if self.host != socket.gethostname():
-            return True
-        return alive(self.ident)
+        return record_live(asdict(self), self.host)
 
     def describe(self) -> str:
         return f"PID {self.pid} on {self.host} (since {self.since or '?'}, run {self.run_id or '?'})"

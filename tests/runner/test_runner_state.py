@@ -376,3 +376,25 @@ def test_a_dead_runners_stale_claim_on_a_done_pair_is_released_by_the_next_runne
     assert claims.list_claims(out) == []
     released = {(e["task"], e["arm"]) for e in events(out, "claim_release") if e.get("stale_of")}
     assert released == {("calc-partial", "nop"), ("calc-partial", "oracle")}
+
+
+def test_a_claim_counts_as_running_only_while_its_runner_or_its_job_lives(tmp_path, live_other, dead_other):
+    """Found by a probe: after a runner killed hard, ``status`` showed its claimed pair running while
+    ``health`` reported the claim stale and nothing ran. A cell runs while its claim's holder lives,
+    or its harbor job does (an orphan the next runner adopts); a stale claim is pending."""
+    from runner.results.attempts import PENDING, RUNNING
+    from runner.results.model import RunModel
+    from runner.results.tree import events_path
+
+    out = tmp_path / "out"
+    events_path(out).parent.mkdir(parents=True)
+    start = {"ts": "2026-11-29T08:00:00Z", "event": "runner_start", "run_id": "r", "tasks": ["t1", "t2", "t3"],
+             "arms": ["nop"]}  # fmt: skip
+    events_path(out).write_text(json.dumps(start) + "\n")
+    claims.try_claim(out, "t1", "nop", _holder_of(live_other))  # its runner lives
+    stale = claims.try_claim(out, "t2", "nop", dead_other).claim  # its runner died, nothing runs
+    orphan = claims.try_claim(out, "t3", "nop", dead_other).claim  # its runner died, its job runs
+    claims.set_job(out, orphan, claims.job_ref(live_other.pid, "2026-11-29__08-00-01"))
+    assert stale is not None
+    cells = RunModel.load(out).scoped("run")
+    assert {k[0]: c.status for k, c in cells.items()} == {"t1": RUNNING, "t2": PENDING, "t3": RUNNING}
