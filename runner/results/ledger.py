@@ -44,7 +44,10 @@ REFUSED = "refused"  # the gateway answered 401/402/404 itself (``REFUSALS``); n
 UPSTREAM_ERROR = "upstream_error"  # forwarded; the upstream answered 4xx/5xx or could not be reached
 CLIENT_CLOSED = "client_closed"  # the client went away before the answer ended; upstream cancelled
 GATEWAY_ERROR = "gateway_error"  # the gateway itself failed on the call
-OUTCOMES = (OK, REFUSED, UPSTREAM_ERROR, CLIENT_CLOSED, GATEWAY_ERROR)
+#: forwarded, then cut in flight by the gateway (``cut``: the attempt's budget ran out, or it ended);
+#: upstream cancelled, its usage unknown (a lower bound, as a client that closed)
+CUT = "cut"
+OUTCOMES = (OK, REFUSED, UPSTREAM_ERROR, CLIENT_CLOSED, GATEWAY_ERROR, CUT)
 
 #: why the gateway refused a call (the 401's ``code``)
 NO_TOKEN = "invalid_api_key"  # no token, or one no attempt holds

@@ -931,3 +931,63 @@ def test_a_large_body_is_parsed_by_a_child_without_the_key_and_the_loop_serves_m
     assert child2.pid != child.pid
     process.stop(out, None)
     child2.wait(10)  # ends with the gateway
+
+
+def _read_to_end(s: socket.socket) -> bytes:
+    got = b""
+    try:
+        while chunk := s.recv(65536):
+            got += chunk
+    except ConnectionResetError:
+        pass
+    return got
+
+
+def test_a_call_in_flight_is_cut_where_the_budget_ends(gateway, provider):
+    """Found by a probe of the wire budget: a stream opened before the attempt's budget ran out kept
+    streaming 11 s after it (the budget was checked only when a call's headers arrived). Each call
+    is cut where the budget ends: the client's call ends, the provider's call is cancelled, and the
+    ledger says ``cut`` with the reason."""
+    out, _s, _st = gateway
+    a = issue(out, budget=3)
+    sock = attempts.socket_path(out, a.record.id)
+    assert post(sock, a.token)[0] == 200  # the budget starts at the first call
+    first = time.time()
+    s = send_call(sock, a.token, "stream-forever", 60)  # 30 s of keepalives, if nobody cuts it
+    try:
+        got = _read_to_end(s)
+    finally:
+        s.close()
+    assert b"keepalive" in got and b"response.completed" not in got
+    assert provider.disconnected.wait(10), "the provider's call was not cancelled"
+    cut = wait_for(lambda: [c for c in calls(out) if c.outcome == L.CUT], 10, "the cut on the ledger")
+    (row,) = [json.loads(x) for x in ledger_path(out).read_bytes().splitlines() if b'"cut"' in x]
+    assert len(cut) == 1 and row["cut"] == L.BUDGET and cut[0].usage is None
+    assert time.time() - first < 20  # cut, not run out (the stream alone lasts 30 s)
+    assert code_of(post(sock, a.token)[1]) == L.BUDGET  # and the next call is refused
+
+
+def test_an_ended_attempts_calls_in_flight_are_cut_and_the_queued_ones_refused(gateway, provider):
+    """Found by a probe: with eight calls of an attempt in flight and more waiting their turn, the
+    attempt ended (voided) and the waiting calls were forwarded after the end, the others streamed
+    on. The calls in flight are cut at the end; a call that waited its turn is judged when its turn
+    comes, and refused: nothing reaches the provider after the end."""
+    from runner.ops.gateway.server import MAX_CALLS
+
+    out, _s, _st = gateway
+    a = issue(out)
+    sock = attempts.socket_path(out, a.record.id)
+    held = [send_call(sock, a.token, "stream-wait", 30) for _ in range(MAX_CALLS + 2)]
+    try:
+        wait_for(lambda: len(provider.seen) == MAX_CALLS or None, 10, "the first calls upstream")
+        attempts.end(out, a.record.id, "voided")
+        answers = [_read_to_end(s) for s in held]
+    finally:
+        provider.go.set()
+        for s in held:
+            s.close()
+    assert len(provider.seen) == MAX_CALLS  # none forwarded after the end
+    rows = wait_for(lambda: calls(out) if len(calls(out)) == MAX_CALLS + 2 else None, 10, "every call")
+    assert sorted(c.outcome for c in rows) == sorted([L.CUT] * MAX_CALLS + [L.REFUSED] * 2)
+    assert {c.refused for c in rows if c.outcome == L.REFUSED} == {L.ENDED}
+    assert sum(b"attempt_ended" in got for got in answers) == 2

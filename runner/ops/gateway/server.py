@@ -233,6 +233,8 @@ class Live:
     #: one of its large bodies at a time at the parser (``parsing``): another attempt's body waits
     #: behind at most one of this attempt's, however many it sends
     parsing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: its calls forwarded and not ended: cut when its budget runs out or it ends (``Gateway._cut``)
+    inflight: set[asyncio.Task] = field(default_factory=set)
 
 
 def _version(path: Path) -> tuple[int, int, int]:
@@ -304,6 +306,7 @@ class Gateway:
         self.tally: C.Tally | None = None
         self.upstream_label = self.upstream_label or self.upstream.base
         self.parser = parsing.BodyParser(self.key_var)  # large bodies' parameters, off the loop
+        self._cuts: dict[asyncio.Task, str] = {}  # calls cut in flight, and why (``_cut``)
 
     def _ledger_failed(self, exc: OSError) -> None:
         """The ledger cannot be written: exit at once (from the writer's thread), serving no call the
@@ -419,6 +422,9 @@ class Gateway:
                     self.by_token[rec.token_sha256] = aid
                 else:
                     cur.record, cur.version = rec, version
+                if rec.state == att.ENDED:  # ended (finished, voided, stopped): its calls end with it
+                    for task in list(cur.inflight):
+                        self._cut(cur, task, L.ENDED)
             seen.add(aid)
             rec = cur.record
             over = rec.state == att.ENDED and time.time() > (rec.ended_at or 0) + ENDED_GRACE_SEC
@@ -551,17 +557,28 @@ class Gateway:
             a = self._fresh(owner) if owner else None
             if a is None:
                 return L.NO_TOKEN, None
+        return self._closed(a, now), a
+
+    def _closed(self, a: Live, now: float) -> str | None:
+        """Why the attempt takes no call now (ended, gone, its budget spent, a spend cap), or None.
+        Asked when a call's headers arrive and again just before it goes upstream: a call that
+        waited its turn behind the attempt's others, or sent its body slowly, is judged at the time
+        it would be forwarded (a probe's calls queued before the deadline reached the provider
+        seconds after it)."""
         rec = a.record
         if rec.state == att.ENDED:
-            return L.ENDED, a
+            return L.ENDED
         if rec.gone():
-            return L.GONE, a
+            return L.GONE
         if rec.budget_sec and a.first_at is not None and now > a.first_at + rec.budget_sec:
-            return L.BUDGET, a
-        cap = self._cap_refusal(a)
-        if cap is not None:
-            return cap, a
-        return None, a
+            return L.BUDGET
+        return self._cap_refusal(a)
+
+    def _cut(self, a: Live, task: asyncio.Task, reason: str) -> None:
+        """Cut a call in flight: its budget ran out, or its attempt ended (``CUT`` on the ledger)."""
+        if task in a.inflight and task not in self._cuts:
+            self._cuts[task] = reason
+            task.cancel()
 
     def _row(self, a: Live | None, request: web.BaseRequest, now: float) -> dict[str, Any]:
         rec = a.record if a is not None else None
@@ -612,9 +629,28 @@ class Gateway:
         else:
             async with a.parsing:
                 params, stream = await self.parser.params(body, encoding)
+        now = time.time()  # the call goes upstream now, if the attempt still takes it
+        late = self._closed(a, now)
+        if late is not None:
+            row.update(outcome=L.REFUSED, refused=late, status=STATUS.get(late, 401), at=now)
+            row["total_ms"] = round((time.monotonic() - t0) * 1000, 3)
+            self.ledger.write(row)
+            self.say(
+                f"gateway: refused {request.method} {request.path} ({late}, after its wait) attempt {row['attempt']}"
+            )
+            return _json_error(STATUS.get(late, 401), late, REFUSAL_TEXT[late])
+        row["at"] = now
         if a.first_at is None:
             a.first_at = now
             self._first[a.record.id] = now
+        task = asyncio.current_task()
+        assert task is not None
+        a.inflight.add(task)
+        budget_end = None
+        if a.record.budget_sec:  # the call is cut where the budget ends, whatever the stream does
+            budget_end = asyncio.get_running_loop().call_later(
+                max(0.0, a.first_at + a.record.budget_sec - now), self._cut, a, task, L.BUDGET
+            )
         a.n += 1
         rid = request_id(a.record.id, a.n)
         row.update(request_id=rid, params=params, stream=stream, model_time_sec=round(now - a.first_at, 3))
@@ -673,11 +709,20 @@ class Gateway:
             # gone before the answer was out: cut (a client that hangs up after the last byte, while
             # the chunked framing is still being closed, got the whole answer)
             row["outcome"] = delivered or L.CLIENT_CLOSED
+            cut = self._cuts.get(task)
+            if cut is not None and delivered is None:  # cut by the gateway: the client's call ends here
+                row.update(outcome=L.CUT, cut=cut)
+                if request.transport is not None:
+                    request.transport.close()
             raise
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             row.update(outcome=L.UPSTREAM_ERROR, error=f"{type(exc).__name__}")
             raise
         finally:
+            a.inflight.discard(task)
+            self._cuts.pop(task, None)
+            if budget_end is not None:
+                budget_end.cancel()
             if scanner is not None:
                 scanner.close()
                 # the answer's own words, as the agent got them (an upstream may echo the key there too)
