@@ -81,6 +81,13 @@ def test_a_json_answer_and_an_incomplete_one():
     assert usage_of({"usage": {"input_tokens": -5, "output_tokens": True}}) == {
         "input": 0, "cached": 0, "output": 0, "reasoning": 0, "total": 0
     }  # fmt: skip
+    # a provider that writes its counts as floats (found by a probe: recorded as 0 tokens, $0)
+    floats = {"input_tokens": 100000.0, "output_tokens": 40.0, "total_tokens": 100040.0,
+              "input_tokens_details": {"cached_tokens": 0.0}, "output_tokens_details": {"reasoning_tokens": 7.0}}  # fmt: skip
+    assert usage_of({"usage": floats}) == {
+        "input": 100000, "cached": 0, "output": 40, "reasoning": 7, "total": 100040
+    }  # fmt: skip
+    assert usage_of({"usage": {"input_tokens": 1.5, "output_tokens": float("nan")}})["input"] == 0
 
 
 def test_request_parameters_plain_and_gzipped():

@@ -14,6 +14,8 @@ import math
 import zlib
 from typing import Any
 
+from modes import values
+
 #: the SSE events that carry the final ``response`` object (with ``usage``)
 FINAL_EVENTS = (b"response.completed", b"response.incomplete", b"response.failed")
 #: the most of a non-streamed JSON answer read for its usage
@@ -133,7 +135,10 @@ def usage_of(response: Any) -> dict[str, int] | None:
     u = response["usage"]
 
     def n(v: Any) -> int:
-        return int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
+        # a count as ``modes.values`` reads one: ``100000.0`` is 100000 (a provider that wrote its
+        # usage as floats was recorded as 0 tokens and $0: found by a probe); nonsense is 0
+        got = values.number(v, values.COUNT, "usage")
+        return got if isinstance(got, int) else 0
 
     inp = u.get("input_tokens_details") if isinstance(u.get("input_tokens_details"), dict) else {}
     out = u.get("output_tokens_details") if isinstance(u.get("output_tokens_details"), dict) else {}
