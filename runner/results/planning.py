@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from runner.results import clusters, power
+from runner.results import clusters, power, stats
 from runner.results.cells import Cell
 
 
@@ -81,8 +81,8 @@ def _r(v: float | None) -> float | None:
 
 
 def _needed(target: float, sd: float, alpha: float, pw: float) -> int | None:
-    if sd == 0:
-        return 2  # no spread at all: the smallest test detects any difference
+    """Tasks needed at this spread (> 0: ``plan_pair`` plans nothing without one, as the report's
+    ``power.pair_power``); None past ``power.MAX_TASKS``."""
     return power.tasks_needed_d(target / sd, alpha, pw)
 
 
@@ -105,9 +105,12 @@ def plan_pair(
     k_pilot = sum(sizes) / len(sizes) if sizes else 0.0
     wa, wb = clusters.within_variance(ca), clusters.within_variance(cb)
     within = None if wa is None or wb is None else wa + wb
-    goal = target if target is not None else (abs(pp.diff) if pp.diff else None)
+    observed = abs(pp.diff) if pp.diff is not None and abs(pp.diff) > stats.SCORE_TOL else None
+    goal = target if target is not None else observed
     plans = []
-    if goal and pp.sd is not None:
+    if pp.sd is not None and pp.sd <= stats.SCORE_TOL:  # no spread: nothing to plan (the report's "-")
+        plans = [RepeatPlan(k, None, None) for k in repeats]
+    elif goal and pp.sd is not None:
         total = pp.sd**2
         for k in repeats:
             if within is not None:  # split: between tasks = total - within / K_pilot (never below 0)

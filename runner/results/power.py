@@ -51,7 +51,7 @@ METHOD = (
     "distribution (as statsmodels' TTestPower), at the Holm-adjusted level alpha / m"
 )
 #: bumped when a figure this module computes changes for the same inputs (remembered results)
-VERSION = 1
+VERSION = 2  # 2: no spread within stats.SCORE_TOL (float rounding) gives no MDE
 
 _SQRT2 = math.sqrt(2.0)
 
@@ -367,7 +367,7 @@ def pair_power(diffs: Sequence[float], alpha: float, power: float = POWER) -> Pa
     n = len(diffs)
     mean = math.fsum(diffs) / n if n else None
     s = sd(diffs)
-    if mean is None or s is None or s == 0.0:
+    if mean is None or s is None or s <= stats.SCORE_TOL:  # no spread but float rounding's
         return PairPower(n, mean, s, None, None, False, False)
     d_min = min_detectable_d(n, alpha, power)
     mde = None if d_min is None else d_min * s

@@ -69,7 +69,7 @@ CELL_FIELDS = (
 
 
 def _r(v: float | None, nd: int = 4) -> float | None:
-    return None if v is None else round(v, nd)
+    return None if v is None else round(v, nd) + 0.0  # (+ 0.0: a tie is 0.0, never -0.0)
 
 
 def _score(c: Cell, field: str, exclude_flagged: bool = False) -> float | None:
@@ -457,9 +457,7 @@ def paired(
             row[f"{field}_n"] = len(pa)
             if field == "partial":  # wins and losses are by partial
                 pp = pa
-        wins = sum(1 for x, y in pp if x > y)
-        losses = sum(1 for x, y in pp if x < y)
-        ties = sum(1 for x, y in pp if x == y)
+        wins, losses, ties = stats.tally(pp)
         row.update(wins=wins, losses=losses, ties=ties, sign_test_p=stats.sign_test(wins, losses))
         row["sign_test_p_holm"] = None
         out.append(row)

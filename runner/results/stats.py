@@ -19,8 +19,20 @@ BOOTSTRAP_RESAMPLES = 10_000
 #: The bootstrap's seed: fixed so that a report is reproducible; recorded in the report.
 BOOTSTRAP_SEED = 20_261_201
 CONFIDENCE = 0.95
+#: two scores (or differences, or a spread) closer than this are equal: scores live in [0, 1] and a
+#: task's mean of its repeats carries float rounding (the mean of 0.1 and 0.7 is
+#: 0.39999999999999997, not 0.4): compared exactly, tied tasks read as wins and losses and a
+#: constant difference had a spread (found by a probe)
+SCORE_TOL = 1e-9
 #: resampled values held at once by a bootstrap (8 MiB of indices, as much again of values)
 CHUNK_VALUES = 1 << 20
+
+
+def tally(pairs: Sequence[tuple[float, float]]) -> tuple[int, int, int]:
+    """(wins, losses, ties) of the first of each pair over the second, equal within ``SCORE_TOL``."""
+    wins = sum(1 for x, y in pairs if x - y > SCORE_TOL)
+    losses = sum(1 for x, y in pairs if y - x > SCORE_TOL)
+    return wins, losses, len(pairs) - wins - losses
 
 
 def fisher_exact(a: int, b: int, c: int, d: int) -> float:

@@ -165,10 +165,12 @@ def _alike(fails: list[Failure]) -> Failure | None:
         return first if all(f.detail == first.detail for f in fails) else None
     if any(f.detail[0] != first.detail[0] for f in fails):
         return None
-    msgs = {f.detail[1] for f in fails}
-    if "" in msgs:  # a message is not known for every arm: the type is what they share
-        return Failure(EXCEPTION, (first.detail[0], ""))
-    return first if len(msgs) == 1 else None
+    known = {f.detail[1] for f in fails} - {""}
+    if len(known) > 1:  # two arms that say why, and differently, did not fail alike (found by a
+        return None  # probe: "disk full" and "network down" beside an arm without a message)
+    if any(f.detail[1] == "" for f in fails):  # a message is not known for every arm: the type is
+        return Failure(EXCEPTION, (first.detail[0], ""))  # what they share
+    return first
 
 
 def find(

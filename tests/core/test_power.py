@@ -241,3 +241,30 @@ def test_simulated_bounded_scores_are_detected_at_the_stated_power():
     stated = power.ttest_power(true_diff / true_sd, n, alpha)
     rate = float(np.mean(scipy.stats.ttest_1samp(diffs, 0.0, axis=1).pvalue < alpha))
     assert abs(rate - stated) < 0.03, (rate, stated)
+
+
+def test_float_rounding_is_neither_a_win_nor_a_spread():
+    """Found by a probe: with repeats, a task's mean (0.1 and 0.7: 0.39999999999999997) and the
+    other arm's equal score (0.4) read as a loss, six such ties as a significant 0/6 with an MDE of
+    0.00; a difference of 0.10 on every task (0.1 - 0.0, 0.4 - 0.3, ...) had a spread of 1e-17 and
+    an MDE of 0.00 with two tasks needed, where the report says "-" for no spread."""
+    from runner.results import clusters, planning
+
+    plain = [[0.05, 0.35], [0.1, 0.7], [0.15, 0.95], [0.2, 0.7], [0.35, 0.95], [0.85, 0.95]]
+    goal = [[0.2, 0.2], [0.4, 0.4], [0.55, 0.55], [0.45, 0.45], [0.65, 0.65], [0.9, 0.9]]
+    pairs = list(zip(clusters.task_means(plain), clusters.task_means(goal), strict=True))
+    assert any(x != y for x, y in pairs)  # the rounding the rule must see through
+    assert stats.tally(pairs) == (0, 0, 6) and stats.sign_test(0, 0) == 1.0
+    diffs = clusters.paired_differences(plain, goal)
+    pp = power.pair_power(diffs, 0.05)
+    assert pp.mde is None and pp.tasks_needed is None
+    constant = [x - y for x, y in ((0.1, 0.0), (0.4, 0.3), (0.7, 0.6), (0.9, 0.8), (0.3, 0.2))]
+    assert power.sd(constant) != 0.0 and power.pair_power(constant, 0.05).mde is None
+    # plan-size says what the report says: no spread, nothing to plan ("-"), not 2 tasks or more
+    # than a million
+    for ca, cb in ((plain, goal), ([[x] for x, _ in ((0.1, 0.0), (0.4, 0.3))], [[0.0], [0.3]])):
+        plan = planning.plan_pair("a", "b", ca, cb, target=None, alpha=0.05, pw=0.8, repeats=(1, 4))
+        assert [(p.low, p.high, p.over) for p in plan.plans] == [(None, None, False)] * 2
+    # a real difference still plans
+    real = planning.plan_pair("a", "b", plain, [[0.0, 0.1]] * 6, target=0.2, alpha=0.05, pw=0.8, repeats=(1,))
+    assert real.plans[0].low is not None

@@ -80,6 +80,21 @@ def test_the_same_exception_in_every_arm_is_alike_numbers_and_ids_masked(sus_cop
     )
 
 
+def test_two_arms_that_say_why_and_differently_are_not_alike_beside_one_that_does_not(sus_copy):
+    """Found by a probe: every arm errored with RuntimeError, two with messages that differ ("disk
+    full", "network down") and one with none, and the task was marked suspect (an empty message
+    made the type alone count). Messages that are known must agree; a missing one is no evidence
+    either way."""
+    shutil.rmtree(sus_copy / "crash-differs")
+    for arm, msg in zip(ARMS, ("disk full", "network down", ""), strict=True):
+        errored(sus_copy, "crash-differs", arm, message=msg)
+    assert set(_find(sus_copy)) == {SUSPECT}
+    shutil.rmtree(sus_copy / "crash-differs")
+    for arm, msg in zip(ARMS, ("disk full", "disk full", ""), strict=True):
+        errored(sus_copy, "crash-differs", arm, message=msg)
+    assert set(_find(sus_copy)) == {SUSPECT, "crash-differs"}  # the known ones agree: alike
+
+
 def test_an_arm_without_the_task_or_with_a_score_is_never_alike(sus_copy):
     shutil.rmtree(sus_copy / SUSPECT / "heartbeat")
     assert _find(sus_copy) == {}  # heartbeat has not run env-broken: not every arm
