@@ -243,20 +243,26 @@ class Tally:
         spent = self.attempt(key)
         return Reached(ATTEMPT, key[1], spent, caps.attempt_usd) if spent >= caps.attempt_usd else None
 
-    def refusal(self, caps: Caps, key: Key, started: bool) -> str | None:
-        """The gateway's refusal code for a call of attempt ``key`` (``started``: it has had a
-        forwarded call), or None: every call past the attempt's own cap; past the run's or the arm's,
-        under ``stop`` every call, under ``finish`` only an attempt's first."""
-        if self.attempt_reached(caps, key) is not None:
-            return CODE[ATTEMPT]
-        if not caps.purse or (started and caps.on_cap == FINISH):
+    def purse_reached(self, caps: Caps, arm: str) -> str | None:
+        """The refusal code of the run's cap, else the arm's, when it is reached; None otherwise."""
+        if not caps.purse:
             return None
-        arm = key[1]
         if caps.run_usd is not None and self.run >= caps.run_usd:
             return CODE[RUN]
         if caps.arm_usd is not None and self.arm(arm) >= caps.arm_usd:
             return CODE[ARM]
         return None
+
+    def refusal(self, caps: Caps, key: Key, started: bool) -> str | None:
+        """The gateway's refusal code for a call of attempt ``key``, or None: every call past the
+        attempt's own cap; past the run's or the arm's, under ``stop`` every call, under ``finish``
+        the calls of an attempt that had not started when the cap was reached (``started``: the
+        gateway's judgement, ``Gateway._cap_refusal``)."""
+        if self.attempt_reached(caps, key) is not None:
+            return CODE[ATTEMPT]
+        if started and caps.on_cap == FINISH:
+            return None
+        return self.purse_reached(caps, key[1])
 
 
 # --------------------------------------------------------------------------------------- cuts

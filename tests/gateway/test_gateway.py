@@ -634,8 +634,11 @@ def test_spend_caps_are_refused_at_the_wire_402_finish_lets_started_attempts_go_
 ):
     """The operator's caps (runner.results.caps) at the gateway: each "quick" call costs $1.166 at
     the price below (1034 input, 200 cached, 56 output tokens). A run cap of $2 is passed by the
-    second call; under ``finish`` the attempt that had started goes on and a new one is refused; under
-    ``stop`` every call is; a higher cap (a resume) lets them through; an arm's cap holds one arm."""
+    second call; under ``finish`` the attempts running at the cap go on, one that had not yet called
+    the model too (a probe found such an attempt, still in its harness's preparation, errored by the
+    402 of its first call: the arms with long preparations were caught), and an attempt issued after
+    the cap is refused; under ``stop`` every call is; a higher cap (a resume) lets them through; an
+    arm's cap holds one arm."""
     from runner.results import caps as C
 
     out, _s, _st = gateway
@@ -653,27 +656,30 @@ def test_spend_caps_are_refused_at_the_wire_402_finish_lets_started_attempts_go_
     after(2)
     assert post(sock_a, a.token)[0] == 200  # $2.33 >= $2, but a started before: finish lets it go on
     after(3)
-    status, body = post(sock_b, b.token)  # b's first call: no new attempt past the cap
+    assert post(sock_b, b.token)[0] == 200  # b was running at the cap, before its first call: it goes on
+    after(4)
+    c = issue(out, "goal")  # issued after the cap: refused
+    status, body = post(attempts.socket_path(out, c.record.id), c.token)
     assert (status, code_of(body)) == (402, L.SPEND_CAP_RUN) and b"--max-spend" in body
     C.write_caps(out, C.Caps(run_usd=2.0, on_cap=C.STOP, prices=price, model="quick"))
     assert (post(sock_a, a.token)[0], code_of(post(sock_a, a.token)[1])) == (402, L.SPEND_CAP_RUN)
     C.write_caps(out, C.Caps(run_usd=100.0, on_cap=C.STOP, prices=price, model="quick"))  # resumed higher
     assert post(sock_b, b.token)[0] == 200
-    after(7)
-    # each arm's cap of $3: plain spent $3.50, goal $1.17
+    after(8)
+    # each arm's cap of $3: plain spent $3.50, goal $2.33
     C.write_caps(out, C.Caps(arm_usd=3.0, on_cap=C.STOP, prices=price, model="quick"))
     assert code_of(post(sock_a, a.token)[1]) == L.SPEND_CAP_ARM
     assert post(sock_b, b.token)[0] == 200
     led = wait_for(
-        lambda: L.read_ledger(out, keep_calls=True) if len(calls(out)) >= 9 else None, 5, "every line"
+        lambda: L.read_ledger(out, keep_calls=True) if len(calls(out)) >= 10 else None, 5, "every line"
     )
     refused = [(c.arm, c.refused, c.status) for c in led.calls if c.outcome == L.REFUSED]
     assert refused == [("goal", L.SPEND_CAP_RUN, 402), ("plain", L.SPEND_CAP_RUN, 402),
                        ("plain", L.SPEND_CAP_RUN, 402), ("plain", L.SPEND_CAP_ARM, 402)]  # fmt: skip
-    assert len(provider.seen) == 5  # nothing refused went upstream
+    assert len(provider.seen) == 6  # nothing refused went upstream
     tally = C.Tally(out, C.read_caps(out).pricer())
     tally.update()
-    assert round(tally.arm("plain"), 6) == round(3 * 1.166, 6) and round(tally.run, 6) == round(5 * 1.166, 6)
+    assert round(tally.arm("plain"), 6) == round(3 * 1.166, 6) and round(tally.run, 6) == round(6 * 1.166, 6)
 
 
 def test_an_attempts_own_cap_cuts_it_when_its_usage_passes_and_refuses_it_alone(gateway, provider):

@@ -307,6 +307,9 @@ class Gateway:
         self.upstream_label = self.upstream_label or self.upstream.base
         self.parser = parsing.BodyParser(self.key_var)  # large bodies' parameters, off the loop
         self._cuts: dict[asyncio.Task, str] = {}  # calls cut in flight, and why (``_cut``)
+        #: when this gateway first saw the run's cap (or an arm's) reached: the attempts issued
+        #: before it were running at the cap (``_cap_refusal``)
+        self._cap_seen: dict[str, float] = {}
 
     def _ledger_failed(self, exc: OSError) -> None:
         """The ledger cannot be written: exit at once (from the writer's thread), serving no call the
@@ -460,7 +463,16 @@ class Gateway:
         if self.tally is None:
             self.tally = C.Tally(self.out, self.caps.pricer())
         self.tally.update()
-        reason = self.tally.refusal(self.caps, _key(a), started=a.first_at is not None)
+        started = a.first_at is not None
+        reached = self.tally.purse_reached(self.caps, a.record.arm)
+        if reached is not None:
+            # under ``finish`` an attempt running when the cap was reached goes on, called the model
+            # or not (one still in its harness's preparation was refused its first call and errored:
+            # the arms with long preparations were the ones caught; found by a probe); one issued
+            # after the gateway first saw the cap (on any call) has not started
+            scope = reached if reached == L.SPEND_CAP_RUN else f"{reached}:{a.record.arm}"
+            started = started or a.record.created < self._cap_seen.setdefault(scope, time.time())
+        reason = self.tally.refusal(self.caps, _key(a), started=started)
         if reason == L.SPEND_CAP_ATTEMPT:
             self._cut_attempt(a)
         return reason
