@@ -189,9 +189,11 @@ class Tally:
             self.reader = LedgerReader(self.out)
             touched = self.ledger.add_rows(self._read_back(self.reader.iter_new()))
         for key in touched:
+            # what could be priced counts: one call under a model the prices lack made the attempt's
+            # whole cost unknown and took it out of every cap's sum (found by a probe)
             c = self.pricer.cost(self.ledger.usage(*key))
-            if c is not None and c.usd is not None:
-                self.cost[key] = c.usd
+            if c is not None:
+                self.cost[key] = c.at_least
 
     def _read_back(self, rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         """The rows, each call read back from the ledger leaving ``noted`` (it is counted there now)."""
@@ -210,8 +212,8 @@ class Tally:
         one = AttemptUsage()
         one.add(c)
         cost = self.pricer.cost(one)
-        if cost is not None and cost.usd is not None:
-            self.noted[c.request_id] = (c.key, cost.usd)
+        if cost is not None:
+            self.noted[c.request_id] = (c.key, cost.at_least)
 
     def arm(self, arm: str) -> float:
         return math.fsum([v for k, v in self.cost.items() if k[1] == arm]

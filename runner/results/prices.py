@@ -133,6 +133,9 @@ class Cost:
     #: calls the provider may have billed whose usage the ledger never got (``AttemptUsage.unmetered``):
     #: the figure is a lower bound by those
     unmetered: int = 0
+    #: USD of the tokens that could be priced, whatever the rest (``usd`` when all were): what a
+    #: spend cap counts, a lower bound when some are unpriced (``runner.results.caps.Tally``)
+    at_least: float = 0.0
 
     @property
     def priced(self) -> bool:
@@ -161,7 +164,7 @@ def add_costs(costs: Iterable[Cost | None]) -> Cost | None:
     usd = None if why or any(c.usd is None for c in got) else math.fsum(c.usd or 0.0 for c in got)
     return Cost(usd, sum(c.input for c in got), sum(c.cached for c in got), sum(c.output for c in got),
                 sum(c.reasoning for c in got), why, any(c.overridden for c in got),
-                sum(c.unmetered for c in got))  # fmt: skip
+                sum(c.unmetered for c in got), math.fsum(c.at_least for c in got))  # fmt: skip
 
 
 def _rate(entry: dict[str, Any], base: str, tier: str | None, threshold: str) -> float | None:
@@ -242,7 +245,7 @@ class Pricer:
                       reas_n * (r.output if r.reasoning is None else r.reasoning)]  # fmt: skip
         usd = math.fsum(parts)
         return Cost(None if why else usd, usage.input, usage.cached, usage.output, usage.reasoning,
-                    tuple(dict.fromkeys(why)), overridden, usage.unmetered)  # fmt: skip
+                    tuple(dict.fromkeys(why)), overridden, usage.unmetered, usd)  # fmt: skip
 
     def source(self) -> dict[str, Any]:
         """Which prices: the map's identity and every override (the report's ``prices``)."""

@@ -213,3 +213,20 @@ def test_a_cap_needs_a_priced_model_and_the_gateway(tmp_path):
     (p,) = check_caps(RunConfig(out=tmp_path, arms=("plain",), model="gpt-5.5", max_spend=1.0, gateway=False))
     assert "no gateway" in p.what
     assert check_caps(RunConfig(out=tmp_path, arms=("plain",), model="gpt-5.5")) == []  # no cap, no check
+
+
+def test_a_call_under_a_model_without_a_price_leaves_the_rest_counted(tmp_path):
+    """Found by a probe: one call of an attempt under a model the prices lack made the attempt's
+    whole cost unknown, and the attempt left every cap's sum: its priced calls after it spent past
+    the attempt's, the arm's and the run's caps unrefused. The priced calls count (a lower bound; the
+    report still says the cost is unpriced)."""
+    out = tmp_path
+    caps = C.Caps(attempt_usd=0.3, run_usd=0.7, prices=(PRICE,), model="m", on_cap=C.STOP)
+    odd = row("plain", "s1", 1, 100_000, 0, 0)
+    odd["params"] = {"model": "m-2026-12-01"}  # no price for this name
+    write(out, [odd, row("plain", "s1", 2, 100_000, 0, 0), row("plain", "s1", 3, 100_000, 0, 0)])
+    t = C.Tally(out, caps.pricer())
+    t.update()
+    assert math.isclose(t.attempt(("t1", "plain", "s1")), 2 * usd(100_000, 0, 0))  # $0.40
+    assert t.refusal(caps, ("t1", "plain", "s1"), started=True) == L.SPEND_CAP_ATTEMPT
+    assert math.isclose(t.run, 0.4)
