@@ -997,3 +997,26 @@ def test_an_ended_attempts_calls_in_flight_are_cut_and_the_queued_ones_refused(g
     assert sorted(c.outcome for c in rows) == sorted([L.CUT] * MAX_CALLS + [L.REFUSED] * 2)
     assert {c.refused for c in rows if c.outcome == L.REFUSED} == {L.ENDED}
     assert sum(b"attempt_ended" in got for got in answers) == 2
+
+
+def test_a_stopped_gateway_cuts_its_calls_in_flight_and_records_them(gateway, provider):
+    """Found by a probe: a gateway with a call streaming kept serving after SIGTERM (``gateway
+    --stop`` gave up after 10 s), and a call in flight when it died left no ledger line. Stopping
+    cuts every call in flight, each on the ledger (``cut``: ``gateway_stopped``), and the gateway
+    ends at once."""
+    from runner.ops.gateway.server import STOPPED
+
+    out, _s, _st = gateway
+    a = issue(out)
+    s = send_call(attempts.socket_path(out, a.record.id), a.token, "stream-forever", 60)
+    try:
+        got = b""
+        while b"keepalive" not in got:
+            got += s.recv(65536)
+        process.stop(out, None)  # raises if the gateway is still there 10 s after SIGTERM
+        got += _read_to_end(s)
+    finally:
+        s.close()
+    assert b"response.completed" not in got
+    (row,) = [json.loads(x) for x in ledger_path(out).read_bytes().splitlines() if b'"request_id"' in x]
+    assert (row["outcome"], row["cut"]) == (L.CUT, STOPPED)

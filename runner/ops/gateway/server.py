@@ -63,6 +63,8 @@ HEARTBEAT_SEC = 2.0
 #: a process the agent left running still finds the socket), then it and its dir are removed
 ENDED_GRACE_SEC = 600.0
 MAX_BODY = 64 * 1024 * 1024
+#: why a call in flight was cut when the gateway stopped (its ``cut`` on the ledger)
+STOPPED = "gateway_stopped"
 #: request headers never forwarded (hop-by-hop, or ours to set)
 DROP_REQUEST = frozenset(
     {
@@ -360,6 +362,11 @@ class Gateway:
             await self.close()
 
     async def close(self) -> None:
+        # the calls in flight end now, each on the ledger (``cut``): a stream held open kept a stopped
+        # gateway serving (``gateway --stop`` gave up after 10 s; found by a probe)
+        for a in list(self.live.values()):
+            for task in list(a.inflight):
+                self._cut(a, task, STOPPED)
         for a in list(self.live.values()):
             await self._unbind(a)
         await self.runner.cleanup()
