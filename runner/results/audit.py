@@ -119,6 +119,10 @@ def _differences(
     return diffs, lines, differing
 
 
+#: the value of a parameter an arm's calls did not carry, where another arm's did
+NOT_SENT = "(not sent)"
+
+
 def wire_audit(cells: dict[tuple[str, str], Cell], arms: list[str], ledger: L.Ledger) -> dict[str, Any]:
     """The wire fairness audit: per task, the request parameters that decide the model's behaviour
     (``runner.results.ledger.PARAMS``: model, reasoning effort, temperature, top_p, output limit, the
@@ -144,6 +148,13 @@ def wire_audit(cells: dict[tuple[str, str], Cell], arms: list[str], ledger: L.Le
             seen |= set(values)
             by_task.setdefault(task, {})[arm] = values
             break
+    # a parameter some arms of a task sent and another never did is a difference too: that arm got
+    # the provider's default (a probe's one arm sending temperature 0.2, the others none, passed)
+    for per_arm in by_task.values():
+        sent = {k for values in per_arm.values() for k in values}
+        for values in per_arm.values():
+            for k in sent - values.keys():
+                values[k] = NOT_SENT
     diffs, lines, differing = _differences(by_task, labels, arms)
     return {
         "compared": [labels[k] for k in labels if k in seen],

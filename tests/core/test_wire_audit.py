@@ -97,6 +97,19 @@ def test_an_arm_that_sent_another_reasoning_effort_is_a_red_line(tree):
     assert "- **ALARM** arms sent the model different reasoning effort" in render(rep, "md")
 
 
+def test_a_parameter_only_one_arm_sent_is_a_red_line(tree):
+    """Found by a probe: heartbeat alone sent ``temperature`` (0.2), the other arms sent none (the
+    provider's default), and the audit compared temperature among the arms that sent it: no line."""
+    write_receipts(tree)
+    _ledger(tree, **{"heartbeat/t05": {"params": {"temperature": "0.2"}}})
+    wire = _report(tree)["audit"]["wire"]
+    assert wire["lines"] == [
+        "arms sent the model different temperature (plain, goal \u2260 heartbeat; task t05)"
+    ]
+    (d,) = wire["differences"]
+    assert d["values"] == {"plain": "(not sent)", "goal": "(not sent)", "heartbeat": "0.2"}
+
+
 def test_a_receipt_that_under_reports_its_tokens_is_flagged(tree):
     under = {"inputTokens": 1200, "cachedInputTokens": 200, "outputTokens": 250}
     write_receipts(tree, **_receipt_usage(**{"goal/t03": {"token_usage": under}}))
