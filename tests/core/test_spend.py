@@ -347,6 +347,6 @@ def test_the_arms_and_the_total_row_summed_in_one_pass_are_each_summary_on_its_o
                     mine = {
                         a: arm_summary([c for k, c in cells.items() if k[1] == a], ef, money) for a in arms
                     }
-                    assert per == mine and total == arm_summary(list(cells.values()), ef, money)
+                    assert per == mine and total == arm_summary(list(cells.values()), ef, money, by_task=True)
                     assert arm_summaries(cells, arms, ef, money, total=False) == (per, None)
         assert money.exists == (out == priced)
