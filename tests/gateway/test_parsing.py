@@ -87,11 +87,11 @@ def test_a_child_that_hangs_or_dies_is_replaced_and_its_call_is_unparsed(monkeyp
     asyncio.run(main())
 
 
-def test_a_child_whose_memory_peaked_is_ended_after_its_answer(monkeypatch):
+def test_a_child_that_holds_much_memory_after_its_answer_is_ended(monkeypatch):
     """A 52 MB body of small items takes the child to 0.5 GB for a moment: holding more than
-    ``RESTART_PEAK_MB`` after its answer it is ended, and the next large body starts another (here the
+    ``RESTART_HELD_MB`` after its answer it is ended, and the next large body starts another (here the
     mark is 0 MB, so every body is past it)."""
-    monkeypatch.setattr(parsing, "RESTART_PEAK_MB", 0)
+    monkeypatch.setattr(parsing, "RESTART_HELD_MB", 0)
 
     async def main() -> None:
         p = parsing.BodyParser()

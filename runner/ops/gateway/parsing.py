@@ -9,10 +9,10 @@ compressed, whose size says nothing of what it expands to) is parsed by a child 
 gateway starts when it first needs one, one body at a time, by ``wire.request_params`` as a small
 body is parsed inline; the loop only writes the body to a pipe and reads a line back.
 
-The child gets the gateway's environment without the model key or any other credential (it needs none) and ends with
-the gateway (its stdin closes); a child that dies or hangs is ended (by its PID, ours) and the
-next large body starts another; the call it was parsing is forwarded all the same, its parameters
-``unparsed`` on the ledger.
+The child gets the gateway's environment without the model key or any other credential (it needs
+none) and ends with the gateway (its stdin closes); a child that dies or hangs is ended (by its
+PID, ours) and the next large body starts another; the call it was parsing is forwarded all the
+same, its parameters ``unparsed`` on the ledger.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ MAX_ANSWER = 1 << 20
 #: a child that holds more memory than this after an answer is ended (the next large body starts
 #: another): parsing 52 MB of small items took it to 0.5 GB for a moment (25 MB held after it,
 #: measured); a guard for whatever a body's objects leave behind
-RESTART_PEAK_MB = 256
+RESTART_HELD_MB = 256
 
 Params = tuple[dict[str, Any], bool]
 
@@ -65,8 +65,8 @@ class BodyParser:
             return request_params(body, encoding)
         async with self._lock:
             try:
-                got, peak_mb = await asyncio.wait_for(self._ask(body, encoding), PARSE_TIMEOUT_SEC)
-                if peak_mb > RESTART_PEAK_MB:
+                got, held_mb = await asyncio.wait_for(self._ask(body, encoding), PARSE_TIMEOUT_SEC)
+                if held_mb > RESTART_HELD_MB:
                     await self.close()
                 return got
             except (OSError, EOFError, ValueError, TypeError, KeyError, TimeoutError) as exc:
@@ -87,7 +87,7 @@ class BodyParser:
         if not line.endswith(b"\n"):
             raise EOFError("the parser ended")
         got = json.loads(line)
-        return (dict(got["params"]), got["stream"] is True), float(got["peak_mb"])
+        return (dict(got["params"]), got["stream"] is True), float(got["held_mb"])
 
     async def _child(self) -> asyncio.subprocess.Process:
         if self._proc is not None and self._proc.returncode is None:
@@ -141,7 +141,7 @@ def _serve() -> int:
         body = src.read(int(h["n"]))
         params, stream = request_params(body, h.get("encoding"))
         del body
-        dst.write(json.dumps({"params": params, "stream": stream, "peak_mb": _held_mb()}).encode() + b"\n")
+        dst.write(json.dumps({"params": params, "stream": stream, "held_mb": _held_mb()}).encode() + b"\n")
         dst.flush()
 
 
