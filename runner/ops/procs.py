@@ -6,11 +6,9 @@ it descends from such a process, or its argv equals an expected argv as a whole 
 as the same user). A PID whose identity no longer matches is a recycled PID and is never signalled.
 The current process and all its ancestors are protected and never signalled, alone or by group.
 
-Identity (``ProcIdentity``): PID + start time in clock ticks since boot (``/proc/<pid>/stat`` field
-22) + the boot id. No wall-clock time takes part: a create time in seconds since the epoch (what
-psutil reports) moves when the clock is stepped (NTP, a VM resume), and a live runner would then
-look recycled -- or a recycled PID live. Records written before identities existed carry only a
-create time; they are unverifiable and count as not alive (never signalled, never adopted).
+Identity (``ProcIdentity``, ``runner.procid``): PID + start time in clock ticks since boot
+(``/proc/<pid>/stat`` field 22) + the boot id, no wall-clock time; the rules live there, below every
+reader, and are named here for the operations that use them.
 """
 
 from __future__ import annotations
