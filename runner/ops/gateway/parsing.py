@@ -59,11 +59,12 @@ class BodyParser:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None and self._proc.returncode is None else None
 
-    async def params(self, body: bytes, encoding: str | None) -> Params:
-        """``wire.request_params`` of the body: inline when small, else from the child."""
+    async def params(self, body: bytes, encoding: str | None, turn: asyncio.Lock | None = None) -> Params:
+        """``wire.request_params`` of the body: inline when small, else from the child, once
+        ``turn`` is held (the attempt's own: one of its bodies at a time in the child's queue)."""
         if inline(body, encoding):
             return request_params(body, encoding)
-        async with self._lock:
+        async with turn or contextlib.nullcontext(), self._lock:
             try:
                 got, held_mb = await asyncio.wait_for(self._ask(body, encoding), PARSE_TIMEOUT_SEC)
                 if held_mb > RESTART_HELD_MB:

@@ -48,7 +48,7 @@ from modes import safeio, safetext
 from modes.gateway import REQUEST_ID_HEADER, request_id
 from runner.ops.gateway import attempts as att
 from runner.ops.gateway import parsing
-from runner.ops.gateway.wire import KeyMask, UsageScanner, request_params
+from runner.ops.gateway.wire import KeyMask, UsageScanner
 from runner.results import caps as C
 from runner.results import ledger as L
 from runner.results.tree import ledger_path
@@ -642,12 +642,7 @@ class Gateway:
         self, request: web.BaseRequest, a: Live, row: dict[str, Any], now: float, t0: float
     ) -> web.StreamResponse:
         body = await request.read()
-        encoding = request.headers.get("Content-Encoding")
-        if parsing.inline(body, encoding):
-            params, stream = request_params(body, encoding)
-        else:
-            async with a.parsing:
-                params, stream = await self.parser.params(body, encoding)
+        params, stream = await self.parser.params(body, request.headers.get("Content-Encoding"), a.parsing)
         now = time.time()  # the call goes upstream now, if the attempt still takes it
         late = self._closed(a, now)
         if late is not None:
