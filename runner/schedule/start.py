@@ -112,7 +112,6 @@ def plan_start(out: Path, *, retry: str | None = None) -> StartPlan:
     clean preflight (``runner.schedule.preflight``, the same lines ``marathon run --resume`` and
     ``health --fix`` print). The caller's environment is the one the runner inherits, so that is the
     environment checked."""
-    from runner.ops.procs import Registry
     from runner.schedule.config import read_driver_env, resolve
     from runner.schedule.preflight import RETRY_CONSOLE, PreflightFailed, render, require
 
