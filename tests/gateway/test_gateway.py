@@ -587,6 +587,8 @@ def test_health_finds_a_dead_gateway_that_live_attempts_need_and_fix_restarts_it
     from runner.schedule.health import check, fix
 
     monkeypatch.setenv("MARATHON_DEMO_MODEL_KEY", "scripted-demo-placeholder")
+    canary = "sk-scriptedtest-" + os.urandom(12).hex()  # another key of the operator's shell
+    monkeypatch.setenv("OPENAI_API_KEY", canary)
     out = tmp_path / "out"
     tasks = Path(__file__).resolve().parents[2] / "runner" / "demo" / "tasks"
     cfg = resolve(out, {"tasks_dir": str(tasks), "tasks": ["calc-partial"], "arms": ["plain"],
@@ -602,6 +604,11 @@ def test_health_finds_a_dead_gateway_that_live_attempts_need_and_fix_restarts_it
     Registry(out).register(harbor.pid, "runner", ["marathon", "run", str(out)])
     try:
         st = process.start_detached(out, settings_for(cfg))
+        import psutil
+
+        (scripted,) = psutil.Process(st.pid).children()  # the scripted model: no credential at all
+        env = open(f"/proc/{scripted.pid}/environ", "rb").read()
+        assert canary.encode() not in env and b"MARATHON_DEMO_MODEL_KEY=" not in env
         a = attempts.issue(out, "calc-partial", "plain", "2026-01-01__00-00-00", budget_sec=30)
         attempts.set_harbor(out, a.record.id, harbor.pid)
         issued_by_a_process_that_died(out, "goal")  # no attempt of a dead issuer needs a gateway
@@ -843,6 +850,23 @@ def test_an_attempt_that_floods_its_socket_with_connections_holds_at_most_its_sh
     )
 
 
+def _calls_held(out: Path, provider, timeout: float) -> tuple[attempts.Issued, list[socket.socket]]:
+    """An attempt with ``MAX_CALLS + 2`` streaming calls sent, the provider holding its answers: the
+    first ``MAX_CALLS`` upstream, the two past the cap waiting their turn."""
+    from runner.ops.gateway.server import MAX_CALLS
+
+    a = issue(out)
+    sock = attempts.socket_path(out, a.record.id)
+    held = [send_call(sock, a.token, "stream-wait", timeout) for _ in range(MAX_CALLS + 2)]
+    try:
+        wait_for(lambda: len(provider.seen) == MAX_CALLS or None, 10, "the first calls upstream")
+    except BaseException:
+        for s in held:
+            s.close()
+        raise
+    return a, held
+
+
 def test_an_attempts_calls_in_flight_are_capped_and_the_rest_wait_their_turn(gateway, provider):
     """Found by a probe of the gateway as the agent: 16 calls holding 60 MB bodies open took the
     gateway to 1 GB. One attempt has at most ``MAX_CALLS`` calls in flight; the next ones wait (their
@@ -850,11 +874,8 @@ def test_an_attempts_calls_in_flight_are_capped_and_the_rest_wait_their_turn(gat
     from runner.ops.gateway.server import MAX_CALLS
 
     out, _s, _st = gateway
-    a = issue(out)
-    sock = attempts.socket_path(out, a.record.id)
-    held = [send_call(sock, a.token, "stream-wait", 20) for _ in range(MAX_CALLS + 2)]
+    _a, held = _calls_held(out, provider, 20)
     try:
-        wait_for(lambda: len(provider.seen) == MAX_CALLS or None, 10, "the first calls upstream")
         time.sleep(1.0)  # the two past the cap would reach the provider within milliseconds
         assert len(provider.seen) == MAX_CALLS
         provider.go.set()
@@ -981,11 +1002,8 @@ def test_an_ended_attempts_calls_in_flight_are_cut_and_the_queued_ones_refused(g
     from runner.ops.gateway.server import MAX_CALLS
 
     out, _s, _st = gateway
-    a = issue(out)
-    sock = attempts.socket_path(out, a.record.id)
-    held = [send_call(sock, a.token, "stream-wait", 30) for _ in range(MAX_CALLS + 2)]
+    a, held = _calls_held(out, provider, 30)
     try:
-        wait_for(lambda: len(provider.seen) == MAX_CALLS or None, 10, "the first calls upstream")
         attempts.end(out, a.record.id, "voided")
         answers = [_read_to_end(s) for s in held]
     finally:
