@@ -49,6 +49,7 @@ import gc
 import os
 import stat
 from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 
 from runner.results import ledger_memo, tree
@@ -171,6 +172,11 @@ class RunModel:
     @property
     def current_run(self) -> Run | None:
         return self._runs.current
+
+    @property
+    def run_started(self) -> datetime | None:
+        """When the current run began, restarts that resumed it included (``RunLog.current_started``)."""
+        return self._runs.current_started()
 
     @property
     def n_attempts(self) -> int:

@@ -225,8 +225,8 @@ def projection_of(
                 d["running"].append(math.fsum(x.usd for x in live if x is not None and x.usd is not None))
             elif p.status in (PENDING, ERRORED, VOIDED):
                 d["pending"] += 1
-    run = model.current_run
-    started = run.started.timestamp() if run is not None and run.started is not None else None
+    run_started = model.run_started
+    started = run_started.timestamp() if run_started is not None else None
     elapsed = ((now if now is not None else time.time()) - started) if started is not None else None
     if unpriced:
         return Projection(

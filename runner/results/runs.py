@@ -101,6 +101,17 @@ class RunLog:
                 break
         return frozenset(ids)
 
+    def current_started(self) -> datetime | None:
+        """When the current run began: its first start, not a restart that resumed it. A spend rate
+        taken since a `health --fix` restart put the whole run's spend over minutes (found in a
+        review of the projection)."""
+        started = None
+        for r in reversed(self.runs):
+            started = r.started or started
+            if not r.resumed:
+                break
+        return started
+
     def read(self) -> None:
         """Take in the new lines of events.jsonl (``runner.results.events.EventReader``)."""
         new = self._events.iter_new()  # streamed: a long journal is never held whole

@@ -325,6 +325,31 @@ def test_the_projection_of_a_recorded_tree_equals_a_hand_computation(handmade, t
     )  # a fixed seed: the same tree, the same figures
 
 
+def test_the_rate_is_since_the_run_began_not_since_a_restart_that_resumed_it(handmade, tmp_path):
+    """A runner restarted by `health --fix` is a runner start of its own (``resumed``); the spend
+    rate and the time to the cap were taken since it, so the whole run's spend fell in minutes. The
+    run began at its first start; a fresh start (not resumed) begins another."""
+    out = _model_tree(handmade, tmp_path)
+    _ledger(out)
+    started = 1_796_000_000.0
+    start = {"event": "runner_start", "tasks": [*TASKS, "t15", "t16"], "arms": list(FACTOR),
+             "config": {"model": "hand/model", "prices": [PRICE]}}  # fmt: skip
+    events = out / ".runner" / "events.jsonl"
+    events.parent.mkdir(exist_ok=True)
+    events.write_text(
+        json.dumps({**start, "run_id": "r1", "ts": started}) + "\n"
+        + json.dumps({**start, "run_id": "r2", "ts": started + 3 * 3600, "resumed": True}) + "\n"
+    )  # fmt: skip
+    model = RunModel.load(out)
+    p = projection_of(model, model.money(), "run", cap=2.0, now=started + 4 * 3600)
+    assert p.elapsed_sec == pytest.approx(4 * 3600) and p.rate_per_hour == pytest.approx(p.spent / 4)
+    with events.open("a") as f:
+        f.write(json.dumps({**start, "run_id": "r3", "ts": started + 3.5 * 3600}) + "\n")
+    model = RunModel.load(out)
+    fresh = projection_of(model, model.money(), "run", now=started + 4 * 3600)
+    assert fresh.elapsed_sec == pytest.approx(1800)
+
+
 def test_the_arms_and_the_total_row_summed_in_one_pass_are_each_summary_on_its_own(handmade, tmp_path):
     """`marathon status` sums every arm and the total row in one pass over the cells
     (``arm_summaries``): each is exactly ``arm_summary`` of its own cells, with a ledger, with
