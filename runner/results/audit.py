@@ -119,10 +119,6 @@ def _differences(
     return diffs, lines, differing
 
 
-#: the value of a parameter an arm's calls did not carry, where another arm's did
-NOT_SENT = "(not sent)"
-
-
 def wire_audit(cells: dict[tuple[str, str], Cell], arms: list[str], ledger: L.Ledger) -> dict[str, Any]:
     """The wire fairness audit: per task, the request parameters that decide the model's behaviour
     (``runner.results.ledger.PARAMS``: model, reasoning effort, temperature, top_p, output limit, the
@@ -154,7 +150,7 @@ def wire_audit(cells: dict[tuple[str, str], Cell], arms: list[str], ledger: L.Le
         sent = {k for values in per_arm.values() for k in values}
         for values in per_arm.values():
             for k in sent - values.keys():
-                values[k] = NOT_SENT
+                values[k] = L.NOT_SENT
     diffs, lines, differing = _differences(by_task, labels, arms)
     return {
         "compared": [labels[k] for k in labels if k in seen],

@@ -87,6 +87,9 @@ PARAMS: dict[str, str] = {
     "text_verbosity": "text verbosity",
 }
 TOKENS = ("input", "cached", "output", "reasoning")
+#: the value of a parameter a model call did not carry where another call (of the attempt, or of
+#: another arm: ``runner.results.audit``) did: the provider's default
+NOT_SENT = "(not sent)"
 
 
 #: latencies in milliseconds, at most a century
@@ -432,7 +435,10 @@ class AttemptUsage:
     last_accepted_at: float | None = None
     last_accepted_model_sec: float | None = None
     first_refused_at: float | None = None
+    #: per parameter, the values the attempt's calls sent it with (``NOT_SENT`` among them when one
+    #: of its model calls did not: the provider's default there)
     params: dict[str, set[str]] = field(default_factory=dict)
+    model_calls: int = 0  # forwarded calls that named a model (the calls ``params`` is about)
     #: the tokens by what prices them (``PriceKey``): summed per key, priced by
     #: ``runner.results.prices`` (each key's rates once, never per call)
     by_price: dict[PriceKey, list[int]] = field(default_factory=dict)
@@ -470,13 +476,20 @@ class AttemptUsage:
         params = self.params
         for k, v in c.params:
             if (vals := params.get(k)) is None:
-                params[k] = {v}
+                params[k] = {v} if not self.model_calls else {v, NOT_SENT}  # earlier calls left it out
             else:
                 vals.add(v)
             if k == "model":
                 model = v
             elif k == "service_tier":
                 tier = v
+        if model is not None:  # a model call: a parameter earlier ones sent and this one did not
+            self.model_calls += 1
+            if len(params) > len(c.params):
+                sent = dict(c.params)
+                for k, vals in params.items():
+                    if k not in sent:
+                        vals.add(NOT_SENT)
         if (u := c.usage) is not None:
             self.with_usage += 1
             self.input += u[0]

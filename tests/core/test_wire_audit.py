@@ -29,7 +29,8 @@ def tree(handmade, tmp_path):
 
 def _ledger(out, **changes: dict) -> None:
     """One forwarded call per done cell of the hand-made tree; ``changes={"heartbeat/t05": {...}}``
-    alters that cell's row (its ``params`` or ``usage`` merged in)."""
+    alters that cell's row (its ``params`` or ``usage`` merged in), or adds calls after it
+    (``extra``: the whole ``params`` of each)."""
     w = LedgerWriter(gateway_dir(out) / "ledger.jsonl")
     at = 1.7e9
     for task in TASKS:
@@ -44,6 +45,15 @@ def _ledger(out, **changes: dict) -> None:
                 "first_byte_ms": 12.5, "total_ms": 80.0,
             })  # fmt: skip
             at += 1
+            for i, params in enumerate(ch.get("extra", ()), 2):
+                w.write({
+                    "kind": L.CALL, "v": L.SCHEMA, "at": at, "gateway": "g1", "host": None,
+                    "attempt": f"a-{arm}-{task}", "task": task, "arm": arm, "stamp": STAMP,
+                    "method": "POST", "path": "/v1/responses", "request_id": f"a-{arm}-{task}.{i}",
+                    "params": params, "model_time_sec": 1.0, "outcome": L.OK, "status": 200,
+                    "usage": USAGE, "first_byte_ms": 12.5, "total_ms": 80.0,
+                })  # fmt: skip
+                at += 1
     w.close()
 
 
@@ -108,6 +118,21 @@ def test_a_parameter_only_one_arm_sent_is_a_red_line(tree):
     ]
     (d,) = wire["differences"]
     assert d["values"] == {"plain": "(not sent)", "goal": "(not sent)", "heartbeat": "0.2"}
+
+
+def test_a_parameter_an_arm_sent_on_some_calls_only_is_a_red_line(tree):
+    """Left over from a probe: an arm that sent its reasoning effort on its first call and not on
+    the next (the provider's default there) had the value of the calls that carried it, equal to
+    the other arms'. A call without a model (not a model call) is not one that left it out."""
+    write_receipts(tree)
+    bare = {"model": PARAMS["model"], "tools_sha256": PARAMS["tools_sha256"]}
+    _ledger(tree, **{"heartbeat/t05": {"extra": [bare]}, "goal/t05": {"extra": [PARAMS, {}]}})
+    wire = _report(tree)["audit"]["wire"]
+    assert wire["lines"] == [
+        "arms sent the model different reasoning effort (plain, goal \u2260 heartbeat; task t05)"
+    ]
+    (d,) = wire["differences"]
+    assert d["values"] == {"plain": "high", "goal": "high", "heartbeat": "(not sent) | high"}
 
 
 def test_a_receipt_that_under_reports_its_tokens_is_flagged(tree):
