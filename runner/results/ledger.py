@@ -751,6 +751,19 @@ def read_outages(out: Path | str) -> list[Outage]:
     return found
 
 
+def live_at_deaths(out: Path | str, attempts: Iterable[tuple[str, str, str]]) -> dict[str, int]:
+    """Per arm, how many of ``attempts`` (task, arm, stamp) were live at a gateway found dead: the
+    calls they had in flight then never reached the ledger (a process killed writes no line), so
+    the spend is a lower bound by those (the money section says so)."""
+    dead = {k for o in read_outages(out) for k in o.attempts}
+    found: dict[str, int] = {}
+    if dead:
+        for k in dict.fromkeys(attempts):
+            if k in dead:
+                found[k[1]] = found.get(k[1], 0) + 1
+    return found
+
+
 def outage_of(out: Path | str, task: str, arm: str, stamp: str) -> Outage | None:
     """The gateway outage the attempt was live through (the first), or None."""
     return next((o for o in read_outages(out) if (task, arm, stamp) in o.attempts), None)

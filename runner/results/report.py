@@ -43,6 +43,7 @@ from runner.results.alarms import (
 )
 from runner.results.attempts import DONE, ERRORED, STATUSES, VOIDED, Key
 from runner.results.cells import Cell, scored_values
+from runner.results.ledger import live_at_deaths
 from runner.results.model import RunModel
 from runner.results.prices import Money, add_costs
 
@@ -617,6 +618,9 @@ def build_report(
         "infrastructure": infrastructure(cells, arms),
         "provider_errors": provider_errors(cells, arms, model.ledger),
         "provider_outages": provider_outages(cells, arms, model.ledger, model.out),
+        "gateway_deaths": live_at_deaths(
+            model.out, ((a.task, a.arm, a.stamp) for c in cells.values() for a in c.attempts)
+        ),
         "audit": full_audit(cells, arms, model),
         "reconciliation": reconciliation(cells, arms, model, money),
         "prices": {**money.pricer.source(), "line": money.pricer.source_line()},
@@ -653,6 +657,8 @@ def build_report(
             "provider_outages": f"scored attempts whose calls the provider failed for {PROVIDER_DOWN_SEC:.0f} s "
             "or more (from a failed call to the next answered one; a request the harness got wrong, a 400, "
             "is not an outage): flagged, never voided by the report",
+            "gateway_deaths": "per arm, attempts live at a model gateway found dead (outages.jsonl): the "
+            "calls they had in flight have no ledger line, so the ledger's spend is a lower bound by those",
             "power": "per pair and measure: MDE and tasks needed (runner.results.power)",
             "suspect": f"{suspect.LABEL}: counted as any task unless suspect_excluded (the other reading)",
             **({"repeats": REPEATS_NOTE} if repeats > 1 else {}),
@@ -937,6 +943,7 @@ def cost_lines(rep: dict[str, Any]) -> tuple[list[str], list[str]]:
             f"spend {_money_text(s['ledger_spend_usd'])} (every attempt)"
             + (f"; unpriced: {'; '.join(s['cost_unpriced'])}" if s.get("cost_unpriced") else "")
             + (f"; {n} {UNMETERED}" if (n := s.get("ledger_unmetered_calls")) else "")
+            + (f"; {n} {GATEWAY_DIED}" if (n := (rep.get("gateway_deaths") or {}).get(a)) else "")
         )
     rec = rep.get("reconciliation") or {}
     if rec.get("arms") and not rec.get("arm_lines"):
@@ -948,6 +955,12 @@ def cost_lines(rep: dict[str, Any]) -> tuple[list[str], list[str]]:
 UNMETERED = (
     "call(s) cut before the provider's usage arrived (the client or the deadline ended them): the "
     "provider may bill their tokens, which no figure here counts; the spend is a lower bound by those"
+)
+
+#: what the money section says of an arm's attempts that were live when their gateway died
+GATEWAY_DIED = (
+    "attempt(s) live when their model gateway died: the calls they had in flight then have no ledger "
+    "line; the spend is a lower bound by those"
 )
 
 #: what a flagged line of the money section says before its arm's figures

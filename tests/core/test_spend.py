@@ -237,6 +237,29 @@ def test_calls_cut_before_their_usage_are_counted_as_unmetered_never_as_free(han
     assert "heartbeat: cost $0.4500 (scored attempts), spend $0.5000 (every attempt)\n" in md
 
 
+def test_attempts_live_at_a_dead_gateway_make_the_spend_a_lower_bound(handmade, tmp_path):
+    """A gateway killed (SIGKILL, OOM) writes no line for the calls it had in flight: those attempts'
+    spend is short by them, which the money section says per arm from the outage the restarter
+    recorded (``record_outage``, the runner's and `health --fix`'s writer)."""
+    from runner.ops.gateway.attempts import AttemptRecord
+    from runner.ops.gateway.process import GatewayState, record_outage
+
+    out = _model_tree(handmade, tmp_path)
+    _ledger(out)
+    state = dict(out=str(out), start_ticks=1, boot_id="b", instance="g", host=None, upstream="u", key_var="K")
+    old = GatewayState(pid=10, started=1.7e9, at=1.7e9 + 60, **state)
+    new = GatewayState(pid=11, started=1.7e9 + 90, at=1.7e9 + 90, **state)
+    live = [AttemptRecord(id=f"a{i}", token_sha256="0" * 64, task=t, arm="goal", stamp=STAMP) for i, t in
+            enumerate(("t02", "t03"))] + [AttemptRecord(id="x", token_sha256="1" * 64, task="t99", arm="plain",
+                                                         stamp=STAMP)]  # fmt: skip
+    record_outage(out, None, old, 1.7e9 + 80, new, "runner", live)
+    rep = build_report(RunModel.load(out), prices=[PRICE])
+    assert rep["gateway_deaths"] == {"goal": 2}  # t99 is no attempt of the tree
+    md = render(rep, "md")
+    assert "goal: cost $0.3000 (scored attempts), spend $0.3000 (every attempt); 2 attempt(s) live when" in md
+    assert "plain: cost $0.1500 (scored attempts), spend $0.1700 (every attempt)\n" in md
+
+
 def test_harbors_own_figures_are_reconciled_per_arm_naming_the_attempts(handmade, tmp_path):
     out = _model_tree(handmade, tmp_path)
     # plain's calls say what harbor says (100 in, 10 out, $0.01 at 50/0/500 per million); the other
