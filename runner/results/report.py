@@ -41,7 +41,7 @@ from runner.results.alarms import (
     provider_errors,
     provider_outages,
 )
-from runner.results.attempts import DONE, ERRORED, STATUSES, VOIDED, Key
+from runner.results.attempts import DONE, ERRORED, LEDGER, STATUSES, VOIDED, Key
 from runner.results.cells import Cell, scored_values
 from runner.results.ledger import live_at_deaths
 from runner.results.model import RunModel
@@ -117,14 +117,30 @@ def spend(c: Cell) -> tuple[float | None, int | None, int | None]:
     if len(atts) == 1 and len(atts[0].trials) == 1 and not atts[0].voided_trials:
         # the usual pair: one attempt of one trial (sum() of one value is the value)
         (t,) = atts[0].trials.values()
-        return t.cost_usd, t.n_input_tokens, t.n_output_tokens
+        if atts[0].figures.tokens_source != LEDGER:
+            return t.cost_usd, t.n_input_tokens, t.n_output_tokens
     recs = [t for a in atts for t in (*a.trials.values(), *(v.record for v in a.voided_trials.values()))]
 
-    def total(field: str):
+    def total(field: str, recs: list = recs):
         vals = [v for t in recs if (v := getattr(t, field)) is not None]
         return sum(vals) if vals else None
 
-    return total("cost_usd"), total("n_input_tokens"), total("n_output_tokens")
+    # tokens as the cells count them: the ledger's for an attempt it has (every call of the attempt,
+    # its voided trials' too), else what harbor read from the agent's logs (a probe found a spend
+    # below the cost: harbor's tokens here, the ledger's in the cells)
+    tokens: list[tuple[int | None, int | None]] = []
+    for a in atts:
+        if a.figures.tokens_source == LEDGER:
+            tokens.append((a.figures.n_input_tokens, a.figures.n_output_tokens))
+        else:
+            own = [*a.trials.values(), *(v.record for v in a.voided_trials.values())]
+            tokens.append((total("n_input_tokens", own), total("n_output_tokens", own)))
+
+    def tsum(i: int) -> int | None:
+        vals = [v[i] for v in tokens if v[i] is not None]
+        return sum(vals) if vals else None
+
+    return total("cost_usd"), tsum(0), tsum(1)
 
 
 def _scored(c: Cell, field: str):
