@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -297,6 +298,8 @@ class TreeSnapshot:
     #: every value was read or checked against its files (False: the first paint's values, taken
     #: from the scan index unchecked; ``TreeFeed.load``)
     checked: bool = True
+    #: the run's span, its first start to its exit (``RunModel.run_span``): what its rates are over
+    run_span: tuple[datetime | None, datetime | None] = (None, None)
 
 
 @dataclass(frozen=True)
@@ -490,7 +493,7 @@ class TreeFeed:
         return TreeSnapshot(
             cells, changed is None, tasks, arms, summary, alarm, tuple(notes), time.time(), history,
             tuple(m.host_use()), suspect_tasks(scoped, arms, tasks), spend,
-            self._projection if money.exists else None, m.checked,
+            self._projection if money.exists else None, m.checked, m.run_span,
         )  # fmt: skip
 
 

@@ -444,19 +444,26 @@ def clock(at: float | None) -> str:
 
 
 def progress_text(
-    info: RunnerInfo | None, spend_usd: float | None, spend_tokens: int | None, now: float
+    info: RunnerInfo | None,
+    spend_usd: float | None,
+    spend_tokens: int | None,
+    now: float,
+    span: tuple = (None, None),
 ) -> str:
-    """The top bar's run figures: pairs done, elapsed, ETA at the current concurrency, spend per hour."""
+    """The top bar's run figures: pairs done, elapsed, ETA at the current concurrency, spend per hour.
+    Elapsed and the rates are over the run's ``span`` (``RunModel.run_span``, as `marathon status`
+    takes them), the runner's own clock when the tree has no span yet."""
     if info is None or info.progress.started_at is None:
         return ""
     p = info.progress
-    parts = [f"{p.done}/{p.total} {p.unit}", f"elapsed {duration(p.elapsed_sec(now))}"]
+    from runner.results.run_progress import per_hour
+    from runner.results.runs import span_sec
+
+    elapsed = span_sec(span, now) if span[0] is not None else p.elapsed_sec(now)
+    parts = [f"{p.done}/{p.total} {p.unit}", f"elapsed {duration(elapsed)}"]
     if p.end is None:
         eta = p.eta_sec()
         parts.append(f"ETA {duration(eta)}" if eta is not None else "ETA -")
-    from runner.results.run_progress import per_hour
-
-    elapsed = p.elapsed_sec(now)
     usd, tok = per_hour(spend_usd, elapsed), per_hour(spend_tokens, elapsed)
     if usd is not None or tok is not None:
         parts.append(f"{count(tok)} tok/h {money(usd)}/h")

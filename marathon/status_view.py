@@ -51,7 +51,9 @@ def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | N
         "reading": OTHER_READING if exclude_flagged else HEADLINE,
         "exclude_flagged": exclude_flagged,
         "run_id": model.run_id,
-        "run_started": _iso(model.current_run.started) if model.current_run else None,
+        # the run's span: from its first start (a restart that resumed it goes on with it) to its exit
+        "run_started": _iso(model.run_span[0]),
+        "run_ended": _iso(model.run_span[1]),
         "arms": arms,
         "per_arm": per_arm,
         "total": total,
@@ -90,7 +92,8 @@ def render(d: dict) -> str:
 
     head = f"marathon status {clean(d['out'], None)}"
     if d["scope"] == "run":
-        head += f"  run {clean(d['run_id'])} (started {d['run_started'] or '?'})"
+        ended = f", ended {d['run_ended']}" if d.get("run_ended") else ""
+        head += f"  run {clean(d['run_id'])} (started {d['run_started'] or '?'}{ended})"
         unit = "repeats" if d.get("repeats", 1) > 1 else "pairs"
         head += f"; all time: {d['all_time_done']}/{d['all_time_pairs']} {unit} done"
     else:

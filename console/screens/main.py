@@ -67,6 +67,7 @@ class MainScreen(Screen):
         self.summary: dict[str, ArmSummary] = {}
         self.spend: dict[Key, CellSpend] = {}  # the cells' spend on the gateway's ledger, live
         self.projection: Projection | None = None  # the run's spend projected (the feed's, throttled)
+        self.run_span: tuple = (None, None)  # the run's first start and exit (its rates are over it)
         self.notes: tuple[str, ...] = ()
         self.suspect: dict[str, str] = {}  # task -> evidence: every arm failed it alike
         self.scanned_at: float | None = None
@@ -152,6 +153,7 @@ class MainScreen(Screen):
         self.tasks, self.arms = list(snap.tasks), list(snap.arms)
         self.summary, self.notes = dict(snap.summary), snap.notes
         self.projection = snap.projection
+        self.run_span = snap.run_span
         if dict(snap.suspect) != self.suspect:  # the marks are in the row labels: rebuild
             self.suspect = dict(snap.suspect)
             self._rebuild = True
@@ -344,7 +346,7 @@ class MainScreen(Screen):
             sum((s.spend_input_tokens or 0) + (s.spend_output_tokens or 0) for s in self.summary.values())
             or None
         )
-        run = view.progress_text(self.info, spend_usd, spend_tok, now)
+        run = view.progress_text(self.info, spend_usd, spend_tok, now, self.run_span)
         live = view.arms_spend_text(self.summary, self.projection)  # the gateway's ledger, as its lines land
         run = " · ".join(x for x in (run, live) if x)
         t = Text(f"marathon {view.clean(self.out.name, 60)}", style="bold")

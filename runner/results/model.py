@@ -174,9 +174,10 @@ class RunModel:
         return self._runs.current
 
     @property
-    def run_started(self) -> datetime | None:
-        """When the current run began, restarts that resumed it included (``RunLog.current_started``)."""
-        return self._runs.current_started()
+    def run_span(self) -> tuple[datetime | None, datetime | None]:
+        """When the current run began (restarts that resumed it included) and ended (its last
+        runner's exit; None while it runs): ``RunLog.current_span``."""
+        return self._runs.current_span()
 
     @property
     def n_attempts(self) -> int:

@@ -32,6 +32,7 @@ import numpy as np
 
 from runner.results import stats
 from runner.results.attempts import DONE, ERRORED, PENDING, RUNNING, VOIDED
+from runner.results.runs import span_sec
 
 #: fewer done attempts than this give a projection but no interval
 MIN_FOR_INTERVAL = 2
@@ -225,9 +226,7 @@ def projection_of(
                 d["running"].append(math.fsum(x.usd for x in live if x is not None and x.usd is not None))
             elif p.status in (PENDING, ERRORED, VOIDED):
                 d["pending"] += 1
-    run_started = model.run_started
-    started = run_started.timestamp() if run_started is not None else None
-    elapsed = ((now if now is not None else time.time()) - started) if started is not None else None
+    elapsed = span_sec(model.run_span, now if now is not None else time.time())
     if unpriced:
         return Projection(
             None, None, None, None, cap=cap, unpriced=tuple(dict.fromkeys(unpriced)), elapsed_sec=elapsed

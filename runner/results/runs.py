@@ -34,6 +34,7 @@ class Run:
     model: str | None = None  # the run's ``--model`` (prices a ledger call whose request named none)
     prices: tuple[str, ...] = ()  # the run's ``--price`` items (``runner.results.prices``)
     resumed: bool = False  # a restart of the run before it (``--resume``, ``health --fix``, the console)
+    ended: datetime | None = None  # its ``runner_exit`` (None: running, or killed without one)
 
 
 def _ts(v: Any) -> datetime | None:
@@ -77,6 +78,15 @@ def _strs(v: Any) -> tuple[str, ...]:
     return ()
 
 
+def span_sec(span: tuple[datetime | None, datetime | None], now: float) -> float | None:
+    """The seconds of a run's span (``RunLog.current_span``) so far: to its end, or to ``now`` while
+    it runs; None before it began."""
+    started, ended = span
+    if started is None:
+        return None
+    return max(0.0, (ended.timestamp() if ended is not None else now) - started.timestamp())
+
+
 class RunLog:
     """The runner starts of one tree and the attempts its events name; fed the journal's new lines."""
 
@@ -101,16 +111,17 @@ class RunLog:
                 break
         return frozenset(ids)
 
-    def current_started(self) -> datetime | None:
-        """When the current run began: its first start, not a restart that resumed it. A spend rate
-        taken since a `health --fix` restart put the whole run's spend over minutes (found in a
-        review of the projection)."""
+    def current_span(self) -> tuple[datetime | None, datetime | None]:
+        """When the current run began and, once its runner exited, when it ended: from its first
+        start (not a restart that resumed it) to the last runner's exit. Every rate of the run is
+        over this span (``span_sec``): a rate since a `health --fix` restart put the whole run's spend
+        over minutes, and one to "now" after the run ended kept falling (both found by probes)."""
         started = None
         for r in reversed(self.runs):
             started = r.started or started
             if not r.resumed:
                 break
-        return started
+        return started, (self.runs[-1].ended if self.runs else None)
 
     def read(self) -> None:
         """Take in the new lines of events.jsonl (``runner.results.events.EventReader``)."""
@@ -140,6 +151,12 @@ class RunLog:
                     resumed=ev.get("resumed") is True,
                 )
             )
+            return
+        if ev["event"] == EventKind.RUNNER_EXIT:
+            for i in range(len(self.runs) - 1, -1, -1):
+                if self.runs[i].run_id == run_id:
+                    self.runs[i] = replace(self.runs[i], ended=_ts(ev.get("ts")))
+                    break
             return
         task, stamp = ev.get("task"), ev.get("stamp")
         arm = ev.get("arm_dir") or ev.get("arm")

@@ -94,3 +94,24 @@ def test_spend_per_arm_and_per_cell_follows_the_ledger_as_its_lines_land(mini_tr
                 w.close()
 
     run_async(go)
+
+
+def test_the_top_bars_rates_are_over_the_runs_span_as_status_takes_them():
+    """Found by a probe: the top bar took its $/h and tok/h since the last runner start and up to its
+    exit, `marathon status` since that start and up to now, so the two read $40/h and $30/h of one
+    finished run. Both are over the run's span (``RunModel.run_span``: its first start, a restart
+    that resumed it included, to its exit)."""
+    from datetime import UTC, datetime
+
+    from console.feeds import RunnerInfo
+    from console.view import progress_text
+    from runner.results.run_progress import RunEnd, RunProgress
+
+    t0 = 1_796_000_000.0
+    restart = RunProgress(started_at=t0 + 3 * 3600, end=RunEnd("done", 4, 4, t0 + 5 * 3600))
+    info = RunnerInfo(alive=False, progress=restart)
+    span = (datetime.fromtimestamp(t0, UTC), datetime.fromtimestamp(t0 + 5 * 3600, UTC))
+    text = progress_text(info, 10.0, 500_000, t0 + 9 * 3600, span)
+    assert "elapsed 5h00 " in text and f"{money(2.0)}/h" in text, text
+    # a tree without a span yet (no runner start read): the runner's own clock, as before
+    assert "elapsed 2h00 " in progress_text(info, 10.0, 500_000, t0 + 9 * 3600)

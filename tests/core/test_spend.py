@@ -260,6 +260,28 @@ def test_attempts_live_at_a_dead_gateway_make_the_spend_a_lower_bound(handmade, 
     assert "plain: cost $0.1500 (scored attempts), spend $0.1700 (every attempt)\n" in md
 
 
+def test_the_spend_tokens_are_the_ledgers_where_the_cells_tokens_are(handmade, tmp_path):
+    """Found by a probe: a cell's tokens came from the ledger and its spend tokens (every attempt)
+    from harbor's reading of the agent's logs, so on the demo an arm's spend was below its cost.
+    Every attempt the ledger has counts its ledger tokens, one it lacks harbor's."""
+    out = _model_tree(handmade, tmp_path)
+    _ledger(out)
+    rep = build_report(RunModel.load(out), prices=[PRICE])
+    for i, task in enumerate(TASKS):
+        for arm, f in FACTOR.items():
+            c = rep["cells"][task][arm]
+            if c["status"] != "done" or (task, arm) in (("t00", "heartbeat"), ("t01", "plain")):
+                continue
+            assert c["tokens_source"] == "ledger", (task, arm)
+            assert (c["spend_input_tokens"], c["spend_output_tokens"]) == (1000 * (i + 2) * f, 100 * f)
+            assert (c["n_input_tokens"], c["n_output_tokens"]) == (1000 * (i + 2) * f, 100 * f)
+    # t00 x heartbeat: its done attempt and its errored one (EARLY: 40,000 + 1,000 on the ledger)
+    hb = rep["cells"]["t00"]["heartbeat"]
+    assert hb["spend_input_tokens"] == hb["n_input_tokens"] + 40_000
+    for arm, s in rep["arm_summary"].items():
+        assert s["spend_input_tokens"] >= s["n_input_tokens"], arm
+
+
 def test_harbors_own_figures_are_reconciled_per_arm_naming_the_attempts(handmade, tmp_path):
     out = _model_tree(handmade, tmp_path)
     # plain's calls say what harbor says (100 in, 10 out, $0.01 at 50/0/500 per million); the other
@@ -348,10 +370,10 @@ def test_the_projection_of_a_recorded_tree_equals_a_hand_computation(handmade, t
     )  # a fixed seed: the same tree, the same figures
 
 
-def test_the_rate_is_since_the_run_began_not_since_a_restart_that_resumed_it(handmade, tmp_path):
+def test_the_rate_is_over_the_runs_span_from_its_first_start_to_its_exit(handmade, tmp_path):
     """A runner restarted by `health --fix` is a runner start of its own (``resumed``); the spend
     rate and the time to the cap were taken since it, so the whole run's spend fell in minutes. The
-    run began at its first start; a fresh start (not resumed) begins another."""
+    run began at its first start (a fresh start, not resumed, begins another) and ends at its exit."""
     out = _model_tree(handmade, tmp_path)
     _ledger(out)
     started = 1_796_000_000.0
@@ -366,6 +388,13 @@ def test_the_rate_is_since_the_run_began_not_since_a_restart_that_resumed_it(han
     model = RunModel.load(out)
     p = projection_of(model, model.money(), "run", cap=2.0, now=started + 4 * 3600)
     assert p.elapsed_sec == pytest.approx(4 * 3600) and p.rate_per_hour == pytest.approx(p.spent / 4)
+    # a run that ended: its rate is over its span, not to whenever `status` is asked (a probe's fell
+    # from $40/h to $30/h in four minutes after the run)
+    with events.open("a") as f:
+        f.write(json.dumps({"event": "runner_exit", "run_id": "r2", "ts": started + 5 * 3600}) + "\n")
+    model = RunModel.load(out)
+    for now in (started + 6 * 3600, started + 60 * 3600):
+        assert projection_of(model, model.money(), "run", now=now).elapsed_sec == pytest.approx(5 * 3600)
     with events.open("a") as f:
         f.write(json.dumps({**start, "run_id": "r3", "ts": started + 3.5 * 3600}) + "\n")
     model = RunModel.load(out)
