@@ -45,9 +45,12 @@ class CellMatrix:
     def scoped(self, scope: str = "run") -> dict[Key, Cell]:
         """Cells counted in the current run (``"run"``) or over all time (``"all"``).
 
-        In the run scope a cell sees only the attempts of the current run (its last runner start and
-        the starts that one resumed: ``RunLog.current_ids``); the pairs are those the runner planned
-        (its ``runner_start`` event's tasks x arms) plus any it ran. Without any runner start
+        The run scope is the pairs the current run planned (its last ``runner_start``'s tasks x
+        arms) plus any it ran (its starts: ``RunLog.current_ids``), each cell as the runner reads it:
+        every attempt of the pair in the tree. A runner skips a pair some earlier start finished
+        (``scan.pair_done``), so a cell that counted only the current run's attempts stayed pending
+        for ever while the runner, `health` and its exit said done (found by a probe: a second
+        `marathon demo` on a finished tree showed every arm at 0 done). Without any runner start
         recorded, the run scope is all time.
         """
         if scope == "all" or not self.run_log.runs:
@@ -58,19 +61,8 @@ class CellMatrix:
         run = self.run_log.runs[-1]
         ids = self.run_log.current_ids()
         keys: set[Key] = {(t, a) for t in run.tasks for a in run.arms}
-        per: dict[Key, list[Attempt]] = {}
-        for att in self.scan.attempts.values():
-            if att.run_id in ids:
-                per.setdefault((att.task, att.arm), []).append(att)
-                keys.add((att.task, att.arm))
-        k_rep = self.repeats
-        scored = {a.task for atts in per.values() for a in atts if partial_scored(a)}
-        cells = {
-            k: build_pair_cell(
-                k[0], k[1], per.get(k, ()), self.scan.claimed.get(k, ()), k_rep, k[0] in scored
-            )
-            for k in sorted(keys)
-        }
+        keys.update((att.task, att.arm) for att in self.scan.attempts.values() if att.run_id in ids)
+        cells = {k: self.cells[k] for k in sorted(keys) if k in self.cells}
         self._scoped_cache[scope] = cells
         return cells
 

@@ -12,7 +12,7 @@ from treefix import verifier_wrote
 
 from marathon import cli
 from runner.results import scan, tree
-from runner.results.attempts import DONE, ERRORED, PENDING, RUNNING, VOIDED
+from runner.results.attempts import DONE, ERRORED, RUNNING, VOIDED
 from runner.results.model import RunModel
 
 LATER = "20991231T235959Z"  # a stamp later than any real run's
@@ -214,7 +214,10 @@ def test_voided_trials_show_as_voided_attempts_with_their_reason(tree_copy):
 
 
 def test_counts_are_scoped_to_the_current_run_by_stamps_and_events_never_mtimes(tree_copy):
-    clone(tree_copy, "calc-partial", "nop", stamp="20991231T235900Z")
+    """The run scope is the pairs the current run planned, read as its runner reads them (every
+    attempt in the tree: it skips a pair an earlier start finished), plus the pairs it ran; which
+    run ran an attempt is told by its job event or its stamp, never by file times."""
+    clone(tree_copy, "calc-partial", "crash", stamp="20991231T235900Z")  # run by r2 (its stamp)
     events = tree.events_path(tree_copy)
     events.parent.mkdir()
     lines = [
@@ -231,18 +234,18 @@ def test_counts_are_scoped_to_the_current_run_by_stamps_and_events_never_mtimes(
     m = RunModel.load(tree_copy)
     run = m.scoped("run")
     assert m.run_id == "r2"
-    assert set(run) == {("calc-partial", "nop"), ("two-stage", "nop")}
-    assert run[("calc-partial", "nop")].status == DONE and run[("two-stage", "nop")].status == PENDING
-    assert m.scoped("all")[("two-stage", "nop")].status == DONE
+    assert set(run) == {("calc-partial", "nop"), ("two-stage", "nop"), ("calc-partial", "crash")}
+    # the planned pairs r1 finished are done in r2's scope, as r2's runner counted them (it ran neither)
+    assert run[("calc-partial", "nop")].status == DONE and run[("two-stage", "nop")].status == DONE
+    assert all(run[k] == m.scoped("all")[k] for k in run)
     # file times say nothing: push every mtime far into the future and the past
     for i, (dirpath, dirnames, filenames) in enumerate(os.walk(tree_copy)):
         for n in dirnames + filenames:
             t = 4102444800 if i % 2 else 946684800
             os.utime(os.path.join(dirpath, n), (t, t))
-    assert {k: c.status for k, c in RunModel.load(tree_copy).scoped("run").items()} == {
-        k: c.status for k, c in run.items()
-    }
-    # an explicit job event wins over the stamp's time; a new runner start re-scopes on update
+    # (the pairs in scope, not their statuses: the tamper rule reads the verifier files' own times)
+    assert set(RunModel.load(tree_copy).scoped("run")) == set(run)
+    # an explicit job event wins over the stamp's time: r1 ran that attempt, so r2 ran no crash pair
     with events.open("a") as f:
         f.write(
             json.dumps(
@@ -251,29 +254,31 @@ def test_counts_are_scoped_to_the_current_run_by_stamps_and_events_never_mtimes(
                     "event": "job_start",
                     "run_id": "r1",
                     "task": "calc-partial",
-                    "arm": "nop",
+                    "arm": "crash",
                     "stamp": "20991231T235900Z",
                 }
             )
             + "\n"
         )
     m.update([events])
-    assert m.scoped("run")[("calc-partial", "nop")].status == PENDING
+    assert set(m.scoped("run")) == {("calc-partial", "nop"), ("two-stage", "nop")}
 
 
 def test_a_resumed_run_counts_what_it_resumed(tree_copy):
     """Found by a probe: after a runner killed and restarted (``health --fix``: a runner start of its
     own, ``resumed``), the run scope counted the restart's attempts only, so the pairs its
     predecessor finished read as pending and the means were over the rest. A resumed start goes on
-    with the run it resumed; a fresh start (not ``resumed``) begins another."""
+    with the run it resumed (the pairs its starts ran are in it, planned again or not); a fresh
+    start (not ``resumed``) begins another: its plan, read as its runner reads it."""
     clone(tree_copy, "two-stage", "nop", stamp="20991231T235930Z")
     events = tree.events_path(tree_copy)
     events.parent.mkdir()
     plan = {"tasks": ["calc-partial", "two-stage"], "arms": ["nop"]}
+    rest = {"tasks": ["two-stage"], "arms": ["nop"]}
     lines = [
         {"ts": "2000-01-01T00:00:00Z", "event": "runner_start", "run_id": "r0", **plan},
         {"ts": "2099-12-31T23:58:00Z", "event": "runner_start", "run_id": "r1", **plan},
-        {"ts": "2099-12-31T23:59:00Z", "event": "runner_start", "run_id": "r2", "resumed": True, **plan},
+        {"ts": "2099-12-31T23:59:00Z", "event": "runner_start", "run_id": "r2", "resumed": True, **rest},
         {"ts": 1, "event": "job_start", "run_id": "r1", "task": "calc-partial", "arm": "nop",
          "stamp": attempt_dir(tree_copy, "calc-partial", "nop").name},
     ]  # fmt: skip
@@ -285,13 +290,13 @@ def test_a_resumed_run_counts_what_it_resumed(tree_copy):
         ("calc-partial", "nop"): DONE,
         ("two-stage", "nop"): DONE,
     }
-    # a fresh start after them is another run: nothing of it done yet
+    # a fresh start after them is another run: its plan alone (two-stage, done as its runner reads it)
     with events.open("a") as f:
         f.write(
-            json.dumps({"ts": "2099-12-31T23:59:50Z", "event": "runner_start", "run_id": "r3", **plan}) + "\n"
+            json.dumps({"ts": "2099-12-31T23:59:50Z", "event": "runner_start", "run_id": "r3", **rest}) + "\n"
         )
     m.update([events])
-    assert {c.status for c in m.scoped("run").values()} == {PENDING}
+    assert {k: c.status for k, c in m.scoped("run").items()} == {("two-stage", "nop"): DONE}
 
 
 def test_a_new_attempt_is_followed_file_by_file(tree_copy):
