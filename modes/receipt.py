@@ -127,6 +127,8 @@ SETUP_PATHS: dict[str, tuple[str, ...]] = {
     "goal_timeout_sec": ("goal_timeout_sec",),
     "agent_timeout_sec": ("extra", "harbor_agent_timeout_sec"),
     "image_digest": ("image_digest",),
+    "loopx_version": ("extra", "loopx", "profile", "loopx"),
+    "node_version": ("extra", "loopx", "profile", "node"),
 }
 #: a setup fact is compared as text, at most this long
 SETUP_CAP = 200

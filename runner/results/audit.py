@@ -34,7 +34,21 @@ LABELS = {
     "goal_timeout_sec": "GOAL_TIMEOUT_SEC deadline",
     "agent_timeout_sec": "harbor agent timeout",
     "image_digest": "image digest",
+    "loopx_version": "LoopX version",
+    "node_version": "LoopX's node version",
 }
+#: Facts that are the run's, not a task's: the same for every scored attempt of every task and arm
+#: that records them. A resume with another ``--model`` or ``--goal-timeout-sec``, or after an
+#: upgrade that changed codex or LoopX, made the rest of the run under other conditions, and the
+#: audit (arms against arms, task by task) passed it: both arms of a task changed together (found
+#: by a probe). Not here: the image digest and harbor's agent timeout (a task's own), and the
+#: budget (clamped per trial by a long preparation: the task's audit line says so).
+RUN_WIDE = (
+    "codex_version", "codex_in_container", "codex_sha256", "transport", "user", "credential", "model",
+    "goal_timeout_sec", "loopx_version", "node_version",
+)  # fmt: skip
+#: at most this many cells named per value of a run-wide fact that changed
+NAMED = 3
 #: Facts that ``modes/`` declares may differ between arms. Every arm drives the same codex over the
 #: same transport with the same model, credentials and budget (modes/profiles.py), so none is.
 DECLARED: frozenset[str] = frozenset()
@@ -77,13 +91,50 @@ def audit(cells: dict[tuple[str, str], Cell], arms: list[str]) -> dict[str, Any]
     labels = {k: v for k, v in LABELS.items() if k not in DECLARED}
     diffs, lines, differing = _differences(by_task, labels, arms)
     lines = [f"arms differ in: {t}" for t in lines]
+    changed = run_conditions(cells, arms, {(d["fact"], d["task"]) for d in diffs})
+    lines += [c["line"] for c in changed]
     return {
         "compared": {a: sorted(compared[a], key=list(LABELS).index) for a in arms},
         "declared": sorted(DECLARED),
         "differences": diffs,
+        "run_conditions": changed,
         "lines": lines,
         "arms_differing": [a for a in arms if a in differing],
     }
+
+
+def run_conditions(
+    cells: dict[tuple[str, str], Cell], arms: list[str], flagged: set[tuple[str, str]] = frozenset()
+) -> list[dict[str, Any]]:
+    """The run-wide facts (``RUN_WIDE``) that are not the same across every scored attempt (each
+    done repeat of a pair with repeats): ``[{fact, label, values: {value: [cells]}, line}]``, the
+    cells named ``task × arm`` (``task@rK × arm`` for a repeat). ``flagged``: (fact, task) the
+    arms-against-arms audit already has a line for (its tasks are left out of that fact here)."""
+    seen: dict[str, dict[str, list[str]]] = {}
+    for (task, arm), c in sorted(cells.items()):
+        if arm not in arms:
+            continue
+        for i, sub in enumerate(c.repeats or (c,), 1):
+            if sub.status != DONE:
+                continue
+            setup = _setup_of(sub)
+            name = f"{task}@r{i} \u00d7 {arm}" if c.repeats and i > 1 else f"{task} \u00d7 {arm}"
+            for fact in RUN_WIDE:
+                if fact in setup and (fact, task) not in flagged:
+                    seen.setdefault(fact, {}).setdefault(setup[fact], []).append(name)
+    out = []
+    for fact in RUN_WIDE:
+        values = seen.get(fact, {})
+        if len(values) < 2:
+            continue
+        ranked = sorted(values.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        parts = [
+            f"{v}: {len(names)} cell(s), {', '.join(names[:NAMED])}{', ...' if len(names) > NAMED else ''}"
+            for v, names in ranked
+        ]
+        line = f"the run's conditions changed: {LABELS[fact]} ({'; '.join(parts)})"
+        out.append({"fact": fact, "label": LABELS[fact], "values": dict(ranked), "line": line})
+    return out
 
 
 def _differences(

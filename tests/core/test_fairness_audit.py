@@ -92,3 +92,36 @@ def test_a_config_that_differs_only_in_a_masked_key_is_clean(tree):
 def test_another_binary_image_or_harbor_timeout_is_a_red_line(tree, change, label):
     write_receipts(tree, **{"plain/t09": change})
     assert _audit(tree)["lines"] == [f"arms differ in: {label} (goal, heartbeat \u2260 plain; task t09)"]
+
+
+def test_a_change_of_the_runs_conditions_between_tasks_is_a_red_line(tree):
+    """Found by a probe: a resume with another ``--model`` (or ``--goal-timeout-sec``) ran the rest of
+    the run under it, every arm alike, and the audit (arms against arms, task by task) was clean
+    while the means mixed the two. A run-wide fact that differs between scored attempts is a line."""
+    from handmade_tree import COST, TASKS
+
+    later = TASKS[5:]
+    write_receipts(tree, **{f"{a}/{t}": {"model": "scripted/other", "goal_timeout_sec": 300.0}
+                            for t in later for a in COST})  # fmt: skip
+    au = _audit(tree)
+    assert [d for d in au["differences"]] == []  # arms against arms: nothing, task by task
+    assert [c["fact"] for c in au["run_conditions"]] == ["model", "goal_timeout_sec"]
+    (model,) = [c for c in au["run_conditions"] if c["fact"] == "model"]
+    assert {v: len(n) for v, n in model["values"].items()} == {
+        "scripted/solve": 5 * len(COST),
+        "scripted/other": len(later) * len(COST),
+    }
+    assert au["lines"][0].startswith("the run's conditions changed: model (")
+    assert "the run's conditions changed: GOAL_TIMEOUT_SEC deadline" in render(
+        build_report(RunModel.load(tree)), "md"
+    )
+
+
+def test_a_loopx_version_that_differs_is_one_line_not_two(tree):
+    """The LoopX and node versions a LoopX arm installed are compared too (an upgrade that bumps LoopX
+    changes three arms). One arm's one task: the arms-against-arms line, not a run-wide one besides."""
+    profile = {"loopx": {"profile": {"loopx": "loopx 2.1.1", "node": "v22.11.0"}}}
+    changes = {f"{a}/{t}": {"extra": profile} for t in ("t01", "t02") for a in ("goal", "heartbeat")}
+    changes["heartbeat/t02"] = {"extra": {"loopx": {"profile": {"loopx": "loopx 2.2.0", "node": "v22.11.0"}}}}
+    write_receipts(tree, **changes)
+    assert _audit(tree)["lines"] == ["arms differ in: LoopX version (goal \u2260 heartbeat; task t02)"]
