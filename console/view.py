@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Sequence
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -99,9 +100,11 @@ def num(v: float | int | bool | None, digits: int = 2) -> str:
 
 
 def pct(v: float | None) -> str:
+    """A fraction as a whole percent, rounded from its exact value (``0.355`` is 0.35499... in binary:
+    35 %, as the report's ``0.35``; ``v * 100`` rounded in floating point first gave 36 %)."""
     if v is None:
         return "-"
-    return f"{round(float(v) * 100):d}%"
+    return f"{Decimal(float(v) + 0.0).scaleb(2).quantize(Decimal(1), ROUND_HALF_EVEN) + 0:f}%"
 
 
 def duration(sec: float | None) -> str:

@@ -69,8 +69,11 @@ CELL_FIELDS = (
 )
 
 
-def _r(v: float | None, nd: int = 4) -> float | None:
-    return None if v is None else round(v, nd) + 0.0  # (+ 0.0: a tie is 0.0, never -0.0)
+def _r(v: float | None, nd: int | None = 4) -> float | None:
+    """``v`` rounded to ``nd`` places (None: as it is); a tie is 0.0, never -0.0 (``+ 0.0``)."""
+    if v is None:
+        return None
+    return (round(v, nd) if nd is not None else v) + 0.0
 
 
 def _score(c: Cell, field: str, exclude_flagged: bool = False) -> float | None:
@@ -167,9 +170,11 @@ def cell_dict(c: Cell, money: Money | None = None) -> dict[str, Any]:
     done = c.status == DONE  # cost and tokens are the arm's only when the cell is done (``_scored``)
     d = {
         "status": c.status,
-        "reward": _r(f.reward),
-        "partial": _r(f.partial),
-        "pass_rate": _r(f.pass_rate),
+        # the cell's scores as read, not rounded: md and html print them to 2 places, and a value
+        # rounded to 4 first printed 0.134951 as 0.14 where the console said 0.13 (a probe)
+        "reward": _r(f.reward, None),
+        "partial": _r(f.partial, None),
+        "pass_rate": _r(f.pass_rate, None),
         "build_failed": f.build_failed,
         "cost_usd": _r(f.cost_usd, 6) if done else None,
         "n_input_tokens": f.n_input_tokens if done else None,

@@ -332,3 +332,24 @@ def test_the_total_rows_interval_resamples_tasks_not_cells(handmade):
     assert total["partial_ci"] == [round(lo, 4), round(hi, 4)]
     assert total["n"] == sum(len(v) for v in by_task.values()) > len(by_task)  # n still counts cells
     assert per_arm  # the arms' own rows: one cell per task, unchanged
+
+
+def test_a_cells_scores_read_the_same_in_the_report_and_the_console(tree_copy):
+    """Found by a probe: the report rounded a cell's scores to 4 places and then printed them to 2
+    (a partial of 0.134951 read 0.14 in md and html, 0.13 in the console), and the console's percent
+    rounded 0.355 x 100 in floating point (36 %, the report's 0.35). Both print the value as read."""
+    from console.view import cell_detail
+    from runner.results.report import build_report, render
+
+    metrics = trial_of(attempt_dir(tree_copy, "calc-partial", "nop"), "nop") / "verifier/metrics.json"
+    metrics.write_text(json.dumps({"partial_score": 0.134951, "pass_rate": 0.355}))
+    verifier_wrote(metrics)
+    m = RunModel.load(tree_copy)
+    c = m.cells[("calc-partial", "nop")]
+    assert (c.status, c.partial, c.pass_rate) == (DONE, 0.134951, 0.355)
+    rep = build_report(m)
+    assert rep["cells"]["calc-partial"]["nop"]["partial"] == 0.134951
+    for fmt in ("md", "html"):
+        assert " / 0.13 / 0.35" in render(rep, fmt), fmt
+    line = cell_detail("calc-partial", "nop", c)
+    assert "partial 0.13" in line and "pass 35%" in line, line
