@@ -7,10 +7,11 @@ Holm-adjusted level of the full comparison (``runner.results.power``).
 
 Repeats shrink only the part of the spread that is between attempts of one task: with K attempts
 averaged per task, the variance of a task's difference is sigma_b^2 + sigma_w^2 / K (between tasks,
-within a task). A pilot with repeats estimates both (``clusters.within_variance``); a pilot with one
-attempt per pair cannot split them, so the tasks needed for K repeats are given as a range: from
-"all of the spread is between attempts" (the fewest) to "all of it is between tasks" (as many as
-K = 1).
+within a task). A pilot with repeats estimates both (``clusters.within_variance``; see ``_split``
+for a negative sigma_b^2), so that at the pilot's K the projection is the observed spread; a pilot
+with one attempt per pair cannot split them, so the tasks needed for K repeats are given as a range:
+from "all of the spread is between attempts" (the fewest) to "all of it is between tasks" (as many
+as K = 1).
 """
 
 from __future__ import annotations
@@ -86,6 +87,16 @@ def _needed(target: float, sd: float, alpha: float, pw: float) -> int | None:
     return power.tasks_needed_d(target / sd, alpha, pw)
 
 
+def _split(total: float, within: float, k_pilot: float) -> tuple[float, float]:
+    """(sigma_b^2, sigma_w^2) for the projection, by the method of moments: between tasks = total -
+    within / K_pilot. When that is negative (the task means vary less than the within-task variance
+    alone would make them), between is 0 and the within part is what the total allows, total *
+    K_pilot: the projected variance at the pilot's K is then the observed one in every case, so
+    the plan there agrees with the report's tasks needed and the pilot's own MDE."""
+    between = max(0.0, total - within / k_pilot)
+    return between, min(within, (total - between) * k_pilot)
+
+
 def plan_pair(
     a: str,
     b: str,
@@ -112,10 +123,10 @@ def plan_pair(
         plans = [RepeatPlan(k, None, None) for k in repeats]
     elif goal and pp.sd is not None:
         total = pp.sd**2
+        split = None if within is None else _split(total, within, k_pilot)
         for k in repeats:
-            if within is not None:  # split: between tasks = total - within / K_pilot (never below 0)
-                between = max(0.0, total - within / k_pilot)
-                lo_sd = hi_sd = math.sqrt(between + within / k)
+            if split is not None:  # sigma_b^2 + sigma_w^2 / K: the observed total at K_pilot
+                lo_sd = hi_sd = math.sqrt(split[0] + split[1] / k)
             else:  # one attempt per pair: all within (fewest tasks) .. all between (most)
                 lo_sd, hi_sd = math.sqrt(total / k), math.sqrt(total)
             lo = _needed(goal, lo_sd, alpha, pw)

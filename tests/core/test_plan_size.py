@@ -11,11 +11,13 @@ import math
 
 import numpy as np
 import pytest
+from core import repeats_tree as rt
 from test_power import sm_tasks
 
 from marathon import cli
 from runner.results import power
-from runner.results.planning import plan_pair
+from runner.results.model import RunModel
+from runner.results.planning import plan, plan_pair
 
 
 def _run(capsys, *args) -> tuple[int, str, str]:
@@ -78,26 +80,99 @@ def test_not_an_output_tree_is_one_line_and_exit_2(tmp_path, capsys):
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
 
 
-def test_a_pilot_with_repeats_splits_the_spread_into_between_and_within():
-    """Clusters of 2-3 attempts: the within-task variance is estimated, and the tasks needed for K
-    repeats follow sigma_b^2 + sigma_w^2 / K (one figure, no range)."""
-    rng = np.random.default_rng(11)
-    ca, cb = [], []
-    for _ in range(30):
-        base = rng.uniform(0.1, 0.9)
-        ca.append(list(np.clip(base + 0.1 + rng.normal(0, 0.2, rng.integers(2, 4)), 0, 1)))
-        cb.append(list(np.clip(base + rng.normal(0, 0.2, rng.integers(2, 4)), 0, 1)))
-    alpha = 0.05 / 10
-    got = plan_pair("a", "b", ca, cb, target=0.05, alpha=alpha, pw=0.8, repeats=(1, 3, 8))
-    # the reference, written out
+def _reference_split(ca, cb) -> tuple[float, float]:
+    """The variance split written out with numpy: sigma_w^2 the two arms' pooled within-task
+    variances added, sigma_b^2 the variance of the task-mean differences less sigma_w^2 / K_pilot,
+    never below 0; the within part used is at most what the observed variance allows at K_pilot
+    (so that sigma_b^2 + sigma_w^2 / K_pilot is the observed variance)."""
     pooled = lambda cl: sum(np.var(c, ddof=1) * (len(c) - 1) for c in cl) / sum(len(c) - 1 for c in cl)  # noqa: E731
     within = pooled(ca) + pooled(cb)
     diffs = np.array([np.mean(x) - np.mean(y) for x, y in zip(ca, cb, strict=True)])
     k_pilot = np.mean([len(c) for c in ca + cb])
-    between = max(0.0, diffs.var(ddof=1) - within / k_pilot)
-    assert got.within == pytest.approx(within) and got.pilot_repeats == pytest.approx(k_pilot)
+    total = diffs.var(ddof=1)
+    between = max(0.0, total - within / k_pilot)
+    return between, min(within, total * k_pilot)
+
+
+def test_a_pilot_with_repeats_splits_the_spread_into_between_and_within():
+    """Clusters of 2-3 attempts: the within-task variance is estimated, and the tasks needed for K
+    repeats follow sigma_b^2 + sigma_w^2 / K (one figure, no range). The arms' difference varies
+    from task to task (sd 0.15), so sigma_b^2 is positive: the clamped case is the next test's."""
+    rng = np.random.default_rng(11)
+    ca, cb = [], []
+    for _ in range(30):
+        base, effect = rng.uniform(0.1, 0.9), rng.normal(0.1, 0.15)
+        ca.append(list(np.clip(base + effect + rng.normal(0, 0.2, rng.integers(2, 4)), 0, 1)))
+        cb.append(list(np.clip(base + rng.normal(0, 0.2, rng.integers(2, 4)), 0, 1)))
+    alpha = 0.05 / 10
+    got = plan_pair("a", "b", ca, cb, target=0.05, alpha=alpha, pw=0.8, repeats=(1, 3, 8))
+    between, within_used = _reference_split(ca, cb)
+    assert between > 0 and within_used == pytest.approx(got.within)  # the split needs no clamp here
+    assert got.pilot_repeats == pytest.approx(np.mean([len(c) for c in ca + cb]))
     for p in got.plans:
-        sd_k = math.sqrt(between + within / p.repeats)
+        sd_k = math.sqrt(between + within_used / p.repeats)
         assert p.low == p.high == sm_tasks(0.05 / sd_k, alpha)
     assert got.plans[0].high > got.plans[1].high > got.plans[2].high  # repeats help here
+    diffs = np.array([np.mean(x) - np.mean(y) for x, y in zip(ca, cb, strict=True)])
     assert got.mde == pytest.approx(power.min_detectable_d(30, alpha) * diffs.std(ddof=1))
+
+
+def test_a_pilot_whose_task_means_vary_less_than_its_attempts_projects_the_observed_spread():
+    """No spread between tasks at all (each task's arms differ by 0.1 in truth): the method of
+    moments gives a negative sigma_b^2, clamped to 0. The within part is then scaled down so that
+    the projection at the pilot's K is the observed spread, and repeats shrink it as 1 / K."""
+    rng = np.random.default_rng(5)
+    ca = [list(np.clip(0.6 + rng.normal(0, 0.25, 3), 0, 1)) for _ in range(12)]
+    cb = [list(np.clip(0.5 + rng.normal(0, 0.25, 3), 0, 1)) for _ in range(12)]
+    between, within_used = _reference_split(ca, cb)
+    got = plan_pair("a", "b", ca, cb, target=0.1, alpha=0.05, pw=0.8, repeats=(1, 3, 6))
+    assert between == 0 and within_used < got.within  # the clamped case
+    assert within_used / 3 == pytest.approx(got.sd**2)
+    for p in got.plans:
+        sd_k = math.sqrt(within_used / p.repeats)
+        assert p.low == p.high == sm_tasks(0.1 / sd_k, 0.05)
+    assert got.plans[1].high == sm_tasks(0.1 / got.sd, 0.05)  # at the pilot's K: the observed spread
+
+
+@pytest.fixture(scope="module", params=(2, 3), ids=lambda k: f"K{k}")
+def rtree(request, tmp_path_factory):
+    k = request.param
+    return k, rt.build(tmp_path_factory.mktemp(f"plan-repeats{k}") / "out", k)
+
+
+def _json(capsys, *args) -> dict:
+    assert cli.main([*args, "--json"] if args[0] == "plan-size" else [*args, "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("measure", ["partial", "reward", "pass_rate"])
+def test_a_pilot_with_repeats_agrees_with_the_report_and_its_own_mde_at_its_k(rtree, capsys, measure):
+    """At the pilot's own K the projected spread is the observed one, so plan-size needs the tasks
+    the report says (the figure statsmodels gives for the observed spread), and a target of the
+    pilot's MDE needs at most the pilot's n. Once, a negative sigma_b^2 was clamped to 0 with the
+    whole within variance kept: on the K = 3 tree the partial needed 15 tasks at K = 3 (the report:
+    9) and 14 at the pilot's own "MDE now" of 0.19, with n = 8."""
+    k, out = rtree
+    (row,) = _json(capsys, "report", str(out))["paired"]
+    (p,) = _json(capsys, "plan-size", str(out), "--measure", measure, "--repeats", str(k))["pairs"]
+    want = row[f"{measure}_tasks_needed"]
+    # the report's figure is statsmodels' for the observed spread
+    assert want == sm_tasks(p["diff"] / p["sd"], 0.05)
+    # at the pilot's exact K (its mean attempts per (task, arm)): the same figure
+    m = RunModel.load(out)
+    (at_pilot,) = plan(m.cells, rt.ARMS, rt.TASKS, measure=measure, repeats=(p["pilot_repeats"],)).pairs
+    assert at_pilot.plans[0].low == at_pilot.plans[0].high == want
+    # at the pilot's nominal K (at least its mean): never more than the report, and for the
+    # partial the same (the figure the review found at 15 on the K = 3 tree, 24 on the K = 2 one)
+    (t,) = p["tasks_needed"]
+    assert t["low"] == t["high"] <= want
+    if measure != "reward":
+        assert t["high"] == want
+    # a target of the pilot's MDE (as "MDE now" prints it, rounded up) needs at most its n
+    mde_now = math.ceil(p["mde"] * 100) / 100
+    (q,) = _json(
+        capsys, "plan-size", str(out), "--measure", measure, "--repeats", str(k), "--diff", str(mde_now)
+    )["pairs"]
+    assert q["tasks_needed"][0]["high"] <= q["n"] == 8
+    if (k, measure) == (3, "partial"):
+        assert (want, t["high"], mde_now, q["tasks_needed"][0]["high"]) == (9, 9, 0.19, 8)
