@@ -55,7 +55,7 @@ class DockerExecRun:
         if getattr(arm, "gateway", None):
             raise ArmFailure(
                 f"--ak gateway={arm.gateway} needs the in-sandbox driver (it runs the relay to the "
-                "gateway): drop --ak transport=docker-exec, or run without the gateway (--gateway 0)"
+                "gateway): drop --ak transport=docker-exec, or run without the gateway (--no-gateway)"
             )
         t = self.transport = transport_for(run.environment, arm.trial_name())
         receipt.transport = t.describe()

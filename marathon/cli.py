@@ -113,8 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         screen_all(flag_values(args))  # before anything runs: a key in a flag is never used or shown
         return int(args._run(args) or 0)
     except UserError as exc:
-        if args.debug:
-            raise
+        if args.debug:  # the traceback too, and the same exit code (re-raised, every code was 1)
+            import traceback
+
+            traceback.print_exc()
         print(f"marathon: {error_text(exc, whole=True)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

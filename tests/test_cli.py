@@ -80,7 +80,9 @@ def test_a_path_with_a_newline_is_still_one_line(name, tmp_path, capsys):
     assert err.count("\n") == 1 and str(missing).replace("\n", "\\x0a") in err, err
 
 
-def test_debug_shows_the_traceback_instead(tmp_path):
+def test_debug_shows_the_traceback_and_keeps_the_exit_code(tmp_path):
+    """--debug adds the traceback; the exit code stays the command's (a review found every refusal
+    exiting 1 under --debug, where the README's table says 2, 3, 4)."""
     r = _marathon("--debug", "kill", str(tmp_path / "no-such-tree"))
-    assert r.returncode != 0 and "Traceback (most recent call last)" in r.stderr
-    assert "NotAnOutputTree" in r.stderr
+    assert r.returncode == 2 and "Traceback (most recent call last)" in r.stderr
+    assert "NotAnOutputTree" in r.stderr and r.stderr.rstrip().splitlines()[-1].startswith("marathon: ")

@@ -124,7 +124,7 @@ def wire_attempt(
     cfg: RunConfig, task: str, arm: ArmSpec, stamp: str, host: str | None = None
 ) -> Wiring | None:
     """Register one attempt with the gateway (None: this attempt does not use it: a stand-in, or
-    a run with ``--gateway 0``). Its wire budget is the run's ``GOAL_TIMEOUT_SEC``, the same for every arm."""
+    a run with ``--no-gateway``). Its wire budget is the run's ``GOAL_TIMEOUT_SEC``, the same for every arm."""
     if not (cfg.gateway and arm.real):
         return None
     remote = cfg.gateway_url

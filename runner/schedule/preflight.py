@@ -334,10 +334,14 @@ def check_credentials(cfg: RunConfig, env: Mapping[str, str]) -> list[Problem]:
             if ref_name(item) == var:
                 problems.append(Problem("credentials", f"--ae {item.partition('=')[0]} passes the model key {var} to the agents, "
                                         "but with the gateway only the gateway holds it (the arms get a per-attempt token)",
-                                        f"drop --ae {item.partition('=')[0]} (or run without the gateway: --gateway 0)"))  # fmt: skip
+                                        f"drop --ae {item.partition('=')[0]} (or run without the gateway: --no-gateway)"))  # fmt: skip
         if not env.get(var) and var not in DECLARED_NON_SECRETS:
             problems.append(Problem("credentials", f"the model key {var} (read by the gateway) is not set in this shell",
                                     f"export {var} in this shell"))  # fmt: skip
+        if kw.get("transport") == "docker-exec":  # every attempt would fail as its arm's own error
+            problems.append(Problem("credentials", "--ak transport=docker-exec cannot reach the gateway (its relay "
+                                    "runs in the in-sandbox driver)",
+                                    "drop --ak transport=docker-exec, or run without the gateway: --no-gateway"))  # fmt: skip
         return problems
     if not _codex_arms(cfg) and "api_key_var" not in kw:
         return problems

@@ -174,6 +174,20 @@ def test_the_demo_key_is_a_declared_literal_recorded_for_a_restart(tmp_path):
         _cfg(tmp_path / "o3", agent_env_literal=[f"{DEMO_KEY_VAR}=sk-real-looking-value"])
 
 
+def test_docker_exec_with_the_gateway_is_refused_before_any_attempt(tmp_path):
+    """A review found `--ak transport=docker-exec` (the README's debug route) accepted with the
+    gateway on: the run started and every attempt failed as its arm's own error (exit 0). It is a
+    preflight problem now, with what to do."""
+    cfg = _cfg(tmp_path / "out", agent_kwargs=["transport=docker-exec"])
+    problems = preflight.check_credentials(cfg, {"OPENAI_API_KEY": "x" * 40})
+    (p,) = [p for p in problems if "docker-exec" in p.what]
+    assert p.blocking and "--no-gateway" in p.todo
+    off = _cfg(tmp_path / "o2", agent_kwargs=["transport=docker-exec"], gateway="0")
+    assert not any(
+        "docker-exec" in p.what for p in preflight.check_credentials(off, {"OPENAI_API_KEY": "x" * 40})
+    )
+
+
 def test_a_cloud_environment_without_its_credential_starts_and_writes_nothing(tmp_path, monkeypatch):
     """``--env e2b`` without E2B_API_KEY: harbor's own preflight of that environment says what is
     missing, before the tree exists; the same check refuses ``verify-envs --env e2b`` before any
