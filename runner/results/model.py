@@ -190,7 +190,9 @@ class RunModel:
 
     @property
     def unreadable(self) -> list[str]:
-        return [f for c in self.cells.values() for a in c.attempts for f in a.unreadable]
+        """Every file of an attempt that could not be read, sorted (the cells' order is the scan's:
+        the JSON of status and report listed them in another order each run)."""
+        return sorted(f for c in self.cells.values() for a in c.attempts for f in a.unreadable)
 
     def attempts(self) -> list[Attempt]:
         return sorted(self._scan.attempts.values(), key=lambda a: a.key)
