@@ -28,7 +28,7 @@ from runner.errors import EXIT_FAILED, UserError
 from runner.results import rules
 from runner.results.events import last_run_id, utc_now
 from runner.results.records import RESULT_JSON, parse_time, read_trial, verifier_finished
-from runner.results.tree import VOID_README, iter_trial_dirs, voided_root, voided_trial_dir
+from runner.results.tree import VOID_README, arm_of_dir, iter_trial_dirs, voided_root, voided_trial_dir
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -252,8 +252,25 @@ class VoidPlan:
         return asdict(self)
 
     def act(self) -> VoidReport:
-        """Move it aside, recorded under the tree's last run (the one that made the trial)."""
-        return VoidReport(act_void(self, run_id=last_run_id(Path(self.out))))
+        """Move it aside, recorded under the tree's last run (the one that made the trial), and
+        journalled (``journal_void``)."""
+        dest = act_void(self, run_id=last_run_id(Path(self.out)))
+        journal_void(self, dest, "operator")
+        return VoidReport(dest)
+
+
+def journal_void(plan: VoidPlan, dest: Path, by: str) -> None:
+    """A ``void`` event for a void made outside the runner (`marathon void`, `health --fix`): the
+    runner journals its own, and the console's progress is folded from the journal (after an
+    operator's void it still said 20/20 pairs done beside a voided cell; found by a probe). No
+    ``run_id``: the event says nothing about which run made the attempt. A journal that cannot
+    be written loses only this line: the void itself is done and its README says why."""
+    from runner.results.events import EventKind, append_event
+
+    rec = {"ts": utc_now(), "event": EventKind.VOID, "task": plan.task, "arm": arm_of_dir(plan.arm),
+           "arm_dir": plan.arm, "stamp": plan.stamp, "reason": plan.reason, "dest": str(dest), "by": by}  # fmt: skip
+    with contextlib.suppress(OSError):
+        append_event(Path(plan.out), rec)
 
 
 @dataclass(frozen=True)

@@ -212,6 +212,8 @@ class Tally:
                 self.durations.append(float(took))
         elif kind == EventKind.VOID and arm:
             self.voided[arm] += 1
+            self.done[arm].discard(_unit(task, ev))  # a done attempt voided: the pair is run again
+            self.running[arm].discard(_unit(task, ev))
         elif kind == EventKind.PASS_START and isinstance(ev.get("pass_no"), int):
             self._set(pass_no=ev["pass_no"])
         elif kind == EventKind.GATE_WAIT:

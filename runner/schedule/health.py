@@ -24,7 +24,7 @@ from runner.errors import NotAnOutputTree, Unavailable, UserError
 from runner.ops.gateway.process import status_line as gateway_status
 from runner.ops.procs import Registry
 from runner.ops.viewer import status_line as viewer_status
-from runner.ops.void import act_void, classify_job, plan_void
+from runner.ops.void import act_void, classify_job, journal_void, plan_void
 from runner.results.ledger import outage_of
 from runner.results.records import OK, read_job
 from runner.results.tree import (
@@ -443,7 +443,9 @@ def fix(out: Path) -> HealthReport:
             st, _ = ensure(out, settings_for(cfg), by="health --fix")
             rep.fixes.append(f"restarted the model gateway: {st.describe()}")
         elif f.kind == "errored_not_voided":
-            dest = act_void(plan_void(out, Path(f.data["job"]), f.data["reason"], f.data["evidence"]))
+            plan = plan_void(out, Path(f.data["job"]), f.data["reason"], f.data["evidence"])
+            dest = act_void(plan)
+            journal_void(plan, dest, "health --fix")
             rep.fixes.append(f"voided {f.what.split(':')[0]} -> {dest}")
     if any(f.kind == "runner_dead" for f in rep.findings):
         from runner.schedule.start import start_detached

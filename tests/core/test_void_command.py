@@ -45,6 +45,44 @@ def test_void_plans_then_moves_the_attempt_aside_and_the_pair_is_not_done(mini_t
     assert not trial.exists() and not pair_done(out, "calc-partial", "oracle")
 
 
+def test_an_operators_void_is_journalled_and_the_progress_no_longer_counts_the_pair(mini_tree, tmp_path):
+    """Found by a probe: after `marathon void` of a finished run's attempt the console's progress
+    (folded from the journal) still said every pair done beside the voided cell. The void is now an
+    event, and a void takes the pair out of the done ones."""
+    from runner.results.events import append_event, read_events
+    from runner.results.run_progress import Tally
+
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    (job,) = (out / "calc-partial" / "oracle").glob("*/oracle")
+    (trial,) = iter_trial_dirs(job)
+    stamp = job.parent.name
+    start = {"ts": "2026-12-01T00:00:00Z", "event": "runner_start", "run_id": "r1", "arms": ["oracle"],
+             "tasks": ["calc-partial"], "pairs_per_arm": {"oracle": 1}}  # fmt: skip
+    append_event(out, start)
+    append_event(out, {"ts": "2026-12-01T00:01:00Z", "event": "job_finish", "run_id": "r1",
+                       "task": "calc-partial", "arm": "oracle", "stamp": stamp, "status": "done"})  # fmt: skip
+
+    def done() -> int:
+        t = Tally()
+        for ev in read_events(out):
+            t.add(ev)
+        return t.snapshot().done
+
+    assert done() == 1
+    r = _marathon("void", str(trial), str(out), "--reason", "a test", "--yes")
+    assert r.returncode == 0, r.stderr
+    (ev,) = [e for e in read_events(out) if e["event"] == "void"]
+    assert (ev["task"], ev["arm"], ev["stamp"], ev["by"], ev["reason"]) == (
+        "calc-partial",
+        "oracle",
+        stamp,
+        "operator",
+        "a test",
+    ) and "run_id" not in ev
+    assert done() == 0
+
+
 def test_void_refuses_what_is_not_a_trial_of_the_tree(mini_tree, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(mini_tree, out)
