@@ -1013,13 +1013,20 @@ def _md_table(heads: list[str], rows: list[list[str]], names: int = 1) -> list[s
 
 
 def _holes(rep: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    """(task, arm, cell) of every cell that is not scored because of a hole, in table order."""
-    return [
-        (t, a, c)
-        for t in rep["tasks"]
-        for a in rep["arms"]
-        if (c := rep["cells"][t].get(a)) and c["status"] in NOT_SCORED
-    ]
+    """(task, arm, cell) of every cell that is not scored because of a hole, in table order; and of a
+    done pair with repeats, each repeat the hole rule flagged (``task (repeat K)``, its own figures:
+    it counts as a failure among the pair's repeats, and nothing but the per-arm count said so)."""
+    out = []
+    for t in rep["tasks"]:
+        for a in rep["arms"]:
+            c = rep["cells"][t].get(a)
+            if not c:
+                continue
+            if c["status"] in NOT_SCORED:
+                out.append((t, a, c))
+            elif c.get("by_repeat"):
+                out += [(f"{t} (repeat {r['repeat']})", a, r) for r in c["by_repeat"] if r["flagged"]]
+    return out
 
 
 def hole_line(c: dict[str, Any]) -> str:

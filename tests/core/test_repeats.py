@@ -310,6 +310,10 @@ def test_a_flagged_repeat_counts_against_its_arm_as_a_failure_among_the_repeats(
     assert row["partial_diff"] == r4(statistics.fmean(d))
     assert [r["flagged"] for r in rep["cells"]["t06"]["plain"]["by_repeat"]] == [False, True]
     assert "8 (1 flagged)" in report.render_md(rep)
+    # the flagged repeat of a done pair is named among the holes too (a probe found only the count)
+    for fmt in ("md", "html"):
+        text = report.render(rep, fmt)
+        assert "t06 (repeat 2) × plain" in text and "flagged: counted as a failure" in text, fmt
     strict_json(report.render_json(rep))
     # the other reading: the flagged repeats out, the pair of two flagged repeats out of n
     other = report.build_report(RunModel.load(out, index=False), exclude_flagged=True)
