@@ -268,6 +268,10 @@ class RunModel:
                 parts = tuple(x for x in rel.split(os.sep) if x)
                 if parts[:1] == (tree.RUNNER_DIR,):  # the runner's journal: the run log's input
                     self._scan.markers.add(tree.RUNNER_DIR)
+                    if parts[1:] == (tree.TREE_ID_FILE,) or len(parts) == 1:  # a fresh tree got its id
+                        self.voided_root = tree.voided_root(self.out)
+                        self._voided_s = str(self.voided_root)
+                        self._scan.retarget_voided(self._voided_s, pairs)
                     if parts[1:] == (tree.EVENTS_FILE,) or len(parts) == 1:
                         self._runs.read()
                         rescope = True

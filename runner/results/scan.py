@@ -267,11 +267,20 @@ class TreeScan:
             if a.job_dir is None:
                 self._drop_attempt(key)
 
+    def retarget_voided(self, root: str, pairs: set[Key]) -> None:
+        """The voided root moved (a fresh tree got its id: ``tree.voided_root``): read it anew."""
+        if root == self._voided_s:
+            return
+        self._voided_s = root
+        self.update_voided((), pairs)
+
     def update_voided(self, parts: tuple[str, ...], pairs: set[Key]) -> None:
         if len(parts) < 3:
-            # The voided root or a task/arm dir of it appeared or went: re-scan the voided side.
+            # The voided root or a task/arm dir of it appeared or went: re-scan the voided side (the
+            # attempts that had voided trials looked at again: gone ones are no longer shown)
             for k in [k for k, a in self.attempts.items() if a.voided_trials]:
                 pairs.add((k[0], tree.arm_of_dir(k[1])))
+                self._scan_voided_stamp(*k)
             self._scan_voided()
             return
         task, arm_dir, stamp = parts[:3]

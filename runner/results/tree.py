@@ -15,7 +15,9 @@
     <out>/<task>/<arm>/<stamp>/image.json               the task image an attempt was given
     <out>/.marathon/index.sqlite                        the scan index (a cache: runner.results.index)
     <out>/.marathon/view/jobs/<task>__<arm>__attempt-<n>/  harbor's viewer's jobs folder (runner.ops.viewjobs)
-    <out>/../marathon-voided/<out-name>/...             voided trials, moved (never deleted), with README
+    <out>/.runner/tree_id                               the tree's own id, made at its first runner start
+    <out>/../marathon-voided/<out-name>@<tree id>/...   voided trials, moved (never deleted), with README
+                                                        (``<out-name>/`` for a tree older than its id)
 
 Everything that names a path or derives a name from one is here, so that no reader scans the
 wrong depth (the field's monitors did, and reported "OK" all night).
@@ -153,10 +155,45 @@ def view_dir(out: Path) -> Path:
     return out / INDEX_DIR / VIEW_DIR
 
 
+#: under RUNNER_DIR: the tree's id (``tree_id``)
+TREE_ID_FILE = "tree_id"
+_TREE_ID = re.compile(r"[0-9a-f]{16}")
+
+
+def tree_id(out: Path) -> str | None:
+    """The tree's own id (``<out>/.runner/tree_id``, 16 hex digits), None for a tree made before
+    trees had one (or whose file is not one: a symlink, another owner's, garbage)."""
+    from modes import safeio  # (modes is below results: no cycle)
+
+    raw = safeio.read_own(out / RUNNER_DIR / TREE_ID_FILE, 64)
+    if isinstance(raw, safeio.Refused):
+        return None
+    text = raw.decode("ascii", "replace").strip()
+    return text if _TREE_ID.fullmatch(text) else None
+
+
+def make_tree_id(out: Path) -> str | None:
+    """Give a fresh tree (no runner has started on it: no events.jsonl) its id; an older tree keeps
+    none, so its voided trials stay where they are. Returns the tree's id either way."""
+    have = tree_id(out)
+    if have is not None or events_path(out).exists():
+        return have
+    from modes import safeio
+
+    tid = os.urandom(8).hex()
+    (out / RUNNER_DIR).mkdir(parents=True, exist_ok=True)
+    safeio.write_atomic(out / RUNNER_DIR / TREE_ID_FILE, tid + "\n")
+    return tid
+
+
 def voided_root(out: Path) -> Path:
-    """Where voided trials of ``out`` go: a sibling ``marathon-voided/<out name>/``."""
+    """Where voided trials of ``out`` go: a sibling ``marathon-voided/<out name>@<tree id>/``
+    (``<out name>/`` for a tree without an id). By name alone, a new tree made where an old one
+    was removed (`rm -rf marathon-out` and a new run) took the old tree's voided attempts for its
+    own: arms it never ran showed a void rate of 1.0 (found by a probe)."""
     out = out.resolve()
-    return out.parent / VOIDED_DIR / out.name
+    tid = tree_id(out)
+    return out.parent / VOIDED_DIR / (f"{out.name}@{tid}" if tid else out.name)
 
 
 def arm_of_dir(dirname: str) -> str:

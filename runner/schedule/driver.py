@@ -45,7 +45,7 @@ from runner.results.rules import engine_outage
 from runner.results.scan import (
     pair_done,  # the model's reading of done: the runner never disagrees with status
 )
-from runner.results.tree import iter_trial_dirs, unit_label
+from runner.results.tree import iter_trial_dirs, make_tree_id, unit_label
 from runner.schedule import claims as claimsmod
 from runner.schedule.attempt import Attempt, Launcher, Unit
 from runner.schedule.breaker import EXIT_PAUSED, SCOPE_INFRA, Breaker, Trip, is_outcome, signature
@@ -173,6 +173,7 @@ class Driver:
         self.out.mkdir(parents=True, exist_ok=True)
         lock = RunnerLock(self.out, self.run_id)
         lock.acquire()
+        make_tree_id(self.out)  # a fresh tree's own id: where its voided trials go (tree.voided_root)
         old_handlers = self._install_signals()
         try:
             if modified:

@@ -117,3 +117,57 @@ def test_void_refuses_an_attempt_whose_harbor_still_runs(mini_tree, tmp_path):
     r = _marathon("void", str(trial), str(out), "--yes")  # its harbor gone: the operator's to void
     assert r.returncode == 0, r.stderr
     assert not trial.exists()
+
+
+def test_a_new_tree_where_an_old_one_was_removed_does_not_take_its_voided_attempts(mini_tree, tmp_path):
+    """Found by a probe: the voided root was found by the tree's name, so a new run in a path whose
+    old tree was removed (`rm -rf marathon-out`) showed the old tree's voided attempts as its own
+    (arms it never ran, void rate 1.0). A fresh tree gets an id at its first runner start, and its
+    voided root is named by it; a tree made before the id keeps its voided root."""
+    from runner.results.model import RunModel
+    from runner.results.tree import make_tree_id, tree_id
+
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    (job,) = (out / "calc-partial" / "oracle").glob("*/oracle")
+    (trial,) = iter_trial_dirs(job)
+    legacy = voided_root(out)
+    assert legacy.name == "out" and tree_id(out) is None
+    assert _marathon("void", str(trial), str(out), "--yes").returncode == 0  # the old tree's void
+    old = RunModel.load(out, index=False)
+    assert old.cells[("calc-partial", "oracle")].n_voided == 1
+    # the old tree is removed, a new one made at its path: its first runner start gives it an id
+    shutil.rmtree(out)
+    shutil.copytree(mini_tree, out)
+    tid = make_tree_id(out)
+    assert tid is not None and tree_id(out) == tid and voided_root(out).name == f"out@{tid}"
+    assert legacy.is_dir()  # the old tree's voided attempts are kept, and not this tree's
+    m = RunModel.load(out, index=False)
+    assert all(c.n_voided == 0 for c in m.cells.values())
+    # a tree that already ran (events.jsonl) never gets an id later: its voided root stays
+    other = tmp_path / "ran"
+    shutil.copytree(mini_tree, other)
+    (other / ".runner").mkdir()
+    (other / ".runner" / "events.jsonl").write_text("")
+    assert make_tree_id(other) is None and voided_root(other).name == "ran"
+
+
+def test_a_watching_model_follows_the_voided_root_when_the_tree_gets_its_id(mini_tree, tmp_path):
+    """The console may open a fresh tree before its runner's first start gives it an id: the model
+    reads the voided root anew when ``.runner/tree_id`` appears, and voids after it show."""
+    from runner.results.model import RunModel
+    from runner.results.tree import TREE_ID_FILE, make_tree_id
+
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    m = RunModel.load(out, index=False)
+    make_tree_id(out)
+    m.update([out / ".runner" / TREE_ID_FILE])
+    assert m.voided_root == voided_root(out) and "@" in m.voided_root.name
+    (job,) = (out / "calc-partial" / "oracle").glob("*/oracle")
+    (trial,) = iter_trial_dirs(job)
+    r = _marathon("void", str(trial), str(out), "--yes", "--json")
+    dest = Path(json.loads(r.stdout)["report"]["dest"])
+    assert dest.is_relative_to(voided_root(out))
+    m.update([job.parent, dest])
+    assert m.cells[("calc-partial", "oracle")].n_voided == 1
