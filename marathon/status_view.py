@@ -54,6 +54,7 @@ def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | N
         # the run's span: from its first start (a restart that resumed it goes on with it) to its exit
         "run_started": _iso(model.run_span[0]),
         "run_ended": _iso(model.run_span[1]),
+        "modified_tasks": model.modified_tasks,
         "arms": arms,
         "per_arm": per_arm,
         "total": total,
@@ -167,6 +168,10 @@ def render(d: dict) -> str:
     lines += repeats_lines(d)
     lines += [f"ALARM {clean(a, None)}" for a in d.get("alarms", ())]
     lines += [f"FLAG {clean(a, None)}" for a in d.get("flags", ())]
+    if d.get("modified_tasks"):
+        from runner.results.report import MODIFIED
+
+        lines.append(f"{MODIFIED}: {', '.join(clean(t, 80) for t in d['modified_tasks'])}")
     if d.get("spend"):
         lines.append(clean(d["spend"]["text"], None))
         lines.append(clean(d["spend"]["prices"], None))

@@ -180,6 +180,12 @@ class RunModel:
         return self._runs.current_span()
 
     @property
+    def modified_tasks(self) -> list[str]:
+        """Every task a runner of this tree ran modified (``--allow-modified``), sorted: the report
+        and status say so (the flag's help promised it; a probe found nothing did)."""
+        return sorted({t for r in self._runs.runs for t in r.modified})
+
+    @property
     def n_attempts(self) -> int:
         return len(self._scan.attempts)
 

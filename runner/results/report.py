@@ -655,6 +655,7 @@ def build_report(
         "masked": profiles.masked([a for a in arms if a in profiles.ARMS]),
         "masked_config_keys": list(profiles.masked_config_keys()),
         "stand_ins": stand_ins,
+        "modified_tasks": [t for t in model.modified_tasks if t in tasks],
         "excluded": [{"path": e.path, "reason": e.reason} for e in model.excluded],
         "unreadable": model.unreadable,
         "notes": {
@@ -978,6 +979,12 @@ UNMETERED = (
     "provider may bill their tokens, which no figure here counts; the spend is a lower bound by those"
 )
 
+#: what the report says of the tasks run as modified (a disclosed deviation of the dataset)
+MODIFIED = (
+    "Tasks run modified (--allow-modified: they differ from dataset.toml, so their results are not "
+    "the published tasks')"
+)
+
 #: what the money section says of an arm's attempts that were live when their gateway died
 GATEWAY_DIED = (
     "attempt(s) live when their model gateway died: the calls they had in flight then have no ledger "
@@ -1131,6 +1138,8 @@ def render_md(rep: dict[str, Any]) -> str:
         lines.append(
             f"- Stand-in arms (not among the five arms): {', '.join(m(a) for a in rep['stand_ins'])}."
         )
+    if rep.get("modified_tasks"):
+        lines.append(f"- **{MODIFIED}**: {', '.join(m(t) for t in rep['modified_tasks'])}.")
     if rep["excluded"]:
         lines += ["", "## Excluded", ""] + [f"- {m(e['path'])}: {m(e['reason'])}" for e in rep["excluded"]]
     hostile = _holes(rep)
@@ -1277,6 +1286,8 @@ def render_html(rep: dict[str, Any]) -> str:
     parts += [f"<li>{e(t, None)}</li>" for t in masked_lines(rep)]
     if rep["stand_ins"]:
         parts.append(f"<li>Stand-in arms: {e(', '.join(rep['stand_ins']), None)}</li>")
+    if rep.get("modified_tasks"):
+        parts.append(f"<li><b>{e(MODIFIED)}</b>: {e(', '.join(rep['modified_tasks']), None)}</li>")
     parts.append("</ul>")
     if rep["excluded"]:
         parts.append("<h2>Excluded</h2><ul>")

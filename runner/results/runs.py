@@ -35,6 +35,8 @@ class Run:
     prices: tuple[str, ...] = ()  # the run's ``--price`` items (``runner.results.prices``)
     resumed: bool = False  # a restart of the run before it (``--resume``, ``health --fix``, the console)
     ended: datetime | None = None  # its ``runner_exit`` (None: running, or killed without one)
+    #: tasks it ran as they are on disk though they differ from dataset.toml (``--allow-modified``)
+    modified: tuple[str, ...] = ()
 
 
 def _ts(v: Any) -> datetime | None:
@@ -148,6 +150,7 @@ class RunLog:
                     repeats=_repeats(ev.get("repeats")),
                     model=m if isinstance(m := (cfg or {}).get("model"), str) else None,
                     prices=_config_strs(cfg, "prices"),
+                    modified=_config_strs(cfg, "modified_tasks"),
                     resumed=ev.get("resumed") is True,
                 )
             )

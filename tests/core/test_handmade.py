@@ -353,3 +353,21 @@ def test_a_cells_scores_read_the_same_in_the_report_and_the_console(tree_copy):
         assert " / 0.13 / 0.35" in render(rep, fmt), fmt
     line = cell_detail("calc-partial", "nop", c)
     assert "partial 0.13" in line and "pass 35%" in line, line
+
+
+def test_tasks_run_modified_are_said_in_every_report_and_status(tree_copy, capsys):
+    """`--allow-modified` promised that every report says so; a probe found none did. The runner
+    records them (its runner_start's config); report (md, html, json) and status name them."""
+    from runner.results.report import MODIFIED, build_report, render
+
+    events = tree.events_path(tree_copy)
+    events.parent.mkdir()
+    start = {"ts": "2026-12-01T00:00:00Z", "event": "runner_start", "run_id": "r1",
+             "config": {"modified_tasks": ["two-stage", "no-such-task"]}}  # fmt: skip
+    events.write_text(json.dumps(start) + "\n")
+    rep = build_report(RunModel.load(tree_copy))
+    assert rep["modified_tasks"] == ["two-stage"]  # of the tasks the report covers
+    for fmt in ("md", "html"):
+        assert MODIFIED.split(" (")[0] in render(rep, fmt) and "two-stage" in render(rep, fmt), fmt
+    assert cli.main(["status", str(tree_copy), "--all"]) == 0
+    assert f"{MODIFIED}: no-such-task, two-stage" in capsys.readouterr().out
