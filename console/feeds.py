@@ -449,7 +449,7 @@ class TreeFeed:
         m = self.model
         assert m is not None
         run = m.current_run
-        ident = (id(m.ledger), run.prices if run else (), run.model if run else None)
+        ident = (id(m.ledger), m.run_prices, run.model if run else None)
         if changed is None or self._money is None or ident != self._money_of:
             self._money, self._money_of = m.money(), ident
         else:

@@ -233,8 +233,15 @@ class RunModel:
         """The ledger's cost of attempts and cells (``runner.results.prices``), priced with the
         current run's recorded ``--price`` items and then ``prices`` (a ``ValueError`` names a bad one)."""
         run = self.current_run
-        pricer = pricer_of(run.prices if run else (), prices, run.model if run else None)
+        pricer = pricer_of(self.run_prices, prices, run.model if run else None)
         return Money(self.ledger, pricer, self.spend_cuts())
+
+    @property
+    def run_prices(self) -> tuple[str, ...]:
+        """The ``--price`` items every runner start of the tree recorded, oldest first (a later one
+        wins for the same model): a resume that named one model's price dropped the others the run
+        had been priced with, and its attempts read unpriced (found by a probe)."""
+        return tuple(p for r in self._runs.runs for p in r.prices)
 
     def spend_cuts(self) -> frozenset[tuple[str, str, str]]:
         """The attempts their own spend cap ended (``runner.results.caps``: the gateway's records), as

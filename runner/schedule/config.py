@@ -616,6 +616,13 @@ def resolve(
         raise UserError("--model-key-var: expected the NAME of an environment variable (the key stays in it)")
     try:
         values["prices"] = tuple(o.text() for o in parse_prices(values["prices"]))
+        if resume and flags.get("prices") and "MARATHON_PRICES" in stored:
+            # a resume's --price adds to the run's (and wins for its model): replacing them left the
+            # run's other models unpriced, for the reports and the gateway's caps (found by a probe)
+            given = {p.partition("=")[0] for p in values["prices"]}
+            kept = _convert(KNOB_BY_ATTR["prices"], stored["MARATHON_PRICES"], "MARATHON_PRICES")
+            kept = tuple(o.text() for o in parse_prices(kept) if o.text().partition("=")[0] not in given)
+            values["prices"] = kept + values["prices"]
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if values["on_cap"] not in ("finish", "stop"):

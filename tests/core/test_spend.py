@@ -427,3 +427,23 @@ def test_the_arms_and_the_total_row_summed_in_one_pass_are_each_summary_on_its_o
                     assert per == mine and total == arm_summary(list(cells.values()), ef, money, by_task=True)
                     assert arm_summaries(cells, arms, ef, money, total=False) == (per, None)
         assert money.exists == (out == priced)
+
+
+def test_a_later_runner_starts_prices_add_to_the_earlier_ones(handmade, tmp_path):
+    """Every runner start's recorded --price items price the tree, oldest first, a later one winning
+    for its model: a resume that named another model's price left the run's model unpriced."""
+    out = _model_tree(handmade, tmp_path)
+    _ledger(out)
+    events = out / ".runner" / "events.jsonl"
+    events.parent.mkdir(exist_ok=True)
+    starts = [("r1", [PRICE]), ("r2", ["other/thing=9,9,9"])]
+    events.write_text("".join(json.dumps({"event": "runner_start", "run_id": r, "ts": 1_796_000_000.0 + i,
+                                          "resumed": i > 0, "config": {"prices": p}}) + "\n"
+                              for i, (r, p) in enumerate(starts)))  # fmt: skip
+    rep = build_report(RunModel.load(out))
+    assert rep["arm_summary"]["plain"]["ledger_cost_usd"] == pytest.approx(0.150)
+    with events.open("a") as f:
+        f.write(json.dumps({"event": "runner_start", "run_id": "r3", "ts": 1_796_000_009.0, "resumed": True,
+                            "config": {"prices": ["hand/model=2,1,20"]}}) + "\n")  # fmt: skip
+    rep = build_report(RunModel.load(out))
+    assert rep["arm_summary"]["plain"]["ledger_cost_usd"] == pytest.approx(0.300)  # the later price wins

@@ -306,3 +306,16 @@ def test_a_start_that_loses_the_tree_to_another_says_busy(tmp_path, monkeypatch)
     finally:
         winner.kill()
         winner.wait()
+
+
+def test_a_resumes_price_adds_to_the_runs_and_wins_for_its_model(tmp_path):
+    """Found by a probe: `run --resume --price B=...` replaced the run's recorded prices, so model A's
+    attempts read unpriced in every report and at the gateway's caps. The resume's items add to the
+    run's and win for their own model."""
+    cfg = _cfg(tmp_path / "out", prices=["scripted/a=5,0.5,30", "scripted/b=1,0.1,2"])
+    write_driver_env(cfg)
+    again = resolve(tmp_path / "out", {"prices": ["scripted/b=50,5,300"]}, resume=True, environ={})
+    assert [p.partition("=")[0] for p in again.prices] == ["scripted/a", "scripted/b"]
+    assert again.prices[1].startswith("scripted/b=50")
+    same = resolve(tmp_path / "out", {}, resume=True, environ={})
+    assert same.prices == cfg.prices
