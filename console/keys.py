@@ -1,4 +1,5 @@
-"""The one table of key bindings: it feeds the App's bindings, the help screen and the README.
+"""The one table of key bindings: it feeds the App's bindings, the footer, the help screen and the
+palette (docs/console.md keeps a copy of the table, made by hand).
 
 Destructive actions sit on capital letters that cannot be mistaken for navigation or filter keys
 (k9s's complaints #21 and #87), and every one of them asks for confirmation first.
@@ -116,7 +117,7 @@ KEYS: tuple[Key, ...] = (
     Key(
         "tab",
         "next_file",
-        "switch file (trajectory, verifier, metrics, reward, trial.log, exception, receipt)",
+        "switch file (trajectory, verifier, metrics, reward, trial.log, exception, receipt, result)",
         where="drill-down",
         short="Next file",
     ),
@@ -168,7 +169,7 @@ KEYS: tuple[Key, ...] = (
 
 
 def bindings_for(where: str) -> list:
-    """The textual bindings of one screen, from this table (the help and the README read it too)."""
+    """The textual bindings of one screen, from this table (the help screen and the palette read it too)."""
     from textual.binding import Binding
 
     return [
