@@ -83,7 +83,9 @@ class HealthReport:
         lines = [
             f"health of {self.out}",
             f"  runner: {self.runner}{pid}",
-            f"  {'pairs: ' if self.repeats == 1 else 'repeats:'} {self.pairs_done}/{self.pairs_total} done"
+            # the runner's count (what it will not run again): a flagged pair is finished here and
+            # flagged in `status`, which said "18/20 done" where this said "19/20 done" (a probe)
+            f"  {'pairs: ' if self.repeats == 1 else 'repeats:'} {self.pairs_done}/{self.pairs_total} finished"
             + (f" ({self.repeats} per pair)" if self.repeats > 1 else "")
             + f", {self.running_trials} trial(s) running",
         ]
