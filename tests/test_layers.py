@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("runner.schedule",),
     ("runner.ops",),
     ("runner.results",),
-    ("runner.errors", "runner.secrets", "runner.procid", "runner"),
+    ("runner.errors", "runner.secrets", "runner.procid", "runner.version", "runner"),
     ("agents",),
     ("modes",),
 )
@@ -228,7 +228,15 @@ SCHEDULE_CHECKS_ARMS = ("agents.scripted_model", "agents.loopx_gates", "agents.t
 
 
 def test_schedule_builds_on_ops_and_results():
-    allowed = ("runner.ops", "runner.results", "runner.errors", "runner.secrets", "runner.procid", "modes")
+    allowed = (
+        "runner.ops",
+        "runner.results",
+        "runner.errors",
+        "runner.secrets",
+        "runner.procid",
+        "runner.version",
+        "modes",
+    )
     assert _violations("runner.schedule", allowed + SCHEDULE_READS_ARM_STAGING + SCHEDULE_CHECKS_ARMS) == []
     checkers = {e.src for e in EDGES if _in(e.src, "runner.schedule") and _in(e.dst, *SCHEDULE_CHECKS_ARMS)}
     assert checkers == {"runner.schedule.envcheck"}
@@ -238,6 +246,7 @@ def test_errors_and_secrets_are_below_everything_in_runner():
     assert _violations("runner.errors", ()) == []
     assert _violations("runner.secrets", ("runner.errors", "modes")) == []
     assert _violations("runner.procid", ("modes",)) == []
+    assert _violations("runner.version", ()) == []
 
 
 def test_commands_are_reached_only_through_the_cli():

@@ -185,6 +185,15 @@ class RunModel:
         and status say so (the flag's help promised it; a probe found nothing did)."""
         return sorted({t for r in self._runs.runs for t in r.modified})
 
+    def versions(self) -> dict[str, list[str]]:
+        """The marathon versions the tree's runner starts recorded, each with its run ids, when there
+        are two or more ({} otherwise): a run resumed by an upgraded marathon ran its later part
+        under other rules (the gateway's cuts, the caps), which the report flags."""
+        got: dict[str, list[str]] = {}
+        for r in self._runs.runs:
+            got.setdefault(r.marathon or "(not recorded)", []).append(r.run_id)
+        return got if len(got) > 1 else {}
+
     @property
     def n_attempts(self) -> int:
         return len(self._scan.attempts)

@@ -656,6 +656,10 @@ def build_report(
         "masked_config_keys": list(profiles.masked_config_keys()),
         "stand_ins": stand_ins,
         "modified_tasks": [t for t in model.modified_tasks if t in tasks],
+        "versions": [
+            {"marathon": v, "runs": ids, "message": f"{VERSIONS}: {v} ({', '.join(ids)})"}
+            for v, ids in model.versions().items()
+        ],  # fmt: skip
         "excluded": [{"path": e.path, "reason": e.reason} for e in model.excluded],
         "unreadable": model.unreadable,
         "notes": {
@@ -979,6 +983,9 @@ UNMETERED = (
     "provider may bill their tokens, which no figure here counts; the spend is a lower bound by those"
 )
 
+#: what the report says of a tree whose runner starts were made by different marathon versions
+VERSIONS = "runner starts of this tree were made by different marathon versions (their rules may differ)"
+
 #: what the report says of the tasks run as modified (a disclosed deviation of the dataset)
 MODIFIED = (
     "Tasks run modified (--allow-modified: they differ from dataset.toml, so their results are not "
@@ -1088,6 +1095,7 @@ def render_md(rep: dict[str, Any]) -> str:
         lines += [f"- **ALARM** {m(r['message'], None)}" for r in rep["provider_errors"] if r["alarm"]]
         lines += _md_table(*provider_error_table(rep))
     lines += [f"- **FLAG** {m(r['message'], None)}" for r in rep.get("provider_outages") or []]
+    lines += [f"- **FLAG** {m(r['message'], None)}" for r in rep.get("versions") or []]
     lines += ["", "## Fairness audit (setup facts from the receipts, per task)", ""]
     lines += _audit_lines(rep, lambda t: f"- **ALARM** {m(t, None)}", m)
     if rec := reconciliation_lines(rep, lambda t: f"- **FLAG** tokens differ: {m(t, None)}"):
@@ -1223,6 +1231,7 @@ def render_html(rep: dict[str, Any]) -> str:
         ]
         parts.append(_html_table(*provider_error_table(rep)))
     parts += [f'<p class="alarm">FLAG: {e(r["message"])}</p>' for r in rep.get("provider_outages") or []]
+    parts += [f'<p class="alarm">FLAG: {e(r["message"])}</p>' for r in rep.get("versions") or []]
     parts.append("<h2>Fairness audit</h2>")
     parts += [
         f'<p class="alarm">{e(t, None)}</p>' if t.startswith("ALARM ") else f"<p>{e(t, None)}</p>"

@@ -37,6 +37,7 @@ class Run:
     ended: datetime | None = None  # its ``runner_exit`` (None: running, or killed without one)
     #: tasks it ran as they are on disk though they differ from dataset.toml (``--allow-modified``)
     modified: tuple[str, ...] = ()
+    marathon: str | None = None  # the marathon that made it (``runner.version``; None: older ones)
 
 
 def _ts(v: Any) -> datetime | None:
@@ -151,6 +152,7 @@ class RunLog:
                     model=m if isinstance(m := (cfg or {}).get("model"), str) else None,
                     prices=_config_strs(cfg, "prices"),
                     modified=_config_strs(cfg, "modified_tasks"),
+                    marathon=v[:80] if isinstance(v := ev.get("marathon"), str) else None,
                     resumed=ev.get("resumed") is True,
                 )
             )

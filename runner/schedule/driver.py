@@ -56,6 +56,7 @@ from runner.schedule.harbor_run import arm_mounts
 from runner.schedule.image_prep import FAILED, PENDING, ImagePrep
 from runner.schedule.launchers import launcher_for
 from runner.schedule.lock import RunnerLock, me
+from runner.version import marathon_version
 
 
 @dataclass
@@ -205,6 +206,7 @@ class Driver:
                 already_done=already,
                 concurrency=self.cfg.concurrency,
                 config=as_dict(self.cfg),
+                marathon=marathon_version(),
             )
             if modified:
                 self.log.emit(EventKind.DATASET_MODIFIED, tasks=modified, allow_modified=True)

@@ -371,3 +371,40 @@ def test_tasks_run_modified_are_said_in_every_report_and_status(tree_copy, capsy
         assert MODIFIED.split(" (")[0] in render(rep, fmt) and "two-stage" in render(rep, fmt), fmt
     assert cli.main(["status", str(tree_copy), "--all"]) == 0
     assert f"{MODIFIED}: no-such-task, two-stage" in capsys.readouterr().out
+
+
+def test_runner_starts_by_different_marathon_versions_are_flagged(tree_copy, tmp_path):
+    """A probe found a run started by one marathon, stopped, and resumed and reported by another
+    read as one run. Each runner start records its marathon (``runner.version``: the package's
+    version and the checkout's commit); two or more versions in a tree are a FLAG in the report."""
+    from runner.results.report import VERSIONS, build_report, render
+    from runner.version import _git_commit, marathon_version
+
+    assert marathon_version().startswith("0.1.0")
+    fake = tmp_path / "co"
+    (fake / ".git" / "refs" / "heads").mkdir(parents=True)
+    (fake / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    assert _git_commit(fake) is None  # a ref that does not exist yet: nothing said
+    (fake / ".git" / "packed-refs").write_text("# pack-refs\n" + "ab" * 20 + " refs/heads/main\n")
+    assert _git_commit(fake) == "ab" * 20
+    (fake / ".git" / "refs" / "heads" / "main").write_text("cd" * 20 + "\n")
+    assert _git_commit(fake) == "cd" * 20
+    (fake / ".git" / "HEAD").write_text("ef" * 20 + "\n")  # detached
+    assert _git_commit(fake) == "ef" * 20
+
+    events = tree.events_path(tree_copy)
+    events.parent.mkdir()
+    starts = [("r1", "0.1.0+gaaaaaaaaaaaa"), ("r2", "0.1.0+gaaaaaaaaaaaa"), ("r3", "0.1.0+gbbbbbbbbbbbb")]
+    events.write_text("".join(json.dumps({"ts": f"2026-12-01T00:0{i}:00Z", "event": "runner_start", "run_id": r,
+                                          "marathon": v, "resumed": i > 0}) + "\n"
+                              for i, (r, v) in enumerate(starts)))  # fmt: skip
+    rep = build_report(RunModel.load(tree_copy))
+    assert [(v["marathon"], v["runs"]) for v in rep["versions"]] == [
+        ("0.1.0+gaaaaaaaaaaaa", ["r1", "r2"]),
+        ("0.1.0+gbbbbbbbbbbbb", ["r3"]),
+    ]
+    for fmt in ("md", "html"):
+        assert VERSIONS in render(rep, fmt), fmt
+    events.write_text(json.dumps({"ts": "2026-12-01T00:00:00Z", "event": "runner_start", "run_id": "r1",
+                                  "marathon": "0.1.0+gaaaaaaaaaaaa"}) + "\n")  # fmt: skip
+    assert build_report(RunModel.load(tree_copy))["versions"] == []

@@ -100,6 +100,12 @@ def test_state_is_released_and_config_recorded(main_run):
     assert env["GOAL_TIMEOUT_SEC"] == "5340" and env["MARATHON_VERIFIER_MULT"] == "4.0"
     start = events(out, "runner_start")[0]
     assert start["run_id"] and all(e["run_id"] == start["run_id"] for e in events(out))
+    # which marathon made the start, and the fresh tree's id (its voided trials' root is named by it)
+    from runner.results.tree import tree_id, voided_root
+    from runner.version import marathon_version
+
+    assert start["marathon"] == marathon_version()
+    assert tree_id(out) is not None and voided_root(out).name == f"{out.name}@{tree_id(out)}"
     # the harbor command of every job: own jobs dir + job name = arm, multipliers, live mounts
     argv = events(out, "job_start")[0]["argv"]
     assert argv[argv.index("--job-name") + 1] in ARMS
