@@ -208,7 +208,12 @@ def test_agents_import_only_modes():
 
 
 def test_results_read_and_never_act():
-    assert _violations("runner.results", ("runner.errors", "runner.secrets", "runner.procid", "modes")) == []
+    assert (
+        _violations(
+            "runner.results", ("runner.errors", "runner.secrets", "runner.procid", "runner.version", "modes")
+        )
+        == []
+    )
 
 
 def test_ops_build_on_results_and_never_on_schedule():

@@ -185,6 +185,10 @@ class RunModel:
         and status say so (the flag's help promised it; a probe found nothing did)."""
         return sorted({t for r in self._runs.runs for t in r.modified})
 
+    def made_by(self) -> list[str]:
+        """The marathon versions the tree's runner starts recorded, in order of first use."""
+        return list(dict.fromkeys(r.marathon for r in self._runs.runs if r.marathon))
+
     def versions(self) -> dict[str, list[str]]:
         """The marathon versions the tree's runner starts recorded, each with its run ids, when there
         are two or more ({} otherwise): a run resumed by an upgraded marathon ran its later part

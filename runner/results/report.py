@@ -10,7 +10,8 @@ csv or html. The dict is the JSON contract other tools read:
     flagged_a, flagged_b, *_diff, *_diff_ci, *_mde, *_tasks_needed, wins, losses, ties,
     sign_test_p, sign_test_p_holm}], power{...}, suspect[...], suspect_excluded,
     infrastructure[...], bootstrap{method, resamples, seed, confidence}, disclosures{arm: [...]},
-    masked{arm: [{what, why, config_keys}]}, masked_config_keys
+    masked{arm: [{what, why, config_keys}]}, masked_config_keys, gateway_deaths{arm: n},
+    modified_tasks, versions[{marathon, runs, message}], made_by, generated_by
 
 Why cost apart from spend: an arm's cost is what its scored attempts cost (the sum of its cells);
 what errored and voided attempts cost is the run's spend, not the arm's, or an arm that hit more
@@ -46,6 +47,7 @@ from runner.results.cells import Cell, scored_values
 from runner.results.ledger import live_at_deaths
 from runner.results.model import RunModel
 from runner.results.prices import Money, add_costs
+from runner.version import marathon_version
 
 FORMATS = ("md", "json", "csv", "html")
 #: The JSON contract's version. v2: cell and arm cost/tokens are the scoring attempts' (spend_* is
@@ -626,6 +628,7 @@ def build_report(
         "scope": scope if model.runs else "all",
         "run_id": model.run_id,
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "generated_by": marathon_version(),
         "arms": arms,
         "tasks": tasks,
         "cells": {t: {a: cell_dict(cells[(t, a)], money) for a in arms if (t, a) in cells} for t in tasks},
@@ -659,7 +662,8 @@ def build_report(
         "versions": [
             {"marathon": v, "runs": ids, "message": f"{VERSIONS}: {v} ({', '.join(ids)})"}
             for v, ids in model.versions().items()
-        ],  # fmt: skip
+        ],
+        "made_by": model.made_by(),
         "excluded": [{"path": e.path, "reason": e.reason} for e in model.excluded],
         "unreadable": model.unreadable,
         "notes": {
@@ -986,6 +990,18 @@ UNMETERED = (
 #: what the report says of a tree whose runner starts were made by different marathon versions
 VERSIONS = "runner starts of this tree were made by different marathon versions (their rules may differ)"
 
+
+def other_version_line(rep: dict[str, Any]) -> str | None:
+    """When the run was made by another marathon than the one writing the report: the declared
+    differences, masks and rules printed here are this one's, not necessarily the run's (a probe
+    found the report taking them from the code at report time, silently)."""
+    made, by = rep.get("made_by") or [], rep.get("generated_by")
+    if not made or not by or made == [by]:
+        return None
+    return (f"this report was written by marathon {by}; the run by {', '.join(made)}: the declared "
+            "differences and masks below are this version's")  # fmt: skip
+
+
 #: what the report says of the tasks run as modified (a disclosed deviation of the dataset)
 MODIFIED = (
     "Tasks run modified (--allow-modified: they differ from dataset.toml, so their results are not "
@@ -1136,6 +1152,8 @@ def render_md(rep: dict[str, Any]) -> str:
         ]
         lines += [f"- {m(t, None)}" for t in sus[:-1]] + ["", sus[-1]]
     lines += ["", "## Disclosed deviations", ""]
+    if other := other_version_line(rep):
+        lines += [f"- {m(other, None)}"]
     if rep["disclosures"]:
         for a, ds in rep["disclosures"].items():
             lines += [f"- **{a}**: {d}" for d in ds]
@@ -1290,6 +1308,8 @@ def render_html(rep: dict[str, Any]) -> str:
         ]
         parts.append("</ul>")
     parts.append("<h2>Disclosed deviations</h2><ul>")
+    if other := other_version_line(rep):
+        parts.append(f"<li>{e(other, None)}</li>")
     for a, ds in rep["disclosures"].items():
         parts += [f"<li><b>{e(a)}</b>: {e(d, None)}</li>" for d in ds]
     parts += [f"<li>{e(t, None)}</li>" for t in masked_lines(rep)]

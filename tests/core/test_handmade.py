@@ -407,4 +407,11 @@ def test_runner_starts_by_different_marathon_versions_are_flagged(tree_copy, tmp
         assert VERSIONS in render(rep, fmt), fmt
     events.write_text(json.dumps({"ts": "2026-12-01T00:00:00Z", "event": "runner_start", "run_id": "r1",
                                   "marathon": "0.1.0+gaaaaaaaaaaaa"}) + "\n")  # fmt: skip
-    assert build_report(RunModel.load(tree_copy))["versions"] == []
+    rep = build_report(RunModel.load(tree_copy))
+    assert rep["versions"] == [] and rep["made_by"] == ["0.1.0+gaaaaaaaaaaaa"]
+    # a report written by another marathon than the run's says its declared differences are its own
+    assert rep["generated_by"] == marathon_version() != "0.1.0+gaaaaaaaaaaaa"
+    assert "the declared differences and masks below are this version's" in render(rep, "md")
+    events.write_text(json.dumps({"ts": "2026-12-01T00:00:00Z", "event": "runner_start", "run_id": "r1",
+                                  "marathon": marathon_version()}) + "\n")  # fmt: skip
+    assert "masks below are this version's" not in render(build_report(RunModel.load(tree_copy)), "html")
