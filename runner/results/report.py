@@ -122,8 +122,10 @@ def spend(c: Cell) -> tuple[float | None, int | None, int | None]:
     if len(atts) == 1 and len(atts[0].trials) == 1 and not atts[0].voided_trials:
         # the usual pair: one attempt of one trial (sum() of one value is the value)
         (t,) = atts[0].trials.values()
-        if atts[0].figures.tokens_source != LEDGER:
+        f = atts[0].figures
+        if f.tokens_source != LEDGER:
             return t.cost_usd, t.n_input_tokens, t.n_output_tokens
+        return t.cost_usd, f.n_input_tokens, f.n_output_tokens  # the attempt's every call, on the wire
     recs = [t for a in atts for t in (*a.trials.values(), *(v.record for v in a.voided_trials.values()))]
 
     def total(field: str, recs: list = recs):
