@@ -91,7 +91,7 @@ def audit(cells: dict[tuple[str, str], Cell], arms: list[str]) -> dict[str, Any]
     labels = {k: v for k, v in LABELS.items() if k not in DECLARED}
     diffs, lines, differing = _differences(by_task, labels, arms)
     lines = [f"arms differ in: {t}" for t in lines]
-    changed = run_conditions(cells, arms, {(d["fact"], d["task"]) for d in diffs})
+    changed = run_conditions(cells, arms, {(d["fact"], d["task"]) for d in diffs}, by_task)
     lines += [c["line"] for c in changed]
     return {
         "compared": {a: sorted(compared[a], key=list(LABELS).index) for a in arms},
@@ -104,12 +104,16 @@ def audit(cells: dict[tuple[str, str], Cell], arms: list[str]) -> dict[str, Any]
 
 
 def run_conditions(
-    cells: dict[tuple[str, str], Cell], arms: list[str], flagged: set[tuple[str, str]] = frozenset()
+    cells: dict[tuple[str, str], Cell],
+    arms: list[str],
+    flagged: set[tuple[str, str]] = frozenset(),
+    setups: dict[str, dict[str, dict[str, str]]] | None = None,
 ) -> list[dict[str, Any]]:
     """The run-wide facts (``RUN_WIDE``) that are not the same across every scored attempt (each
     done repeat of a pair with repeats): ``[{fact, label, values: {value: [cells]}, line}]``, the
     cells named ``task × arm`` (``task@rK × arm`` for a repeat). ``flagged``: (fact, task) the
-    arms-against-arms audit already has a line for (its tasks are left out of that fact here)."""
+    arms-against-arms audit already has a line for (its tasks are left out of that fact here);
+    ``setups``: the cells' setups it read (``_setup_of``, by task and arm), not read twice."""
     seen: dict[str, dict[str, list[str]]] = {}
     for (task, arm), c in sorted(cells.items()):
         if arm not in arms:
@@ -117,7 +121,8 @@ def run_conditions(
         for i, sub in enumerate(c.repeats or (c,), 1):
             if sub.status != DONE:
                 continue
-            setup = _setup_of(sub)
+            got = setups.get(task, {}).get(arm) if setups is not None and not c.repeats else None
+            setup = got if got is not None else _setup_of(sub)
             name = f"{task}@r{i} \u00d7 {arm}" if c.repeats and i > 1 else f"{task} \u00d7 {arm}"
             for fact in RUN_WIDE:
                 if fact in setup and (fact, task) not in flagged:
