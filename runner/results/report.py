@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from itertools import combinations
 from typing import Any
@@ -42,11 +42,12 @@ from runner.results.alarms import (
     provider_errors,
     provider_outages,
 )
-from runner.results.attempts import DONE, ERRORED, LEDGER, STATUSES, VOIDED, Key
+from runner.results.attempts import DONE, ERRORED, LEDGER, STATUSES, VOIDED, Attempt, Key
 from runner.results.cells import Cell, scored_values
 from runner.results.ledger import live_at_deaths
 from runner.results.model import RunModel
 from runner.results.prices import Money, add_costs
+from runner.results.records import TrialRecord
 from runner.version import marathon_version
 
 FORMATS = ("md", "json", "csv", "html")
@@ -122,32 +123,23 @@ def spend(c: Cell) -> tuple[float | None, int | None, int | None]:
     if len(atts) == 1 and len(atts[0].trials) == 1 and not atts[0].voided_trials:
         # the usual pair: one attempt of one trial (sum() of one value is the value)
         (t,) = atts[0].trials.values()
-        f = atts[0].figures
-        if f.tokens_source != LEDGER:
-            return t.cost_usd, t.n_input_tokens, t.n_output_tokens
-        return t.cost_usd, f.n_input_tokens, f.n_output_tokens  # the attempt's every call, on the wire
-    recs = [t for a in atts for t in (*a.trials.values(), *(v.record for v in a.voided_trials.values()))]
+        return (t.cost_usd, *_attempt_tokens(atts[0], (t,)))
+    recs = {a.key: [*a.trials.values(), *(v.record for v in a.voided_trials.values())] for a in atts}
+    tokens = [_attempt_tokens(a, recs[a.key]) for a in atts]
+    return (
+        _total([t.cost_usd for rs in recs.values() for t in rs]),
+        _total([i for i, _o in tokens]),
+        _total([o for _i, o in tokens]),
+    )
 
-    def total(field: str, recs: list = recs):
-        vals = [v for t in recs if (v := getattr(t, field)) is not None]
-        return sum(vals) if vals else None
 
-    # tokens as the cells count them: the ledger's for an attempt it has (every call of the attempt,
-    # its voided trials' too), else what harbor read from the agent's logs (a probe found a spend
-    # below the cost: harbor's tokens here, the ledger's in the cells)
-    tokens: list[tuple[int | None, int | None]] = []
-    for a in atts:
-        if a.figures.tokens_source == LEDGER:
-            tokens.append((a.figures.n_input_tokens, a.figures.n_output_tokens))
-        else:
-            own = [*a.trials.values(), *(v.record for v in a.voided_trials.values())]
-            tokens.append((total("n_input_tokens", own), total("n_output_tokens", own)))
-
-    def tsum(i: int) -> int | None:
-        vals = [v[i] for v in tokens if v[i] is not None]
-        return sum(vals) if vals else None
-
-    return total("cost_usd"), tsum(0), tsum(1)
+def _attempt_tokens(a: Attempt, recs: Sequence[TrialRecord]) -> tuple[int | None, int | None]:
+    """An attempt's input and output tokens as the cells count them: the ledger's when it has the
+    attempt (every call, its voided trials' too), else harbor's reading of the agent's logs in
+    ``recs`` (a probe found a spend below the cost: harbor's tokens here, the ledger's in the cells)."""
+    if a.figures.tokens_source == LEDGER:
+        return a.figures.n_input_tokens, a.figures.n_output_tokens
+    return _total([t.n_input_tokens for t in recs]), _total([t.n_output_tokens for t in recs])
 
 
 def _scored(c: Cell, field: str):
