@@ -253,13 +253,11 @@ class VoidPlan:
 
     def act(self) -> VoidReport:
         """Move it aside, recorded under the tree's last run (the one that made the trial), and
-        journalled (``journal_void``)."""
-        dest = act_void(self, run_id=last_run_id(Path(self.out)))
-        journal_void(self, dest, "operator")
-        return VoidReport(dest)
+        journalled as the operator's."""
+        return VoidReport(act_void(self, run_id=last_run_id(Path(self.out)), by="operator"))
 
 
-def journal_void(plan: VoidPlan, dest: Path, by: str) -> None:
+def _journal(plan: VoidPlan, dest: Path, by: str) -> None:
     """A ``void`` event for a void made outside the runner (`marathon void`, `health --fix`): the
     runner journals its own, and the console's progress is folded from the journal (after an
     operator's void it still said 20/20 pairs done beside a voided cell; found by a probe). No
@@ -326,7 +324,7 @@ class VoidFailed(UserError):
     exit_code = EXIT_FAILED
 
 
-def act_void(plan: VoidPlan, *, run_id: str | None = None) -> Path:
+def act_void(plan: VoidPlan, *, run_id: str | None = None, by: str | None = None) -> Path:
     """Move the source aside with its README.md + void.json. Never deletes an attempt, never leaves
     one half moved or without its reason.
 
@@ -334,7 +332,8 @@ def act_void(plan: VoidPlan, *, run_id: str | None = None) -> Path:
     why; across filesystems (the voided root is a sibling of the tree, which may be a mount of its
     own) the source is copied to a hidden name beside its destination (the scan skips it), renamed
     into place, and only then removed. A failure before the move is complete (a full or read-only
-    disk) leaves the tree as it was and raises ``VoidFailed`` in one line."""
+    disk) leaves the tree as it was and raises ``VoidFailed`` in one line. ``by``: a void made
+    outside the runner (which journals its own) is journalled as whose (``_journal``)."""
     src, dest = Path(plan.source), Path(plan.dest)
     record = asdict(plan) | {"voided_at": utc_now(), "run_id": run_id}
     lines = [
@@ -374,6 +373,8 @@ def act_void(plan: VoidPlan, *, run_id: str | None = None) -> Path:
                 f"void {src}: copied to {dest}, but the source could not be removed "
                 f"({_why(exc)}): remove it by hand, or the attempt counts twice"
             ) from None
+    if by is not None:
+        _journal(plan, dest, by)
     return dest
 
 

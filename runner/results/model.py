@@ -63,6 +63,9 @@ from runner.results.prices import Money, pricer_of
 from runner.results.runs import Run, RunLog
 from runner.results.scan import Excluded, TreeScan
 
+#: the version of a runner start made before starts recorded theirs
+NOT_RECORDED = "(not recorded)"
+
 
 class RunModel:
     """The cells of one output tree. Build with ``RunModel.load(out)``; keep current with ``update``.
@@ -185,18 +188,14 @@ class RunModel:
         and status say so (the flag's help promised it; a probe found nothing did)."""
         return sorted({t for r in self._runs.runs for t in r.modified})
 
-    def made_by(self) -> list[str]:
-        """The marathon versions the tree's runner starts recorded, in order of first use."""
-        return list(dict.fromkeys(r.marathon for r in self._runs.runs if r.marathon))
-
     def versions(self) -> dict[str, list[str]]:
-        """The marathon versions the tree's runner starts recorded, each with its run ids, when there
-        are two or more ({} otherwise): a run resumed by an upgraded marathon ran its later part
-        under other rules (the gateway's cuts, the caps), which the report flags."""
+        """The marathon versions the tree's runner starts recorded (``(not recorded)`` for older
+        ones), each with its run ids, in order of first use: a run resumed by an upgraded marathon
+        ran its later part under other rules (the gateway's cuts, the caps), which the report flags."""
         got: dict[str, list[str]] = {}
         for r in self._runs.runs:
-            got.setdefault(r.marathon or "(not recorded)", []).append(r.run_id)
-        return got if len(got) > 1 else {}
+            got.setdefault(r.marathon or NOT_RECORDED, []).append(r.run_id)
+        return got
 
     @property
     def n_attempts(self) -> int:

@@ -45,7 +45,7 @@ from runner.results.alarms import (
 from runner.results.attempts import DONE, ERRORED, LEDGER, STATUSES, VOIDED, Attempt, Key
 from runner.results.cells import Cell, scored_values
 from runner.results.ledger import live_at_deaths
-from runner.results.model import RunModel
+from runner.results.model import NOT_RECORDED, RunModel
 from runner.results.prices import Money, add_costs
 from runner.results.records import TrialRecord
 from runner.version import marathon_version
@@ -653,11 +653,7 @@ def build_report(
         "masked_config_keys": list(profiles.masked_config_keys()),
         "stand_ins": stand_ins,
         "modified_tasks": [t for t in model.modified_tasks if t in tasks],
-        "versions": [
-            {"marathon": v, "runs": ids, "message": f"{VERSIONS}: {v} ({', '.join(ids)})"}
-            for v, ids in model.versions().items()
-        ],
-        "made_by": model.made_by(),
+        **_versions(model.versions()),
         "excluded": [{"path": e.path, "reason": e.reason} for e in model.excluded],
         "unreadable": model.unreadable,
         "notes": {
@@ -983,6 +979,19 @@ UNMETERED = (
 
 #: what the report says of a tree whose runner starts were made by different marathon versions
 VERSIONS = "runner starts of this tree were made by different marathon versions (their rules may differ)"
+
+
+def _versions(by_version: dict[str, list[str]]) -> dict[str, Any]:
+    """The report's ``versions`` (a FLAG each, when the tree's starts were made by two or more) and
+    ``made_by`` (the versions recorded) from ``RunModel.versions``."""
+    flagged = [
+        {"marathon": v, "runs": ids, "message": f"{VERSIONS}: {v} ({', '.join(ids)})"}
+        for v, ids in by_version.items()
+    ]
+    return {
+        "versions": flagged if len(flagged) > 1 else [],
+        "made_by": [v for v in by_version if v != NOT_RECORDED],
+    }
 
 
 def other_version_line(rep: dict[str, Any]) -> str | None:

@@ -30,6 +30,7 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+from modes import safeio
 from modes.trial_files import SCORED_INPUTS
 
 CLAIMS_DIR = ".claims"
@@ -163,8 +164,6 @@ _TREE_ID = re.compile(r"[0-9a-f]{16}")
 def tree_id(out: Path) -> str | None:
     """The tree's own id (``<out>/.runner/tree_id``, 16 hex digits), None for a tree made before
     trees had one (or whose file is not one: a symlink, another owner's, garbage)."""
-    from modes import safeio  # (modes is below results: no cycle)
-
     raw = safeio.read_own(out / RUNNER_DIR / TREE_ID_FILE, 64)
     if isinstance(raw, safeio.Refused):
         return None
@@ -178,8 +177,6 @@ def make_tree_id(out: Path) -> str | None:
     have = tree_id(out)
     if have is not None or events_path(out).exists():
         return have
-    from modes import safeio
-
     tid = os.urandom(8).hex()
     (out / RUNNER_DIR).mkdir(parents=True, exist_ok=True)
     safeio.write_atomic(out / RUNNER_DIR / TREE_ID_FILE, tid + "\n")

@@ -24,7 +24,7 @@ from runner.errors import NotAnOutputTree, Unavailable, UserError
 from runner.ops.gateway.process import status_line as gateway_status
 from runner.ops.procs import Registry
 from runner.ops.viewer import status_line as viewer_status
-from runner.ops.void import act_void, classify_job, journal_void, plan_void
+from runner.ops.void import act_void, classify_job, plan_void
 from runner.results.ledger import outage_of
 from runner.results.records import OK, read_job
 from runner.results.tree import (
@@ -446,8 +446,7 @@ def fix(out: Path) -> HealthReport:
             rep.fixes.append(f"restarted the model gateway: {st.describe()}")
         elif f.kind == "errored_not_voided":
             plan = plan_void(out, Path(f.data["job"]), f.data["reason"], f.data["evidence"])
-            dest = act_void(plan)
-            journal_void(plan, dest, "health --fix")
+            dest = act_void(plan, by="health --fix")  # journalled as health's (the runner journals its own)
             rep.fixes.append(f"voided {f.what.split(':')[0]} -> {dest}")
     if any(f.kind == "runner_dead" for f in rep.findings):
         from runner.schedule.start import start_detached
