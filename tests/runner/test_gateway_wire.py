@@ -69,7 +69,7 @@ def test_the_ledger_equals_the_scripted_models_own_count_per_attempt(wire):
         last = max(calls, key=lambda c: int(c.request_id.rsplit(".", 1)[1]))
         if (
             last.request_id not in seen
-            and last.outcome == L.CLIENT_CLOSED
+            and last.outcome in CUT_SHORT
             and last.status is None
             and last.usage is None
         ):
@@ -78,8 +78,8 @@ def test_the_ledger_equals_the_scripted_models_own_count_per_attempt(wire):
         assert len(calls) == len(seen) > 0, arm
         for c in calls:
             m = seen[c.request_id]
-            if c.usage is None:  # the answer was cut before its usage passed (client gone): say so
-                assert c.outcome == L.CLIENT_CLOSED, (arm, c)
+            if c.usage is None:  # the answer was cut before its usage passed: say by whom
+                assert c.outcome in CUT_SHORT, (arm, c)
                 continue
             u = m["usage"]
             assert c.usage == (
@@ -92,6 +92,12 @@ def test_the_ledger_equals_the_scripted_models_own_count_per_attempt(wire):
         with_usage = [seen[c.request_id]["usage"] for c in calls if c.usage is not None]
         assert usage.input == sum(u["input_tokens"] for u in with_usage)
         assert usage.output == sum(u["output_tokens"] for u in with_usage)
+
+
+#: who may cut the answer of a call in flight at the deadline: the client (codex winding down) or
+#: the gateway, at the attempt's budget end (``cut``, since 2026-12-07); which one comes first is
+#: the two processes' timing (ci74 saw heartbeat's last call cut by the gateway at 29.99 s of 30)
+CUT_SHORT = (L.CLIENT_CLOSED, L.CUT)
 
 
 def _dropped_by_codex(model: list[dict], attempt: str) -> set[str]:
