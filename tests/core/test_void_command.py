@@ -83,6 +83,44 @@ def test_an_operators_void_is_journalled_and_the_progress_no_longer_counts_the_p
     assert done() == 0
 
 
+def test_a_health_fix_void_is_journalled_as_healths_and_found_no_more(mini_tree, tmp_path, monkeypatch):
+    """`marathon health --fix` voids a finished attempt whose gateway died under it (the voiding
+    table's ``gateway_failed`` row, from the run's outage record): the void is journalled once, as
+    health's (no run id: no runner made it), the attempt leaves the tree, and the next check finds
+    nothing more to void."""
+    from runner.results.events import read_events
+    from runner.results.tree import outages_path
+    from runner.schedule.health import check, fix
+
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")  # leaks not looked at here
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    (job,) = (out / "calc-partial" / "oracle").glob("*/oracle")
+    stamp = job.parent.name
+    live = {"id": "a1", "task": "calc-partial", "arm": "oracle", "stamp": stamp}
+    outages_path(out).parent.mkdir(parents=True, exist_ok=True)
+    outages_path(out).write_text(
+        json.dumps(
+            {"host": None, "down_since": 1.0, "restarted_at": 2.0, "by": "runner", "live_attempts": [live]}
+        )
+        + "\n"
+    )
+    rep, _ = check(out)
+    (found,) = [f for f in rep.findings if f.kind == "errored_not_voided"]
+    assert found.fixable and "model gateway failed" in found.what
+    fixed = fix(out)
+    assert [x for x in fixed.fixes if x.startswith(f"voided calc-partial/oracle stamp {stamp} -> ")], (
+        fixed.fixes
+    )
+    (ev,) = [e for e in read_events(out) if e["event"] == "void"]
+    assert (ev["task"], ev["arm"], ev["stamp"], ev["by"]) == ("calc-partial", "oracle", stamp, "health --fix")
+    assert "run_id" not in ev and "gateway failed" in ev["reason"]
+    assert not job.parent.exists() and not pair_done(out, "calc-partial", "oracle")
+    again, _ = check(out)
+    assert not [f for f in again.findings if f.kind == "errored_not_voided"]
+    assert fix(out).fixes == [] and len([e for e in read_events(out) if e["event"] == "void"]) == 1
+
+
 def test_void_refuses_what_is_not_a_trial_of_the_tree(mini_tree, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(mini_tree, out)
