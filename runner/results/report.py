@@ -209,6 +209,7 @@ def repeat_dict(c: Cell) -> dict[str, Any]:
     return {
         "repeats": c.k,
         "repeats_done": c.repeats_done,
+        "flagged_repeats": c.flagged_repeats,  # a done pair's flagged ones too (its cell is not flagged)
         **{f"{m}_sd": _r(clusters.spread(scored_values(c, m))) for m in MEASURES},
         "by_repeat": [
             {
@@ -1202,7 +1203,7 @@ def render_csv(rep: dict[str, Any]) -> str:
     buf = io.StringIO()
     cols = list(CSV_COLUMNS)
     if rep.get("repeats", 1) > 1:
-        cols[-1:-1] = ["repeats", "repeats_done", *(f"{m}_sd" for m in MEASURES)]
+        cols[-1:-1] = ["repeats", "repeats_done", "flagged_repeats", *(f"{m}_sd" for m in MEASURES)]
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(cols)
     for t in rep["tasks"]:

@@ -6,6 +6,8 @@ rule, claims and health per repeat, the runner's order and its event tally. No D
 
 from __future__ import annotations
 
+import csv
+import io
 import itertools
 import json
 import shutil
@@ -309,6 +311,11 @@ def test_a_flagged_repeat_counts_against_its_arm_as_a_failure_among_the_repeats(
     d = [a - b for a, b in zip(task_means("plain", False), task_means("goal", False), strict=True)]
     assert row["partial_diff"] == r4(statistics.fmean(d))
     assert [r["flagged"] for r in rep["cells"]["t06"]["plain"]["by_repeat"]] == [False, True]
+    # the CSV (one row per cell) says so too: the done pair's cell is not flagged, one repeat is
+    rows = {(r["task"], r["arm"]): r for r in csv.DictReader(io.StringIO(report.render_csv(rep)))}
+    assert (rows["t06", "plain"]["flagged"], rows["t06", "plain"]["flagged_repeats"]) == ("False", "1")
+    assert (rows["t07", "goal"]["flagged"], rows["t07", "goal"]["flagged_repeats"]) == ("True", "2")
+    assert rows["t05", "plain"]["flagged_repeats"] == "0"
     assert "8 (1 flagged)" in report.render_md(rep)
     # the flagged repeat of a done pair is named among the holes too (a probe found only the count)
     for fmt in ("md", "html"):
