@@ -284,12 +284,14 @@ def claim_unit(filename: str) -> tuple[str, str, int] | None:
     return (task, arm, repeat) if sep and task and arm else None
 
 
+#: the runner's stamps (``runner.schedule.attempt.new_stamp``): sorted as text, they sort in time
+STAMP_FORMAT = "%Y-%m-%d__%H-%M-%S"
 _STAMP_FORMATS = (
     "%Y%m%dT%H%M%SZ",
     "%Y%m%dT%H%M%S%fZ",
     "%Y%m%d-%H%M%S",
     "%Y%m%d_%H%M%S",
-    "%Y-%m-%d__%H-%M-%S",
+    STAMP_FORMAT,
 )
 
 

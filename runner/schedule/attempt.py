@@ -16,14 +16,25 @@ own, as a pair is when the run has one repeat.
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir, repeat_of, with_repeat
+from runner.errors import UserError
+from runner.results.tree import (
+    STAMP_FORMAT,
+    iter_trial_dirs,
+    job_dir,
+    jobs_dir,
+    repeat_of,
+    stamp_time,
+    with_repeat,
+)
 from runner.schedule.claims import Claim
 from runner.schedule.config import ArmSpec
 
@@ -41,13 +52,41 @@ Unit = tuple[str, str, int]  # (task, arm, repeat): one repeat of a pair, the ru
 
 
 def new_stamp(arm_dir: Path, repeat: int = 1) -> str:
-    """A fresh jobs-dir name under ``<out>/<task>/<arm>``: UTC time, unique, marked with its repeat."""
-    base = datetime.now(UTC).strftime("%Y-%m-%d__%H-%M-%S")
-    stamp, n = base, 1
-    while (arm_dir / with_repeat(stamp, repeat)).exists():
-        n += 1
-        stamp = f"{base}-{n}"
+    """A fresh jobs-dir name under ``<out>/<task>/<arm>``: UTC time to the second, marked with its
+    repeat, unique, and later than every stamp already there.
+
+    Why later: a cell orders its attempts by their stamps (the latest done one scores it, a hole in
+    the latest one is never passed over), so a clock stepped back (NTP after a pause, a VM resumed)
+    must not put a new attempt before an old one. Such a stamp takes the latest one's time plus a
+    second instead; a collision moves on by a second too (a ``-2`` suffix sorted ``-10`` before it).
+    """
+    t = datetime.now(UTC).replace(microsecond=0)
+    latest = latest_stamp_time(arm_dir)
+    if latest is not None and t <= latest:
+        try:
+            t = latest + timedelta(seconds=1)
+        except OverflowError:  # a dir named for the year 9999: no time after it
+            raise UserError(
+                f"{arm_dir}: a stamp dir names the last second of the calendar; move it out"
+            ) from None
+    while (arm_dir / with_repeat(stamp := t.strftime(STAMP_FORMAT), repeat)).exists():
+        t += timedelta(seconds=1)
     return with_repeat(stamp, repeat)
+
+
+def latest_stamp_time(arm_dir: Path) -> datetime | None:
+    """The latest time a stamp in ``arm_dir`` names (any repeat; an older ``-<n>`` collision suffix
+    read as its time), or None."""
+    try:
+        names = [e.name for e in os.scandir(arm_dir)]
+    except OSError:
+        return None
+    times = [t for n in names if (t := stamp_time(_COLLISION.sub(r"\1\2", n))) is not None]
+    return max(times, default=None)
+
+
+#: the suffix an earlier ``new_stamp`` gave a stamp taken in the same second (``<stamp>-<n>``)
+_COLLISION = re.compile(r"^(\d{4}-\d\d-\d\d__\d\d-\d\d-\d\d)-\d+(@r\d+)?$")
 
 
 @dataclass
