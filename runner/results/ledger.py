@@ -85,6 +85,7 @@ PARAMS: dict[str, str] = {
     "parallel_tool_calls": "parallel tool calls",
     "service_tier": "service tier",
     "text_verbosity": "text verbosity",
+    "other_fields": "other request fields",
 }
 TOKENS = ("input", "cached", "output", "reasoning")
 #: the value of a parameter a model call did not carry where another call (of the attempt, or of

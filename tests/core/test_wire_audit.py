@@ -120,6 +120,19 @@ def test_a_parameter_only_one_arm_sent_is_a_red_line(tree):
     assert d["values"] == {"plain": "(not sent)", "goal": "(not sent)", "heartbeat": "0.2"}
 
 
+def test_a_setting_outside_the_named_parameters_is_a_red_line(tree):
+    """Left over from a probe: fields outside the ledger's named parameters were never compared, so
+    one arm's ``truncation: "auto"`` passed. They are one value now (``other_fields``)."""
+    write_receipts(tree)
+    _ledger(tree, **{"heartbeat/t05": {"params": {"other_fields": {"truncation": "auto"}}}})
+    wire = _report(tree)["audit"]["wire"]
+    assert wire["lines"] == [
+        "arms sent the model different other request fields (plain, goal \u2260 heartbeat; task t05)"
+    ]
+    (d,) = wire["differences"]
+    assert d["values"]["heartbeat"] == '{"truncation": "auto"}' and d["values"]["plain"] == L.NOT_SENT
+
+
 def test_a_parameter_an_arm_sent_on_some_calls_only_is_a_red_line(tree):
     """Left over from a probe: an arm that sent its reasoning effort on its first call and not on
     the next (the provider's default there) had the value of the calls that carried it, equal to

@@ -117,6 +117,35 @@ def test_request_parameters_plain_and_gzipped():
     }
 
 
+def test_every_setting_outside_the_named_parameters_is_one_compared_value():
+    """Fields the named parameters leave out (``include``, ``store``, ``truncation``, a ``text`` or
+    ``reasoning`` key of their own) are kept together as ``other_fields``; the call's content and
+    identity (the conversation, the cache key, ids, metadata) are not, so calls of two attempts
+    that differ only there read the same."""
+    codex = {
+        "model": "gpt-5.5", "reasoning": {"effort": "high", "summary": "auto"}, "stream": True,
+        "tools": [], "tool_choice": "auto", "parallel_tool_calls": False, "store": False,
+        "include": ["reasoning.encrypted_content"], "input": [{"type": "message"}],
+        "prompt_cache_key": "conv-1", "client_metadata": {"session": "s1"},
+    }  # fmt: skip
+    p = request_params(json.dumps(codex).encode())[0]
+    assert p["other_fields"] == {"include": ["reasoning.encrypted_content"], "store": False}
+    again = dict(codex, input=[], prompt_cache_key="conv-2", client_metadata={"session": "s2"},
+                 previous_response_id="resp_9", metadata={"n": 1}, user="u2")  # fmt: skip
+    assert request_params(json.dumps(again).encode())[0] == dict(p, n_input_items=0)
+    truncating = dict(codex, truncation="auto", text={"verbosity": "low", "format": {"type": "text"}},
+                      reasoning={"effort": "high", "generate_summary": "concise"})  # fmt: skip
+    t = request_params(json.dumps(truncating).encode())[0]
+    assert t["other_fields"] == {
+        "include": ["reasoning.encrypted_content"], "store": False, "truncation": "auto",
+        "text": {"format": {"type": "text"}}, "reasoning": {"generate_summary": "concise"},
+    }  # fmt: skip
+    assert t["text_verbosity"] == "low" and t["reasoning_effort"] == "high"
+    bare = {"model": "m", "input": "hi", "stream": False}
+    assert "other_fields" not in request_params(json.dumps(bare).encode())[0]
+    assert L.PARAMS["other_fields"] == "other request fields"
+
+
 def test_a_hostile_clients_parameters_are_bounded_and_its_bombs_stop_at_the_limit():
     """What the agent sends is kept as it was when small and finite, else as its hash and length;
     a compressed body is never decompressed past what the gateway accepts raw."""

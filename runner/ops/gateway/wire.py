@@ -91,6 +91,33 @@ def _digest(v: Any) -> str | None:
         return None
 
 
+#: the request's top-level fields read above as parameters of their own, or that are the call's
+#: content or identity rather than a setting (the conversation, the cache key, ids and metadata):
+#: every other field goes into ``other_fields``
+_READ_OR_PER_CALL = frozenset({
+    "model", "reasoning", "temperature", "top_p", "max_output_tokens", "tools", "instructions",
+    "tool_choice", "parallel_tool_calls", "service_tier", "text", "stream", "input",
+    "prompt_cache_key", "previous_response_id", "conversation", "client_metadata", "metadata",
+    "user", "safety_identifier",
+})  # fmt: skip
+
+
+def _other_fields(
+    d: dict[str, Any], reasoning: dict[str, Any], text: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Every setting of the request the named parameters leave out (``store``, ``include``,
+    ``truncation``, ``max_tool_calls``, ``text.format``, another ``reasoning`` key, ...), as one
+    object, or None when there is none. Why: the wire audit compared a fixed list, so one arm's
+    ``truncation: "auto"`` or ``include: ["reasoning.encrypted_content"]`` (what the model keeps of
+    earlier turns) would pass unseen."""
+    other = {k: v for k, v in d.items() if k not in _READ_OR_PER_CALL}
+    if r := {k: v for k, v in reasoning.items() if k not in ("effort", "summary")}:
+        other["reasoning"] = r
+    if t := {k: v for k, v in text.items() if k != "verbosity"}:
+        other["text"] = t
+    return other or None
+
+
 def request_params(raw: bytes, encoding: str | None = None) -> tuple[dict[str, Any], bool]:
     """(the request's behaviour parameters, whether it asks for a stream). Unknown when the body is
     not a JSON object: ``{"unparsed": reason}``. Every value bounded by ``param``."""
@@ -122,6 +149,7 @@ def request_params(raw: bytes, encoding: str | None = None) -> tuple[dict[str, A
         "parallel_tool_calls": d.get("parallel_tool_calls"),
         "service_tier": d.get("service_tier"),
         "text_verbosity": text.get("verbosity"),
+        "other_fields": _other_fields(d, reasoning, text),
         "n_tools": len(d["tools"]) if isinstance(d.get("tools"), list) else None,
         "n_input_items": len(d["input"]) if isinstance(d.get("input"), list) else None,
     }
