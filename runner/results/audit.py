@@ -41,10 +41,12 @@ LABELS = {
 #: that records them. A resume with another ``--model`` or ``--goal-timeout-sec``, or after an
 #: upgrade that changed codex or LoopX, made the rest of the run under other conditions, and the
 #: audit (arms against arms, task by task) passed it: both arms of a task changed together (found
-#: by a probe). Not here: the image digest and harbor's agent timeout (a task's own), and the
-#: budget (clamped per trial by a long preparation: the task's audit line says so).
+#: by a probe). Not here: the image digest, harbor's agent timeout, the workdir and the user (a
+#: task's own: harbor runs the agent as the task's ``[agent].user``; tasks with their own users
+#: read as a changed run), and the budget (clamped per trial by a long preparation: the task's
+#: audit line says so).
 RUN_WIDE = (
-    "codex_version", "codex_in_container", "codex_sha256", "transport", "user", "credential", "model",
+    "codex_version", "codex_in_container", "codex_sha256", "transport", "credential", "model",
     "goal_timeout_sec", "loopx_version", "node_version",
 )  # fmt: skip
 #: at most this many cells named per value of a run-wide fact that changed

@@ -117,6 +117,23 @@ def test_a_change_of_the_runs_conditions_between_tasks_is_a_red_line(tree):
     )
 
 
+def test_tasks_with_their_own_agent_user_are_not_a_changed_run(tree):
+    """Found by a review: harbor runs the agent as the task's own ``[agent].user``, so a task run as
+    root in every arm while the others run as ``agent`` read as "the run's conditions changed: user"
+    (an ALARM in the report and the console). The user is compared arm against arm, per task."""
+    from handmade_tree import COST, TASKS
+
+    tr = {"kind": "docker-exec", "container": "0123456789ab", "workdir": "/srv", "user": "root"}
+    write_receipts(tree, **{f"{a}/{TASKS[0]}": {"transport": tr} for a in COST})
+    au = _audit(tree)
+    assert (au["differences"], au["run_conditions"], au["lines"]) == ([], [], [])
+    write_receipts(tree, **{f"{a}/{TASKS[0]}": {"transport": tr} for a in COST if a != "goal"})
+    assert _audit(tree)["lines"] == [
+        f"arms differ in: {fact} (plain, heartbeat \u2260 goal; task {TASKS[0]})"
+        for fact in ("user", "workdir")
+    ]
+
+
 def test_a_loopx_version_that_differs_is_one_line_not_two(tree):
     """The LoopX and node versions a LoopX arm installed are compared too (an upgrade that bumps LoopX
     changes three arms). One arm's one task: the arms-against-arms line, not a run-wide one besides."""
