@@ -159,6 +159,24 @@ def _unit(task: Any, ev: Mapping[str, Any]) -> Any:
     return task
 
 
+def _note_stamp(stamps: dict[tuple[str, str], str], arm: str, unit: Any, ev: Mapping[str, Any]) -> None:
+    if isinstance(unit, str) and isinstance(stamp := ev.get("stamp"), str):
+        stamps[(arm, unit)] = stamp
+    elif isinstance(unit, str):
+        stamps.pop((arm, unit), None)
+
+
+def _voids(stamps: dict[tuple[str, str], Any], key: tuple[str, str], voided: Any) -> bool:
+    """Whether a void of the attempt ``voided`` (its stamp) is of the unit's attempt in ``stamps``
+    (forgotten there if so): yes when either stamp is unknown (a pair done before this run, an
+    event without a stamp) or they are the same."""
+    known = stamps.get(key)
+    if known is None or not isinstance(voided, str) or known == voided:
+        stamps.pop(key, None)
+        return True
+    return False
+
+
 @dataclass
 class Tally:
     """Folds the runner's events, in order, into the counts of the current run (a new
@@ -173,6 +191,11 @@ class Tally:
     running: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     voided: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     durations: list[float] = field(default_factory=list)
+    #: (arm, unit) -> the stamp of its done / running attempt, when an event named it: a void takes
+    #: the unit out only when it is of that attempt (an older errored one voided beside a done
+    #: retry left the pair done)
+    done_stamp: dict[tuple[str, str], str] = field(default_factory=dict)
+    running_stamp: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def _set(self, **changes: Any) -> None:
         self.run = replace(self.run, **changes)
@@ -202,18 +225,26 @@ class Tally:
                 if isinstance(tasks, list):
                     self.done[a].update(t for t in tasks if isinstance(t, str))
         elif kind in (EventKind.JOB_START, EventKind.ADOPT) and arm:
-            self.running[arm].add(_unit(task, ev))
+            unit = _unit(task, ev)
+            self.running[arm].add(unit)
+            _note_stamp(self.running_stamp, arm, unit, ev)
         elif kind == EventKind.JOB_FINISH and arm:
-            self.running[arm].discard(_unit(task, ev))
+            unit = _unit(task, ev)
+            self.running[arm].discard(unit)
+            self.running_stamp.pop((arm, unit), None)
             if ev.get("status") == "done":
-                self.done[arm].add(_unit(task, ev))
+                self.done[arm].add(unit)
+                _note_stamp(self.done_stamp, arm, unit, ev)
             took = ev.get("elapsed_sec")
             if isinstance(took, (int, float)) and not isinstance(took, bool) and 0 <= took <= MAX_TRIAL_SEC:
                 self.durations.append(float(took))
         elif kind == EventKind.VOID and arm:
             self.voided[arm] += 1
-            self.done[arm].discard(_unit(task, ev))  # a done attempt voided: the pair is run again
-            self.running[arm].discard(_unit(task, ev))
+            unit, stamp = _unit(task, ev), ev.get("stamp")
+            if _voids(self.done_stamp, (arm, unit), stamp):
+                self.done[arm].discard(unit)  # a done attempt voided: the pair is run again
+            if _voids(self.running_stamp, (arm, unit), stamp):
+                self.running[arm].discard(unit)
         elif kind == EventKind.PASS_START and isinstance(ev.get("pass_no"), int):
             self._set(pass_no=ev["pass_no"])
         elif kind == EventKind.GATE_WAIT:

@@ -79,6 +79,28 @@ def test_the_tally_of_a_run():
     assert (p.total, p.done, p.end, p.durations, p.gate_waits) == (1, 0, None, (), 0)
 
 
+def test_a_void_takes_out_only_the_attempt_it_names():
+    """Found by a review: an errored attempt left beside the done retry of its pair, voided by the
+    operator, took the pair out of the done ones (the console said 0/1 while status said 1/1); a
+    void of the running attempt's predecessor took the running one out. A void of the done attempt
+    itself, or one with no stamp known (a pair done before this run), still does."""
+    t = Tally()
+    t.add(ev(0, "runner_start", arms=["plain"], pairs_per_arm={"plain": 3}, already_done={"plain": ["c"]}))
+    t.add(ev(1, "job_finish", task="a", arm="plain", stamp="S1", status="errored"))
+    t.add(ev(2, "job_finish", task="a", arm="plain", stamp="S2", status="done"))
+    t.add(ev(3, "job_finish", task="b", arm="plain", stamp="S3", status="errored"))
+    t.add(ev(4, "job_start", task="b", arm="plain", stamp="S4"))
+    t.add(ev(5, "void", task="a", arm="plain", stamp="S1", by="operator"))
+    t.add(ev(6, "void", task="b", arm="plain", stamp="S3", by="operator"))
+    (a,) = t.snapshot().arms
+    assert (a.done, a.running, a.voided) == (2, 1, 2)
+    t.add(ev(7, "void", task="a", arm="plain", stamp="S2", by="operator"))  # the done one itself
+    t.add(ev(8, "void", task="c", arm="plain", stamp="S0", by="operator"))  # done before this run
+    t.add(ev(9, "void", task="b", arm="plain", stamp="S4", run_id="r"))  # the running one
+    (a,) = t.snapshot().arms
+    assert (a.done, a.running, a.voided) == (0, 0, 5)
+
+
 def test_a_field_of_the_wrong_type_or_size_is_left_out_and_the_tally_goes_on():
     """One journal line with a list where a name belongs, or a duration of 1e308, once ended the
     console: its reading of the runner (a TypeError in the tally) or the whole app (an ETA of inf)."""
