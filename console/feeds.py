@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +23,7 @@ from runner.results.model import RunModel
 from runner.results.prices import Money
 from runner.results.records import TrialRecord
 from runner.results.run_progress import RunProgress, Tally, event_time
+from runner.results.runs import Pieces
 
 if TYPE_CHECKING:
     from runner.results.projection import Projection  # numpy: imported when first projected
@@ -298,8 +298,11 @@ class TreeSnapshot:
     #: every value was read or checked against its files (False: the first paint's values, taken
     #: from the scan index unchecked; ``TreeFeed.load``)
     checked: bool = True
-    #: the run's span, its first start to its exit (``RunModel.run_span``): what its rates are over
-    run_span: tuple[datetime | None, datetime | None] = (None, None)
+    #: when the current run's runners ran (``RunModel.run_pieces``): what its rates are over
+    run_pieces: Pieces = ()
+    #: what the current run's own attempts spent, USD and tokens (``projection.run_spend``): the
+    #: rates' numerator, at most every ``PROJECTION_SEC`` while lines land
+    run_spend: tuple[float | None, int | None] = (None, None)
 
 
 @dataclass(frozen=True)
@@ -356,6 +359,8 @@ class TreeFeed:
         self._money: Money | None = None
         self._money_of: tuple | None = None
         self._projection: Projection | None = None
+        self._run_spend: tuple[float | None, int | None] = (None, None)
+        self._run_spend_at = -PROJECTION_SEC
         self._projected_at = -PROJECTION_SEC
         self._frozen = False  # ``load`` froze the heap (``release`` unfreezes it)
         #: the arms' summary rows of the last snapshot, and the scope and priced ledger they were made with
@@ -480,6 +485,8 @@ class TreeFeed:
         if money.exists and changed is not None and time.monotonic() - self._projected_at >= PROJECTION_SEC:
             self._projection = _projection(m, money, self.scope)
             self._projected_at = time.monotonic()
+        if changed is None or time.monotonic() - self._run_spend_at >= PROJECTION_SEC:
+            self._run_spend, self._run_spend_at = m.run_spend(money), time.monotonic()
         spend: dict[Key, CellSpend] = {}
         if money.exists:
             for k, c in cells.items():
@@ -493,7 +500,7 @@ class TreeFeed:
         return TreeSnapshot(
             cells, changed is None, tasks, arms, summary, alarm, tuple(notes), time.time(), history,
             tuple(m.host_use()), suspect_tasks(scoped, arms, tasks), spend,
-            self._projection if money.exists else None, m.checked, m.run_span,
+            self._projection if money.exists else None, m.checked, m.run_pieces, self._run_spend,
         )  # fmt: skip
 
 

@@ -451,18 +451,20 @@ def progress_text(
     spend_usd: float | None,
     spend_tokens: int | None,
     now: float,
-    span: tuple = (None, None),
+    pieces: tuple = (),
 ) -> str:
     """The top bar's run figures: pairs done, elapsed, ETA at the current concurrency, spend per hour.
-    Elapsed and the rates are over the run's ``span`` (``RunModel.run_span``, as `marathon status`
-    takes them), the runner's own clock when the tree has no span yet."""
+    ``spend_usd`` / ``spend_tokens``: what the current run's own attempts spent
+    (``RunModel.run_spend``). Elapsed and the rates are over the time its runners ran (``pieces``,
+    ``RunModel.run_pieces``, as `marathon status` takes them), the runner's own clock when the tree
+    has no runner start read yet."""
     if info is None or info.progress.started_at is None:
         return ""
     p = info.progress
     from runner.results.run_progress import per_hour
     from runner.results.runs import span_sec
 
-    elapsed = span_sec(span, now) if span[0] is not None else p.elapsed_sec(now)
+    elapsed = span_sec(pieces, now) if pieces else p.elapsed_sec(now)
     parts = [f"{p.done}/{p.total} {p.unit}", f"elapsed {duration(elapsed)}"]
     if p.end is None:
         eta = p.eta_sec()

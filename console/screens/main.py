@@ -67,7 +67,8 @@ class MainScreen(Screen):
         self.summary: dict[str, ArmSummary] = {}
         self.spend: dict[Key, CellSpend] = {}  # the cells' spend on the gateway's ledger, live
         self.projection: Projection | None = None  # the run's spend projected (the feed's, throttled)
-        self.run_span: tuple = (None, None)  # the run's first start and exit (its rates are over it)
+        self.run_pieces: tuple = ()  # when the run's runners ran (its rates are over it)
+        self.run_spend: tuple = (None, None)  # what the run's own attempts spent: USD, tokens
         self.notes: tuple[str, ...] = ()
         self.suspect: dict[str, str] = {}  # task -> evidence: every arm failed it alike
         self.scanned_at: float | None = None
@@ -153,7 +154,7 @@ class MainScreen(Screen):
         self.tasks, self.arms = list(snap.tasks), list(snap.arms)
         self.summary, self.notes = dict(snap.summary), snap.notes
         self.projection = snap.projection
-        self.run_span = snap.run_span
+        self.run_pieces, self.run_spend = snap.run_pieces, snap.run_spend
         if dict(snap.suspect) != self.suspect:  # the marks are in the row labels: rebuild
             self.suspect = dict(snap.suspect)
             self._rebuild = True
@@ -339,14 +340,7 @@ class MainScreen(Screen):
             right.append(view.age_text(self.scanned_at, now), style="dim")
         else:
             right.append(view.UNCHECKED, style="yellow")
-        ledger = [s.ledger_spend_usd for s in self.summary.values() if s.ledger_spend_usd is not None]
-        harbor = [s.spend_usd for s in self.summary.values() if s.spend_usd is not None]
-        spend_usd = sum(ledger or harbor) or None  # the ledger's when the run has one
-        spend_tok = (
-            sum((s.spend_input_tokens or 0) + (s.spend_output_tokens or 0) for s in self.summary.values())
-            or None
-        )
-        run = view.progress_text(self.info, spend_usd, spend_tok, now, self.run_span)
+        run = view.progress_text(self.info, *self.run_spend, now, self.run_pieces)
         live = view.arms_spend_text(self.summary, self.projection)  # the gateway's ledger, as its lines land
         run = " · ".join(x for x in (run, live) if x)
         t = Text(f"marathon {view.clean(self.out.name, 60)}", style="bold")

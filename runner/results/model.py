@@ -46,6 +46,7 @@ cells it returns.
 from __future__ import annotations
 
 import gc
+import math
 import os
 import stat
 from collections.abc import Iterable
@@ -60,7 +61,7 @@ from runner.results.hosts import HostUse
 from runner.results.ledger import Ledger, LedgerReader
 from runner.results.matrix import CellMatrix
 from runner.results.prices import Money, pricer_of
-from runner.results.runs import Run, RunLog
+from runner.results.runs import Pieces, Run, RunLog
 from runner.results.scan import Excluded, TreeScan
 
 #: the version of a runner start made before starts recorded theirs
@@ -181,6 +182,48 @@ class RunModel:
         """When the current run began (restarts that resumed it included) and ended (its last
         runner's exit; None while it runs): ``RunLog.current_span``."""
         return self._runs.current_span()
+
+    @property
+    def run_pieces(self) -> Pieces:
+        """When the current run's runners ran (``RunLog.current_pieces``): what its rates are over."""
+        return self._runs.current_pieces()
+
+    @property
+    def current_run_ids(self) -> frozenset[str]:
+        """The run ids of the current run (its start and the restarts that resumed it)."""
+        return self._runs.current_ids()
+
+    def run_spend(self, money: Money) -> tuple[float | None, int | None]:
+        """What the current run's own attempts spent (``current_run_ids``): USD and tokens from the
+        gateway's ledger when the tree has one, else harbor's own figures; USD None when some are
+        unpriced or none is known. The numerator of every rate of the run, over the time its
+        runners ran (``runs.span_sec``): the run scope also holds earlier runs' attempts of its
+        pairs, and a fresh run on a finished tree read their spend over its first minute as $58/h
+        (found by a review). ``status``, the projection and the console's top bar take it here."""
+        ids = self.current_run_ids
+        usd: list[float] = []
+        tokens, priced, known = 0, True, False
+        for a in self.attempts():
+            if a.run_id not in ids:
+                continue
+            if money.exists:
+                cost = money.attempt(a)
+                if cost is None:
+                    continue
+                known = True
+                tokens += cost.input + cost.output
+                if cost.usd is None:
+                    priced = False
+                else:
+                    usd.append(cost.usd)
+            else:
+                f = a.figures
+                if f.cost_usd is not None:
+                    usd.append(f.cost_usd)
+                    known = True
+                tokens += (f.n_input_tokens or 0) + (f.n_output_tokens or 0)
+        finite = [v for v in usd if math.isfinite(v) and v >= 0]
+        return (math.fsum(finite) if known and priced else None), (tokens or None)
 
     @property
     def modified_tasks(self) -> list[str]:

@@ -82,11 +82,14 @@ class Projection:
     cap_before_completion: bool | None = None  # the projected total passes the cap
     unpriced: tuple[str, ...] = ()
     elapsed_sec: float | None = None
+    #: the tokens per hour the current run's own attempts spent (``rate_per_hour``'s tokens)
+    tokens_per_hour: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "spent_usd": _r(self.spent),
             "rate_usd_per_hour": _r(self.rate_per_hour),
+            "rate_tokens_per_hour": None if self.tokens_per_hour is None else round(self.tokens_per_hour),
             "projected_usd": _r(self.projected),
             "projected_interval": [_r(v) for v in self.interval] if self.interval else None,
             "interval_method": f"percentile bootstrap of each arm's done costs, {stats.BOOTSTRAP_RESAMPLES} draws, "
@@ -135,9 +138,14 @@ def _finite(vals: Sequence[float]) -> list[float]:
 
 
 def project(
-    arms: Mapping[str, ArmSpend], elapsed_sec: float | None = None, cap: float | None = None
+    arms: Mapping[str, ArmSpend],
+    elapsed_sec: float | None = None,
+    cap: float | None = None,
+    in_run: tuple[float, int] | None = None,
 ) -> Projection:
-    """The projection of a run from each arm's spend (pure: the same inputs, the same figures)."""
+    """The projection of a run from each arm's spend (pure: the same inputs, the same figures).
+    ``in_run``: the USD and tokens the current run's own attempts spent in its ``elapsed_sec`` (the
+    rates); without it, every arm's spend is taken as the run's."""
     rng = np.random.default_rng(stats.BOOTSTRAP_SEED)
     draws = stats.BOOTSTRAP_RESAMPLES
     spent_total = math.fsum(a.spent for a in arms.values() if math.isfinite(a.spent) and a.spent >= 0)
@@ -173,7 +181,11 @@ def project(
     if complete and with_interval:
         lo, hi = np.percentile(boot, [50 * (1 - stats.CONFIDENCE), 50 * (1 + stats.CONFIDENCE)])
         total_iv = (float(lo), float(hi))
-    rate = spent_total * 3600.0 / elapsed_sec if elapsed_sec and elapsed_sec > 0 else None
+    rate = tok_rate = None
+    if elapsed_sec and elapsed_sec > 0:
+        usd_in_run, tok_in_run = in_run if in_run is not None else (spent_total, None)
+        rate = usd_in_run * 3600.0 / elapsed_sec
+        tok_rate = tok_in_run * 3600.0 / elapsed_sec if tok_in_run is not None else None
     to_cap = None
     if cap is not None:
         if spent_total >= cap:
@@ -190,6 +202,7 @@ def project(
         time_to_cap_sec=to_cap,
         cap_before_completion=(total > cap) if cap is not None and complete else None,
         elapsed_sec=elapsed_sec,
+        tokens_per_hour=tok_rate,
     )
 
 
@@ -226,7 +239,7 @@ def projection_of(
                 d["running"].append(math.fsum(x.usd for x in live if x is not None and x.usd is not None))
             elif p.status in (PENDING, ERRORED, VOIDED):
                 d["pending"] += 1
-    elapsed = span_sec(model.run_span, now if now is not None else time.time())
+    elapsed = span_sec(model.run_pieces, now if now is not None else time.time())
     if unpriced:
         return Projection(
             None, None, None, None, cap=cap, unpriced=tuple(dict.fromkeys(unpriced)), elapsed_sec=elapsed
@@ -235,4 +248,5 @@ def projection_of(
         a: ArmSpend(math.fsum(_finite(d["spent"])), d["done"], d["pending"], d["running"])
         for a, d in inputs.items()
     }
-    return project(arms, elapsed, cap)
+    usd, tokens = model.run_spend(money)
+    return project(arms, elapsed, cap, (usd or 0.0, tokens or 0))

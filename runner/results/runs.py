@@ -10,6 +10,7 @@ is taken only when it has the expected type (``_ts``, ``_strs``, ``_repeats``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -81,13 +82,19 @@ def _strs(v: Any) -> tuple[str, ...]:
     return ()
 
 
-def span_sec(span: tuple[datetime | None, datetime | None], now: float) -> float | None:
-    """The seconds of a run's span (``RunLog.current_span``) so far: to its end, or to ``now`` while
-    it runs; None before it began."""
-    started, ended = span
-    if started is None:
+#: the times the current run's runners ran: (start, end) of each, end None while it runs
+Pieces = tuple[tuple[datetime, datetime | None], ...]
+
+
+def span_sec(pieces: Pieces, now: float) -> float | None:
+    """The seconds the current run's runners have run (``RunLog.current_pieces``): each start to its
+    exit (or to the next start, for one that died without one), the live one to ``now``; the time
+    between a stop and its ``--resume`` is not in it. None before it began."""
+    if not pieces:
         return None
-    return max(0.0, (ended.timestamp() if ended is not None else now) - started.timestamp())
+    return math.fsum(
+        max(0.0, (end.timestamp() if end is not None else now) - start.timestamp()) for start, end in pieces
+    )
 
 
 class RunLog:
@@ -125,6 +132,26 @@ class RunLog:
             if not r.resumed:
                 break
         return started, (self.runs[-1].ended if self.runs else None)
+
+    def current_pieces(self) -> Pieces:
+        """When each runner of the current run (its first start and the restarts that resumed it)
+        ran: from its start to its exit, or to the next start when it died without one, or open
+        while it runs. Every rate of the run is over these (``span_sec``): a rate from the first
+        start put a stop and its resume ten hours later into the hours worked (found by a review)."""
+        chain: list[Run] = []
+        for r in reversed(self.runs):
+            chain.append(r)
+            if not r.resumed:
+                break
+        chain.reverse()
+        pieces = []
+        for i, r in enumerate(chain):
+            if r.started is None:
+                continue
+            nxt = next((c.started for c in chain[i + 1 :] if c.started is not None), None)
+            end = r.ended if r.ended is not None else nxt
+            pieces.append((r.started, min(end, nxt) if end is not None and nxt is not None else end))
+        return tuple(pieces)
 
     def read(self) -> None:
         """Take in the new lines of events.jsonl (``runner.results.events.EventReader``)."""

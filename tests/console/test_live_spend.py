@@ -110,8 +110,12 @@ def test_the_top_bars_rates_are_over_the_runs_span_as_status_takes_them():
     t0 = 1_796_000_000.0
     restart = RunProgress(started_at=t0 + 3 * 3600, end=RunEnd("done", 4, 4, t0 + 5 * 3600))
     info = RunnerInfo(alive=False, progress=restart)
-    span = (datetime.fromtimestamp(t0, UTC), datetime.fromtimestamp(t0 + 5 * 3600, UTC))
-    text = progress_text(info, 10.0, 500_000, t0 + 9 * 3600, span)
+    at = lambda h: datetime.fromtimestamp(t0 + h * 3600, UTC)  # noqa: E731
+    pieces = ((at(0), at(3)), (at(3), at(5)))  # a start, and the restart that resumed it
+    text = progress_text(info, 10.0, 500_000, t0 + 9 * 3600, pieces)
     assert "elapsed 5h00 " in text and f"{money(2.0)}/h" in text, text
+    # stopped after 1 h, resumed 10 h later: the hours between are not worked (found by a review)
+    text = progress_text(info, 10.0, 500_000, t0 + 12 * 3600, ((at(0), at(1)), (at(11), None)))
+    assert "elapsed 2h00 " in text and f"{money(5.0)}/h" in text, text
     # a tree without a span yet (no runner start read): the runner's own clock, as before
     assert "elapsed 2h00 " in progress_text(info, 10.0, 500_000, t0 + 9 * 3600)

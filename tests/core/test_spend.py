@@ -11,6 +11,7 @@ import math
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 from handmade_tree import COST, EARLY, STAMP, TASKS
@@ -400,6 +401,58 @@ def test_the_rate_is_over_the_runs_span_from_its_first_start_to_its_exit(handmad
     model = RunModel.load(out)
     fresh = projection_of(model, model.money(), "run", now=started + 4 * 3600)
     assert fresh.elapsed_sec == pytest.approx(1800)
+
+
+def _journal(out, *events: dict) -> None:
+    path = out / ".runner" / "events.jsonl"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+def test_the_time_between_a_stop_and_its_resume_is_not_in_the_rate(handmade, tmp_path):
+    """Found by a review: the run's span ran from its first start to its last exit, so a run that
+    worked 1 h, stopped, and was resumed 10 h later read its 2 h of spend over 12 h ($0.08/h for
+    $0.49/h, and its cap 1,225 h away instead of 204 h). The rates are over the time its runners
+    ran: each start to its exit (or to the next start, for one that died without an exit)."""
+    out = _model_tree(handmade, tmp_path)
+    _ledger(out)
+    t0 = 1_796_000_000.0
+    start = {"event": "runner_start", "tasks": ["t00"], "arms": ["plain"],
+             "config": {"model": "hand/model", "prices": [PRICE]}}  # fmt: skip
+    _journal(out, {**start, "run_id": "r1", "ts": t0}, {"event": "runner_exit", "run_id": "r1", "ts": t0 + 3600},
+             {**start, "run_id": "r2", "ts": t0 + 11 * 3600, "resumed": True})  # fmt: skip
+    m = RunModel.load(out)
+    p = projection_of(m, m.money(), "run", cap=100.0, now=t0 + 12 * 3600)
+    assert p.elapsed_sec == pytest.approx(2 * 3600) and p.rate_per_hour == pytest.approx(p.spent / 2)
+    assert p.time_to_cap_sec == pytest.approx((100.0 - p.spent) / (p.spent / 2) * 3600)
+    assert p.tokens_per_hour == pytest.approx(sum(_tokens(m).values()) / 2)
+
+
+def _tokens(m: RunModel) -> dict[str, int]:
+    money = m.money()
+    return {a.stamp + a.task + a.arm_dir: c.input + c.output for a in m.attempts() if (c := money.attempt(a))}
+
+
+def test_a_fresh_run_on_a_finished_tree_spends_at_its_own_rate(handmade, tmp_path, capsys):
+    """Found by a review: a fresh run that plans the pairs an earlier run finished (and runs none
+    of them) holds their attempts in its scope, and its rates took their spend over its own first
+    minute: `status` said $58/h and the cap 4 minutes away. The rates are of the current run's own
+    attempts; the scope's spend is still the run's spend."""
+    from marathon import cli
+
+    out = _model_tree(handmade, tmp_path)
+    _ledger(out)
+    now = time.time()
+    start = {"event": "runner_start", "tasks": list(TASKS), "arms": ["plain", "goal", "heartbeat"],
+             "config": {"model": "hand/model", "prices": [PRICE]}}  # fmt: skip
+    _journal(out, {**start, "run_id": "r1", "ts": now - 49 * 3600},
+             {"event": "runner_exit", "run_id": "r1", "ts": now - 48 * 3600}, {**start, "run_id": "r2", "ts": now - 60})  # fmt: skip
+    m = RunModel.load(out)
+    p = projection_of(m, m.money(), "run", cap=5.0, now=now)
+    assert p.spent and p.spent > 0 and p.rate_per_hour == 0 and p.time_to_cap_sec is None
+    assert m.run_spend(m.money()) == (None, None)
+    assert cli.main(["status", str(out)]) == 0
+    assert "($0.00/h)" in capsys.readouterr().out
 
 
 def test_the_arms_and_the_total_row_summed_in_one_pass_are_each_summary_on_its_own(handmade, tmp_path):
