@@ -72,8 +72,11 @@ CELL_FIELDS = (
 )
 
 
-def _r(v: float | None, nd: int | None = 4) -> float | None:
-    """``v`` rounded to ``nd`` places (None: as it is); a tie is 0.0, never -0.0 (``+ 0.0``)."""
+def _r(v: float | None, nd: int | None = None) -> float | None:
+    """``v`` rounded to ``nd`` places (None, for scores, means, differences and their intervals: as
+    computed; md, html and the console print them to 2 places, and a value rounded to 4 first
+    printed 0.134951 as 0.14: found for cells by one probe, for the means by the next); a tie is
+    0.0, never -0.0 (``+ 0.0``)."""
     if v is None:
         return None
     return (round(v, nd) if nd is not None else v) + 0.0

@@ -329,7 +329,7 @@ def test_the_total_rows_interval_resamples_tasks_not_cells(handmade):
         if counted(c) and (v := _score(c, "partial")) is not None:
             by_task.setdefault(task, []).append(v)
     lo, hi = clusters.bootstrap_ci(list(by_task.values()))
-    assert total["partial_ci"] == [round(lo, 4), round(hi, 4)]
+    assert total["partial_ci"] == pytest.approx([lo, hi], rel=1e-12)
     assert total["n"] == sum(len(v) for v in by_task.values()) > len(by_task)  # n still counts cells
     assert per_arm  # the arms' own rows: one cell per task, unchanged
 
@@ -353,6 +353,18 @@ def test_a_cells_scores_read_the_same_in_the_report_and_the_console(tree_copy):
         assert " / 0.13 / 0.35" in render(rep, fmt), fmt
     line = cell_detail("calc-partial", "nop", c)
     assert "partial 0.13" in line and "pass 35%" in line, line
+    # the arm's mean and the pair's difference the same way (found by the next review): nop's mean
+    # of 0.139804, 0.4, 0 and 0 is 0.134951, oracle's 1.0; rounded to 4 first they read 0.14, −0.86
+    metrics.write_text(json.dumps({"partial_score": 0.139804, "pass_rate": 0.355}))
+    verifier_wrote(metrics)
+    rep = build_report(RunModel.load(tree_copy))
+    nop = rep["arm_summary"]["nop"]
+    (pair,) = [p for p in rep["paired"] if {p["a"], p["b"]} == {"nop", "oracle"}]
+    assert nop["partial"] == pytest.approx(0.134951, abs=1e-12) and abs(
+        pair["partial_diff"]
+    ) == pytest.approx(0.865049, abs=1e-12)
+    md = render(rep, "md")
+    assert "| nop | 4 | 0.00 [0.00, 0.00] | 0.13 [" in md and "diff −0.87 [" in md, md
 
 
 def test_tasks_run_modified_are_said_in_every_report_and_status(tree_copy, capsys):
