@@ -55,7 +55,15 @@ OTHER_ATTEMPT = "token_of_another_attempt"  # a live token, sent on another atte
 ENDED = "attempt_ended"  # the runner ended, voided or stopped the attempt
 GONE = "attempt_gone"  # the attempt's harbor process is gone (killed)
 BUDGET = gateway_contract.BUDGET_EXHAUSTED  # the attempt's model budget (modes.budget) is spent
-NOT_FOUND = "not_found"  # a path outside the API (404): nothing went upstream
+NOT_FOUND = "not_found"  # a path or method the gateway does not forward (404): nothing went upstream
+#: a body whose parameters the gateway cannot read (an encoding it does not decode, over 64 MiB, not
+#: a JSON object; 415): forwarded, it was priced as the run's model and hidden from the wire audit
+UNREADABLE = "unreadable_body"
+#: a request the gateway cannot meter (400): ``background: true`` generates on at the provider, its
+#: usage in no answer the gateway sees
+NOT_METERABLE = "not_meterable"
+#: spend caps are set and the call's model has no price (400): its tokens would count $0 to every cap
+UNPRICED = "unpriced_model"
 SPEND_CAP_RUN = "spend_cap_run"  # the run's spend cap is reached (402; runner.results.caps)
 SPEND_CAP_ARM = "spend_cap_arm"  # the arm's spend cap is reached (402)
 SPEND_CAP_ATTEMPT = gateway_contract.SPEND_CAP_ATTEMPT  # the attempt spent its own cap (402; cut, not voided)
@@ -66,6 +74,9 @@ REFUSALS = (
     GONE,
     BUDGET,
     NOT_FOUND,
+    UNREADABLE,
+    NOT_METERABLE,
+    UNPRICED,
     SPEND_CAP_RUN,
     SPEND_CAP_ARM,
     SPEND_CAP_ATTEMPT,

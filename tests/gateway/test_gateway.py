@@ -758,10 +758,12 @@ def test_an_attempt_ended_within_the_tick_of_its_last_change_is_refused(gateway,
     assert (post(sock, a.token)[0], code_of(post(sock, a.token)[1])) == (401, L.ENDED)
 
 
-def _send(sock: Path, token: str, path: str, body: bytes, headers: dict | None = None) -> tuple[int, bytes]:
+def _send(
+    sock: Path, token: str, path: str, body: bytes, headers: dict | None = None, method: str = "POST"
+) -> tuple[int, bytes]:
     c = UnixConn(sock)
     try:
-        c.request("POST", path, body, {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+        c.request(method, path, body, {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
                                        **(headers or {})})  # fmt: skip
         r = c.getresponse()
         return r.status, r.read()
@@ -801,11 +803,12 @@ def test_a_hostile_clients_paths_stay_under_v1_and_its_calls_stay_on_the_ledger(
     for body in (nan_deep, long_choice):
         assert _send(sock, a.token, "/v1/responses", body)[0] == 200
     bomb = gzip.compress(call[:-1] + b" " * (200 << 20) + b"}")  # 200 MiB of JSON in ~200 KB
-    _send(sock, a.token, "/v1/responses", bomb, {"Content-Encoding": "gzip"})
+    status, body = _send(sock, a.token, "/v1/responses", bomb, {"Content-Encoding": "gzip"})
+    assert (status, code_of(body)) == (415, L.UNREADABLE)  # its parameters unknown: never upstream
     got = wait_for(lambda: [c for c in calls(out) if c.outcome != L.REFUSED] if len(
-        [c for c in calls(out) if c.outcome != L.REFUSED]) == 3 else None, 10, "three ledger lines")  # fmt: skip
-    assert len(provider.seen) == 3  # each call the provider got is on the ledger, read back
-    nan_line, long_line, bomb_line = got
+        [c for c in calls(out) if c.outcome != L.REFUSED]) == 2 else None, 10, "two ledger lines")  # fmt: skip
+    assert len(provider.seen) == 2  # each call the provider got is on the ledger, read back
+    nan_line, long_line = got
     assert nan_line.param("tool_choice") == "not a JSON value the ledger keeps (non-finite or too deep)"
     assert long_line.param("tool_choice").startswith("sha256:") and "(9000000 chars)" in long_line.param(
         "tool_choice"
@@ -814,7 +817,57 @@ def test_a_hostile_clients_paths_stay_under_v1_and_its_calls_stay_on_the_ledger(
     assert max(len(line) for line in lines) < 4096
     (bomb_row,) = [r for r in map(json.loads, lines) if "unparsed" in r.get("params", {})]
     assert bomb_row["params"] == {"unparsed": "body encoding 'gzip' (or over 64 MiB decoded)"}
-    assert bomb_row["request_id"] == bomb_line.request_id
+    assert bomb_row["refused"] == L.UNREADABLE
+
+
+def test_only_the_codex_calls_go_upstream_and_only_what_the_ledger_can_meter(gateway, provider):
+    """Found by a probe as the agent (2026-12-07): every ``/v1`` path went upstream with the real
+    key: ``/v1/files`` listed and deleted the operator's files, ``/v1/fine_tuning/jobs`` started a
+    job, ``/v1/chat/completions`` ran unmetered, and each ``GET /v1/responses/<id>`` counted that
+    response's usage again toward the run's cap. A zstd body hid its model (priced as the run's),
+    ``background: true`` left the answer's usage at the provider, and a model the prices lack
+    counted $0 to the caps. Only ``POST /v1/responses`` (and ``/compact``) go upstream now, and only
+    a call whose body the gateway read, not in the background, and priced when caps are set."""
+    from runner.results import caps as C
+
+    out, _s, _st = gateway
+    a = issue(out)
+    sock = attempts.socket_path(out, a.record.id)
+    call = b'{"model": "quick", "stream": true, "input": []}'
+    for method, path in (
+        ("GET", "/v1/files"), ("DELETE", "/v1/files/file-1"), ("POST", "/v1/fine_tuning/jobs"),
+        ("POST", "/v1/chat/completions"), ("GET", "/v1/responses/resp_1"), ("GET", "/v1/responses"),
+        ("POST", "/v1/responses/resp_1/cancel"), ("POST", "/v1/responses/"), ("PUT", "/v1/responses"),
+    ):  # fmt: skip
+        status, body = _send(sock, a.token, path, call, method=method)
+        assert (status, code_of(body)) == (404, L.NOT_FOUND), (method, path, status, body)
+        assert b"POST /v1/responses" in body
+    for body, headers, status, code in (
+        (call, {"Content-Encoding": "zstd"}, 415, L.UNREADABLE),
+        (b"not json", {}, 415, L.UNREADABLE),
+        (b'{"model": "quick", "background": true, "input": []}', {}, 400, L.NOT_METERABLE),
+    ):
+        got = _send(sock, a.token, "/v1/responses", body, headers)
+        assert (got[0], code_of(got[1])) == (status, code), got
+    assert provider.seen == []  # none of them reached the provider
+    C.write_caps(out, C.Caps(run_usd=100.0, prices=("quick=1000,100,2000",), model="quick"))
+    status, body = _send(
+        sock, a.token, "/v1/responses", b'{"model": "m-2026-12-01", "stream": true, "input": []}'
+    )
+    assert (status, code_of(body)) == (400, L.UNPRICED) and b"m-2026-12-01" in body
+    assert provider.seen == []
+    assert post(sock, a.token)[0] == 200  # the priced model goes through
+    _send(
+        sock, a.token, "/v1/responses/compact", call
+    )  # codex's compaction: forwarded (the provider answers it)
+    led = wait_for(lambda: calls(out) if len(calls(out)) >= 15 else None, 10, "every ledger line")
+    assert len(provider.seen) == 2 and [c.path for c in led if c.forwarded] == [
+        "/v1/responses",
+        "/v1/responses/compact",
+    ]
+    refused = [c.refused for c in led if not c.forwarded]
+    assert refused == [L.NOT_FOUND] * 9 + [L.UNREADABLE, L.UNREADABLE, L.NOT_METERABLE, L.UNPRICED]
+    assert [c.param("model") for c in led if c.refused == L.UNPRICED] == ["m-2026-12-01"]
 
 
 def test_an_attempt_that_floods_its_socket_with_connections_holds_at_most_its_share(gateway, provider):

@@ -47,7 +47,7 @@ from aiohttp import web
 from modes import safeio, safetext
 from modes.gateway import REQUEST_ID_HEADER, request_id
 from runner.ops.gateway import attempts as att
-from runner.ops.gateway import parsing
+from runner.ops.gateway import parsing, wire
 from runner.ops.gateway.wire import KeyMask, UsageScanner
 from runner.results import caps as C
 from runner.results import ledger as L
@@ -593,6 +593,33 @@ class Gateway:
             return L.BUDGET
         return self._cap_refusal(a)
 
+    def _unmeterable(self, params: dict[str, Any]) -> tuple[str, str] | None:
+        """(refusal code, why) for a call the ledger could not meter or the audit not read, or None.
+        Found by a probe as the agent: a zstd body hid its model (priced as the run's, a tenth of
+        its price, and absent from the wire audit); ``background: true`` had the provider generate
+        an answer whose usage no reply carried; a model the prices lack counted $0 to every cap."""
+        if "unparsed" in params:
+            return L.UNREADABLE, (
+                "the marathon gateway forwards only request bodies it can read (JSON, as sent or gzip or "
+                f"deflate, up to {wire.MAX_DECODED >> 20} MiB decoded): this one's {params['unparsed']}"
+            )
+        if params.get("background") is True:
+            return L.NOT_METERABLE, (
+                "background responses generate on at the provider, out of the marathon gateway's metering: "
+                "send the call without background"
+            )
+        self._read_caps()
+        if self.caps.any:
+            if self.tally is None:
+                self.tally = C.Tally(self.out, self.caps.pricer())
+            model, tier = params.get("model"), params.get("service_tier")
+            rates = self.tally.pricer.rates(
+                model if isinstance(model, str) else None, tier if isinstance(tier, str) else None
+            )
+            if isinstance(rates, str):
+                return L.UNPRICED, f"spend caps are set and this call's model has no price: {rates}"
+        return None
+
     def _cut(self, a: Live, task: asyncio.Task, reason: str) -> None:
         """Cut a call in flight: its budget ran out, or its attempt ended (``CUT`` on the ledger)."""
         if task in a.inflight and task not in self._cuts:
@@ -622,7 +649,7 @@ class Gateway:
                 await self.sync()  # since the last poll is known after one more look at the records
                 reason, a = self.authorize(None, token, now)
         row = self._row(a, request, now)
-        if reason is None and not forwardable(request.path):
+        if reason is None and not forwardable(request.method, request.path):
             reason = L.NOT_FOUND
         if reason is not None:
             row.update(outcome=L.REFUSED, refused=reason, status=STATUS.get(reason, 401))
@@ -631,8 +658,10 @@ class Gateway:
             self.say(f"gateway: refused {request.method} {request.path} ({reason}) attempt {row['attempt']}")
             if reason == L.NOT_FOUND:
                 return _json_error(
-                    404, reason, f"the marathon gateway forwards /v1/... only, not {request.path}"
-                )
+                    404, reason,
+                    f"the marathon gateway forwards POST /v1/responses (and /v1/responses/compact) only, "
+                    f"not {request.method} {request.path}",
+                )  # fmt: skip
             return _json_error(STATUS.get(reason, 401), reason, REFUSAL_TEXT[reason])
         assert a is not None
         async with a.calls:
@@ -644,6 +673,14 @@ class Gateway:
         body = await request.read()
         params, stream = await self.parser.params(body, request.headers.get("Content-Encoding"), a.parsing)
         now = time.time()  # the call goes upstream now, if the attempt still takes it
+        unmeterable = self._unmeterable(params)
+        if unmeterable is not None:
+            code, why = unmeterable
+            row.update(outcome=L.REFUSED, refused=code, status=STATUS[code], at=now, params=params)
+            row["total_ms"] = round((time.monotonic() - t0) * 1000, 3)
+            self.ledger.write(row)
+            self.say(f"gateway: refused {request.method} {request.path} ({code}) attempt {row['attempt']}")
+            return _json_error(STATUS[code], code, why, "invalid_request_error")
         late = self._closed(a, now)
         if late is not None:
             row.update(outcome=L.REFUSED, refused=late, status=STATUS.get(late, 401), at=now)
@@ -713,6 +750,12 @@ class Gateway:
                         noted = True
                         self._cut_attempt(a)
                     await resp.write(chunk)
+                scanner.close()  # a JSON answer is read whole here: its usage is known now
+                if not noted and scanner.usage is not None and self.tally is not None:
+                    # counted before the answer's end reaches the client (a JSON answer's usage was
+                    # counted from its ledger line alone, and a quick next call passed the cap)
+                    self.tally.note({**row, "usage": scanner.usage, "outcome": L.OK})
+                    self._cut_attempt(a)
                 delivered = L.OK if up.status < 400 else L.UPSTREAM_ERROR  # every byte of the answer is out
                 await resp.write_eof()
                 row["outcome"] = delivered
@@ -757,13 +800,15 @@ class Gateway:
             self.ledger.write(row)
 
 
-def forwardable(path: str) -> bool:
-    """``/v1`` or below it (the path as decoded), and nothing that leaves it once a URL library
-    normalises it: ``/v1/../admin``, ``/v1/%2e%2e/x`` and ``/v1/..%2fx`` reached the provider's
-    ``/admin`` with the real key before this check."""
-    if not (path == "/v1" or path.startswith("/v1/")):
-        return False
-    return "\\" not in path and not any(seg in (".", "..") for seg in path.split("/"))
+def forwardable(method: str, path: str) -> bool:
+    """One of the calls the codex arms make (``wire.FORWARDED``: ``POST /v1/responses`` and its
+    ``/compact``), by the path as decoded, nothing that leaves it once a URL library normalises it
+    (``/v1/../admin``, ``/v1/%2e%2e/x`` and ``/v1/..%2fx`` reached the provider's ``/admin`` with
+    the real key before the first check). Why not all of ``/v1``: a probe as the agent read and
+    deleted the operator's files (``/v1/files``) and started a fine-tuning job with the real key,
+    sent chat completions no ledger line metered, and made free ``GET /v1/responses/<id>`` calls
+    that each counted a response's usage again toward the run's cap, stopping every arm."""
+    return (method, path) in wire.FORWARDED
 
 
 REFUSAL_TEXT = {
@@ -778,7 +823,10 @@ REFUSAL_TEXT = {
 }
 #: the HTTP status of a refusal (401 unless named): a spend cap is Payment Required, a path outside
 #: the API is Not Found
-STATUS = {L.NOT_FOUND: 404, L.SPEND_CAP_RUN: 402, L.SPEND_CAP_ARM: 402, L.SPEND_CAP_ATTEMPT: 402}
+STATUS = {
+    L.NOT_FOUND: 404, L.UNREADABLE: 415, L.NOT_METERABLE: 400, L.UNPRICED: 400,
+    L.SPEND_CAP_RUN: 402, L.SPEND_CAP_ARM: 402, L.SPEND_CAP_ATTEMPT: 402,
+}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------- main

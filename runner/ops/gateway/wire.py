@@ -100,6 +100,8 @@ _READ_OR_PER_CALL = frozenset({
     "prompt_cache_key", "previous_response_id", "conversation", "client_metadata", "metadata",
     "user", "safety_identifier",
 })  # fmt: skip
+#: the calls the gateway forwards: a model call, and codex's remote compaction of its context
+FORWARDED = frozenset({("POST", "/v1/responses"), ("POST", "/v1/responses/compact")})
 
 
 def _other_fields(
@@ -150,6 +152,7 @@ def request_params(raw: bytes, encoding: str | None = None) -> tuple[dict[str, A
         "service_tier": d.get("service_tier"),
         "text_verbosity": text.get("verbosity"),
         "other_fields": _other_fields(d, reasoning, text),
+        "background": d.get("background") if isinstance(d.get("background"), bool) else None,
         "n_tools": len(d["tools"]) if isinstance(d.get("tools"), list) else None,
         "n_input_items": len(d["input"]) if isinstance(d.get("input"), list) else None,
     }
