@@ -8,13 +8,16 @@ inside ``run`` so that ``marathon --help`` and ``marathon status`` start fast.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 
-from runner.errors import EXIT_FAILED, EXIT_USAGE, UserError
+from modes import safetext
+from runner.errors import EXIT_FAILED, EXIT_NO_SPACE, EXIT_USAGE, UserError
 
 # name -> module under marathon.commands (dashes become underscores)
 COMMANDS: tuple[str, ...] = (
@@ -99,6 +102,32 @@ def error_text(exc: BaseException, whole: bool = False) -> str:
     return safetext.clean(redact(text.splitlines()[0]), 400)
 
 
+def no_space_text(exc: OSError) -> str:
+    """The one line for a write that failed for a full disk or quota (a probe's full disk ended a run
+    with ``internal error: OSError: [Errno 28]``, no path, no way on): where, what is free there,
+    and what to do. Nothing written is lost: every file marathon keeps is written whole or not at
+    all, and a run goes on from its tree (``--resume``)."""
+    where = os.fsdecode(exc.filename) if isinstance(exc.filename, (str, bytes)) else None
+    free = ""
+    probe = where
+    while probe:
+        try:
+            free = f", {shutil.disk_usage(probe).free / 1e9:.1f} GB free there now"
+            break
+        except OSError:
+            parent = os.path.dirname(probe.rstrip("/"))
+            probe = parent if parent != probe else None
+    what = (
+        f"the disk of {safetext.clean(where, None)}"
+        if where
+        else "the disk it was writing to (the output, or a file of the tree)"
+    )
+    return (
+        f"no space left on {what} ({errno.errorcode.get(exc.errno, exc.errno)}{free}): free some, then go on "
+        "(a run: `marathon run OUT --resume`; its attempts still running are left to it)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(_command_of(argv))
@@ -129,6 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - no traceback without --debug, ever
         if args.debug:
             raise
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            print(f"marathon: {no_space_text(exc)}", file=sys.stderr)
+            return EXIT_NO_SPACE
         print(
             f"marathon: internal error: {type(exc).__name__}: {error_text(exc)} (--debug shows the traceback)",
             file=sys.stderr,

@@ -11,6 +11,8 @@ EXIT_FAILED = 1  # the operation ran and reports a failure (a check failed, a tr
 EXIT_USAGE = 2  # bad input: a path that is not an output tree, a bad flag value
 EXIT_UNAVAILABLE = 3  # a dependency is unreachable: Docker engine, staged codex, node
 EXIT_BUSY = 4  # someone else holds what we need: the runner lock of an output tree
+# (5 is the runner's own: it paused itself, ``runner.schedule.breaker.EXIT_PAUSED``)
+EXIT_NO_SPACE = 6  # a write failed for a full disk (or quota): free space, then go on
 
 
 class UserError(Exception):

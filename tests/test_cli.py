@@ -86,3 +86,23 @@ def test_debug_shows_the_traceback_and_keeps_the_exit_code(tmp_path):
     r = _marathon("--debug", "kill", str(tmp_path / "no-such-tree"))
     assert r.returncode == 2 and "Traceback (most recent call last)" in r.stderr
     assert "NotAnOutputTree" in r.stderr and r.stderr.rstrip().splitlines()[-1].startswith("marathon: ")
+
+
+def test_a_full_disk_is_one_line_with_where_and_what_to_do_and_exit_6(mini_tree):
+    """Found by a probe: a full disk ended a run with ``internal error: OSError: [Errno 28] No
+    space left on device``, no path and no way on. A write the kernel refuses for space (here the
+    report printed to /dev/full, which does that to every write) is one line, exit 6."""
+    import errno
+    from pathlib import Path
+
+    from marathon.cli import no_space_text
+
+    with open("/dev/full", "wb") as full:
+        r = subprocess.run([sys.executable, "-m", "marathon.cli", "report", str(mini_tree), "--format", "json",
+                            "--pretty"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+                           cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    assert r.returncode == 6, r.stderr
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("marathon: no space left on the disk it was writing to") and "--resume" in line
+    text = no_space_text(OSError(errno.EDQUOT, "Disk quota exceeded", str(mini_tree / "a" / "b")))
+    assert f"the disk of {mini_tree}/a/b (EDQUOT, " in text and " GB free there now)" in text

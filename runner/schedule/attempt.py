@@ -156,8 +156,10 @@ class Launcher(Protocol):
     def begin(self) -> None:
         """Before the first attempt: whatever must watch the attempts from their start."""
 
-    def close(self) -> None:
-        """At the runner's exit (also after an error)."""
+    def close(self, still_running: bool = False) -> None:
+        """At the runner's exit (also after an error). ``still_running``: the runner ends with
+        attempts it started still running (an error, a full disk): what they need stays up for the
+        runner that adopts them."""
 
     def adopt(self, units: set[Unit], running: set[Unit]) -> list[Attempt]:
         """A dead runner's attempts of ``units`` still running: claimed again and followed, never

@@ -224,12 +224,20 @@ class Driver:
             if self.images is not None:
                 self.images.close()
                 self._image_news()
-            self.launcher.close()
+            self.launcher.close(still_running=self._any_running())
             for sig, h in old_handlers.items():
                 signal.signal(sig, h)
             with contextlib.suppress(Exception):
                 self.registry.unregister(os.getpid())
             lock.release()
+
+    def _any_running(self) -> bool:
+        """Does an attempt this runner followed still run (at its exit: after an error, a full disk)?
+        When it cannot tell, yes: what they need is kept for the runner that adopts them."""
+        try:
+            return any(not j.poll() for j in self.running)
+        except Exception:  # noqa: BLE001 - at exit, after another error
+            return bool(self.running)
 
     def _install_signals(self) -> dict:
         old = {}

@@ -104,10 +104,12 @@ class LocalLauncher:
         if self.gateway:
             self._ensure_gateway(first=True)
 
-    def close(self) -> None:
+    def close(self, still_running: bool = False) -> None:
         if self.deaths is not None:
             self.deaths.stop()
-        if self.gateway:
+        if self.gateway and not still_running:  # (else their calls go on through it; the runner
+            # that adopts them finds it serving: stopped here, it cut every call of the attempts a
+            # runner left running when it ended on an error, a full disk's (found by a probe))
             from runner.ops.gateway.process import stop
 
             with contextlib.suppress(Exception):  # the attempts have ended: nothing needs it now

@@ -636,6 +636,37 @@ def test_health_finds_a_dead_gateway_that_live_attempts_need_and_fix_restarts_it
         shutil.rmtree(attempts.socket_root(out), ignore_errors=True)
 
 
+def test_a_runner_that_ends_with_attempts_running_leaves_their_gateway_serving(tmp_path, monkeypatch):
+    """Found by a probe: a runner that ended on an error (a full disk) with attempts running
+    stopped the tree's gateway on its way out, so every call of those attempts was cut and they
+    failed, where the runner that resumes would have adopted them. The local launcher keeps the
+    gateway while attempts it started still run, and stops it at a run's end."""
+    from runner.results.events import EventLog
+    from runner.schedule.config import resolve
+    from runner.schedule.gateway import settings_for
+    from runner.schedule.local import LocalLauncher
+    from runner.schedule.lock import me
+
+    monkeypatch.setenv("MARATHON_DEMO_MODEL_KEY", "scripted-demo-placeholder")
+    out = tmp_path / "out"
+    tasks = Path(__file__).resolve().parents[2] / "runner" / "demo" / "tasks"
+    cfg = resolve(out, {"tasks_dir": str(tasks), "tasks": ["calc-partial"], "arms": ["plain"],
+                        "model": "scripted/solve", "agent_kwargs": ["api_key_var=MARATHON_DEMO_MODEL_KEY"]},
+                  environ={})  # fmt: skip
+    out.mkdir()
+    st = process.start_detached(out, settings_for(cfg))
+    try:
+        launcher = LocalLauncher(cfg, EventLog(out, "r1"), me("r1"), {}, {})
+        assert launcher.gateway
+        launcher.close(still_running=True)
+        assert (now := process.running(out)) is not None and now.pid == st.pid
+        launcher.close()
+        wait_for(lambda: process.running(out) is None, 15, "the gateway to stop at the run's end")
+    finally:
+        process.stop(out)
+        shutil.rmtree(attempts.socket_root(out), ignore_errors=True)
+
+
 def test_spend_caps_are_refused_at_the_wire_402_finish_lets_started_attempts_go_on_stop_does_not(
     gateway, provider
 ):

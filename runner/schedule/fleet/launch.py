@@ -79,7 +79,7 @@ class RayLauncher:
     def begin(self) -> None:
         pass  # each attempt's job watches its own host's engine
 
-    def close(self) -> None:
+    def close(self, still_running: bool = False) -> None:
         """Each host's gateway (started by the first job of the tree that needed it there, detached
         from that job) is stopped on its own host once no attempt needs it: the run's end."""
         from runner.schedule.gateway import gateway_on
