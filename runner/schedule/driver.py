@@ -36,7 +36,7 @@ from pathlib import Path
 from runner.errors import UserError
 from runner.ops.gateway.process import held, hold_key
 from runner.ops.procs import DEFAULT_GRACE_SEC, Registry
-from runner.ops.void import Verdict, act_void, plan_void
+from runner.ops.void import Verdict, act_void, classify_job, plan_void
 from runner.results import caps as capsmod
 from runner.results.events import EventKind, EventLog, new_run_id, repeat_field
 from runner.results.ledger import outage_of
@@ -45,9 +45,9 @@ from runner.results.rules import engine_outage
 from runner.results.scan import (
     pair_done,  # the model's reading of done: the runner never disagrees with status
 )
-from runner.results.tree import iter_trial_dirs, make_tree_id, unit_label
+from runner.results.tree import iter_trial_dirs, job_dir, jobs_dir, make_tree_id, unit_label
 from runner.schedule import claims as claimsmod
-from runner.schedule.attempt import Attempt, Launcher, Unit
+from runner.schedule.attempt import HARBOR_LOG, Attempt, Launcher, Unit
 from runner.schedule.breaker import EXIT_PAUSED, SCOPE_INFRA, Breaker, Trip, is_outcome, signature
 from runner.schedule.breaker import Attempt as Failure
 from runner.schedule.config import RunConfig, as_dict, list_tasks, write_driver_env
@@ -381,6 +381,7 @@ class Driver:
                 self.log.emit(
                     EventKind.CLAIM_TAKEOVER, task=task, arm=arm, was=res.replaced.holder.describe(), **rep
                 )
+                self._void_abandoned(task, arm, res.replaced)
             try:
                 self.running.append(self.launcher.start(task, self.specs[arm], res.claim, image))
                 self.stats.started += 1
@@ -582,6 +583,31 @@ class Driver:
                 parts.append("BUILD FAILED (scored)")
             return " ".join(parts)
         return ""
+
+    def _void_abandoned(self, task: str, arm: str, old: claimsmod.Claim) -> None:
+        """The attempt of a stale claim just taken over (its runner and its harbor both gone), by the
+        voiding table, before its unit runs again: voided (moved aside, journalled) when it is the
+        infrastructure's, as its runner would have. Found by a probe: after a full disk ended a run,
+        the resumed run ran those units again and left the dead attempts in place, read as
+        "unreadable" by status forever, in no arm's void count, and `health` found nothing."""
+        if old.job is None:
+            return
+        stamp_dir = jobs_dir(self.out, task, arm, old.job.stamp)
+        if not stamp_dir.is_dir():
+            return  # claimed, never started
+        v = classify_job(job_dir(self.out, task, arm, old.job.stamp), stamp_dir / HARBOR_LOG)
+        if v.kind != "infra":
+            return  # finished, or the agent's own failure: it stays, as its runner would have left it
+        try:
+            dest = act_void(plan_void(self.out, job_dir(self.out, task, arm, old.job.stamp), v.reason, v.evidence),
+                            run_id=self.run_id)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - the unit runs again all the same; health finds it
+            self.log.emit(EventKind.INTERNAL_ERROR, task=task, arm=arm, stamp=old.job.stamp,
+                          error=f"could not void the abandoned attempt: {type(exc).__name__}: {exc}")  # fmt: skip
+            return
+        self.stats.voided += 1
+        self.log.emit(EventKind.VOID, task=task, arm=arm, stamp=old.job.stamp, reason=v.reason, dest=str(dest),
+                      evidence=v.evidence[:6], abandoned_by=old.holder.describe(), **repeat_field(old.repeat))  # fmt: skip
 
     def _void(self, job: Attempt, v: Verdict) -> None:
         """Remove leftovers of the trial (so they do not vanish from cleanup's view), then move it aside."""

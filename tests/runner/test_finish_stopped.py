@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -84,3 +85,53 @@ def test_a_stopped_job_harbor_called_done_is_scored_only_with_a_finished_verifie
     readme = tree.voided_root(out) / TASK / ARM / STAMP / tree.VOID_README
     assert "verifier" in readme.read_text()
     assert claimsmod.list_claims(out) == []  # the pair is free for its rerun
+
+
+@pytest.mark.parametrize("left", ["no result", "the agent's own failure"])
+def test_a_stale_claims_abandoned_attempt_is_voided_when_the_table_says_infrastructure(
+    tmp_path: Path, left: str
+) -> None:
+    """Found by a probe: after a full disk ended a run, the resumed runner took the dead runner's
+    claims over and ran those units again, leaving the dead attempts where they were: `status`
+    read them as "unreadable" forever, no arm's void count had them, and `health` found nothing.
+    At the takeover the voiding table now decides the abandoned attempt: harbor gone before its
+    trial finished is the infrastructure's (moved aside, journalled); an attempt that finished with
+    the agent's own failure stays, as its runner would have left it."""
+    from runner_support import dead_holder
+
+    from runner.results.model import RunModel
+
+    out = tmp_path / "out"
+    out.mkdir()
+    drv, job = _stopped_attempt(out, verifier_finished=True)
+    claimsmod.release(out, job.claim)
+    trial = next(t for t in tree.iter_trial_dirs(job.job_dir))
+    if left == "no result":
+        (trial / "result.json").unlink()
+        (job.job_dir / "result.json").unlink()
+    else:
+        res = json.loads((trial / "result.json").read_text())
+        res["exception_info"] = {"exception_type": "NonZeroAgentExitCodeError", "exception_message": "exit 1"}
+        (trial / "result.json").write_text(json.dumps(res, indent=4))
+    stale = claimsmod.try_claim(out, TASK, ARM, dead_holder()).claim
+    assert stale is not None
+    harbor = subprocess.Popen(["sleep", "0.1"])  # the dead runner's harbor: a real process, exited
+    stale = claimsmod.set_job(out, stale, claimsmod.job_ref(harbor.pid, STAMP))
+    harbor.wait()
+    assert stale.state == claimsmod.STALE
+    got = claimsmod.try_claim(out, TASK, ARM, drv.holder)
+    assert got.acquired and got.replaced is not None
+
+    drv._void_abandoned(TASK, ARM, got.replaced)
+
+    voids = [e for e in read_events(out) if e["event"] == "void"]
+    if left == "the agent's own failure":
+        assert voids == [] and (out / TASK / ARM / STAMP).is_dir()
+        return
+    (e,) = voids
+    assert (e["task"], e["arm"], e["stamp"]) == (TASK, ARM, STAMP) and "dead-run" in e["abandoned_by"]
+    assert "harbor ended before the trial finished" in e["reason"]
+    assert not (out / TASK / ARM / STAMP).exists()
+    assert (tree.voided_root(out) / TASK / ARM / STAMP / tree.VOID_README).is_file()
+    cell = RunModel.load(out).cells[(TASK, ARM)]
+    assert cell.n_voided == 1 and not cell.unreadable
