@@ -99,6 +99,11 @@ PARAMS: dict[str, str] = {
     "other_fields": "other request fields",
 }
 TOKENS = ("input", "cached", "output", "reasoning")
+#: codex's remote compaction of its context: a call of its own kind (model, input and instructions
+#: only), priced like any other and left out of the parameters the wire audit compares (its lack of
+#: tools and reasoning read as "(not sent)" beside the attempt's model calls: a red line against
+#: every arm that never compacted; found by a review)
+COMPACT_PATH = "/v1/responses/compact"
 #: the value of a parameter a model call did not carry where another call (of the attempt, or of
 #: another arm: ``runner.results.audit``) did: the provider's default
 NOT_SENT = "(not sent)"
@@ -485,7 +490,7 @@ class AttemptUsage:
             self.last_accepted_at = c.at
             self.last_accepted_model_sec = c.model_time_sec
         model = tier = None
-        params = self.params
+        params = self.params if c.path != COMPACT_PATH else {}  # (priced below, never compared)
         for k, v in c.params:
             if (vals := params.get(k)) is None:
                 params[k] = {v} if not self.model_calls else {v, NOT_SENT}  # earlier calls left it out
@@ -495,7 +500,9 @@ class AttemptUsage:
                 model = v
             elif k == "service_tier":
                 tier = v
-        if model is not None:  # a model call: a parameter earlier ones sent and this one did not
+        if (
+            model is not None and params is self.params
+        ):  # a model call: a parameter earlier ones sent and this one did not
             self.model_calls += 1
             if len(params) > len(c.params):
                 sent = dict(c.params)

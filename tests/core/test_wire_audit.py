@@ -30,7 +30,7 @@ def tree(handmade, tmp_path):
 def _ledger(out, **changes: dict) -> None:
     """One forwarded call per done cell of the hand-made tree; ``changes={"heartbeat/t05": {...}}``
     alters that cell's row (its ``params`` or ``usage`` merged in), or adds calls after it
-    (``extra``: the whole ``params`` of each)."""
+    (``extra``: the whole ``params`` of each, or ``(path, params)``)."""
     w = LedgerWriter(gateway_dir(out) / "ledger.jsonl")
     at = 1.7e9
     for task in TASKS:
@@ -46,10 +46,11 @@ def _ledger(out, **changes: dict) -> None:
             })  # fmt: skip
             at += 1
             for i, params in enumerate(ch.get("extra", ()), 2):
+                path, params = params if isinstance(params, tuple) else ("/v1/responses", params)
                 w.write({
                     "kind": L.CALL, "v": L.SCHEMA, "at": at, "gateway": "g1", "host": None,
                     "attempt": f"a-{arm}-{task}", "task": task, "arm": arm, "stamp": STAMP,
-                    "method": "POST", "path": "/v1/responses", "request_id": f"a-{arm}-{task}.{i}",
+                    "method": "POST", "path": path, "request_id": f"a-{arm}-{task}.{i}",
                     "params": params, "model_time_sec": 1.0, "outcome": L.OK, "status": 200,
                     "usage": USAGE, "first_byte_ms": 12.5, "total_ms": 80.0,
                 })  # fmt: skip
@@ -146,6 +147,22 @@ def test_a_parameter_an_arm_sent_on_some_calls_only_is_a_red_line(tree):
     ]
     (d,) = wire["differences"]
     assert d["values"] == {"plain": "high", "goal": "high", "heartbeat": "(not sent) | high"}
+
+
+def test_a_compaction_call_is_priced_and_not_compared(tree):
+    """Found by a review: codex's remote compaction (``POST /v1/responses/compact``) carries only the
+    model, the input and the instructions, so one attempt that compacted read ``(not sent) |`` for
+    its reasoning effort and tool list: a red line against every arm that never compacted. Its
+    tokens are the attempt's like any call's; its parameters are not compared."""
+    write_receipts(tree)
+    compact = ("/v1/responses/compact", {"model": PARAMS["model"]})
+    _ledger(tree, **{"heartbeat/t05": {"extra": [compact]}})
+    rep = _report(tree)
+    assert rep["audit"]["wire"]["lines"] == []
+    led = L.read_ledger(tree)
+    (key,) = [k for k in led.attempts if k[0] == "t05" and k[1] == "heartbeat"]
+    u = led.attempts[key]
+    assert u.with_usage == 2 and u.input == 2 * USAGE["input"] and u.model_calls == 1
 
 
 def test_a_receipt_that_under_reports_its_tokens_is_flagged(tree):
