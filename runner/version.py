@@ -15,10 +15,29 @@ from pathlib import Path
 _SHA = re.compile(r"[0-9a-f]{40}")
 
 
+def _git_dirs(root: Path) -> tuple[Path, Path]:
+    """(the checkout's git dir, where its refs are): ``.git`` itself, or for a worktree made by
+    ``git worktree add`` (its ``.git`` a file naming its git dir) that dir and the common one it
+    names (a review found a worktree's starts recorded no commit)."""
+    git = root / ".git"
+    try:
+        if git.is_file():
+            line = git.read_text(encoding="utf-8", errors="replace").strip()
+            if line.startswith("gitdir: "):
+                git = (root / line[8:].strip()).resolve()
+    except OSError:
+        return git, git
+    try:
+        common = (git / (git / "commondir").read_text(encoding="utf-8", errors="replace").strip()).resolve()
+    except OSError:
+        common = git
+    return git, common
+
+
 def _git_commit(root: Path) -> str | None:
     """The checkout's commit, read from ``.git`` (no git process): HEAD, the ref it names, or the
     packed refs. None when ``root`` is no checkout (an installed wheel) or the files say nothing."""
-    git = root / ".git"
+    git, common = _git_dirs(root)
     try:
         head = (git / "HEAD").read_text(encoding="ascii", errors="replace").strip()
     except OSError:
@@ -31,12 +50,12 @@ def _git_commit(root: Path) -> str | None:
     if ".." in ref:
         return None
     try:
-        sha = (git / ref).read_text(encoding="ascii", errors="replace").strip()
+        sha = (common / ref).read_text(encoding="ascii", errors="replace").strip()
         return sha if _SHA.fullmatch(sha) else None
     except OSError:
         pass
     try:
-        for line in (git / "packed-refs").read_text(encoding="ascii", errors="replace").splitlines():
+        for line in (common / "packed-refs").read_text(encoding="ascii", errors="replace").splitlines():
             sha, _, name = line.partition(" ")
             if name.strip() == ref and _SHA.fullmatch(sha):
                 return sha

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -403,6 +404,16 @@ def test_runner_starts_by_different_marathon_versions_are_flagged(tree_copy, tmp
     assert _git_commit(fake) == "cd" * 20
     (fake / ".git" / "HEAD").write_text("ef" * 20 + "\n")  # detached
     assert _git_commit(fake) == "ef" * 20
+    # a worktree of a real repository (its .git a file naming its own git dir; refs in the common one)
+    repo, wt = tmp_path / "repo", tmp_path / "wt"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "one"], check=True)
+    subprocess.run([*git, "-C", str(repo), "worktree", "add", "-q", "-b", "side", str(wt)], check=True)
+    head = subprocess.run(
+        ["git", "-C", str(wt), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    )
+    assert (wt / ".git").is_file() and _git_commit(wt) == head.stdout.strip() == _git_commit(repo)
 
     events = tree.events_path(tree_copy)
     events.parent.mkdir()
