@@ -232,6 +232,8 @@ class ArmSummary:
     #: without a ledger, or when some of it is unpriced (``ledger_unpriced``)
     ledger_spend_usd: float | None = None
     ledger_unpriced: bool = False
+    #: calls cut before their usage arrived (the provider may bill them): the spend is a lower bound
+    ledger_unmetered: int = 0
     audit_differs: bool = False  # the fairness audit found an undeclared difference in this arm
     #: the receipts' figures summed over the arm's cells (``report.RECEIPT_SUMS``; the arms panel)
     continuations: int = 0
@@ -267,6 +269,7 @@ class ArmSummary:
             spend_output_tokens=i("spend_output_tokens"),
             ledger_spend_usd=f("ledger_spend_usd"),
             ledger_unpriced=bool(d.get("cost_unpriced")),
+            ledger_unmetered=i("ledger_unmetered_calls") or 0,
             audit_differs=audit_differs,
             continuations=i("continuations") or 0,
             unblocks=i("unblocks") or 0,

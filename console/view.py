@@ -480,18 +480,22 @@ def arms_spend_text(
 ) -> str:
     """The top bar's live spend per arm from the gateway's ledger: ``spend $1.23 (projected $4.10
     [3.80, 4.52]; cap $10.00 in 2.1 h): plain $0.40 goal $0.83`` ("" without a ledger; ``$?`` for
-    an arm with unpriced tokens, and then no total)."""
+    an arm with unpriced tokens, and then no total; ``≥$0.40`` for an arm with calls cut before
+    their usage arrived, as `status` and the report say it: a lower bound)."""
     items = list(summary.items()) if isinstance(summary, dict) else list(summary)
     per = [(a, s) for a, s in items if s.ledger_spend_usd is not None or s.ledger_unpriced]
     if not per:
         return ""
+    at_least = lambda s: "≥" if s.ledger_unmetered else ""  # noqa: E731
     arms = " ".join(
-        f"{clean(a, 24)} {'$?' if s.ledger_unpriced else money(s.ledger_spend_usd)}" for a, s in per
+        f"{clean(a, 24)} {'$?' if s.ledger_unpriced else at_least(s) + money(s.ledger_spend_usd)}"
+        for a, s in per
     )
     if any(s.ledger_unpriced for _a, s in per):
         return f"spend unpriced: {arms}"
     total = math.fsum(s.ledger_spend_usd or 0.0 for _a, s in per)
-    return f"spend {money(total)}{projection_text(projection, total)}: {arms}"
+    lower = "≥" if any(s.ledger_unmetered for _a, s in per) else ""
+    return f"spend {lower}{money(total)}{projection_text(projection, total)}: {arms}"
 
 
 def projection_text(p: Projection | None, spent_now: float | None = None) -> str:

@@ -21,6 +21,22 @@ def _iso(t) -> str | None:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ") if t is not None else None
 
 
+def _spend_lacks(model, cells, per_arm: dict) -> dict:
+    """Per arm, the calls the spend lacks: ``unmetered_calls`` (cut before their usage arrived) and
+    ``gateway_deaths`` (attempts live at a gateway found dead: their calls in flight have no line),
+    the report's ``ledger_unmetered_calls`` and ``gateway_deaths``; ``line``: one line, or ""."""
+    from runner.results.ledger import live_at_deaths
+    from runner.results.report import spend_lacks_line
+
+    unmetered = {a: n for a, s in per_arm.items() if (n := s.get("ledger_unmetered_calls"))}
+    deaths = live_at_deaths(model.out, ((a.task, a.arm, a.stamp) for c in cells.values() for a in c.attempts))
+    return {
+        "unmetered_calls": unmetered,
+        "gateway_deaths": deaths,
+        "line": spend_lacks_line(unmetered, deaths),
+    }
+
+
 def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | None = None) -> dict:
     """The status of ``model``; ``cap``: a spend cap in USD the projection gives the time to (default:
     the run's ``--max-spend``, as its runner recorded it for the gateways)."""
@@ -62,6 +78,10 @@ def status_data(model, scope: str, exclude_flagged: bool = False, cap: float | N
         "spend": {**spend.as_dict(), "text": spend.text(), "prices": money.pricer.source_line()}
         if spend
         else None,
+        # what the spend lacks (the report's money section says the same): calls cut before their
+        # usage arrived, attempts live at a gateway found dead (status and the console said
+        # nothing of either: found by a review)
+        "spend_lacks": _spend_lacks(model, cells, per_arm) if spend else None,
         "caps": caps.to_json() if caps.any else None,
         "alarms": alarms,
         # scored attempts the provider failed for a minute or more: each its own flagged line
@@ -174,6 +194,8 @@ def render(d: dict) -> str:
         lines.append(f"{MODIFIED}: {', '.join(clean(t, 80) for t in d['modified_tasks'])}")
     if d.get("spend"):
         lines.append(clean(d["spend"]["text"], None))
+        if (d.get("spend_lacks") or {}).get("line"):
+            lines.append(clean(d["spend_lacks"]["line"], None))
         lines.append(clean(d["spend"]["prices"], None))
     caps = d.get("caps")
     if caps:

@@ -981,6 +981,15 @@ UNMETERED = (
     "provider may bill their tokens, which no figure here counts; the spend is a lower bound by those"
 )
 
+
+def spend_lacks_line(unmetered: dict[str, int], deaths: dict[str, int]) -> str:
+    """One line for `status` of what the spend lacks, per arm ("" when nothing): the report's money
+    section says the same per arm (``UNMETERED``, ``GATEWAY_DIED``)."""
+    parts = [f"{a} {n} call(s) cut before their usage arrived" for a, n in unmetered.items()]
+    parts += [f"{a} {n} attempt(s) live at a dead gateway" for a, n in deaths.items()]
+    return f"spend is a lower bound: {'; '.join(parts)}" if parts else ""
+
+
 #: what the report says of a tree whose runner starts were made by different marathon versions
 VERSIONS = "runner starts of this tree were made by different marathon versions (their rules may differ)"
 

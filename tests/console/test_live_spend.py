@@ -119,3 +119,17 @@ def test_the_top_bars_rates_are_over_the_runs_span_as_status_takes_them():
     assert "elapsed 2h00 " in text and f"{money(5.0)}/h" in text, text
     # a tree without a span yet (no runner start read): the runner's own clock, as before
     assert "elapsed 2h00 " in progress_text(info, 10.0, 500_000, t0 + 9 * 3600)
+
+
+def test_an_arm_with_calls_cut_before_their_usage_shows_its_spend_as_a_lower_bound():
+    """Found by a review: the report and `status` say an arm's spend lacks the calls cut before their
+    usage arrived; the top bar showed the same figure as a whole. It reads ``≥`` there now."""
+    from console.feeds import ArmSummary
+    from console.view import arms_spend_text
+
+    plain = ArmSummary.of({"ledger_spend_usd": 0.4, "ledger_unmetered_calls": 2})
+    goal = ArmSummary.of({"ledger_spend_usd": 0.83})
+    assert (plain.ledger_unmetered, goal.ledger_unmetered) == (2, 0)
+    text = arms_spend_text({"plain": plain, "goal": goal})
+    assert text == f"spend ≥{money(1.23)}: plain ≥{money(0.4)} goal {money(0.83)}", text
+    assert arms_spend_text({"goal": goal}) == f"spend {money(0.83)}: goal {money(0.83)}"

@@ -16,6 +16,7 @@ import time
 import pytest
 from handmade_tree import COST, EARLY, STAMP, TASKS
 
+from marathon.status_view import status_data
 from modes import cost_map
 from runner.ops.gateway.server import LedgerWriter
 from runner.results import ledger as L
@@ -225,6 +226,13 @@ def test_calls_cut_before_their_usage_are_counted_as_unmetered_never_as_free(han
     goal, plain = rep["arm_summary"]["goal"], rep["arm_summary"]["plain"]
     assert goal["ledger_unmetered_calls"] == 2 and goal["ledger_spend_usd"] == pytest.approx(0.300)
     assert plain["ledger_unmetered_calls"] == 1 and plain["ledger_spend_usd"] == pytest.approx(0.150 + 0.02)
+    # `status` says so too (it said nothing: found by a review)
+    lacks = status_data(RunModel.load(out), "all")["spend_lacks"]
+    assert (lacks["unmetered_calls"], lacks["gateway_deaths"]) == ({"plain": 1, "goal": 2}, {})
+    assert lacks["line"] == (
+        "spend is a lower bound: plain 1 call(s) cut before their usage arrived; "
+        "goal 2 call(s) cut before their usage arrived"
+    )
     # an attempt whose only call was cut: $0 and counted, never dropped from the spend or taken as free
     led = L.Ledger()
     led.add_rows(
@@ -259,6 +267,10 @@ def test_attempts_live_at_a_dead_gateway_make_the_spend_a_lower_bound(handmade, 
     md = render(rep, "md")
     assert "goal: cost $0.3000 (scored attempts), spend $0.3000 (every attempt); 2 attempt(s) live when" in md
     assert "plain: cost $0.1500 (scored attempts), spend $0.1700 (every attempt)\n" in md
+    lacks = status_data(RunModel.load(out), "all")["spend_lacks"]
+    assert (
+        lacks["gateway_deaths"] == {"goal": 2} and "goal 2 attempt(s) live at a dead gateway" in lacks["line"]
+    )
 
 
 def test_the_spend_tokens_are_the_ledgers_where_the_cells_tokens_are(handmade, tmp_path):
