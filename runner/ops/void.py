@@ -264,9 +264,15 @@ def _journal(plan: VoidPlan, dest: Path, by: str) -> None:
     ``run_id``: the event says nothing about which run made the attempt. A journal that cannot
     be written loses only this line: the void itself is done and its README says why."""
     from runner.results.events import EventKind, append_event
+    from runner.results.scan import pair_done
+    from runner.results.tree import repeat_of
 
-    rec = {"ts": utc_now(), "event": EventKind.VOID, "task": plan.task, "arm": arm_of_dir(plan.arm),
-           "arm_dir": plan.arm, "stamp": plan.stamp, "reason": plan.reason, "dest": str(dest), "by": by}  # fmt: skip
+    arm = arm_of_dir(plan.arm)
+    # whether the pair is still done without it (another done attempt): the console's progress takes
+    # it from here (a void of an errored attempt beside a done retry took the pair out of its count)
+    still = pair_done(plan.out, plan.task, arm, repeat_of(plan.stamp))
+    rec = {"ts": utc_now(), "event": EventKind.VOID, "task": plan.task, "arm": arm, "arm_dir": plan.arm,
+           "stamp": plan.stamp, "reason": plan.reason, "dest": str(dest), "by": by, "pair_done": still}  # fmt: skip
     with contextlib.suppress(OSError):
         append_event(Path(plan.out), rec)
 

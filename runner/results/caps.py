@@ -193,7 +193,7 @@ class Tally:
             # whole cost unknown and took it out of every cap's sum (found by a probe)
             c = self.pricer.cost(self.ledger.usage(*key))
             if c is not None:
-                self.cost[key] = c.at_least
+                self.cost[key] = c.for_caps
 
     def _read_back(self, rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         """The rows, each call read back from the ledger leaving ``noted`` (it is counted there now)."""
@@ -205,15 +205,16 @@ class Tally:
     def note(self, row: dict[str, Any]) -> None:
         """A call's ledger line as soon as its usage is known, before the answer's last bytes reach the
         client: the gateway counts it before that client can send its next call (one gateway's own
-        calls are then never a response late; another host's are, until its ledger line is read)."""
+        calls are then never a response late; another host's are, until its ledger line is read).
+        A call that ended without its usage counts at its estimate (``usage_estimate``)."""
         c = call_from_dict(row)
-        if c is None or c.key is None or c.usage is None or not c.request_id:
+        if c is None or c.key is None or (c.usage is None and c.estimate is None) or not c.request_id:
             return
         one = AttemptUsage()
         one.add(c)
         cost = self.pricer.cost(one)
         if cost is not None:
-            self.noted[c.request_id] = (c.key, cost.at_least)
+            self.noted[c.request_id] = (c.key, cost.for_caps)
 
     def arm(self, arm: str) -> float:
         return math.fsum([v for k, v in self.cost.items() if k[1] == arm]

@@ -149,6 +149,9 @@ class Call:
     total_ms: float | None = None
     model_time_sec: float | None = None
     gateway: str | None = None
+    #: a call gone upstream whose usage never came (cut, or its client hung up before the final
+    #: event): (input, output) tokens the gateway estimated for the spend caps (``wire.estimate``)
+    estimate: tuple[int, int] | None = None
 
     @property
     def key(self) -> tuple[str, str, str] | None:
@@ -232,7 +235,24 @@ def call_from_dict(d: dict[str, Any]) -> Call | None:
         _num(g("total_ms"), MILLIS),
         _num(g("model_time_sec")),
         s(g("gateway")),
+        _estimate(g("usage_estimate")),
     )
+
+
+def _estimate(v: Any) -> tuple[int, int] | None:
+    """An unmetered call's estimated (input, output) tokens, counts as ``_usage`` reads them; None
+    when absent or nonsense."""
+    if not isinstance(v, dict):
+        return None
+    got = []
+    for k in ("input", "output"):
+        n = v.get(k)
+        if not (type(n) is int and 0 <= n <= COUNT.hi):
+            n = number(n, COUNT, k)
+            if not isinstance(n, int):
+                return None
+        got.append(n)
+    return got[0], got[1]
 
 
 #: the most of a ledger file read at once: a multi-day run's ledger holds hundreds of thousands of
@@ -459,6 +479,9 @@ class AttemptUsage:
     #: the tokens by what prices them (``PriceKey``): summed per key, priced by
     #: ``runner.results.prices`` (each key's rates once, never per call)
     by_price: dict[PriceKey, list[int]] = field(default_factory=dict)
+    #: the unmetered calls' estimated tokens (``Call.estimate``: input, output) by what prices them:
+    #: what the spend caps count for them (``prices.Cost.estimated``); in no token figure
+    estimated: dict[PriceKey, list[int]] = field(default_factory=dict)
 
     def add(self, c: Call) -> None:
         self.calls += 1
@@ -509,6 +532,13 @@ class AttemptUsage:
                 for k, vals in params.items():
                     if k not in sent:
                         vals.add(NOT_SENT)
+        if c.usage is None and (e := c.estimate) is not None and c.outcome != UPSTREAM_ERROR:
+            pk = (model, tier, "")
+            if (got := self.estimated.get(pk)) is None:
+                self.estimated[pk] = [e[0], e[1]]
+            else:
+                got[0] += e[0]
+                got[1] += e[1]
         if (u := c.usage) is not None:
             self.with_usage += 1
             self.input += u[0]
@@ -626,12 +656,14 @@ class Ledger:
 _USAGE_FIELDS = [f.name for f in fields(AttemptUsage)]
 _PARAMS_AT = _USAGE_FIELDS.index("params")
 _BY_PRICE_AT = _USAGE_FIELDS.index("by_price")
+_ESTIMATED_AT = _USAGE_FIELDS.index("estimated")
 
 
 def _usage_state(u: AttemptUsage) -> list[Any]:
     vals = [getattr(u, name) for name in _USAGE_FIELDS]
     vals[_PARAMS_AT] = [[k, sorted(v)] for k, v in u.params.items()]
     vals[_BY_PRICE_AT] = [[*k, v] for k, v in u.by_price.items()]
+    vals[_ESTIMATED_AT] = [[*k, v] for k, v in u.estimated.items()]
     return vals
 
 
@@ -639,6 +671,7 @@ def _usage_from_state(vals: list[Any]) -> AttemptUsage:
     vals = list(vals)
     vals[_PARAMS_AT] = {str(k): {str(x) for x in v} for k, v in vals[_PARAMS_AT]}
     vals[_BY_PRICE_AT] = {(m, t, str(th)): [int(x) for x in v] for m, t, th, v in vals[_BY_PRICE_AT]}
+    vals[_ESTIMATED_AT] = {(m, t, str(th)): [int(x) for x in v] for m, t, th, v in vals[_ESTIMATED_AT]}
     return AttemptUsage(*vals)
 
 

@@ -136,6 +136,15 @@ class Cost:
     #: USD of the tokens that could be priced, whatever the rest (``usd`` when all were): what a
     #: spend cap counts, a lower bound when some are unpriced (``runner.results.caps.Tally``)
     at_least: float = 0.0
+    #: USD of the unmetered calls' estimated tokens (``AttemptUsage.estimated``): the spend caps
+    #: count it beside ``at_least``; in no other figure (the report says it beside the spend)
+    estimated: float = 0.0
+
+    @property
+    def for_caps(self) -> float:
+        """What the spend caps count for these calls: the priced tokens and the unmetered calls'
+        estimate."""
+        return self.at_least + self.estimated
 
     @property
     def priced(self) -> bool:
@@ -164,7 +173,8 @@ def add_costs(costs: Iterable[Cost | None]) -> Cost | None:
     usd = None if why or any(c.usd is None for c in got) else math.fsum(c.usd or 0.0 for c in got)
     return Cost(usd, sum(c.input for c in got), sum(c.cached for c in got), sum(c.output for c in got),
                 sum(c.reasoning for c in got), why, any(c.overridden for c in got),
-                sum(c.unmetered for c in got), math.fsum(c.at_least for c in got))  # fmt: skip
+                sum(c.unmetered for c in got), math.fsum(c.at_least for c in got),
+                math.fsum(c.estimated for c in got))  # fmt: skip
 
 
 def _rate(entry: dict[str, Any], base: str, tier: str | None, threshold: str) -> float | None:
@@ -244,8 +254,13 @@ class Pricer:
             parts += [(inp - cached_n) * r.input, cached_n * r.cached, (out - reas_n) * r.output,
                       reas_n * (r.output if r.reasoning is None else r.reasoning)]  # fmt: skip
         usd = math.fsum(parts)
+        est = []
+        for (model, tier, threshold), (inp, out) in usage.estimated.items():
+            r = self.rates(model, tier, threshold)
+            if not isinstance(r, str):  # (an unpriced model's calls are refused under caps)
+                est += [inp * r.input, out * r.output]
         return Cost(None if why else usd, usage.input, usage.cached, usage.output, usage.reasoning,
-                    tuple(dict.fromkeys(why)), overridden, usage.unmetered, usd)  # fmt: skip
+                    tuple(dict.fromkeys(why)), overridden, usage.unmetered, usd, math.fsum(est))  # fmt: skip
 
     def source(self) -> dict[str, Any]:
         """Which prices: the map's identity and every override (the report's ``prices``)."""

@@ -240,8 +240,13 @@ class Tally:
                 self.durations.append(float(took))
         elif kind == EventKind.VOID and arm:
             self.voided[arm] += 1
-            unit, stamp = _unit(task, ev), ev.get("stamp")
-            if _voids(self.done_stamp, (arm, unit), stamp):
+            unit, stamp, still = _unit(task, ev), ev.get("stamp"), ev.get("pair_done")
+            if isinstance(still, bool):  # the voider looked at the tree after the move
+                if not still:
+                    self.done[arm].discard(unit)  # its done attempt voided: the pair is run again
+                if self.done_stamp.get((arm, unit)) == stamp:
+                    self.done_stamp.pop((arm, unit), None)
+            elif _voids(self.done_stamp, (arm, unit), stamp):  # (a journal older than ``pair_done``)
                 self.done[arm].discard(unit)  # a done attempt voided: the pair is run again
             if _voids(self.running_stamp, (arm, unit), stamp):
                 self.running[arm].discard(unit)

@@ -607,7 +607,8 @@ class Driver:
             return
         self.stats.voided += 1
         self.log.emit(EventKind.VOID, task=task, arm=arm, stamp=old.job.stamp, reason=v.reason, dest=str(dest),
-                      evidence=v.evidence[:6], abandoned_by=old.holder.describe(), **repeat_field(old.repeat))  # fmt: skip
+                      evidence=v.evidence[:6], abandoned_by=old.holder.describe(),
+                      pair_done=_done(self.out, (task, arm, old.repeat)), **repeat_field(old.repeat))  # fmt: skip
 
     def _void(self, job: Attempt, v: Verdict) -> None:
         """Remove leftovers of the trial (so they do not vanish from cleanup's view), then move it aside."""
@@ -618,7 +619,7 @@ class Driver:
         dest = act_void(plan, run_id=self.run_id)
         self.stats.voided += 1
         self.log.emit(EventKind.VOID, task=job.task, arm=job.arm.name, stamp=job.stamp, reason=v.reason, dest=str(dest),
-                      evidence=v.evidence[:6], **repeat_field(job.repeat))  # fmt: skip
+                      evidence=v.evidence[:6], pair_done=_done(self.out, job.unit), **repeat_field(job.repeat))  # fmt: skip
 
     # --- stopping -----------------------------------------------------------------------------------
 

@@ -80,7 +80,19 @@ def test_an_operators_void_is_journalled_and_the_progress_no_longer_counts_the_p
         "operator",
         "a test",
     ) and "run_id" not in ev
-    assert done() == 0
+    assert done() == 0 and ev["pair_done"] is False
+    # an attempt voided beside another done one of its pair: the pair stays done (the voider says so)
+    (other,) = (out / "words-passrate" / "oracle").glob("*/oracle")
+    (second,) = iter_trial_dirs(other)
+    twin = other.parent.with_name(other.parent.name + "-twin")
+    shutil.copytree(other.parent, twin, symlinks=True)
+    append_event(out, {"ts": "2026-12-01T00:02:00Z", "event": "job_finish", "run_id": "r1",
+                       "task": "words-passrate", "arm": "oracle", "stamp": other.parent.name, "status": "done"})  # fmt: skip
+    assert done() == 1
+    r = _marathon("void", str(twin / "oracle" / second.name), str(out), "--reason", "a copy", "--yes")
+    assert r.returncode == 0, r.stderr
+    ev = [e for e in read_events(out) if e["event"] == "void"][-1]
+    assert ev["stamp"] == twin.name and ev["pair_done"] is True and done() == 1
 
 
 def test_a_health_fix_void_is_journalled_as_healths_and_found_no_more(mini_tree, tmp_path, monkeypatch):
@@ -114,7 +126,7 @@ def test_a_health_fix_void_is_journalled_as_healths_and_found_no_more(mini_tree,
     )
     (ev,) = [e for e in read_events(out) if e["event"] == "void"]
     assert (ev["task"], ev["arm"], ev["stamp"], ev["by"]) == ("calc-partial", "oracle", stamp, "health --fix")
-    assert "run_id" not in ev and "gateway failed" in ev["reason"]
+    assert "run_id" not in ev and "gateway failed" in ev["reason"] and ev["pair_done"] is False
     assert not job.parent.exists() and not pair_done(out, "calc-partial", "oracle")
     again, _ = check(out)
     assert not [f for f in again.findings if f.kind == "errored_not_voided"]

@@ -760,6 +760,49 @@ def _same_tick(path: Path, mtime_ns: int) -> None:
     os.utime(path, ns=(os.stat(path).st_atime_ns, mtime_ns))
 
 
+def test_a_client_that_hangs_up_before_the_usage_is_counted_by_the_caps_at_an_estimate(gateway, provider):
+    """Found by a probe as the agent: a client that read each answer and hung up just before its
+    final event (the one with the usage) made 30 calls the provider billed ($6.00) and no cap
+    counted. Such a call now counts at an estimate (``wire.estimate``: its input from the request's
+    size, one output token per event that passed), on the ledger as ``usage_estimate``, and the
+    attempt's own cap is reached by them like any other spend."""
+    from runner.ops.gateway.wire import BYTES_PER_TOKEN
+    from runner.results import caps as C
+
+    out, _s, _st = gateway
+    C.write_caps(
+        out, C.Caps(attempt_usd=0.05, prices=("stream-forever=1000,100,2000",), model="stream-forever")
+    )
+    a = issue(out)
+    sock = attempts.socket_path(out, a.record.id)
+    body_bytes = len(raw_request(a.token, "stream-forever").split(b"\r\n\r\n", 1)[1])
+    counted = 0.0
+    for n in range(1, 6):
+        s = send_call(sock, a.token, "stream-forever", 20)
+        got = b""
+        while b"402" not in got[:12] and got.count(b"keepalive") < 5:
+            got += s.recv(4096)
+        s.close()
+        if got.startswith(b"HTTP/1.1 402"):
+            break
+        closed = lambda k=n: [c for c in calls(out) if c.outcome == L.CLIENT_CLOSED][k - 1 : k] or None  # noqa: E731
+        (row,) = wait_for(closed, 10, f"hang-up {n}")
+        assert row.usage is None and row.estimate is not None
+        inp, events = row.estimate
+        assert inp == body_bytes // BYTES_PER_TOKEN + 1 and events >= 6  # created + 5 keepalives at least
+        counted += inp * 1000e-6 + events * 2000e-6
+    else:
+        pytest.fail("five hang-ups and never refused")
+    assert code_of(got.split(b"\r\n\r\n", 1)[1]) == L.SPEND_CAP_ATTEMPT
+    assert counted >= 0.05 and counted - (inp * 1000e-6 + events * 2000e-6) < 0.05  # refused once past it
+    tally = C.Tally(out, C.read_caps(out).pricer())
+    tally.update()
+    key = ("t1", "plain", a.record.stamp)
+    assert tally.attempt(key) == pytest.approx(counted)
+    led = L.read_ledger(out)
+    assert led.usage(*key).unmetered == n - 1 and led.usage(*key).input == 0  # in no token figure
+
+
 def test_two_records_written_within_one_tick_are_both_served(gateway, provider):
     """The gateway lists its attempts' records only when their dir changed (by its mtime): a second
     attempt issued within the same tick as the first left the dir's mtime as the first set it, its

@@ -789,6 +789,12 @@ class Gateway:
                     usage=scanner.usage,
                     final=mask.text(final) if isinstance(final, str) else final,
                 )
+            if row["outcome"] in (L.CLIENT_CLOSED, L.CUT) and (scanner is None or scanner.usage is None):
+                # gone upstream, its usage never came: the caps count it at an estimate
+                row["usage_estimate"] = wire.estimate(len(body), scanner.events if scanner is not None else 0)
+                if self.tally is not None:
+                    self.tally.note(row)
+                    self._cut_attempt(a)
             if mask.hits:
                 row["key_masked"] = mask.hits
                 self.say(

@@ -182,6 +182,20 @@ def usage_of(response: Any) -> dict[str, int] | None:
     }
 
 
+#: bytes of a request body per input token for ``estimate``: about four characters a token for
+#: English and code in OpenAI's tokenizers, and a body's JSON framing adds bytes, never tokens
+BYTES_PER_TOKEN = 4
+
+
+def estimate(body_bytes: int, events: int) -> dict[str, int]:
+    """The usage a call that ended without its own (its client hung up before the final event, or
+    it was cut) is counted at by the spend caps: its input from the request body's size, its output
+    one token per stream event that passed (a delta is about a token). An estimate, not a bound:
+    the reasoning it did unseen is not in it. Found by a probe: a client that hung up just before
+    each final event made 30 calls the provider billed ($6.00) that no cap counted."""
+    return {"input": body_bytes // BYTES_PER_TOKEN + 1, "output": events}
+
+
 class UsageScanner:
     """Fed the answer's bytes as they pass, keeps what the ledger needs: the response id, its final
     status and ``usage``. A stream is cut into events at blank lines; only an event naming a final
@@ -194,6 +208,7 @@ class UsageScanner:
         self.usage: dict[str, int] | None = None
         self.final: str | None = None  # completed | incomplete | failed
         self.overflow = False
+        self.events = 0  # the stream's events passed (``estimate``: about one output token each)
 
     def feed(self, chunk: bytes) -> None:
         if not self.sse:
@@ -209,6 +224,7 @@ class UsageScanner:
                 break
             event, rest = bytes(self._buf[: cut[0]]), cut[1]
             del self._buf[:rest]
+            self.events += 1
             self._event(event)
         if len(self._buf) > MAX_EVENT:  # a runaway event (no blank line): drop it, never grow without end
             self.overflow = True
