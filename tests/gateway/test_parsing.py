@@ -10,7 +10,9 @@ import os
 import signal
 
 from runner.ops.gateway import parsing
+from runner.ops.gateway.server import unmeterable_body
 from runner.ops.gateway.wire import request_params
+from runner.results import ledger as L
 
 
 def _big(model: str, n: int = 40_000) -> bytes:
@@ -72,6 +74,9 @@ def test_a_child_that_hangs_or_dies_is_replaced_and_its_call_is_unparsed(monkeyp
                 m.setattr(parsing, "PARSE_TIMEOUT_SEC", 1.0)  # child start and parse take over 1 s)
                 got = await p.params(_big("held"), None)
             assert got == ({"unparsed": "the parser process took too long"}, False)
+            # the gateway's own failure, not the body's: forwarded (a review found it refused 415)
+            assert unmeterable_body(got[0]) is None
+            assert unmeterable_body(request_params(b"not json")[0])[0] == L.UNREADABLE
             assert p.pid is None  # ended, by its handle
             assert (await p.params(_big("two"), None))[0]["model"] == "two"
             os.kill(p.pid, signal.SIGKILL)

@@ -39,6 +39,9 @@ MAX_ANSWER = 1 << 20
 RESTART_HELD_MB = 256
 
 Params = tuple[dict[str, Any], bool]
+#: how an ``unparsed`` reason of the gateway's own begins (its parser failed, not the body): such a
+#: call is forwarded all the same, its parameters unknown; a body the gateway cannot read is refused
+PARSER_FAILED = "the parser process"
 
 
 def inline(body: bytes, encoding: str | None) -> bool:
@@ -73,7 +76,7 @@ class BodyParser:
             except (OSError, EOFError, ValueError, TypeError, KeyError, TimeoutError) as exc:
                 await self._end()
                 why = "took too long" if isinstance(exc, TimeoutError) else f"failed ({type(exc).__name__})"
-                return {"unparsed": f"the parser process {why}"}, False
+                return {"unparsed": f"{PARSER_FAILED} {why}"}, False
             except asyncio.CancelledError:  # the client left mid-exchange: its answer must not be
                 self._abandon()  # read as the next body's
                 raise

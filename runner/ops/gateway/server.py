@@ -594,20 +594,12 @@ class Gateway:
         return self._cap_refusal(a)
 
     def _unmeterable(self, params: dict[str, Any]) -> tuple[str, str] | None:
-        """(refusal code, why) for a call the ledger could not meter or the audit not read, or None.
-        Found by a probe as the agent: a zstd body hid its model (priced as the run's, a tenth of
-        its price, and absent from the wire audit); ``background: true`` had the provider generate
-        an answer whose usage no reply carried; a model the prices lack counted $0 to every cap."""
-        if "unparsed" in params:
-            return L.UNREADABLE, (
-                "the marathon gateway forwards only request bodies it can read (JSON, as sent or gzip or "
-                f"deflate, up to {wire.MAX_DECODED >> 20} MiB decoded): this one's {params['unparsed']}"
-            )
-        if params.get("background") is True:
-            return L.NOT_METERABLE, (
-                "background responses generate on at the provider, out of the marathon gateway's metering: "
-                "send the call without background"
-            )
+        """(refusal code, why) for a call the ledger could not meter or the audit not read, or None
+        (``unmeterable_body``; and under spend caps, a model the prices lack: it counted $0 to every
+        cap, found by a probe as the agent)."""
+        got = unmeterable_body(params)
+        if got is not None:
+            return got
         self._read_caps()
         if self.caps.any:
             if self.tally is None:
@@ -804,6 +796,26 @@ class Gateway:
             row["total_ms"] = round((time.monotonic() - t0) * 1000, 3)
             self.served += 1
             self.ledger.write(row)
+
+
+def unmeterable_body(params: dict[str, Any]) -> tuple[str, str] | None:
+    """(refusal code, why) for a body the gateway cannot read or meter, or None. Found by a probe as
+    the agent: a zstd body hid its model (priced as the run's, a tenth of its price, and absent from
+    the wire audit); ``background: true`` had the provider generate an answer whose usage no reply
+    carried. The gateway's own parser failing (``parsing.PARSER_FAILED``) is not the body's doing:
+    that call is forwarded, its parameters unknown (a review found an honest large body refused)."""
+    unparsed = params.get("unparsed")
+    if unparsed is not None and not str(unparsed).startswith(parsing.PARSER_FAILED):
+        return L.UNREADABLE, (
+            "the marathon gateway forwards only request bodies it can read (JSON, as sent or gzip or "
+            f"deflate, up to {wire.MAX_DECODED >> 20} MiB decoded): this one's {unparsed}"
+        )
+    if params.get("background") is True:
+        return L.NOT_METERABLE, (
+            "background responses generate on at the provider, out of the marathon gateway's metering: "
+            "send the call without background"
+        )
+    return None
 
 
 def forwardable(method: str, path: str) -> bool:
