@@ -207,7 +207,7 @@ def wire_audit(cells: dict[tuple[str, str], Cell], arms: list[str], ledger: L.Le
     for per_arm in by_task.values():
         sent = {k for values in per_arm.values() for k in values}
         for values in per_arm.values():
-            for k in sent - values.keys():
+            for k in sent - values.keys() - L.RECORDED_WHEN_PARSED:
                 values[k] = L.NOT_SENT
     diffs, lines, differing = _differences(by_task, labels, arms)
     return {

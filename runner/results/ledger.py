@@ -98,6 +98,10 @@ PARAMS: dict[str, str] = {
     "text_verbosity": "text verbosity",
     "other_fields": "other request fields",
 }
+#: parameters the gateway records for every body it reads (``{}`` when the body has none), so one an
+#: attempt's calls lack was not recorded (a gateway before it), never "not sent": left out of the
+#: comparison there (a run resumed across the upgrade read as arms that sent different fields)
+RECORDED_WHEN_PARSED = frozenset({"other_fields"})
 TOKENS = ("input", "cached", "output", "reasoning")
 #: codex's remote compaction of its context: a call of its own kind (model, input and instructions
 #: only), priced like any other and left out of the parameters the wire audit compares (its lack of

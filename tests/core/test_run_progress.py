@@ -102,7 +102,9 @@ def test_a_void_takes_out_only_the_attempt_it_names():
     # the voider says whether the pair is still done after the move (``pair_done``): a pair done
     # before this run (its done stamp unknown here) stays done when an older attempt is voided
     t = Tally()
-    t.add(ev(0, "runner_start", arms=["plain"], pairs_per_arm={"plain": 2}, already_done={"plain": ["a", "b"]}))
+    t.add(
+        ev(0, "runner_start", arms=["plain"], pairs_per_arm={"plain": 2}, already_done={"plain": ["a", "b"]})
+    )
     t.add(ev(1, "void", task="a", arm="plain", stamp="S0", by="health --fix", pair_done=True))
     t.add(ev(2, "void", task="b", arm="plain", stamp="S9", by="operator", pair_done=False))
     (a,) = t.snapshot().arms

@@ -109,7 +109,7 @@ def _other_fields(
 ) -> dict[str, Any] | None:
     """Every setting of the request the named parameters leave out (``store``, ``include``,
     ``truncation``, ``max_tool_calls``, ``text.format``, another ``reasoning`` key, ...), as one
-    object, or None when there is none. Why: the wire audit compared a fixed list, so one arm's
+    object, ``{}`` when there is none. Why: the wire audit compared a fixed list, so one arm's
     ``truncation: "auto"`` or ``include: ["reasoning.encrypted_content"]`` (what the model keeps of
     earlier turns) would pass unseen."""
     other = {k: v for k, v in d.items() if k not in _READ_OR_PER_CALL}
@@ -117,7 +117,7 @@ def _other_fields(
         other["reasoning"] = r
     if t := {k: v for k, v in text.items() if k != "verbosity"}:
         other["text"] = t
-    return other or None
+    return other  # ({} when none: recorded, unlike a ledger line of a gateway before it, which lacks it)
 
 
 def request_params(raw: bytes, encoding: str | None = None) -> tuple[dict[str, Any], bool]:
