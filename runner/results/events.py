@@ -31,6 +31,9 @@ class EventKind(StrEnum):
 
     RUNNER_START = "runner_start"  # run_id, tasks, arms, repeats, pid, pairs_per_arm, already_done
     RUNNER_EXIT = "runner_exit"
+    #: n_running: the runner is alive, every ``ALIVE_SEC`` while it works; a runner that dies
+    #: without its exit line worked until its last event (``runs.RunLog.current_pieces``)
+    RUNNER_ALIVE = "runner_alive"
     PREFLIGHT_FAILED = "preflight_failed"
     PREFLIGHT_NOTE = "preflight_note"
     DATASET_MODIFIED = "dataset_modified"

@@ -104,6 +104,9 @@ class RunLog:
         self.runs: list[Run] = []
         self._events = EventReader(out)
         self._event_stamp_run: dict[AttemptKey | tuple[str, str, str], str] = {}
+        #: run id -> the ``ts`` of its latest event, as written (parsed only when asked): where a
+        #: runner that died without its exit line stopped working (``current_pieces``)
+        self._last_ts: dict[str, Any] = {}
 
     @property
     def current(self) -> Run | None:
@@ -149,7 +152,12 @@ class RunLog:
             if r.started is None:
                 continue
             nxt = next((c.started for c in chain[i + 1 :] if c.started is not None), None)
-            end = r.ended if r.ended is not None else nxt
+            end = r.ended
+            if end is None and nxt is not None:
+                # it died without its exit line (a full disk, kill -9): it worked until its last
+                # event, not until the start that resumed it hours later (found by a review)
+                last = _ts(self._last_ts.get(r.run_id))
+                end = max(r.started, last) if last is not None else nxt
             pieces.append((r.started, min(end, nxt) if end is not None and nxt is not None else end))
         return tuple(pieces)
 
@@ -159,6 +167,7 @@ class RunLog:
         if self._events.restarted:  # replaced or truncated: what the old file said is gone
             self.runs = []
             self._event_stamp_run = {}
+            self._last_ts = {}
         for ev in new:
             self._apply(ev)
 
@@ -166,6 +175,7 @@ class RunLog:
         run_id = ev.get("run_id")
         if not isinstance(run_id, str) or not run_id:
             return
+        self._last_ts[run_id] = ev.get("ts")
         if ev["event"] == EventKind.RUNNER_START:
             cfg = ev.get("config") if isinstance(ev.get("config"), dict) else None
             self.runs.append(

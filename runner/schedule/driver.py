@@ -88,6 +88,7 @@ class Driver:
         self.log = EventLog(self.out, self.run_id)
         self.log.listeners.extend(listeners or [])
         self.poll_sec = poll_sec
+        self._alive_at = time.monotonic()  # (its start is a line of its own)
         self.gate_recheck_sec = gate_recheck_sec
         self.stop_grace_sec = stop_grace_sec
         self.resumed = resumed
@@ -231,6 +232,16 @@ class Driver:
                 self.registry.unregister(os.getpid())
             lock.release()
 
+    def _alive(self) -> None:
+        """A ``runner_alive`` event every ``ALIVE_SEC`` while the runner works (hours may pass with
+        no other line while attempts run): a runner that dies without its exit line (kill -9, a full
+        disk) worked until its last event, and the run's rates are over the time its runners worked
+        (a review found the hours to a resume the next day counted as worked)."""
+        now = time.monotonic()
+        if now - self._alive_at >= ALIVE_SEC:
+            self._alive_at = now
+            self.log.emit(EventKind.RUNNER_ALIVE, n_running=len(self.running))
+
     def _any_running(self) -> bool:
         """Does an attempt this runner followed still run (at its exit: after an error, a full disk)?
         When it cannot tell, yes: what they need is kept for the runner that adopts them."""
@@ -273,6 +284,7 @@ class Driver:
                 self.images.retry_failed()
             failed: list[tuple[Unit, str]] = []
             while (queue or self.running) and self.stop_reason is None:
+                self._alive()
                 self.launcher.tend(self.running)
                 failed += self._reap()
                 self._check_caps()
@@ -675,6 +687,11 @@ class Driver:
         if (self.breaker.tripped is not None or self.spend_paused is not None) and self.stop_reason is None:
             return EXIT_PAUSED
         return 0
+
+
+#: how often a working runner says it is alive (``Driver._alive``): what a rate may count as worked
+#: after its runner died without an exit line
+ALIVE_SEC = 600.0
 
 
 def _done(out: Path, unit: Unit) -> bool:

@@ -396,18 +396,23 @@ def test_the_rate_is_over_the_runs_span_from_its_first_start_to_its_exit(handmad
     events.parent.mkdir(exist_ok=True)
     events.write_text(
         json.dumps({**start, "run_id": "r1", "ts": started}) + "\n"
+        + json.dumps({"event": "runner_alive", "run_id": "r1", "ts": started + 3 * 3600 - 60}) + "\n"
         + json.dumps({**start, "run_id": "r2", "ts": started + 3 * 3600, "resumed": True}) + "\n"
     )  # fmt: skip
     model = RunModel.load(out)
     p = projection_of(model, model.money(), "run", cap=2.0, now=started + 4 * 3600)
-    assert p.elapsed_sec == pytest.approx(4 * 3600) and p.rate_per_hour == pytest.approx(p.spent / 4)
+    # r1 died without its exit line: it worked until its last event (its runner_alive, a minute
+    # before the restart), r2 from its start
+    assert p.elapsed_sec == pytest.approx(4 * 3600 - 60) and p.rate_per_hour == pytest.approx(
+        p.spent / (4 - 1 / 60)
+    )
     # a run that ended: its rate is over its span, not to whenever `status` is asked (a probe's fell
     # from $40/h to $30/h in four minutes after the run)
     with events.open("a") as f:
         f.write(json.dumps({"event": "runner_exit", "run_id": "r2", "ts": started + 5 * 3600}) + "\n")
     model = RunModel.load(out)
     for now in (started + 6 * 3600, started + 60 * 3600):
-        assert projection_of(model, model.money(), "run", now=now).elapsed_sec == pytest.approx(5 * 3600)
+        assert projection_of(model, model.money(), "run", now=now).elapsed_sec == pytest.approx(5 * 3600 - 60)
     with events.open("a") as f:
         f.write(json.dumps({**start, "run_id": "r3", "ts": started + 3.5 * 3600}) + "\n")
     model = RunModel.load(out)
@@ -438,6 +443,13 @@ def test_the_time_between_a_stop_and_its_resume_is_not_in_the_rate(handmade, tmp
     assert p.elapsed_sec == pytest.approx(2 * 3600) and p.rate_per_hour == pytest.approx(p.spent / 2)
     assert p.time_to_cap_sec == pytest.approx((100.0 - p.spent) / (p.spent / 2) * 3600)
     assert p.tokens_per_hour == pytest.approx(sum(_tokens(m).values()) / 2)
+    # a runner that died without its exit line (a full disk, kill -9) worked until its last event,
+    # not until the start that resumed it (found by the next review)
+    _journal(out, {**start, "run_id": "r1", "ts": t0},
+             {"event": "job_finish", "run_id": "r1", "ts": t0 + 3600, "task": "t00", "arm": "plain"},
+             {**start, "run_id": "r2", "ts": t0 + 11 * 3600, "resumed": True})  # fmt: skip
+    m = RunModel.load(out)
+    assert projection_of(m, m.money(), "run", now=t0 + 12 * 3600).elapsed_sec == pytest.approx(2 * 3600)
 
 
 def _tokens(m: RunModel) -> dict[str, int]:

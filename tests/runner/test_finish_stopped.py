@@ -135,3 +135,21 @@ def test_a_stale_claims_abandoned_attempt_is_voided_when_the_table_says_infrastr
     assert (tree.voided_root(out) / TASK / ARM / STAMP / tree.VOID_README).is_file()
     cell = RunModel.load(out).cells[(TASK, ARM)]
     assert cell.n_voided == 1 and not cell.unreadable
+
+
+def test_a_working_runner_says_it_is_alive_every_alive_sec(tmp_path: Path, monkeypatch) -> None:
+    """The run's rates count a runner that died without its exit line as working until its last
+    event; hours can pass with no line while attempts run, so the runner writes ``runner_alive``
+    every ``ALIVE_SEC`` (here 0: at each look)."""
+    from runner.schedule import driver as drivermod
+
+    out = tmp_path / "out"
+    out.mkdir()
+    drv = Driver(RunConfig(out=out, arms=(ARM,), gateway=False))
+    drv._alive()
+    assert [e for e in read_events(out) if e["event"] == "runner_alive"] == []  # not before ALIVE_SEC
+    monkeypatch.setattr(drivermod, "ALIVE_SEC", 0.0)
+    drv._alive()
+    drv._alive()
+    alive = [e for e in read_events(out) if e["event"] == "runner_alive"]
+    assert len(alive) == 2 and alive[0]["n_running"] == 0 and alive[0]["run_id"] == drv.run_id
