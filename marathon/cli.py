@@ -156,11 +156,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:  # noqa: BLE001 - no traceback without --debug, ever
-        if args.debug:
-            raise
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            if args.debug:  # the traceback too, and the same exit code
+                import traceback
+
+                traceback.print_exc()
             print(f"marathon: {no_space_text(exc)}", file=sys.stderr)
             return EXIT_NO_SPACE
+        if args.debug:
+            raise
         print(
             f"marathon: internal error: {type(exc).__name__}: {error_text(exc)} (--debug shows the traceback)",
             file=sys.stderr,

@@ -104,5 +104,10 @@ def test_a_full_disk_is_one_line_with_where_and_what_to_do_and_exit_6(mini_tree)
     assert r.returncode == 6, r.stderr
     (line,) = r.stderr.splitlines()
     assert line.startswith("marathon: no space left on the disk it was writing to") and "--resume" in line
+    with open("/dev/full", "wb") as full:  # --debug: the traceback too, the same exit code
+        r = subprocess.run([sys.executable, "-m", "marathon.cli", "--debug", "report", str(mini_tree), "--format",
+                            "json", "--pretty"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+                           cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    assert r.returncode == 6 and "Traceback" in r.stderr and r.stderr.splitlines()[-1] == line, r.stderr
     text = no_space_text(OSError(errno.EDQUOT, "Disk quota exceeded", str(mini_tree / "a" / "b")))
     assert f"the disk of {mini_tree}/a/b (EDQUOT, " in text and " GB free there now)" in text

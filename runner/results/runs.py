@@ -200,6 +200,8 @@ class RunLog:
                     self.runs[i] = replace(self.runs[i], ended=_ts(ev.get("ts")))
                     break
             return
+        if ev["event"] == EventKind.VOID:
+            return  # a void names an attempt it moved, never one of its run (a takeover's is another run's)
         task, stamp = ev.get("task"), ev.get("stamp")
         arm = ev.get("arm_dir") or ev.get("arm")
         if isinstance(task, str) and isinstance(arm, str) and isinstance(stamp, str):

@@ -64,7 +64,7 @@ def new_stamp(arm_dir: Path, repeat: int = 1) -> str:
     latest = latest_stamp_time(arm_dir)
     if latest is not None and t <= latest:
         try:
-            t = latest + timedelta(seconds=1)
+            t = latest.astimezone(UTC) + timedelta(seconds=1)  # (an ISO name's own offset read as UTC)
         except OverflowError:  # a dir named for the year 9999: no time after it
             raise UserError(
                 f"{arm_dir}: a stamp dir names the last second of the calendar; move it out"

@@ -602,8 +602,8 @@ class Driver:
         infrastructure's, as its runner would have. Found by a probe: after a full disk ended a run,
         the resumed run ran those units again and left the dead attempts in place, read as
         "unreadable" by status forever, in no arm's void count, and `health` found nothing."""
-        if old.job is None:
-            return
+        if old.job is None or old.job.pid <= 0:
+            return  # (a Ray job's claim names no local harbor: its host's job may still run it)
         stamp_dir = jobs_dir(self.out, task, arm, old.job.stamp)
         if not stamp_dir.is_dir():
             return  # claimed, never started

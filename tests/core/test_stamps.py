@@ -45,6 +45,22 @@ def test_a_taken_second_moves_on_by_a_second_and_repeats_count(tmp_path):
     assert t is not None and before <= t <= datetime.now(UTC)
 
 
+def test_a_stamp_named_with_an_offset_is_compared_in_utc(tmp_path):
+    """Found by a review: a name in ISO form with an offset (``stamp_time`` reads it) gave the new
+    stamp its local time plus a second, read as UTC: five hours before it."""
+    from datetime import timezone
+
+    arm = tmp_path / "plain"
+    arm.mkdir()
+    ahead = (
+        (datetime.now(UTC) + timedelta(hours=1))
+        .replace(microsecond=0)
+        .astimezone(timezone(timedelta(hours=-5)))
+    )
+    (arm / ahead.isoformat()).mkdir()
+    assert stamp_time(new_stamp(arm)) == ahead.astimezone(UTC) + timedelta(seconds=1)
+
+
 def test_a_stamp_at_the_end_of_the_calendar_is_a_one_line_error(tmp_path):
     arm = tmp_path / "plain"
     (arm / "9999-12-31__23-59-59").mkdir(parents=True)

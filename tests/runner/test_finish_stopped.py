@@ -10,6 +10,7 @@ its real local launcher: the job result says done; the trial's verifier never fi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -122,6 +123,11 @@ def test_a_stale_claims_abandoned_attempt_is_voided_when_the_table_says_infrastr
     got = claimsmod.try_claim(out, TASK, ARM, drv.holder)
     assert got.acquired and got.replaced is not None
 
+    # a Ray job's claim names no local harbor (pid 0): its host's job may still run it, never voided
+    ray = dataclasses.replace(got.replaced, job=dataclasses.replace(got.replaced.job, pid=0))
+    drv._void_abandoned(TASK, ARM, ray)
+    assert [e for e in read_events(out) if e["event"] == "void"] == [] and (out / TASK / ARM / STAMP).is_dir()
+
     drv._void_abandoned(TASK, ARM, got.replaced)
 
     voids = [e for e in read_events(out) if e["event"] == "void"]
@@ -135,6 +141,8 @@ def test_a_stale_claims_abandoned_attempt_is_voided_when_the_table_says_infrastr
     assert (tree.voided_root(out) / TASK / ARM / STAMP / tree.VOID_README).is_file()
     cell = RunModel.load(out).cells[(TASK, ARM)]
     assert cell.n_voided == 1 and not cell.unreadable
+    # the void is the new runner's event, the attempt not its run's (a review: the last event won)
+    assert [a.run_id for a in cell.attempts] != [drv.run_id] and e["run_id"] == drv.run_id
 
 
 def test_a_working_runner_says_it_is_alive_every_alive_sec(tmp_path: Path, monkeypatch) -> None:
