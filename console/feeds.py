@@ -488,7 +488,9 @@ class TreeFeed:
         if money.exists and changed is not None and time.monotonic() - self._projected_at >= PROJECTION_SEC:
             self._projection = _projection(m, money, self.scope)
             self._projected_at = time.monotonic()
-        if changed is None or time.monotonic() - self._run_spend_at >= PROJECTION_SEC:
+        if m.checked and (changed is None or time.monotonic() - self._run_spend_at >= PROJECTION_SEC):
+            # (not for the first paint from the index unchecked: a pass over every attempt, about a
+            # tenth of a second on 10,000 of them; the checked scan right after it brings it)
             self._run_spend, self._run_spend_at = m.run_spend(money), time.monotonic()
         spend: dict[Key, CellSpend] = {}
         if money.exists:
