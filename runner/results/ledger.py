@@ -57,7 +57,8 @@ GONE = "attempt_gone"  # the attempt's harbor process is gone (killed)
 BUDGET = gateway_contract.BUDGET_EXHAUSTED  # the attempt's model budget (modes.budget) is spent
 NOT_FOUND = "not_found"  # a path or method the gateway does not forward (404): nothing went upstream
 #: a body whose parameters the gateway cannot read (an encoding it does not decode, over 64 MiB, not
-#: a JSON object; 415): forwarded, it was priced as the run's model and hidden from the wire audit
+#: a JSON object; 415): when it was forwarded, it was priced as the run's model and hidden from the
+#: wire audit
 UNREADABLE = "unreadable_body"
 #: a request the gateway cannot meter (400): ``background: true`` generates on at the provider, its
 #: usage in no answer the gateway sees
@@ -527,9 +528,8 @@ class AttemptUsage:
                 model = v
             elif k == "service_tier":
                 tier = v
-        if (
-            model is not None and params is self.params
-        ):  # a model call: a parameter earlier ones sent and this one did not
+        # a model call (a compaction is not compared): a parameter earlier ones sent and this one did not
+        if model is not None and params is self.params:
             self.model_calls += 1
             if len(params) > len(c.params):
                 sent = dict(c.params)

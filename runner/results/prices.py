@@ -137,7 +137,7 @@ class Cost:
     #: spend cap counts, a lower bound when some are unpriced (``runner.results.caps.Tally``)
     at_least: float = 0.0
     #: USD of the unmetered calls' estimated tokens (``AttemptUsage.estimated``): the spend caps
-    #: count it beside ``at_least``; in no other figure (the report says it beside the spend)
+    #: count it beside ``at_least``; in no other figure
     estimated: float = 0.0
 
     @property

@@ -88,8 +88,8 @@ Pieces = tuple[tuple[datetime, datetime | None], ...]
 
 def span_sec(pieces: Pieces, now: float) -> float | None:
     """The seconds the current run's runners have run (``RunLog.current_pieces``): each start to its
-    exit (or to the next start, for one that died without one), the live one to ``now``; the time
-    between a stop and its ``--resume`` is not in it. None before it began."""
+    exit (or to its last event, for one that died without one), the live one to ``now``; the time
+    between a stop or a crash and its ``--resume`` is not in it. None before it began."""
     if not pieces:
         return None
     return math.fsum(
@@ -138,8 +138,8 @@ class RunLog:
 
     def current_pieces(self) -> Pieces:
         """When each runner of the current run (its first start and the restarts that resumed it)
-        ran: from its start to its exit, or to the next start when it died without one, or open
-        while it runs. Every rate of the run is over these (``span_sec``): a rate from the first
+        ran: from its start to its exit, or to its last event when it died without one (a working
+        runner writes ``runner_alive`` every 10 minutes), or open while it runs. Every rate of the run is over these (``span_sec``): a rate from the first
         start put a stop and its resume ten hours later into the hours worked (found by a review)."""
         chain: list[Run] = []
         for r in reversed(self.runs):
