@@ -303,7 +303,7 @@ class TreeSnapshot:
     checked: bool = True
     #: when the current run's runners ran (``RunModel.run_pieces``): what its rates are over
     run_pieces: Pieces = ()
-    #: what the current run's own attempts spent, USD and tokens (``projection.run_spend``): the
+    #: what the current run's own attempts spent, USD and tokens (``RunModel.run_spend``): the
     #: rates' numerator, at most every ``PROJECTION_SEC`` while lines land
     run_spend: tuple[float | None, int | None] = (None, None)
 

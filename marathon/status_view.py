@@ -25,11 +25,10 @@ def _spend_lacks(model, cells, per_arm: dict) -> dict:
     """Per arm, the calls the spend lacks: ``unmetered_calls`` (cut before their usage arrived) and
     ``gateway_deaths`` (attempts live at a gateway found dead: their calls in flight have no line),
     the report's ``ledger_unmetered_calls`` and ``gateway_deaths``; ``line``: one line, or ""."""
-    from runner.results.ledger import live_at_deaths
-    from runner.results.report import spend_lacks_line
+    from runner.results.report import gateway_deaths, spend_lacks_line
 
     unmetered = {a: n for a, s in per_arm.items() if (n := s.get("ledger_unmetered_calls"))}
-    deaths = live_at_deaths(model.out, ((a.task, a.arm, a.stamp) for c in cells.values() for a in c.attempts))
+    deaths = gateway_deaths(model.out, cells)
     return {
         "unmetered_calls": unmetered,
         "gateway_deaths": deaths,

@@ -60,7 +60,7 @@ from runner.results.cells import Cell, arm_order
 from runner.results.hosts import HostUse
 from runner.results.ledger import Ledger, LedgerReader
 from runner.results.matrix import CellMatrix
-from runner.results.prices import Money, pricer_of
+from runner.results.prices import Money, finite_costs, pricer_of
 from runner.results.runs import Pieces, Run, RunLog
 from runner.results.scan import Excluded, TreeScan
 
@@ -222,8 +222,7 @@ class RunModel:
                     usd.append(f.cost_usd)
                     known = True
                 tokens += (f.n_input_tokens or 0) + (f.n_output_tokens or 0)
-        finite = [v for v in usd if math.isfinite(v) and v >= 0]
-        return (math.fsum(finite) if known and priced else None), (tokens or None)
+        return (math.fsum(finite_costs(usd)) if known and priced else None), (tokens or None)
 
     @property
     def modified_tasks(self) -> list[str]:

@@ -162,6 +162,12 @@ class Cost:
         }
 
 
+def finite_costs(vals: Iterable[object]) -> list[float]:
+    """The USD figures a sum may take: a NaN, inf, negative or non-number (an agent's file, a
+    pricer's odd entry) never reaches one. The projection and the run's own spend sum through it."""
+    return [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(v) and v >= 0]
+
+
 def add_costs(costs: Iterable[Cost | None]) -> Cost | None:
     """The sum of the costs there are (None when none is); unpriced when any part is."""
     got = [c for c in costs if c is not None]

@@ -32,6 +32,7 @@ import numpy as np
 
 from runner.results import stats
 from runner.results.attempts import DONE, ERRORED, PENDING, RUNNING, VOIDED
+from runner.results.prices import finite_costs
 from runner.results.runs import span_sec
 
 #: fewer done attempts than this give a projection but no interval
@@ -132,11 +133,6 @@ def _r(v: float | None) -> float | None:
     return None if v is None else round(v, 6)
 
 
-def _finite(vals: Sequence[float]) -> list[float]:
-    """Costs come through ``modes.values`` and the pricer; a NaN, inf or negative never reaches a sum."""
-    return [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(v) and v >= 0]
-
-
 def project(
     arms: Mapping[str, ArmSpend],
     elapsed_sec: float | None = None,
@@ -153,7 +149,7 @@ def project(
     boot = np.full(draws, spent_total)
     complete, with_interval = True, True
     for name, a in arms.items():
-        costs, running = _finite(a.done_costs), np.array(_finite(a.running_spent))
+        costs, running = finite_costs(a.done_costs), np.array(finite_costs(a.running_spent))
         left = a.pending + len(running)
         spent = a.spent if math.isfinite(a.spent) and a.spent >= 0 else 0.0
         if not costs:
@@ -245,7 +241,7 @@ def projection_of(
             None, None, None, None, cap=cap, unpriced=tuple(dict.fromkeys(unpriced)), elapsed_sec=elapsed
         )
     arms = {
-        a: ArmSpend(math.fsum(_finite(d["spent"])), d["done"], d["pending"], d["running"])
+        a: ArmSpend(math.fsum(finite_costs(d["spent"])), d["done"], d["pending"], d["running"])
         for a, d in inputs.items()
     }
     usd, tokens = model.run_spend(money)

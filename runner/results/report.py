@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from itertools import combinations
+from pathlib import Path
 from typing import Any
 
 from modes import profiles, safetext
@@ -640,9 +641,7 @@ def build_report(
         "infrastructure": infrastructure(cells, arms),
         "provider_errors": provider_errors(cells, arms, model.ledger),
         "provider_outages": provider_outages(cells, arms, model.ledger, model.out),
-        "gateway_deaths": live_at_deaths(
-            model.out, ((a.task, a.arm, a.stamp) for c in cells.values() for a in c.attempts)
-        ),
+        "gateway_deaths": gateway_deaths(model.out, cells),
         "audit": full_audit(cells, arms, model),
         "reconciliation": reconciliation(cells, arms, model, money),
         "prices": {**money.pricer.source(), "line": money.pricer.source_line()},
@@ -980,6 +979,12 @@ UNMETERED = (
     "call(s) cut before the provider's usage arrived (the client or the deadline ended them): the "
     "provider may bill their tokens, which no figure here counts; the spend is a lower bound by those"
 )
+
+
+def gateway_deaths(out: Path | str, cells: Mapping[Key, Cell]) -> dict[str, int]:
+    """Per arm, the cells' attempts that were live at a gateway found dead (``live_at_deaths``): the
+    report's ``gateway_deaths`` and the one ``status`` prints on its spend line."""
+    return live_at_deaths(out, ((a.task, a.arm, a.stamp) for c in cells.values() for a in c.attempts))
 
 
 def spend_lacks_line(unmetered: dict[str, int], deaths: dict[str, int]) -> str:
