@@ -234,6 +234,9 @@ class ArmSummary:
     ledger_unpriced: bool = False
     #: calls cut before their usage arrived (the provider may bill them): the spend is a lower bound
     ledger_unmetered: int = 0
+    #: attempts live at a gateway found dead (``report.gateway_deaths``): their calls in flight have
+    #: no line, so the spend is a lower bound by those too
+    gateway_deaths: int = 0
     audit_differs: bool = False  # the fairness audit found an undeclared difference in this arm
     #: the receipts' figures summed over the arm's cells (``report.RECEIPT_SUMS``; the arms panel)
     continuations: int = 0
@@ -542,10 +545,13 @@ def arm_summary(
         au = report.full_audit(cells, arms, model)  # the receipts' setup facts and the wire's parameters
         alarms += au["lines"] + au["wire"]["lines"]
         differing = set(au["arms_differing"])  # the summary row's warning mark
+        deaths = report.gateway_deaths(model.out, cells)
         summary = {
-            arm: ArmSummary.of(rows[arm], arm in differing)
-            if arm in rows
-            else replace(previous[arm], audit_differs=arm in differing)  # type: ignore[index]
+            arm: replace(
+                ArmSummary.of(rows[arm]) if arm in rows else previous[arm],  # type: ignore[index]
+                audit_differs=arm in differing,
+                gateway_deaths=deaths.get(arm, 0),
+            )
             for arm in arms
         }
     except Exception as exc:  # noqa: BLE001 - a summary bug must not take the grid down

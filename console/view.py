@@ -403,7 +403,7 @@ def summary_lines(s: ArmSummary | None, width: int = 11, one_line: bool = False)
     if s.cost_usd is not None:
         means.append(money(s.cost_usd))
     if s.ledger_spend_usd is not None or s.ledger_unpriced:  # Σ: the arm's spend on the ledger
-        means.append("Σ" + ("$?" if s.ledger_unpriced else money(s.ledger_spend_usd)))
+        means.append("Σ" + ("$?" if s.ledger_unpriced else at_least(s) + money(s.ledger_spend_usd)))
     n = f"n{s.n}" + (f" \u2691{s.flagged}" if s.flagged else "")  # ⚑: flagged cells among n
     wide_ci = f"[{s.partial_ci[0]:.2f}, {s.partial_ci[1]:.2f}]" if s.partial_ci else ""
     short_ci = f"{_compact(s.partial_ci[0])}-{_compact(s.partial_ci[1])}" if s.partial_ci else ""
@@ -475,18 +475,24 @@ def progress_text(
     return " · ".join(parts)
 
 
+def at_least(s: ArmSummary) -> str:
+    """``≥`` before an arm's ledger spend when it is a lower bound: calls cut before their usage
+    arrived, or attempts live at a gateway found dead (their calls in flight have no line)."""
+    return "≥" if s.ledger_unmetered or s.gateway_deaths else ""
+
+
 def arms_spend_text(
     summary: dict[str, ArmSummary] | Iterable[tuple[str, ArmSummary]], projection: Projection | None = None
 ) -> str:
     """The top bar's live spend per arm from the gateway's ledger: ``spend $1.23 (projected $4.10
     [3.80, 4.52]; cap $10.00 in 2.1 h): plain $0.40 goal $0.83`` ("" without a ledger; ``$?`` for
     an arm with unpriced tokens, and then no total; ``≥$0.40`` for an arm with calls cut before
-    their usage arrived, as `status` and the report say it: a lower bound)."""
+    their usage arrived or attempts live at a gateway found dead, as `status` and the report say it:
+    a lower bound)."""
     items = list(summary.items()) if isinstance(summary, dict) else list(summary)
     per = [(a, s) for a, s in items if s.ledger_spend_usd is not None or s.ledger_unpriced]
     if not per:
         return ""
-    at_least = lambda s: "≥" if s.ledger_unmetered else ""  # noqa: E731
     arms = " ".join(
         f"{clean(a, 24)} {'$?' if s.ledger_unpriced else at_least(s) + money(s.ledger_spend_usd)}"
         for a, s in per
@@ -494,7 +500,7 @@ def arms_spend_text(
     if any(s.ledger_unpriced for _a, s in per):
         return f"spend unpriced: {arms}"
     total = math.fsum(s.ledger_spend_usd or 0.0 for _a, s in per)
-    lower = "≥" if any(s.ledger_unmetered for _a, s in per) else ""
+    lower = "≥" if any(at_least(s) for _a, s in per) else ""
     return f"spend {lower}{money(total)}{projection_text(projection, total)}: {arms}"
 
 

@@ -133,3 +133,41 @@ def test_an_arm_with_calls_cut_before_their_usage_shows_its_spend_as_a_lower_bou
     text = arms_spend_text({"plain": plain, "goal": goal})
     assert text == f"spend ≥{money(1.23)}: plain ≥{money(0.4)} goal {money(0.83)}", text
     assert arms_spend_text({"goal": goal}) == f"spend {money(0.83)}: goal {money(0.83)}"
+
+
+def test_an_arm_with_attempts_live_at_a_dead_gateway_shows_its_spend_as_a_lower_bound(mini_tree, tmp_path):
+    """`status` and the report said an arm's spend lacks the calls in flight at a gateway found dead
+    (a killed gateway writes no line for them); the console's top bar showed the figure as whole.
+    The outage is recorded by the runner's own writer, the summary made as the console makes it."""
+    from console.feeds import arm_summary
+    from console.view import arms_spend_text, summary_lines
+    from runner.ops.gateway.attempts import AttemptRecord
+    from runner.ops.gateway.process import GatewayState, record_outage
+    from runner.results.model import RunModel
+    from runner.results.tree import gateway_dir
+
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    stamps = {arm: list_dirs(out / TASK / arm)[0] for arm in ("oracle", "nop")}
+    w = LedgerWriter(ledger_path(out))
+    try:
+        w.write(call("oracle", stamps["oracle"], 1, 200_000, 5_000))
+        w.write(call("nop", stamps["nop"], 2, 100_000, 1_000))
+    finally:
+        w.close()
+
+    def top_bar() -> str:
+        summary, _alarm = arm_summary(RunModel.load(out), "run")
+        rows = {a: summary_lines(s, 200, True)[0] for a, s in summary.items()}  # the arms' summary row
+        return arms_spend_text(summary) + " | " + " | ".join(f"{a}: {r}" for a, r in sorted(rows.items()))
+
+    before = top_bar()
+    assert "≥" not in before and "oracle $" in before and "oracle: " in before and "Σ$" in before, before
+    gateway_dir(out).mkdir(parents=True, exist_ok=True)
+    st = GatewayState(str(out), 1, 1, "b", "i", None, "http://127.0.0.1:1", "K", 0.0, 0.0)
+    live = [AttemptRecord("a1", "h", TASK, "oracle", stamps["oracle"])]
+    record_outage(out, None, st, 1.0, st, "test", live)
+    after = top_bar()
+    assert after.startswith("spend ≥$") and "oracle ≥$" in after and "nop ≥" not in after, after
+    rows = dict(r.split(": ", 1) for r in after.split(" | ")[1:])
+    assert "Σ≥$" in rows["oracle"] and "Σ$" in rows["nop"] and "≥" not in rows["nop"], rows
