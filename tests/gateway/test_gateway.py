@@ -752,6 +752,44 @@ def test_an_attempts_own_cap_cuts_it_when_its_usage_passes_and_refuses_it_alone(
     assert list(C.attempt_cuts(out)) == [(a.record.task, "plain", a.record.stamp)]
 
 
+def test_under_a_spend_cap_an_attempts_calls_go_upstream_one_at_a_time(gateway, provider):
+    """Found by a probe as the agent: 64 calls opened at once under a $1 attempt cap sent 8 upstream
+    (the gateway's calls in flight per attempt), $2.40 counted. Under a spend cap an attempt's calls
+    now go one at a time (codex makes one at a time): each is judged when the one before it has
+    ended and its usage is counted, so the cap is passed by one call at most. Here four calls of
+    $1.166 each are sent together under a $2 attempt cap: one goes upstream while it is held, the
+    second passes the cap, the last two are refused 402 ``spend_cap_attempt`` and never sent."""
+    from runner.results import caps as C
+
+    out, _s, _st = gateway
+    C.write_caps(out, C.Caps(attempt_usd=2.0, prices=("stream-wait=1000,100,2000",), model="stream-wait"))
+    a = issue(out)
+    sock = attempts.socket_path(out, a.record.id)
+    held = [send_call(sock, a.token, "stream-wait", 20) for _ in range(4)]
+    try:
+        wait_for(lambda: len(provider.seen) >= 1 or None, 10, "the first call upstream")
+        time.sleep(1.0)  # the others would reach the provider within milliseconds
+        assert len(provider.seen) == 1
+        provider.go.set()
+        answers = []
+        for s in held:
+            got = b""
+            while chunk := s.recv(65536):
+                got += chunk
+            answers.append(got)
+    finally:
+        for s in held:
+            s.close()
+    ok = [g for g in answers if g.startswith(b"HTTP/1.1 200")]
+    refused = [g for g in answers if g.startswith(b"HTTP/1.1 402")]
+    assert len(ok) == 2 and all(b"response.completed" in g for g in ok), answers
+    assert len(refused) == 2 and {code_of(g.split(b"\r\n\r\n", 1)[1]) for g in refused} == {
+        L.SPEND_CAP_ATTEMPT
+    }
+    assert len(provider.seen) == 2
+    assert C.attempt_cut_path(out, a.record.id).is_file()
+
+
 def _same_tick(path: Path, mtime_ns: int) -> None:
     """Give ``path`` the mtime it had before its last change, as a filesystem whose times move in
     coarse ticks does for two changes within one tick (Linux before 6.13 stamps files and dirs from a

@@ -235,6 +235,8 @@ class Live:
     #: one of its large bodies at a time at the parser (``parsing``): another attempt's body waits
     #: behind at most one of this attempt's, however many it sends
     parsing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: under a spend cap its calls go upstream one at a time (``Gateway.handle``)
+    one: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: its calls forwarded and not ended: cut when its budget runs out or it ends (``Gateway._cut``)
     inflight: set[asyncio.Task] = field(default_factory=set)
 
@@ -656,7 +658,11 @@ class Gateway:
                 )  # fmt: skip
             return _json_error(STATUS.get(reason, 401), reason, REFUSAL_TEXT[reason])
         assert a is not None
-        async with a.calls:
+        # under a spend cap (read just now, by ``authorize``) the attempt's calls go one at a time:
+        # each is judged when the one before has ended and been counted, so a cap is passed by one
+        # call at most (codex makes one at a time; a probe's 64 calls at once sent 8 upstream past
+        # a $1 cap, $2.40 counted)
+        async with a.calls, a.one if self.caps.any else contextlib.nullcontext():
             return await self.forward(request, a, row, now, t0)
 
     async def forward(
