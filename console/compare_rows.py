@@ -29,7 +29,7 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("build", "build"),
     ("time / budget", "time"),
     ("tokens in/out", "tokens"),
-    ("cost", "cost"),
+    ("cost (harbor)", "cost"),  # the trial's own figure; the ledger's is the grid's and the arm's
     ("turns", "turns"),
     ("continuations", "continuations"),
     ("unblocks", "unblocks"),

@@ -245,11 +245,16 @@ class ArmSummary:
 
     @classmethod
     def of(cls, d: Mapping[str, object], audit_differs: bool = False) -> ArmSummary:
-        """From the report's JSON record of one arm (its contract: docs/results.md)."""
+        """From the report's JSON record of one arm (its contract: docs/results.md). Its cost is the
+        one the report's table shows (``money_shown``: the gateway's ledger's when the arm has calls
+        there; harbor's $0.0000 for a model its map lacks stood beside the ledger's figure)."""
+        from runner.results.report import money_shown
+
+        def number(v: object) -> float | None:
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
         def f(name: str) -> float | None:
-            v = d.get(name)
-            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+            return number(d.get(name))
 
         def i(name: str) -> int | None:
             v = d.get(name)
@@ -266,7 +271,7 @@ class ArmSummary:
             if isinstance(ci, (list, tuple)) and len(ci) == 2
             else None,
             build_failed=i("build_failed") or 0,
-            cost_usd=f("cost_usd"),
+            cost_usd=number(money_shown(d)[0]),
             spend_usd=f("spend_usd"),
             spend_input_tokens=i("spend_input_tokens"),
             spend_output_tokens=i("spend_output_tokens"),

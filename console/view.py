@@ -307,8 +307,9 @@ def cell_detail(
         if sd := repeat_spread(cell):
             parts.append(f"partial sd {sd.lstrip('±')}")
     parts.append(f"time {elapsed_text(cell, budget, now)}")
-    parts.append(f"cost {money(cell.cost_usd)}")
-    if spend is not None:  # the gateway's ledger: what every attempt of the cell cost, live
+    if spend is None:  # harbor's figure for the scoring attempt
+        parts.append(f"cost {money(cell.cost_usd)}")
+    else:  # the gateway's ledger: what every attempt of the cell cost, live (harbor's is reconciled)
         parts.append(f"spend {spend_text(spend)} ({count(spend.tokens)} tok on the ledger)")
         if spend.capped:
             parts.append("ended by its spend cap (scored, like a deadline)")

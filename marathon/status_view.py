@@ -108,7 +108,7 @@ def render(d: dict) -> str:
     """The status table for a terminal: every name and note from the tree through
     ``modes.safetext.clean`` (no control, bidi or undecodable character reaches the terminal)."""
     from modes.safetext import clean
-    from runner.results.report import fmt_mean
+    from runner.results.report import fmt_mean, money_shown
 
     head = f"marathon status {clean(d['out'], None)}"
     if d["scope"] == "run":
@@ -171,7 +171,7 @@ def render(d: dict) -> str:
             name, s["done"], s["running"], s["pending"], s["errored"], s["voided"],
             s.get("unreadable", 0), s.get("tampered", 0), s["n"], s["flagged_in_n"],
             _f(s["reward"]), fmt_mean(s["partial"], s["partial_ci"]), _f(s["pass_rate"]), s["build_failed"],
-            _f(s["continuations"]), _f(s["unblocks"]), _f(s["error_events"]), _f(s["cost_usd"], 4),
+            _f(s["continuations"]), _f(s["unblocks"]), _f(s["error_events"]), _f(money_shown(s)[0], 4),
         )  # fmt: skip
         return "  ".join(
             str(v).rjust(w) if i else str(v).ljust(w)

@@ -550,9 +550,10 @@ def reconciliation(
         # counterpart, so only the tokens are compared then (a flag would be noise on every attempt)
         wire_usd = cost.usd if cost is not None else None
         compared_usd = wire_usd if cost is not None and not cost.overridden else None
-        row = per_arm.setdefault(arm, {"compared": 0, "ledger_usd": [], "harbor_usd": [], "ledger_tokens": [0, 0],
-                                       "harbor_tokens": [[], []], "differ": []})  # fmt: skip
+        row = per_arm.setdefault(arm, {"compared": 0, "cost_compared": 0, "ledger_usd": [], "harbor_usd": [],
+                                       "ledger_tokens": [0, 0], "harbor_tokens": [[], []], "differ": []})  # fmt: skip
         row["compared"] += 1
+        row["cost_compared"] += compared_usd is not None
         row["ledger_usd"].append(wire_usd)
         row["harbor_usd"].append(f.cost_usd)
         row["ledger_tokens"][0] += u.input
@@ -569,6 +570,7 @@ def reconciliation(
         ledger_usd = None if None in row["ledger_usd"] else _r(_total(row["ledger_usd"]), 6)
         d = out_arms[arm] = {
             "compared": row["compared"],
+            "cost_compared": row["cost_compared"],  # of those, the cells whose cost harbor priced alike
             "ledger_usd": ledger_usd,
             "harbor_usd": _r(_total(row["harbor_usd"]), 6),
             "ledger_input_tokens": row["ledger_tokens"][0],
@@ -791,13 +793,31 @@ def n_text(n: int, flagged: int) -> str:
     return f"{n} ({flagged} flagged)" if flagged else str(n)
 
 
+def money_shown(s: Mapping[str, Any]) -> tuple[Any, Any, Any, bool]:
+    """An arm's (cost, cost per solved, spend) as its table shows them, and whether they are the
+    ledger's: the gateway's ledger's when the arm has calls on it ("unpriced" when any token is),
+    harbor's own figures (the agent's logs, priced by harbor) otherwise. With a ledger harbor's
+    figures are only reconciled with it: the demo's table showed harbor's $0.0000 for every arm (a
+    model harbor's map lacks) beside the ledger's $10.88. The report's table and `status`'s."""
+    if s.get("ledger_spend_usd") is not None or s.get("cost_unpriced"):
+        if s.get("cost_unpriced"):
+            return "unpriced", "unpriced", "unpriced", True
+        return s.get("ledger_cost_usd"), s.get("ledger_cost_per_solved"), s.get("ledger_spend_usd"), True
+    return s.get("cost_usd"), s.get("cost_per_solved"), s.get("spend_usd"), False
+
+
 def arm_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """The per-arm table (heads, rows) every format shows: means with intervals, the arm's cost
-    (scoring attempts) beside the run's spend (every attempt)."""
+    (scoring attempts) beside the run's spend (every attempt), the ledger's (``money_shown``); an
+    arm without calls on the ledger of a tree that has one shows harbor's, marked so."""
     k = rep.get("repeats", 1)
     many = k > 1  # with repeats: pass@K and pass^K beside the means; n counts tasks, the rest repeats
+    shown = {a: money_shown(rep["arm_summary"][a]) for a in rep["arms"]}
+    ledger = any(m[3] for m in shown.values())
+    src = " (ledger)" if ledger else ""
     heads = ["arm", "n", "reward", "partial", "pass rate", *([f"pass@{k}", f"pass^{k}"] if many else [])]
-    heads += ["build failed", "solved", "cost USD", "cost/solved", "spend USD", *(["done"] if many else [])]
+    heads += ["build failed", "solved", f"cost USD{src}", f"cost/solved{src}", f"spend USD{src}"]
+    heads += ["done"] if many else []
     heads += ["errored", "voided", "pending", "running"]
     rows = []
     for a in rep["arms"]:
@@ -810,8 +830,11 @@ def arm_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             [a, n_text(s["n"], s["flagged_in_n"])]
             + [fmt_mean(s[f], s[f"{f}_ci"]) for f in MEASURES]
             + (passes if many else [])
-            + [str(s["build_failed"]), str(s["solved"]), _f(s["cost_usd"], 4), _f(s["cost_per_solved"], 4)]
-            + [_f(s["spend_usd"], 4)]
+            + [str(s["build_failed"]), str(s["solved"])]
+            + [
+                _f(v, 4) + (" (harbor)" if ledger and not shown[a][3] and v is not None else "")
+                for v in shown[a][:3]
+            ]
             + [str(s[k]) for k in ((("done",) if many else ()) + ("errored", "voided", "pending", "running"))]
         )
     return heads, rows
@@ -970,8 +993,27 @@ def cost_lines(rep: dict[str, Any]) -> tuple[list[str], list[str]]:
         )
     rec = rep.get("reconciliation") or {}
     if rec.get("arms") and not rec.get("arm_lines"):
-        out.append("Harbor's own tokens and cost equal the ledger's for every compared done cell.")
+        out.append(agreement_line(rec["arms"]))
     return out, list(rec.get("arm_lines") or [])
+
+
+def agreement_line(arms: Mapping[str, Mapping[str, Any]]) -> str:
+    """What the reconciliation found equal, saying only what it compared: harbor prices with
+    LiteLLM's map alone, so a call an operator's --price priced has its tokens compared and not its
+    cost (harbor's $0 for the demo's scripted model was once called "equal" to the ledger's $10.88)."""
+    cells = sum(int(d.get("compared") or 0) for d in arms.values())
+    costs = sum(int(d.get("cost_compared") or 0) for d in arms.values())
+    if costs == cells:
+        return "Harbor's own tokens and cost equal the ledger's for every compared done cell."
+    said = (
+        "its cost is not compared (an operator's --price priced their calls"
+        if not costs
+        else f"its cost is compared for {costs} of the {cells} (an operator's --price priced the others'"
+    )
+    return (
+        f"Harbor's own tokens equal the ledger's for every compared done cell; {said}, "
+        "which harbor, pricing with LiteLLM's map alone, cannot know)."
+    )
 
 
 #: what the money section says of an arm's calls cut before their usage arrived

@@ -171,3 +171,35 @@ def test_an_arm_with_attempts_live_at_a_dead_gateway_shows_its_spend_as_a_lower_
     assert after.startswith("spend ≥$") and "oracle ≥$" in after and "nop ≥" not in after, after
     rows = dict(r.split(": ", 1) for r in after.split(" | ")[1:])
     assert "Σ≥$" in rows["oracle"] and "Σ$" in rows["nop"] and "≥" not in rows["nop"], rows
+
+
+def test_with_a_ledger_an_arms_cost_is_the_ledgers_and_a_cells_line_has_no_harbor_cost(mini_tree, tmp_path):
+    """Found on the demo: the arms' summary showed harbor's cost ($0.00: harbor prices a model its
+    map lacks at $0) before the ledger's spend, and a cell's line "cost $0.00 · spend $0.57". With
+    the ledger the arm's cost is the ledger's (the report's table says the same), and a cell's line
+    gives the ledger's spend alone."""
+    from console.feeds import arm_summary, cell_spend
+    from console.view import cell_detail, summary_lines
+    from runner.results.model import RunModel
+
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    stamp = list_dirs(out / TASK / "oracle")[0]
+    o1 = call("oracle", stamp, 1, 200_000, 5_000)
+    m = RunModel.load(out)
+    summary, _ = arm_summary(m, "run")
+    cell = m.scoped("run")[(TASK, "oracle")]
+    assert "cost " in cell_detail(TASK, "oracle", cell) and "spend" not in cell_detail(TASK, "oracle", cell)
+    w = LedgerWriter(ledger_path(out))
+    try:
+        w.write(o1)
+    finally:
+        w.close()
+    m = RunModel.load(out)
+    money_ = m.money()
+    summary, _ = arm_summary(m, "run", money_)
+    row = summary_lines(summary["oracle"], 200, True)[0]
+    assert row.count(money(usd(o1))) == 2, row  # its cost (the scoring attempt) and Σ its spend
+    cell = m.scoped("run")[(TASK, "oracle")]
+    line = cell_detail(TASK, "oracle", cell, spend=cell_spend(money_, cell))
+    assert f"spend {money(usd(o1))}" in line and "cost " not in line, line

@@ -330,6 +330,49 @@ def test_a_cost_is_reconciled_only_where_harbor_priced_the_same_way(handmade, tm
     assert rec["goal"]["differ"] == [], rec["goal"]
 
 
+def test_with_a_ledger_the_arm_tables_money_is_the_ledgers_and_harbors_cost_is_said_compared_only_where_it_was(
+    handmade, tmp_path, capsys
+):
+    """Found on the demo: its per-arm table (report and `status`) showed harbor's cost, $0.0000 for
+    every arm (harbor prices a model its map lacks at $0), beside the ledger's $10.88; and the money
+    section said "harbor's own tokens and cost equal the ledger's" where an operator's --price had
+    priced every call, so no cost was compared. With a ledger the table's money is the ledger's, and
+    the sentence says what was compared."""
+    from marathon import cli
+
+    out = _model_tree(handmade, tmp_path)
+    w = LedgerWriter(gateway_dir(out) / "ledger.jsonl")
+    for task in TASKS:  # harbor's own tokens (TOKENS), priced only by the --price below
+        for arm, f in FACTOR.items():
+            _call(w, task, arm, STAMP, 100 * f, 10 * f, "hand/model")
+    w.close()
+    rep = build_report(RunModel.load(out), prices=["hand/model=1000,0,10000"])
+    s = rep["arm_summary"]["heartbeat"]
+    assert s["ledger_cost_usd"] == pytest.approx(15 * 0.6) and s["cost_usd"] == pytest.approx(15 * 0.03)
+    md = render(rep, "md")
+    (row,) = [ln for ln in md.splitlines() if ln.startswith("| heartbeat | 15 |")]
+    assert "| 9.0000 |" in row and "| 0.4500 |" not in row, row  # the ledger's $9.00, not harbor's $0.45
+    assert "cost USD (ledger)" in md and "spend USD (ledger)" in md
+    assert "equal the ledger's for every compared done cell" in md
+    assert "tokens and cost equal" not in md and "cost is not compared" in md
+    assert "9.0000" in render(rep, "html")
+    _journal(out, {"event": "runner_start", "run_id": "r1", "ts": time.time() - 60, "tasks": list(TASKS),
+                   "arms": list(FACTOR), "config": {"model": "hand/model", "prices": ["hand/model=1000,0,10000"]}})  # fmt: skip
+    assert cli.main(["status", str(out)]) == 0
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("heartbeat ")]
+    assert line.endswith(" 9.0000"), line
+    # priced by the map as harbor prices, harbor's cost is compared and the sentence says so
+    out2 = tmp_path / "two"
+    shutil.copytree(handmade, out2, symlinks=True)
+    w = LedgerWriter(gateway_dir(out2) / "ledger.jsonl")
+    for task in TASKS:
+        _call(w, task, "plain", STAMP, 100, 10, "gpt-5.5")
+    w.close()
+    rep2 = build_report(RunModel.load(out2))
+    assert rep2["reconciliation"]["arms"]["plain"]["cost_compared"] == len(TASKS)
+    assert rep["reconciliation"]["arms"]["plain"]["cost_compared"] == 0
+
+
 # ------------------------------------------------------------------------------------ projection
 
 
