@@ -162,26 +162,24 @@ def heatmap(rep: dict[str, Any]) -> Any:
 
 
 def cost(rep: dict[str, Any]) -> Any:
+    """Each arm's cost as its table shows it (``report.money_shown``: the gateway's ledger's when the
+    arm has calls there; the demo's points all sat at harbor's $0) against its mean partial score."""
+    from runner.results.report import money_shown
+
     fig = _figure(5.5, 3.4)
     ax = fig.add_subplot()
-    shown = 0
+    shown, ledger = 0, False
     for a in rep["arms"]:
         s = rep["arm_summary"][a]
-        if s["cost_usd"] is None or s["partial"] is None:
+        usd, _per_solved, _spend, from_ledger = money_shown(s)
+        if not isinstance(usd, (int, float)) or s["partial"] is None:
             continue
+        ledger = ledger or from_ledger
         e = _err(s["partial"], s["partial_ci"])
-        ax.errorbar(
-            [s["cost_usd"]], [s["partial"]], yerr=[[e[0]], [e[1]]], fmt="o", capsize=3, label=_short(a, 16)
-        )
-        ax.annotate(
-            _short(a, 16),
-            (s["cost_usd"], s["partial"]),
-            textcoords="offset points",
-            xytext=(5, 5),
-            fontsize=8,
-        )
+        ax.errorbar([usd], [s["partial"]], yerr=[[e[0]], [e[1]]], fmt="o", capsize=3, label=_short(a, 16))
+        ax.annotate(_short(a, 16), (usd, s["partial"]), textcoords="offset points", xytext=(5, 5), fontsize=8)
         shown += 1
-    ax.set_xlabel("cost USD (scoring attempts)")
+    ax.set_xlabel("cost USD (scoring attempts" + (", the gateway's ledger)" if ledger else ")"))
     ax.set_ylabel("mean partial score")
     ax.set_ylim(-0.05, 1.05)
     ax.grid(alpha=0.3)

@@ -356,6 +356,11 @@ def test_with_a_ledger_the_arm_tables_money_is_the_ledgers_and_harbors_cost_is_s
     assert "equal the ledger's for every compared done cell" in md
     assert "tokens and cost equal" not in md and "cost is not compared" in md
     assert "9.0000" in render(rep, "html")
+    from runner.results import plots  # the cost figure's points: the ledger's too (they sat at harbor's)
+
+    ax = plots.cost(rep).axes[0]
+    xs = sorted(float(c.lines[0].get_xdata()[0]) for c in ax.containers)
+    assert xs == pytest.approx(sorted(15 * 0.2 * f for f in FACTOR.values())) and "ledger" in ax.get_xlabel()
     _journal(out, {"event": "runner_start", "run_id": "r1", "ts": time.time() - 60, "tasks": list(TASKS),
                    "arms": list(FACTOR), "config": {"model": "hand/model", "prices": ["hand/model=1000,0,10000"]}})  # fmt: skip
     assert cli.main(["status", str(out)]) == 0
