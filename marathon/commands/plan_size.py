@@ -96,7 +96,7 @@ def render(d: dict) -> str:
     """The plan as a table for a terminal: the tree's path and its task and arm names through
     ``modes.safetext.clean`` (no control, bidi or undecodable character reaches the terminal)."""
     from modes.safetext import clean
-    from runner.results.power import fmt_level
+    from runner.results.power import fmt_level, fmt_signed
 
     measure = d["measure"].replace("_", " ")
     target = f"{d['target']:.3g}" if d["target"] is not None else "each pair's observed difference"
@@ -117,7 +117,7 @@ def render(d: dict) -> str:
     rows = []
     for p in d["pairs"]:
         needed = [_tasks(t) for t in p["tasks_needed"]] or ["-"] * len(d["repeats"])
-        diff = "-" if p["diff"] is None else f"{p['diff']:+.3f}".replace("-", "\u2212")
+        diff = fmt_signed(p["diff"], 3)
         rows.append(
             [
                 f"{clean(p['a'], 60)} vs {clean(p['b'], 60)}",

@@ -371,8 +371,9 @@ def pair_power(diffs: Sequence[float], alpha: float, power: float = POWER) -> Pa
         return PairPower(n, mean, s, None, None, False, False)
     d_min = min_detectable_d(n, alpha, power)
     mde = None if d_min is None else d_min * s
-    needed = tasks_needed_d(mean / s, alpha, power) if mean != 0 else None
-    over = mean != 0 and needed is None
+    observed = mean if abs(mean) > stats.SCORE_TOL else 0.0  # float rounding is not a difference
+    needed = tasks_needed_d(observed / s, alpha, power) if observed else None
+    over = observed != 0 and needed is None
     return PairPower(n, mean, s, mde, needed, over, mde is not None and abs(mean) < mde)
 
 
@@ -420,6 +421,18 @@ def block(rows: list[dict]) -> dict:
     }
 
 
+def fmt_signed(v: float | None, nd: int = 2) -> str:
+    """``+0.06`` / ``\u22120.03``: a difference always carries its sign, and a zero (float rounding's
+    -1e-17 too) reads ``+0.00`` (the underpowered line and plan-size read ``\u22120.00`` for it
+    beside the table's ``+0.00``). Every format, `plan-size` and the report alike."""
+    if v is None:
+        return "-"
+    t = f"{v:+.{nd}f}"
+    if t.startswith("-") and float(t) == 0:
+        t = "+" + t[1:]
+    return t.replace("-", "\u2212")
+
+
 def fmt_tasks(n: int | None, over: int | None = None) -> str:
     """Tasks needed for reading: ``52``, ``>1,000,000``, ``-`` (nothing observed to detect)."""
     if over:
@@ -446,7 +459,7 @@ def underpowered_lines(block: Mapping, label=str) -> list[str]:
     of none. ``label`` names a measure (``pass_rate`` -> ``pass rate``)."""
     by_pair: dict[tuple[str, str], list[str]] = {}
     for u in block.get("underpowered", []):
-        diff = f"{u['diff']:+.2f}".replace("-", "\u2212")
+        diff = fmt_signed(u["diff"])
         if u["tasks_needed"] is None and not u.get("tasks_needed_over"):
             needs = "no difference observed"
         else:

@@ -727,22 +727,12 @@ def fmt_p(p: float | None) -> str:
     return "<1e-4" if p < P_FLOOR else f"{p:.4f}"
 
 
-def fmt_signed(v: float | None, nd: int = 2) -> str:
-    """``+0.06`` / ``\u22120.03``: a difference always carries its sign (zero reads ``+0.00``)."""
-    if v is None:
-        return "-"
-    t = f"{v:+.{nd}f}"
-    if t.startswith("-") and float(t) == 0:
-        t = "+" + t[1:]
-    return t.replace("-", MINUS)
-
-
 def fmt_diff(n: int, diff: float | None, ci: list[float] | None, nd: int = 2) -> str:
     """``n = 15, diff +0.06 [\u22120.03, +0.15]``: a paired difference is never shown without n and interval."""
     if diff is None:
         return f"n = {n}, diff -"
-    iv = f" [{fmt_signed(ci[0], nd)}, {fmt_signed(ci[1], nd)}]" if ci else ""
-    return f"n = {n}, diff {fmt_signed(diff, nd)}{iv}"
+    iv = f" [{power.fmt_signed(ci[0], nd)}, {power.fmt_signed(ci[1], nd)}]" if ci else ""
+    return f"n = {n}, diff {power.fmt_signed(diff, nd)}{iv}"
 
 
 def fmt_mean(mean: float | None, ci: list[float] | None, nd: int = 2) -> str:

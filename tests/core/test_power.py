@@ -107,7 +107,9 @@ def test_no_difference_and_too_small_a_difference_need_no_count():
     # detect, never an OverflowError that stops the report
     for tiny in (1e-300, 5e-324):
         assert power.tasks_needed_d(tiny, 0.05) is None
-    pp = power.pair_power([0.3, -0.3, 1e-300], 0.05)
+    pp = power.pair_power([0.3, -0.3, 1e-300], 0.05)  # a mean within float rounding of 0: none observed
+    assert pp.tasks_needed is None and not pp.needed_over_max and pp.underpowered
+    pp = power.pair_power([0.3, -0.3, 3e-8], 0.05)  # a mean past it: more tasks than counted
     assert pp.tasks_needed is None and pp.needed_over_max and pp.underpowered
 
 
@@ -268,3 +270,35 @@ def test_float_rounding_is_neither_a_win_nor_a_spread():
     # a real difference still plans
     real = planning.plan_pair("a", "b", plain, [[0.0, 0.1]] * 6, target=0.2, alpha=0.05, pw=0.8, repeats=(1,))
     assert real.plans[0].low is not None
+
+
+def test_a_difference_of_float_rounding_alone_needs_no_count():
+    """Found by a probe: partials 0.3 / 0.0 against 0.1 / 0.2 differ by +0.2 and -0.2, a mean of
+    -1.4e-17 in floats; the report said ">1,000,000 tasks needed" (and "underpowered") where plan-size,
+    which sees through rounding, said "-". 91 % of simulated 15-task pairs of tenths with a true
+    difference of 0 read so."""
+    diffs = [0.3 - 0.1, 0.0 - 0.2]
+    assert math.fsum(diffs) / 2 != 0.0  # the rounding the rule must see through
+    pp = power.pair_power(diffs, 0.05)
+    assert pp.mde is not None  # a spread: the MDE stands
+    assert pp.tasks_needed is None and not pp.needed_over_max
+    assert pp.underpowered == power.pair_power([0.2, -0.2], 0.05).underpowered  # as an exact zero
+    # and it reads as the table's zero in the underpowered line and in plan-size (both read -0.00)
+    row = {
+        "a": "plain",
+        "b": "goal",
+        "n": 2,
+        "partial_n": 2,
+        "partial_diff": pp.diff,
+        **pp.as_dict("partial"),
+    }
+    row.update(
+        {
+            f"{m}_{k}": None
+            for m in ("reward", "pass_rate")
+            for k in ("mde", "tasks_needed", "tasks_needed_over")
+        }
+    )
+    (line,) = power.underpowered_lines(power.block([row]))
+    assert "partial +0.00 below MDE" in line and "(no difference observed)" in line, line
+    assert power.fmt_signed(pp.diff, 3) == "+0.000"

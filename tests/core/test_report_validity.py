@@ -19,7 +19,8 @@ from marathon import cli
 from runner.results import stats
 from runner.results.attempts import DONE
 from runner.results.model import RunModel
-from runner.results.report import build_report, fmt_diff, fmt_mean, fmt_p, fmt_signed, render
+from runner.results.power import fmt_signed
+from runner.results.report import build_report, fmt_diff, fmt_mean, fmt_p, render
 
 SEED = stats.BOOTSTRAP_SEED
 
