@@ -457,15 +457,22 @@ def headline(block: Mapping) -> str:
 def underpowered_lines(block: Mapping, label=str) -> list[str]:
     """One line per pair with differences below its MDE: a "no difference" there is not evidence
     of none. ``label`` names a measure (``pass_rate`` -> ``pass rate``)."""
-    by_pair: dict[tuple[str, str], list[str]] = {}
+    by_pair: dict[tuple[str, str], list[dict]] = {}
     for u in block.get("underpowered", []):
-        diff = fmt_signed(u["diff"])
-        if u["tasks_needed"] is None and not u.get("tasks_needed_over"):
-            needs = "no difference observed"
-        else:
-            needs = f"{fmt_tasks(u['tasks_needed'], u.get('tasks_needed_over'))} tasks needed"
-        by_pair.setdefault((u["a"], u["b"]), []).append(
-            f"{label(u['measure'])} {diff} below MDE {u['mde']:.2f} ({needs})"
-        )
-    n_by_pair = {(u["a"], u["b"]): u["n"] for u in block.get("underpowered", [])}
-    return [f"{a} vs {b} (n = {n_by_pair[(a, b)]}): " + "; ".join(parts) for (a, b), parts in by_pair.items()]
+        by_pair.setdefault((u["a"], u["b"]), []).append(u)
+    lines = []
+    for (a, b), us in by_pair.items():
+        ns = {u["n"] for u in us}
+        one_n = len(ns) == 1  # else each measure says its own (a task may lack one measure's score)
+        parts = []
+        for u in us:
+            if u["tasks_needed"] is None and not u.get("tasks_needed_over"):
+                needs = "no difference observed"
+            else:
+                needs = f"{fmt_tasks(u['tasks_needed'], u.get('tasks_needed_over'))} tasks needed"
+            n = "" if one_n else f"n = {u['n']}, "
+            parts.append(
+                f"{label(u['measure'])} {fmt_signed(u['diff'])} below MDE {u['mde']:.2f} ({n}{needs})"
+            )
+        lines.append(f"{a} vs {b}" + (f" (n = {next(iter(ns))})" if one_n else "") + ": " + "; ".join(parts))
+    return lines

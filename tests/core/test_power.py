@@ -302,3 +302,18 @@ def test_a_difference_of_float_rounding_alone_needs_no_count():
     (line,) = power.underpowered_lines(power.block([row]))
     assert "partial +0.00 below MDE" in line and "(no difference observed)" in line, line
     assert power.fmt_signed(pp.diff, 3) == "+0.000"
+
+
+def test_the_underpowered_line_gives_each_measure_its_own_n_when_they_differ():
+    """Found by a probe: the line gave one n per pair, the last measure's: "plain vs goal (n = 3):
+    partial ..." where the partial's n was 4 (a task without a pass rate for one arm)."""
+    rows = [{"a": "plain", "b": "goal", "n": 4}]
+    for m, n, diff in (("partial", 4, 0.05), ("reward", 4, 0.0), ("pass_rate", 3, 0.1)):
+        rows[0].update({f"{m}_n": n, f"{m}_diff": diff, f"{m}_mde": 0.9, f"{m}_tasks_needed": 10 if diff else None,
+                        f"{m}_tasks_needed_over": None, f"{m}_underpowered": True})  # fmt: skip
+    (line,) = power.underpowered_lines(power.block(rows))
+    assert line.startswith("plain vs goal: partial +0.05 below MDE 0.90 (n = 4, 10 tasks needed)"), line
+    assert "pass_rate +0.10 below MDE 0.90 (n = 3, 10 tasks needed)" in line, line
+    rows[0]["pass_rate_n"] = 4
+    (line,) = power.underpowered_lines(power.block(rows))
+    assert line.startswith("plain vs goal (n = 4): partial +0.05 below MDE 0.90 (10 tasks needed)"), line
