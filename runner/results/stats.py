@@ -98,6 +98,7 @@ def bootstrap_mean_ci(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
     confidence: float = CONFIDENCE,
+    weights: Sequence[float] | None = None,
 ) -> tuple[float, float] | None:
     """Percentile bootstrap interval of the mean of ``values``; None when there are none.
 
@@ -105,11 +106,17 @@ def bootstrap_mean_ci(
     averaging their differences is the paired bootstrap (``scipy.stats.bootstrap(..., paired=True,
     method="percentile")`` draws the same indices from the same generator). A fresh generator per
     call makes each interval independent of which other arms or pairs are in the report.
+
+    ``weights``: each value's weight in the mean of a resample (a task's mean weighted by its cells:
+    the pooled mean of the cells of the resampled tasks, what the total row shows); equal weights
+    are the plain mean, the same interval as without them.
     """
+    if weights is not None and len(set(weights)) <= 1:
+        weights = None
     key = None
     memo = _remembered  # read once: another thread may leave its remembered_intervals meanwhile
     if memo is not None:
-        key = interval_key(values, resamples, seed, confidence)
+        key = interval_key(values, resamples, seed, confidence, weights)
         got = memo.get(key)
         if got is not None:
             return got
@@ -119,7 +126,8 @@ def bootstrap_mean_ci(
     n = x.size
     if n == 0:
         return None
-    means = bootstrap_means(x, resamples, np.random.default_rng(seed))
+    w = None if weights is None else np.asarray(weights, dtype=float)
+    means = bootstrap_means(x, resamples, np.random.default_rng(seed), w)
     alpha = (1 - confidence) / 2
     lo, hi = np.quantile(means, [alpha, 1 - alpha])
     if memo is not None and key is not None:
@@ -127,7 +135,7 @@ def bootstrap_mean_ci(
     return float(lo), float(hi)
 
 
-def bootstrap_means(x: Any, resamples: int, rng: Any) -> Any:
+def bootstrap_means(x: Any, resamples: int, rng: Any, w: Any = None) -> Any:
     """The means of ``resamples`` resamples of the array ``x`` with replacement, drawn from ``rng``
     (a numpy ``Generator``), as an array: the one resampling of every bootstrap here.
 
@@ -141,7 +149,11 @@ def bootstrap_means(x: Any, resamples: int, rng: Any) -> Any:
     means = np.empty(resamples)
     for start in range(0, resamples, rows):
         k = min(rows, resamples - start)
-        means[start : start + k] = x[rng.integers(0, n, (k, n))].mean(axis=-1)
+        idx = rng.integers(0, n, (k, n))
+        if w is None:
+            means[start : start + k] = x[idx].mean(axis=-1)
+        else:  # the weighted mean of each resample (``bootstrap_mean_ci``'s ``weights``)
+            means[start : start + k] = (x * w)[idx].sum(axis=-1) / w[idx].sum(axis=-1)
     return means
 
 
@@ -151,14 +163,24 @@ def bootstrap_means(x: Any, resamples: int, rng: Any) -> Any:
 _remembered: dict[str, tuple[float, float]] | None = None
 
 
-def interval_key(values: Sequence[float], resamples: int, seed: int, confidence: float) -> str:
-    """What a bootstrap interval depends on: the values in order, the parameters, numpy's version."""
+def interval_key(
+    values: Sequence[float],
+    resamples: int,
+    seed: int,
+    confidence: float,
+    weights: Sequence[float] | None = None,
+) -> str:
+    """What a bootstrap interval depends on: the values in order, the parameters, numpy's version
+    (and the weights, when there are: an unweighted interval keeps the key it always had)."""
     import hashlib
 
     global _NUMPY
     if _NUMPY is None:
         _NUMPY = _numpy_version()
-    text = repr(([float(v) for v in values], resamples, seed, confidence, _NUMPY))
+    parts: tuple = ([float(v) for v in values], resamples, seed, confidence, _NUMPY)
+    if weights is not None:
+        parts += ([float(v) for v in weights],)
+    text = repr(parts)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -266,3 +266,26 @@ def test_each_done_cells_wall_time_is_its_trials(handmade):
     for i, t in enumerate(TASKS):
         for arm in ("goal", "plain", "heartbeat"):
             assert m.cells[(t, arm)].wall_sec == pytest.approx(WALL[arm][i], abs=1e-3), (t, arm)
+
+
+def test_the_total_rows_interval_is_of_the_mean_it_shows_when_tasks_have_unequal_cells(handmade, tmp_path):
+    """Found by a probe: `status`'s total row pools every counted cell (an arm of many tasks weighs
+    more) while its interval resampled tasks by their task means, another estimator: six arms at
+    1.0 on one task and one arm at 0 on 19 more read "0.24 [0.00, 0.15]". The interval now resamples
+    tasks and takes the pooled mean of each resample (the cluster bootstrap of the shown figure)."""
+    from marathon.status_view import status_data
+
+    out = tmp_path / "out"
+    shutil.copytree(handmade, out, symlinks=True)
+    for task in TASKS[5:]:  # ten tasks keep plain alone: the cells per task differ (3 and 1)
+        for arm in ("goal", "heartbeat"):
+            shutil.rmtree(out / task / arm)
+    total = status_data(RunModel.load(out), "all")["total"]
+    values = PLAIN + GOAL[:5] + [1.0] * 5  # plain's 15 cells, goal's 5, heartbeat's 5 (all 1.0)
+    assert total["partial"] == pytest.approx(np.mean(values))
+    sums = np.array([PLAIN[i] + GOAL[i] + 1.0 if i < 5 else PLAIN[i] for i in range(15)])
+    counts = np.array([3.0] * 5 + [1.0] * 10)
+    idx = np.random.default_rng(stats.BOOTSTRAP_SEED).integers(0, 15, (stats.BOOTSTRAP_RESAMPLES, 15))
+    ref = np.quantile(sums[idx].sum(-1) / counts[idx].sum(-1), [0.025, 0.975])
+    assert total["partial_ci"] == pytest.approx(list(ref))
+    assert total["partial_ci"][0] <= total["partial"] <= total["partial_ci"][1]
