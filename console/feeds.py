@@ -248,7 +248,7 @@ class ArmSummary:
         """From the report's JSON record of one arm (its contract: docs/results.md). Its cost is the
         one the report's table shows (``money_shown``: the gateway's ledger's when the arm has calls
         there; harbor's $0.0000 for a model its map lacks stood beside the ledger's figure)."""
-        from runner.results.report import money_shown
+        from runner.results.prices import money_shown
 
         def number(v: object) -> float | None:
             return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None

@@ -108,7 +108,8 @@ def render(d: dict) -> str:
     """The status table for a terminal: every name and note from the tree through
     ``modes.safetext.clean`` (no control, bidi or undecodable character reaches the terminal)."""
     from modes.safetext import clean
-    from runner.results.report import fmt_mean, money_shown
+    from runner.results.prices import money_shown
+    from runner.results.report import fmt_mean
 
     head = f"marathon status {clean(d['out'], None)}"
     if d["scope"] == "run":

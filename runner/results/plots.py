@@ -162,9 +162,9 @@ def heatmap(rep: dict[str, Any]) -> Any:
 
 
 def cost(rep: dict[str, Any]) -> Any:
-    """Each arm's cost as its table shows it (``report.money_shown``: the gateway's ledger's when the
+    """Each arm's cost as its table shows it (``prices.money_shown``: the gateway's ledger's when the
     arm has calls there; the demo's points all sat at harbor's $0) against its mean partial score."""
-    from runner.results.report import money_shown
+    from runner.results.prices import money_shown
 
     fig = _figure(5.5, 3.4)
     ax = fig.add_subplot()

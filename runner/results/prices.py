@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,6 +166,19 @@ def finite_costs(vals: Iterable[object]) -> list[float]:
     """The USD figures a sum may take: a NaN, inf, negative or non-number (an agent's file, a
     pricer's odd entry) never reaches one. The projection and the run's own spend sum through it."""
     return [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(v) and v >= 0]
+
+
+def money_shown(s: Mapping[str, Any]) -> tuple[Any, Any, Any, bool]:
+    """An arm's (cost, cost per solved, spend) as its table shows them, and whether they are the
+    ledger's: the gateway's ledger's when the arm has calls on it ("unpriced" when any token is),
+    harbor's own figures (the agent's logs, priced by harbor) otherwise. With a ledger harbor's
+    figures are only reconciled with it: the demo's table showed harbor's $0.0000 for every arm (a
+    model harbor's map lacks) beside the ledger's $10.88. The report's table and cost figure, `status`'s and the console's."""
+    if s.get("ledger_spend_usd") is not None or s.get("cost_unpriced"):
+        if s.get("cost_unpriced"):
+            return "unpriced", "unpriced", "unpriced", True
+        return s.get("ledger_cost_usd"), s.get("ledger_cost_per_solved"), s.get("ledger_spend_usd"), True
+    return s.get("cost_usd"), s.get("cost_per_solved"), s.get("spend_usd"), False
 
 
 def add_costs(costs: Iterable[Cost | None]) -> Cost | None:

@@ -47,7 +47,7 @@ from runner.results.attempts import DONE, ERRORED, LEDGER, STATUSES, VOIDED, Att
 from runner.results.cells import Cell, scored_values
 from runner.results.ledger import live_at_deaths
 from runner.results.model import NOT_RECORDED, RunModel
-from runner.results.prices import Money, add_costs
+from runner.results.prices import Money, add_costs, money_shown
 from runner.results.records import TrialRecord
 from runner.version import marathon_version
 
@@ -782,19 +782,6 @@ NOT_SCORED = ("unreadable", "tampered")
 def n_text(n: int, flagged: int) -> str:
     """``15`` or ``15 (2 flagged)``: a mean's n, always with the flagged cells it counts."""
     return f"{n} ({flagged} flagged)" if flagged else str(n)
-
-
-def money_shown(s: Mapping[str, Any]) -> tuple[Any, Any, Any, bool]:
-    """An arm's (cost, cost per solved, spend) as its table shows them, and whether they are the
-    ledger's: the gateway's ledger's when the arm has calls on it ("unpriced" when any token is),
-    harbor's own figures (the agent's logs, priced by harbor) otherwise. With a ledger harbor's
-    figures are only reconciled with it: the demo's table showed harbor's $0.0000 for every arm (a
-    model harbor's map lacks) beside the ledger's $10.88. The report's table and `status`'s."""
-    if s.get("ledger_spend_usd") is not None or s.get("cost_unpriced"):
-        if s.get("cost_unpriced"):
-            return "unpriced", "unpriced", "unpriced", True
-        return s.get("ledger_cost_usd"), s.get("ledger_cost_per_solved"), s.get("ledger_spend_usd"), True
-    return s.get("cost_usd"), s.get("cost_per_solved"), s.get("spend_usd"), False
 
 
 def arm_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
