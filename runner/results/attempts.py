@@ -315,9 +315,3 @@ def refresh_attempt(a: Attempt, ledger: Ledger | None = None) -> None:
             bad.append(f"{a.job_dir}/{t.name}")
     bad.extend(f"{a.job_dir}/{h.text()}" for h in a.holes if h.status == UNREADABLE)
     a.unreadable = tuple(bad)
-
-
-def partial_scored(a: Attempt) -> bool:
-    """Is this attempt done with a partial score? (A task with one such attempt writes partial scores:
-    a done cell of it without one is a hole, ``runner.results.cells.build_cell``'s ``task_scored``.)"""
-    return a.status == DONE and a.figures.partial is not None and not a.figures.in_progress_metrics

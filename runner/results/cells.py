@@ -150,11 +150,37 @@ NO_PARTIAL = (
     "no partial score (verifier/metrics.json missing or without one) where other trials of this task "
     "have one: a hole in what the agent can write, counted as a failure"
 )
+#: the same for the reward (harbor's reading of the verifier's) or the test pass rate (its counts)
+NO_MEASURE = (
+    "no {measure} where other trials of this task have one: a hole in what the agent can write, "
+    "counted as a failure"
+)
+
+#: the measures of a done attempt, as bits: a task's (``task_measures``) are those any done attempt
+#: of it has (``runner.results.matrix``), and a done cell without one of them is a hole
+PARTIAL, REWARD, PASS_RATE = 1, 2, 4
+_NAMES = ((PARTIAL, "partial score"), (REWARD, "reward"), (PASS_RATE, "test pass rate"))
 
 
-def _partial_hole(f: Figures, task_scored: bool) -> bool:
-    """A done attempt without a partial score on a task whose other trials have one (``NO_PARTIAL``)."""
-    return task_scored and f.partial is None and not f.build_failed
+def measures_of(f: Figures) -> int:
+    """The measures these figures have (``PARTIAL | REWARD | PASS_RATE``)."""
+    return (f.partial is not None) | (f.reward is not None) << 1 | (f.pass_rate is not None) << 2
+
+
+def _holes(f: Figures, task_measures: int) -> int:
+    """The measures its task has that a done attempt lacks (``NO_PARTIAL``, ``NO_MEASURE``): a build
+    failure has no partial or pass rate to give (both count as 0). A probe found the rule on the
+    partial score alone: a missing pass rate or reward left that mean unflagged, the cell out of it."""
+    missing = task_measures & ~measures_of(f)
+    return missing & REWARD if f.build_failed else missing
+
+
+def _hole_notes(missing: int) -> list[str]:
+    return [
+        NO_PARTIAL if bit == PARTIAL else NO_MEASURE.format(measure=name)
+        for bit, name in _NAMES
+        if missing & bit
+    ]
 
 
 #: attempts in the order they ran (their stamps; the arm dir when two share one)
@@ -162,12 +188,13 @@ _stamp_order = attrgetter("stamp", "arm_dir")
 
 
 def build_cell(
-    task: str, arm: str, attempts: Iterable[Attempt], claimed: bool = False, task_scored: bool = False
+    task: str, arm: str, attempts: Iterable[Attempt], claimed: bool = False, task_measures: int = 0
 ) -> Cell:
     """The cell of one pair from its attempts: the latest done attempt with a score scores it.
 
-    ``task_scored``: some attempt of this task (any arm) has a partial score; a done cell without one
-    (its metrics.json deleted or emptied of scores) is then a hole and counts as a failure."""
+    ``task_measures``: the measures some done attempt of this task (any arm) has (``measures_of``); a
+    done cell without one of them (its metrics.json deleted or emptied of scores, its reward gone) is
+    then a hole and counts as a failure."""
     atts = list(attempts)
     if len(atts) > 1:
         atts.sort(key=_stamp_order)
@@ -175,7 +202,7 @@ def build_cell(
         a = atts[0]
         f = a.figures
         # (a hole is never DONE; a missing partial where the task has them is the hole rule's, below)
-        if a.status == DONE and f.has_score and not a.unreadable and not _partial_hole(f, task_scored):
+        if a.status == DONE and f.has_score and not a.unreadable and not _holes(f, task_measures):
             return Cell(
                 task=task, arm=arm, status=DONE, figures=f, cost_usd_all=f.cost_usd, run_id=a.run_id,
                 attempts=(a,), scored_by=a.stamp, scored_on=a.host.short() if a.host is not None else None,
@@ -212,9 +239,9 @@ def build_cell(
         if newer:
             notes.append(f"newer attempt {later[-1].stamp} is {newer}; score kept from {scoring.stamp}")
         shown = scoring
-        if _partial_hole(scoring.figures, task_scored):
-            status, flagged = UNREADABLE, True  # the hole rule: the cell never leaves the partial mean
-            notes.append(NO_PARTIAL)
+        if missing := _holes(scoring.figures, task_measures):
+            status, flagged = UNREADABLE, True  # the hole rule: the cell never leaves a mean
+            notes.extend(_hole_notes(missing))
     else:
         newer = None
         live = [a for a in atts if not a.voided]
@@ -270,21 +297,21 @@ def build_pair_cell(
     attempts: Iterable[Attempt],
     claimed: Collection[int] = (),
     repeats: int = 1,
-    task_scored: bool = False,
+    task_measures: int = 0,
 ) -> Cell:
     """The cell of one pair read with ``repeats`` (K) repeats: with K = 1 and no attempt of a
     repeat k >= 2, ``build_cell`` of its attempts (exactly the cell of a tree without repeats);
     else each repeat's cell by ``build_cell`` from that repeat's attempts (each under the hole rule
-    on its own, ``task_scored`` as ``build_cell``'s), combined (``combine_repeats``). ``claimed``:
+    on its own, ``task_measures`` as ``build_cell``'s), combined (``combine_repeats``). ``claimed``:
     the repeats with a claim file."""
     atts = attempts if isinstance(attempts, (list, tuple)) else list(attempts)
     if repeats == 1 and all([a.repeat == 1 for a in atts]):
-        return build_cell(task, arm, atts, 1 in claimed, task_scored)
+        return build_cell(task, arm, atts, 1 in claimed, task_measures)
     by: dict[int, list[Attempt]] = {}
     for a in atts:
         by.setdefault(a.repeat, []).append(a)
     k = max(repeats, max(by, default=1))
-    parts = tuple(build_cell(task, arm, by.get(r, ()), r in claimed, task_scored) for r in range(1, k + 1))
+    parts = tuple(build_cell(task, arm, by.get(r, ()), r in claimed, task_measures) for r in range(1, k + 1))
     return combine_repeats(task, arm, parts)
 
 

@@ -5,19 +5,25 @@ Why a module of its own: which cells to rebuild after a change, and the all-time
 are the model's one piece of bookkeeping across pairs; the cells themselves are pure functions of
 their attempts (``runner.results.cells``), the attempts come from the scanner
 (``runner.results.scan``) and their runs from the run log (``runner.results.runs``). Cross-pair
-rules: K (``repeats``) is the same for every pair, and a task with a partial score somewhere makes
-a done cell of it without one a hole (``task_scored``).
+rules: K (``repeats``) is the same for every pair, and a task with a measure (partial score, reward,
+test pass rate) somewhere makes a done cell of it without that measure a hole (``task_measures``).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from runner.results.attempts import Attempt, Key, partial_scored, refresh_attempt
-from runner.results.cells import Cell, build_pair_cell, claimed_repeats
+from runner.results.attempts import DONE, Attempt, Key, refresh_attempt
+from runner.results.cells import Cell, build_pair_cell, claimed_repeats, measures_of
 from runner.results.ledger import Ledger
 from runner.results.runs import RunLog
 from runner.results.scan import TreeScan
+
+
+def _measures(a: Attempt) -> int:
+    """The measures a done attempt's scores have (none while its metrics say in progress)."""
+    f = a.figures
+    return measures_of(f) if a.status == DONE and not f.in_progress_metrics else 0
 
 
 class CellMatrix:
@@ -30,7 +36,9 @@ class CellMatrix:
         self._scoped_cache: dict[str, dict[Key, Cell]] = {}
         self._built_repeats = 1  # the K the cells were last built with
         self._filled: set[Key] = set()  # pending cells the last matrix fill added
-        self._scored_tasks: set[str] = set()  # tasks with a partial score somewhere (``_task_scored``)
+        #: per task, the measures some done attempt of it has (``cells.measures_of`` bits; a task with
+        #: none is absent): ``build_cell``'s ``task_measures``
+        self._task_measures: dict[str, int] = {}
         #: the gateway's ledger (``runner.results.ledger``; empty without one): the wire's tokens
         self.ledger = Ledger()
 
@@ -95,15 +103,24 @@ class CellMatrix:
                 if full or ak in dirty:  # only attempts re-read since the last rebuild
                     refresh_attempt(a, self.ledger)
                 atts.append(a)
-        # which tasks have a partial score somewhere (``build_cell``'s task_scored); a task that
-        # gained or lost its last one rebuilds all its cells
+        # which measures each task has somewhere (``build_cell``'s task_measures); a task that gained
+        # or lost one rebuilds all its cells
         tasks = {k[0] for k in pairs}
-        if full:  # every attempt is in ``per``: ``_task_scored`` of each task, in one pass
-            now = {a.task for atts in per.values() for a in atts if partial_scored(a)}
+        now: dict[str, int] = {}
+        if full:  # every attempt is in ``per``: each task's measures in one pass
+            for atts in per.values():
+                for a in atts:
+                    if m := _measures(a):
+                        now[a.task] = now.get(a.task, 0) | m
         else:
-            now = {t for t in tasks if self._task_scored(t)}
-        flipped = (now ^ self._scored_tasks) & tasks
-        self._scored_tasks = (self._scored_tasks - tasks) | now
+            now = {t: m for t in tasks if (m := self._measures_of_task(t))}
+        known = self._task_measures
+        flipped = {t for t in tasks if now.get(t, 0) != known.get(t, 0)}
+        for t in tasks:
+            if t in now:
+                known[t] = now[t]
+            else:
+                known.pop(t, None)
         if flipped:
             for k in by_pair:
                 if k[0] in flipped and k not in per:
@@ -114,7 +131,7 @@ class CellMatrix:
                 self.cells.pop(k, None)  # the matrix fill below adds it back as pending if it belongs
                 continue
             self.cells[k] = build_pair_cell(k[0], k[1], atts, self.scan.claimed.get(k, ()), k_rep,
-                                            k[0] in self._scored_tasks)  # fmt: skip
+                                            known.get(k[0], 0))  # fmt: skip
         dirty.clear()
         self._fill_matrix()
         if not old:  # a first scan: every cell is new
@@ -125,14 +142,15 @@ class CellMatrix:
                 changed.add(k)
         return changed
 
-    def _task_scored(self, task: str) -> bool:
+    def _measures_of_task(self, task: str) -> int:
         by_pair, attempts = self.scan.by_pair, self.scan.attempts
+        got = 0
         for arm in self.scan.arms_seen:
             for ak in by_pair.get((task, arm), ()):
                 a = attempts.get(ak)
-                if a is not None and partial_scored(a):
-                    return True
-        return False
+                if a is not None:
+                    got |= _measures(a)
+        return got
 
     def _fill_matrix(self) -> None:
         """Every task x arm seen or planned has a cell; a pair with no attempt is pending (or claimed)."""

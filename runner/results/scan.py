@@ -59,7 +59,7 @@ class TreeScan:
         #: per pair, the repeats with a claim file (``tree.claim_unit``)
         self.claimed: dict[Key, frozenset[int]] = {}
         self.repeat_n: dict[int, int] = {}  # attempts per repeat number (for the matrix's ``repeats``)
-        self.arms_seen: set[str] = set()  # every arm with an attempt (for the matrix's ``task_scored``)
+        self.arms_seen: set[str] = set()  # every arm with an attempt (for the matrix's ``task_measures``)
         self.markers: set[str] = set()
         self.dirty: set[AttemptKey] = set()  # attempts (re)read since the matrix's last rebuild
         self.prev: TreeScan | None = None  # during a refresh: the scan whose last good values to keep

@@ -202,6 +202,43 @@ def test_a_single_attempt_without_the_partial_its_task_has_is_flagged(core):
     assert s["flagged_in_n"] == 1
 
 
+def test_a_done_attempt_without_the_pass_rate_or_reward_its_task_has_is_flagged(core):
+    """Found by a probe: the hole rule looked at the partial score alone, so a metrics.json with its
+    partial and without its test counts (or a result without its reward) left that mean without a
+    flag: an arm that scored the same read pass rate 0.85 against 0.567. A done cell lacking any
+    measure that other trials of its task have is flagged and counts as a failure, like a missing
+    partial."""
+    from runner.results.cells import NO_MEASURE
+
+    metrics = trial_dir(core, "calc-partial", "oracle") / "verifier" / "metrics.json"
+    metrics.write_text(json.dumps({"partial_score": 1.0}))  # its counts (the pass rate) gone
+    real_trees.restore_write_order(core)
+    c = cell(core, "calc-partial", "oracle")
+    assert (c.status, c.flagged) == ("unreadable", True), (c.status, c.note)
+    assert NO_MEASURE.format(measure="test pass rate") in c.note
+    s = build_report(RunModel.load(core, index=False))["arm_summary"]["oracle"]
+    assert s["flagged_in_n"] == 1 and s["pass_rate"] == pytest.approx(3 / 4)  # 1.0 x 3 and the hole's 0
+
+    metrics.write_text(json.dumps({"passed": 5, "failed": 0, "total": 5, "partial_score": 1.0}))
+    result = trial_dir(core, "calc-partial", "oracle") / "result.json"
+    d = json.loads(result.read_text())
+    d["verifier_result"]["rewards"] = {}  # harbor's reading of the verifier's reward, gone
+    result.write_text(json.dumps(d))
+    real_trees.restore_write_order(core)
+    c = cell(core, "calc-partial", "oracle")
+    assert (c.status, c.flagged) == ("unreadable", True), (c.status, c.note)
+    assert NO_MEASURE.format(measure="reward") in c.note
+    # a task none of whose trials has a pass rate is not one: nothing to miss
+    for arm in ("oracle", "nop", "partial"):
+        m = trial_dir(core, "calc-partial", arm) / "verifier" / "metrics.json"
+        m.write_text(json.dumps({"partial_score": json.loads(m.read_text())["partial_score"]}))
+    result.write_text(
+        json.dumps({**d, "verifier_result": {**d["verifier_result"], "rewards": {"reward": 1.0}}})
+    )
+    real_trees.restore_write_order(core)
+    assert not cell(core, "calc-partial", "oracle").flagged
+
+
 def test_a_hole_only_the_harness_could_make_is_infrastructure_not_the_arms(core):
     """A FIFO at harbor's own trial result.json (which the agent cannot reach) is unreadable, not a
     score and not flagged; the bias alarm counts it with the errored and voided attempts."""
