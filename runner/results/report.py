@@ -163,8 +163,11 @@ def money_dict(cost: Any, spent: Any) -> dict[str, Any]:
             "ledger_unmetered_calls": spent.unmetered if spent else 0}  # fmt: skip
 
 
-def cell_dict(c: Cell, money: Money | None = None) -> dict[str, Any]:
-    """A cell's figures; with ``money``, also the ledger's cost and spend (``money_dict``)."""
+def cell_dict(c: Cell, money: Money | None = None, exclude_flagged: bool = False) -> dict[str, Any]:
+    """A cell's figures; with ``money``, also the ledger's cost and spend (``money_dict``). In the
+    other reading (``exclude_flagged``) a pair's scores and spreads are over its repeats that
+    reading counts: the task mean its arm's figures take (the cell showed the headline's, its
+    flagged repeats as zeros, beside an arm mean without them)."""
     s_cost, s_in, s_out = spend(c)
     f = c.figures  # the cell's figures, read from their record once (not through ten properties)
     done = c.status == DONE  # cost and tokens are the arm's only when the cell is done (``_scored``)
@@ -200,21 +203,26 @@ def cell_dict(c: Cell, money: Money | None = None) -> dict[str, Any]:
         "note": c.note,
     }
     if c.repeats:
-        d.update(repeat_dict(c))
+        d.update(repeat_dict(c, exclude_flagged))
+        if exclude_flagged and c.flagged_repeats and done:
+            for m in MEASURES:
+                vals = scored_values(c, m, exclude_flagged=True)
+                d[m] = _r(clusters.task_mean(vals), None) if vals else None
     if money is not None:
         d.update(money_dict(money.scored(c), money.spend(c)))
         d["spend_capped"] = money.spend_capped(c)
     return d
 
 
-def repeat_dict(c: Cell) -> dict[str, Any]:
+def repeat_dict(c: Cell, exclude_flagged: bool = False) -> dict[str, Any]:
     """A cell's repeats (``marathon run --repeats K``, K > 1): how many are done, the spread of each
-    measure over them (sample standard deviation), and each repeat's own figures."""
+    measure over the repeats the reading counts (sample standard deviation), and each repeat's own
+    figures."""
     return {
         "repeats": c.k,
         "repeats_done": c.repeats_done,
         "flagged_repeats": c.flagged_repeats,  # a done pair's flagged ones too (its cell is not flagged)
-        **{f"{m}_sd": _r(clusters.spread(scored_values(c, m))) for m in MEASURES},
+        **{f"{m}_sd": _r(clusters.spread(scored_values(c, m, exclude_flagged))) for m in MEASURES},
         "by_repeat": [
             {
                 "repeat": r,
@@ -633,7 +641,10 @@ def build_report(
         "generated_by": marathon_version(),
         "arms": arms,
         "tasks": tasks,
-        "cells": {t: {a: cell_dict(cells[(t, a)], money) for a in arms if (t, a) in cells} for t in tasks},
+        "cells": {
+            t: {a: cell_dict(cells[(t, a)], money, exclude_flagged) for a in arms if (t, a) in cells}
+            for t in tasks
+        },
         "reading": OTHER_READING if exclude_flagged else HEADLINE,
         "exclude_flagged": exclude_flagged,
         "arm_summary": arm_summaries(cells, arms, exclude_flagged, money, total=False)[0],

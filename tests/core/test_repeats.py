@@ -332,6 +332,15 @@ def test_a_flagged_repeat_counts_against_its_arm_as_a_failure_among_the_repeats(
     assert o["goal"]["partial"] == r4(statistics.fmean(task_means("goal", True)))
     assert "other reading" in other["reading"]
     strict_json(report.render_json(other))
+    # and its matrix cell shows the task mean that reading takes (a probe found the headline's 0.20,
+    # its flagged repeat a 0, beside an arm mean that took 0.40), in every format
+    oc = other["cells"]["t06"]["plain"]
+    assert oc["partial"] == pytest.approx(0.4) and oc["partial_sd"] is None, oc
+    assert rep["cells"]["t06"]["plain"]["partial"] == pytest.approx(0.2)
+    rows = {(r["task"], r["arm"]): r for r in csv.DictReader(io.StringIO(report.render_csv(other)))}
+    assert float(rows["t06", "plain"]["partial"]) == pytest.approx(0.4)
+    (md_row,) = [ln for ln in report.render_md(other).splitlines() if ln.startswith("| t06 |")]
+    assert "/ 0.40 /" in md_row.split("|")[2], md_row
 
 
 def test_status_counts_repeats_and_prints_pass_at_k(rtree, capsys):
