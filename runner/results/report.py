@@ -341,7 +341,9 @@ def _columns(rows: list[tuple], n: int) -> list[tuple]:
     return list(zip(*rows, strict=True)) if rows else [()] * n
 
 
-def _summary(s: _Sums, exclude_flagged: bool, money: Money | None, by_task: bool = False) -> dict[str, Any]:
+def _summary(
+    s: _Sums, exclude_flagged: bool, money: Money | None, by_task: bool = False, repeats: int = 1
+) -> dict[str, Any]:
     """The summary dict of what ``_summarize`` fed ``s`` (``arm_summary``'s); ``by_task``: cells of
     one task are not independent (the total row: every arm's cell of a task), so its intervals
     resample tasks (``clusters.bootstrap_ci``), not cells."""
@@ -392,7 +394,7 @@ def _summary(s: _Sums, exclude_flagged: bool, money: Money | None, by_task: bool
         "errored_attempts": sum(errored),
         "voided_attempts": sum(voided),
         **{k: _total(got) for k, got in zip(RECEIPT_SUMS, receipts, strict=True)},
-        **pass_k(list(means_of), exclude_flagged),
+        **pass_k(list(means_of), exclude_flagged, max(repeats, max((c.k for c in cells), default=1))),
         **ledger,
     }
 
@@ -426,19 +428,21 @@ def arm_summaries(
     per = {a: (_Sums(), every) if total else (_Sums(),) for a in arms}
     alone = (every,) if total else ()  # a cell of an arm not asked for counts in the total only
     _summarize(((c, per.get(k[1], alone)) for k, c in cells.items()), exclude_flagged)
+    k = max((c.k for c in cells.values()), default=1)  # an arm of pending cells has the K of the run
     return (
-        {a: _summary(into[0], exclude_flagged, money) for a, into in per.items()},
-        _summary(every, exclude_flagged, money, by_task=True) if total else None,
+        {a: _summary(into[0], exclude_flagged, money, repeats=k) for a, into in per.items()},
+        _summary(every, exclude_flagged, money, by_task=True, repeats=k) if total else None,
     )
 
 
-def pass_k(counted_cells: list[Cell], exclude_flagged: bool = False) -> dict[str, Any]:
-    """pass@K and pass^K of an arm's counted cells when they have K > 1 repeats (none without):
-    per task the unbiased estimate from its n >= K counted repeats (done, and flagged ones as
-    failures: the hole rule, unless ``exclude_flagged``) of which c solved it (reward 1;
-    ``runner.results.clusters.pass_at_k``/``pass_hat_k``), averaged over those tasks, with the
-    bootstrap interval over tasks; ``pass_k_n`` tasks had K counted repeats."""
-    k = max((c.k for c in counted_cells), default=1)
+def pass_k(counted_cells: list[Cell], exclude_flagged: bool = False, k: int = 1) -> dict[str, Any]:
+    """pass@K and pass^K of an arm's counted cells when its cells have K > 1 repeats (``k``, or the
+    counted cells' own; none without): per task the unbiased estimate from its n >= K counted
+    repeats (done, and flagged ones as failures: the hole rule, unless ``exclude_flagged``) of which
+    c solved it (reward 1; ``runner.results.clusters.pass_at_k``/``pass_hat_k``), averaged over
+    those tasks, with the bootstrap interval over tasks; ``pass_k_n`` tasks had K counted repeats.
+    An arm with no counted cell has the keys, null (they were missing: the contract lists them)."""
+    k = max(k, max((c.k for c in counted_cells), default=1))
     if k < 2:
         return {}
     at, hat = [], []

@@ -489,3 +489,16 @@ def test_a_cluster_job_counts_for_the_repeat_its_stamp_names(tmp_path):
             return [job("a", "RUNNING", "s@r2"), job("b", "PENDING", "s"), job("c", "SUCCEEDED", "s@r3")]
 
     assert set(active_units(Answer(), tmp_path)) == {("t", "plain", 2), ("t", "plain", 1)}
+
+
+def test_an_arm_with_no_counted_cell_has_the_pass_k_keys_null(rtree):
+    """Found by a probe: with K > 1 an arm none of whose cells was counted (every repeat errored)
+    had no ``pass_k`` / ``pass_at_k`` keys at all, where the JSON contract lists them per arm."""
+    k, out = rtree
+    m = RunModel.load(out, index=False)
+    cells = {key: c for key, c in m.cells.items() if key[1] == "plain"}
+    pending = {("tx", "goal"): m.cells[("t00", "goal")].__class__(task="tx", arm="goal")}  # never run
+    s, _ = report.arm_summaries({**cells, **pending}, ["plain", "goal"], total=False)
+    assert s["plain"]["pass_k"] == k and s["plain"]["pass_k_n"] > 0
+    g = s["goal"]
+    assert (g["n"], g["pass_k"], g["pass_k_n"], g["pass_at_k"], g["pass_hat_k"]) == (0, k, 0, None, None), g
