@@ -30,7 +30,7 @@ from typing import Any
 from modes import safeio
 from modes.receipt import ReceiptFigures, read_figures
 from modes.trial_files import VERIFIER_WRITTEN, TrialFiles
-from modes.values import COUNT, USD, Bad, number
+from modes.values import COUNT, USD, Bad, number, text
 from runner.results import rules
 
 RESULT_JSON = TrialFiles.RESULT  # the job's result.json has the same name
@@ -261,8 +261,12 @@ IN_PROGRESS = "in_progress"
 
 
 def metrics_from_dict(d: Mapping[str, Any]) -> Metrics:
-    """The verifier's metrics through the rules; a value that makes no sense is ``INVALID``."""
-    phase = _str(d.get("phase"))
+    """The verifier's metrics through the rules; a value that makes no sense is ``INVALID`` (a
+    ``phase`` that is no text too: it names what the verifier did, and a list of one was once read
+    as no phase, the file's 0.9 scored)."""
+    phase = text(d.get("phase"), "phase")
+    if isinstance(phase, Bad):
+        return Metrics(state=INVALID, error=str(phase))
     if not rules.metrics_is_score(d):
         return Metrics(state=IN_PROGRESS, phase=phase)
     partial, rate = rules.partial_score(d), rules.test_pass_rate(d)

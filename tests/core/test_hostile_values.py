@@ -146,6 +146,20 @@ def test_a_score_out_of_range_or_nonsense_is_a_flagged_failure_never_a_silent_ho
         assert after[m] <= before[m] and 0.0 <= after[m] <= 1.0
 
 
+def test_a_metrics_phase_that_is_no_text_is_unreadable_never_a_score(core):
+    """Found by a probe: ``"phase": ["build_failed"]`` beside ``partial_score: 0.9`` was taken as no
+    phase at all, so the 0.9 scored; a phase is the verifier's own word for what happened, and one
+    that is no text makes the file nonsense: flagged, a failure."""
+    metrics = trial_dir(core, "calc-partial", "oracle") / "verifier" / "metrics.json"
+    metrics.write_text(
+        json.dumps({"phase": ["build_failed"], "partial_score": 0.9, "passed": 9, "total": 10})
+    )
+    real_trees.restore_write_order(core)  # as the verifier wrote it: not a tamper
+    c = cell(core, "calc-partial", "oracle")
+    assert (c.status, c.flagged, c.partial) == ("unreadable", True, None), (c.status, c.note)
+    assert "phase: not a string" in c.note, c.note
+
+
 # ------------------------------------------------------------------------------------ holes
 
 
