@@ -362,6 +362,10 @@ def _summary(
 
     solved = sum(solved_n)
     cost_usd = _total(of_done(cost))
+    # errored cells (an agent failure the voiding table scores; the next pass reruns it) are out of
+    # the means: what the means would be with them as failures is said beside them, never silent
+    n_errored = sum(1 for c in cells if c.status == ERRORED)
+    as_failures = {m: _r(stats.mean(vals[m] + [0.0] * n_errored)) for m in MEASURES} if n_errored else None
     ledger = {}
     if money is not None:
         l_cost = add_costs(money.scored(c) for c in means_of if c.status == DONE)
@@ -380,6 +384,8 @@ def _summary(
             for m, got in zip(MEASURES, scores, strict=True)
         },
         "build_failed": sum(bf_n),
+        "errored_cells": n_errored,
+        "errored_as_failures": as_failures,
         "cost_usd": _r(cost_usd, 6),
         "n_input_tokens": _total(of_done(tok_in)),
         "n_output_tokens": _total(of_done(tok_out)),
@@ -890,6 +896,27 @@ def repeats_line(rep: dict[str, Any]) -> str | None:
     return f"Repeats: K = {k} attempts per (task, arm). {what[0].upper()}{what[1:]}."
 
 
+#: what the report says of an arm's errored cells, out of its means
+ERRORED_NOTE = (
+    "Errored cells (an agent failure the voiding table scores, not voided; the next pass reruns it, "
+    "up to --max-passes) are out of the means above, as in every reading; with them as failures:"
+)
+
+
+def errored_lines(rep: dict[str, Any]) -> list[str]:
+    """Per arm with errored cells, the means they would make as failures (``errored_as_failures``):
+    an arm whose agent crashed on its hardest tasks reads a higher mean over its done cells, and a
+    count alone did not say by how much (a probe's crashing arm, 0.73 against an identical 0.55)."""
+    out = []
+    for a in rep["arms"]:
+        s = rep["arm_summary"][a]
+        got = s.get("errored_as_failures")
+        if got:
+            means = ", ".join(f"{m.replace('_', ' ')} {_f(got[m], 2)}" for m in MEASURES)
+            out.append(f"{a}: {s['errored_cells']} errored cell(s) out of its means; as failures: {means}")
+    return [ERRORED_NOTE, *out] if out else []
+
+
 def suspect_lines(rep: dict[str, Any]) -> list[str]:
     """The tasks every arm failed alike, with the evidence, and which reading this is."""
     sus = rep.get("suspect") or []
@@ -1188,6 +1215,8 @@ def render_md(rep: dict[str, Any]) -> str:
         "",
     ]
     lines += _md_table(*arm_table(rep))
+    if err := errored_lines(rep):  # they name arms: escaped
+        lines += ["", err[0], ""] + [f"- {m(t, None)}" for t in err[1:]]
     lines += [
         "",
         "## Paired comparisons (only tasks both arms completed; diff = a − b, 95 % paired bootstrap)",
@@ -1326,6 +1355,10 @@ def render_html(rep: dict[str, Any]) -> str:
         "<h2>Per arm (means over done cells and flagged ones as failures, 95 % bootstrap intervals)</h2>"
     )
     parts.append(_html_table(*arm_table(rep)))
+    if err := errored_lines(rep):
+        parts.append(f'<p class="note">{e(err[0])}</p><ul>')
+        parts += [f"<li>{e(t, None)}</li>" for t in err[1:]]
+        parts.append("</ul>")
     parts.append("<h2>Paired comparisons (diff = a − b, 95 % paired bootstrap)</h2>")
     parts.append(_html_table(*pair_table(rep)))
     if power_text := power_lines(rep):

@@ -289,3 +289,32 @@ def test_the_total_rows_interval_is_of_the_mean_it_shows_when_tasks_have_unequal
     ref = np.quantile(sums[idx].sum(-1) / counts[idx].sum(-1), [0.025, 0.975])
     assert total["partial_ci"] == pytest.approx(list(ref))
     assert total["partial_ci"][0] <= total["partial"] <= total["partial_ci"][1]
+
+
+def test_errored_cells_out_of_the_means_are_said_with_the_means_they_would_make_as_failures(
+    handmade, tmp_path
+):
+    """Found by a probe: an arm whose agent crashed on its three worst tasks (an agent failure the
+    voiding table scores: the next pass reruns it, up to --max-passes) read a higher mean than an
+    identical arm, the errored cells out of every mean and nothing but a count saying so. The
+    report keeps the means over done cells and says, per arm, what they would be with its errored
+    cells as failures."""
+    from handmade_tree import EARLY, STAMP
+
+    out = tmp_path / "out"
+    shutil.copytree(handmade, out, symlinks=True)
+    shutil.rmtree(out / "t00" / "heartbeat" / STAMP)  # its errored EARLY attempt is all that is left
+    assert (out / "t00" / "heartbeat" / EARLY).is_dir()
+    rep = build_report(RunModel.load(out))
+    s = rep["arm_summary"]["heartbeat"]
+    assert s["n"] == 14 and s["partial"] == pytest.approx(1.0) and s["errored_cells"] == 1
+    assert s["errored_as_failures"] == pytest.approx(
+        {"reward": 14 / 15, "partial": 14 / 15, "pass_rate": 14 / 15}
+    )
+    plain = rep["arm_summary"]["plain"]
+    assert plain["errored_cells"] == 0 and plain["errored_as_failures"] is None
+    for fmt in ("md", "html"):
+        text = render(rep, fmt)
+        assert (
+            "heartbeat: 1 errored cell(s) out of its means; as failures: reward 0.93, partial 0.93" in text
+        ), fmt
