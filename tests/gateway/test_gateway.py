@@ -790,6 +790,29 @@ def test_under_a_spend_cap_an_attempts_calls_go_upstream_one_at_a_time(gateway, 
     assert C.attempt_cut_path(out, a.record.id).is_file()
 
 
+def test_under_a_spend_cap_a_call_whose_body_never_completes_holds_up_no_other_call(gateway, provider):
+    """Found by a review: the one-at-a-time turn was taken before a call's body was read, so a call
+    that sent its headers and never the rest of its body (a process the agent left running) held
+    its attempt's every other call, answered neither by the provider nor by a refusal once the
+    attempt ended. The turn is taken once the body is in, as the call is judged."""
+    from runner.results import caps as C
+
+    out, _s, _st = gateway
+    C.write_caps(out, C.Caps(attempt_usd=100.0, prices=("quick=1,1,1",), model="quick"))
+    a = issue(out)
+    sock = attempts.socket_path(out, a.record.id)
+    with socket.socket(socket.AF_UNIX) as stuck:
+        stuck.connect(str(sock))
+        stuck.sendall(
+            f"POST /v1/responses HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {a.token}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\": ".encode()
+        )  # its body never completes
+        time.sleep(0.5)  # the stuck call is in, waiting for its body
+        status, _body = post(sock, a.token)  # another call of the attempt: served at once
+        assert status == 200
+    assert len(provider.seen) == 1
+
+
 def _same_tick(path: Path, mtime_ns: int) -> None:
     """Give ``path`` the mtime it had before its last change, as a filesystem whose times move in
     coarse ticks does for two changes within one tick (Linux before 6.13 stamps files and dirs from a

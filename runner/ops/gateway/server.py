@@ -658,18 +658,27 @@ class Gateway:
                 )  # fmt: skip
             return _json_error(STATUS.get(reason, 401), reason, REFUSAL_TEXT[reason])
         assert a is not None
-        # under a spend cap (read just now, by ``authorize``) the attempt's calls go one at a time:
-        # each is judged when the one before has ended and been counted, so a cap is passed by one
-        # call at most (codex makes one at a time; a probe's 64 calls at once sent 8 upstream past
-        # a $1 cap, $2.40 counted)
-        async with a.calls, a.one if self.caps.any else contextlib.nullcontext():
-            return await self.forward(request, a, row, now, t0)
+        async with a.calls, contextlib.AsyncExitStack() as turn:
+            return await self.forward(request, a, row, now, t0, turn)
 
     async def forward(
-        self, request: web.BaseRequest, a: Live, row: dict[str, Any], now: float, t0: float
+        self,
+        request: web.BaseRequest,
+        a: Live,
+        row: dict[str, Any],
+        now: float,
+        t0: float,
+        turn: contextlib.AsyncExitStack,
     ) -> web.StreamResponse:
         body = await request.read()
         params, stream = await self.parser.params(body, request.headers.get("Content-Encoding"), a.parsing)
+        if self.caps.any:
+            # under a spend cap the attempt's calls go upstream one at a time (``turn``, held until
+            # the call ends): each is judged below once the one before has ended and been counted,
+            # so a cap is passed by one call at most (codex makes one at a time; a probe's 64 calls
+            # at once sent 8 upstream past a $1 cap, $2.40 counted). Taken once the body is in: a
+            # body that never completes held every other call of its attempt (a review)
+            await turn.enter_async_context(a.one)
         now = time.time()  # the call goes upstream now, if the attempt still takes it
         unmeterable = self._unmeterable(params)
         if unmeterable is not None:
