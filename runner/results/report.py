@@ -569,10 +569,12 @@ def reconciliation(
         # counterpart, so only the tokens are compared then (a flag would be noise on every attempt)
         wire_usd = cost.usd if cost is not None else None
         compared_usd = wire_usd if cost is not None and not cost.overridden else None
-        row = per_arm.setdefault(arm, {"compared": 0, "cost_compared": 0, "ledger_usd": [], "harbor_usd": [],
-                                       "ledger_tokens": [0, 0], "harbor_tokens": [[], []], "differ": []})  # fmt: skip
+        row = per_arm.setdefault(arm, {"compared": 0, "cost_compared": 0, "cost_overridden": 0, "ledger_usd": [],
+                                       "harbor_usd": [], "ledger_tokens": [0, 0], "harbor_tokens": [[], []],
+                                       "differ": []})  # fmt: skip
         row["compared"] += 1
         row["cost_compared"] += compared_usd is not None
+        row["cost_overridden"] += cost is not None and cost.overridden
         row["ledger_usd"].append(wire_usd)
         row["harbor_usd"].append(f.cost_usd)
         row["ledger_tokens"][0] += u.input
@@ -590,6 +592,7 @@ def reconciliation(
         d = out_arms[arm] = {
             "compared": row["compared"],
             "cost_compared": row["cost_compared"],  # of those, the cells whose cost harbor priced alike
+            "cost_overridden": row["cost_overridden"],  # not compared: an operator's --price priced them
             "ledger_usd": ledger_usd,
             "harbor_usd": _r(_total(row["harbor_usd"]), 6),
             "ledger_input_tokens": row["ledger_tokens"][0],
@@ -1025,15 +1028,14 @@ def agreement_line(arms: Mapping[str, Mapping[str, Any]]) -> str:
     costs = sum(int(d.get("cost_compared") or 0) for d in arms.values())
     if costs == cells:
         return "Harbor's own tokens and cost equal the ledger's for every compared done cell."
-    said = (
-        "its cost is not compared (an operator's --price priced their calls"
-        if not costs
-        else f"its cost is compared for {costs} of the {cells} (an operator's --price priced the others'"
-    )
-    return (
-        f"Harbor's own tokens equal the ledger's for every compared done cell; {said}, "
-        "which harbor, pricing with LiteLLM's map alone, cannot know)."
-    )
+    overridden = sum(int(d.get("cost_overridden") or 0) for d in arms.values())
+    unpriced = cells - costs - overridden
+    why = [
+        *([f"{overridden} priced by an operator's --price, which harbor (LiteLLM's map alone) cannot know"] if overridden else []),
+        *([f"{unpriced} of a model the prices lack (unpriced)"] if unpriced > 0 else []),
+    ]  # fmt: skip
+    said = f"its cost is compared for {costs} of the {cells}" if costs else "its cost is not compared"
+    return f"Harbor's own tokens equal the ledger's for every compared done cell; {said} ({'; '.join(why)})."
 
 
 #: what the money section says of an arm's calls cut before their usage arrived

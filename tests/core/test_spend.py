@@ -354,7 +354,14 @@ def test_with_a_ledger_the_arm_tables_money_is_the_ledgers_and_harbors_cost_is_s
     assert "| 9.0000 |" in row and "| 0.4500 |" not in row, row  # the ledger's $9.00, not harbor's $0.45
     assert "cost USD (ledger)" in md and "spend USD (ledger)" in md
     assert "equal the ledger's for every compared done cell" in md
-    assert "tokens and cost equal" not in md and "cost is not compared" in md
+    assert (
+        "tokens and cost equal" not in md and "cost is not compared (45 priced by an operator's --price" in md
+    )
+    # a model the prices lack, no --price: not blamed on one (found by a review)
+    unpriced = build_report(RunModel.load(out))
+    assert unpriced["reconciliation"]["arms"]["plain"]["cost_overridden"] == 0
+    line = [ln for ln in render(unpriced, "md").splitlines() if "Harbor's own tokens" in ln]
+    assert line and "--price" not in line[0] and "of a model the prices lack" in line[0], line
     assert "9.0000" in render(rep, "html")
     from runner.results import plots  # the cost figure's points: the ledger's too (they sat at harbor's)
 

@@ -805,7 +805,7 @@ def test_under_a_spend_cap_a_call_whose_body_never_completes_holds_up_no_other_c
         stuck.connect(str(sock))
         stuck.sendall(
             f"POST /v1/responses HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {a.token}\r\n"
-            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\": ".encode()
+            'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model": '.encode()
         )  # its body never completes
         time.sleep(0.5)  # the stuck call is in, waiting for its body
         status, _body = post(sock, a.token)  # another call of the attempt: served at once
