@@ -167,12 +167,25 @@ def render(d: dict) -> str:
     if d.get("exclude_flagged"):
         lines.insert(1, f"reading: {d['reading']}")
 
-    def row(name: str, s: dict) -> str:
+    # each arm's cost as the report's table shows it (the ledger's, harbor's for an arm without calls
+    # there); the total is the rows' sum when they mix the two (the ledger's total left the harbor
+    # arms out: found by a review), and a line under the table names the harbor ones
+    shown = {a: money_shown(d["per_arm"][a]) for a in d["arms"]}
+    harbor = [a for a, v in shown.items() if not v[3] and v[0] is not None]
+    mixed = bool(harbor) and any(v[3] for v in shown.values())
+
+    def total_cost() -> object:
+        if not mixed:
+            return money_shown(d["total"])[0]
+        got = [v[0] for v in shown.values() if v[0] is not None]
+        return "unpriced" if any(isinstance(v, str) for v in got) else sum(got)
+
+    def row(name: str, s: dict, cost: object) -> str:
         vals = (
             name, s["done"], s["running"], s["pending"], s["errored"], s["voided"],
             s.get("unreadable", 0), s.get("tampered", 0), s["n"], s["flagged_in_n"],
             _f(s["reward"]), fmt_mean(s["partial"], s["partial_ci"]), _f(s["pass_rate"]), s["build_failed"],
-            _f(s["continuations"]), _f(s["unblocks"]), _f(s["error_events"]), _f(money_shown(s)[0], 4),
+            _f(s["continuations"]), _f(s["unblocks"]), _f(s["error_events"]), _f(cost, 4),
         )  # fmt: skip
         return "  ".join(
             str(v).rjust(w) if i else str(v).ljust(w)
@@ -180,9 +193,15 @@ def render(d: dict) -> str:
         )
 
     for a in d["arms"]:
-        lines.append(row(arms[a], d["per_arm"][a]))
+        lines.append(row(arms[a], d["per_arm"][a], shown[a][0]))
     if len(d["arms"]) > 1:
-        lines.append(row("total", d["total"]))
+        lines.append(row("total", d["total"], total_cost()))
+    if mixed:
+        lines.append(
+            "cost$: the gateway's ledger's; harbor's own for "
+            + ", ".join(arms[a] for a in harbor)
+            + " (no call of theirs on the ledger); total: the rows' sum"
+        )
     if not d["arms"]:
         lines.append("no pairs yet")
     lines += repeats_lines(d)

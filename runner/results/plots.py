@@ -168,18 +168,25 @@ def cost(rep: dict[str, Any]) -> Any:
 
     fig = _figure(5.5, 3.4)
     ax = fig.add_subplot()
-    shown, ledger = 0, False
+    points = []
     for a in rep["arms"]:
         s = rep["arm_summary"][a]
         usd, _per_solved, _spend, from_ledger = money_shown(s)
-        if not isinstance(usd, (int, float)) or s["partial"] is None:
-            continue
-        ledger = ledger or from_ledger
+        if isinstance(usd, (int, float)) and s["partial"] is not None:
+            points.append((a, s, usd, from_ledger))
+    ledger = {p[3] for p in points}
+    mixed = len(ledger) > 1  # some arms without a call on the ledger: harbor's figure, marked so
+    for a, s, usd, from_ledger in points:
+        name = _short(a, 16) + (" (harbor)" if mixed and not from_ledger else "")
         e = _err(s["partial"], s["partial_ci"])
-        ax.errorbar([usd], [s["partial"]], yerr=[[e[0]], [e[1]]], fmt="o", capsize=3, label=_short(a, 16))
-        ax.annotate(_short(a, 16), (usd, s["partial"]), textcoords="offset points", xytext=(5, 5), fontsize=8)
-        shown += 1
-    ax.set_xlabel("cost USD (scoring attempts" + (", the gateway's ledger)" if ledger else ")"))
+        ax.errorbar([usd], [s["partial"]], yerr=[[e[0]], [e[1]]], fmt="o", capsize=3, label=name)
+        ax.annotate(name, (usd, s["partial"]), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    shown = len(points)
+    if mixed:
+        source = "; the gateway's ledger, harbor's where marked"
+    else:
+        source = ", the gateway's ledger" if True in ledger else ""
+    ax.set_xlabel(f"cost USD (scoring attempts{source})")
     ax.set_ylabel("mean partial score")
     ax.set_ylim(-0.05, 1.05)
     ax.grid(alpha=0.3)

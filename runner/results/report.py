@@ -741,7 +741,6 @@ def _f(v: Any, nd: int = 3) -> str:
     return str(v)
 
 
-MINUS = "\u2212"
 P_FLOOR = 1e-4
 
 

@@ -385,6 +385,39 @@ def test_with_a_ledger_the_arm_tables_money_is_the_ledgers_and_harbors_cost_is_s
     assert rep["reconciliation"]["arms"]["plain"]["cost_compared"] == 0
 
 
+def test_a_tree_whose_ledger_has_some_arms_only_says_which_figures_are_harbors(handmade, tmp_path, capsys):
+    """Found by a review: with calls on the ledger for plain alone, `status`'s total read the ledger's
+    $3.00 (the other arms, shown at harbor's figures, left out of it) and the cost figure called
+    every point the ledger's. The total is the rows' sum, a line names the harbor arms, and the
+    figure marks them."""
+    from marathon import cli
+    from runner.results import plots
+
+    out = _model_tree(handmade, tmp_path)
+    w = LedgerWriter(gateway_dir(out) / "ledger.jsonl")
+    for task in TASKS:
+        _call(w, task, "plain", STAMP, 100, 10, "hand/model")  # $0.20 a call at the price below
+    w.close()
+    _journal(out, {"event": "runner_start", "run_id": "r1", "ts": time.time() - 60, "tasks": list(TASKS),
+                   "arms": list(FACTOR), "config": {"model": "hand/model", "prices": ["hand/model=1000,0,10000"]}})  # fmt: skip
+    assert cli.main(["status", str(out), "--all"]) == 0
+    text = capsys.readouterr().out
+    rows = {
+        ln.split()[0]: ln.split()[-1]
+        for ln in text.splitlines()
+        if ln.split()[:1] in (["plain"], ["goal"], ["heartbeat"], ["total"])
+    }
+    assert rows == {"plain": "3.0000", "goal": "0.3000", "heartbeat": "0.4500", "total": "3.7500"}, rows
+    assert "harbor's own for goal, heartbeat (no call of theirs on the ledger)" in text
+    rep = build_report(RunModel.load(out), prices=["hand/model=1000,0,10000"])
+    ax = plots.cost(rep).axes[0]
+    labels = sorted(t.get_text() for t in ax.texts)
+    assert (
+        labels == ["goal (harbor)", "heartbeat (harbor)", "plain"]
+        and "harbor's where marked" in ax.get_xlabel()
+    )
+
+
 # ------------------------------------------------------------------------------------ projection
 
 
