@@ -68,6 +68,9 @@ class Figures:
     agent_output_tokens: int | None = None
     #: the receipts' own (input, cached, output) token totals, for the reconciliation with the ledger
     receipt_usage: tuple[int, int, int] | None = None
+    #: its verifier stated test counts, 0 of 0 too (``records.Metrics.counted``): a missing pass rate
+    #: is then no hole (``cells.measures_of``)
+    tests_counted: bool = False
 
     @property
     def has_score(self) -> bool:
@@ -186,6 +189,7 @@ def _figures(trials: Iterable[TrialRecord]) -> Figures:
             deadline_hit=bool(r and r.deadline_hit),
             in_progress_metrics=m.state == results.IN_PROGRESS,
             receipt_usage=r.token_usage if r else None,
+            tests_counted=score and m.counted,
         )
     rewards = [t.reward for t in done if t.reward is not None]
     partials = [t.partial for t in done if t.metrics.is_score and t.partial is not None]
@@ -215,6 +219,7 @@ def _figures(trials: Iterable[TrialRecord]) -> Figures:
         goal_status=status,
         deadline_hit=any(r.deadline_hit for r in receipts),
         in_progress_metrics=any(t.metrics.state == results.IN_PROGRESS for t in done),
+        tests_counted=any(t.metrics.is_score and t.metrics.counted for t in done),
     )
 
 

@@ -163,8 +163,10 @@ _NAMES = ((PARTIAL, "partial score"), (REWARD, "reward"), (PASS_RATE, "test pass
 
 
 def measures_of(f: Figures) -> int:
-    """The measures these figures have (``PARTIAL | REWARD | PASS_RATE``)."""
-    return (f.partial is not None) | (f.reward is not None) << 1 | (f.pass_rate is not None) << 2
+    """The measures these figures have (``PARTIAL | REWARD | PASS_RATE``); test counts stated as 0
+    of 0 have no pass rate to average, but are the verifier's word, not a hole (``tests_counted``)."""
+    rate = f.pass_rate is not None or f.tests_counted
+    return (f.partial is not None) | (f.reward is not None) << 1 | rate << 2
 
 
 def _holes(f: Figures, task_measures: int) -> int:
@@ -353,6 +355,7 @@ def combine_repeats(task: str, arm: str, parts: tuple[Cell, ...]) -> Cell:
         error_events=sum_opt(p.error_events for p in parts),
         goal_status=scoring.goal_status if scoring is not None else None,
         deadline_hit=any(p.deadline_hit for p in done),
+        tests_counted=any(p.figures.tests_counted for p in done),
     )
     flagged = False
     if done:

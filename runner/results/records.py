@@ -251,6 +251,8 @@ class Metrics:
     pass_rate: float | None = None  # rules.test_pass_rate
     build_failed: bool = False
     phase: str | None = None
+    #: the file states test counts, 0 of 0 too (``rules.counts_stated``): no pass rate, and no hole
+    counted: bool = False
 
     @property
     def is_score(self) -> bool:
@@ -279,6 +281,7 @@ def metrics_from_dict(d: Mapping[str, Any]) -> Metrics:
         pass_rate=rate,  # type: ignore[arg-type]
         build_failed=rules.build_failed(d),
         phase=phase,
+        counted=rules.counts_stated(d),
     )
 
 

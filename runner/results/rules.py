@@ -152,6 +152,18 @@ def test_pass_rate(metrics: Mapping[str, Any] | None) -> float | None | Bad:
     return _rate(metrics.get("gates_passed"), metrics.get("gates_total"), "gates_passed", "gates_total")
 
 
+#: the fields a verifier states its test counts in (``test_pass_rate`` reads them in its order)
+TEST_COUNT_FIELDS = ("passed", "failed", "total", "pytest", "total_passed", "total_tests", "new_passed",
+                     "new_total", "pass_rate", "gates_passed", "gates_total")  # fmt: skip
+
+
+def counts_stated(metrics: Mapping[str, Any]) -> bool:
+    """Did the verifier state its test counts, whatever they are? ``0 of 0`` (no test collected) has
+    no pass rate, yet is the verifier's honest word: not a hole in the file (``cells._holes``), which
+    a review found the extended hole rule making of it."""
+    return any(metrics.get(k) is not None for k in TEST_COUNT_FIELDS)
+
+
 #: the measures a build failure counts as 0 in means (the verifier could not build the agent's code)
 ZERO_WHEN_BUILD_FAILED = ("partial", "pass_rate")
 #: the measures a flagged cell (a hole in what the agent could write: ``hole_counts_against``) counts

@@ -242,6 +242,15 @@ def test_a_done_attempt_without_the_pass_rate_or_reward_its_task_has_is_flagged(
     c = cell(core, "calc-partial", "oracle")
     assert (c.status, c.flagged) == ("unreadable", True), (c.status, c.note)
     assert NO_MEASURE.format(measure="reward") in c.note
+    # no test collected (0 of 0) is the verifier's honest word, no pass rate to average and no hole
+    # (a review found the rule flagging it)
+    metrics.write_text(json.dumps({"passed": 0, "failed": 0, "total": 0, "partial_score": 0.0}))
+    result.write_text(
+        json.dumps({**d, "verifier_result": {**d["verifier_result"], "rewards": {"reward": 0.0}}})
+    )
+    real_trees.restore_write_order(core)
+    c = cell(core, "calc-partial", "oracle")
+    assert (c.status, c.flagged, c.pass_rate) == ("done", False, None), (c.status, c.note)
     # a task none of whose trials has a pass rate is not one: nothing to miss
     for arm in ("oracle", "nop", "partial"):
         m = trial_dir(core, "calc-partial", arm) / "verifier" / "metrics.json"
