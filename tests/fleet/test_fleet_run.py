@@ -528,6 +528,16 @@ def slow_tasks(root: Path, tag: str) -> Path:
     return root
 
 
+def lost_tasks(root: Path, tag: str) -> Path:
+    """Two tasks whose verifier takes 20 s (oracle's solution does nothing): a trial runs long
+    enough for a kill at its start to land inside it."""
+    for name in ("lost-a", "lost-b"):
+        write_task(root, f"{name}-{tag}", f"fleet-lost/{name}-{tag}",
+                   "#!/bin/bash\nsleep 20\necho 1 > /logs/verifier/reward.txt\n", base=IMAGES[0],
+                   verifier_sec=300.0, solve_sh="#!/bin/bash\ntrue\n")  # fmt: skip
+    return root
+
+
 @pytest.mark.timeout(1800)
 def test_stage_runs_on_every_host_into_its_own_cache(cluster):
     """``marathon stage codex --cluster`` runs the stager in a task pinned to each Docker host:
@@ -593,12 +603,19 @@ def test_prebuild_builds_on_every_hosts_own_engine(cluster):
 @pytest.mark.timeout(3600)
 def test_node_loss_voids_and_reruns_on_the_first_host(cluster, tmp_path):
     """``kill -9`` of host 2's raylet while a trial runs there: that attempt is voided with "node ...
-    lost at ..." as its reason, and its pair is done once, on host 1."""
+    lost at ..." as its reason, and its pair is done once, on host 1. The trials' verifier takes
+    20 s (``lost_tasks``): with the demo's tasks a host-2 trial of 2 s could end in the second the
+    kill takes to land (the job sees its raylet gone within ``RAYLET_POLL_SEC``), and a trial that
+    ended is rightly scored, not voided: the test failed twice of three so on 2026-12-07."""
     from runner.results.tree import VOID_README, iter_job_dirs, voided_root
 
     th, out = cluster, tmp_path / "out"
+    tasks = lost_tasks(tmp_path / "tasks", f"lost{os.getpid()}")
+    names = sorted(t.name for t in tasks.iterdir())
+    argv = [sys.executable, "-m", "marathon.cli", "run", str(out), "--tasks-dir", str(tasks), "--arms", ",".join(ARMS),
+            "--concurrency", "4", "--cluster", th.cluster, "--plain"]  # fmt: skip
     with open(tmp_path / "runner.log", "wb") as log:
-        runner = subprocess.Popen(run_argv(out, th), cwd=REPO, env=runner_env(), stdout=log,
+        runner = subprocess.Popen(argv, cwd=REPO, env=runner_env(), stdout=log,
                                   stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 1200
@@ -624,7 +641,7 @@ def test_node_loss_voids_and_reruns_on_the_first_host(cluster, tmp_path):
             runner.terminate()
             runner.wait(300)
     done = done_jobs(out)
-    assert set(done) == {(t, a) for t in TASKS for a in ARMS}
+    assert set(done) == {(t, a) for t in names for a in ARMS}
     assert {p: len(j) for p, j in done.items() if len(j) != 1} == {}
     voided = [job.parent for *_, job in iter_job_dirs(voided_root(out))]
     lost = [v for v in voided if "lost at" in (v / VOID_README).read_text()]
