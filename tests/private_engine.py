@@ -141,13 +141,28 @@ def end_tree(proc: subprocess.Popen, seen: list[psutil.Process], timeout: float 
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
-    _, alive = psutil.wait_procs(seen, timeout=20)
+    # each descendant's own end, looked at by its psutil handle (not psutil.wait_procs: its
+    # pidfd_open raised FileNotFoundError for a descendant that ended as it looked, and failed a
+    # module's teardown in CI on 2026-12-07)
+    deadline = time.monotonic() + 20
+    alive = [k for k in seen if _running(k)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [k for k in alive if _running(k)]
     for k in alive:
         try:
             if k.is_running():
                 k.kill()
         except psutil.NoSuchProcess:
             pass
+
+
+def _running(p: psutil.Process) -> bool:
+    """Still running and not a zombie (its handle's create time guards against a reused PID)."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 @contextmanager
