@@ -53,37 +53,27 @@ def paired_differences(a: Sequence[Cluster], b: Sequence[Cluster]) -> list[float
 def bootstrap_ci(
     clusters: Sequence[Cluster],
     *,
+    pooled: bool = False,
     resamples: int = stats.BOOTSTRAP_RESAMPLES,
     seed: int = stats.BOOTSTRAP_SEED,
     confidence: float = stats.CONFIDENCE,
 ) -> tuple[float, float] | None:
     """The cluster bootstrap's percentile interval of the mean: tasks resampled with replacement,
     each bringing its task mean. With one attempt per task it is the plain bootstrap of the values
-    (the same interval as ``stats.bootstrap_mean_ci`` of them)."""
-    return stats.bootstrap_mean_ci(
-        task_means(clusters), resamples=resamples, seed=seed, confidence=confidence
-    )
+    (the same interval as ``stats.bootstrap_mean_ci`` of them).
 
-
-def pooled_ci(
-    clusters: Sequence[Cluster],
-    *,
-    resamples: int = stats.BOOTSTRAP_RESAMPLES,
-    seed: int = stats.BOOTSTRAP_SEED,
-    confidence: float = stats.CONFIDENCE,
-) -> tuple[float, float] | None:
-    """The cluster bootstrap's percentile interval of the **pooled** mean (every value weighs the
-    same, so a task of more values weighs more): tasks resampled with replacement, each resample's
-    mean taken over all its values. The total row of `status` shows the pooled mean of every arm's
-    cells; its interval was of the mean of task means, another figure when tasks have unequal cells
-    (a probe's "0.24 [0.00, 0.15]"). With equal clusters it is ``bootstrap_ci``'s interval."""
+    ``pooled``: the interval of the **pooled** mean instead (every value weighs the same, so a task
+    of more values weighs more), each resample's mean taken over all its values. The total row of
+    `status` shows the pooled mean of every arm's cells; its interval was of the mean of task means,
+    another figure when tasks have unequal cells (a probe's "0.24 [0.00, 0.15]"). With equal
+    clusters the two intervals are the same."""
     full = [c for c in clusters if len(c)]
     return stats.bootstrap_mean_ci(
         task_means(full),
         resamples=resamples,
         seed=seed,
         confidence=confidence,
-        weights=[len(c) for c in full],
+        weights=[len(c) for c in full] if pooled else None,
     )
 
 

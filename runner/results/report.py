@@ -250,14 +250,14 @@ def _ci(values: list[float]) -> list[float] | None:
 
 def _task_ci(cells: tuple, values: tuple) -> list[float] | None:
     """The interval of the pooled mean of values of cells that share tasks: tasks resampled, each
-    resample's mean over all its cells (``clusters.pooled_ci``; a probe found the total row's
+    resample's mean over all its cells (``clusters.bootstrap_ci(pooled=True)``; a probe found the total row's
     interval, over 115 cells of 25 tasks as if independent, 1.7 times too narrow, and the next one
     an interval of task means that missed the pooled mean it stood beside)."""
     by: dict[str, list[float]] = {}
     for c, v in zip(cells, values, strict=True):
         if v is not None:
             by.setdefault(c.task, []).append(v)
-    ci = clusters.pooled_ci(list(by.values()))
+    ci = clusters.bootstrap_ci(list(by.values()), pooled=True)
     return None if ci is None else [_r(ci[0]), _r(ci[1])]
 
 
