@@ -8,6 +8,13 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+#: how long a test waits for what another process does in its own time (a ledger line written after
+#: the answer, a socket bound, a gateway gone): generous, since a wait ends as soon as its condition
+#: holds and costs nothing then. Under a load of 17 (a fast tier beside CI's Docker tier) fsyncs and
+#: process starts take seconds; a gateway test failed once there (not captured: its 5-10 s waits are
+#: the likeliest cause).
+SETTLE = 60.0
+
 
 def wait_for[T](pred: Callable[[], T], timeout: float, what: str, step: float = 0.5) -> T:
     """``pred()``'s first truthy value within ``timeout`` seconds, polled every ``step``."""

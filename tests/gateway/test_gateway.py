@@ -39,6 +39,7 @@ from gateway_support import (
     sse,
     wait_for,
 )  # fmt: skip
+from waiting import SETTLE
 
 from runner.ops.gateway import attempts, process
 from runner.results import ledger as L
@@ -80,7 +81,7 @@ def gateway(tmp_path, key, provider):
 def issue(out: Path, arm: str = "plain", budget: float | None = None) -> attempts.Issued:
     iss = attempts.issue(out, "t1", arm, f"2026-01-01__00-00-{len(list(attempts.list_records(out))):02d}",
                          budget_sec=budget)  # fmt: skip
-    wait_for(lambda: attempts.socket_path(out, iss.record.id).exists(), 10, "the attempt's socket")
+    wait_for(lambda: attempts.socket_path(out, iss.record.id).exists(), SETTLE, "the attempt's socket")
     return iss
 
 
@@ -96,13 +97,13 @@ def test_a_call_is_forwarded_with_the_real_key_and_recorded_with_its_usage(gatew
     (seen,) = provider.seen
     assert seen["auth"] == f"Bearer {key}"  # the key upstream, the token replaced
     assert seen["request_id"] == f"{a.record.id}.1" and seen["accept_encoding"] == "identity"
-    (c,) = wait_for(lambda: calls(out), 5, "the ledger line")
+    (c,) = wait_for(lambda: calls(out), SETTLE, "the ledger line")
     assert (c.outcome, c.status, c.attempt, c.task, c.arm) == (L.OK, 200, a.record.id, "t1", "plain")
     assert c.usage == (1234, 200, 56, 7) and c.response_id == "resp_1"
     assert c.param("model") == "quick" and c.first_byte_ms <= c.total_ms
     # a non-streamed JSON answer is read for its usage too
     assert post(attempts.socket_path(out, a.record.id), a.token, model="json")[0] == 200
-    js = wait_for(lambda: [c for c in calls(out) if c.param("model") == "json"], 5, "the JSON call")
+    js = wait_for(lambda: [c for c in calls(out) if c.param("model") == "json"], SETTLE, "the JSON call")
     assert js[0].usage == (USAGE["input_tokens"], 200, 56, 7)
     # a provider that echoes the request's headers: the key goes back to the agent masked
     status, body = post(attempts.socket_path(out, a.record.id), a.token, model="echo")
@@ -120,7 +121,9 @@ def test_a_call_is_forwarded_with_the_real_key_and_recorded_with_its_usage(gatew
     assert r.getheader("X-For-" + "*" * len(key)) == "1" and all(key not in h for h in r.headers)
     c.close()
     wait_for(
-        lambda: len([c for c in calls(out) if c.param("model") == "echo"]) == 2 or None, 5, "the echo calls"
+        lambda: len([c for c in calls(out) if c.param("model") == "echo"]) == 2 or None,
+        SETTLE,
+        "the echo calls",
     )
     rows = [json.loads(line) for line in ledger_path(out).read_bytes().splitlines()]
     # each: twice in the body (its id, the echoed headers), a header's value and name, the status
@@ -149,7 +152,7 @@ def test_the_providers_error_answers_reach_the_client_whole_and_the_ledger_by_st
     assert post(sock, a.token, model="bad")[0] == 400
     assert post(sock, a.token)[0] == 200  # the retry that got through
     assert post(attempts.socket_path(out, b.record.id), b.token)[0] == 200
-    rows = wait_for(lambda: len(calls(out)) == 6 and calls(out), 5, "six ledger lines")
+    rows = wait_for(lambda: len(calls(out)) == 6 and calls(out), SETTLE, "six ledger lines")
     assert [(c.outcome, c.status) for c in rows if c.attempt == a.record.id] == [
         (L.UPSTREAM_ERROR, 429)] * 3 + [(L.UPSTREAM_ERROR, 400), (L.OK, 200)]  # fmt: skip
     led = L.read_ledger(out)
@@ -178,7 +181,7 @@ def test_a_stream_passes_as_it_arrives_never_buffered_whole(gateway, provider):
         while chunk := s.recv(65536):
             got += chunk
     assert b"response.completed" in got
-    (c,) = wait_for(lambda: calls(out), 5, "the ledger line")
+    (c,) = wait_for(lambda: calls(out), SETTLE, "the ledger line")
     assert c.outcome == L.OK and c.usage is not None and c.first_byte_ms < c.total_ms
 
 
@@ -194,7 +197,7 @@ def test_a_client_that_goes_away_cancels_the_upstream_call(gateway, provider):
         got += s.recv(65536)
     s.close()  # the agent's codex went away mid-stream
     assert provider.disconnected.wait(10), "the gateway kept the upstream call running for nobody"
-    (c,) = wait_for(lambda: calls(out), 5, "the ledger line")
+    (c,) = wait_for(lambda: calls(out), SETTLE, "the ledger line")
     assert c.outcome == L.CLIENT_CLOSED and c.usage is None
 
 
@@ -208,7 +211,9 @@ def test_the_providers_connection_is_kept_for_the_next_call(gateway, provider):
         )
     assert len(provider.ports) == 3 and len(set(provider.ports)) == 1  # one connection carried all three
     got = wait_for(
-        lambda: [c for c in calls(out) if c.outcome == L.OK] if len(calls(out)) == 3 else None, 5, "3 lines"
+        lambda: [c for c in calls(out) if c.outcome == L.OK] if len(calls(out)) == 3 else None,
+        SETTLE,
+        "3 lines",
     )
     assert [c.usage for c in got] == [(1234, 200, 56, 7)] * 3
 
@@ -232,7 +237,7 @@ def test_a_client_slower_than_the_provider_holds_the_provider_and_loses_nothing(
     assert b"transfer-encoding: chunked" in head.lower()
     body = dechunk(framed)
     assert body.count(b": xxx") == BIG_EVENTS and b"response.completed" in body
-    (c,) = wait_for(lambda: calls(out), 5, "the ledger line")
+    (c,) = wait_for(lambda: calls(out), SETTLE, "the ledger line")
     assert c.outcome == L.OK and c.usage == (1234, 200, 56, 7)
 
 
@@ -265,7 +270,7 @@ def test_tokens_are_refused_without_a_token_from_another_attempt_ended_killed_or
     assert code_of(post(sock_c, c.token)[1]) == L.BUDGET
     forwarded = len(provider.seen)
     led = wait_for(
-        lambda: L.read_ledger(out, keep_calls=True) if len(calls(out)) >= 11 else None, 5, "every line"
+        lambda: L.read_ledger(out, keep_calls=True) if len(calls(out)) >= 11 else None, SETTLE, "every line"
     )
     refused = [x for x in led.calls if x.outcome == L.REFUSED]
     assert [x.refused for x in refused] == [
@@ -303,7 +308,7 @@ def test_an_attempt_whose_issuer_died_before_its_harbor_was_recorded_is_gone(gat
     assert not attempts.read_record(out, mine.record.id).gone()
     assert post(attempts.socket_path(out, mine.record.id), mine.token)[0] == 200
     sock = attempts.socket_path(out, orphan)  # bound as any live record's is, and refusing
-    wait_for(sock.exists, 10, "the orphan attempt's socket")
+    wait_for(sock.exists, SETTLE, "the orphan attempt's socket")
     assert code_of(post(sock, token)[1]) == L.GONE
 
 
@@ -345,7 +350,7 @@ def test_the_relay_marks_the_budgets_first_request_as_the_gateway_counts_it(gate
     marks, bodies = asyncio.run(scenario())
     assert [b.split(b"\r\n", 1)[0] for b in bodies] == [b"HTTP/1.1 200 OK"] * 2, bodies
     (mark,) = marks
-    first, second = wait_for(lambda: c if len(c := calls(out)) >= 2 else None, 5, "both calls")
+    first, second = wait_for(lambda: c if len(c := calls(out)) >= 2 else None, SETTLE, "both calls")
     assert (first.outcome, second.outcome, first.attempt) == (L.OK, L.OK, a.record.id)
     # the harness's budget start is the wire's, to within the relay's hop: never after it
     assert mark <= first.at < mark + 1.0, (mark, first.at)
@@ -357,14 +362,14 @@ def test_a_killed_gateway_is_restarted_with_the_outage_recorded_and_the_budget_k
     a = issue(out, budget=4.0)
     sock = attempts.socket_path(out, a.record.id)
     assert post(sock, a.token)[0] == 200
-    first = wait_for(lambda: calls(out), 5, "the first call")[0].at
+    first = wait_for(lambda: calls(out), SETTLE, "the first call")[0].at
     os.kill(st.pid, signal.SIGKILL)  # the gateway this test started (its registered identity)
-    wait_for(lambda: process.running(out) is None, 10, "the gateway to be gone")
+    wait_for(lambda: process.running(out) is None, SETTLE, "the gateway to be gone")
     new, started = process.ensure(out, s, by="test")
     assert started and new.pid != st.pid
     (o,) = L.read_outages(out)
     assert ("t1", "plain", a.record.stamp) in o.attempts and o.by == "test"
-    wait_for(lambda: sock.exists(), 10, "the socket bound again in the same dir")
+    wait_for(lambda: sock.exists(), SETTLE, "the socket bound again in the same dir")
     assert post(sock, a.token)[0] == 200  # the restarted gateway serves the attempt ...
     later = [c for c in calls(out) if c.outcome == L.OK][-1]
     assert abs(later.model_time_sec - (later.at - first)) < 0.01  # ... on the budget from its first call
@@ -385,14 +390,14 @@ def test_a_ledger_it_cannot_write_stops_the_gateway_and_the_restart_keeps_the_le
     sock = attempts.socket_path(out, a.record.id)
     for _ in range(6):
         assert post(sock, a.token)[0] == 200
-    wait_for(lambda: len(calls(out)) == 6, 5, "six ledger lines")
+    wait_for(lambda: len(calls(out)) == 6, SETTLE, "six ledger lines")
     ledger = ledger_path(out)
     size = ledger.stat().st_size
     others = [p.stat().st_size for p in gateway_dir(out).rglob("*") if p.is_file() and p != ledger]
     assert size > max(others) + 100  # only the ledger's next row crosses the limit
     resource.prlimit(st.pid, resource.RLIMIT_FSIZE, (size + 40, resource.RLIM_INFINITY))
     assert post(sock, a.token)[0] == 200  # answered; its row is what cannot be written
-    wait_for(lambda: process.running(out) is None, 10, "the gateway to exit")
+    wait_for(lambda: process.running(out) is None, SETTLE, "the gateway to exit")
     log = (gateway_dir(out) / process.LOG_FILE).read_text()
     assert "gateway: the ledger cannot be written (File too large): exiting" in log
     assert ledger.stat().st_size == size + 40  # the torn row: 40 bytes of it, no newline
@@ -400,9 +405,9 @@ def test_a_ledger_it_cannot_write_stops_the_gateway_and_the_restart_keeps_the_le
     assert started and new.pid != st.pid
     (o,) = L.read_outages(out)
     assert ("t1", "plain", a.record.stamp) in o.attempts
-    wait_for(lambda: sock.exists(), 10, "the socket bound again")
+    wait_for(lambda: sock.exists(), SETTLE, "the socket bound again")
     assert post(sock, a.token)[0] == 200
-    wait_for(lambda: len(calls(out)) == 7, 5, "the new gateway's call on the ledger")
+    wait_for(lambda: len(calls(out)) == 7, SETTLE, "the new gateway's call on the ledger")
     lines = ledger.read_bytes().split(b"\n")
     assert len(lines[7]) == 40 and json.loads(lines[8])["kind"] == L.GATEWAY_START  # the torn row alone
     starts = [g["gateway"] for g in L.read_ledger(out).gateways if g["kind"] == L.GATEWAY_START]
@@ -427,7 +432,7 @@ def test_a_cluster_job_restarts_its_hosts_killed_gateway_never_a_stopped_one(tmp
     ended = threading.Event()
     try:
         a = attempts.issue(out, "t1", "plain", "2026-01-01__00-00-00", budget_sec=None, host=host)
-        wait_for(lambda: attempts.socket_path(out, a.record.id).exists(), 10, "the attempt's socket")
+        wait_for(lambda: attempts.socket_path(out, a.record.id).exists(), SETTLE, "the attempt's socket")
         attempts.set_harbor(out, a.record.id, harbor.pid)
         keeper = threading.Thread(target=keep_gateway, args=(out, s, a.record.id, harbor, ended, 0.1))
         keeper.start()
@@ -436,9 +441,9 @@ def test_a_cluster_job_restarts_its_hosts_killed_gateway_never_a_stopped_one(tmp
             lambda: (n := process.running(out, host)) and n.pid != st.pid and n, 30, "a new gateway"
         )
         # the outage is written once the new gateway serves, a moment after it answers as running
-        (o,) = wait_for(lambda: L.read_outages(out), 10, "the outage")
+        (o,) = wait_for(lambda: L.read_outages(out), SETTLE, "the outage")
         assert o.by == f"job of attempt {a.record.id}" and ("t1", "plain", a.record.stamp) in o.attempts
-        wait_for(lambda: attempts.socket_path(out, a.record.id).exists(), 10, "the socket bound again")
+        wait_for(lambda: attempts.socket_path(out, a.record.id).exists(), SETTLE, "the socket bound again")
         assert post(attempts.socket_path(out, a.record.id), a.token)[0] == 200  # serving the attempt again
         # stopped on purpose (as `marathon kill` stops it, by its registered identity): left stopped
         assert process.stop(out, host).startswith("stopped")
@@ -478,7 +483,7 @@ def test_a_gateway_the_kill_ends_with_sigkill_counts_as_stopped_on_purpose(tmp_p
         os.kill(st.pid, signal.SIGSTOP)  # the gateway this test started: it cannot act on SIGTERM now
         report = act_kill(plan)
         assert [x.signal for x in report.stop.signalled if x.pid == st.pid] == ["SIGTERM", "SIGKILL"]
-        wait_for(lambda: process.running(out, host) is None, 10, "the gateway gone")
+        wait_for(lambda: process.running(out, host) is None, SETTLE, "the gateway gone")
         stops = [g for g in L.read_ledger(out).gateways if g.get("kind") == L.GATEWAY_STOP]
         assert stops == []  # it wrote no stop line of its own
         assert process.restart_if_failed(out, s, by="test") is None
@@ -548,7 +553,7 @@ def test_remote_sandboxes_reach_it_over_tls_by_token(tmp_path, key, provider):
             except urllib.error.HTTPError as e:
                 return e.code, e.read()
 
-        wait_for(lambda: process.running(out) is not None, 10, "the gateway")
+        wait_for(lambda: process.running(out) is not None, SETTLE, "the gateway")
         status, body = call(a.token)
         assert status == 200 and b"response.completed" in body
         # the in-sandbox relay as this route's TLS client (agents.relay): codex speaks plain HTTP to it
@@ -559,7 +564,7 @@ def test_remote_sandboxes_reach_it_over_tls_by_token(tmp_path, key, provider):
         assert head == b"HTTP/1.1 200 OK" and stats["unreachable"] == 0
         (mark,) = marks
         (first,) = wait_for(
-            lambda: [c for c in calls(out) if c.attempt == b.record.id], 5, "the relayed call"
+            lambda: [c for c in calls(out) if c.attempt == b.record.id], SETTLE, "the relayed call"
         )
         assert first.outcome == L.OK and mark <= first.at < mark + 1.0, (mark, first.at)
         # a relay that does not trust the gateway's certificate (the system's CAs only) gets nowhere:
@@ -619,7 +624,7 @@ def test_health_finds_a_dead_gateway_that_live_attempts_need_and_fix_restarts_it
             and not [f for f in rep.findings if f.kind == "gateway_dead"]
         )
         os.kill(st.pid, signal.SIGKILL)  # the gateway this test started
-        wait_for(lambda: process.running(out) is None, 10, "the gateway to be gone")
+        wait_for(lambda: process.running(out) is None, SETTLE, "the gateway to be gone")
         rep, _ = check(out)
         (dead,) = [f for f in rep.findings if f.kind == "gateway_dead"]
         assert dead.fixable and dead.data["attempts"] == [a.record.id]
@@ -661,7 +666,7 @@ def test_a_runner_that_ends_with_attempts_running_leaves_their_gateway_serving(t
         launcher.close(still_running=True)
         assert (now := process.running(out)) is not None and now.pid == st.pid
         launcher.close()
-        wait_for(lambda: process.running(out) is None, 15, "the gateway to stop at the run's end")
+        wait_for(lambda: process.running(out) is None, SETTLE, "the gateway to stop at the run's end")
     finally:
         process.stop(out)
         shutil.rmtree(attempts.socket_root(out), ignore_errors=True)
@@ -686,7 +691,7 @@ def test_spend_caps_are_refused_at_the_wire_402_finish_lets_started_attempts_go_
     sock_a, sock_b = attempts.socket_path(out, a.record.id), attempts.socket_path(out, b.record.id)
 
     def after(n: int) -> None:  # the ledger has n lines: what the next call's check reads
-        wait_for(lambda: len(calls(out)) >= n, 5, f"{n} ledger lines")
+        wait_for(lambda: len(calls(out)) >= n, SETTLE, f"{n} ledger lines")
 
     assert post(sock_a, a.token)[0] == 200
     after(1)
@@ -709,7 +714,7 @@ def test_spend_caps_are_refused_at_the_wire_402_finish_lets_started_attempts_go_
     assert code_of(post(sock_a, a.token)[1]) == L.SPEND_CAP_ARM
     assert post(sock_b, b.token)[0] == 200
     led = wait_for(
-        lambda: L.read_ledger(out, keep_calls=True) if len(calls(out)) >= 10 else None, 5, "every line"
+        lambda: L.read_ledger(out, keep_calls=True) if len(calls(out)) >= 10 else None, SETTLE, "every line"
     )
     refused = [(c.arm, c.refused, c.status) for c in led.calls if c.outcome == L.REFUSED]
     assert refused == [("goal", L.SPEND_CAP_RUN, 402), ("plain", L.SPEND_CAP_RUN, 402),
@@ -767,7 +772,7 @@ def test_under_a_spend_cap_an_attempts_calls_go_upstream_one_at_a_time(gateway, 
     sock = attempts.socket_path(out, a.record.id)
     held = [send_call(sock, a.token, "stream-wait", 20) for _ in range(4)]
     try:
-        wait_for(lambda: len(provider.seen) >= 1 or None, 10, "the first call upstream")
+        wait_for(lambda: len(provider.seen) >= 1 or None, SETTLE, "the first call upstream")
         time.sleep(1.0)  # the others would reach the provider within milliseconds
         assert len(provider.seen) == 1
         provider.go.set()
@@ -847,7 +852,7 @@ def test_a_client_that_hangs_up_before_the_usage_is_counted_by_the_caps_at_an_es
         if got.startswith(b"HTTP/1.1 402"):
             break
         closed = lambda k=n: [c for c in calls(out) if c.outcome == L.CLIENT_CLOSED][k - 1 : k] or None  # noqa: E731
-        (row,) = wait_for(closed, 10, f"hang-up {n}")
+        (row,) = wait_for(closed, SETTLE, f"hang-up {n}")
         assert row.usage is None and row.estimate is not None
         inp, events = row.estimate
         assert inp == body_bytes // BYTES_PER_TOKEN + 1 and events >= 6  # created + 5 keepalives at least
@@ -875,7 +880,7 @@ def test_two_records_written_within_one_tick_are_both_served(gateway, provider):
     b = attempts.issue(out, "t1", "goal", "2026-01-01__00-00-59", budget_sec=None)
     _same_tick(d, before)
     sock_b = attempts.socket_path(out, b.record.id)
-    wait_for(sock_b.exists, 10, "the second attempt's socket")
+    wait_for(sock_b.exists, SETTLE, "the second attempt's socket")
     assert post(sock_b, b.token)[0] == 200 and post(attempts.socket_path(out, a.record.id), a.token)[0] == 200
 
 
@@ -941,7 +946,7 @@ def test_a_hostile_clients_paths_stay_under_v1_and_its_calls_stay_on_the_ledger(
     status, body = _send(sock, a.token, "/v1/responses", bomb, {"Content-Encoding": "gzip"})
     assert (status, code_of(body)) == (415, L.UNREADABLE)  # its parameters unknown: never upstream
     got = wait_for(lambda: [c for c in calls(out) if c.outcome != L.REFUSED] if len(
-        [c for c in calls(out) if c.outcome != L.REFUSED]) == 2 else None, 10, "two ledger lines")  # fmt: skip
+        [c for c in calls(out) if c.outcome != L.REFUSED]) == 2 else None, SETTLE, "two ledger lines")  # fmt: skip
     assert len(provider.seen) == 2  # each call the provider got is on the ledger, read back
     nan_line, long_line = got
     assert nan_line.param("tool_choice") == "not a JSON value the ledger keeps (non-finite or too deep)"
@@ -995,7 +1000,7 @@ def test_only_the_codex_calls_go_upstream_and_only_what_the_ledger_can_meter(gat
     _send(
         sock, a.token, "/v1/responses/compact", call
     )  # codex's compaction: forwarded (the provider answers it)
-    led = wait_for(lambda: calls(out) if len(calls(out)) >= 15 else None, 10, "every ledger line")
+    led = wait_for(lambda: calls(out) if len(calls(out)) >= 15 else None, SETTLE, "every ledger line")
     assert len(provider.seen) == 2 and [c.path for c in led if c.forwarded] == [
         "/v1/responses",
         "/v1/responses/compact",
@@ -1034,7 +1039,7 @@ def test_an_attempt_that_floods_its_socket_with_connections_holds_at_most_its_sh
         for s in flood:
             s.close()
     assert wait_for(
-        lambda: post(attempts.socket_path(out, a.record.id), a.token)[0] == 200 or None, 10, "a's call"
+        lambda: post(attempts.socket_path(out, a.record.id), a.token)[0] == 200 or None, SETTLE, "a's call"
     )
 
 
@@ -1047,7 +1052,7 @@ def _calls_held(out: Path, provider, timeout: float) -> tuple[attempts.Issued, l
     sock = attempts.socket_path(out, a.record.id)
     held = [send_call(sock, a.token, "stream-wait", timeout) for _ in range(MAX_CALLS + 2)]
     try:
-        wait_for(lambda: len(provider.seen) == MAX_CALLS or None, 10, "the first calls upstream")
+        wait_for(lambda: len(provider.seen) == MAX_CALLS or None, SETTLE, "the first calls upstream")
     except BaseException:
         for s in held:
             s.close()
@@ -1076,7 +1081,7 @@ def test_an_attempts_calls_in_flight_are_capped_and_the_rest_wait_their_turn(gat
         for s in held:
             s.close()
     assert len(provider.seen) == MAX_CALLS + 2
-    wait_for(lambda: len(calls(out)) == MAX_CALLS + 2 or None, 5, "every call on the ledger")
+    wait_for(lambda: len(calls(out)) == MAX_CALLS + 2 or None, SETTLE, "every call on the ledger")
     assert {c.outcome for c in calls(out)} == {L.OK}
 
 
@@ -1109,7 +1114,7 @@ def test_a_large_body_is_parsed_by_a_child_without_the_key_and_the_loop_serves_m
             rows = map(json.loads, ledger_path(out).read_bytes().splitlines())
             return next((r for r in rows if r.get("request_id") == request_id and "outcome" in r), None)
 
-        return wait_for(row, 10, f"the ledger line of {request_id}")["params"]
+        return wait_for(row, SETTLE, f"the ledger line of {request_id}")["params"]
 
     gw = psutil.Process(st.pid)
     assert gw.children() == []  # no child until a large body comes
@@ -1129,7 +1134,7 @@ def test_a_large_body_is_parsed_by_a_child_without_the_key_and_the_loop_serves_m
     t.start()
     try:
         wait_for(lambda: len(provider.seen) == 1 and t.is_alive() and child.status() == psutil.STATUS_STOPPED,
-                 5, "the large body at the parser")  # fmt: skip
+                 SETTLE, "the large body at the parser")  # fmt: skip
         assert post(attempts.socket_path(out, b.record.id), b.token)[0] == 200
         assert len(provider.seen) == 2 and t.is_alive()
     finally:
@@ -1175,7 +1180,7 @@ def test_a_call_in_flight_is_cut_where_the_budget_ends(gateway, provider):
         s.close()
     assert b"keepalive" in got and b"response.completed" not in got
     assert provider.disconnected.wait(10), "the provider's call was not cancelled"
-    cut = wait_for(lambda: [c for c in calls(out) if c.outcome == L.CUT], 10, "the cut on the ledger")
+    cut = wait_for(lambda: [c for c in calls(out) if c.outcome == L.CUT], SETTLE, "the cut on the ledger")
     (row,) = [json.loads(x) for x in ledger_path(out).read_bytes().splitlines() if b'"cut"' in x]
     assert len(cut) == 1 and row["cut"] == L.BUDGET and cut[0].usage is None
     assert time.time() - first < 20  # cut, not run out (the stream alone lasts 30 s)
@@ -1199,7 +1204,7 @@ def test_an_ended_attempts_calls_in_flight_are_cut_and_the_queued_ones_refused(g
         for s in held:
             s.close()
     assert len(provider.seen) == MAX_CALLS  # none forwarded after the end
-    rows = wait_for(lambda: calls(out) if len(calls(out)) == MAX_CALLS + 2 else None, 10, "every call")
+    rows = wait_for(lambda: calls(out) if len(calls(out)) == MAX_CALLS + 2 else None, SETTLE, "every call")
     assert sorted(c.outcome for c in rows) == sorted([L.CUT] * MAX_CALLS + [L.REFUSED] * 2)
     assert {c.refused for c in rows if c.outcome == L.REFUSED} == {L.ENDED}
     assert sum(b"attempt_ended" in got for got in answers) == 2
