@@ -16,6 +16,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runner.ops.gateway import wire
 from runner.ops.gateway.wire import UsageScanner, request_params, usage_of
 from runner.results import ledger as L
 
@@ -67,6 +68,66 @@ def test_a_cut_stream_has_no_usage_and_a_runaway_event_is_dropped():
     runaway = UsageScanner("text/event-stream")
     runaway.feed(b"data: " + b"x" * (5 * 1024 * 1024))  # no blank line, ever
     assert runaway.overflow and len(runaway._buf) == 0
+    for _ in range(40 * 16):  # 40 MiB more in 64 KiB reads: what is kept of it stays bounded
+        runaway.feed(b"x" * 65536)
+    assert len(runaway._buf) == 0 and len(runaway._big.tail) <= 2 * wire.BIG_TAIL + 65536
+    runaway.close()
+    assert runaway.usage is None and runaway.final is None  # no final event, no usage
+
+
+def _big_final(kind: str, echoed: int, crlf: bool, named: bool) -> bytes:
+    """A final event of ``echoed`` bytes of instructions (the response object echoes them), with
+    the Responses API's key order: ``usage`` after the output and the tools, before ``metadata``."""
+    response = {
+        "id": "resp_big", "object": "response", "status": kind.rpartition(".")[2],
+        "instructions": 'say "usage": {"input_tokens": 1}\n' * (echoed // 34),  # text: never the key
+        "output": [{"type": "message", "content": [{"type": "output_text", "text": "done"}]}],
+        "tools": [{"type": "function", "name": "shell", "parameters": {"usage": {"type": "string"}}}],
+        "usage": USAGE, "user": None, "metadata": {"note": "x" * 1000},
+    }  # fmt: skip
+    head = f"event: {kind}\n" if named else ""
+    event = f"{head}data: {json.dumps({'type': kind, 'sequence_number': 99, 'response': response})}\n\n"
+    return (event.replace("\n", "\r\n") if crlf else event).encode()
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    st.sampled_from(["response.completed", "response.incomplete", "response.failed"]),
+    st.integers(min_value=wire.MAX_EVENT + 1, max_value=wire.MAX_EVENT + 3 * wire.BIG_TAIL),
+    st.booleans(),
+    st.booleans(),
+    st.integers(min_value=2_000, max_value=200_000),
+)
+def test_a_final_event_past_the_kept_size_still_gives_its_usage(kind, echoed, crlf, named, read):
+    """Found in the gateway's list of what it does not protect (2026-12-07): a final event over
+    4 MiB (an answer echoing megabytes of instructions) lost its usage, and the call counted at the
+    estimate. Its head gives its type and the tail its usage, however the reads cut it."""
+    data = _stream(n_deltas=3, crlf=crlf)
+    data = data[: data.index(b"event: response.completed")] + _big_final(kind, echoed, crlf, named)
+    data += b": after\n\n" if not crlf else b": after\r\n\r\n"
+    sc = UsageScanner("text/event-stream")
+    for i in range(0, len(data), read):
+        sc.feed(data[i : i + read])
+    sc.close()
+    assert sc.overflow  # it was too long to keep whole
+    assert sc.usage == usage_of({"usage": USAGE}) and sc.final == kind.rpartition(".")[2]
+    assert sc.response_id == "resp_big"
+    assert sc._big is None and len(sc._buf) == 0
+
+
+def test_a_long_event_that_is_not_final_gives_no_usage_and_the_next_one_is_read():
+    big_delta = (
+        b"event: response.output_text.delta\ndata: "
+        + json.dumps(
+            {"type": "response.output_text.delta", "delta": "x" * wire.MAX_EVENT, "usage": USAGE}
+        ).encode()
+    )
+    sc = UsageScanner("text/event-stream")
+    sc.feed(big_delta + b"\n\n")
+    assert sc.usage is None and sc.final is None  # a delta's own "usage" key is no answer's usage
+    sc.feed(_stream(n_deltas=2))
+    sc.close()
+    assert sc.usage == usage_of({"usage": USAGE}) and (sc.response_id, sc.final) == ("resp_9", "completed")
 
 
 def test_a_json_answer_and_an_incomplete_one():

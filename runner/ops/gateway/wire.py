@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import zlib
 from typing import Any
 
@@ -22,6 +23,15 @@ FINAL_EVENTS = (b"response.completed", b"response.incomplete", b"response.failed
 MAX_JSON_ANSWER = 16 * 1024 * 1024
 #: the longest SSE event kept while waiting for its end (a final event is a few KB; deltas are skipped)
 MAX_EVENT = 4 * 1024 * 1024
+#: of a longer event, what is kept: its head (its type, the response's id) and its last bytes (a
+#: response object ends with ``usage``, ``user`` and ``metadata``); the middle passes unread
+BIG_HEAD = 64 * 1024
+BIG_TAIL = 256 * 1024
+_TYPE = re.compile(rb'\s*\{\s*"type"\s*:\s*"([^"\\]{1,100})"')
+_EVENT_NAME = re.compile(rb"^event:[ ]?(\S{1,100})[ \t\r]*$", re.MULTILINE)
+_RESPONSE_ID = re.compile(rb'"response"\s*:\s*\{\s*"id"\s*:\s*"([^"\\]{1,200})"')
+#: a JSON key ``usage`` (inside a string its quotes would be escaped, so this is never model text)
+_USAGE_KEY = re.compile(rb'"usage"\s*:\s*')
 
 
 #: the most a request body is decompressed to for its parameters: what the gateway accepts raw
@@ -207,7 +217,8 @@ class UsageScanner:
         self.response_id: str | None = None
         self.usage: dict[str, int] | None = None
         self.final: str | None = None  # completed | incomplete | failed
-        self.overflow = False
+        self.overflow = False  # an event (or a JSON answer) too long to keep whole passed
+        self._big: _BigEvent | None = None
         self.events = 0  # the stream's events passed (``estimate``: about one output token each)
 
     def feed(self, chunk: bytes) -> None:
@@ -217,17 +228,27 @@ class UsageScanner:
             else:
                 self.overflow = True
             return
+        if self._big is not None:
+            chunk = self._big.feed(chunk)
+            if self._big.ended:
+                self._big_event(self._big)
+                self._big = None
+            if not chunk:
+                return
+        start = max(0, len(self._buf) - 3)  # what is kept was searched already (a blank line may straddle)
         self._buf += chunk
         while True:
-            cut = _event_end(self._buf)
+            cut = _event_end(self._buf, start)
             if cut is None:
                 break
             event, rest = bytes(self._buf[: cut[0]]), cut[1]
             del self._buf[:rest]
+            start = 0
             self.events += 1
             self._event(event)
-        if len(self._buf) > MAX_EVENT:  # a runaway event (no blank line): drop it, never grow without end
+        if len(self._buf) > MAX_EVENT:  # a long event (no blank line yet): its head and tail kept, never all
             self.overflow = True
+            self._big = _BigEvent(bytes(self._buf[:BIG_HEAD]), bytearray(self._buf[-BIG_TAIL:]))
             self._buf.clear()
 
     def close(self) -> None:
@@ -240,6 +261,9 @@ class UsageScanner:
                     d = None
                 if isinstance(d, dict):
                     self._take(d)
+        elif self._big is not None:  # the answer ended inside a long event: its end is the answer's
+            self._big_event(self._big)
+            self._big = None
         elif self._buf.strip():
             self._event(bytes(self._buf))
         self._buf.clear()
@@ -259,6 +283,30 @@ class UsageScanner:
             self.final = kind.rpartition(".")[2] or None
             self._take(d["response"])
 
+    def _big_event(self, big: _BigEvent) -> None:
+        """A final event too long to parse (over ``MAX_EVENT``: an answer echoing megabytes of
+        instructions): its type from its head, its ``usage`` from the last such key in its tail.
+        Until 2026-12-07 it was dropped and the call counted at the estimate."""
+        self.events += 1
+        kind = big.kind()
+        if kind is None or kind.encode() not in FINAL_EVENTS:
+            return
+        self.final = kind.rpartition(".")[2] or None
+        m = _RESPONSE_ID.search(big.head)
+        if m is not None:
+            self.response_id = m.group(1).decode("utf-8", "replace")
+        tail = bytes(big.tail)
+        keys = list(_USAGE_KEY.finditer(tail))
+        if not keys:
+            return
+        try:
+            usage, _end = json.JSONDecoder().raw_decode(tail[keys[-1].end() :].decode("utf-8", "replace"))
+        except (ValueError, RecursionError):
+            return
+        u = usage_of({"usage": usage})
+        if u is not None:
+            self.usage = u
+
     def _take(self, response: dict) -> None:
         rid = response.get("id")
         if isinstance(rid, str):
@@ -268,11 +316,46 @@ class UsageScanner:
             self.usage = u
 
 
-def _event_end(buf: bytearray) -> tuple[int, int] | None:
+class _BigEvent:
+    """An SSE event past ``MAX_EVENT`` as it passes: its first ``BIG_HEAD`` bytes, its last
+    ``BIG_TAIL`` (the middle dropped as it comes), until the blank line that ends it."""
+
+    def __init__(self, head: bytes, tail: bytearray) -> None:
+        self.head = head
+        self.tail = tail
+        self.ended = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Take the event's bytes of ``chunk``; what follows its end is returned (b"" until then)."""
+        start = max(0, len(self.tail) - 3)  # a blank line may straddle two reads
+        self.tail += chunk
+        cut = _event_end(self.tail, start)
+        if cut is None:
+            if len(self.tail) > 2 * BIG_TAIL:
+                del self.tail[:-BIG_TAIL]
+            return b""
+        rest = bytes(self.tail[cut[1] :])
+        del self.tail[cut[0] :]
+        self.ended = True
+        return rest
+
+    def kind(self) -> str | None:
+        """The event's type: its ``event:`` line, else the ``type`` its data begins with."""
+        m = _EVENT_NAME.search(self.head)
+        if m is not None:
+            return m.group(1).decode("ascii", "replace")
+        for line in self.head.splitlines():
+            if line.startswith(b"data:"):
+                t = _TYPE.match(line, 5)
+                return t.group(1).decode("utf-8", "replace") if t else None
+        return None
+
+
+def _event_end(buf: bytearray, start: int = 0) -> tuple[int, int] | None:
     """(end of the event, start of the next) at the first blank line, either line ending."""
     best = None
     for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
-        i = buf.find(sep)
+        i = buf.find(sep, start)
         if i >= 0 and (best is None or i < best[0]):
             best = (i, i + len(sep))
     return best
