@@ -16,7 +16,7 @@ Rules applied here (none re-implemented from ``runner.results.rules``):
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
@@ -156,8 +156,8 @@ NO_MEASURE = (
     "counted as a failure"
 )
 
-#: the measures of a done attempt, as bits: a task's (``task_measures``) are those any done attempt
-#: of it has (``runner.results.matrix``), and a done cell without one of them is a hole
+#: the measures of a done attempt, as bits: a task's (``task_measures``) are those its arms' done
+#: attempts share (``shared_measures``), and a done cell without one of them is a hole
 PARTIAL, REWARD, PASS_RATE = 1, 2, 4
 _NAMES = ((PARTIAL, "partial score"), (REWARD, "reward"), (PASS_RATE, "test pass rate"))
 
@@ -167,6 +167,22 @@ def measures_of(f: Figures) -> int:
     of 0 have no pass rate to average, but are the verifier's word, not a hole (``tests_counted``)."""
     rate = f.pass_rate is not None or f.tests_counted
     return (f.partial is not None) | (f.reward is not None) << 1 | rate << 2
+
+
+def shared_measures(by_arm: Mapping[str, int]) -> int:
+    """A task's measures (``task_measures``) from what each arm's done attempts of it have
+    (``measures_of``, or'ed over an arm's attempts; an arm with done attempts and no measure is 0):
+    a measure at least two arms have, or every arm when fewer do. One arm's files never make another
+    arm's cell a hole: a probe planted a metrics.json in one arm's trial of a task whose verifier
+    writes none, and every other arm's cell of the task failed for lacking a partial score
+    (2026-12-07). An arm that deletes its own still fails, where another arm has the measure too."""
+    arms = len(by_arm)
+    got = 0
+    for bit, _name in _NAMES:
+        n = sum(1 for m in by_arm.values() if m & bit)
+        if n >= 2 or (n and n == arms):
+            got |= bit
+    return got
 
 
 def _holes(f: Figures, task_measures: int) -> int:
@@ -194,7 +210,7 @@ def build_cell(
 ) -> Cell:
     """The cell of one pair from its attempts: the latest done attempt with a score scores it.
 
-    ``task_measures``: the measures some done attempt of this task (any arm) has (``measures_of``); a
+    ``task_measures``: the measures this task's arms share (``shared_measures``); a
     done cell without one of them (its metrics.json deleted or emptied of scores, its reward gone) is
     then a hole and counts as a failure."""
     atts = list(attempts)

@@ -14,16 +14,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 from runner.results.attempts import DONE, Attempt, Key, refresh_attempt
-from runner.results.cells import Cell, build_pair_cell, claimed_repeats, measures_of
+from runner.results.cells import Cell, build_pair_cell, claimed_repeats, measures_of, shared_measures
 from runner.results.ledger import Ledger
 from runner.results.runs import RunLog
 from runner.results.scan import TreeScan
 
 
-def _measures(a: Attempt) -> int:
-    """The measures a done attempt's scores have (none while its metrics say in progress)."""
+def _add_measures(by_arm: dict[str, int], a: Attempt) -> None:
+    """Or a done attempt's measures into its arm's (``cells.shared_measures``); an attempt not done,
+    or whose metrics say in progress, has none to give and makes no arm done."""
     f = a.figures
-    return measures_of(f) if a.status == DONE and not f.in_progress_metrics else 0
+    if a.status == DONE and not f.in_progress_metrics:
+        by_arm[a.arm] = by_arm.get(a.arm, 0) | measures_of(f)
 
 
 class CellMatrix:
@@ -36,8 +38,8 @@ class CellMatrix:
         self._scoped_cache: dict[str, dict[Key, Cell]] = {}
         self._built_repeats = 1  # the K the cells were last built with
         self._filled: set[Key] = set()  # pending cells the last matrix fill added
-        #: per task, the measures some done attempt of it has (``cells.measures_of`` bits; a task with
-        #: none is absent): ``build_cell``'s ``task_measures``
+        #: per task, the measures its arms' done attempts share (``cells.shared_measures``; a task
+        #: with none is absent): ``build_cell``'s ``task_measures``
         self._task_measures: dict[str, int] = {}
         #: the gateway's ledger (``runner.results.ledger``; empty without one): the wire's tokens
         self.ledger = Ledger()
@@ -108,10 +110,11 @@ class CellMatrix:
         tasks = {k[0] for k in pairs}
         now: dict[str, int] = {}
         if full:  # every attempt is in ``per``: each task's measures in one pass
+            arms_of: dict[str, dict[str, int]] = {}
             for atts in per.values():
                 for a in atts:
-                    if m := _measures(a):
-                        now[a.task] = now.get(a.task, 0) | m
+                    _add_measures(arms_of.setdefault(a.task, {}), a)
+            now = {t: m for t, by_arm in arms_of.items() if (m := shared_measures(by_arm))}
         else:
             now = {t: m for t in tasks if (m := self._measures_of_task(t))}
         known = self._task_measures
@@ -144,13 +147,13 @@ class CellMatrix:
 
     def _measures_of_task(self, task: str) -> int:
         by_pair, attempts = self.scan.by_pair, self.scan.attempts
-        got = 0
+        by_arm: dict[str, int] = {}
         for arm in self.scan.arms_seen:
             for ak in by_pair.get((task, arm), ()):
                 a = attempts.get(ak)
                 if a is not None:
-                    got |= _measures(a)
-        return got
+                    _add_measures(by_arm, a)
+        return shared_measures(by_arm)
 
     def _fill_matrix(self) -> None:
         """Every task x arm seen or planned has a cell; a pair with no attempt is pending (or claimed)."""

@@ -479,7 +479,13 @@ def read_trial(trial_dir: Path | str) -> TrialRecord:
     if metrics.state not in (REFUSED, IN_PROGRESS):
         ver = data.get("verifier")
         fin = parse_time(ver.get("finished_at")) if isinstance(ver, dict) else None
-        why = tampered(d, fin, parse_time(data.get("finished_at")))
+        # a multi-step trial's verifier runs once a step: its files may predate the last run's start
+        began = (
+            None
+            if data.get("step_results") or not isinstance(ver, dict)
+            else parse_time(ver.get("started_at"))
+        )
+        why = tampered(d, fin, parse_time(data.get("finished_at")), began)
         if why:
             metrics = Metrics(state=TAMPERED, error=why)
     return trial_from_dict(name, data, metrics, receipt)
@@ -525,9 +531,19 @@ TAMPER_SLACK_NS = 1_000_000_000
 
 
 def tampered(
-    trial_dir: str, verifier_finished: datetime | None, trial_finished: datetime | None = None
+    trial_dir: str,
+    verifier_finished: datetime | None,
+    trial_finished: datetime | None = None,
+    verifier_started: datetime | None = None,
 ) -> str:
     """Why the trial's verifier files are not the verifier's own (``""`` when they are).
+
+    A verifier file last written before the verifier started (``verifier_started``; ``_latest_start``
+    dates it by reward.txt) is not the verifier's either: harbor removes the reward files before it
+    verifies, not a metrics.json,
+    so one the agent planted during its run was read as the verifier's. A probe planted one in a task
+    whose verifier writes none: that arm got its partial score, and the hole rule then failed every
+    other arm's cell of the task for lacking one (2026-12-07).
 
     harbor writes a trial's ``result.json`` last: after its verifier finished (``verifier.finished_at``
     in that file), after it stopped the environment and fixed the log dirs' owner. So a verifier
@@ -554,8 +570,9 @@ def tampered(
         fin_ns = int(verifier_finished.timestamp() * 1e9)
         if trial_finished is not None and trial_finished.tzinfo is not None:
             fin_ns += res_mtime - int(trial_finished.timestamp() * 1e9)  # in the disk's clock
-    for rel in VERIFIER_FILES:
-        t = safeio.lstat_times(f"{trial_dir}/{rel}")
+    seen = {rel: safeio.lstat_times(f"{trial_dir}/{rel}") for rel in VERIFIER_FILES}
+    start_ns = _latest_start(seen.get(TrialFiles.REWARD_TXT), verifier_started, verifier_finished)
+    for rel, t in seen.items():
         if t is None:
             continue
         mtime, ctime = t
@@ -563,6 +580,8 @@ def tampered(
             return f"{rel} changed {(ctime - res_ctime) / 1e9:.1f} s after harbor wrote result.json"
         if fin_ns is not None and mtime > fin_ns + TAMPER_SLACK_NS:
             return f"{rel} written {(mtime - fin_ns) / 1e9:.1f} s after the verifier finished"
+        if start_ns is not None and mtime < start_ns - TAMPER_SLACK_NS:
+            return f"{rel} written at least {(start_ns - mtime) / 1e9:.1f} s before the verifier started"
     t = safeio.lstat_times(f"{trial_dir}/{TrialFiles.VERIFIER_DIR}")
     if t is not None and t[1] > res_ctime + TAMPER_SLACK_NS:
         return (
@@ -570,6 +589,21 @@ def tampered(
             f"{(t[1] - res_ctime) / 1e9:.1f} s after harbor wrote result.json"
         )
     return ""
+
+
+def _latest_start(
+    reward_txt: tuple[int, int] | None, started: datetime | None, finished: datetime | None
+) -> int | None:
+    """The latest the verifier can have started, in the output disk's clock (ns): its reward.txt,
+    which harbor removes before it verifies, was written during its run, so no later than the
+    file's mtime less the run's length (harbor's two stamps; a length needs no clock of the disk's).
+    None without a reward.txt or the stamps. Not the trial's end moved by the disk's offset: harbor
+    may write result.json a while after its end, which would date the start too late."""
+    if reward_txt is None or started is None or finished is None:
+        return None
+    if started.tzinfo is None or finished.tzinfo is None:
+        return None
+    return reward_txt[0] - max(0, int((finished - started).total_seconds() * 1e9))
 
 
 def trial_from_job_summary(d: Mapping[str, Any], job_dir: str) -> TrialRecord | None:

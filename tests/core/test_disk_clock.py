@@ -28,7 +28,7 @@ def _t(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-def _job(tmp_path: Path, offset: float, late: float | None) -> tuple[Path, Path]:
+def _job(tmp_path: Path, offset: float, late: float | None, early: float | None = None) -> tuple[Path, Path]:
     """The recorded job with its files' times as a disk ``offset`` s from harbor's clock records
     them; ``late``: metrics.json rewritten that many seconds (harbor's clock) after the verifier
     finished, before harbor wrote result.json (a process the agent left running, during teardown)."""
@@ -43,6 +43,11 @@ def _job(tmp_path: Path, offset: float, late: float | None) -> tuple[Path, Path]
         os.utime(f, (at, at))
     if late is not None:
         at = ver_fin + late + offset
+        os.utime(t / "verifier" / "metrics.json", (at, at))
+    if (
+        early is not None
+    ):  # planted during the agent's run: last written ``early`` s before the verifier began
+        at = _t(res["verifier"]["started_at"]) - early + offset
         os.utime(t / "verifier" / "metrics.json", (at, at))
     at = trial_fin + offset  # harbor writes result.json last (its ctime the newest, as harbor's is)
     (t / "result.json").write_bytes((t / "result.json").read_bytes())
@@ -73,3 +78,25 @@ def test_a_write_after_the_verifier_finished_is_caught_whatever_the_disks_clock(
     job, t = _job(tmp_path, offset, late=60.0)
     assert _verdicts(job, t) == (records.TAMPERED, records.TAMPERED)
     assert "metrics.json written 60.0 s after the verifier finished" in records.read_trial(t).metrics.error
+
+
+@pytest.mark.parametrize("offset", [0.0, 120.0, -120.0])
+def test_a_file_planted_before_the_verifier_started_is_caught_whatever_the_disks_clock(tmp_path, offset):
+    """Found by a probe (2026-12-07): harbor removes the reward files before it verifies, not a
+    metrics.json, so one the agent wrote during its run read as the verifier's (and, in a task whose
+    verifier writes none, made every other arm's cell of the task a hole)."""
+    job, t = _job(tmp_path, offset, late=None, early=60.0)
+    assert _verdicts(job, t) == (records.TAMPERED, records.TAMPERED)
+    assert "metrics.json written at least 59.5 s before the verifier started" in records.read_trial(t).metrics.error
+
+
+def test_a_multi_step_trials_earlier_verifier_files_are_not_judged_by_the_last_start(tmp_path):
+    # a multi-step trial's verifier runs once a step: a file of an earlier step's run predates the
+    # start its result.json gives
+    _job_dir, t = _job(tmp_path, 0.0, late=None, early=60.0)
+    res = json.loads((t / "result.json").read_text())
+    res["step_results"] = [{"step_name": "one"}, {"step_name": "two"}]
+    st = os.stat(t / "result.json")
+    (t / "result.json").write_text(json.dumps(res, indent=4))
+    os.utime(t / "result.json", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert records.read_trial(t).metrics.state == records.OK

@@ -262,6 +262,43 @@ def test_a_done_attempt_without_the_pass_rate_or_reward_its_task_has_is_flagged(
     assert not cell(core, "calc-partial", "oracle").flagged
 
 
+def test_one_arms_measure_never_makes_another_arms_cell_a_hole(core):
+    """Found by a probe (2026-12-07): in a task whose verifier writes no metrics.json, one arm's
+    trial with a metrics.json (planted by its agent) made every other arm's cell of the task a hole,
+    each a failure. A task's measures are those at least two of its arms have (``shared_measures``):
+    the others stay done and unflagged; an arm without a measure two others have still fails."""
+    from runner.results.cells import NO_PARTIAL
+
+    arms = ("oracle", "nop", "partial")
+    assert all(cell(core, "calc-partial", a).partial is not None for a in arms)
+    for arm in arms[1:]:
+        (trial_dir(core, "calc-partial", arm) / "verifier" / "metrics.json").unlink()
+    real_trees.restore_write_order(core)
+    for arm in arms[1:]:
+        c = cell(core, "calc-partial", arm)
+        assert (c.status, c.flagged) == ("done", False), (arm, c.status, c.note)
+    assert cell(core, "calc-partial", "oracle").partial is not None  # its own figure, its own cell
+    # two arms with a partial: the third, without one, is the hole it always was
+    shutil.copy(
+        trial_dir(core, "calc-partial", "oracle") / "verifier" / "metrics.json",
+        trial_dir(core, "calc-partial", "nop") / "verifier" / "metrics.json",
+    )
+    real_trees.restore_write_order(core)
+    c = cell(core, "calc-partial", "partial")
+    assert (c.status, c.flagged) == ("unreadable", True) and NO_PARTIAL in c.note, (c.status, c.note)
+
+
+def test_the_shared_measures_rule():
+    from runner.results.cells import PARTIAL, PASS_RATE, REWARD, shared_measures
+
+    every = PARTIAL | REWARD | PASS_RATE
+    assert shared_measures({}) == 0
+    assert shared_measures({"a": every}) == every  # one arm: its own
+    assert shared_measures({"a": every, "b": REWARD}) == REWARD  # two arms differ: neither can tell
+    assert shared_measures({"a": every, "b": every, "c": REWARD}) == every
+    assert shared_measures({"a": PARTIAL, "b": REWARD, "c": REWARD, "d": 0}) == REWARD
+
+
 def test_a_hole_only_the_harness_could_make_is_infrastructure_not_the_arms(core):
     """A FIFO at harbor's own trial result.json (which the agent cannot reach) is unreadable, not a
     score and not flagged; the bias alarm counts it with the errored and voided attempts."""
