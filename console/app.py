@@ -11,6 +11,7 @@ plan (Cancel focused), then carried out in a worker. The runner is never a child
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import sys
@@ -392,7 +393,8 @@ class ConsoleApp(App[int]):
             return
         cell = self.main.history.get(sel) or self.main.cells.get(sel)
         budget = self.main.info.budget_sec if self.main.info else None
-        self.push_screen(DrillScreen(self.out, sel[0], sel[1], cell, budget, self.clock))
+        spend = functools.partial(self.main.spend_of, sel)
+        self.push_screen(DrillScreen(self.out, sel[0], sel[1], cell, budget, self.clock, spend))
 
     def action_compare(self, task: str | None = None) -> None:
         """The arms of the selected task side by side (from the grid, or a drill-down's ``c``)."""

@@ -335,15 +335,16 @@ def repeat_figure(part: Cell) -> str:
     return glyph + (num(part.partial) if status_of(part) == "done" and part.partial is not None else "")
 
 
-def sort_value(cell: Cell | None, key: str) -> tuple:
-    """Sort key for a row by one cell: missing values last, best first for scores."""
+def sort_value(cell: Cell | None, key: str, spend: CellSpend | None = None) -> tuple:
+    """Sort key for a row by one cell: missing values last, best first for scores, cheapest first
+    by the cost the cell shows (its ledger spend when it has calls on the ledger, else harbor's
+    cost: a probe found the sort on harbor's $0 while every cell showed its spend)."""
     if key == "status":
         return (STATUS_RANK.get(status_of(cell), 9),)
     if cell is None:
         return (1, 0.0)
-    v = {"partial": cell.partial, "reward": cell.reward, "pass_rate": cell.pass_rate, "cost": cell.cost_usd}[
-        key
-    ]
+    cost = spend.usd if spend is not None else cell.cost_usd
+    v = {"partial": cell.partial, "reward": cell.reward, "pass_rate": cell.pass_rate, "cost": cost}[key]
     if v is None:
         return (1, 0.0)
     return (0, -float(v)) if key != "cost" else (0, float(v))

@@ -20,7 +20,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static, Tab, Tabs
 
 from console import actions, view
-from console.feeds import TrialRow, list_trials
+from console.feeds import CellSpend, TrialRow, list_trials
 from console.fileindex import LineSource
 from console.keys import bindings_for
 from console.widgets.fileview import FileView
@@ -120,10 +120,14 @@ class DrillScreen(Screen):
     def __init__(
         self, out: Path, task: str, arm: str, cell: Cell | None, budget: float | None = None,
         clock: Callable[[], float] = time.time,
+        spend: Callable[[], CellSpend | None] = lambda: None,
     ) -> None:  # fmt: skip
         super().__init__()
         self.out, self.pair_task, self.pair_arm = out, task, arm
         self.cell = cell
+        #: the pair's spend on the gateway's ledger now, as the grid's cell line gives it (the
+        #: header showed harbor's $0.00 beside the grid's "spend $0.16", a probe found)
+        self.spend = spend
         self.budget, self.clock = budget, clock
         self.trials: list[TrialRow] = []
         self.trial: TrialRow | None = None
@@ -200,7 +204,9 @@ class DrillScreen(Screen):
     def _paint_title(self) -> None:
         width = max(10, (self.size.width or 80) - len(self.pair_task) - len(self.pair_arm) - 6)
         title = Text(f"{view.clean(self.pair_task, 80)} × {view.clean(self.pair_arm, 80)}", style="bold")
-        detail = view.cell_detail(self.pair_task, self.pair_arm, self.cell, self.budget, self.clock(), width)
+        detail = view.cell_detail(
+            self.pair_task, self.pair_arm, self.cell, self.budget, self.clock(), width, self.spend()
+        )
         title.append(f"   {detail}", style="dim")
         self.query_one("#drill-title", Static).update(title)
 

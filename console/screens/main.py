@@ -215,10 +215,14 @@ class MainScreen(Screen):
 
                 def key(r: str) -> tuple:
                     pair = (col, r) if self.arm_major else (r, col)
-                    return (view.sort_value(self.cells.get(pair), self.sort_key), r)
+                    return (view.sort_value(self.cells.get(pair), self.sort_key, self.spend.get(pair)), r)
 
                 rows.sort(key=key)
         return rows, cols
+
+    def spend_of(self, key: Key) -> CellSpend | None:
+        """A cell's spend on the gateway's ledger now (None: none of its calls is on it)."""
+        return self.spend.get(key)
 
     @on(Grid.Selected)
     def grid_selected(self, msg: Grid.Selected) -> None:

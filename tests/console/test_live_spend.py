@@ -13,6 +13,7 @@ from console_support import run_async, wait_for
 from textual_screen import screen_text
 
 from console.app import make_app
+from console.screens.drill import DrillScreen
 from console.view import money
 from runner.ops.gateway.server import LedgerWriter
 from runner.results import caps as C
@@ -73,6 +74,16 @@ def test_spend_per_arm_and_per_cell_follows_the_ledger_as_its_lines_land(mini_tr
                 app.main.query_one("Grid").move_to(TASK, "oracle")
                 want = f"spend {money(usd(o1, o2))} (625k tok on the ledger)"
                 await wait_for(pilot, lambda: want in screen_text(app), 30, want)
+                # the drill-down's header: the same spend (it showed harbor's "cost $0.00", a probe)
+                await pilot.press("enter")
+                await wait_for(
+                    pilot,
+                    lambda: isinstance(app.screen, DrillScreen) and want in screen_text(app),
+                    30,
+                    "drill",
+                )
+                await pilot.press("escape")
+                await wait_for(pilot, lambda: not isinstance(app.screen, DrillScreen), 30, "the grid again")
                 # the grid's cost view: the cell's spend first
                 await pilot.press("v", "v")  # partial+pass, reward, cost
                 await wait_for(pilot, lambda: "cells cost" in screen_text(app), 30, "the cost view")
@@ -203,3 +214,19 @@ def test_with_a_ledger_an_arms_cost_is_the_ledgers_and_a_cells_line_has_no_harbo
     cell = m.scoped("run")[(TASK, "oracle")]
     line = cell_detail(TASK, "oracle", cell, spend=cell_spend(money_, cell))
     assert f"spend {money(usd(o1))}" in line and "cost " not in line, line
+
+
+def test_sorting_by_cost_sorts_by_the_cost_the_cells_show():
+    """A probe found the cost sort on harbor's figure, $0 for every cell of a gateway run, while the
+    cells showed their spend on the ledger: the rows stayed in name order."""
+    from console.feeds import CellSpend
+    from console.view import sort_value
+    from runner.results.attempts import Figures
+    from runner.results.cells import Cell
+
+    cells = {
+        t: Cell(task=t, arm="plain", status="done", figures=Figures(cost_usd=0.0)) for t in ("a", "b", "c")
+    }
+    spend = {"a": CellSpend(0.16, 1000), "b": CellSpend(0.10, 800), "c": CellSpend(None, 5, ("unpriced",))}
+    assert sorted(cells, key=lambda t: sort_value(cells[t], "cost", spend[t])) == ["b", "a", "c"]
+    assert sort_value(cells["a"], "cost") == (0, 0.0)  # without a ledger: harbor's cost
