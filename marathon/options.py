@@ -9,6 +9,7 @@ drift apart, and neither can they from the console's keys, which act on the same
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import stat
 from collections.abc import Callable
@@ -20,6 +21,19 @@ from runner.ops.plan import Plan, Report
 from runner.results.tree import DEFAULT_OUT, default_out
 
 OUT_HELP = f"output tree [$MARATHON_OUT; default ./{DEFAULT_OUT}]"
+
+
+def seconds(text: str) -> float:
+    """An argparse ``type`` for a duration in seconds: a finite number, not negative (argparse's
+    ``float`` takes ``nan`` and ``inf``: ``kill --grace nan`` planned a wait that never ended and
+    never sent its KILL, a probe found)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, not negative (got {text})")
+    return v
 
 
 def add_out(p: argparse.ArgumentParser, help: str = OUT_HELP) -> None:

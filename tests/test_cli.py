@@ -71,6 +71,32 @@ def test_a_missing_output_tree_is_one_line_and_exit_2(name, tmp_path):
     assert not missing.exists()
 
 
+@pytest.mark.parametrize("name", ["status", "health"])
+def test_a_dir_that_is_not_an_output_tree_is_one_line_and_exit_2(name, tmp_path):
+    """A probe found ``health`` on a typo'd dir (files, no run) saying "OK: nothing to fix", exit 0."""
+    d = tmp_path / "not-a-tree"
+    (d / "sub").mkdir(parents=True)
+    (d / "sub" / "x.txt").write_text("x")
+    r = _marathon(name, str(d))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert (
+        r.stderr
+        == f"marathon: {d}: not a marathon output tree (expected <task>/<arm>/<stamp>/<arm>/result.json or .runner/)\n"
+    )
+    assert sorted(p.name for p in d.rglob("*")) == ["sub", "x.txt"]  # nothing written
+
+
+@pytest.mark.parametrize("grace", ["nan", "inf", "1e309", "-1", "abc"])
+def test_kill_takes_only_a_finite_grace(grace, tmp_path):
+    """``--grace nan`` (or inf) was taken: the kill's wait for TERM never ended and its KILL never
+    came (a probe); ``--rescan`` of the console the same."""
+    (tmp_path / ".runner").mkdir()
+    for args in (("kill", str(tmp_path), "--grace", grace), ("console", str(tmp_path), "--rescan", grace)):
+        r = _marathon(*args)
+        last = r.stderr.strip().splitlines()[-1]  # argparse's usage, then its one-line error
+        assert r.returncode == 2 and f"error: argument {args[2]}" in last, r.stderr
+
+
 @pytest.mark.parametrize("name", ["status", "report", "kill"])
 def test_a_path_with_a_newline_is_still_one_line(name, tmp_path, capsys):
     """A path given with a newline in it (a pasted one) is shown escaped: the error stays one line."""

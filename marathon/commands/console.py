@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from marathon.options import add_out, tree_out
+from marathon.options import add_out, seconds, tree_out
 
 HELP = "the operator console: live task x arm grid, drill-down, one-key stop/kill/cleanup/void"
 DESCRIPTION = (
@@ -27,7 +27,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--rescan",
-        type=float,
+        type=seconds,
         default=300.0,
         metavar="SEC",
         help="full rescan every SEC s, a safety net (default 300)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from marathon.options import add_out, tree_out
 from modes import safetext
@@ -23,10 +24,15 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runner.results.model import check_tree
+    from runner.results import tree
+    from runner.results.model import check_tree, open_tree
     from runner.schedule.health import check, fix
 
     out = check_tree(tree_out(args))  # not a tree (an empty dir): exit 2, as status says
+    if not any(os.path.exists(out / n) for n in tree.MARKERS):
+        # no marker of marathon's: a tree only if it holds results (a typo'd dir read "OK: nothing
+        # to fix", a probe found), which its scan tells, as status's does
+        open_tree(out)
     rep = fix(out) if args.fix else check(out)[0]
     print(safetext.dumps(rep.to_json(), pretty=True) if args.json else rep.render())
     if args.fix:

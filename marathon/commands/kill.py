@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from marathon.options import add_out, add_plan_flags, show_then_act, tree_out
+from marathon.options import add_out, add_plan_flags, seconds, show_then_act, tree_out
 from runner.ops.procs import DEFAULT_GRACE_SEC
 
 HELP = "stop the run's processes (registered PIDs + descendants), then clean up its containers/networks"
@@ -25,7 +25,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_plan_flags(p)
     p.add_argument(
         "--grace",
-        type=float,
+        type=seconds,
         default=None,
         metavar="SEC",
         help=f"seconds between TERM and KILL (default {DEFAULT_GRACE_SEC:.0f}; see docs/safety.md)",
@@ -61,13 +61,10 @@ def _argvs(raw: list[str]) -> list[list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runner.errors import UserError
     from runner.schedule.actions import KILL, plan_action
 
     out = tree_out(args)
     grace = DEFAULT_GRACE_SEC if args.grace is None else args.grace
-    if grace < 0:
-        raise UserError("--grace must not be negative")
     plan = plan_action(KILL, out, cluster=args.cluster, expected_argvs=_argvs(args.argv), grace_sec=grace)
     # the kill's JSON: the plan's fields, and (with --yes) the report's beside them
     return show_then_act(plan, args, as_json=lambda p, r: p.to_json() | (r.to_json() if r else {}))

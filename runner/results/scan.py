@@ -72,9 +72,7 @@ class TreeScan:
     def scan_all(self, use_index: bool, trust_index: bool = False) -> None:
         """Scan the whole tree (and its voided trials); ``use_index``: through the scan index;
         ``trust_index``: take its entries without checking their files (``checked`` says so)."""
-        self.markers = {
-            n for n in (tree.RUNNER_DIR, tree.CLAIMS_DIR, tree.DRIVER_ENV) if os.path.exists(self.out / n)
-        }
+        self.markers = {n for n in tree.MARKERS if os.path.exists(self.out / n)}
         try:
             self.owner = os.stat(self._out_s).st_uid
         except OSError:

@@ -36,6 +36,8 @@ from modes.trial_files import SCORED_INPUTS
 CLAIMS_DIR = ".claims"
 DRIVER_ENV = ".driver_env"
 RUNNER_DIR = ".runner"
+#: what marathon leaves at a tree's root: a dir with one is an output tree, whatever else it holds
+MARKERS = (RUNNER_DIR, CLAIMS_DIR, DRIVER_ENV)
 EVENTS_FILE = "events.jsonl"
 INDEX_DIR = ".marathon"
 INDEX_FILE = "index.sqlite"
