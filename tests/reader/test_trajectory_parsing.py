@@ -167,6 +167,12 @@ GARBAGE = [
     b'{"method": "thread/tokenUsage/updated", "params": {"tokenUsage": {"total": {"inputTokens": '
     + str(2**70).encode()
     + b', "outputTokens": 1}}}}\n{"method": "turn/completed", "params": {"turn": {}}}\n',
+    # ids that are not strings and results that are not a list (found by a probe's fuzz of real
+    # steps, 2026-12-07: TypeError, and the reader stayed at "indexing...")
+    b'{"steps": [{"source": "agent", "tool_calls": [{"tool_call_id": ["x"], "function_name": "shell", '
+    b'"arguments": {"cmd": "ls"}}], "observation": {"results": [{"source_call_id": {"a": 1}, "content": "ok"}]}}]}',
+    b'{"steps": [{"source": "agent", "tool_calls": [{"tool_call_id": "c1", "function_name": "shell"}], '
+    b'"observation": {"results": 5}}, {"source": "agent", "observation": {"results": true}}]}',
 ]
 
 
@@ -193,6 +199,13 @@ def test_garbage_steps_are_marked_not_dropped(tmp_path):
     lines.write_bytes(b'not json\n{"method": "error", "params": {"error": {"message": "boom"}}}\n')
     got = steps_of(full_index(lines))
     assert [s.flag for s in got] == [ERROR, ERROR] and "boom" in got[1].summary
+
+
+def test_a_step_with_ids_of_another_type_keeps_its_commands(tmp_path):
+    p = tmp_path / "trajectory.json"
+    p.write_bytes(GARBAGE[-2])
+    (step,) = steps_of(full_index(p))
+    assert len(step.commands) == 1 and step.commands[0].output == "ok", step  # its result, by position
 
 
 def test_a_fifo_or_directory_is_refused_without_blocking(tmp_path):
