@@ -171,18 +171,30 @@ def measures_of(f: Figures) -> int:
 
 def shared_measures(by_arm: Mapping[str, int]) -> int:
     """A task's measures (``task_measures``) from what each arm's done attempts of it have
-    (``measures_of``, or'ed over an arm's attempts; an arm with done attempts and no measure is 0):
-    a measure at least two arms have, or every arm when fewer do. One arm's files never make another
-    arm's cell a hole: a probe planted a metrics.json in one arm's trial of a task whose verifier
-    writes none, and every other arm's cell of the task failed for lacking a partial score
-    (2026-12-07). An arm that deletes its own still fails, where another arm has the measure too."""
-    arms = len(by_arm)
+    (``arm_measures``, or'ed over an arm's attempts): a measure at least half of the arms that could
+    give it have. One arm's files cannot make the cells of most arms holes: a probe planted a
+    metrics.json in one arm's trial of a task whose verifier writes none, and every other arm's cell
+    of the task failed for lacking a partial score (2026-12-07). An arm that deletes its own fails
+    wherever as many arms have it (of two arms, one is half: the rule as it was). A build failure
+    that gives no partial or pass rate is not counted for those (it has none to give)."""
     got = 0
     for bit, _name in _NAMES:
-        n = sum(1 for m in by_arm.values() if m & bit)
-        if n >= 2 or (n and n == arms):
+        have = sum(1 for m in by_arm.values() if m & bit)
+        could = sum(1 for m in by_arm.values() if m & bit or not m & (bit << _EXCUSED))
+        if have and 2 * have >= could:
             got |= bit
     return got
+
+
+#: ``arm_measures``' bits for the measures a build failure has none of (above the measures' own)
+_EXCUSED = 3
+
+
+def arm_measures(f: Figures) -> int:
+    """A done attempt's bits for ``shared_measures``: its measures, and (shifted) those a build
+    failure is excused from giving."""
+    excused = (PARTIAL | PASS_RATE) << _EXCUSED if f.build_failed else 0
+    return measures_of(f) | excused
 
 
 def _holes(f: Figures, task_measures: int) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from runner.results.attempts import DONE, Attempt, Key, refresh_attempt
-from runner.results.cells import Cell, build_pair_cell, claimed_repeats, measures_of, shared_measures
+from runner.results.cells import Cell, arm_measures, build_pair_cell, claimed_repeats, shared_measures
 from runner.results.ledger import Ledger
 from runner.results.runs import RunLog
 from runner.results.scan import TreeScan
@@ -25,7 +25,7 @@ def _add_measures(by_arm: dict[str, int], a: Attempt) -> None:
     or whose metrics say in progress, has none to give and makes no arm done."""
     f = a.figures
     if a.status == DONE and not f.in_progress_metrics:
-        by_arm[a.arm] = by_arm.get(a.arm, 0) | measures_of(f)
+        by_arm[a.arm] = by_arm.get(a.arm, 0) | arm_measures(f)
 
 
 class CellMatrix:

@@ -265,8 +265,8 @@ def test_a_done_attempt_without_the_pass_rate_or_reward_its_task_has_is_flagged(
 def test_one_arms_measure_never_makes_another_arms_cell_a_hole(core):
     """Found by a probe (2026-12-07): in a task whose verifier writes no metrics.json, one arm's
     trial with a metrics.json (planted by its agent) made every other arm's cell of the task a hole,
-    each a failure. A task's measures are those at least two of its arms have (``shared_measures``):
-    the others stay done and unflagged; an arm without a measure two others have still fails."""
+    each a failure. A task's measures are those at least half of its arms have (``shared_measures``):
+    the others stay done and unflagged; an arm without a measure most arms have still fails."""
     from runner.results.cells import NO_PARTIAL
 
     arms = ("oracle", "nop", "partial")
@@ -289,14 +289,20 @@ def test_one_arms_measure_never_makes_another_arms_cell_a_hole(core):
 
 
 def test_the_shared_measures_rule():
-    from runner.results.cells import PARTIAL, PASS_RATE, REWARD, shared_measures
+    from runner.results.attempts import Figures
+    from runner.results.cells import PARTIAL, PASS_RATE, REWARD, arm_measures, shared_measures
 
     every = PARTIAL | REWARD | PASS_RATE
     assert shared_measures({}) == 0
     assert shared_measures({"a": every}) == every  # one arm: its own
-    assert shared_measures({"a": every, "b": REWARD}) == REWARD  # two arms differ: neither can tell
+    assert shared_measures({"a": every, "b": REWARD}) == every  # one of two is half: a hole, as before
+    assert shared_measures({"a": every, "b": REWARD, "c": REWARD}) == REWARD  # one of three: not the task's
     assert shared_measures({"a": every, "b": every, "c": REWARD}) == every
-    assert shared_measures({"a": PARTIAL, "b": REWARD, "c": REWARD, "d": 0}) == REWARD
+    assert shared_measures({"a": PARTIAL, "b": REWARD, "c": REWARD, "d": 0, "e": 0}) == 0  # nothing by half
+    # a build failure without a partial or pass rate is not counted for them; one with them is
+    bf = arm_measures(Figures(reward=0.0, build_failed=True))
+    assert shared_measures({"a": every, "b": bf, "c": REWARD}) == every  # one of the two that could
+    assert shared_measures({"a": every, "b": bf, "c": REWARD, "d": REWARD}) == REWARD
 
 
 def test_a_hole_only_the_harness_could_make_is_infrastructure_not_the_arms(core):
