@@ -258,6 +258,15 @@ def _attempt_holes(a: Attempt) -> tuple[Hole, ...]:
     job = a.job
     if job is not None and job.state == results.REFUSED:
         holes.append(Hole(UNREADABLE, results.RESULT_JSON, job.error, rules.HARNESS_SIDE))
+    if job is not None and job.state == results.OK and job.finished:
+        # harbor wrote each trial's result.json before its job's: one that does not parse now is
+        # harbor's failure, as one too large is (a probe found a truncated one read as a done trial
+        # "with metrics in progress", its cell then flagged as the arm's failure)
+        holes += [
+            Hole(UNREADABLE, f"{t.name}/{results.RESULT_JSON}", t.error, rules.HARNESS_SIDE)
+            for t in a.trials.values()
+            if t.state in _BROKEN
+        ]
     return tuple(holes)
 
 
@@ -315,8 +324,11 @@ def refresh_attempt(a: Attempt, ledger: Ledger | None = None) -> None:
         bad.append(f"{a.job_dir}/result.json")
     elif a.job is not None and a.job.state == results.INVALID:
         bad.append(f"{a.job_dir}/result.json: {a.job.error}")
+    said = {h.where for h in a.holes}  # a hole names the file and why: not the trial dir again
     for t in a.trials.values():
-        if t.stale or t.state in (results.UNREADABLE, results.EMPTY):
+        if (
+            t.stale or t.state in (results.UNREADABLE, results.EMPTY)
+        ) and f"{t.name}/{results.RESULT_JSON}" not in said:
             bad.append(f"{a.job_dir}/{t.name}")
     bad.extend(f"{a.job_dir}/{h.text()}" for h in a.holes if h.status == UNREADABLE)
     a.unreadable = tuple(bad)

@@ -318,6 +318,22 @@ def test_a_hole_only_the_harness_could_make_is_infrastructure_not_the_arms(core)
     assert infra["oracle"]["bad_attempts"] == 1
 
 
+@pytest.mark.parametrize("broken", [b'{"id": "x", "task_na', b"", b"[]", b"[" * 100_000])
+def test_a_finished_jobs_trial_result_that_does_not_parse_is_infrastructure_too(core, broken):
+    """A probe found a truncated, empty or nonsense trial result.json of a finished job read as a
+    done trial "with metrics in progress", its cell then flagged as the arm's failure, while one too
+    large was the harness's: the two readings moved the arm's mean by 0.25. Both are harbor's now."""
+    res = trial_dir(core, "two-stage", "oracle") / "result.json"
+    before = build_report(RunModel.load(core, index=False))["arm_summary"]["oracle"]
+    res.write_bytes(broken)
+    m = RunModel.load(core, index=False)
+    c = m.cells[("two-stage", "oracle")]
+    assert c.status == "unreadable" and not c.flagged, (c.status, c.note)
+    assert any(u.endswith("result.json") or "result.json:" in u for u in m.unreadable), m.unreadable
+    s = build_report(m)["arm_summary"]["oracle"]
+    assert (s["n"], s["flagged"]) == (before["n"] - 1, 0)  # out of the means, not a failure
+
+
 # ------------------------------------------------------------------------------------ strings
 
 ESC_NAME = "calc\x1b]52;c;aGk=\x07[red]<img src=x onerror=alert(1)>\u202e"
