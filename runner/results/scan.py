@@ -245,10 +245,29 @@ class TreeScan:
                 for stamp in tree.list_dirs(os.path.join(root, task, arm_dir)):
                     self._scan_voided_stamp(task, arm_dir, stamp)
 
+    def _voided_excluded(self, task: str, arm_dir: str, sdir: str) -> bool:
+        """The owner rule of the tree's arm dirs, for its voided root and each voided stamp dir: the
+        root sits beside the tree, where another user may write (a probe planted 18 "voided
+        attempts" owned by nobody there, and the bias alarm rang against one arm)."""
+        for d in (self._voided_s, sdir):
+            uid = tree.excluded_owner(d, self.owner)
+            if uid is None:
+                continue
+            if uid != tree.UNREADABLE_DIR:
+                self.excluded[sdir] = Excluded(
+                    path=sdir,
+                    reason=f"a voided attempt owned by uid {uid}, not the tree's owner uid {self.owner}",
+                    task=task,
+                    arm=tree.arm_of_dir(arm_dir),
+                )
+            return True
+        self.excluded.pop(sdir, None)
+        return False
+
     def _scan_voided_stamp(self, task: str, arm_dir: str, stamp: str) -> None:
         sdir = os.path.join(self._voided_s, task, arm_dir, stamp)
         found: dict[str, VoidedTrial] = {}
-        for job in tree.list_dirs(sdir):
+        for job in () if self._voided_excluded(task, arm_dir, sdir) else tree.list_dirs(sdir):
             jdir = os.path.join(sdir, job)
             for trial in tree.list_dirs(jdir):
                 tdir = os.path.join(jdir, trial)
@@ -290,9 +309,7 @@ class TreeScan:
     def update_main(self, parts: tuple[str, ...], pairs: set[Key]) -> bool:
         """Apply one changed path under ``out``; True when run scoping must be recomputed."""
         if not parts:
-            self.markers = {
-                n for n in (tree.RUNNER_DIR, tree.CLAIMS_DIR, tree.DRIVER_ENV) if os.path.exists(self.out / n)
-            }
+            self.markers = {n for n in tree.MARKERS if os.path.exists(self.out / n)}
             present = set(tree.list_dirs(self._out_s))
             for task in present - self.task_dirs:
                 self._scan_task(task)

@@ -318,6 +318,43 @@ def test_a_hole_only_the_harness_could_make_is_infrastructure_not_the_arms(core)
     assert infra["oracle"]["bad_attempts"] == 1
 
 
+def test_voided_attempts_of_another_owner_beside_the_tree_are_left_out_and_shown(handmade, tmp_path):
+    """A probe planted 18 "voided attempts" owned by nobody in the voided root beside a tree (its
+    parent writable by others, as /tmp is): status counted them and the bias alarm rang against one
+    arm. The arm dirs' owner rule holds there too: left out, each listed as excluded."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to chown a planted dir to another uid")
+    out = tmp_path / "out"
+    shutil.copytree(handmade, out, symlinks=True)
+    vroot = tree.voided_root(out)
+    shutil.copytree(tree.voided_root(handmade), vroot, symlinks=True)
+
+    def voided(m: RunModel) -> dict[str, int]:
+        got: dict[str, int] = {}
+        for a in m.attempts():
+            if a.voided_trials:
+                got[a.arm] = got.get(a.arm, 0) + 1
+        return got
+
+    assert voided(RunModel.load(out, index=False)) == {"plain": 1}
+    (src,) = [p for p in vroot.glob("*/plain/*") if p.is_dir()]
+    planted = []
+    for i in range(3):
+        dst = vroot / f"t0{i + 2}" / "goal" / f"2026-01-0{i + 1}__00-00-00"
+        shutil.copytree(src, dst, symlinks=True)
+        os.rename(next(dst.glob("plain")), dst / "goal")
+        for dirpath, dirnames, filenames in os.walk(dst):
+            for n in [dirpath, *(os.path.join(dirpath, x) for x in dirnames + filenames)]:
+                os.lchown(n, 12345, 12345)
+        planted.append(str(dst))
+    m = RunModel.load(out, index=False)
+    assert voided(m) == {"plain": 1}  # the planted ones are not the tree's
+    ex = {e.path: e.reason for e in m.excluded}
+    assert set(ex) == set(planted) and all("owned by uid 12345" in r for r in ex.values())
+    os.lchown(vroot, 12345, 12345)  # the whole voided root another user's: none of it is the tree's
+    assert voided(RunModel.load(out, index=False)) == {}
+
+
 @pytest.mark.parametrize("broken", [b'{"id": "x", "task_na', b"", b"[]", b"[" * 100_000])
 def test_a_finished_jobs_trial_result_that_does_not_parse_is_infrastructure_too(core, broken):
     """A probe found a truncated, empty or nonsense trial result.json of a finished job read as a
