@@ -350,6 +350,11 @@ class MainScreen(Screen):
         t = Text(f"marathon {view.clean(self.out.name, 60)}", style="bold")
         if run:
             t.append(f"  {run}")
+        # the right part (paused, filter, sort, scope, the data's age) always shows: the left is cut
+        # to fit (a gateway run's spend per arm pushed it off the one-line bar, a probe found)
+        room = self.size.width - right.cell_len - 1
+        if t.cell_len > room:
+            t.truncate(max(1, room), overflow="ellipsis")
         pad = max(1, self.size.width - t.cell_len - right.cell_len)
         t.append(" " * pad)
         t.append_text(right)

@@ -230,3 +230,32 @@ def test_sorting_by_cost_sorts_by_the_cost_the_cells_show():
     spend = {"a": CellSpend(0.16, 1000), "b": CellSpend(0.10, 800), "c": CellSpend(None, 5, ("unpriced",))}
     assert sorted(cells, key=lambda t: sort_value(cells[t], "cost", spend[t])) == ["b", "a", "c"]
     assert sort_value(cells["a"], "cost") == (0, 0.0)  # without a ledger: harbor's cost
+
+
+def test_the_top_bars_right_part_stays_on_screen_beside_a_long_spend_line(mini_tree, tmp_path):
+    """A probe found a gateway run's spend per arm pushing the top bar's right part (PAUSED, the
+    filter, the sort, the scope, the data's age) off its one line, at 130 columns and at 80."""
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    stamps = {arm: list_dirs(out / TASK / arm)[0] for arm in ("oracle", "nop")}
+    w = LedgerWriter(ledger_path(out))
+    try:
+        w.write(call("oracle", stamps["oracle"], 1, 200_000, 5_000))
+        w.write(call("nop", stamps["nop"], 2, 100_000, 1_000))
+    finally:
+        w.close()
+
+    async def go():
+        app = make_app(out, docker=False, offer_start=False)
+        async with app.run_test(size=(50, 24)) as pilot:
+            await wait_for(pilot, lambda: TASK in screen_text(app), 60, "the grid")
+            await pilot.press("p")
+
+            def bar() -> str:
+                return screen_text(app).splitlines()[0]
+
+            await wait_for(pilot, lambda: "PAUSED" in bar() and "spend" in bar(), 30, "the top bar")
+            assert "PAUSED run" in bar() and len(bar().rstrip()) <= 50, bar()  # the right part whole
+            assert "…" in bar(), bar()  # the left part cut to fit, marked
+
+    run_async(go)
