@@ -129,8 +129,13 @@ KEYS: tuple[Key, ...] = (
         where="drill-down",
         short="Search",
     ),
-    Key("f", "", "follow the end of the file (live tail)", where="file view", show=False),
-    Key("g,G", "", "top / end of the file", where="file view", show=False),
+    # the file view's keys, whichever of the drill-down's parts has the focus (they did nothing
+    # while the trials table had it, as it has on opening, a probe found)
+    Key("f", "file_follow", "follow the end of the file (live tail)", where="drill-down", show=False),
+    Key("g", "file_top", "top of the file", where="drill-down", show=False),
+    Key("G", "file_end", "end of the file", where="drill-down", show=False),
+    Key("n", "file_next", "next match of the search", where="drill-down", show=False),
+    Key("N", "file_prev", "previous match of the search", where="drill-down", show=False),
     Key("c", "compare", "compare the arms on the selected task, side by side", short="Compare"),
     Key("enter", "", "read the selected trial's trajectory as steps", where="drill-down", show=False),
     Key("c", "compare", "compare the arms on this task", where="drill-down", short="Compare"),

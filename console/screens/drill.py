@@ -252,6 +252,22 @@ class DrillScreen(Screen):
     def action_prev_file(self) -> None:
         self.query_one("#files", Tabs).action_previous_tab()
 
+    # the file view's own keys from anywhere on the screen (the file view has them when focused)
+    def action_file_follow(self) -> None:
+        self.query_one(FileView).action_toggle_follow()
+
+    def action_file_top(self) -> None:
+        self.query_one(FileView).action_top()
+
+    def action_file_end(self) -> None:
+        self.query_one(FileView).action_bottom()
+
+    def action_file_next(self) -> None:
+        self.query_one(FileView).action_search_next()
+
+    def action_file_prev(self) -> None:
+        self.query_one(FileView).action_search_prev()
+
     def open_current(self) -> None:
         if self.trial is None:
             return

@@ -170,6 +170,33 @@ def test_drill_down_lists_trials_opens_files_and_searches(tree):
     run_async(go)
 
 
+def test_the_file_keys_work_in_a_drill_down_as_it_opens(tree):
+    """A probe found f, g, G, n and N doing nothing in a fresh drill-down: the trials table has the
+    focus, and only the file view had the keys. The screen has them now, whichever part is focused."""
+
+    async def go():
+        app = _app(tree)
+        async with app.run_test(size=(100, 12)) as pilot:  # a short screen: the file is longer
+            drill = await _open_drill(pilot, app, "calc-partial", "nop", "drill")
+            await pilot.press("tab")  # test-stdout
+            await wait_for(
+                pilot, lambda: drill.source and drill.source.path.name == "test-stdout.txt", 10, "stdout"
+            )
+            fv = drill.query_one(FileView)
+            await wait_for(pilot, lambda: fv.max_scroll_y > 0, 10, "a file longer than the view")
+            assert isinstance(app.focused, type(drill.query_one("#trials")))  # the table, as it opens
+            await pilot.press("G")
+            await wait_for(pilot, lambda: fv.scroll_y == fv.max_scroll_y, 10, "the end")
+            await pilot.press("g")
+            await wait_for(pilot, lambda: fv.scroll_y == 0, 10, "the top")
+            await pilot.press("f")
+            await wait_for(pilot, lambda: fv.follow, 10, "following")
+            await pilot.press("f")
+            await wait_for(pilot, lambda: not fv.follow, 10, "not following")
+
+    run_async(go)
+
+
 @pytest.mark.parametrize("poll", [False, True], ids=["inotify", "poll"])
 def test_a_file_change_updates_its_cell_live(tree, poll):
     """Rewriting a trial's metrics.json (atomically, as a verifier rerun would, then result.json as
