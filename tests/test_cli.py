@@ -86,6 +86,22 @@ def test_a_dir_that_is_not_an_output_tree_is_one_line_and_exit_2(name, tmp_path)
     assert sorted(p.name for p in d.rglob("*")) == ["sub", "x.txt"]  # nothing written
 
 
+@pytest.mark.parametrize(
+    "scope, said",
+    [
+        (("--arm", "nosuch"), "--arm 'nosuch': no such arm in"),
+        (("--task", "nosuch"), "--task 'nosuch': no such task in"),
+        (("--task", "../.."), "--task '../..': no such task in"),
+        (("--task", "calc-partial", "--arm", "nosuch"), "no such arm in"),
+    ],
+)
+def test_cleanup_of_a_task_or_arm_the_tree_lacks_is_one_line_and_exit_2(mini_tree, scope, said):
+    """A typo printed an empty plan and exited 0 (a probe); the README says an unknown arm is 2."""
+    r = _marathon("cleanup", str(mini_tree), *scope)
+    assert r.returncode == 2 and r.stderr.startswith("marathon: ") and said in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1
+
+
 @pytest.mark.parametrize("grace", ["nan", "inf", "1e309", "-1", "abc"])
 def test_kill_takes_only_a_finite_grace(grace, tmp_path):
     """``--grace nan`` (or inf) was taken: the kill's wait for TERM never ended and its KILL never

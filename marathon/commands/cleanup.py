@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from runner.schedule.actions import CLEANUP, plan_action
 
     out = tree_out(args)
+    _check_scope(out, args.task, args.arm)
     plan = plan_action(CLEANUP, out, cluster=args.cluster, task=args.task, arm=args.arm, trial=args.trial)
     note = engine_note(out)
     if note and not args.json:
@@ -55,3 +56,18 @@ def engine_note(out: Path) -> str | None:
         f"{out}'s run used harbor environment {env!r}: cleanup sees this host's Docker engine only; "
         "sandboxes that environment keeps elsewhere are not listed (remove them with its own tools)"
     )
+
+
+def _check_scope(out: Path, task: str | None, arm: str | None) -> None:
+    """``--task`` and ``--arm`` name a task and an arm of the tree (harbor makes a trial's dirs
+    before its containers), or a one-line error: a typo printed an empty plan and exited 0 (a probe)."""
+    from runner.errors import UserError
+    from runner.results import tree
+
+    tasks = tree.list_dirs(out)
+    if task is not None and task not in tasks:
+        raise UserError(f"--task {task!r}: no such task in {out}")
+    if arm is not None:
+        arms = {tree.arm_of_dir(a) for t in ([task] if task else tasks) for a in tree.list_dirs(out / t)}
+        if arm not in arms:
+            raise UserError(f"--arm {arm!r}: no such arm in {out}" + (f" for task {task!r}" if task else ""))
