@@ -140,6 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from runner.secrets import screen_all
 
         screen_all(flag_values(args))  # before anything runs: a key in a flag is never used or shown
+        from modes.safeio import cap_env_problem
+
+        if problem := cap_env_problem():
+            raise UserError(problem)
         return int(args._run(args) or 0)
     except UserError as exc:
         if args.debug:  # the traceback too, and the same exit code (re-raised, every code was 1)

@@ -53,8 +53,11 @@ def kind_name(mode: int) -> str:
     return _KIND_NAMES.get(stat.S_IFMT(mode), "a special file")
 
 
+CAP_ENV = "MARATHON_MAX_JSON_BYTES"
+
+
 def _cap_from_env() -> int:
-    raw = os.environ.get("MARATHON_MAX_JSON_BYTES", "")
+    raw = os.environ.get(CAP_ENV, "")
     try:
         v = int(raw)
     except ValueError:
@@ -62,10 +65,24 @@ def _cap_from_env() -> int:
     return v if v > 0 else _DEFAULT_JSON_CAP
 
 
+def cap_env_problem() -> str | None:
+    """What is wrong with a set ``MARATHON_MAX_JSON_BYTES`` (None: unset or a positive integer).
+    The cap is read at import, where a bad value falls back to 4 MiB; a command says so instead of
+    reading with a cap the operator did not ask for (a probe found ``abc`` taken silently)."""
+    raw = os.environ.get(CAP_ENV)
+    if raw is None:
+        return None
+    try:
+        ok = int(raw) > 0
+    except ValueError:
+        ok = False
+    return None if ok else f"{CAP_ENV}={raw!r}: expected a positive number of bytes"
+
+
 #: The byte cap for one JSON record file: ``MARATHON_MAX_JSON_BYTES`` (read at start-up) or 4 MiB.
 #: harbor's own trial ``result.json`` is a few KB; a file bigger than the cap is not something
 #: harbor or a verifier wrote, so it is refused rather than parsed.
-JSON_CAP = _cap_from_env()
+JSON_CAP = _cap_from_env()  # (a bad value: ``cap_env_problem``, checked by every command)
 
 
 def cap_of(kind: str) -> int | None:

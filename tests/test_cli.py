@@ -9,6 +9,7 @@ in-process (13 interpreter starts were most of this module's time).
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 
@@ -17,10 +18,11 @@ import pytest
 from marathon.cli import COMMANDS, main
 
 
-def _marathon(*args: str) -> subprocess.CompletedProcess:
+def _marathon(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "marathon.cli", *args], capture_output=True, text=True, timeout=120
-    )
+        [sys.executable, "-m", "marathon.cli", *args], capture_output=True, text=True, timeout=120,
+        env={**os.environ, **env} if env else None,
+    )  # fmt: skip
 
 
 def _module(name: str):
@@ -100,6 +102,14 @@ def test_cleanup_of_a_task_or_arm_the_tree_lacks_is_one_line_and_exit_2(mini_tre
     r = _marathon("cleanup", str(mini_tree), *scope)
     assert r.returncode == 2 and r.stderr.startswith("marathon: ") and said in r.stderr, r.stderr
     assert r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "0", "1e6"])
+def test_a_json_cap_that_is_not_a_positive_integer_is_one_line_and_exit_2(mini_tree, value):
+    """``MARATHON_MAX_JSON_BYTES=abc`` fell back to 4 MiB without a word (a probe)."""
+    r = _marathon("status", str(mini_tree), env={"MARATHON_MAX_JSON_BYTES": value})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == f"marathon: MARATHON_MAX_JSON_BYTES={value!r}: expected a positive number of bytes\n"
 
 
 @pytest.mark.parametrize("grace", ["nan", "inf", "1e309", "-1", "abc"])
