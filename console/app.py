@@ -34,6 +34,7 @@ from console.screens.confirm import ConfirmScreen, MessageScreen
 from console.screens.drill import DrillScreen
 from console.screens.help import HelpScreen
 from console.screens.main import MainScreen
+from console.widgets.grid import Grid
 from modes import safetext
 from runner.results.cells import Cell
 
@@ -389,7 +390,8 @@ class ConsoleApp(App[int]):
 
     def action_open(self) -> None:
         sel = self.main.selected
-        if not sel:
+        if not sel:  # on a label or the mean row: said, not silently nothing (a probe)
+            self.notify("move the cursor onto a cell (a task × an arm) to open it", markup=False)
             return
         cell = self.main.history.get(sel) or self.main.cells.get(sel)
         budget = self.main.info.budget_sec if self.main.info else None
@@ -398,8 +400,11 @@ class ConsoleApp(App[int]):
 
     def action_compare(self, task: str | None = None) -> None:
         """The arms of the selected task side by side (from the grid, or a drill-down's ``c``)."""
-        task = task or (self.main.selected[0] if self.main.selected else None)
-        if task is None:
+        task = task or (
+            self.main.selected[0] if self.main.selected else self.main.query_one("#grid", Grid).current_task()
+        )
+        if task is None:  # the mean row: said, not silently nothing (a probe)
+            self.notify("move the cursor onto a task to compare its arms", markup=False)
             return
         from console.screens.compare import CompareScreen
 

@@ -228,7 +228,7 @@ class MainScreen(Screen):
     def grid_selected(self, msg: Grid.Selected) -> None:
         self.selected = (msg.task, msg.arm) if msg.task and msg.arm else None
         self.paint_status()
-        if msg.open and self.selected:
+        if msg.open:  # (on a label, ``action_open`` says what it needs)
             self.app.action_open()
 
     # -- painting ----------------------------------------------------------------------------------

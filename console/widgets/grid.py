@@ -213,6 +213,17 @@ class Grid(DataTable):
             return None
         return self._pair(r, c)
 
+    def current_task(self) -> str | None:
+        """The task of the cursor's cell, or of its row or column label (None on the mean row)."""
+        if not self.row_count:
+            return None
+        try:
+            row_key, col_key = self.coordinate_to_cell_key(self.cursor_coordinate)
+        except CellDoesNotExist:
+            return None
+        task = col_key.value if self.arm_major else row_key.value
+        return None if task in (None, SUMMARY, "__label__") else task
+
     def move_to(self, task: str, arm: str) -> None:
         r, c = (arm, task) if self.arm_major else (task, arm)
         try:
@@ -238,5 +249,4 @@ class Grid(DataTable):
     def on_data_table_cell_selected(self, event: DataTable.CellSelected) -> None:
         event.stop()
         pair = self.current_pair()
-        if pair:
-            self.post_message(self.Selected(*pair, open=True))
+        self.post_message(self.Selected(*(pair or (None, None)), open=True))

@@ -170,6 +170,39 @@ def test_drill_down_lists_trials_opens_files_and_searches(tree):
     run_async(go)
 
 
+def test_on_a_label_c_compares_its_task_and_enter_says_what_it_needs(tree):
+    """A probe found the cursor able to rest on a row's label (one step left of the first arm) or
+    the mean row, where Enter and c did nothing, silently. On a task's label c compares that task;
+    where there is no cell, Enter says so."""
+    from textual.coordinate import Coordinate
+
+    from console.screens.compare import CompareScreen
+
+    async def go():
+        app = _app(tree)
+        async with app.run_test(size=SIZE) as pilot:
+            await _ready(pilot, app)
+            grid = app.screen.query_one(Grid)
+            grid.move_to("calc-partial", "nop")
+            await pilot.pause()
+            grid.cursor_coordinate = Coordinate(grid.cursor_coordinate.row, 0)  # the row's label
+            await pilot.pause()
+            assert app.main.selected is None and grid.current_task() == "calc-partial"
+            await pilot.press("enter")
+            await wait_for(
+                pilot,
+                lambda: any("onto a cell" in str(n.message) for n in app._notifications),
+                10,
+                "the notice",
+            )
+            assert not isinstance(app.screen, DrillScreen)
+            await pilot.press("c")
+            await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen), 10, "compare screen")
+            assert app.screen.task_name == "calc-partial"
+
+    run_async(go)
+
+
 def test_the_file_keys_work_in_a_drill_down_as_it_opens(tree):
     """A probe found f, g, G, n and N doing nothing in a fresh drill-down: the trials table has the
     focus, and only the file view had the keys. The screen has them now, whichever part is focused."""
