@@ -87,7 +87,10 @@ def test_a_file_planted_before_the_verifier_started_is_caught_whatever_the_disks
     verifier writes none, made every other arm's cell of the task a hole)."""
     job, t = _job(tmp_path, offset, late=None, early=60.0)
     assert _verdicts(job, t) == (records.TAMPERED, records.TAMPERED)
-    assert "metrics.json written at least 59.5 s before the verifier started" in records.read_trial(t).metrics.error
+    assert (
+        "metrics.json written at least 59.5 s before the verifier started"
+        in records.read_trial(t).metrics.error
+    )
 
 
 def test_a_multi_step_trials_earlier_verifier_files_are_not_judged_by_the_last_start(tmp_path):
