@@ -96,7 +96,7 @@ def render(d: dict) -> str:
     """The plan as a table for a terminal: the tree's path and its task and arm names through
     ``modes.safetext.clean`` (no control, bidi or undecodable character reaches the terminal)."""
     from modes.safetext import clean
-    from runner.results.power import fmt_level, fmt_signed
+    from runner.results.power import fmt_level, fmt_mde, fmt_signed
 
     measure = d["measure"].replace("_", " ")
     target = f"{d['target']:.3g}" if d["target"] is not None else "each pair's observed difference"
@@ -125,7 +125,7 @@ def render(d: dict) -> str:
                 f"{p['pilot_repeats']:.1f}",
                 diff,
                 _num(p["sd"], 3),
-                _num(p["mde"], 2),
+                fmt_mde(p["mde"]),
                 _num(p["target"], 2),
             ]
             + needed

@@ -440,6 +440,14 @@ def fmt_tasks(n: int | None, over: int | None = None) -> str:
     return "-" if n is None else f"{n:,}"
 
 
+def fmt_mde(v: float | None) -> str:
+    """An MDE for reading: ``0.13``; ``>1`` past the scores' range (every measure is in [0, 1], so
+    no true difference that large exists: the run detects none; a probe read ``3.11``); ``-``."""
+    if v is None:
+        return "-"
+    return ">1" if v > 1 else f"{v:.2f}"
+
+
 def fmt_level(alpha: float) -> str:
     return f"{alpha:.2g}"
 
@@ -472,7 +480,7 @@ def underpowered_lines(block: Mapping, label=str) -> list[str]:
                 needs = f"{fmt_tasks(u['tasks_needed'], u.get('tasks_needed_over'))} tasks needed"
             n = "" if one_n else f"n = {u['n']}, "
             parts.append(
-                f"{label(u['measure'])} {fmt_signed(u['diff'])} below MDE {u['mde']:.2f} ({n}{needs})"
+                f"{label(u['measure'])} {fmt_signed(u['diff'])} below MDE {fmt_mde(u['mde'])} ({n}{needs})"
             )
         lines.append(f"{a} vs {b}" + (f" (n = {next(iter(ns))})" if one_n else "") + ": " + "; ".join(parts))
     return lines

@@ -317,3 +317,10 @@ def test_the_underpowered_line_gives_each_measure_its_own_n_when_they_differ():
     rows[0]["pass_rate_n"] = 4
     (line,) = power.underpowered_lines(power.block(rows))
     assert line.startswith("plain vs goal (n = 4): partial +0.05 below MDE 0.90 (10 tasks needed)"), line
+
+
+def test_an_mde_past_the_scores_range_reads_as_none_detectable():
+    """Every measure is in [0, 1]: a probe read an MDE of 3.11 in the report and plan-size."""
+    from runner.results import power as P
+
+    assert [P.fmt_mde(v) for v in (None, 0.126, 1.0, 1.0001, 3.11)] == ["-", "0.13", "1.00", ">1", ">1"]
