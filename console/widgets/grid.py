@@ -76,8 +76,16 @@ def _label(name: str, width: int, marked: bool) -> Text:
     markup: ``view.plain``); ``⚠`` first when every arm failed it alike."""
     name = view.clean(name)
     if marked:
-        return view.plain("⚠" + name[: max(0, width - 1)], style="yellow")
-    return view.plain(name[:width])
+        return view.plain("⚠" + _cut(name, width - 1), style="yellow")
+    return view.plain(_cut(name, width))
+
+
+def _cut(name: str, width: int) -> str:
+    """``name`` in ``width`` characters, a cut one ending in ``…`` (at 80 columns "words-passra"
+    read as a whole name, a probe found)."""
+    if len(name) <= width:
+        return name
+    return name[: max(0, width - 1)] + "…" if width > 0 else ""
 
 
 class Grid(DataTable):
