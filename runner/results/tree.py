@@ -189,24 +189,10 @@ def voided_root(out: Path) -> Path:
     """Where voided trials of ``out`` go: a sibling ``marathon-voided/<out name>@<tree id>/``
     (``<out name>/`` for a tree without an id). By name alone, a new tree made where an old one
     was removed (`rm -rf marathon-out` and a new run) took the old tree's voided attempts for its
-    own: arms it never ran showed a void rate of 1.0 (found by a probe). A tree renamed in its parent
-    finds the dir its old name made, by its id."""
+    own: arms it never ran showed a void rate of 1.0 (found by a probe)."""
     out = out.resolve()
     tid = tree_id(out)
-    root = out.parent / VOIDED_DIR / (f"{out.name}@{tid}" if tid else out.name)
-    if tid and not root.is_dir():
-        # a tree renamed in its parent keeps its id: its voided attempts are where the old name put
-        # them (a probe's renamed tree counted none, silently). Only when no other tree beside it has
-        # this id (a copy and its original keep their own), and one such dir, never a guess.
-        try:
-            with os.scandir(out.parent / VOIDED_DIR) as it:
-                same = [e.name for e in it if e.name.endswith(f"@{tid}") and e.is_dir(follow_symlinks=False)]
-        except OSError:
-            same = []
-        twins = same and any(tree_id(out.parent / d) == tid for d in list_dirs(out.parent) if d != out.name)
-        if len(same) == 1 and not twins:  # no other tree here has this id (a copy beside it would)
-            return out.parent / VOIDED_DIR / same[0]
-    return root
+    return out.parent / VOIDED_DIR / (f"{out.name}@{tid}" if tid else out.name)
 
 
 def arm_of_dir(dirname: str) -> str:

@@ -355,31 +355,6 @@ def test_voided_attempts_of_another_owner_beside_the_tree_are_left_out_and_shown
     assert voided(RunModel.load(out, index=False)) == {}
 
 
-def test_a_tree_renamed_in_its_parent_keeps_its_voided_attempts_and_a_copy_takes_none(handmade, tmp_path):
-    """A probe renamed a tree: its voided attempts (in the dir its old name made, beside it) were
-    no longer counted, silently. The tree's id finds them, when no other tree beside it has that id
-    (a copy would: then neither takes them)."""
-    out = tmp_path / "out"
-    shutil.copytree(handmade, out, symlinks=True)
-    (out / tree.RUNNER_DIR).mkdir(exist_ok=True)
-    (out / tree.RUNNER_DIR / tree.TREE_ID_FILE).write_text("0123456789abcdef\n")
-    shutil.copytree(tree.voided_root(handmade), tree.voided_root(out), symlinks=True)
-
-    def n_voided(where: Path) -> int:
-        return sum(1 for a in RunModel.load(where, index=False).attempts() if a.voided_trials)
-
-    assert n_voided(out) == 1
-    renamed = tmp_path / "out-2026-12"
-    os.rename(out, renamed)
-    assert tree.voided_root(renamed).name == "out@0123456789abcdef" and n_voided(renamed) == 1
-    copy = tmp_path / "copy"
-    shutil.copytree(renamed, copy, symlinks=True)
-    # two trees of one id beside it: whose the old name's dir is, is a guess, and none is made
-    assert n_voided(copy) == 0 and n_voided(renamed) == 0
-    shutil.rmtree(copy)
-    assert n_voided(renamed) == 1
-
-
 @pytest.mark.parametrize("broken", [b'{"id": "x", "task_na', b"", b"[]", b"[" * 100_000])
 def test_a_finished_jobs_trial_result_that_does_not_parse_is_infrastructure_too(core, broken):
     """A probe found a truncated, empty or nonsense trial result.json of a finished job read as a
