@@ -31,9 +31,15 @@ def seconds(text: str) -> float:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(v) or v < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, not negative (got {text})")
+    if not math.isfinite(v) or v < 0 or v > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds from 0 to {MAX_SECONDS:.0f} (got {text})"
+        )
     return v
+
+
+#: the longest wait a flag may ask for (a day): ``--grace 1e300`` was a TERM wait without end too
+MAX_SECONDS = 86400.0
 
 
 def add_out(p: argparse.ArgumentParser, help: str = OUT_HELP) -> None:

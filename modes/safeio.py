@@ -70,7 +70,7 @@ def cap_env_problem() -> str | None:
     The cap is read at import, where a bad value falls back to 4 MiB; a command says so instead of
     reading with a cap the operator did not ask for (a probe found ``abc`` taken silently)."""
     raw = os.environ.get(CAP_ENV)
-    if raw is None:
+    if not raw:  # unset or set empty: the default
         return None
     try:
         ok = int(raw) > 0

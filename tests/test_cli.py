@@ -104,7 +104,7 @@ def test_cleanup_of_a_task_or_arm_the_tree_lacks_is_one_line_and_exit_2(mini_tre
     assert r.stderr.count("\n") == 1
 
 
-@pytest.mark.parametrize("value", ["abc", "-1", "0", "1e6"])
+@pytest.mark.parametrize("value", ["abc", "-1", "0", "1e6", " "])
 def test_a_json_cap_that_is_not_a_positive_integer_is_one_line_and_exit_2(mini_tree, value):
     """``MARATHON_MAX_JSON_BYTES=abc`` fell back to 4 MiB without a word (a probe)."""
     r = _marathon("status", str(mini_tree), env={"MARATHON_MAX_JSON_BYTES": value})
@@ -112,7 +112,7 @@ def test_a_json_cap_that_is_not_a_positive_integer_is_one_line_and_exit_2(mini_t
     assert r.stderr == f"marathon: MARATHON_MAX_JSON_BYTES={value!r}: expected a positive number of bytes\n"
 
 
-@pytest.mark.parametrize("grace", ["nan", "inf", "1e309", "-1", "abc"])
+@pytest.mark.parametrize("grace", ["nan", "inf", "1e309", "1e300", "86401", "-1", "abc"])
 def test_kill_takes_only_a_finite_grace(grace, tmp_path):
     """``--grace nan`` (or inf) was taken: the kill's wait for TERM never ended and its KILL never
     came (a probe); ``--rescan`` of the console the same."""

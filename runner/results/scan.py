@@ -253,7 +253,9 @@ class TreeScan:
             uid = tree.excluded_owner(d, self.owner)
             if uid is None:
                 continue
-            if uid != tree.UNREADABLE_DIR:
+            if uid == tree.UNREADABLE_DIR:  # gone (or unreadable): nothing of it to list any more
+                self.excluded.pop(sdir, None)
+            else:
                 self.excluded[sdir] = Excluded(
                     path=sdir,
                     reason=f"a voided attempt owned by uid {uid}, not the tree's owner uid {self.owner}",

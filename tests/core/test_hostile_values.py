@@ -351,6 +351,9 @@ def test_voided_attempts_of_another_owner_beside_the_tree_are_left_out_and_shown
     assert voided(m) == {"plain": 1}  # the planted ones are not the tree's
     ex = {e.path: e.reason for e in m.excluded}
     assert set(ex) == set(planted) and all("owned by uid 12345" in r for r in ex.values())
+    shutil.rmtree(planted[0])  # gone: no longer listed by the live model (a review found it kept)
+    m.update([Path(planted[0])])
+    assert {e.path for e in m.excluded} == set(planted[1:])
     os.lchown(vroot, 12345, 12345)  # the whole voided root another user's: none of it is the tree's
     assert voided(RunModel.load(out, index=False)) == {}
 
