@@ -161,8 +161,8 @@ def first_line(text: str) -> str:
 
 def _time(v: Any) -> str:
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        secs = v / 1000 if v > 1e11 else v  # app-server stamps are epoch milliseconds
         try:
+            secs = v / 1000 if v > 1e11 else v  # app-server stamps are epoch milliseconds
             return datetime.fromtimestamp(secs, UTC).strftime("%H:%M:%S")
         except (OverflowError, OSError, ValueError):
             return ""
@@ -375,6 +375,12 @@ def _usage_of(obj: Any) -> tuple[int | None, int | None]:
 def _too_large(index: int, offset: int, length: int) -> Step:
     return Step(index, offset, length, "?", summary=f"(a step of {length / 1e6:.1f} MB: not parsed; see raw)",
                 note="too large to parse", flag=ERROR)  # fmt: skip
+
+
+#: what a step reader may raise on a shape it did not foresee (a review found OverflowError from a
+#: 400-digit time, and the app-server index path unguarded)
+_UNFORESEEN = (TypeError, AttributeError, KeyError, IndexError, ValueError, ArithmeticError, RecursionError)
+_NOT_UNDERSTOOD = "not a step this reader understands"
 
 
 def _garbage(index: int, offset: int, length: int, raw: bytes) -> Step:
@@ -630,11 +636,15 @@ class StepIndex:
         except (ValueError, RecursionError):
             self._add(start, end, _garbage(index, start, end - start, raw))
             return
-        usage = _usage_of(obj)
+        try:
+            usage = _usage_of(obj)
+            step = None if usage != (None, None) else appserver_step(obj, index, start, end - start)
+        except _UNFORESEEN:  # as ``_parse``: a bad step, never an index that stops
+            self._add(start, end, replace(_garbage(index, start, end - start, raw), note=_NOT_UNDERSTOOD))
+            return
         if usage != (None, None):
             self._usage = usage
             return
-        step = appserver_step(obj, index, start, end - start)
         if step is None:
             return
         if step.flag == GOAL:
@@ -666,10 +676,10 @@ class StepIndex:
             if self.kind == ATIF:
                 return atif_step(obj, index, start, length)
             step = appserver_step(obj, index, start, length)
-        except (TypeError, AttributeError, KeyError, IndexError, ValueError):
+        except _UNFORESEEN:
             # a shape the step readers did not foresee is a bad step, never an index that stops (the
             # reader stayed at "indexing..." and the compare view lost the arm's tests, a probe found)
-            return replace(_garbage(index, start, length, raw), note="not a step this reader understands")
+            return replace(_garbage(index, start, length, raw), note=_NOT_UNDERSTOOD)
         return step or Step(index, start, length, "event", summary=str(obj.get("method", "?"))[:80])
 
     def step(self, index: int) -> Step | None:

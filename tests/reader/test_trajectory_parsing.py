@@ -173,6 +173,10 @@ GARBAGE = [
     b'"arguments": {"cmd": "ls"}}], "observation": {"results": [{"source_call_id": {"a": 1}, "content": "ok"}]}}]}',
     b'{"steps": [{"source": "agent", "tool_calls": [{"tool_call_id": "c1", "function_name": "shell"}], '
     b'"observation": {"results": 5}}, {"source": "agent", "observation": {"results": true}}]}',
+    # a time of 400 digits (a review: OverflowError, in the app-server index path too)
+    b'{"steps": [{"source": "agent", "message": "a", "timestamp": 1' + b"0" * 400 + b"}]}",
+    b'{"method": "item/completed", "emittedAtMs": 1' + b"0" * 400 + b', "params": {"item": {"type": '
+    b'"agentMessage", "text": "hi"}}}\n{"method": "turn/completed", "params": {"turn": {}}}\n',
 ]
 
 
@@ -203,7 +207,7 @@ def test_garbage_steps_are_marked_not_dropped(tmp_path):
 
 def test_a_step_with_ids_of_another_type_keeps_its_commands(tmp_path):
     p = tmp_path / "trajectory.json"
-    p.write_bytes(GARBAGE[-2])
+    p.write_bytes(GARBAGE[-4])
     (step,) = steps_of(full_index(p))
     assert len(step.commands) == 1 and step.commands[0].output == "ok", step  # its result, by position
 
