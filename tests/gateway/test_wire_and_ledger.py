@@ -83,7 +83,7 @@ def _big_final(kind: str, echoed: int, crlf: bool, named: bool) -> bytes:
         "instructions": 'say "usage": {"input_tokens": 1}\n' * (echoed // 34),  # text: never the key
         "output": [{"type": "message", "content": [{"type": "output_text", "text": "done"}]}],
         "tools": [{"type": "function", "name": "shell", "parameters": {"usage": {"type": "string"}}}],
-        "usage": USAGE, "user": None, "metadata": {"note": "x" * 1000},
+        "usage": USAGE, "user": None, "metadata": {"note": "x" * 1000, "usage": "1"},  # (echoed: the agent's)
     }  # fmt: skip
     head = f"event: {kind}\n" if named else ""
     event = f"{head}data: {json.dumps({'type': kind, 'sequence_number': 99, 'response': response})}\n\n"
@@ -123,7 +123,9 @@ def test_a_long_event_that_is_not_final_gives_no_usage_and_the_next_one_is_read(
         ).encode()
     )
     sc = UsageScanner("text/event-stream")
-    sc.feed(big_delta + b"\n\n")
+    sc.feed(big_delta)  # past the kept size before its end: read as a long event (head and tail)
+    assert sc._big is not None
+    sc.feed(b"\n\n")
     assert sc.usage is None and sc.final is None  # a delta's own "usage" key is no answer's usage
     sc.feed(_stream(n_deltas=2))
     sc.close()

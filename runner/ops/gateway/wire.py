@@ -296,16 +296,17 @@ class UsageScanner:
         if m is not None:
             self.response_id = m.group(1).decode("utf-8", "replace")
         tail = bytes(big.tail)
-        keys = list(_USAGE_KEY.finditer(tail))
-        if not keys:
-            return
-        try:
-            usage, _end = json.JSONDecoder().raw_decode(tail[keys[-1].end() :].decode("utf-8", "replace"))
-        except (ValueError, RecursionError):
-            return
-        u = usage_of({"usage": usage})
-        if u is not None:
-            self.usage = u
+        # the last key whose value is a usage object: the request's ``metadata``, which the response
+        # echoes after ``usage``, may hold a "usage" key of its own (a string: the provider takes no
+        # other), and the last key alone lost the call's usage (a review)
+        for key in reversed(list(_USAGE_KEY.finditer(tail))):
+            try:
+                usage, _end = json.JSONDecoder().raw_decode(tail[key.end() :].decode("utf-8", "replace"))
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(usage, dict) and ("input_tokens" in usage or "output_tokens" in usage):
+                self.usage = usage_of({"usage": usage})
+                return
 
     def _take(self, response: dict) -> None:
         rid = response.get("id")
