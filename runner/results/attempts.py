@@ -262,14 +262,10 @@ def _attempt_holes(a: Attempt) -> tuple[Hole, ...]:
         # harbor wrote each trial's result.json before its job's: one that does not parse now is
         # harbor's failure, as one too large is (a probe found a truncated one read as a done trial
         # "with metrics in progress", its cell then flagged as the arm's failure)
-        # (a live model keeps a trial's last good record, marked stale, where a fresh read finds
-        # none: both are this hole, or the console and status read one tree two ways, a review)
         holes += [
-            Hole(
-                UNREADABLE, f"{t.name}/{results.RESULT_JSON}", t.error or "unreadable now", rules.HARNESS_SIDE
-            )
+            Hole(UNREADABLE, f"{t.name}/{results.RESULT_JSON}", t.error, rules.HARNESS_SIDE)
             for t in a.trials.values()
-            if t.state in _BROKEN or t.stale
+            if t.state in _BROKEN
         ]
     return tuple(holes)
 
