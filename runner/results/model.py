@@ -162,7 +162,21 @@ class RunModel:
 
     @property
     def excluded(self) -> list[Excluded]:
-        return sorted(self._scan.excluded.values(), key=lambda e: e.path)
+        """Dirs left out, with why: another owner's, and voided attempts the journal records that
+        are not where the tree's voided root is (a tree renamed or moved: they stay where the void
+        put them, and no void count has them; until 2026-12-07 without a word, a probe found)."""
+        gone = [
+            Excluded(
+                path=dest or f"{task}/{arm}/{stamp}",
+                reason=f"a void of the journal's, not under {self.voided_root} (the tree renamed or moved?): "
+                "not in the void counts",
+                task=task,
+                arm=tree.arm_of_dir(arm),
+            )
+            for (task, arm, stamp), dest in self._runs.voids.items()
+            if not ((a := self._scan.attempts.get((task, arm, stamp))) is not None and a.voided_trials)
+        ]
+        return sorted([*self._scan.excluded.values(), *gone], key=lambda e: e.path)
 
     @property
     def run_id(self) -> str | None:

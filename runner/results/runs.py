@@ -107,6 +107,8 @@ class RunLog:
         #: run id -> the ``ts`` of its latest event, as written (parsed only when asked): where a
         #: runner that died without its exit line stopped working (``current_pieces``)
         self._last_ts: dict[str, Any] = {}
+        #: the attempts the journal says were voided, (task, arm dir, stamp) -> where they went
+        self.voids: dict[tuple[str, str, str], str] = {}
 
     @property
     def current(self) -> Run | None:
@@ -201,7 +203,12 @@ class RunLog:
                     break
             return
         if ev["event"] == EventKind.VOID:
-            return  # a void names an attempt it moved, never one of its run (a takeover's is another run's)
+            # a void names an attempt it moved, never one of its run (a takeover's is another run's)
+            task, stamp, arm = ev.get("task"), ev.get("stamp"), ev.get("arm_dir") or ev.get("arm")
+            dest = ev.get("dest")
+            if isinstance(task, str) and isinstance(arm, str) and isinstance(stamp, str):
+                self.voids[(task, arm, stamp)] = dest if isinstance(dest, str) else ""
+            return
         task, stamp = ev.get("task"), ev.get("stamp")
         arm = ev.get("arm_dir") or ev.get("arm")
         if isinstance(task, str) and isinstance(arm, str) and isinstance(stamp, str):

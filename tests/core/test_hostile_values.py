@@ -358,6 +358,30 @@ def test_voided_attempts_of_another_owner_beside_the_tree_are_left_out_and_shown
     assert voided(RunModel.load(out, index=False)) == {}
 
 
+def test_voids_of_the_journal_not_beside_a_renamed_tree_are_named_not_lost_silently(handmade, tmp_path):
+    """A probe renamed a tree: its voided attempts (in the dir its old name made) left every void
+    count without a word. They are listed as excluded now, with where the void put them."""
+    from handmade_tree import EARLY
+
+    out = tmp_path / "out"
+    shutil.copytree(handmade, out, symlinks=True)
+    shutil.copytree(tree.voided_root(handmade), tree.voided_root(out), symlinks=True)
+    dest = tree.voided_root(out) / "t01" / "plain" / EARLY
+    assert dest.is_dir()
+    tree.events_path(out).parent.mkdir(exist_ok=True)
+    with tree.events_path(out).open("a") as f:
+        ev = {"ts": "2026-11-30T09:30:00Z", "event": "void", "run_id": "r1", "task": "t01", "arm": "plain",
+              "stamp": EARLY, "reason": "environment start failed", "dest": str(dest)}  # fmt: skip
+        f.write(json.dumps(ev) + "\n")
+    assert RunModel.load(out, index=False).excluded == []  # where the void put it: counted
+    renamed = tmp_path / "out-2026-12"
+    os.rename(out, renamed)
+    m = RunModel.load(renamed, index=False)
+    (ex,) = m.excluded
+    assert ex.path == str(dest) and "renamed or moved" in ex.reason and ex.arm == "plain"
+    assert cli.main(["status", str(renamed)]) == 0
+
+
 @pytest.mark.parametrize("broken", [b'{"id": "x", "task_na', b"", b"[]", b"[" * 100_000])
 def test_a_finished_jobs_trial_result_that_does_not_parse_is_infrastructure_too(core, broken):
     """A probe found a truncated, empty or nonsense trial result.json of a finished job read as a
