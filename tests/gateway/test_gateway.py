@@ -953,9 +953,16 @@ def test_a_hostile_clients_paths_stay_under_v1_and_its_calls_stay_on_the_ledger(
     assert long_line.param("tool_choice").startswith("sha256:") and "(9000000 chars)" in long_line.param(
         "tool_choice"
     )
+
+    def bomb_rows() -> list[dict] | None:
+        rows = map(json.loads, ledger_path(out).read_bytes().splitlines())
+        return [r for r in rows if "unparsed" in r.get("params", {})] or None
+
+    # the refused call's line, written by the ledger's own thread after the refusal went out: read
+    # before it landed, the list was empty (CI, 2026-12-07; the failure of the stop before, found)
+    (bomb_row,) = wait_for(bomb_rows, SETTLE, "the refused call's ledger line")
     lines = ledger_path(out).read_bytes().splitlines()
     assert max(len(line) for line in lines) < 4096
-    (bomb_row,) = [r for r in map(json.loads, lines) if "unparsed" in r.get("params", {})]
     assert bomb_row["params"] == {"unparsed": "body encoding 'gzip' (or over 64 MiB decoded)"}
     assert bomb_row["refused"] == L.UNREADABLE
 
