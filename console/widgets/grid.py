@@ -210,27 +210,29 @@ class Grid(DataTable):
 
     def current_pair(self) -> tuple[str, str] | None:
         """(task, arm) under the cursor, or None on a label or summary cell."""
-        if not self.row_count:
+        if (keys := self._cursor_keys()) is None:
             return None
-        try:
-            row_key, col_key = self.coordinate_to_cell_key(self.cursor_coordinate)
-        except CellDoesNotExist:
-            return None
-        r, c = row_key.value, col_key.value
+        r, c = keys
         if r in (None, SUMMARY) or c in (None, SUMMARY, "__label__"):
             return None
         return self._pair(r, c)
 
     def current_task(self) -> str | None:
         """The task of the cursor's cell, or of its row or column label (None on the mean row)."""
+        if (keys := self._cursor_keys()) is None:
+            return None
+        task = keys[1] if self.arm_major else keys[0]
+        return None if task in (None, SUMMARY, "__label__") else task
+
+    def _cursor_keys(self) -> tuple[str | None, str | None] | None:
+        """The row and column keys under the cursor; None on an empty grid."""
         if not self.row_count:
             return None
         try:
             row_key, col_key = self.coordinate_to_cell_key(self.cursor_coordinate)
         except CellDoesNotExist:
             return None
-        task = col_key.value if self.arm_major else row_key.value
-        return None if task in (None, SUMMARY, "__label__") else task
+        return row_key.value, col_key.value
 
     def move_to(self, task: str, arm: str) -> None:
         r, c = (arm, task) if self.arm_major else (task, arm)

@@ -540,10 +540,9 @@ def tampered(
 
     A verifier file last written before the verifier started (``verifier_started``; ``_latest_start``
     dates it by reward.txt) is not the verifier's either: harbor removes the reward files before it
-    verifies, not a metrics.json,
-    so one the agent planted during its run was read as the verifier's. A probe planted one in a task
-    whose verifier writes none: that arm got its partial score, and the hole rule then failed every
-    other arm's cell of the task for lacking one (2026-12-07).
+    verifies, not a metrics.json, so one the agent planted during its run was read as the verifier's.
+    A probe planted one in a task whose verifier writes none: that arm got its partial score, and the
+    hole rule then failed every other arm's cell of the task for lacking one (2026-12-07).
 
     harbor writes a trial's ``result.json`` last: after its verifier finished (``verifier.finished_at``
     in that file), after it stopped the environment and fixed the log dirs' owner. So a verifier

@@ -136,15 +136,22 @@ class TreeScan:
         if uid == tree.UNREADABLE_DIR:
             return True
         if uid is not None:
-            self.excluded[adir] = Excluded(
-                path=os.path.relpath(adir, self._out_s),
-                reason=f"owned by uid {uid}, not the tree's owner uid {self.owner} (leftover of an earlier round)",
-                task=task,
-                arm=tree.arm_of_dir(arm_dir),
-            )
+            where = os.path.relpath(adir, self._out_s)
+            self._exclude_foreign(adir, where, "", uid, task, arm_dir, " (leftover of an earlier round)")
             return True
         self.excluded.pop(adir, None)
         return False
+
+    def _exclude_foreign(
+        self, key: str, where: str, what: str, uid: int, task: str, arm_dir: str, why: str = ""
+    ) -> None:
+        """List a dir another user owns as excluded: one rule for arm dirs and voided attempts."""
+        self.excluded[key] = Excluded(
+            path=where,
+            reason=f"{what}owned by uid {uid}, not the tree's owner uid {self.owner}{why}",
+            task=task,
+            arm=tree.arm_of_dir(arm_dir),
+        )
 
     def _scan_arm(self, task: str, arm_dir: str) -> None:
         adir = os.path.join(self._out_s, task, arm_dir)
@@ -256,12 +263,7 @@ class TreeScan:
             if uid == tree.UNREADABLE_DIR:  # gone (or unreadable): nothing of it to list any more
                 self.excluded.pop(sdir, None)
             else:
-                self.excluded[sdir] = Excluded(
-                    path=sdir,
-                    reason=f"a voided attempt owned by uid {uid}, not the tree's owner uid {self.owner}",
-                    task=task,
-                    arm=tree.arm_of_dir(arm_dir),
-                )
+                self._exclude_foreign(sdir, sdir, "a voided attempt ", uid, task, arm_dir)
             return True
         self.excluded.pop(sdir, None)
         return False

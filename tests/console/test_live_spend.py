@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from pathlib import Path
 
 from console_support import run_async, wait_for
 from textual_screen import screen_text
@@ -146,6 +147,20 @@ def test_an_arm_with_calls_cut_before_their_usage_shows_its_spend_as_a_lower_bou
     assert arms_spend_text({"goal": goal}) == f"spend {money(0.83)}: goal {money(0.83)}"
 
 
+def tree_with_two_calls(mini_tree: Path, out: Path) -> dict[str, str]:
+    """A copy of the mini tree at ``out`` whose ledger has one call of oracle and one of nop (the
+    gateway's own writer); their stamps by arm."""
+    shutil.copytree(mini_tree, out)
+    stamps = {arm: list_dirs(out / TASK / arm)[0] for arm in ("oracle", "nop")}
+    w = LedgerWriter(ledger_path(out))
+    try:
+        w.write(call("oracle", stamps["oracle"], 1, 200_000, 5_000))
+        w.write(call("nop", stamps["nop"], 2, 100_000, 1_000))
+    finally:
+        w.close()
+    return stamps
+
+
 def test_an_arm_with_attempts_live_at_a_dead_gateway_shows_its_spend_as_a_lower_bound(mini_tree, tmp_path):
     """`status` and the report said an arm's spend lacks the calls in flight at a gateway found dead
     (a killed gateway writes no line for them); the console's top bar showed the figure as whole.
@@ -158,14 +173,7 @@ def test_an_arm_with_attempts_live_at_a_dead_gateway_shows_its_spend_as_a_lower_
     from runner.results.tree import gateway_dir
 
     out = tmp_path / "out"
-    shutil.copytree(mini_tree, out)
-    stamps = {arm: list_dirs(out / TASK / arm)[0] for arm in ("oracle", "nop")}
-    w = LedgerWriter(ledger_path(out))
-    try:
-        w.write(call("oracle", stamps["oracle"], 1, 200_000, 5_000))
-        w.write(call("nop", stamps["nop"], 2, 100_000, 1_000))
-    finally:
-        w.close()
+    stamps = tree_with_two_calls(mini_tree, out)
 
     def top_bar() -> str:
         summary, _alarm = arm_summary(RunModel.load(out), "run")
@@ -236,14 +244,7 @@ def test_the_top_bars_right_part_stays_on_screen_beside_a_long_spend_line(mini_t
     """A probe found a gateway run's spend per arm pushing the top bar's right part (PAUSED, the
     filter, the sort, the scope, the data's age) off its one line, at 130 columns and at 80."""
     out = tmp_path / "out"
-    shutil.copytree(mini_tree, out)
-    stamps = {arm: list_dirs(out / TASK / arm)[0] for arm in ("oracle", "nop")}
-    w = LedgerWriter(ledger_path(out))
-    try:
-        w.write(call("oracle", stamps["oracle"], 1, 200_000, 5_000))
-        w.write(call("nop", stamps["nop"], 2, 100_000, 1_000))
-    finally:
-        w.close()
+    tree_with_two_calls(mini_tree, out)
 
     async def go():
         app = make_app(out, docker=False, offer_start=False)
