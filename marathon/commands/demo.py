@@ -51,6 +51,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--out", default=None, help=f"output dir (default ./{DEFAULT_OUT}, or a fresh sibling if used)"
     )
     p.add_argument("--arms", default=DEMO_ARMS, help=f"arms (default {DEMO_ARMS}; oracle,nop for stand-ins)")
+    p.add_argument(
+        "--tasks",
+        default=None,
+        help="comma list of the mini tasks to run (default: all four; a shorter demo, or a test's)",
+    )
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument(
         "--agent-timeout-mult",
@@ -115,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     out = fresh_out(args.out)
     arms = [a for a in args.arms.split(",") if a]
     flags = {"tasks_dir": str(tasks), "arms": arms, "concurrency": args.concurrency, "max_passes": 2}
+    if args.tasks is not None:
+        flags["tasks"] = [t for t in args.tasks.split(",") if t.strip()]
     flags["min_free_gb"] = 1  # the mini-benchmark's trials are small (runner.ops.disk)
     flags["agent_timeout_mult"] = args.agent_timeout_mult
     flags["goal_timeout_sec"] = DEMO_GOAL_TIMEOUT_SEC

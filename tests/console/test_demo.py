@@ -28,6 +28,21 @@ def test_demo_headless_runs_every_pair_and_prints_the_status(tmp_path, docker_en
     assert docker_leftovers(out) == []
 
 
+def test_demo_tasks_runs_the_named_tasks_and_refuses_an_unknown_one(tmp_path, docker_engine):
+    """``--tasks`` (a shorter demo; the resume test's two tasks): an unknown name is one line, exit 2,
+    nothing written; the named ones are the run's whole grid."""
+    out = tmp_path / "out"
+    r = marathon("demo", "--headless", "--arms", "oracle", "--tasks", "calc-partial,nope", "--out", str(out))
+    assert r.returncode == 2 and "unknown task(s)" in r.stderr and "nope" in r.stderr, r.stdout + r.stderr
+    assert not out.exists()
+    r = marathon(
+        "demo", "--headless", "--arms", "oracle", "--tasks", "words-passrate", "--out", str(out), timeout=900
+    )
+    assert r.returncode == 0 and "1/1 pairs done" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    assert json.loads(marathon("report", str(out), "--format", "json").stdout)["tasks"] == ["words-passrate"]
+    assert docker_leftovers(out) == []
+
+
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
 def test_demo_on_a_terminal_opens_the_console_and_the_run_outlives_it(tmp_path, docker_engine):
     out = tmp_path / "out"
