@@ -2,11 +2,12 @@
 
 Host 1 is this machine's engine, host 2 a private dockerd in a network namespace the test creates,
 joined by a Ray head here and a Ray worker there, two ``docker_slots`` each. ``marathon run
---cluster`` submits one Ray job per pair; every pair must be done exactly once, on a host its
-``host.json`` names, both hosts must have worked, the scored cells must equal what the same arms
-score on one host (the recorded expected rewards of the mini-benchmark); ``marathon net`` must show
-each host's own pools, and one ``marathon cleanup --yes`` from the runner host must plan and remove
-on each host what the run left on its engine while a foreign look-alike on each survives.
+--cluster`` submits one Ray job per pair (its runner killed and restarted by ``health --fix`` on
+the way: ``fixed_run``); every pair must be done exactly once, on a host its ``host.json`` names,
+both hosts must have worked, the scored cells must equal what the same arms score on one host (the
+recorded expected rewards of the mini-benchmark); ``marathon net`` must show each host's own pools,
+and one ``marathon cleanup --yes`` from the runner host must plan and remove on each host what the
+run left on its engine while a foreign look-alike on each survives.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -110,107 +112,6 @@ def run_argv(out: Path, th) -> list[str]:
 def runner_env() -> dict[str, str]:
     """The runner host's environment: host 1's engine (no DOCKER_HOST), the repo importable."""
     return {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"} | {"PYTHONPATH": str(REPO)}
-
-
-@pytest.mark.timeout(3600)
-def test_two_hosts_run_every_pair_once_and_clean_up(cluster, tmp_path):
-    from runner.ops.docker_pool import our_projects
-    from runner.results.tree import voided_root
-
-    out = tmp_path / "out"
-    tag = f"fleet{os.getpid()}"
-    th = cluster
-    foreign1 = lookalike(shared_docker, tag)
-    foreign2 = lookalike(th.engine2.docker, tag)
-    leak1: tuple[str, str] = ("", "")
-    try:
-        env = runner_env()
-        r = subprocess.run(run_argv(out, th), cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-        assert f"MARATHON_CLUSTER={th.cluster}" in (out / ".driver_env").read_text()
-
-        # every pair done exactly once, each on the host its job recorded
-        pairs = {(t, a) for t in TASKS for a in ARMS}
-        done = done_jobs(out)
-        assert set(done) == pairs
-        assert {p: len(j) for p, j in done.items() if len(j) != 1} == {}
-        hosts = {p: read_host(j[0].parent) for p, j in done.items()}
-        assert all(h is not None for h in hosts.values()), hosts
-        nodes = {n["node_id"]: n["node_ip"] for n in th.nodes()}
-        assert {h.node_id for h in hosts.values()} == set(nodes), f"both hosts must have worked: {hosts}"
-        # the console's hosts panel asks the same head: both Docker hosts alive, two slots each
-        from console.feeds import NodesReader
-
-        seen, error = NodesReader(th.cluster).read()
-        assert error is None and seen is not None, error
-        assert {(n.node_id, n.alive, n.slots) for n in seen if n.slots > 0} == {(n, True, 2.0) for n in nodes}
-        for h in hosts.values():  # each job drove its own host's engine
-            assert h.node_ip == nodes[h.node_id]
-            assert h.docker_host == (
-                th.engine2.host if h.node_ip == WORKER_IP else "unix:///var/run/docker.sock"
-            )
-        starts = [e for e in read_events(out) if e["event"] == "job_start"]
-        assert len({e["submission_id"] for e in starts}) == len(starts)
-
-        # the report scores as one host does
-        rep = json.loads(cli("report", str(out), "--format", "json", env=env).stdout)
-        for (t, a), (reward, partial) in EXPECTED.items():
-            cell = rep["cells"][t][a]
-            assert cell["status"] == "done" and cell["reward"] == reward, (t, a, cell)
-            if partial is not None:
-                assert cell["partial"] == partial, (t, a, cell)
-            assert cell["host"] == hosts[(t, a)].short()
-        status = cli("status", str(out), env=env).stdout
-        assert "host vm" in status or "host " in status, status
-
-        # a trial's environment each engine still holds (its harbor killed before compose down)
-        projects = our_projects(out) | our_projects(voided_root(out))
-        p1, p2 = sorted(projects)[:2]
-        leak1 = labelled(shared_docker, p1, f"{p1}-leak1")
-        labelled(th.engine2.docker, p2, f"{p2}-leak2")  # engine 2 goes with its namespace
-
-        # `marathon net OUT` asks each host about its own engine: one block per host
-        t0 = time.monotonic()
-        n = cli("net", str(out), env=env, timeout=600)
-        took_net = time.monotonic() - t0
-        assert n.returncode in (0, 1), n.stdout + n.stderr
-        blocks = host_blocks(n.stdout)
-        assert set(blocks) == {HEAD_IP, WORKER_IP}, n.stdout
-        for i, ip, other in ((1, HEAD_IP, WORKER_IP), (2, WORKER_IP, HEAD_IP)):
-            leak_net = f"{(p1, p2)[i - 1]}-leak{i}_default"
-            assert any(ln.split()[:1] == ["ours"] and leak_net in ln for ln in blocks[ip].splitlines()), (
-                n.stdout
-            )
-            assert leak_net not in blocks[other], n.stdout
-            assert f"calc-partial__{tag}__env_default" in blocks[ip]  # the look-alike: foreign, there
-            assert "foreign" in blocks[ip].splitlines()[0] and "cap" in blocks[ip].splitlines()[0]
-
-        # ONE `marathon cleanup OUT --yes` from the runner host: the plan names each host and its
-        # objects, each host removes its own; nothing of the run is left, the look-alikes survive
-        t0 = time.monotonic()
-        c = cli("cleanup", str(out), "--yes", env=env, timeout=600)
-        took_cleanup = time.monotonic() - t0
-        assert c.returncode == 0, c.stdout + c.stderr
-        plan = c.stdout.split("\ndone:")[0]
-        for i, ip in ((1, HEAD_IP), (2, WORKER_IP)):
-            assert f"/{ip} (whole tree): " in plan, (
-                plan
-            )  # "cleanup plan for OUT on NAME/IP (whole tree): ..."
-            lines = [ln for ln in plan.splitlines() if f"{(p1, p2)[i - 1]}-leak{i}" in ln]
-            assert lines and all(ln.split()[0].endswith(f"/{ip}") for ln in lines), plan
-        assert "NOT listed" not in plan and "down" not in plan, plan
-        assert compose_objects(shared_docker, projects) == []
-        assert compose_objects(th.engine2.docker, projects) == []
-        for docker, (ctr, net) in ((shared_docker, foreign1), (th.engine2.docker, foreign2)):
-            assert docker("inspect", "-f", "{{.State.Running}}", ctr).stdout.strip() == "true"
-            assert docker("network", "inspect", net, check=False).returncode == 0
-        print(f"two hosts: marathon net {took_net:.1f} s, marathon cleanup --yes {took_cleanup:.1f} s "
-              "(one leaked environment on each)")  # fmt: skip
-    finally:
-        for ctr, net in (foreign1, leak1):
-            if ctr:
-                shared_docker("rm", "-f", ctr, check=False)
-                shared_docker("network", "rm", net, check=False)
 
 
 FIVE_ARMS = ("plain", "goal", "ssh-goal", "codex-cli", "heartbeat")
@@ -348,14 +249,26 @@ def test_a_different_image_planted_on_one_host_is_named_by_the_audit(cluster, tm
     ]
 
 
-@pytest.mark.timeout(3600)
-def test_runner_kill9_then_health_fix_reattaches_without_duplicates(cluster, tmp_path):
-    """``kill -9`` of the runner while its Ray jobs run; ``marathon health --fix`` restarts it, and
-    the new runner follows the running jobs by their ids: no pair is started a second time."""
+@dataclass
+class FixedRun:
+    """The tree of a run whose runner was killed (``kill -9``) while its Ray jobs ran, and restarted
+    by ``marathon health --fix``: what the kill left running, and the first runner's id."""
+
+    out: Path
+    running: dict[str, str]  # submission id -> task/arm, active at the kill
+    first_run: str
+
+
+@pytest.fixture(scope="module")
+def fixed_run(cluster, tmp_path_factory) -> FixedRun:
+    """One run read by two tests (the re-attachment, then every pair once and the cleanup): ``kill
+    -9`` of the runner once every pair's job is out and a trial runs, then ``health --fix``, waited
+    for until the restarted runner has ended."""
     from runner.schedule.lock import lock_holder
 
-    th, out, env = cluster, tmp_path / "out", runner_env()
-    with open(tmp_path / "runner.log", "wb") as log:
+    th, tmp, env = cluster, tmp_path_factory.mktemp("fixed"), runner_env()
+    out = tmp / "out"
+    with open(tmp / "runner.log", "wb") as log:
         runner = subprocess.Popen(run_argv(out, th), cwd=REPO, env=env, stdout=log,
                                   stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
@@ -392,6 +305,14 @@ def test_runner_kill9_then_health_fix_reattaches_without_duplicates(cluster, tmp
     while not restarted_runner_ended() and time.monotonic() < deadline:
         time.sleep(1)
     assert restarted_runner_ended(), "the restarted runner did not finish"
+    return FixedRun(out, running, first_run)
+
+
+@pytest.mark.timeout(3600)
+def test_runner_kill9_then_health_fix_reattaches_without_duplicates(cluster, fixed_run):
+    """``kill -9`` of the runner while its Ray jobs run; ``marathon health --fix`` restarts it, and
+    the new runner follows the running jobs by their ids: no pair is started a second time."""
+    th, out, running = cluster, fixed_run.out, fixed_run.running
     events = list(read_events(out))
     adopted = {f"{e['task']}/{e['arm']}" for e in events if e["event"] == "adopt"}
     # a job running at the kill is re-attached, unless it ended before the new runner looked (a
@@ -407,6 +328,107 @@ def test_runner_kill9_then_health_fix_reattaches_without_duplicates(cluster, tmp
     done = done_jobs(out)
     assert set(done) == {(t, a) for t in TASKS for a in ARMS}
     assert {p: len(j) for p, j in done.items() if len(j) != 1} == {}
+
+
+@pytest.mark.timeout(3600)
+def test_two_hosts_run_every_pair_once_and_clean_up(cluster, fixed_run):
+    """The killed and restarted run's tree (``fixed_run``): every pair once on a host its job names,
+    scored as on one host; ``marathon net`` per host; one ``cleanup --yes`` for both hosts."""
+    from runner.ops.docker_pool import our_projects
+    from runner.results.tree import voided_root
+
+    out = fixed_run.out
+    tag = f"fleet{os.getpid()}"
+    th = cluster
+    foreign1 = lookalike(shared_docker, tag)
+    foreign2 = lookalike(th.engine2.docker, tag)
+    leak1: tuple[str, str] = ("", "")
+    try:
+        env = runner_env()
+        assert f"MARATHON_CLUSTER={th.cluster}" in (out / ".driver_env").read_text()
+
+        # every pair done exactly once, each on the host its job recorded
+        pairs = {(t, a) for t in TASKS for a in ARMS}
+        done = done_jobs(out)
+        assert set(done) == pairs
+        assert {p: len(j) for p, j in done.items() if len(j) != 1} == {}
+        hosts = {p: read_host(j[0].parent) for p, j in done.items()}
+        assert all(h is not None for h in hosts.values()), hosts
+        nodes = {n["node_id"]: n["node_ip"] for n in th.nodes()}
+        assert {h.node_id for h in hosts.values()} == set(nodes), f"both hosts must have worked: {hosts}"
+        # the console's hosts panel asks the same head: both Docker hosts alive, two slots each
+        from console.feeds import NodesReader
+
+        seen, error = NodesReader(th.cluster).read()
+        assert error is None and seen is not None, error
+        assert {(n.node_id, n.alive, n.slots) for n in seen if n.slots > 0} == {(n, True, 2.0) for n in nodes}
+        for h in hosts.values():  # each job drove its own host's engine
+            assert h.node_ip == nodes[h.node_id]
+            assert h.docker_host == (
+                th.engine2.host if h.node_ip == WORKER_IP else "unix:///var/run/docker.sock"
+            )
+        starts = [e for e in read_events(out) if e["event"] == "job_start"]
+        assert len({e["submission_id"] for e in starts}) == len(starts)
+
+        # the report scores as one host does
+        rep = json.loads(cli("report", str(out), "--format", "json", env=env).stdout)
+        for (t, a), (reward, partial) in EXPECTED.items():
+            cell = rep["cells"][t][a]
+            assert cell["status"] == "done" and cell["reward"] == reward, (t, a, cell)
+            if partial is not None:
+                assert cell["partial"] == partial, (t, a, cell)
+            assert cell["host"] == hosts[(t, a)].short()
+        status = cli("status", str(out), env=env).stdout
+        assert "host vm" in status or "host " in status, status
+
+        # a trial's environment each engine still holds (its harbor killed before compose down)
+        projects = our_projects(out) | our_projects(voided_root(out))
+        p1, p2 = sorted(projects)[:2]
+        leak1 = labelled(shared_docker, p1, f"{p1}-leak1")
+        labelled(th.engine2.docker, p2, f"{p2}-leak2")  # engine 2 goes with its namespace
+
+        # `marathon net OUT` asks each host about its own engine: one block per host
+        t0 = time.monotonic()
+        n = cli("net", str(out), env=env, timeout=600)
+        took_net = time.monotonic() - t0
+        assert n.returncode in (0, 1), n.stdout + n.stderr
+        blocks = host_blocks(n.stdout)
+        assert set(blocks) == {HEAD_IP, WORKER_IP}, n.stdout
+        for i, ip, other in ((1, HEAD_IP, WORKER_IP), (2, WORKER_IP, HEAD_IP)):
+            leak_net = f"{(p1, p2)[i - 1]}-leak{i}_default"
+            assert any(ln.split()[:1] == ["ours"] and leak_net in ln for ln in blocks[ip].splitlines()), (
+                n.stdout
+            )
+            assert leak_net not in blocks[other], n.stdout
+            assert f"calc-partial__{tag}__env_default" in blocks[ip]  # the look-alike: foreign, there
+            assert "foreign" in blocks[ip].splitlines()[0] and "cap" in blocks[ip].splitlines()[0]
+
+        # ONE `marathon cleanup OUT --yes` from the runner host: the plan names each host and its
+        # objects, each host removes its own; nothing of the run is left, the look-alikes survive
+        t0 = time.monotonic()
+        c = cli("cleanup", str(out), "--yes", env=env, timeout=600)
+        took_cleanup = time.monotonic() - t0
+        assert c.returncode == 0, c.stdout + c.stderr
+        plan = c.stdout.split("\ndone:")[0]
+        for i, ip in ((1, HEAD_IP), (2, WORKER_IP)):
+            assert f"/{ip} (whole tree): " in plan, (
+                plan
+            )  # "cleanup plan for OUT on NAME/IP (whole tree): ..."
+            lines = [ln for ln in plan.splitlines() if f"{(p1, p2)[i - 1]}-leak{i}" in ln]
+            assert lines and all(ln.split()[0].endswith(f"/{ip}") for ln in lines), plan
+        assert "NOT listed" not in plan and "down" not in plan, plan
+        assert compose_objects(shared_docker, projects) == []
+        assert compose_objects(th.engine2.docker, projects) == []
+        for docker, (ctr, net) in ((shared_docker, foreign1), (th.engine2.docker, foreign2)):
+            assert docker("inspect", "-f", "{{.State.Running}}", ctr).stdout.strip() == "true"
+            assert docker("network", "inspect", net, check=False).returncode == 0
+        print(f"two hosts: marathon net {took_net:.1f} s, marathon cleanup --yes {took_cleanup:.1f} s "
+              "(one leaked environment on each)")  # fmt: skip
+    finally:
+        for ctr, net in (foreign1, leak1):
+            if ctr:
+                shared_docker("rm", "-f", ctr, check=False)
+                shared_docker("network", "rm", net, check=False)
 
 
 @pytest.mark.timeout(3600)
