@@ -70,11 +70,11 @@ LONGEST_FIRST = [
     "tests/fleet/test_fleet_run.py",
     "tests/console/test_demo_varied.py",
     "tests/arms_loopx/test_loopx_arm_trials.py",
-    "tests/runner/test_demo_resume.py",
+    "tests/runner/test_hostile_scenario.py",
     "tests/runner/test_equal_budgets.py",
     "tests/runner/test_runner_secret_leak.py",
     "tests/arms_codex/test_codex_arm_trials.py",
-    "tests/runner/test_hostile_scenario.py",
+    "tests/runner/test_demo_resume.py",
 ]
 
 
