@@ -68,6 +68,8 @@ UNPRICED = "unpriced_model"
 SPEND_CAP_RUN = "spend_cap_run"  # the run's spend cap is reached (402; runner.results.caps)
 SPEND_CAP_ARM = "spend_cap_arm"  # the arm's spend cap is reached (402)
 SPEND_CAP_ATTEMPT = gateway_contract.SPEND_CAP_ATTEMPT  # the attempt spent its own cap (402; cut, not voided)
+#: a call on the TLS route over a connection past its attempt's share (429; runner.ops.gateway.conns)
+CONNECTIONS = "too_many_connections"
 REFUSALS = (
     NO_TOKEN,
     OTHER_ATTEMPT,
@@ -81,6 +83,7 @@ REFUSALS = (
     SPEND_CAP_RUN,
     SPEND_CAP_ARM,
     SPEND_CAP_ATTEMPT,
+    CONNECTIONS,
 )
 
 #: the request parameters that decide the model's behaviour, compared across arms by the wire audit

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -506,6 +507,16 @@ def _cert(tmp: Path) -> tuple[Path, Path]:
     return cert, key
 
 
+def _tls_gateway(tmp_path: Path, provider) -> tuple[Path, process.GatewayState, Path]:
+    """A gateway serving the TLS route on loopback with a fresh certificate: (out, its state, the cert)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    cert, tls_key = _cert(tmp_path)
+    s = process.GatewaySettings(upstream=provider.url, key_var=KEY_VAR, tls_listen="127.0.0.1:0",
+                                tls_cert=str(cert), tls_key=str(tls_key))  # fmt: skip
+    return out, process.start_detached(out, s), cert
+
+
 def _through_relay(tls: tuple[str, int, str | None], token: str) -> tuple[list[float], bytes, dict]:
     """One call through an ``agents.relay.Relay`` to the gateway's TLS address: the budget marks it
     made, the answer's status line, its stats."""
@@ -533,12 +544,7 @@ def _through_relay(tls: tuple[str, int, str | None], token: str) -> tuple[list[f
 
 
 def test_remote_sandboxes_reach_it_over_tls_by_token(tmp_path, key, provider):
-    out = tmp_path / "out"
-    out.mkdir()
-    cert, tls_key = _cert(tmp_path)
-    s = process.GatewaySettings(upstream=provider.url, key_var=KEY_VAR, tls_listen="127.0.0.1:0",
-                                tls_cert=str(cert), tls_key=str(tls_key))  # fmt: skip
-    st = process.start_detached(out, s)
+    out, st, cert = _tls_gateway(tmp_path, provider)
     try:
         a = attempts.issue(out, "t1", "plain", "2026-01-01__00-00-00", budget_sec=None)
         url = f"https://127.0.0.1:{st.tcp_port}/v1/responses"
@@ -579,6 +585,69 @@ def test_remote_sandboxes_reach_it_over_tls_by_token(tmp_path, key, provider):
         with pytest.raises(Exception):  # noqa: B017 - any failure: a reset, a bad status line
             urllib.request.urlopen(url.replace("https", "http"), timeout=5)
     finally:
+        process.stop(out)
+        shutil.rmtree(attempts.socket_root(out), ignore_errors=True)
+
+
+def test_the_tls_route_holds_each_attempt_to_its_share_of_connections(tmp_path, key, provider):
+    """The TLS route (one listener for every remote sandbox) was not capped per attempt: an agent
+    could open connections on it without end, as one did on its socket before that was capped, and
+    take the gateway's descriptors from every attempt. Now connections no call has named are held
+    to ``MAX_UNNAMED`` (a new one closes the oldest, its TLS handshake not even begun), a call names
+    its connection for its attempt, and an attempt past ``MAX_CONNECTIONS`` named ones is refused
+    ``too_many_connections`` on the ledger and its connection closed; other attempts are served."""
+    import http.client
+
+    from runner.ops.gateway.conns import MAX_CONNECTIONS, MAX_UNNAMED, UNNAMED_SEC
+
+    out, st, cert = _tls_gateway(tmp_path, provider)
+    ctx = ssl.create_default_context(cafile=str(cert))
+    body = json.dumps({"model": "quick", "stream": True})
+    held: list = []
+    try:
+        a = attempts.issue(out, "t1", "plain", "2026-01-01__00-00-00", budget_sec=None)
+        b = attempts.issue(out, "t1", "goal", "2026-01-01__00-00-01", budget_sec=None)
+        wait_for(lambda: process.running(out) is not None, SETTLE, "the gateway")
+
+        def call(conn: http.client.HTTPSConnection, token: str) -> tuple[int, bytes, bool]:
+            conn.request("POST", "/v1/responses", body, {"Authorization": f"Bearer {token}"})
+            r = conn.getresponse()
+            return r.status, r.read(), r.will_close
+
+        def fresh(token: str) -> tuple[int, bytes, bool]:
+            conn = http.client.HTTPSConnection("127.0.0.1", st.tcp_port, context=ctx, timeout=SETTLE)
+            held.append(conn)
+            return call(conn, token)
+
+        # a flood of connections that never say a word: the oldest go, the listener stays open to all
+        flood = [socket.create_connection(("127.0.0.1", st.tcp_port), timeout=SETTLE)
+                 for _ in range(MAX_UNNAMED + 16)]  # fmt: skip
+        held += flood
+        for sock in flood[:16]:  # closed by the gateway (a reset, or the end of the stream) at once:
+            # well before any timeout would (the route's own for an unnamed connection, or asyncio's
+            # handshake timeout, a minute, which closed the whole flood together before the cap)
+            sock.settimeout(UNNAMED_SEC / 2)
+            with contextlib.suppress(ConnectionResetError):
+                assert sock.recv(1) == b""
+        assert select.select(flood[16:], [], [], 0)[0] == []  # the newer ones still open
+        assert fresh(b.token)[0] == 200  # served
+
+        # an attempt's own share: MAX_CONNECTIONS connections kept, each named by its call
+        own = [http.client.HTTPSConnection("127.0.0.1", st.tcp_port, context=ctx, timeout=SETTLE)
+               for _ in range(MAX_CONNECTIONS)]  # fmt: skip
+        held += own
+        assert {call(c, a.token)[:1] for c in own} == {(200,)}
+        assert {call(c, a.token)[:1] for c in own[:3]} == {(200,)}  # kept: one more call each
+        status, answer, closes = fresh(a.token)  # one past its share
+        assert (status, code_of(answer), closes) == (429, L.CONNECTIONS, True), answer
+        assert fresh(b.token)[0] == 200  # another attempt's share is its own
+        own.pop().close()  # one of a's goes: a new one takes its place
+        assert wait_for(lambda: fresh(a.token)[0] == 200 or None, SETTLE, "a's share freed")
+        refused = [c for c in calls(out) if c.refused == L.CONNECTIONS]
+        assert [c.attempt for c in refused] == [a.record.id] and not refused[0].forwarded
+    finally:
+        for c in held:
+            c.close()
         process.stop(out)
         shutil.rmtree(attempts.socket_root(out), ignore_errors=True)
 
@@ -1022,7 +1091,7 @@ def test_an_attempt_that_floods_its_socket_with_connections_holds_at_most_its_sh
     used up the gateway's descriptors, every other attempt's calls timed out and the accept errors
     filled the log. An attempt's socket now holds ``MAX_CONNECTIONS`` at once; the rest are closed
     before a byte is read, and the other attempts are served."""
-    from runner.ops.gateway.server import MAX_CONNECTIONS
+    from runner.ops.gateway.conns import MAX_CONNECTIONS
 
     out, _s, _st = gateway
     a, b = issue(out), issue(out, "goal")

@@ -47,7 +47,7 @@ from aiohttp import web
 from modes import safeio, safetext
 from modes.gateway import REQUEST_ID_HEADER, request_id
 from runner.ops.gateway import attempts as att
-from runner.ops.gateway import parsing, wire
+from runner.ops.gateway import conns, parsing, wire
 from runner.ops.gateway.wire import KeyMask, UsageScanner
 from runner.results import caps as C
 from runner.results import ledger as L
@@ -157,64 +157,6 @@ class LedgerWriter:
 #: the calls of one attempt in flight at once (codex makes one at a time): 16 held-open 60 MB bodies
 #: took the gateway to 1 GB; with this, one attempt holds at most MAX_CALLS x MAX_BODY
 MAX_CALLS = 8
-#: the connections one attempt's socket holds at once (codex keeps one or two): an agent that opened
-#: 20,000 idle ones used up the gateway's descriptors and every other attempt's calls timed out,
-#: while asyncio logged an accept error per try (1.2 GB of log in four minutes)
-MAX_CONNECTIONS = 64
-
-
-class _Capped(asyncio.Protocol):
-    """One connection of an attempt's socket: aiohttp's protocol behind a count of the socket's
-    open connections; past ``MAX_CONNECTIONS`` the connection is closed before a byte is read."""
-
-    def __init__(self, site: _CappedUnixSite) -> None:
-        self.site = site
-        self.inner: asyncio.Protocol | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if self.site.open >= MAX_CONNECTIONS:
-            transport.close()
-            return
-        self.site.open += 1
-        self.inner = self.site.runner_server()
-        self.inner.connection_made(transport)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.inner is not None:
-            self.site.open -= 1
-            self.inner.connection_lost(exc)
-
-    def data_received(self, data: bytes) -> None:
-        if self.inner is not None:
-            self.inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return self.inner.eof_received() if self.inner is not None else None
-
-    def pause_writing(self) -> None:
-        if self.inner is not None:
-            self.inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        if self.inner is not None:
-            self.inner.resume_writing()
-
-
-class _CappedUnixSite(web.UnixSite):
-    """An attempt's unix socket, at most ``MAX_CONNECTIONS`` open at once."""
-
-    open = 0
-
-    def runner_server(self) -> asyncio.Protocol:
-        return self._runner.server()  # type: ignore[misc]
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)
-        self.open = 0
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_unix_server(
-            lambda: _Capped(self), self._path, ssl=self._ssl_context, backlog=self._backlog
-        )
 
 
 @dataclass
@@ -300,6 +242,7 @@ class Gateway:
         self.stop_event = asyncio.Event()
         self.served = 0
         self.tcp_port: int | None = None
+        self.tcp_site: conns.TcpSite | None = None  # the TLS route's listener (``run``)
         self._first: dict[str, float] = {}  # attempt id -> its first forwarded call (the budget's start)
         self.started_at = time.time()
         self._dir_mtime: int | None = None
@@ -345,9 +288,9 @@ class Gateway:
         )
         self._restore_first_calls()
         if self.tcp is not None:
-            site = web.TCPSite(self.runner, self.tcp[0], self.tcp[1], ssl_context=self.tls)
-            await site.start()
-            self.tcp_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self.tcp_site = conns.TcpSite(self.runner, self.tcp[0], self.tcp[1], ssl_context=self.tls)
+            await self.tcp_site.start()
+            self.tcp_port = self.tcp_site.port
         self.ledger.write({"kind": L.GATEWAY_START, "at": time.time(), "gateway": self.instance,
                            "pid": os.getpid(), "host": self.host, "upstream": self.upstream_label})  # fmt: skip
         await self.sync()
@@ -515,7 +458,7 @@ class Gateway:
         # (between bind and listen a connect is refused, and a loaded host can pause the gateway
         # there); the rename takes a dead gateway's socket's place in the same dir
         bound = f"{path}.{os.urandom(4).hex()}"
-        site = _CappedUnixSite(self.runner, bound)
+        site = conns.UnixSite(self.runner, bound)
         try:
             await site.start()
             os.chmod(bound, 0o666)  # the trial's task user connects through the mount
@@ -634,10 +577,10 @@ class Gateway:
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
         auth = request.headers.get("Authorization", "")
         token = auth[7:].strip() if auth[:7].lower() == "bearer " else None
-        if isinstance(sockname, str) and sockname not in self.by_sock:
+        unix = self.by_sock.get(sockname) if isinstance(sockname, str) else None
+        if isinstance(sockname, str) and unix is None:
             reason, a = L.ENDED, None  # the socket of an attempt unbound a moment ago
         else:
-            unix = self.by_sock.get(sockname) if isinstance(sockname, str) else None
             reason, a = self.authorize(unix, token, now)
             if reason == L.NO_TOKEN and token and unix is None:  # the TLS route: an attempt issued
                 await self.sync()  # since the last poll is known after one more look at the records
@@ -645,6 +588,9 @@ class Gateway:
         row = self._row(a, request, now)
         if reason is None and not forwardable(request.method, request.path):
             reason = L.NOT_FOUND
+        if reason is None and unix is None and self.tcp_site is not None and a is not None:
+            if not self.tcp_site.name(request.transport, a.record.id):  # its share of the route
+                reason = L.CONNECTIONS
         if reason is not None:
             row.update(outcome=L.REFUSED, refused=reason, status=STATUS.get(reason, 401))
             row["total_ms"] = round((time.monotonic() - t0) * 1000, 3)
@@ -656,7 +602,10 @@ class Gateway:
                     f"the marathon gateway forwards POST /v1/responses (and /v1/responses/compact) only, "
                     f"not {request.method} {request.path}",
                 )  # fmt: skip
-            return _json_error(STATUS.get(reason, 401), reason, REFUSAL_TEXT[reason])
+            refusal = _json_error(STATUS.get(reason, 401), reason, REFUSAL_TEXT[reason])
+            if reason == L.CONNECTIONS:
+                refusal.force_close()  # the connection past the attempt's share goes
+            return refusal
         assert a is not None
         async with a.calls, contextlib.AsyncExitStack() as turn:
             return await self.forward(request, a, row, now, t0, turn)
@@ -853,12 +802,14 @@ REFUSAL_TEXT = {
     L.SPEND_CAP_RUN: "spend_cap_run: the run's spend cap (marathon run --max-spend) is reached",
     L.SPEND_CAP_ARM: "spend_cap_arm: this arm's spend cap (marathon run --max-spend-arm) is reached",
     L.SPEND_CAP_ATTEMPT: "spend_cap_attempt: this attempt's spend cap (marathon run --max-spend-attempt) is spent",
+    L.CONNECTIONS: f"this attempt holds its {conns.MAX_CONNECTIONS} connections to the gateway already: "
+    "this one is closed (use one of those)",
 }
 #: the HTTP status of a refusal (401 unless named): a spend cap is Payment Required, a path outside
 #: the API is Not Found
 STATUS = {
     L.NOT_FOUND: 404, L.UNREADABLE: 415, L.NOT_METERABLE: 400, L.UNPRICED: 400,
-    L.SPEND_CAP_RUN: 402, L.SPEND_CAP_ARM: 402, L.SPEND_CAP_ATTEMPT: 402,
+    L.SPEND_CAP_RUN: 402, L.SPEND_CAP_ARM: 402, L.SPEND_CAP_ATTEMPT: 402, L.CONNECTIONS: 429,
 }  # fmt: skip
 
 

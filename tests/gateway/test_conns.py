@@ -1,0 +1,74 @@
+"""The TLS route's connection rules on a real listener (runner.ops.gateway.conns.TcpSite), plain
+TCP, with a handler that names its connection as the gateway's does: an unnamed connection is
+closed once ``UNNAMED_SEC`` has passed; a named one stays, and an attempt's share is counted back
+when its connections close. (Through the gateway and TLS: tests/gateway/test_gateway.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import socket
+import time
+
+from aiohttp import web
+
+from runner.ops.gateway import conns
+
+
+def test_unnamed_connections_expire_named_ones_stay_and_closing_frees_the_share(monkeypatch):
+    monkeypatch.setattr(conns, "UNNAMED_SEC", 0.3)
+    monkeypatch.setattr(conns, "MAX_CONNECTIONS", 2)
+
+    async def scenario() -> None:
+        site: conns.TcpSite | None = None
+
+        async def handle(request: web.BaseRequest) -> web.Response:
+            assert site is not None
+            ok = site.name(request.transport, request.headers["X-Attempt"])
+            return web.Response(status=200 if ok else 429)
+
+        runner = web.AppRunner(web.Application(), handle_signals=False)
+        runner.app.router.add_route("*", "/{tail:.*}", handle)
+        await runner.setup()
+        site = conns.TcpSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site.port
+
+        def blocking() -> None:
+            quiet = socket.create_connection(("127.0.0.1", port), timeout=10)
+            assert quiet.recv(1) == b""  # never named: closed once UNNAMED_SEC has passed
+            quiet.close()
+
+            def call(conn: http.client.HTTPConnection, attempt: str) -> int:
+                conn.request("GET", "/", headers={"X-Attempt": attempt})
+                r = conn.getresponse()
+                r.read()
+                return r.status
+
+            a1, a2, a3 = (http.client.HTTPConnection("127.0.0.1", port, timeout=10) for _ in range(3))
+            assert (call(a1, "a"), call(a2, "a"), call(a3, "a")) == (200, 200, 429)  # a's share is 2
+            time.sleep(3 * conns.UNNAMED_SEC)  # past the unnamed timeout: a named one stays
+            assert call(a1, "a") == 200 and call(a1, "a") == 200
+            a2.close()
+            deadline = time.monotonic() + 10
+            while True:  # once a2's close reaches the listener, a's share has room again
+                a4 = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                got = call(a4, "a")
+                a4.close()
+                if got == 200:
+                    break
+                assert time.monotonic() < deadline, got
+            for c in (a1, a3):
+                c.close()
+
+        try:
+            await asyncio.to_thread(blocking)
+            for _ in range(100):  # every connection closed: nothing counted for anyone
+                if not site.per_attempt and not site.named:
+                    break
+                await asyncio.sleep(0.05)
+            assert (dict(site.per_attempt), site.named) == ({}, {})
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(scenario())
