@@ -1,7 +1,7 @@
 """The TLS route's connection rules on a real listener (runner.ops.gateway.conns.TcpSite), plain
 TCP, with a handler that names its connection as the gateway's does: an unnamed connection is
-closed once ``UNNAMED_SEC`` has passed; a named one stays, and an attempt's share is counted back
-when its connections close. (Through the gateway and TLS: tests/gateway/test_gateway.py.)"""
+closed once ``UNNAMED_SEC`` has passed; a named one stays, an attempt's share is counted back when
+its connections close, and its connections are closed when it ends. (Through the gateway and TLS: tests/gateway/test_gateway.py.)"""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import http.client
 import socket
 import time
 
+import pytest
 from aiohttp import web
 
 from runner.ops.gateway import conns
@@ -24,7 +25,10 @@ def test_unnamed_connections_expire_named_ones_stay_and_closing_frees_the_share(
 
         async def handle(request: web.BaseRequest) -> web.Response:
             assert site is not None
-            ok = site.name(request.transport, request.headers["X-Attempt"])
+            if "X-End" in request.headers:  # as the gateway does when a record says ended
+                site.close_attempt(request.headers["X-End"])
+                return web.Response(status=204)
+            ok = site.claim(request.transport, request.headers["X-Attempt"])
             return web.Response(status=200 if ok else 429)
 
         runner = web.AppRunner(web.Application(), handle_signals=False)
@@ -58,7 +62,16 @@ def test_unnamed_connections_expire_named_ones_stay_and_closing_frees_the_share(
                 if got == 200:
                     break
                 assert time.monotonic() < deadline, got
-            for c in (a1, a3):
+            b1 = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            assert call(b1, "b") == 200
+            ender = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            ender.request("GET", "/", headers={"X-Attempt": "-", "X-End": "a"})
+            assert ender.getresponse().status == 204
+            ender.close()
+            with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
+                call(a1, "a")  # a's connections were closed when it ended
+            assert call(b1, "b") == 200  # b's were not
+            for c in (a1, a3, b1):
                 c.close()
 
         try:

@@ -644,7 +644,14 @@ def test_the_tls_route_holds_each_attempt_to_its_share_of_connections(tmp_path, 
         own.pop().close()  # one of a's goes: a new one takes its place
         assert wait_for(lambda: fresh(a.token)[0] == 200 or None, SETTLE, "a's share freed")
         refused = [c for c in calls(out) if c.refused == L.CONNECTIONS]
-        assert [c.attempt for c in refused] == [a.record.id] and not refused[0].forwarded
+        assert refused and {(c.attempt, c.forwarded) for c in refused} == {(a.record.id, False)}
+        # a's connections go when it ends, idle or not (else counted, and open, for an hour)
+        attempts.end(out, a.record.id, "ended")
+        idle = own[0].sock
+        idle.settimeout(SETTLE)
+        with contextlib.suppress(ConnectionResetError, ssl.SSLError):
+            assert idle.recv(1) == b""
+        assert fresh(b.token)[0] == 200
     finally:
         for c in held:
             c.close()

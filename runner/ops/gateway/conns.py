@@ -151,6 +151,11 @@ class UnixSite(web.UnixSite):
         )
 
 
+def _abort(conn: _Share) -> None:
+    if conn.transport is not None:
+        conn.transport.abort()  # type: ignore[attr-defined]
+
+
 def _key(transport: asyncio.BaseTransport | None) -> Any:
     """What names one TCP connection at every layer: its socket (a TLS transport hands on its raw
     transport's, the same object)."""
@@ -177,9 +182,9 @@ class TcpSite(web.TCPSite):
         got = self.unnamed.pop(key, None)
         if got is not None:
             got[1].cancel()
-        attempt = self.named.pop(key, None)
-        if attempt is not None:
-            self._uncount(attempt)
+        named = self.named.pop(key, None)
+        if named is not None:
+            self._uncount(named[0])
 
     def _uncount(self, attempt: str) -> None:
         self.per_attempt[attempt] -= 1
@@ -190,33 +195,45 @@ class TcpSite(web.TCPSite):
         got = self.unnamed.pop(key, None)
         if got is not None:
             got[1].cancel()
-            if got[0].transport is not None:
-                got[0].transport.abort()  # type: ignore[attr-defined]
+            _abort(got[0])
 
-    def name(self, transport: asyncio.BaseTransport | None, attempt: str) -> bool:
+    def claim(self, transport: asyncio.BaseTransport | None, attempt: str) -> bool:
         """Count the connection a call with ``attempt``'s live token came in on as that attempt's;
-        False when the attempt holds ``MAX_CONNECTIONS`` named ones already (refuse the call)."""
+        False when the attempt holds ``MAX_CONNECTIONS`` named ones already (refuse the call). A
+        connection already lost (no socket any more: its handler is about to be cancelled) is
+        nobody's to count, and the call goes on to meet its client's absence."""
         key = _key(transport)
         if key is None:
-            return False
+            return True
         held = self.named.get(key)
-        if held == attempt:
+        if held is not None and held[0] == attempt:
             return True
         if self.per_attempt[attempt] >= MAX_CONNECTIONS:
             return False
-        if held is not None:  # named for another attempt before: counted for this one now
-            self._uncount(held)
         got = self.unnamed.pop(key, None)
         if got is not None:
             got[1].cancel()
-        self.named[key] = attempt
+            conn = got[0]
+        elif held is not None:  # named for another attempt before: counted for this one now
+            self._uncount(held[0])
+            conn = held[1]
+        else:
+            return True  # released already (closing): nothing left to count
+        self.named[key] = (attempt, conn)
         self.per_attempt[attempt] += 1
         return True
+
+    def close_attempt(self, attempt: str) -> None:
+        """Close every connection named for an attempt that ended: an idle one would otherwise stay
+        counted (and hold its descriptor) until aiohttp's keep-alive timeout, an hour."""
+        for aid, conn in list(self.named.values()):
+            if aid == attempt:
+                _abort(conn)
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
         self.unnamed: dict[Any, tuple[_Share, asyncio.TimerHandle]] = {}
-        self.named: dict[Any, str] = {}
+        self.named: dict[Any, tuple[str, _Share]] = {}  # key -> (attempt, its connection)
         self.per_attempt: Counter[str] = Counter()
         tls = self._ssl_context
         loop = asyncio.get_running_loop()

@@ -380,6 +380,8 @@ class Gateway:
                 if rec.state == att.ENDED:  # ended (finished, voided, stopped): its calls end with it
                     for task in list(cur.inflight):
                         self._cut(cur, task, L.ENDED)
+                    if self.tcp_site is not None:  # and its connections on the TLS route
+                        self.tcp_site.close_attempt(aid)
             seen.add(aid)
             rec = cur.record
             over = rec.state == att.ENDED and time.time() > (rec.ended_at or 0) + ENDED_GRACE_SEC
@@ -390,6 +392,8 @@ class Gateway:
         for aid in set(self.live) - seen:
             a = self.live.pop(aid)
             self.by_token.pop(a.record.token_sha256, None)
+            if self.tcp_site is not None:
+                self.tcp_site.close_attempt(aid)
             await self._unbind(a, remove_dir=True)
 
     def _read_caps(self) -> None:
@@ -589,7 +593,7 @@ class Gateway:
         if reason is None and not forwardable(request.method, request.path):
             reason = L.NOT_FOUND
         if reason is None and unix is None and self.tcp_site is not None and a is not None:
-            if not self.tcp_site.name(request.transport, a.record.id):  # its share of the route
+            if not self.tcp_site.claim(request.transport, a.record.id):  # its share of the route
                 reason = L.CONNECTIONS
         if reason is not None:
             row.update(outcome=L.REFUSED, refused=reason, status=STATUS.get(reason, 401))
@@ -603,8 +607,8 @@ class Gateway:
                     f"not {request.method} {request.path}",
                 )  # fmt: skip
             refusal = _json_error(STATUS.get(reason, 401), reason, REFUSAL_TEXT[reason])
-            if reason == L.CONNECTIONS:
-                refusal.force_close()  # the connection past the attempt's share goes
+            if unix is None:  # the TLS route: a refused call's connection goes (it names no share)
+                refusal.force_close()
             return refusal
         assert a is not None
         async with a.calls, contextlib.AsyncExitStack() as turn:
