@@ -163,3 +163,28 @@ def test_a_full_disk_is_one_line_with_where_and_what_to_do_and_exit_6(mini_tree)
     assert r.returncode == 6 and "Traceback" in r.stderr and r.stderr.splitlines()[-1] == line, r.stderr
     text = no_space_text(OSError(errno.EDQUOT, "Disk quota exceeded", str(mini_tree / "a" / "b")))
     assert f"the disk of {mini_tree}/a/b (EDQUOT, " in text and " GB free there now)" in text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("demo", "--headless", "--tasks", "calc-partial, nope"),
+        ("run", "{out}", "--tasks-dir", "{tasks}", "--tasks", "calc-partial, nope", "--arms", "oracle"),
+        ("prebuild", "--tasks-dir", "{tasks}", "--tasks", "calc-partial,nope"),
+    ],
+    ids=lambda a: a[0],
+)
+def test_an_unknown_task_is_named_in_one_line_before_anything_runs(argv, tmp_path):
+    """One rule (``config.chosen_tasks``) for the tasks a run, a prebuild and the demo take: a name
+    the dataset dir does not hold is refused by name, exit 2, nothing written (the demo before it
+    stages anything)."""
+    from runner.schedule.config import DEMO_TASKS
+
+    out = tmp_path / "out"
+    args = [a.format(out=out, tasks=DEMO_TASKS) for a in argv]
+    if argv[0] == "demo":
+        args += ["--out", str(out)]
+    r = _marathon(*args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"unknown task(s) in {DEMO_TASKS}: nope" in r.stderr, r.stderr
+    assert "staging" not in r.stdout and not out.exists(), r.stdout

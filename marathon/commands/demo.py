@@ -112,7 +112,7 @@ def varied_flags(out: Path, agent_timeout_mult: float | None) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from marathon.status_view import show
-    from runner.schedule.config import DEMO_TASKS, resolve, write_driver_env
+    from runner.schedule.config import DEMO_TASKS, chosen_tasks, resolve, write_driver_env
     from runner.schedule.display import Progress
     from runner.schedule.driver import Driver
 
@@ -120,8 +120,8 @@ def run(args: argparse.Namespace) -> int:
     out = fresh_out(args.out)
     arms = [a for a in args.arms.split(",") if a]
     flags = {"tasks_dir": str(tasks), "arms": arms, "concurrency": args.concurrency, "max_passes": 2}
-    if args.tasks is not None:
-        flags["tasks"] = [t for t in args.tasks.split(",") if t.strip()]
+    if args.tasks is not None:  # checked before any staging: an unknown name costs nothing
+        flags["tasks"] = chosen_tasks(tasks, [t.strip() for t in args.tasks.split(",") if t.strip()])
     flags["min_free_gb"] = 1  # the mini-benchmark's trials are small (runner.ops.disk)
     flags["agent_timeout_mult"] = args.agent_timeout_mult
     flags["goal_timeout_sec"] = DEMO_GOAL_TIMEOUT_SEC

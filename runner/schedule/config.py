@@ -18,7 +18,7 @@ import os
 import re
 import shlex
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,27 @@ def list_tasks(tasks_dir: Path) -> list[str]:
         return sorted(p.name for p in tasks_dir.iterdir() if (p / "task.toml").is_file())
     except OSError:
         return []
+
+
+def unknown_tasks(tasks_dir: Path, names: Sequence[str]) -> list[str]:
+    """The names ``--tasks`` gave that are no task of the dataset dir (``list_tasks``)."""
+    available = set(list_tasks(tasks_dir))
+    return [t for t in names if t not in available]
+
+
+def unknown_tasks_text(tasks_dir: Path, unknown: Sequence[str]) -> str:
+    return f"unknown task(s) in {tasks_dir}: {', '.join(unknown)}"
+
+
+def chosen_tasks(tasks_dir: Path, names: Sequence[str]) -> list[str]:
+    """The tasks a run, a prebuild or the demo takes: those named (all of the dir's when none);
+    UserError naming any the dir does not hold."""
+    if not names:
+        return list_tasks(tasks_dir)
+    unknown = unknown_tasks(tasks_dir, names)
+    if unknown:
+        raise UserError(unknown_tasks_text(tasks_dir, unknown))
+    return list(names)
 
 
 HARBOR_BUILTIN_STANDINS = ("oracle", "nop")

@@ -33,7 +33,6 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.errors import UserError
 from runner.ops.gateway.process import held, hold_key
 from runner.ops.procs import DEFAULT_GRACE_SEC, Registry
 from runner.ops.void import Verdict, act_void, classify_job, plan_void
@@ -50,7 +49,7 @@ from runner.schedule import claims as claimsmod
 from runner.schedule.attempt import HARBOR_LOG, Attempt, Launcher, Unit
 from runner.schedule.breaker import EXIT_PAUSED, SCOPE_INFRA, Breaker, Trip, is_outcome, signature
 from runner.schedule.breaker import Attempt as Failure
-from runner.schedule.config import RunConfig, as_dict, list_tasks, write_driver_env
+from runner.schedule.config import RunConfig, as_dict, chosen_tasks, write_driver_env
 from runner.schedule.gateway import caps_of, gateway_on, key_var_of
 from runner.schedule.harbor_run import arm_mounts
 from runner.schedule.image_prep import FAILED, PENDING, ImagePrep
@@ -122,13 +121,7 @@ class Driver:
 
     def tasks(self) -> list[str]:
         assert self.cfg.tasks_dir is not None
-        available = list_tasks(self.cfg.tasks_dir)
-        if not self.cfg.tasks:
-            return available
-        unknown = [t for t in self.cfg.tasks if t not in available]
-        if unknown:
-            raise UserError(f"unknown task(s) in {self.cfg.tasks_dir}: {', '.join(unknown)}")
-        return list(self.cfg.tasks)
+        return chosen_tasks(self.cfg.tasks_dir, self.cfg.tasks)
 
     def pairs(self, tasks: list[str]) -> list[tuple[str, str]]:
         arms = list(self.specs)

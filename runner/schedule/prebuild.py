@@ -183,14 +183,11 @@ def prebuild(
     started: Callable[[subprocess.Popen], None] | None = None,
 ) -> list[BuildResult]:
     """Build each task's image (tasks with a Dockerfile and no prebuilt ``docker_image``)."""
-    from runner.schedule.config import list_tasks
+    from runner.schedule.config import chosen_tasks
     from runner.schedule.harbor_run import BUILD_OVERLAY_TEXT, builds_from_dockerfile
 
     tasks_dir = Path(tasks_dir).resolve()
-    names = list(tasks) if tasks else list_tasks(tasks_dir)
-    unknown = [t for t in names if not (tasks_dir / t / "task.toml").is_file()]
-    if unknown:
-        raise UserError(f"unknown task(s) in {tasks_dir}: {', '.join(unknown)}")
+    names = chosen_tasks(tasks_dir, list(tasks or ()))
     try:
         subprocess.run(["docker", "compose", "version"], capture_output=True, check=True, timeout=30)
     except (OSError, subprocess.SubprocessError):

@@ -42,6 +42,8 @@ from runner.schedule.config import (
     missing_env_refs,
     project_pythonpath,
     task_is_multi_step,
+    unknown_tasks,
+    unknown_tasks_text,
 )
 from runner.secrets import DECLARED_NON_SECRETS, ref_name
 
@@ -118,9 +120,9 @@ def check_tasks(cfg: RunConfig) -> tuple[list[Problem], list[str]]:
         ], []
     problems = []
     tasks = list(cfg.tasks) or available
-    unknown = [t for t in tasks if t not in available]
+    unknown = unknown_tasks(td, tasks)
     if unknown:
-        problems.append(Problem("tasks", f"unknown task(s) in {td}: {', '.join(unknown)}", "fix --tasks"))
+        problems.append(Problem("tasks", unknown_tasks_text(td, unknown), "fix --tasks"))
         tasks = [t for t in tasks if t in available]
     multi = [t for t in tasks if task_is_multi_step(td, t)]
     if multi:
