@@ -305,10 +305,12 @@ def fixed_run(cluster, tmp_path_factory) -> FixedRun:
     while not restarted_runner_ended() and time.monotonic() < deadline:
         time.sleep(1)
     assert restarted_runner_ended(), "the restarted runner did not finish"
+    (last,) = [e for e in read_events(out) if e["event"] == "runner_exit" and e["run_id"] != first_run]
+    assert (last["done"], last["total"]) == (4, 4), last  # it ended with every pair done
     return FixedRun(out, running, first_run)
 
 
-@pytest.mark.timeout(3600)
+@pytest.mark.timeout(5400)  # the shared run (fixed_run) is made in its setup
 def test_runner_kill9_then_health_fix_reattaches_without_duplicates(cluster, fixed_run):
     """``kill -9`` of the runner while its Ray jobs run; ``marathon health --fix`` restarts it, and
     the new runner follows the running jobs by their ids: no pair is started a second time."""
@@ -330,7 +332,7 @@ def test_runner_kill9_then_health_fix_reattaches_without_duplicates(cluster, fix
     assert {p: len(j) for p, j in done.items() if len(j) != 1} == {}
 
 
-@pytest.mark.timeout(3600)
+@pytest.mark.timeout(5400)  # run alone, the shared run (fixed_run) is made in its setup
 def test_two_hosts_run_every_pair_once_and_clean_up(cluster, fixed_run):
     """The killed and restarted run's tree (``fixed_run``): every pair once on a host its job names,
     scored as on one host; ``marathon net`` per host; one ``cleanup --yes`` for both hosts."""
