@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import select
 import socket
 import time
 
@@ -14,6 +15,55 @@ import pytest
 from aiohttp import web
 
 from runner.ops.gateway import conns
+
+
+def test_a_flood_from_one_address_closes_its_own_waiting_connections_not_anothers(monkeypatch):
+    """Unnamed connections: ``MAX_UNNAMED_PER_PEER`` from one address (its oldest closed for a new
+    one), ``MAX_UNNAMED`` in all (anyone's oldest closed). Loopback's other addresses stand for
+    other sandboxes."""
+    monkeypatch.setattr(conns, "MAX_UNNAMED_PER_PEER", 4)
+    monkeypatch.setattr(conns, "MAX_UNNAMED", 8)
+
+    async def scenario() -> None:
+        runner = web.AppRunner(web.Application(), handle_signals=False)
+        await runner.setup()
+        site = conns.TcpSite(runner, "127.0.0.1", 0)
+        await site.start()
+
+        def blocking() -> None:
+            def open_from(ip: str, n: int) -> list[socket.socket]:
+                got = [socket.create_connection(("127.0.0.1", site.port), timeout=10, source_address=(ip, 0))
+                       for _ in range(n)]  # fmt: skip
+                for s in got:
+                    s.settimeout(conns.UNNAMED_SEC / 2)
+                return got
+
+            def closed(s: socket.socket) -> bool:
+                try:
+                    return s.recv(1) == b""
+                except ConnectionResetError:
+                    return True
+
+            flood = open_from("127.0.0.2", 6)
+            assert [closed(s) for s in flood[:2]] == [True, True]  # its own oldest went
+            other = open_from("127.0.0.3", 1)
+            deadline = time.monotonic() + 10
+            while len(site.unnamed) != 5:  # the listener has taken them all in
+                assert time.monotonic() < deadline, len(site.unnamed)
+                time.sleep(0.01)
+            assert select.select(flood[2:] + other, [], [], 0)[0] == []  # the rest still open
+            more = open_from("127.0.0.4", 4)  # 9 in all: the oldest of all goes, the first flood's
+            assert closed(flood[2])
+            assert select.select(flood[3:] + other + more, [], [], 0)[0] == []
+            for s in flood + other + more:
+                s.close()
+
+        try:
+            await asyncio.to_thread(blocking)
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(scenario())
 
 
 def test_unnamed_connections_expire_named_ones_stay_and_closing_frees_the_share(monkeypatch):

@@ -593,12 +593,13 @@ def test_the_tls_route_holds_each_attempt_to_its_share_of_connections(tmp_path, 
     """The TLS route (one listener for every remote sandbox) was not capped per attempt: an agent
     could open connections on it without end, as one did on its socket before that was capped, and
     take the gateway's descriptors from every attempt. Now connections no call has named are held
-    to ``MAX_UNNAMED`` (a new one closes the oldest, its TLS handshake not even begun), a call names
+    to ``MAX_UNNAMED_PER_PEER`` from one address (a new one closes the oldest, its TLS handshake not
+    even begun; ``test_conns`` has several addresses and the cap on all of them), a call names
     its connection for its attempt, and an attempt past ``MAX_CONNECTIONS`` named ones is refused
     ``too_many_connections`` on the ledger and its connection closed; other attempts are served."""
     import http.client
 
-    from runner.ops.gateway.conns import MAX_CONNECTIONS, MAX_UNNAMED, UNNAMED_SEC
+    from runner.ops.gateway.conns import MAX_CONNECTIONS, MAX_UNNAMED_PER_PEER, UNNAMED_SEC
 
     out, st, cert = _tls_gateway(tmp_path, provider)
     ctx = ssl.create_default_context(cafile=str(cert))
@@ -621,7 +622,7 @@ def test_the_tls_route_holds_each_attempt_to_its_share_of_connections(tmp_path, 
 
         # a flood of connections that never say a word: the oldest go, the listener stays open to all
         flood = [socket.create_connection(("127.0.0.1", st.tcp_port), timeout=SETTLE)
-                 for _ in range(MAX_UNNAMED + 16)]  # fmt: skip
+                 for _ in range(MAX_UNNAMED_PER_PEER + 16)]  # fmt: skip
         held += flood
         for sock in flood[:16]:  # closed by the gateway (a reset, or the end of the stream) at once:
             # well before any timeout would (the route's own for an unnamed connection, or asyncio's

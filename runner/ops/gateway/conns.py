@@ -9,13 +9,15 @@ moment they are accepted, before a byte is read:
   at once (``UnixSite``).
 - **the TLS route** (remote sandboxes: one listener for every attempt) cannot tell whose a
   connection is before a call on it carries a token. A connection no call has named yet is
-  *unnamed*: at most ``MAX_UNNAMED`` of them at once (a new one closes the oldest) and each for at
-  most ``UNNAMED_SEC`` (the TLS handshake included: asyncio's own handshake timeout would hold a
-  flood of half-open handshakes outside any count for a minute). A call with a live token names
-  its connection for that attempt, which holds at most ``MAX_CONNECTIONS`` named ones, as on its
-  socket; past that the call is refused (``too_many_connections``, on the ledger) and the
-  connection closed (``TcpSite.name``). A client without a live token never names one, so it holds
-  at most ``MAX_UNNAMED`` connections for ``UNNAMED_SEC`` each, however many it opens.
+  *unnamed*: at most ``MAX_UNNAMED_PER_PEER`` from one address and ``MAX_UNNAMED`` in all at once
+  (a new one closes the oldest, its own address's first), each for at most ``UNNAMED_SEC`` (the
+  TLS handshake included: asyncio's own handshake timeout would hold a flood of half-open
+  handshakes outside any count for a minute). A call with a live token names its connection for
+  that attempt, which holds at most ``MAX_CONNECTIONS`` named ones, as on its socket; past that the
+  call is refused (``too_many_connections``, on the ledger) and the connection closed
+  (``TcpSite.claim``); an attempt that ends has its connections closed (``close_attempt``). A
+  client without a live token never names one, so it holds at most ``MAX_UNNAMED_PER_PEER``
+  connections for ``UNNAMED_SEC`` each, however many it opens, and closes its own address's.
 
 Counting before TLS means the listener wraps asyncio's own TLS protocol (``asyncio.sslproto``, the
 class the event loop itself puts on every TLS server connection) around aiohttp's, instead of
@@ -38,6 +40,9 @@ from aiohttp import web
 MAX_CONNECTIONS = 64
 #: the TLS route's connections that no call has named yet, at once (a new one closes the oldest)
 MAX_UNNAMED = 256
+#: ... and from one peer address (a new one closes that peer's oldest): a sandbox that floods the
+#: route closes its own waiting connections, not another sandbox's
+MAX_UNNAMED_PER_PEER = 32
 #: how long a TLS-route connection may stay unnamed: its handshake and its first call's headers
 UNNAMED_SEC = 30.0
 
@@ -156,6 +161,12 @@ def _abort(conn: _Share) -> None:
         conn.transport.abort()  # type: ignore[attr-defined]
 
 
+def _peer(transport: asyncio.BaseTransport) -> str:
+    """The address a connection came from (its port left out: one sandbox, many ports)."""
+    got = transport.get_extra_info("peername")
+    return str(got[0]) if isinstance(got, tuple) and got else "?"
+
+
 def _key(transport: asyncio.BaseTransport | None) -> Any:
     """What names one TCP connection at every layer: its socket (a TLS transport hands on its raw
     transport's, the same object)."""
@@ -170,18 +181,34 @@ class TcpSite(web.TCPSite):
         return self._runner.server()  # type: ignore[misc]
 
     def admit(self, conn: _Share, transport: asyncio.BaseTransport) -> bool:
+        peer = _peer(transport)
+        mine = self.by_peer.setdefault(peer, {})
+        while len(mine) >= MAX_UNNAMED_PER_PEER:
+            self._close(next(iter(mine)))  # this peer's oldest waiting for its first call
         while len(self.unnamed) >= MAX_UNNAMED:
-            self._close(next(iter(self.unnamed)))  # the oldest waiting for its first call
+            self._close(next(iter(self.unnamed)))  # anyone's oldest
         key = _key(transport)
         loop = asyncio.get_running_loop()
-        self.unnamed[key] = (conn, loop.call_later(UNNAMED_SEC, self._close, key))
+        self.unnamed[key] = (conn, loop.call_later(UNNAMED_SEC, self._close, key), peer)
+        self.by_peer.setdefault(peer, {})[key] = None
         return True
+
+    def _unnamed_pop(self, key: Any) -> _Share | None:
+        """Take a connection off the unnamed (its timer stopped, its peer's list updated)."""
+        got = self.unnamed.pop(key, None)
+        if got is None:
+            return None
+        conn, timer, peer = got
+        timer.cancel()
+        mine = self.by_peer.get(peer, {})
+        mine.pop(key, None)
+        if not mine:
+            self.by_peer.pop(peer, None)
+        return conn
 
     def release(self, conn: _Share) -> None:
         key = _key(conn.transport)
-        got = self.unnamed.pop(key, None)
-        if got is not None:
-            got[1].cancel()
+        self._unnamed_pop(key)
         named = self.named.pop(key, None)
         if named is not None:
             self._uncount(named[0])
@@ -192,10 +219,9 @@ class TcpSite(web.TCPSite):
             del self.per_attempt[attempt]
 
     def _close(self, key: Any) -> None:
-        got = self.unnamed.pop(key, None)
-        if got is not None:
-            got[1].cancel()
-            _abort(got[0])
+        conn = self._unnamed_pop(key)
+        if conn is not None:
+            _abort(conn)
 
     def claim(self, transport: asyncio.BaseTransport | None, attempt: str) -> bool:
         """Count the connection a call with ``attempt``'s live token came in on as that attempt's;
@@ -210,10 +236,9 @@ class TcpSite(web.TCPSite):
             return True
         if self.per_attempt[attempt] >= MAX_CONNECTIONS:
             return False
-        got = self.unnamed.pop(key, None)
+        got = self._unnamed_pop(key)
         if got is not None:
-            got[1].cancel()
-            conn = got[0]
+            conn = got
         elif held is not None:  # named for another attempt before: counted for this one now
             self._uncount(held[0])
             conn = held[1]
@@ -232,7 +257,9 @@ class TcpSite(web.TCPSite):
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
-        self.unnamed: dict[Any, tuple[_Share, asyncio.TimerHandle]] = {}
+        #: key -> (connection, its timer, its peer), oldest first; and each peer's keys, oldest first
+        self.unnamed: dict[Any, tuple[_Share, asyncio.TimerHandle, str]] = {}
+        self.by_peer: dict[str, dict[Any, None]] = {}
         self.named: dict[Any, tuple[str, _Share]] = {}  # key -> (attempt, its connection)
         self.per_attempt: Counter[str] = Counter()
         tls = self._ssl_context
