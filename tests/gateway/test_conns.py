@@ -19,8 +19,8 @@ from runner.ops.gateway import conns
 
 def test_a_flood_from_one_address_closes_its_own_waiting_connections_not_anothers(monkeypatch):
     """Unnamed connections: ``MAX_UNNAMED_PER_PEER`` from one address (its oldest closed for a new
-    one), ``MAX_UNNAMED`` in all (anyone's oldest closed). Loopback's other addresses stand for
-    other sandboxes."""
+    one), ``MAX_UNNAMED`` in all (the oldest of the address holding the most). Loopback's other
+    addresses stand for other sandboxes."""
     monkeypatch.setattr(conns, "MAX_UNNAMED_PER_PEER", 4)
     monkeypatch.setattr(conns, "MAX_UNNAMED", 8)
 
@@ -52,10 +52,19 @@ def test_a_flood_from_one_address_closes_its_own_waiting_connections_not_another
                 assert time.monotonic() < deadline, len(site.unnamed)
                 time.sleep(0.01)
             assert select.select(flood[2:] + other, [], [], 0)[0] == []  # the rest still open
-            more = open_from("127.0.0.4", 4)  # 9 in all: the oldest of all goes, the first flood's
+            more = open_from("127.0.0.4", 4)  # 9 in all: the busiest address's oldest goes
             assert closed(flood[2])
             assert select.select(flood[3:] + other + more, [], [], 0)[0] == []
-            for s in flood + other + more:
+            # floods from more addresses close each other's, never the one that waits alone (a
+            # probe: eight addresses of idle connections closed an honest client's before its call)
+            rest = [s for ip in ("127.0.0.5", "127.0.0.6", "127.0.0.7") for s in open_from(ip, 4)]
+            deadline = time.monotonic() + 10
+            while len(site.unnamed) != 8 or not site.by_peer.get("127.0.0.7"):  # all taken in
+                assert time.monotonic() < deadline, {p: len(k) for p, k in site.by_peer.items()}
+                time.sleep(0.01)
+            waiting = {p: len(k) for p, k in site.by_peer.items()}
+            assert waiting.get("127.0.0.3") == 1 and select.select(other, [], [], 0)[0] == [], waiting
+            for s in flood + other + more + rest:
                 s.close()
 
         try:

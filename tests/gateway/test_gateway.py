@@ -642,6 +642,11 @@ def test_the_tls_route_holds_each_attempt_to_its_share_of_connections(tmp_path, 
         status, answer, closes = fresh(a.token)  # one past its share
         assert (status, code_of(answer), closes) == (429, L.CONNECTIONS, True), answer
         assert fresh(b.token)[0] == 200  # another attempt's share is its own
+        elsewhere = http.client.HTTPSConnection("127.0.0.1", st.tcp_port, context=ctx, timeout=SETTLE)
+        held.append(elsewhere)
+        elsewhere.request("GET", "/v1/models", headers={"Authorization": f"Bearer {b.token}"})
+        r = elsewhere.getresponse()
+        assert (r.status, code_of(r.read()), r.will_close) == (404, L.NOT_FOUND, True)  # refused: it goes
         own.pop().close()  # one of a's goes: a new one takes its place
         assert wait_for(lambda: fresh(a.token)[0] == 200 or None, SETTLE, "a's share freed")
         refused = [c for c in calls(out) if c.refused == L.CONNECTIONS]
@@ -1125,6 +1130,33 @@ def test_an_attempt_that_floods_its_socket_with_connections_holds_at_most_its_sh
     assert wait_for(
         lambda: post(attempts.socket_path(out, a.record.id), a.token)[0] == 200 or None, SETTLE, "a's call"
     )
+
+
+def test_a_call_whose_body_never_finishes_does_not_hold_the_gateways_stop(gateway):
+    """A probe: a call that sent its headers and one byte of its body held a stopping gateway for
+    aiohttp's 60 s shutdown timeout (``gateway --stop`` gave up after 10 s, the stop line missing
+    from the ledger). The handlers left after the cut get ``SHUTDOWN_SEC``."""
+    out, _s, st = gateway
+    a = issue(out)
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(SETTLE)
+    s.connect(str(attempts.socket_path(out, a.record.id)))
+    try:
+        s.sendall(
+            f"POST /v1/responses HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {a.token}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{".encode()
+        )
+        # a whole call after it: once its line is on the ledger, the loop has read the first one's
+        # headers too (they came first) and its handler waits in the body's read
+        assert post(attempts.socket_path(out, a.record.id), a.token)[0] == 200
+        wait_for(
+            lambda: [c for c in calls(out) if c.attempt == a.record.id] or None, SETTLE, "the call's line"
+        )
+        said = process.stop(out)  # raises when the gateway still runs 10 s after its SIGTERM
+        assert "stopped" in said, said
+        assert [g for g in L.read_ledger(out).gateways if g["kind"] == L.GATEWAY_STOP], "no stop line"
+    finally:
+        s.close()
 
 
 def _calls_held(out: Path, provider, timeout: float) -> tuple[attempts.Issued, list[socket.socket]]:

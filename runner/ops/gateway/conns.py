@@ -9,10 +9,11 @@ moment they are accepted, before a byte is read:
   at once (``UnixSite``).
 - **the TLS route** (remote sandboxes: one listener for every attempt) cannot tell whose a
   connection is before a call on it carries a token. A connection no call has named yet is
-  *unnamed*: at most ``MAX_UNNAMED_PER_PEER`` from one address and ``MAX_UNNAMED`` in all at once
-  (a new one closes the oldest, its own address's first), each for at most ``UNNAMED_SEC`` (the
-  TLS handshake included: asyncio's own handshake timeout would hold a flood of half-open
-  handshakes outside any count for a minute). A call with a live token names its connection for
+  *unnamed*: at most ``MAX_UNNAMED_PER_PEER`` from one address (a new one closes that address's
+  oldest) and ``MAX_UNNAMED`` in all (a new one closes the oldest of the address holding the most,
+  its own on a tie: closing an address's only waiting connection takes ``MAX_UNNAMED`` addresses),
+  each for at most ``UNNAMED_SEC`` (the TLS handshake included: asyncio's own handshake timeout
+  would hold a flood of half-open handshakes outside any count for a minute). A call with a live token names its connection for
   that attempt, which holds at most ``MAX_CONNECTIONS`` named ones, as on its socket; past that the
   call is refused (``too_many_connections``, on the ledger) and the connection closed
   (``TcpSite.claim``); an attempt that ends has its connections closed (``close_attempt``). A
@@ -185,8 +186,9 @@ class TcpSite(web.TCPSite):
         mine = self.by_peer.setdefault(peer, {})
         while len(mine) >= MAX_UNNAMED_PER_PEER:
             self._close(next(iter(mine)))  # this peer's oldest waiting for its first call
-        while len(self.unnamed) >= MAX_UNNAMED:
-            self._close(next(iter(self.unnamed)))  # anyone's oldest
+        while len(self.unnamed) >= MAX_UNNAMED:  # the oldest of the address holding the most
+            victim = max(self.by_peer, key=lambda p: (len(self.by_peer[p]), p == peer))
+            self._close(next(iter(self.by_peer[victim])))
         key = _key(transport)
         loop = asyncio.get_running_loop()
         self.unnamed[key] = (conn, loop.call_later(UNNAMED_SEC, self._close, key), peer)

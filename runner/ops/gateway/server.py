@@ -59,6 +59,9 @@ POLL_SEC = 0.25
 #: mtime as the first of two records renamed into it within one tick set it
 DIR_SETTLE_SEC = 2.0
 HEARTBEAT_SEC = 2.0
+#: how long a stopping gateway lets its handlers end (the calls in flight are cut first): a call
+#: whose body never finished kept one stopping for aiohttp's 60 s (found by a probe)
+SHUTDOWN_SEC = 2.0
 #: an ended attempt's socket stays bound this long (its calls refused ``attempt_ended`` and logged:
 #: a process the agent left running still finds the socket), then it and its dir are removed
 ENDED_GRACE_SEC = 600.0
@@ -93,6 +96,18 @@ def _json_error(status: int, code: str, message: str, kind: str = "invalid_reque
 
 #: the gateway's exit status when its ledger cannot be written (a full disk, a file-size limit)
 EXIT_LEDGER = 75
+
+
+def _refusal(
+    request: web.BaseRequest, status: int, code: str, message: str, kind: str = "invalid_request_error"
+) -> web.Response:
+    """A call the gateway refuses. On the TLS route its connection goes with it: a connection is
+    counted for an attempt only while it carries the attempt's calls (``conns``), and one kept open
+    by refused calls would stay unnamed for its whole 30 s (found by a probe)."""
+    resp = _json_error(status, code, message, kind)
+    if not isinstance(request.transport.get_extra_info("sockname") if request.transport else "", str):
+        resp.force_close()
+    return resp
 
 
 class LedgerWriter:
@@ -275,8 +290,9 @@ class Gateway:
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         self.runner = web.AppRunner(
-            app, handler_cancellation=True, access_log=None, auto_decompress=False, max_field_size=65536
-        )
+            app, handler_cancellation=True, access_log=None, auto_decompress=False, max_field_size=65536,
+            shutdown_timeout=SHUTDOWN_SEC,
+        )  # fmt: skip
         await self.runner.setup()
         conn: aiohttp.BaseConnector
         if self.upstream.unix:
@@ -601,15 +617,12 @@ class Gateway:
             self.ledger.write(row)
             self.say(f"gateway: refused {request.method} {request.path} ({reason}) attempt {row['attempt']}")
             if reason == L.NOT_FOUND:
-                return _json_error(
-                    404, reason,
+                return _refusal(
+                    request, 404, reason,
                     f"the marathon gateway forwards POST /v1/responses (and /v1/responses/compact) only, "
                     f"not {request.method} {request.path}",
                 )  # fmt: skip
-            refusal = _json_error(STATUS.get(reason, 401), reason, REFUSAL_TEXT[reason])
-            if unix is None:  # the TLS route: a refused call's connection goes (it names no share)
-                refusal.force_close()
-            return refusal
+            return _refusal(request, STATUS.get(reason, 401), reason, REFUSAL_TEXT[reason])
         assert a is not None
         async with a.calls, contextlib.AsyncExitStack() as turn:
             return await self.forward(request, a, row, now, t0, turn)
@@ -640,7 +653,7 @@ class Gateway:
             row["total_ms"] = round((time.monotonic() - t0) * 1000, 3)
             self.ledger.write(row)
             self.say(f"gateway: refused {request.method} {request.path} ({code}) attempt {row['attempt']}")
-            return _json_error(STATUS[code], code, why, "invalid_request_error")
+            return _refusal(request, STATUS[code], code, why, "invalid_request_error")
         late = self._closed(a, now)
         if late is not None:
             row.update(outcome=L.REFUSED, refused=late, status=STATUS.get(late, 401), at=now)
@@ -649,7 +662,7 @@ class Gateway:
             self.say(
                 f"gateway: refused {request.method} {request.path} ({late}, after its wait) attempt {row['attempt']}"
             )
-            return _json_error(STATUS.get(late, 401), late, REFUSAL_TEXT[late])
+            return _refusal(request, STATUS.get(late, 401), late, REFUSAL_TEXT[late])
         row["at"] = now
         if a.first_at is None:
             a.first_at = now
