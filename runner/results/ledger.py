@@ -70,6 +70,9 @@ SPEND_CAP_ARM = "spend_cap_arm"  # the arm's spend cap is reached (402)
 SPEND_CAP_ATTEMPT = gateway_contract.SPEND_CAP_ATTEMPT  # the attempt spent its own cap (402; cut, not voided)
 #: a call on the TLS route over a connection past its attempt's share (429; runner.ops.gateway.conns)
 CONNECTIONS = "too_many_connections"
+#: a call that would have gone upstream while its gateway stops (503): it waited behind the calls
+#: the stop cut, and nothing would cut it
+STOPPING = "gateway_stopping"
 REFUSALS = (
     NO_TOKEN,
     OTHER_ATTEMPT,
@@ -84,6 +87,7 @@ REFUSALS = (
     SPEND_CAP_ARM,
     SPEND_CAP_ATTEMPT,
     CONNECTIONS,
+    STOPPING,
 )
 
 #: the request parameters that decide the model's behaviour, compared across arms by the wire audit

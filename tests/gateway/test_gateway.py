@@ -1201,6 +1201,26 @@ def test_an_attempts_calls_in_flight_are_capped_and_the_rest_wait_their_turn(gat
     assert {c.outcome for c in calls(out)} == {L.OK}
 
 
+def test_a_stop_cuts_the_calls_in_flight_and_refuses_the_ones_queued_behind_them(gateway, provider):
+    """A review: a stop cut the calls in flight, which freed their turns, and the calls queued
+    behind them then went upstream with the real key, uncut, and were cancelled unanswered by the
+    server's shutdown (``client_closed``). They are refused ``gateway_stopping`` now, nothing of
+    them upstream."""
+    from runner.ops.gateway.server import MAX_CALLS
+
+    out, _s, _st = gateway
+    _a, held = _calls_held(out, provider, 30)
+    try:
+        process.stop(out)
+    finally:
+        for s in held:
+            s.close()
+    assert len(provider.seen) == MAX_CALLS, "a call went upstream after the stop began"
+    got = calls(out)  # the stop returned once the gateway ended: its lines are all written
+    assert sorted(c.outcome for c in got) == [L.CUT] * MAX_CALLS + [L.REFUSED] * 2
+    assert {c.refused for c in got if c.outcome == L.REFUSED} == {L.STOPPING}
+
+
 def test_a_large_body_is_parsed_by_a_child_without_the_key_and_the_loop_serves_meanwhile(
     gateway, provider, key
 ):

@@ -59,8 +59,9 @@ POLL_SEC = 0.25
 #: mtime as the first of two records renamed into it within one tick set it
 DIR_SETTLE_SEC = 2.0
 HEARTBEAT_SEC = 2.0
-#: how long a stopping gateway lets its handlers end (the calls in flight are cut first): a call
-#: whose body never finished kept one stopping for aiohttp's 60 s (found by a probe)
+#: how long a stopping gateway lets its handlers end (the calls in flight are cut first, the queued
+#: ones refused): aiohttp waits this long, cancels what is left and waits as long again. A call whose
+#: body never finished kept one stopping for twice aiohttp's 60 s (found by a probe)
 SHUTDOWN_SEC = 2.0
 #: an ended attempt's socket stays bound this long (its calls refused ``attempt_ended`` and logged:
 #: a process the agent left running still finds the socket), then it and its dir are removed
@@ -269,6 +270,7 @@ class Gateway:
         self.upstream_label = self.upstream_label or self.upstream.base
         self.parser = parsing.BodyParser(self.key_var)  # large bodies' parameters, off the loop
         self._cuts: dict[asyncio.Task, str] = {}  # calls cut in flight, and why (``_cut``)
+        self.stopping = False  # ``close`` began: no call goes upstream any more
         #: when this gateway first saw the run's cap (or an arm's) reached: the attempts issued
         #: before it were running at the cap (``_cap_refusal``)
         self._cap_seen: dict[str, float] = {}
@@ -324,7 +326,10 @@ class Gateway:
 
     async def close(self) -> None:
         # the calls in flight end now, each on the ledger (``cut``): a stream held open kept a stopped
-        # gateway serving (``gateway --stop`` gave up after 10 s; found by a probe)
+        # gateway serving (``gateway --stop`` gave up after 10 s; found by a probe). The ones queued
+        # behind them are refused (``_closed``): freed by the cut, they went upstream, and nothing
+        # cut them (a review)
+        self.stopping = True
         for a in list(self.live.values()):
             for task in list(a.inflight):
                 self._cut(a, task, STOPPED)
@@ -550,6 +555,8 @@ class Gateway:
         it would be forwarded (a probe's calls queued before the deadline reached the provider
         seconds after it)."""
         rec = a.record
+        if self.stopping:
+            return L.STOPPING
         if rec.state == att.ENDED:
             return L.ENDED
         if rec.gone():
@@ -819,6 +826,7 @@ REFUSAL_TEXT = {
     L.SPEND_CAP_RUN: "spend_cap_run: the run's spend cap (marathon run --max-spend) is reached",
     L.SPEND_CAP_ARM: "spend_cap_arm: this arm's spend cap (marathon run --max-spend-arm) is reached",
     L.SPEND_CAP_ATTEMPT: "spend_cap_attempt: this attempt's spend cap (marathon run --max-spend-attempt) is spent",
+    L.STOPPING: "the marathon gateway is stopping: this call did not go to the model (retry)",
     L.CONNECTIONS: f"this attempt holds its {conns.MAX_CONNECTIONS} connections to the gateway already: "
     "this one is closed (use one of those)",
 }
@@ -826,7 +834,7 @@ REFUSAL_TEXT = {
 #: the API is Not Found
 STATUS = {
     L.NOT_FOUND: 404, L.UNREADABLE: 415, L.NOT_METERABLE: 400, L.UNPRICED: 400,
-    L.SPEND_CAP_RUN: 402, L.SPEND_CAP_ARM: 402, L.SPEND_CAP_ATTEMPT: 402, L.CONNECTIONS: 429,
+    L.SPEND_CAP_RUN: 402, L.SPEND_CAP_ARM: 402, L.SPEND_CAP_ATTEMPT: 402, L.CONNECTIONS: 429, L.STOPPING: 503,
 }  # fmt: skip
 
 
