@@ -29,8 +29,26 @@ def test_a_flood_from_one_address_closes_its_own_waiting_connections_not_another
         await runner.setup()
         site = conns.TcpSite(runner, "127.0.0.1", 0)
         await site.start()
+        loop = asyncio.get_running_loop()
 
         def blocking() -> None:
+            def waiting() -> dict[str, int]:
+                """The waiting connections by address, read on the listener's own loop."""
+
+                async def snap() -> dict[str, int]:
+                    return {p: len(k) for p, k in site.by_peer.items()}
+
+                return asyncio.run_coroutine_threadsafe(snap(), loop).result(10)
+
+            def taken_in(ip: str) -> dict[str, int]:
+                """Wait until the listener has an address's connection (accepted in the order made:
+                every one made before it is taken in too)."""
+                deadline = time.monotonic() + 10
+                while ip not in (now := waiting()):
+                    assert time.monotonic() < deadline, now
+                    time.sleep(0.01)
+                return now
+
             def open_from(ip: str, n: int) -> list[socket.socket]:
                 got = [socket.create_connection(("127.0.0.1", site.port), timeout=10, source_address=(ip, 0))
                        for _ in range(n)]  # fmt: skip
@@ -47,23 +65,20 @@ def test_a_flood_from_one_address_closes_its_own_waiting_connections_not_another
             flood = open_from("127.0.0.2", 6)
             assert [closed(s) for s in flood[:2]] == [True, True]  # its own oldest went
             other = open_from("127.0.0.3", 1)
-            deadline = time.monotonic() + 10
-            while len(site.unnamed) != 5:  # the listener has taken them all in
-                assert time.monotonic() < deadline, len(site.unnamed)
-                time.sleep(0.01)
+            assert taken_in("127.0.0.3") == {"127.0.0.2": 4, "127.0.0.3": 1}
             assert select.select(flood[2:] + other, [], [], 0)[0] == []  # the rest still open
             more = open_from("127.0.0.4", 4)  # 9 in all: the busiest address's oldest goes
             assert closed(flood[2])
             assert select.select(flood[3:] + other + more, [], [], 0)[0] == []
             # floods from more addresses close each other's, never the one that waits alone (a
             # probe: eight addresses of idle connections closed an honest client's before its call)
-            rest = [s for ip in ("127.0.0.5", "127.0.0.6", "127.0.0.7") for s in open_from(ip, 4)]
-            deadline = time.monotonic() + 10
-            while len(site.unnamed) != 8 or not site.by_peer.get("127.0.0.7"):  # all taken in
-                assert time.monotonic() < deadline, {p: len(k) for p, k in site.by_peer.items()}
-                time.sleep(0.01)
-            waiting = {p: len(k) for p, k in site.by_peer.items()}
-            assert waiting.get("127.0.0.3") == 1 and select.select(other, [], [], 0)[0] == [], waiting
+            rest = [
+                s for ip in ("127.0.0.5", "127.0.0.6", "127.0.0.7", "127.0.0.8") for s in open_from(ip, 4)
+            ]
+            rest += open_from("127.0.0.9", 1)  # the last made: once it is in, all are
+            now = taken_in("127.0.0.9")
+            assert now.get("127.0.0.3") == 1 and select.select(other, [], [], 0)[0] == [], now
+            assert sum(now.values()) == 8 and max(now.values()) <= 2, now
             for s in flood + other + more + rest:
                 s.close()
 
