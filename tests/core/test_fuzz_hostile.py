@@ -411,7 +411,7 @@ def test_hostile_files_never_crash_hang_or_bend_a_figure(base, baseline, targets
 @pytest.mark.timeout(6 * 3600)
 @pytest.mark.skipif(
     not os.environ.get("MARATHON_FUZZ_SLOW"),
-    reason=f"{SLOW_EXAMPLES} examples take an hour: MARATHON_FUZZ_SLOW=1 pytest -m slow {__name__}",
+    reason=f"{SLOW_EXAMPLES} examples, a few minutes: MARATHON_FUZZ_SLOW=1 pytest -m slow {__name__}",
 )
 def test_hostile_files_many_more_examples(base, baseline, targets, tmp_path_factory, tmp_path):
     run_examples(base, baseline, targets, tmp_path_factory, tmp_path, SLOW_EXAMPLES)
