@@ -65,9 +65,13 @@ async def _outcome(pilot, app, timeout: float = 240) -> str:
         await wait_for(pilot, lambda: isinstance(app.screen, MessageScreen), timeout, "action outcome")
     except AssertionError as exc:
         raise AssertionError(f"{exc}: {_on_screen(app)}") from None
-    text = app.screen.title_text + "\n" + app.screen.text
+    shown = app.screen
+    text = shown.title_text + "\n" + shown.text
     await pilot.press("enter")
-    # the main screen is back (a second message under it, a worker's failure, would take the next key)
+    # the message goes in the app's own time (on a loaded machine after ``press`` returned: the CI
+    # run of 2026-12-07 read the stack a moment early); then the main screen is back (a second
+    # message under it, a worker's failure, would take the next key)
+    await wait_for(pilot, lambda: app.screen is not shown, 30, "the message closed")
     assert not isinstance(app.screen, (MessageScreen, ConfirmScreen)), _on_screen(app)
     return text
 
