@@ -14,6 +14,7 @@ are unverifiable and count as not alive (never signalled, never adopted).
 from __future__ import annotations
 
 import functools
+import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -58,10 +59,20 @@ def parse_stat(text: str) -> tuple[str, int]:
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
+    # os.open/os.read, not pathlib: a quarter of the time (9 us against 39), and the gateway asks
+    # twice per model call, the console and the scan once per running claim
     try:
-        raw = Path(f"/proc/{int(pid)}/stat").read_bytes()
+        fd = os.open(f"/proc/{int(pid)}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except (OSError, ValueError):
         return None
+    try:
+        raw = b""
+        while chunk := os.read(fd, 4096):  # one line of a few hundred bytes: one read in practice
+            raw += chunk
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     try:
         return parse_stat(raw.decode("latin-1"))
     except ValueError:
