@@ -37,8 +37,9 @@ def header_text(step: Step, number_width: int) -> Text:
     """The one line of a step (also what tests and captures read)."""
     t = Text(no_wrap=True, end="")
     t.append(f"{step.index + 1:>{number_width}} ", style="dim")
-    t.append(f"{step.time or '--:--:--':8} ", style="dim")
-    t.append(f"{step.role[:6]:6} ", style=ROLE_STYLE.get(step.role, ""))
+    # every field of a step is the agent's words (the timestamp and the role too): ``_printable``
+    t.append(f"{_printable(step.time or '--:--:--')[:8]:8} ", style="dim")
+    t.append(f"{_printable(step.role)[:6]:6} ", style=ROLE_STYLE.get(step.role, ""))
     tok = ""
     if step.tokens_in is not None or step.tokens_out is not None:
         tok = f"{step.tokens_in if step.tokens_in is not None else '-'}/{step.tokens_out if step.tokens_out is not None else '-'}"
@@ -83,7 +84,7 @@ def detail_lines(step: Step, width: int = 120) -> list[Text]:
             mark.append(f"{c.duration_sec:.2f}s")
         if c.failed:
             mark.append("FAILED")
-        block(f"{c.tool} {' · '.join(mark)}", c.text, "bold red" if c.failed else "bold")
+        block(f"{_printable(c.tool)} {' · '.join(mark)}", c.text, "bold red" if c.failed else "bold")
         block("output", c.output)
     if step.note:
         out.append(Text(f"   ({step.note})", style="yellow"))

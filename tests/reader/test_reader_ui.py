@@ -291,3 +291,35 @@ def test_expanded_lines_fold_at_the_view_width_and_lose_nothing():
     body = [ln[3:] for ln in lines[1:-1]]  # between the title line and the byte-range line
     assert all(len(ln) <= 80 for ln in lines)
     assert "".join(body[:-1]) == msg.splitlines()[0] and body[-1] == "short line"
+
+
+def test_a_planted_steps_time_role_and_tool_name_reach_the_screen_without_a_control_character(tmp_path):
+    """An agent can write its trajectory.json while it runs: the timestamp, the source and a tool's
+    name are its words like the message, and an escape in them would write to the operator's
+    terminal (a clipboard write by OSC 52, a title, a cleared screen)."""
+    from console.widgets.stepview import detail_lines, header_text
+
+    clip, title = "\x1b]52;c;ZXZpbA==\x1b\\", "\x1b]0;P\x1b\\"
+    doc = {
+        "schema_version": "ATIF-v1.7",
+        "steps": [
+            {
+                "step_id": 1,
+                "timestamp": "2026-12-01T" + title,
+                "source": "\x1b[2J\x9b2J",
+                "message": "hello",
+                "tool_calls": [{"tool_call_id": "a", "function_name": clip, "arguments": {"cmd": "ls"}}],
+                "observation": {"results": [{"source_call_id": "a", "content": "ok"}]},
+            }
+        ],
+    }
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps(doc))
+    ix = StepIndex(path)
+    while ix.index_more(1 << 20):
+        pass
+    step = ix.step(0)
+    assert (clip[:4], title[:4]) == (step.commands[0].tool[:4], step.time[:4])  # the reader keeps them
+    shown = [header_text(step, 2).plain] + [t.plain for t in detail_lines(step)]
+    bad = [ln for ln in shown if any(ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0 for ch in ln)]
+    assert not bad, bad
