@@ -13,6 +13,8 @@ import argparse
 from datetime import UTC, datetime
 from pathlib import Path
 
+from modes import safetext
+
 HELP = "timeout-path smoke test: each arm on one short task with a tiny goal budget"
 DEFAULT_GOAL_SEC = 60
 
@@ -102,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
                 "errored" if r["errored"] else "not scored" if not r["scored"] else "not done"
             )
         print(
-            f"{r['arm']:<14} {str(r['done']):<5} {str(r['scored']):<7} {str(r['errored'] or '-'):<22} "
+            f"{r['arm']:<14} {str(r['done']):<5} {str(r['scored']):<7} {safetext.clean(r['errored'] or '-', 40):<22} "
             f"{str(r['agent_sec']):>8} {str(r['reward']):>7} {str(r['partial']):>8}  {path}"
         )
     exercised = sum(r["exhausted"] for r in rows)

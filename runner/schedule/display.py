@@ -12,6 +12,7 @@ import json
 import sys
 from typing import Any, TextIO
 
+from modes import safetext
 from runner.results.events import EventKind
 from runner.results.run_progress import Tally, progress_bar
 from runner.results.tree import with_repeat
@@ -90,7 +91,10 @@ class Progress:
             vals["pairs"] = "pair(s)"
         if isinstance(ev.get("repeat"), int) and "arm" in vals:
             vals["arm"] = with_repeat(str(vals["arm"]), ev["repeat"])
-        return tmpl.format_map(vals).rstrip()
+        # an errored attempt's reason is harbor's exception message, often the sandbox's own stderr:
+        # one line, every control character shown as its escape (a newline would forge a verdict
+        # line of the log, an escape write to the operator's terminal)
+        return safetext.clean(tmpl.format_map(vals).rstrip(), None)
 
     def _draw(self) -> None:
         width = 30

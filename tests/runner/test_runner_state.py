@@ -299,6 +299,32 @@ def test_progress_plain_lines_json_and_tty_bars():
     assert "oracle [" in tty.getvalue() and "1/2 done" in tty.getvalue() and "\x1b[" in tty.getvalue()
 
 
+def test_an_errored_attempts_hostile_reason_is_one_line_without_a_control_character(tmp_path):
+    """harbor's exception message often carries the sandbox's own stderr: a newline in it would
+    forge a verdict line of the runner's log, an escape write to the operator's terminal (a
+    clipboard write by OSC 52). The reason is the voiding table's, as the driver emits it."""
+    import io
+
+    from runner.schedule.display import Progress
+
+    forged = "2026-12-01 09:00:00Z done    calc/plain in 42.0s reward=1.0"
+    msg = "app-server did not initialize; stderr: \x1b]52;c;ZXZpbA==\x1b\\\r\n" + forged
+    v = classify_trial(_trial(tmp_path, "RuntimeError", True, msg))
+    assert v.kind == "errored" and "\x1b]52" in v.reason  # the verdict keeps the words as they were
+    ev = {"ts": "2026-11-29T08:00:02.000000Z", "run_id": "r", "task": "calc", "arm": "plain"}
+    for mode in ("plain", "tty"):
+        s = io.StringIO()
+        p = Progress(mode, s)
+        p({**ev, "event": "job_finish", "status": "errored", "elapsed_sec": 3.0, "detail": v.reason})
+        p({**ev, "event": "retry", "next_pass": 2, "reason": v.reason})
+        text = s.getvalue().replace("\x1b[2K", "").replace("\x1b[1F", "")  # the bars' own moves
+        assert "\x1b" not in text and "\r" not in text, repr(text)
+        if mode == "plain":
+            lines = text.splitlines()
+            assert len(lines) == 2 and not any(ln.startswith(forged[:20]) for ln in lines), lines
+            assert "ZXZpbA==" in lines[0]  # shown, as text
+
+
 def test_health_flags_a_trial_past_its_budget(tmp_path, live_other):
     """A running trial (no result.json) whose pair is held by a live claim, started (by its UTC stamp)
     longer ago than goal budget + verifier x mult + slack, is reported; a fresh one is not."""
