@@ -1016,6 +1016,14 @@ def test_a_hostile_clients_paths_stay_under_v1_and_its_calls_stay_on_the_ledger(
         assert status == 404 and code_of(body) == L.NOT_FOUND, (path, status, body)
     assert provider.seen == []  # none of them reached the provider
     assert _send(sock, a.token, "/v1/./responses/..", call)[0] == 404
+    # a path aiohttp percent-decodes into an escape (OSC 52: the operator's clipboard) and a CR that
+    # rewrites the line: the log shows them as text, one line per refusal (a review, 2026-12-07)
+    forged = "/v1/%1b]52;c;ZXZpbA==%1b%5c%0d%1b[2Kgateway:%20forwarded%20POST%20/v1/responses"
+    assert _send(sock, a.token, forged, call)[0] == 404
+    log_file = gateway_dir(out) / process.LOG_FILE
+    said = wait_for(lambda: [ln for ln in log_file.read_bytes().splitlines() if b"ZXZpbA==" in ln] or None,
+                    SETTLE, "the refusal's log line")  # fmt: skip
+    assert b"\x1b" not in said[0] and b"\r" not in said[0] and b"\\x1b]52" in said[0], said
 
     deep = b"[" * 990 + b"NaN" + b"]" * 990
     nan_deep = b'{"model": "quick", "stream": true, "input": [], "tool_choice": ' + deep + b"}"

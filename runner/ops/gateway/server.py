@@ -274,6 +274,11 @@ class Gateway:
         #: when this gateway first saw the run's cap (or an arm's) reached: the attempts issued
         #: before it were running at the cap (``_cap_refusal``)
         self._cap_seen: dict[str, float] = {}
+        said = self.say
+        # a line names what an agent sent (a path aiohttp percent-decoded: ``%1b`` is an escape, on
+        # the terminal of a foreground gateway and in gateway.log): one line, control characters
+        # shown as their escapes
+        self.say = lambda text: said(safetext.clean(text, None))
 
     def _ledger_failed(self, exc: OSError) -> None:
         """The ledger cannot be written: exit at once (from the writer's thread), serving no call the
