@@ -10,7 +10,8 @@ runs in a spreadsheet, and a C0 byte makes an SVG screenshot invalid XML. So:
 - ``clean``: every character that is not safe to show is replaced by its escape (``\\x1b``,
   ``\\u202e``; a byte that was not UTF-8 by ``\\xNN``), and a long string is cut with ``…``. It is
   the base of every other function here;
-- ``md``, ``csv_cell``, ``html``/``xml``, ``markup``: ``clean`` plus that format's own escaping;
+- ``md``, ``csv_cell``, ``html``/``xml``: ``clean`` plus that format's own escaping (the console
+  needs none of its own: it shows tree strings as ``rich.text.Text``, never parsed as markup);
 - ``json_text``: the same characters made ``\\uXXXX`` escapes in a JSON document already dumped
   (the decoded strings are unchanged, except undecodable bytes, shown as ``\\xNN``).
 
@@ -116,18 +117,6 @@ def html(s: object, cap: int | None = CAP) -> str:
 
 #: XML (an SVG) needs the same: ``clean`` removes every character XML 1.0 forbids
 xml = html
-
-
-_MARKUP_TAG = re.compile(r"(\\*)(\[[a-zA-Z#/@].*?\])")
-
-
-def markup(s: object, cap: int | None = CAP) -> str:
-    """For Rich/Textual console markup: ``clean``, then every ``[tag]`` escaped (as
-    ``rich.markup.escape`` does), so a name like ``[/]`` neither styles nor breaks the markup."""
-    t = _MARKUP_TAG.sub(lambda m: f"{m.group(1)}{m.group(1)}\\{m.group(2)}", clean(s, cap))
-    if t.endswith("\\") and not t.endswith("\\\\"):
-        t += "\\"
-    return t
 
 
 def _json_sub(m: re.Match[str]) -> str:
