@@ -11,9 +11,10 @@ DESCRIPTION = (
     "pair of arms, the pilot's n (tasks both arms completed), the spread of the per-task differences, "
     "the minimum detectable effect at the pilot's size, and the tasks needed to detect --diff (default: "
     "each pair's observed difference) with 80 % power at the Holm-adjusted level of the full "
-    "comparison (two-sided paired t test), for each number of --repeats. A pilot with one attempt per "
-    "pair cannot tell the spread between tasks from the spread between attempts, so with repeats the "
-    "tasks needed are a range. Exit 0; 2 on bad input."
+    "comparison (every pair of the pilot's arms, or of --arms N; two-sided paired t test, never fewer "
+    "tasks than the report's sign test needs to reach that level), for each number of --repeats. A "
+    "pilot with one attempt per pair cannot tell the spread between tasks from the spread between "
+    "attempts, so with repeats the tasks needed are a range. Exit 0; 2 on bad input."
 )
 
 
@@ -30,11 +31,23 @@ def _number(text: str, lo: float, hi: float, what: str) -> float:
 
 
 def _power(text: str) -> float:
-    return _number(text, 0.05, 0.999, "a power")
+    # at least even odds: a power at or below the level is met by no difference at all (a probe's
+    # --power 0.2 --alpha 0.5 read "MDE >1" beside "2 tasks needed")
+    return _number(text, 0.5, 0.999, "a power")
 
 
 def _alpha(text: str) -> float:
-    return _number(text, 1e-6, 0.5, "a level")
+    return _number(text, 1e-6, 0.2, "a level")
+
+
+def _arms(text: str) -> int:
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number of arms: {text!r}") from None
+    if not 2 <= k <= 100:
+        raise argparse.ArgumentTypeError(f"arms from 2 to 100: {text}")
+    return k
 
 
 def _diff(text: str) -> float:
@@ -72,6 +85,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         type=_repeats,
         default=[1, 2, 3],
         help="attempts per (task, arm) to plan for (default 1,2,3)",
+    )
+    p.add_argument(
+        "--arms",
+        type=_arms,
+        help="arms the full run compares: the Holm level is over their pairs (default: the pilot's arms)",
     )
     p.add_argument("--run", action="store_true", help="only the pilot's current run (default: all time)")
     p.add_argument(
@@ -125,7 +143,7 @@ def render(d: dict) -> str:
                 f"{p['pilot_repeats']:.1f}",
                 diff,
                 _num(p["sd"], 3),
-                fmt_mde(p["mde"]),
+                fmt_mde(p["mde"], p.get("below_sign_floor", False)),
                 _num(p["target"], 2),
             ]
             + needed
@@ -136,6 +154,12 @@ def render(d: dict) -> str:
             "  ".join(
                 v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True))
             )
+        )
+    floor = d.get("sign_floor")
+    if floor is not None:
+        lines.append(
+            f"The report's test (the sign test) reaches that level only with {floor} or more tasks: no plan "
+            "is for fewer, and a pilot with fewer detects no difference (MDE >1)."
         )
     if any(t["low"] != t["high"] for p in d["pairs"] for t in p["tasks_needed"]):
         lines.append(
@@ -168,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
         tasks = [t for t in tasks if t not in suspects]
     got = plan(
         cells, arms, tasks, measure=args.measure, target=args.diff, alpha=args.alpha, pw=args.power,
-        repeats=args.repeats,
+        repeats=args.repeats, compared=args.arms,
     )  # fmt: skip
     d = {
         "out": str(model.out),

@@ -53,6 +53,7 @@ class PairPlan:
     mde: float | None  # what the pilot itself detects
     target: float | None
     plans: tuple[RepeatPlan, ...] = field(default_factory=tuple)
+    below_floor: bool = False  # the pilot has fewer tasks than the sign test needs: it detects none
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -64,6 +65,7 @@ class PairPlan:
             "sd": _r(self.sd),
             "within_variance": _r(self.within),
             "mde": _r(self.mde),
+            "below_sign_floor": self.below_floor,
             "target": _r(self.target),
             "tasks_needed": [
                 {
@@ -83,8 +85,10 @@ def _r(v: float | None) -> float | None:
 
 def _needed(target: float, sd: float, alpha: float, pw: float) -> int | None:
     """Tasks needed at this spread (> 0: ``plan_pair`` plans nothing without one, as the report's
-    ``power.pair_power``); None past ``power.MAX_TASKS``."""
-    return power.tasks_needed_d(target / sd, alpha, pw)
+    ``power.pair_power``), never fewer than the report's sign test needs to reach the level at all
+    (``power.sign_floor``); None past ``power.MAX_TASKS``."""
+    got = power.tasks_needed_d(target / sd, alpha, pw)
+    return None if got is None else max(got, power.sign_floor(alpha))
 
 
 def _split(total: float, within: float, k_pilot: float) -> tuple[float, float]:
@@ -132,12 +136,12 @@ def plan_pair(
             lo = _needed(goal, lo_sd, alpha, pw)
             hi = _needed(goal, hi_sd, alpha, pw)
             plans.append(RepeatPlan(k, lo, hi, over=hi is None))
-    return PairPlan(a, b, n, k_pilot, pp.diff, pp.sd, within, pp.mde, goal, tuple(plans))
+    return PairPlan(a, b, n, k_pilot, pp.diff, pp.sd, within, pp.mde, goal, tuple(plans), pp.below_floor)
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The plan of every pair with a common task, at the Holm level over them."""
+    """The plan of every pair with a common task, at the Holm level of the whole comparison."""
 
     measure: str
     target: float | None  # None: each pair's observed difference
@@ -146,6 +150,7 @@ class Plan:
     alpha_holm: float
     repeats: tuple[int, ...]
     pairs: tuple[PairPlan, ...]
+    family: int  # the pairs the Holm level is over: every pair of the comparison's arms
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -153,8 +158,9 @@ class Plan:
             "target": self.target,
             "power": self.power,
             "alpha": self.alpha,
-            "family": len(self.pairs),
+            "family": self.family,
             "alpha_holm": self.alpha_holm,
+            "sign_floor": power.sign_floor(self.alpha_holm),
             "repeats": list(self.repeats),
             "method": power.METHOD,
             "max_tasks": power.MAX_TASKS,
@@ -172,10 +178,13 @@ def plan(
     alpha: float = power.ALPHA,
     pw: float = power.POWER,
     repeats: Sequence[int] = (1, 2, 3),
+    compared: int | None = None,
 ) -> Plan:
     """Per pair of arms with a common task: the pilot's n, spread and MDE, and the tasks needed
     for ``target`` (each pair's observed difference when None) with each number of repeats, at the
-    Holm level over those pairs."""
+    Holm level over every pair of the ``compared`` arms of the full run (default: the pilot's arms,
+    each counted whether or not it completed a task: a pilot where one arm failed everywhere
+    planned at 0.05 over one pair, not over three)."""
     from runner.results.report import cell_values, common_done
 
     family = []
@@ -187,8 +196,10 @@ def plan(
         keep = [i for i in range(len(both)) if ca[i] and cb[i]]
         if keep:
             family.append((a, b, [ca[i] for i in keep], [cb[i] for i in keep]))
-    level = power.holm_alpha(len(family), alpha)
+    k = len(arms) if compared is None else compared
+    size = max(1, k * (k - 1) // 2)
+    level = power.holm_alpha(size, alpha)
     pairs = tuple(
         plan_pair(a, b, ca, cb, target=target, alpha=level, pw=pw, repeats=repeats) for a, b, ca, cb in family
     )
-    return Plan(measure, target, pw, alpha, level, tuple(repeats), pairs)
+    return Plan(measure, target, pw, alpha, level, tuple(repeats), pairs, size)

@@ -329,6 +329,20 @@ def holm_alpha(family: int, alpha: float = ALPHA) -> float:
     return alpha / max(1, family)
 
 
+def sign_floor(alpha: float) -> int:
+    """The fewest tasks with which the report's test, the two-sided exact sign test, can reach
+    ``alpha`` at all: its smallest p, every task's difference one way, is 2 * 0.5 ** n (a tie counts
+    for neither side, so a run with ties needs more). Below it the run detects no difference of any
+    size, however small the t test's MDE (a probe's plan-size said 6 tasks for 3 arms at 0.05; 6
+    tasks one way give p 0.031, above 0.05 / 3)."""
+    if not alpha > 0:
+        raise ValueError(f"a level above 0: {alpha!r}")
+    n = 1
+    while 2.0 * 0.5**n > alpha and n < 1100:  # 0.5 ** 1075 is 0.0 in floats
+        n += 1
+    return n
+
+
 def sd(values: Sequence[float]) -> float | None:
     """The sample standard deviation (n - 1 in the denominator); None below two values."""
     n = len(values)
@@ -349,6 +363,7 @@ class PairPower:
     tasks_needed: int | None  # tasks to detect the observed difference (None: none observed / too many)
     needed_over_max: bool  # more than MAX_TASKS would be needed
     underpowered: bool  # |observed difference| < MDE: a "no difference" here is not evidence of none
+    below_floor: bool = False  # fewer tasks than ``sign_floor``: the run detects no difference at all
 
     def as_dict(self, prefix: str) -> dict[str, float | int | bool | None]:
         return {
@@ -357,24 +372,32 @@ class PairPower:
             f"{prefix}_tasks_needed": self.tasks_needed,
             f"{prefix}_tasks_needed_over": MAX_TASKS if self.needed_over_max else None,
             f"{prefix}_underpowered": self.underpowered,
+            f"{prefix}_below_sign_floor": self.below_floor,
         }
 
 
 def pair_power(diffs: Sequence[float], alpha: float, power: float = POWER) -> PairPower:
     """MDE and tasks needed of one paired comparison from its per-task differences (a - b, each
     averaged within its task first). No spread (every difference equal) gives no MDE: the t test
-    is not defined there."""
+    is not defined there. Fewer tasks than the sign test needs to reach the level at all
+    (``sign_floor``) give none either, and the pair is underpowered whatever it shows (one task's
+    difference read "+0.30 [+0.30, +0.30]" with no caution); the tasks needed are never fewer."""
     n = len(diffs)
     mean = math.fsum(diffs) / n if n else None
+    floor = sign_floor(alpha)
+    below = 0 < n < floor
     s = sd(diffs)
+    observed = 0.0 if mean is None or abs(mean) <= stats.SCORE_TOL else mean  # rounding is no difference
     if mean is None or s is None or s <= stats.SCORE_TOL:  # no spread but float rounding's
-        return PairPower(n, mean, s, None, None, False, False)
-    d_min = min_detectable_d(n, alpha, power)
+        return PairPower(n, mean, s, None, floor if below and observed else None, False, below, below)
+    d_min = None if below else min_detectable_d(n, alpha, power)
     mde = None if d_min is None else d_min * s
-    observed = mean if abs(mean) > stats.SCORE_TOL else 0.0  # float rounding is not a difference
     needed = tasks_needed_d(observed / s, alpha, power) if observed else None
+    if needed is not None:
+        needed = max(needed, floor)
     over = observed != 0 and needed is None
-    return PairPower(n, mean, s, mde, needed, over, mde is not None and abs(mean) < mde)
+    under = below or (mde is not None and abs(mean) < mde)
+    return PairPower(n, mean, s, mde, needed, over, under, below)
 
 
 #: the measures a paired comparison reports, in the order the report shows them
@@ -405,6 +428,7 @@ def block(rows: list[dict]) -> dict:
             "mde": r[f"{m}_mde"],
             "tasks_needed": r[f"{m}_tasks_needed"],
             "tasks_needed_over": r[f"{m}_tasks_needed_over"],
+            "below_sign_floor": r.get(f"{m}_below_sign_floor", False),
         }
         for r in rows
         for m in MEASURES
@@ -416,6 +440,7 @@ def block(rows: list[dict]) -> dict:
         "alpha": ALPHA,
         "family": family,
         "alpha_holm": holm_alpha(family),
+        "sign_floor": sign_floor(holm_alpha(family)),
         "max_tasks": MAX_TASKS,
         "underpowered": under,
     }
@@ -440,9 +465,12 @@ def fmt_tasks(n: int | None, over: int | None = None) -> str:
     return "-" if n is None else f"{n:,}"
 
 
-def fmt_mde(v: float | None) -> str:
+def fmt_mde(v: float | None, below_floor: bool = False) -> str:
     """An MDE for reading: ``0.13``; ``>1`` past the scores' range (every measure is in [0, 1], so
-    no true difference that large exists: the run detects none; a probe read ``3.11``); ``-``."""
+    no true difference that large exists: the run detects none; a probe read ``3.11``), and below
+    the sign test's floor (it detects none at all); ``-``."""
+    if below_floor:
+        return ">1"
     if v is None:
         return "-"
     return ">1" if v > 1 else f"{v:.2f}"
@@ -458,8 +486,14 @@ def headline(block: Mapping) -> str:
         f"MDE: the smallest true difference this run detects with {block['power'] * 100:.0f} % power at the "
         f"Holm-adjusted level {fmt_level(block['alpha_holm'])} ({block['alpha']:g} over {block['family']} "
         f"pair(s)); tasks needed: to detect the observed difference at the same power and level, the "
-        f"spread staying as observed. Method: {block['method']}."
+        f"spread staying as observed. Method: {block['method']}. The report's test, the sign test, "
+        f"reaches that level only with {_floor_of(block)} or more tasks: with fewer the MDE reads >1."
     )
+
+
+def _floor_of(block: Mapping) -> int:
+    got = block.get("sign_floor")  # a report written before the floor was in it: computed now
+    return got if isinstance(got, int) else sign_floor(block["alpha_holm"])
 
 
 def underpowered_lines(block: Mapping, label=str) -> list[str]:
@@ -479,8 +513,10 @@ def underpowered_lines(block: Mapping, label=str) -> list[str]:
             else:
                 needs = f"{fmt_tasks(u['tasks_needed'], u.get('tasks_needed_over'))} tasks needed"
             n = "" if one_n else f"n = {u['n']}, "
-            parts.append(
-                f"{label(u['measure'])} {fmt_signed(u['diff'])} below MDE {fmt_mde(u['mde'])} ({n}{needs})"
-            )
+            if u.get("below_sign_floor"):
+                what = f"from too few tasks (the sign test needs {_floor_of(block)} to reach the level)"
+            else:
+                what = f"below MDE {fmt_mde(u['mde'])}"
+            parts.append(f"{label(u['measure'])} {fmt_signed(u['diff'])} {what} ({n}{needs})")
         lines.append(f"{a} vs {b}" + (f" (n = {next(iter(ns))})" if one_n else "") + ": " + "; ".join(parts))
     return lines

@@ -866,7 +866,9 @@ def pair_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 def power_cells(p: dict[str, Any]) -> list[str]:
     """A pair's MDE and tasks needed per measure (``runner.results.power``), as ``0.13 / - / 0.12``."""
-    mde = " / ".join(power.fmt_mde(p.get(f"{f}_mde")) for f in PAIR_MEASURES)
+    mde = " / ".join(
+        power.fmt_mde(p.get(f"{f}_mde"), p.get(f"{f}_below_sign_floor", False)) for f in PAIR_MEASURES
+    )
     need = " / ".join(
         power.fmt_tasks(p.get(f"{f}_tasks_needed"), p.get(f"{f}_tasks_needed_over")) for f in PAIR_MEASURES
     )

@@ -42,6 +42,34 @@ def test_plan_from_the_handmade_pilot_equals_statsmodels(handmade, capsys):
     assert by_pair[("plain", "goal")]["n"] == 15 and by_pair[("plain", "goal")]["pilot_repeats"] == 1.0
 
 
+def test_the_holm_level_is_over_every_pair_of_the_comparisons_arms(handmade, capsys):
+    """Found by a probe: a 3-arm pilot where one arm failed every task planned at 0.05 over the one
+    pair left (20 tasks; 27 over 3 pairs, 35 over 10). Every arm of the pilot counts, or --arms N."""
+    m = RunModel.load(handmade)
+    tasks = sorted({k[0] for k in m.cells})
+    arms = ["plain", "goal", "heartbeat"]
+    with_ghost = plan(m.cells, [*arms, "ghost"], tasks, target=0.05)  # an arm with no finished task
+    assert with_ghost.family == 6 and with_ghost.alpha_holm == pytest.approx(0.05 / 6)
+    assert len(with_ghost.pairs) == 3  # the pairs it can plan from are the same three
+    rc, out, _ = _run(capsys, str(handmade), "--diff", "0.05", "--arms", "5", "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["family"] == 10 and d["alpha_holm"] == pytest.approx(0.005) and d["sign_floor"] == 9
+    for p in d["pairs"]:
+        assert p["tasks_needed"][0]["high"] == max(9, sm_tasks(0.05 / p["sd"], 0.005))
+
+
+def test_no_plan_is_for_fewer_tasks_than_the_sign_test_needs(handmade, capsys):
+    """A large target on a quiet pilot: the t test would need 3-5 tasks, the report's sign test
+    reaches 0.05 / 3 only with 7; the text says so."""
+    rc, out, _ = _run(capsys, str(handmade), "--diff", "0.9", "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["sign_floor"] == 7
+    assert all(p["tasks_needed"][0]["high"] == 7 for p in d["pairs"]), d["pairs"]
+    assert any(sm_tasks(0.9 / p["sd"], 0.05 / 3) < 7 for p in d["pairs"])  # the t test alone: fewer
+    rc, out, _ = _run(capsys, str(handmade), "--diff", "0.9")
+    assert "reaches that level only with 7 or more tasks" in out
+
+
 def test_plan_text_reads_as_a_table_and_explains_the_range(handmade, capsys):
     rc, out, _ = _run(capsys, str(handmade))
     assert rc == 0
@@ -59,14 +87,18 @@ def test_plan_text_reads_as_a_table_and_explains_the_range(handmade, capsys):
         (["--diff", "2"], "a difference of scores from 1e-06 to 1"),
         (["--diff", "x"], "not a number"),
         (["--repeats", "0"], "repeats from 1 to 100"),
-        (["--power", "1"], "a power from 0.05 to 0.999"),
+        (["--power", "1"], "a power from 0.5 to 0.999"),
         # values that once reached the computation: an OverflowError, a ValueError, a loop that
         # never ended (a power of 1 - 1e-16)
         (["--diff", "1e-300"], "a difference of scores from 1e-06 to 1"),
-        (["--power", "1e-17"], "a power from 0.05 to 0.999"),
-        (["--power", "0.9999999999999999"], "a power from 0.05 to 0.999"),
-        (["--alpha", "1e-300"], "a level from 1e-06 to 0.5"),
-        (["--alpha", "0.9999999999999999"], "a level from 1e-06 to 0.5"),
+        (["--power", "1e-17"], "a power from 0.5 to 0.999"),
+        (["--power", "0.9999999999999999"], "a power from 0.5 to 0.999"),
+        (["--alpha", "1e-300"], "a level from 1e-06 to 0.2"),
+        (["--alpha", "0.9999999999999999"], "a level from 1e-06 to 0.2"),
+        # a power below the level: met by no difference at all ("MDE >1" beside "2 tasks needed")
+        (["--power", "0.2", "--alpha", "0.2"], "a power from 0.5 to 0.999"),
+        (["--arms", "1"], "arms from 2 to 100"),
+        (["--arms", "x"], "a whole number of arms"),
     ],
 )
 def test_bad_flags_say_what_is_wrong_and_exit_2(handmade, capsys, args, says):

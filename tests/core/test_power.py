@@ -25,6 +25,11 @@ from runner.results.report import MEASURES, _score, build_report, render
 SM = TTestPower()
 
 
+def sign_floor_of(alpha: float) -> int:
+    """The fewest tasks with which scipy's exact two-sided binomial (sign) test reaches ``alpha``."""
+    return next(n for n in range(1, 2000) if scipy.stats.binomtest(n, n, 0.5).pvalue <= alpha)
+
+
 def sm_power(d: float, n: int, alpha: float) -> float:
     """statsmodels' power; where its lower tail is nan (scipy's noncentral t cdf gives up on a few
     points), scipy's noncentral t upper tail on both sides by symmetry: P(T' < -c) for
@@ -132,6 +137,8 @@ def _check_report(rep, cells) -> int:
     family = [p for p in rep["paired"] if p["n"]]
     alpha = 0.05 / len(family)
     assert rep["power"]["alpha_holm"] == pytest.approx(alpha) and rep["power"]["family"] == len(family)
+    floor = sign_floor_of(alpha)
+    assert rep["power"]["sign_floor"] == floor
     checked = 0
     for p in family:
         for m in MEASURES:
@@ -142,10 +149,20 @@ def _check_report(rep, cells) -> int:
                 and (y := _score(cells[(t, p["b"])], m)) is not None
             ]
             sd = float(np.std(diffs, ddof=1)) if len(diffs) > 1 else None
+            below = 0 < len(diffs) < floor
+            assert p[f"{m}_below_sign_floor"] == below
             if not sd:
-                assert p[f"{m}_mde"] is None and p[f"{m}_tasks_needed"] is None
+                assert p[f"{m}_mde"] is None
+                moved = bool(diffs) and abs(float(np.mean(diffs))) > stats.SCORE_TOL
+                assert p[f"{m}_tasks_needed"] == (floor if below and moved else None)
                 continue
             assert p[f"{m}_sd"] == pytest.approx(sd, abs=1e-4)
+            if below:  # the sign test reaches the level with no difference: no MDE, underpowered
+                assert p[f"{m}_mde"] is None and p[f"{m}_underpowered"]
+                need = p[f"{m}_tasks_needed"]
+                assert need is None or need == max(floor, sm_tasks(abs(float(np.mean(diffs))) / sd, alpha))
+                checked += 1
+                continue
             assert p[f"{m}_mde"] == pytest.approx(power.min_detectable_d(len(diffs), alpha) * sd, abs=1e-4)
             d = sm_power(p[f"{m}_mde"] / sd, len(diffs), alpha)
             assert d == pytest.approx(0.8, abs=2e-3)  # the MDE rounded to 4 decimals
@@ -155,7 +172,7 @@ def _check_report(rep, cells) -> int:
                 if need is None:
                     assert p[f"{m}_tasks_needed_over"] == power.MAX_TASKS
                 else:
-                    assert need == sm_tasks(abs(mean) / sd, alpha)
+                    assert need == max(sm_tasks(abs(mean) / sd, alpha), floor)
             assert p[f"{m}_underpowered"] == (abs(mean) < p[f"{m}_mde"] - 1e-9)
             checked += 1
     return checked
@@ -277,18 +294,18 @@ def test_a_difference_of_float_rounding_alone_needs_no_count():
     -1.4e-17 in floats; the report said ">1,000,000 tasks needed" (and "underpowered") where plan-size,
     which sees through rounding, said "-". 91 % of simulated 15-task pairs of tenths with a true
     difference of 0 read so."""
-    diffs = [0.3 - 0.1, 0.0 - 0.2]
-    assert math.fsum(diffs) / 2 != 0.0  # the rounding the rule must see through
+    diffs = [0.3 - 0.1, 0.0 - 0.2] * 4  # 8 tasks: past the sign test's floor at 0.05 (6)
+    assert math.fsum(diffs) / 8 != 0.0  # the rounding the rule must see through
     pp = power.pair_power(diffs, 0.05)
     assert pp.mde is not None  # a spread: the MDE stands
     assert pp.tasks_needed is None and not pp.needed_over_max
-    assert pp.underpowered == power.pair_power([0.2, -0.2], 0.05).underpowered  # as an exact zero
+    assert pp.underpowered == power.pair_power([0.2, -0.2] * 4, 0.05).underpowered  # as an exact zero
     # and it reads as the table's zero in the underpowered line and in plan-size (both read -0.00)
     row = {
         "a": "plain",
         "b": "goal",
-        "n": 2,
-        "partial_n": 2,
+        "n": 8,
+        "partial_n": 8,
         "partial_diff": pp.diff,
         **pp.as_dict("partial"),
     }
@@ -324,3 +341,32 @@ def test_an_mde_past_the_scores_range_reads_as_none_detectable():
     from runner.results import power as P
 
     assert [P.fmt_mde(v) for v in (None, 0.126, 1.0, 1.0001, 3.11)] == ["-", "0.13", "1.00", ">1", ">1"]
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.05, 0.05 / 3, 0.005, 1e-6])
+def test_the_sign_floor_is_where_scipys_exact_sign_test_first_reaches_the_level(alpha):
+    assert power.sign_floor(alpha) == sign_floor_of(alpha)
+
+
+def test_fewer_tasks_than_the_sign_test_needs_detect_nothing_and_plan_no_fewer():
+    """Found by a probe: one common task read "+0.30 [+0.30, +0.30]" with no caution, and plan-size
+    said 5-6 tasks for 3 arms at 0.05, where the report's Holm-adjusted sign test cannot reach the
+    level with fewer than 7 (six tasks one way: p 0.031 > 0.05 / 3)."""
+    level = 0.05 / 3
+    one = power.pair_power([0.3], level)
+    assert one.underpowered and one.below_floor and one.mde is None and one.tasks_needed == 7
+    same = power.pair_power([0.3] * 6, level)  # six tasks one way, no spread: still below
+    assert same.underpowered and same.tasks_needed == 7
+    assert not power.pair_power([0.3] * 7, level).underpowered  # seven: p 0.0156 < 0.0167
+    big = power.pair_power([0.5, 0.6, 0.4, 0.5, 0.55, 0.45], level)  # the t test wants fewer
+    assert big.tasks_needed == 7 and big.mde is None and power.fmt_mde(big.mde, big.below_floor) == ">1"
+    row = {"a": "plain", "b": "goal", "n": 1, "partial_n": 1, "partial_diff": 0.3, **one.as_dict("partial")}
+    row.update(
+        {
+            f"{m}_{k}": None
+            for m in ("reward", "pass_rate")
+            for k in ("mde", "tasks_needed", "tasks_needed_over")
+        }
+    )
+    (line,) = power.underpowered_lines(power.block([row]))
+    assert "partial +0.30 from too few tasks (the sign test needs 6 to reach the level)" in line, line
