@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -248,3 +249,18 @@ def test_report_discloses_the_arms_deviations_automatically(tmp_path, capsys):
     md = capsys.readouterr().out
     assert "generic_cli" in md and "codex exec" in md
     assert rep["cells"]["t1"]["goal"]["partial"] == 0.75
+
+
+@pytest.mark.parametrize("v, n", [(0.7, 15), (0.3, 6), (0.1, 10), (0.4 - 0.1, 6)])
+def test_an_interval_holds_the_mean_it_stands_beside_when_every_value_is_the_same(v, n):
+    """Found by a review: every task 0.7 read 0.6999999999999998 beside [0.7000000000000001, ...] in
+    the JSON (numpy's pairwise sum against ``sum() / n``), and a reader that checks lo <= mean <= hi
+    failed. The report's intervals (cells, pairs, pass@k) and the total row's clustered one."""
+    from runner.results import report
+
+    m = stats.mean([v] * n)
+    lo, hi = report._ci([v] * n)
+    assert lo <= m <= hi and hi - lo < 1e-9
+    cells = tuple(SimpleNamespace(task=f"t{i}") for i in range(n))
+    lo, hi = report._task_ci(cells, (v,) * n)
+    assert lo <= m <= hi
