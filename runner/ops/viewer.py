@@ -64,7 +64,11 @@ HOST = "127.0.0.1"
 #: how long a detached start waits for the viewer to serve (harbor's import alone takes seconds)
 START_WAIT_SEC = 60.0
 
-#: harbor 0.25.0's routes that only read the jobs folder (or the installed pages): nothing else passes
+#: harbor 0.25.0's routes that only read the jobs folder (or the installed pages): nothing else passes.
+#: Not ``.../interaction``: it globs for an id read from the agent's bridge-trajectory.json, unchecked,
+#: and reads the first match whole, so ``../`` and wildcards reached files outside the jobs folder (a
+#: symlink to a private file, a FIFO that held a worker, /dev/zero; a review). The codex arms write no
+#: such file, and the trial page shows the trajectory without it.
 READ_ROUTES = frozenset(
     {
         "/api/health",
@@ -83,7 +87,6 @@ READ_ROUTES = frozenset(
         "/api/jobs/{job_name}/trials",
         "/api/jobs/{job_name}/trials/{trial_name}",
         "/api/jobs/{job_name}/trials/{trial_name}/trajectory",
-        "/api/jobs/{job_name}/trials/{trial_name}/interaction",
         "/api/jobs/{job_name}/trials/{trial_name}/verifier-output",
         "/api/jobs/{job_name}/trials/{trial_name}/files",
         "/api/jobs/{job_name}/trials/{trial_name}/recording",

@@ -6,6 +6,10 @@ jobs. Symlinks to the attempts do not do: harbor 0.25.0's viewer resolves each j
 and answers 400 for one outside its jobs folder. So every entry here is a real directory holding
 the job's own files and its trial dirs, their regular files hard-linked (the same bytes, no disk
 used; copied once when a link is not allowed: another filesystem, ``fs.protected_hardlinks``).
+A trial's ``result.json`` and its ``verifier/`` files are always copied, never linked: a link, and
+its removal when the viewer ends, renews the file's ctime, and the tamper rule
+(``runner.results.records``) reads a verifier file changed after result.json by their ctimes (a
+review: viewing a run once marked a trial "tampered" and changed its score).
 
 The folder lives in ``<out>/.marathon/view/jobs`` (``runner.results.tree.view_dir``), where no
 container mount reaches, and it is where the hostile-tree rules apply before harbor reads a byte
@@ -68,9 +72,17 @@ LAST = ("agent", "artifacts")
 #: of NULs cost an agent 20 KB of disk and the viewer 6 times its size as \u0000 escapes)
 MIN_DENSITY = 0.5
 MAX_DEPTH = 24
-MAX_FILES = 20_000  # per trial
+MAX_FILES = 20_000  # files and dirs per trial (100,000 empty dirs took a sync 10 s and 271 MiB)
+#: lines of one trial's note (and of a sync's report): 100,000 symlinks made a 221 MiB note, which
+#: harbor refuses to show (over 1 MiB), and 969 MiB of the viewer's memory
+MAX_NOTES = 200
 #: a full rescan as a safety net under the watcher (as the console's)
 RESCAN_SEC = 300.0
+#: while the watch keeps failing (``follow``): rescan this often, watch again after this pause, and
+#: say so once in this long
+ERROR_RESCAN_SEC = 5.0
+ERROR_WAIT_SEC = 1.0
+SAY_EVERY_SEC = 60.0
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -171,7 +183,8 @@ class SyncReport:
     linked: int = 0
     copied: int = 0
     removed: int = 0
-    left_out: list[str] = field(default_factory=list)  # "<entry>/<trial>/<path>: why"
+    left_out: list[str] = field(default_factory=list)  # "<entry>/<trial>/<path>: why" (at most MAX_NOTES)
+    left_out_more: int = 0  # left out past those
 
 
 class _Trial:
@@ -185,10 +198,17 @@ class _Trial:
         self.files = 0
         self.bytes = 0
         self.notes: list[str] = []
+        self.more = 0  # left out past MAX_NOTES
 
     def leave_out(self, rel: str, why: str) -> None:
-        self.notes.append(f"{rel}: {why}")
-        self.report.left_out.append(f"{self.where}/{rel}: {why}")
+        if len(self.notes) < MAX_NOTES:
+            self.notes.append(f"{rel}: {why}")
+        else:
+            self.more += 1
+        if len(self.report.left_out) < MAX_NOTES:
+            self.report.left_out.append(f"{self.where}/{rel}: {why}")
+        else:
+            self.report.left_out_more += 1
 
 
 def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
@@ -250,8 +270,16 @@ def _copy(dir_fd: int, name: str, st: os.stat_result, tmp: Path) -> bool:
         os.close(fd)
 
 
-def _put(dir_fd: int, name: str, st: os.stat_result, dst: Path, walk: _Trial, rel: str) -> bool:
-    """Make ``dst`` the regular file ``name`` of ``dir_fd`` (inspected as ``st``): a hard link, or a copy."""
+def _judged_by(rel: str) -> bool:
+    """A trial file the tamper rule dates by its ctime: copied, never linked (the module's docstring)."""
+    return rel == TrialFiles.RESULT or rel.startswith(f"{TrialFiles.VERIFIER_DIR}/")
+
+
+def _put(
+    dir_fd: int, name: str, st: os.stat_result, dst: Path, walk: _Trial, rel: str, link: bool = True
+) -> bool:
+    """Make ``dst`` the regular file ``name`` of ``dir_fd`` (inspected as ``st``): a hard link, or a
+    copy (``link`` False, or a link not allowed)."""
     try:
         have = os.lstat(dst)
     except OSError:
@@ -265,6 +293,8 @@ def _put(dir_fd: int, name: str, st: os.stat_result, dst: Path, walk: _Trial, re
     _remove(tmp)
     how = "linked"
     try:
+        if not link:
+            raise OSError(errno.EPERM, "a copy")
         os.link(name, tmp, src_dir_fd=dir_fd, follow_symlinks=False)
     except OSError as exc:
         if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EACCES):
@@ -281,7 +311,12 @@ def _put(dir_fd: int, name: str, st: os.stat_result, dst: Path, walk: _Trial, re
             _remove(tmp)  # swapped between the check and the link
             walk.leave_out(rel, "changed while being mirrored")
             return False
-    os.replace(tmp, dst)
+    try:
+        os.replace(tmp, dst)
+    except OSError as exc:  # a path past the system's limit (the source is walked by descriptors)
+        _remove(tmp)
+        walk.leave_out(rel, f"not mirrored ({exc.strerror or exc})")
+        return False
     if how == "linked":
         walk.report.linked += 1
     else:
@@ -291,7 +326,11 @@ def _put(dir_fd: int, name: str, st: os.stat_result, dst: Path, walk: _Trial, re
 
 def _mirror_dir(dir_fd: int, dst: Path, rel: str, depth: int, subdirs: bool, walk: _Trial) -> None:
     """Mirror the directory open as ``dir_fd`` into ``dst`` (``rel``: its path in the trial)."""
-    dst.mkdir(exist_ok=True)
+    try:
+        dst.mkdir(exist_ok=True)
+    except OSError as exc:  # 17 names of 250 characters: past the system's path limit
+        walk.leave_out(rel or ".", f"not mirrored ({exc.strerror or exc})")
+        return
     keep: set[str] = set()
     try:
         with os.scandir(dir_fd) as it:
@@ -319,6 +358,10 @@ def _mirror_dir(dir_fd: int, dst: Path, rel: str, depth: int, subdirs: bool, wal
             if depth >= MAX_DEPTH:
                 walk.leave_out(sub, f"deeper than {MAX_DEPTH} levels")
                 continue
+            if walk.files >= MAX_FILES:
+                walk.leave_out(sub, f"over {MAX_FILES} files and dirs in this trial")
+                continue
+            walk.files += 1
             try:
                 child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
             except OSError as exc:
@@ -339,15 +382,18 @@ def _mirror_dir(dir_fd: int, dst: Path, rel: str, depth: int, subdirs: bool, wal
                 )
                 continue
             if walk.files >= MAX_FILES:
-                walk.leave_out(sub, f"over {MAX_FILES} files in this trial")
+                walk.leave_out(sub, f"over {MAX_FILES} files and dirs in this trial")
                 continue
             if st.st_size > (1 << 20) and st.st_blocks * 512 < st.st_size * MIN_DENSITY:
                 walk.leave_out(sub, f"{st.st_size / (1 << 20):.0f} MiB, mostly holes (a sparse file)")
                 continue
-            if st.st_size >= SMALL_FILE and walk.bytes + st.st_size > MAX_TRIAL_BYTES:
+            # a small file of harbor's or the verifier's is always shown; in the agent's own dirs every
+            # file counts (one 64 KiB output hard-linked 20,000 times took the viewer to 3.8 GB)
+            exempt = st.st_size < SMALL_FILE and sub.split("/", 1)[0] not in LAST
+            if not exempt and walk.bytes + st.st_size > MAX_TRIAL_BYTES:
                 walk.leave_out(sub, f"over the viewer's {MAX_TRIAL_BYTES >> 20} MiB for one trial")
                 continue
-            if _put(dir_fd, name, st, dst / name, walk, sub):
+            if _put(dir_fd, name, st, dst / name, walk, sub, link=not _judged_by(sub)):
                 walk.files += 1
                 walk.bytes += st.st_size
                 keep.add(name)
@@ -373,6 +419,8 @@ def _write_note(dst: Path, walk: _Trial) -> None:
     if walk.notes:
         text += "marathon view left these out of this trial's mirror (the files in the output tree are unchanged):\n"
         text += "".join(f"  {safetext.clean(n, None)}\n" for n in walk.notes)
+    if walk.more:
+        text += f"  and {walk.more:,} more left out\n"
     try:
         if path.read_text() == text:
             return
@@ -512,6 +560,7 @@ class LiveJobsFolder:
             return not (path == ours or path.startswith(ours + os.sep))
 
         last_full = time.monotonic()
+        last_said = -SAY_EVERY_SEC
         while not stop.is_set():
             roots = self._roots()
             first = True
@@ -540,8 +589,17 @@ class LiveJobsFolder:
                         break  # the voided root appeared: watch it too (and rescan once watching)
             except RuntimeError as exc:
                 # watchfiles could not report a change (a file name that is not UTF-8: an agent can
-                # make one): watch again, and rescan once watching, as at the start
-                say(f"marathon view: a change could not be read ({type(exc).__name__}); rescanning")
+                # make one): watch again, and rescan now. An agent that keeps touching such a name
+                # fails every watch before its first report, so the rescan cannot wait for one (the
+                # folder stopped following the run), and the line is said once a minute, not 5 a second
+                now = time.monotonic()
+                if now - last_said >= SAY_EVERY_SEC:
+                    say(f"marathon view: a change could not be read ({type(exc).__name__}); rescanning")
+                    last_said = now
+                if now - last_full >= ERROR_RESCAN_SEC:
+                    self.refresh()
+                    last_full = time.monotonic()
+                stop.wait(ERROR_WAIT_SEC)
             except OSError as exc:  # e.g. the inotify watch limit: poll instead, and say so
                 if poll:
                     raise

@@ -82,7 +82,12 @@ def test_one_real_entry_per_pair_that_harbor_reads(mini):
         (job,) = [j for tt, aa, _, _, j in iter_job_dirs(mini) if (tt, aa) == (t, a)]
         for f in JOB_FILES & set(os.listdir(job)):
             assert os.stat(entry / f).st_ino == os.stat(job / f).st_ino
-        assert os.stat(entry / trial / "result.json").st_ino == os.stat(job / trial / "result.json").st_ino
+        # the trial's result.json is a copy (a link would renew its ctime, which the tamper rule reads)
+        mine, theirs = os.stat(entry / trial / "result.json"), os.stat(job / trial / "result.json")
+        assert mine.st_ino != theirs.st_ino and (mine.st_size, mine.st_mtime_ns) == (
+            theirs.st_size,
+            theirs.st_mtime_ns,
+        )
     # nothing but dirs and regular files, and a second sync changes nothing
     assert all(p.is_dir() or stat.S_ISREG(os.lstat(p).st_mode) for p in _walk(live.root))
     again = live.sync_all()
@@ -255,6 +260,7 @@ def test_a_name_that_is_not_utf8_costs_a_rescan_not_the_watch(mini):
     said: list[str] = []
     t = threading.Thread(target=live.follow, args=(stop,), kwargs={"say": said.append}, daemon=True)
     t.start()
+    touching = threading.Event()
     try:
         deadline = time.monotonic() + 60
         n = 0
@@ -265,9 +271,22 @@ def test_a_name_that_is_not_utf8_costs_a_rescan_not_the_watch(mini):
             (mini / "two-stage" / os.fsdecode(b"agent-\xff-%d" % n)).write_text("x")
             time.sleep(0.3)
         assert "could not be read" in said[0]
+        # an agent that keeps making such names fails every watch before its first report: the
+        # folder still follows the run (a review found it frozen, saying so 5 times a second)
+        def touch() -> None:
+            k = 0
+            while not touching.wait(0.2):
+                k += 1
+                (mini / "two-stage" / os.fsdecode(b"agent-\xfe-%d" % k)).write_text("x")
+
+        toucher = threading.Thread(target=touch, daemon=True)
+        toucher.start()
+        time.sleep(1.0)
         _rerun(mini, "two-stage", "nop")  # after: only a watch that goes on (or its rescan) sees it
         _wait_for(live.root, "two-stage__nop__attempt-2", "two-stage__nop__attempt-1")
+        assert len(said) <= 2, said  # once a minute at most
     finally:
+        touching.set()
         stop.set()
         t.join(10)
     assert not t.is_alive()
@@ -295,3 +314,80 @@ def test_a_copy_where_a_link_cannot_be_made(tmp_path, mini_tree):
         assert os.listdir(tmp_path / "jobs") == []
     finally:
         shutil.rmtree(src, ignore_errors=True)
+
+
+def _one_entry(out: Path) -> tuple[Entry, Path]:
+    (task, arm, _, stamp, job) = next(iter_job_dirs(out))
+    (trial,) = iter_trial_dirs(job)
+    trials = (TrialSource(trial.name, str(trial)),)
+    return Entry("x__y__attempt-1", task, arm, 1, stamp, "done", str(job), trials), trial
+
+
+def test_viewing_a_run_renews_no_ctime_the_tamper_rule_reads(mini, tmp_path):
+    """Found by a review: a hard link (and its removal when the viewer ends) renews the file's ctime,
+    and the tamper rule dates a verifier file changed after result.json by their ctimes: viewing a
+    run once marked a trial "tampered" and changed its score. Those files are copied; the agent's
+    files are still linked."""
+    entry, trial = _one_entry(mini)
+    judged = [trial / "result.json", *(p for p in (trial / "verifier").rglob("*") if p.is_file())]
+    assert len(judged) >= 2
+    before = {p: os.lstat(p).st_ctime_ns for p in judged}
+    time.sleep(0.05)  # a renewed ctime would be later than this
+    folder = JobsFolder(tmp_path / "jobs")
+    rep = folder.sync([entry])
+    assert rep.linked > 0 and rep.copied >= len(judged)
+    mirrored = tmp_path / "jobs" / entry.name / trial.name
+    assert (mirrored / "verifier").is_dir() and (mirrored / "result.json").read_bytes() == judged[
+        0
+    ].read_bytes()
+    folder.sync([entry])  # again: unchanged copies stay
+    folder.remove()  # as when the viewer ends
+    assert {p: os.lstat(p).st_ctime_ns for p in judged} == before
+
+
+def test_a_path_past_the_systems_limit_is_left_out_not_the_whole_sync(mini, tmp_path):
+    """Found by a review: 17 names of 250 characters fit within MAX_DEPTH, and the mirror's path
+    (written by absolute path) raised ENAMETOOLONG out of the sync: `marathon view` failed for the
+    whole run, and a running one stopped following it."""
+    entry, trial = _one_entry(mini)
+    fd = os.open(trial / "agent", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i in range(17):  # made by descriptors: the whole path is past PATH_MAX
+            os.mkdir("d" * 249 + str(i % 10), dir_fd=fd)
+            nxt = os.open("d" * 249 + str(i % 10), os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        os.close(os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+    finally:
+        os.close(fd)
+    rep = JobsFolder(tmp_path / "jobs").sync([entry])
+    assert any("File name too long" in x for x in rep.left_out), rep.left_out
+    assert (tmp_path / "jobs" / entry.name / trial.name / "result.json").is_file()
+
+
+def test_the_agents_small_files_dirs_and_left_out_names_are_all_bounded(mini, tmp_path, monkeypatch):
+    """Found by a review: files under SMALL_FILE escaped the trial's byte cap in agent/ too (one
+    64 KiB output linked 20,000 times: 1.2 GiB mirrored, the viewer at 3.8 GB for one answer);
+    dirs counted toward no cap (100,000 empty ones: a 10 s sync, 271 MiB); the left-out list had
+    no end (100,000 symlinks: a 221 MiB note harbor will not show, 969 MiB of memory)."""
+    entry, trial = _one_entry(mini)
+    agent = trial / "agent"
+    for i in range(40):
+        (agent / f"out-{i:02d}.txt").write_bytes(b"y" * 500)
+        (agent / f"dir-{i:02d}").mkdir()
+        os.symlink("/etc/hostname", agent / f"link-{i:02d}")
+    monkeypatch.setattr(viewjobs, "SMALL_FILE", 1024)
+    monkeypatch.setattr(viewjobs, "MAX_TRIAL_BYTES", 10_000)
+    monkeypatch.setattr(viewjobs, "MAX_FILES", 60)
+    monkeypatch.setattr(viewjobs, "MAX_NOTES", 25)
+    rep = JobsFolder(tmp_path / "jobs").sync([entry])
+    mirrored = tmp_path / "jobs" / entry.name / trial.name
+    outs = sorted((mirrored / "agent").glob("out-*.txt"))
+    assert 0 < len(outs) < 40  # the byte cap reached them
+    assert sum(p.stat().st_size for p in mirrored.rglob("*") if p.is_file() and p.name != NOTE_FILE) <= 10_000
+    entries = sum(1 for _ in mirrored.rglob("*"))
+    assert entries <= 60 + 1  # files and dirs, and the note
+    note = (mirrored / NOTE_FILE).read_text().splitlines()
+    assert len(note) <= 25 + 3 and note[-1].startswith("  and ") and note[-1].endswith(" more left out")
+    assert len(rep.left_out) == 25 and rep.left_out_more > 0
+    assert (mirrored / "result.json").is_file() and (mirrored / "verifier").is_dir()  # judged files first

@@ -96,6 +96,9 @@ NOT_READS = [
     "/api/auth/login-url",
     "/auth/callback?code=x",
     "/api/jobs/calc-partial__nop__attempt-1/upload",
+    # globs for an id from the agent's bridge-trajectory.json and reads the match whole: ../ left the
+    # jobs folder (a review, 2026-12-07)
+    "/api/jobs/calc-partial__nop__attempt-1/trials/t/interaction",
     "/api/jobs/calc-partial__nop__attempt-1/trials/t/stream",
     "/docs",
     "/openapi.json",
