@@ -248,6 +248,10 @@ def test_the_cell_shows_its_repeats_and_their_spread_in_every_format(rtree):
     assert [r["partial"] for r in c["by_repeat"] if r["status"] == DONE] == want
     md = report.render_md(rep)
     assert f"pass@{k}" in md and f"pass^{k}" in md and f"Repeats: K = {k}" in md
+    # pass@K is over the tasks with K counted repeats (t02's errored repeat leaves one out): said
+    s = rep["arm_summary"]["plain"]
+    assert s["pass_k_n"] < s["n"] and f"(over {s['pass_k_n']} tasks)" in md
+    assert f"(over {s['pass_k_n']} tasks)" in report.render_html(rep)
     sd = f" sd {c['partial_sd']:.2f}" if c["partial_sd"] is not None else ""
     assert f"| {c['reward']:.2f} / {c['partial']:.2f} / {c['pass_rate']:.2f} ({k - 1}/{k}{sd}) |" in md
     head = report.render_csv(rep).splitlines()[0].split(",")
