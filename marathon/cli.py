@@ -131,6 +131,13 @@ def no_space_text(exc: OSError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(_command_of(argv))
+    for a in argv:
+        if a == "--":
+            break  # what follows is operands
+        if a.startswith("-") and a.endswith("=--"):
+            # Python 3.12's argparse hands such an option [] without its type or choices check (a
+            # review: plan-size --diff=-- and report --format=-- ended in an internal error)
+            parser.error(f"{a}: '--' is not a value for the option")
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()

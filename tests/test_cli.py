@@ -188,3 +188,23 @@ def test_an_unknown_task_is_named_in_one_line_before_anything_runs(argv, tmp_pat
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"unknown task(s) in {DEMO_TASKS}: nope" in r.stderr, r.stderr
     assert "staging" not in r.stdout and not out.exists(), r.stdout
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan-size", "--diff=--"],
+        ["plan-size", "--measure=--"],
+        ["plan-size", "--repeats=--"],
+        ["report", "--format=--"],
+        ["status", "--run=--"],
+    ],
+)
+def test_an_option_given_a_double_dash_as_its_value_is_a_usage_error(argv, tmp_path, capsys):
+    """Found by a review: Python 3.12's argparse gives ``--opt=--`` the value [] without its type or
+    choices check: plan-size and report ended in "internal error: TypeError", and --repeats=--
+    printed a plan without its columns."""
+    with pytest.raises(SystemExit) as exc:
+        main([argv[0], str(tmp_path), *argv[1:]])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "'--' is not a value for the option" in err and "internal error" not in err
