@@ -155,11 +155,13 @@ def render(d: dict) -> str:
                 v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True))
             )
         )
-    floor = d.get("sign_floor")
+    floor = d.get("sign_floor_holm")
     if floor is not None:
+        from runner.results.power import sign_floor
+
         lines.append(
-            f"The report's test (the sign test) reaches that level only with {floor} or more tasks: no plan "
-            "is for fewer, and a pilot with fewer detects no difference (MDE >1)."
+            f"The report's test (the sign test) passes Holm's first step only with {floor} or more tasks: no "
+            f"plan is for fewer; a pilot pair with fewer than {sign_floor(d['alpha'])} detects nothing (MDE >1)."
         )
     if any(t["low"] != t["high"] for p in d["pairs"] for t in p["tasks_needed"]):
         lines.append(

@@ -111,11 +111,13 @@ def plan_pair(
     alpha: float,
     pw: float,
     repeats: Sequence[int],
+    family_alpha: float | None = None,
 ) -> PairPlan:
-    """One pair's plan from its pilot clusters (the same tasks, in order, both arms done)."""
+    """One pair's plan from its pilot clusters (the same tasks, in order, both arms done), at the
+    Holm level ``alpha`` of the family level ``family_alpha`` (default ``alpha``)."""
     diffs = clusters.paired_differences(ca, cb)
     n = len(diffs)
-    pp = power.pair_power(diffs, alpha, pw)
+    pp = power.pair_power(diffs, alpha, pw, family_alpha=family_alpha)
     sizes = [len(c) for c in (*ca, *cb) if len(c)]
     k_pilot = sum(sizes) / len(sizes) if sizes else 0.0
     wa, wb = clusters.within_variance(ca), clusters.within_variance(cb)
@@ -123,8 +125,10 @@ def plan_pair(
     observed = abs(pp.diff) if pp.diff is not None and abs(pp.diff) > stats.SCORE_TOL else None
     goal = target if target is not None else observed
     plans = []
-    if pp.sd is not None and pp.sd <= stats.SCORE_TOL:  # no spread: nothing to plan (the report's "-")
-        plans = [RepeatPlan(k, None, None) for k in repeats]
+    if pp.sd is not None and pp.sd <= stats.SCORE_TOL:
+        # no spread: the t test is undefined, the sign test needs its own (the report's tasks needed)
+        floor = power.sign_floor(alpha) if goal else None
+        plans = [RepeatPlan(k, floor, floor) for k in repeats]
     elif goal and pp.sd is not None:
         total = pp.sd**2
         split = None if within is None else _split(total, within, k_pilot)
@@ -160,7 +164,7 @@ class Plan:
             "alpha": self.alpha,
             "family": self.family,
             "alpha_holm": self.alpha_holm,
-            "sign_floor": power.sign_floor(self.alpha_holm),
+            "sign_floor_holm": power.sign_floor(self.alpha_holm),
             "repeats": list(self.repeats),
             "method": power.METHOD,
             "max_tasks": power.MAX_TASKS,
@@ -200,6 +204,7 @@ def plan(
     size = max(1, k * (k - 1) // 2)
     level = power.holm_alpha(size, alpha)
     pairs = tuple(
-        plan_pair(a, b, ca, cb, target=target, alpha=level, pw=pw, repeats=repeats) for a, b, ca, cb in family
+        plan_pair(a, b, ca, cb, target=target, alpha=level, pw=pw, repeats=repeats, family_alpha=alpha)
+        for a, b, ca, cb in family
     )
     return Plan(measure, target, pw, alpha, level, tuple(repeats), pairs, size)

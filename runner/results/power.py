@@ -363,7 +363,7 @@ class PairPower:
     tasks_needed: int | None  # tasks to detect the observed difference (None: none observed / too many)
     needed_over_max: bool  # more than MAX_TASKS would be needed
     underpowered: bool  # |observed difference| < MDE: a "no difference" here is not evidence of none
-    below_floor: bool = False  # fewer tasks than ``sign_floor``: the run detects no difference at all
+    below_floor: bool = False  # fewer tasks than the sign test needs at any Holm step: it detects nothing
 
     def as_dict(self, prefix: str) -> dict[str, float | int | bool | None]:
         return {
@@ -376,20 +376,30 @@ class PairPower:
         }
 
 
-def pair_power(diffs: Sequence[float], alpha: float, power: float = POWER) -> PairPower:
+def pair_power(
+    diffs: Sequence[float], alpha: float, power: float = POWER, family_alpha: float | None = None
+) -> PairPower:
     """MDE and tasks needed of one paired comparison from its per-task differences (a - b, each
-    averaged within its task first). No spread (every difference equal) gives no MDE: the t test
-    is not defined there. Fewer tasks than the sign test needs to reach the level at all
-    (``sign_floor``) give none either, and the pair is underpowered whatever it shows (one task's
-    difference read "+0.30 [+0.30, +0.30]" with no caution); the tasks needed are never fewer."""
+    averaged within its task first), at the Holm level ``alpha`` (alpha / m) of the family level
+    ``family_alpha`` (default: ``alpha``).
+
+    No spread (every difference equal) gives no MDE: the t test is not defined there, and the tasks
+    needed are the sign test's own at the level. Fewer tasks than the sign test needs at Holm's
+    loosest step (``sign_floor(family_alpha)``: the last pair is tested at the family level itself)
+    detect no difference of any size: no MDE, and the pair is underpowered whatever it shows (one
+    task's difference read "+0.30 [+0.30, +0.30]" with no caution). Between that and the floor at
+    ``alpha`` a pair can still pass a later Holm step when other pairs have more tasks; the MDE at
+    ``alpha`` is conservative there, as it is for every later step. No tasks needed are below the
+    floor at ``alpha``."""
     n = len(diffs)
     mean = math.fsum(diffs) / n if n else None
     floor = sign_floor(alpha)
-    below = 0 < n < floor
+    below = 0 < n < sign_floor(family_alpha if family_alpha is not None else alpha)
     s = sd(diffs)
     observed = 0.0 if mean is None or abs(mean) <= stats.SCORE_TOL else mean  # rounding is no difference
     if mean is None or s is None or s <= stats.SCORE_TOL:  # no spread but float rounding's
-        return PairPower(n, mean, s, None, floor if below and observed else None, False, below, below)
+        needed = floor if observed and n else None  # as many as the sign test needs (plan-size the same)
+        return PairPower(n, mean, s, None, needed, False, below, below)
     d_min = None if below else min_detectable_d(n, alpha, power)
     mde = None if d_min is None else d_min * s
     needed = tasks_needed_d(observed / s, alpha, power) if observed else None
@@ -411,7 +421,7 @@ def annotate(rows: list[dict], diffs: Mapping[tuple[str, str, str], Sequence[flo
     level = holm_alpha(sum(1 for r in rows if r.get("n")))
     for r in rows:
         for m in MEASURES:
-            r.update(pair_power(diffs.get((r["a"], r["b"], m)) or [], level).as_dict(m))
+            r.update(pair_power(diffs.get((r["a"], r["b"], m)) or [], level, family_alpha=ALPHA).as_dict(m))
 
 
 def block(rows: list[dict]) -> dict:
@@ -440,7 +450,8 @@ def block(rows: list[dict]) -> dict:
         "alpha": ALPHA,
         "family": family,
         "alpha_holm": holm_alpha(family),
-        "sign_floor": sign_floor(holm_alpha(family)),
+        "sign_floor": sign_floor(ALPHA),  # below it no pair detects anything, at any Holm step
+        "sign_floor_holm": sign_floor(holm_alpha(family)),  # at the strictest step: no tasks needed below it
         "max_tasks": MAX_TASKS,
         "underpowered": under,
     }
@@ -487,13 +498,17 @@ def headline(block: Mapping) -> str:
         f"Holm-adjusted level {fmt_level(block['alpha_holm'])} ({block['alpha']:g} over {block['family']} "
         f"pair(s)); tasks needed: to detect the observed difference at the same power and level, the "
         f"spread staying as observed. Method: {block['method']}. The report's test, the sign test, "
-        f"reaches that level only with {_floor_of(block)} or more tasks: with fewer the MDE reads >1."
+        f"reaches that level only with {_floor_of(block, 'sign_floor_holm')} or more tasks, and even "
+        f"Holm's last step ({block['alpha']:g}) only with {_floor_of(block, 'sign_floor')}: with fewer "
+        f"the pair detects nothing and its MDE reads >1."
     )
 
 
-def _floor_of(block: Mapping) -> int:
-    got = block.get("sign_floor")  # a report written before the floor was in it: computed now
-    return got if isinstance(got, int) else sign_floor(block["alpha_holm"])
+def _floor_of(block: Mapping, key: str = "sign_floor") -> int:
+    got = block.get(key)  # a report written before the floors were in it: computed now
+    if isinstance(got, int):
+        return got
+    return sign_floor(block["alpha_holm"] if key == "sign_floor_holm" else block["alpha"])
 
 
 def underpowered_lines(block: Mapping, label=str) -> list[str]:
@@ -514,7 +529,7 @@ def underpowered_lines(block: Mapping, label=str) -> list[str]:
                 needs = f"{fmt_tasks(u['tasks_needed'], u.get('tasks_needed_over'))} tasks needed"
             n = "" if one_n else f"n = {u['n']}, "
             if u.get("below_sign_floor"):
-                what = f"from too few tasks (the sign test needs {_floor_of(block)} to reach the level)"
+                what = f"from too few tasks (the sign test needs {_floor_of(block)} to reach even {block['alpha']:g})"
             else:
                 what = f"below MDE {fmt_mde(u['mde'])}"
             parts.append(f"{label(u['measure'])} {fmt_signed(u['diff'])} {what} ({n}{needs})")

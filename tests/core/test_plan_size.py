@@ -53,7 +53,12 @@ def test_the_holm_level_is_over_every_pair_of_the_comparisons_arms(handmade, cap
     assert len(with_ghost.pairs) == 3  # the pairs it can plan from are the same three
     rc, out, _ = _run(capsys, str(handmade), "--diff", "0.05", "--arms", "5", "--json")
     d = json.loads(out)
-    assert rc == 0 and d["family"] == 10 and d["alpha_holm"] == pytest.approx(0.005) and d["sign_floor"] == 9
+    assert (
+        rc == 0
+        and d["family"] == 10
+        and d["alpha_holm"] == pytest.approx(0.005)
+        and d["sign_floor_holm"] == 9
+    )
     for p in d["pairs"]:
         assert p["tasks_needed"][0]["high"] == max(9, sm_tasks(0.05 / p["sd"], 0.005))
 
@@ -63,11 +68,13 @@ def test_no_plan_is_for_fewer_tasks_than_the_sign_test_needs(handmade, capsys):
     reaches 0.05 / 3 only with 7; the text says so."""
     rc, out, _ = _run(capsys, str(handmade), "--diff", "0.9", "--json")
     d = json.loads(out)
-    assert rc == 0 and d["sign_floor"] == 7
+    assert rc == 0 and d["sign_floor_holm"] == 7
     assert all(p["tasks_needed"][0]["high"] == 7 for p in d["pairs"]), d["pairs"]
     assert any(sm_tasks(0.9 / p["sd"], 0.05 / 3) < 7 for p in d["pairs"])  # the t test alone: fewer
     rc, out, _ = _run(capsys, str(handmade), "--diff", "0.9")
-    assert "reaches that level only with 7 or more tasks" in out
+    assert (
+        "passes Holm's first step only with 7 or more tasks" in out and "fewer than 6 detects nothing" in out
+    )
 
 
 def test_plan_text_reads_as_a_table_and_explains_the_range(handmade, capsys):

@@ -105,8 +105,8 @@ def test_tasks_needed_is_the_first_n_statsmodels_gives_80_percent(d, alpha):
 def test_no_difference_and_too_small_a_difference_need_no_count():
     assert power.tasks_needed_d(0.0, 0.05) is None  # nothing observed to detect
     assert power.tasks_needed_d(1e-4, 0.005) is None  # more than MAX_TASKS
-    pp = power.pair_power([0.2] * 10, 0.05)  # no spread: the t test is not defined
-    assert pp.mde is None and pp.tasks_needed is None and not pp.underpowered
+    pp = power.pair_power([0.2] * 10, 0.05)  # no spread: the t test is not defined, the sign test's own
+    assert pp.mde is None and pp.tasks_needed == 6 and not pp.underpowered
     assert power.pair_power([0.1], 0.05).mde is None  # one task
     # a difference of 1e-300 (an agent's metrics.json may hold any finite number): too small to
     # detect, never an OverflowError that stops the report
@@ -137,8 +137,9 @@ def _check_report(rep, cells) -> int:
     family = [p for p in rep["paired"] if p["n"]]
     alpha = 0.05 / len(family)
     assert rep["power"]["alpha_holm"] == pytest.approx(alpha) and rep["power"]["family"] == len(family)
-    floor = sign_floor_of(alpha)
-    assert rep["power"]["sign_floor"] == floor
+    floor = sign_floor_of(alpha)  # Holm's strictest step: no tasks needed below it
+    anything = sign_floor_of(0.05)  # its loosest: below it a pair detects nothing
+    assert (rep["power"]["sign_floor_holm"], rep["power"]["sign_floor"]) == (floor, anything)
     checked = 0
     for p in family:
         for m in MEASURES:
@@ -149,12 +150,12 @@ def _check_report(rep, cells) -> int:
                 and (y := _score(cells[(t, p["b"])], m)) is not None
             ]
             sd = float(np.std(diffs, ddof=1)) if len(diffs) > 1 else None
-            below = 0 < len(diffs) < floor
+            below = 0 < len(diffs) < anything
             assert p[f"{m}_below_sign_floor"] == below
             if not sd:
                 assert p[f"{m}_mde"] is None
                 moved = bool(diffs) and abs(float(np.mean(diffs))) > stats.SCORE_TOL
-                assert p[f"{m}_tasks_needed"] == (floor if below and moved else None)
+                assert p[f"{m}_tasks_needed"] == (floor if moved else None)
                 continue
             assert p[f"{m}_sd"] == pytest.approx(sd, abs=1e-4)
             if below:  # the sign test reaches the level with no difference: no MDE, underpowered
@@ -279,11 +280,17 @@ def test_float_rounding_is_neither_a_win_nor_a_spread():
     assert pp.mde is None and pp.tasks_needed is None
     constant = [x - y for x, y in ((0.1, 0.0), (0.4, 0.3), (0.7, 0.6), (0.9, 0.8), (0.3, 0.2))]
     assert power.sd(constant) != 0.0 and power.pair_power(constant, 0.05).mde is None
-    # plan-size says what the report says: no spread, nothing to plan ("-"), not 2 tasks or more
-    # than a million
-    for ca, cb in ((plain, goal), ([[x] for x, _ in ((0.1, 0.0), (0.4, 0.3))], [[0.0], [0.3]])):
+    # plan-size says what the report says: no difference, nothing to plan ("-"); a difference with
+    # no spread, what the sign test needs (6 at 0.05), not 2 tasks or more than a million
+    cases = (
+        (plain, goal, None),
+        ([[x] for x, _ in ((0.1, 0.0), (0.4, 0.3))], [[0.0], [0.3]], 6),
+    )
+    for ca, cb, want in cases:
         plan = planning.plan_pair("a", "b", ca, cb, target=None, alpha=0.05, pw=0.8, repeats=(1, 4))
-        assert [(p.low, p.high, p.over) for p in plan.plans] == [(None, None, False)] * 2
+        assert [(p.low, p.high, p.over) for p in plan.plans] == [(want, want, False)] * 2
+        diffs = clusters.paired_differences(ca, cb)
+        assert power.pair_power(diffs, 0.05).tasks_needed == want  # the report's figure
     # a real difference still plans
     real = planning.plan_pair("a", "b", plain, [[0.0, 0.1]] * 6, target=0.2, alpha=0.05, pw=0.8, repeats=(1,))
     assert real.plans[0].low is not None
@@ -350,16 +357,22 @@ def test_the_sign_floor_is_where_scipys_exact_sign_test_first_reaches_the_level(
 
 def test_fewer_tasks_than_the_sign_test_needs_detect_nothing_and_plan_no_fewer():
     """Found by a probe: one common task read "+0.30 [+0.30, +0.30]" with no caution, and plan-size
-    said 5-6 tasks for 3 arms at 0.05, where the report's Holm-adjusted sign test cannot reach the
-    level with fewer than 7 (six tasks one way: p 0.031 > 0.05 / 3)."""
+    said 5-6 tasks for 3 arms at 0.05, where the report's Holm-adjusted sign test cannot reach its
+    first step with fewer than 7 (six tasks one way: p 0.031 > 0.05 / 3). Below 6 no pair passes even
+    Holm's last step (0.05 itself); with 6 a pair can, when the others have more tasks (a review:
+    6 tasks one way beside two 13-task pairs passed Holm at 0.031), so 6 is no "detects nothing"."""
     level = 0.05 / 3
-    one = power.pair_power([0.3], level)
+    one = power.pair_power([0.3], level, family_alpha=0.05)
     assert one.underpowered and one.below_floor and one.mde is None and one.tasks_needed == 7
-    same = power.pair_power([0.3] * 6, level)  # six tasks one way, no spread: still below
-    assert same.underpowered and same.tasks_needed == 7
-    assert not power.pair_power([0.3] * 7, level).underpowered  # seven: p 0.0156 < 0.0167
-    big = power.pair_power([0.5, 0.6, 0.4, 0.5, 0.55, 0.45], level)  # the t test wants fewer
+    five = power.pair_power([0.3] * 5, level, family_alpha=0.05)  # five tasks one way, no spread
+    assert five.underpowered and five.below_floor and five.tasks_needed == 7
+    six = power.pair_power([0.3] * 6, level, family_alpha=0.05)  # can pass Holm's last step
+    assert not six.below_floor and not six.underpowered and six.tasks_needed == 7
+    assert stats.holm([0.0313, stats.sign_test(13, 0), stats.sign_test(13, 0)])[0] < 0.05
+    big = power.pair_power([0.5, 0.6, 0.4, 0.5, 0.45], level, family_alpha=0.05)  # the t test wants fewer
     assert big.tasks_needed == 7 and big.mde is None and power.fmt_mde(big.mde, big.below_floor) == ">1"
+    spread = power.pair_power([0.5, 0.6, 0.4, 0.5, 0.55, 0.45], level, family_alpha=0.05)
+    assert spread.mde is not None and spread.tasks_needed == 7  # an MDE at 0.05 / 3, tasks not below 7
     row = {"a": "plain", "b": "goal", "n": 1, "partial_n": 1, "partial_diff": 0.3, **one.as_dict("partial")}
     row.update(
         {
@@ -369,4 +382,4 @@ def test_fewer_tasks_than_the_sign_test_needs_detect_nothing_and_plan_no_fewer()
         }
     )
     (line,) = power.underpowered_lines(power.block([row]))
-    assert "partial +0.30 from too few tasks (the sign test needs 6 to reach the level)" in line, line
+    assert "partial +0.30 from too few tasks (the sign test needs 6 to reach even 0.05)" in line, line
