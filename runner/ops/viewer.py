@@ -558,7 +558,7 @@ def _serve_locked(
             registry.register(os.getpid(), ROLE_VIEWER, list(sys.argv))
             registered = True
             _write_private(access_path(out), safetext.dumps(asdict(acc)))
-            left = f", {len(rep.left_out)} file(s) left out (see MARATHON-VIEW.txt in their trials)"
+            left = f", {len(rep.left_out) + rep.left_out_more:,} file(s) left out (see MARATHON-VIEW.txt in their trials)"
             say(f"{rep.entries} job(s) in {live.root}{left if rep.left_out else ''}")
             say(acc.render(token=show_token))
             if stop.event.is_set():

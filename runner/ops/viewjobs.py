@@ -285,8 +285,10 @@ def _put(
     except OSError:
         have = None
     if have is not None and stat.S_ISREG(have.st_mode):
-        if (have.st_ino, have.st_dev) == (st.st_ino, st.st_dev):
+        if (have.st_ino, have.st_dev) == (st.st_ino, st.st_dev) and link:
             return True  # the same file already
+        # (a link to a file that is copied now, left by a viewer before that rule or one that was
+        # killed: replaced by a copy here, or its removal at the end would renew the file's ctime)
         if have.st_nlink == 1 and have.st_size == st.st_size and have.st_mtime_ns == st.st_mtime_ns:
             return True  # our copy of it, unchanged
     tmp = walk.tmp
@@ -597,7 +599,10 @@ class LiveJobsFolder:
                     say(f"marathon view: a change could not be read ({type(exc).__name__}); rescanning")
                     last_said = now
                 if now - last_full >= ERROR_RESCAN_SEC:
-                    self.refresh()
+                    try:
+                        self.refresh()
+                    except OSError as err:  # the mirror's disk: said, and tried again next time
+                        say(f"marathon view: the rescan failed ({safetext.clean(err)})")
                     last_full = time.monotonic()
                 stop.wait(ERROR_WAIT_SEC)
             except OSError as exc:  # e.g. the inotify watch limit: poll instead, and say so

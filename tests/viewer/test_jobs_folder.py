@@ -271,6 +271,7 @@ def test_a_name_that_is_not_utf8_costs_a_rescan_not_the_watch(mini):
             (mini / "two-stage" / os.fsdecode(b"agent-\xff-%d" % n)).write_text("x")
             time.sleep(0.3)
         assert "could not be read" in said[0]
+
         # an agent that keeps making such names fails every watch before its first report: the
         # folder still follows the run (a review found it frozen, saying so 5 times a second)
         def touch() -> None:
@@ -391,3 +392,25 @@ def test_the_agents_small_files_dirs_and_left_out_names_are_all_bounded(mini, tm
     assert len(note) <= 25 + 3 and note[-1].startswith("  and ") and note[-1].endswith(" more left out")
     assert len(rep.left_out) == 25 and rep.left_out_more > 0
     assert (mirrored / "result.json").is_file() and (mirrored / "verifier").is_dir()  # judged files first
+
+
+def test_a_link_an_earlier_viewer_left_to_a_judged_file_is_replaced_by_a_copy(mini, tmp_path):
+    """Found by a review: a link left in the jobs folder (by a viewer before the copy rule, or one
+    that was killed) was kept as "the same file already", and its removal at the end renewed the
+    file's ctime after all."""
+    entry, trial = _one_entry(mini)
+    folder = JobsFolder(tmp_path / "jobs")
+    folder.sync([entry])
+    mirrored = tmp_path / "jobs" / entry.name / trial.name
+    judged = [trial / "result.json", *(p for p in (trial / "verifier").rglob("*") if p.is_file())]
+    for p in judged:  # as an earlier viewer left them: links
+        dst = mirrored / p.relative_to(trial)
+        dst.unlink()
+        os.link(p, dst)
+    folder.sync([entry])
+    for p in judged:
+        assert os.stat(mirrored / p.relative_to(trial)).st_ino != os.stat(p).st_ino, p
+    after = {p: os.lstat(p).st_ctime_ns for p in judged}
+    time.sleep(0.05)
+    folder.remove()
+    assert {p: os.lstat(p).st_ctime_ns for p in judged} == after
