@@ -134,7 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for a in argv:
         if a == "--":
             break  # what follows is operands
-        if a.startswith("-") and a.endswith("=--"):
+        short = a.startswith("-") and not a.startswith("--") and len(a) > 2 and a.endswith("--")
+        if (a.startswith("-") and a.endswith("=--")) or short:  # --opt=--, -n--
             # Python 3.12's argparse hands such an option [] without its type or choices check (a
             # review: plan-size --diff=-- and report --format=-- ended in an internal error)
             parser.error(f"{a}: '--' is not a value for the option")

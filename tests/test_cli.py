@@ -198,6 +198,7 @@ def test_an_unknown_task_is_named_in_one_line_before_anything_runs(argv, tmp_pat
         ["plan-size", "--repeats=--"],
         ["report", "--format=--"],
         ["status", "--run=--"],
+        ["net", "-n--"],  # a short option with '--' attached (a review)
     ],
 )
 def test_an_option_given_a_double_dash_as_its_value_is_a_usage_error(argv, tmp_path, capsys):
