@@ -6,10 +6,11 @@ jobs. Symlinks to the attempts do not do: harbor 0.25.0's viewer resolves each j
 and answers 400 for one outside its jobs folder. So every entry here is a real directory holding
 the job's own files and its trial dirs, their regular files hard-linked (the same bytes, no disk
 used; copied once when a link is not allowed: another filesystem, ``fs.protected_hardlinks``).
-A trial's ``result.json`` and its ``verifier/`` files are always copied, never linked: a link, and
-its removal when the viewer ends, renews the file's ctime, and the tamper rule
-(``runner.results.records``) reads a verifier file changed after result.json by their ctimes (a
-review: viewing a run once marked a trial "tampered" and changed its score).
+A trial's ``result.json``, ``verifier/`` files and receipt, and the job's ``result.json``, are
+always copied, never linked: a link, and its removal when the viewer ends, renews the file's ctime,
+and the tamper rule (``runner.results.records``) reads a verifier file changed after result.json by
+their ctimes (a review: viewing a run once marked a trial "tampered" and changed its score), as the
+scan index knows each of them by it.
 
 The folder lives in ``<out>/.marathon/view/jobs`` (``runner.results.tree.view_dir``), where no
 container mount reaches, and it is where the hostile-tree rules apply before harbor reads a byte
@@ -47,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from modes import safeio, safetext
-from modes.trial_files import TrialFiles
+from modes.trial_files import SCORED_INPUTS, TrialFiles
 from runner.results.attempts import VOIDED, Attempt
 from runner.results.cells import Cell
 from runner.results.model import RunModel
@@ -271,8 +272,10 @@ def _copy(dir_fd: int, name: str, st: os.stat_result, tmp: Path) -> bool:
 
 
 def _judged_by(rel: str) -> bool:
-    """A trial file the tamper rule dates by its ctime: copied, never linked (the module's docstring)."""
-    return rel == TrialFiles.RESULT or rel.startswith(f"{TrialFiles.VERIFIER_DIR}/")
+    """A trial file the tamper rule dates by its ctime, or one the scan index knows by its ctime
+    (``SCORED_INPUTS``: a renewed one is read again by the next scan and the console): copied, never
+    linked (the module's docstring)."""
+    return rel in SCORED_INPUTS or rel.startswith(f"{TrialFiles.VERIFIER_DIR}/")
 
 
 def _put(
@@ -483,7 +486,8 @@ class JobsFolder:
                     for name in sorted(JOB_FILES):
                         st = _lstat_at(fd, name)
                         if st is not None and stat.S_ISREG(st.st_mode) and st.st_size <= MAX_FILE_BYTES:
-                            if _put(fd, name, st, dst / name, job, name):
+                            # the job's result.json (named as a trial's) is in every attempt's index entry, by its ctime
+                            if _put(fd, name, st, dst / name, job, name, link=name != TrialFiles.RESULT):
                                 keep.add(name)
                 finally:
                     os.close(fd)

@@ -80,8 +80,10 @@ def test_one_real_entry_per_pair_that_harbor_reads(mini):
         assert scanner.get_trial_result(name, trial).task_name == f"marathon-demo/{t}"
         # the job's own files are the tree's files themselves (hard links: same inode, no copy)
         (job,) = [j for tt, aa, _, _, j in iter_job_dirs(mini) if (tt, aa) == (t, a)]
-        for f in JOB_FILES & set(os.listdir(job)):
+        for f in (JOB_FILES - {"result.json"}) & set(os.listdir(job)):
             assert os.stat(entry / f).st_ino == os.stat(job / f).st_ino
+        # the job's result.json is a copy: the scan index knows it by its ctime, which a link renews
+        assert os.stat(entry / "result.json").st_ino != os.stat(job / "result.json").st_ino
         # the trial's result.json is a copy (a link would renew its ctime, which the tamper rule reads)
         mine, theirs = os.stat(entry / trial / "result.json"), os.stat(job / trial / "result.json")
         assert mine.st_ino != theirs.st_ino and (mine.st_size, mine.st_mtime_ns) == (
@@ -332,6 +334,8 @@ def test_viewing_a_run_renews_no_ctime_the_tamper_rule_reads(mini, tmp_path):
     entry, trial = _one_entry(mini)
     judged = [trial / "result.json", *(p for p in (trial / "verifier").rglob("*") if p.is_file())]
     assert len(judged) >= 2
+    # and what the scan index knows by its ctime: the job's result.json, the receipt
+    judged += [trial.parent / "result.json", *(p for p in (trial / "agent").glob("*receipt.json"))]
     before = {p: os.lstat(p).st_ctime_ns for p in judged}
     time.sleep(0.05)  # a renewed ctime would be later than this
     folder = JobsFolder(tmp_path / "jobs")
@@ -341,6 +345,7 @@ def test_viewing_a_run_renews_no_ctime_the_tamper_rule_reads(mini, tmp_path):
     assert (mirrored / "verifier").is_dir() and (mirrored / "result.json").read_bytes() == judged[
         0
     ].read_bytes()
+    assert (mirrored.parent / "result.json").read_bytes() == (trial.parent / "result.json").read_bytes()
     folder.sync([entry])  # again: unchanged copies stay
     folder.remove()  # as when the viewer ends
     assert {p: os.lstat(p).st_ctime_ns for p in judged} == before
