@@ -134,8 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for a in argv:
         if a == "--":
             break  # what follows is operands
-        short = a.startswith("-") and not a.startswith("--") and len(a) > 2 and a.endswith("--")
-        if (a.startswith("-") and a.endswith("=--")) or short:  # --opt=--, -n--
+        long_dd = a.startswith("--") and a.partition("=")[1] and a.partition("=")[2] == "--"  # --opt=--
+        short_dd = len(a) == 4 and a[0] == "-" and a[1] != "-" and a[2:] == "--"  # -n--
+        if long_dd or short_dd:
             # Python 3.12's argparse hands such an option [] without its type or choices check (a
             # review: plan-size --diff=-- and report --format=-- ended in an internal error)
             parser.error(f"{a}: '--' is not a value for the option")

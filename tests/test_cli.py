@@ -209,3 +209,12 @@ def test_an_option_given_a_double_dash_as_its_value_is_a_usage_error(argv, tmp_p
         main([argv[0], str(tmp_path), *argv[1:]])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "'--' is not a value for the option" in err and "internal error" not in err
+
+
+def test_a_value_that_only_ends_in_a_double_dash_is_still_a_value(capsys):
+    """The guard above refused `--ae-literal=SEP=--` (a KEY=VALUE whose value is '--'), which the
+    spaced spelling took (a review)."""
+    for spelling in (["--ae-literal=SEP=--"], ["--ae-literal", "SEP=--"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["run", *spelling, "--help"])
+        assert exc.value.code == 0, (spelling, capsys.readouterr().err)
