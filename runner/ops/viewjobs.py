@@ -292,8 +292,14 @@ def _put(
             return True  # the same file already
         # (a link to a file that is copied now, left by a viewer before that rule or one that was
         # killed: replaced by a copy here, or its removal at the end would renew the file's ctime)
-        if have.st_nlink == 1 and have.st_size == st.st_size and have.st_mtime_ns == st.st_mtime_ns:
-            return True  # our copy of it, unchanged
+        if (
+            have.st_nlink == 1
+            and (have.st_size, have.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+            and st.st_ctime_ns <= have.st_ctime_ns
+        ):
+            # our copy of it, unchanged: the source's inode not changed since the copy was made
+            # (a rewrite that keeps the size and sets the mtime back renews its ctime; a review)
+            return True
     tmp = walk.tmp
     _remove(tmp)
     how = "linked"

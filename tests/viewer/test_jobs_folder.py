@@ -419,3 +419,23 @@ def test_a_link_an_earlier_viewer_left_to_a_judged_file_is_replaced_by_a_copy(mi
     time.sleep(0.05)
     folder.remove()
     assert {p: os.lstat(p).st_ctime_ns for p in judged} == after
+
+
+def test_a_judged_file_rewritten_with_its_size_and_mtime_kept_is_copied_again(mini, tmp_path):
+    """Found by a review: the copy was kept while size and mtime matched, so a verifier file or
+    receipt rewritten after the sync with both kept (os.utime) showed its old words in the viewer,
+    while the scan read the new ones (its ctime changed)."""
+    entry, trial = _one_entry(mini)
+    folder = JobsFolder(tmp_path / "jobs")
+    folder.sync([entry])
+    src = next(p for p in (trial / "verifier").rglob("*") if p.is_file() and p.stat().st_size > 1)
+    old = src.read_bytes()
+    st = src.stat()
+    time.sleep(0.05)
+    src.write_bytes(bytes([old[0] ^ 1]) + old[1:])  # the same size, another first byte
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+    rep = folder.sync([entry])
+    assert rep.copied >= 1
+    assert (
+        tmp_path / "jobs" / entry.name / trial.name / src.relative_to(trial)
+    ).read_bytes() == src.read_bytes()
