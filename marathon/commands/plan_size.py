@@ -157,11 +157,10 @@ def render(d: dict) -> str:
         )
     floor = d.get("sign_floor_holm")
     if floor is not None:
-        from runner.results.power import sign_floor
-
         lines.append(
-            f"The report's test (the sign test) passes Holm's first step only with {floor} or more tasks: no "
-            f"plan is for fewer; a pilot pair with fewer than {sign_floor(d['alpha'])} detects nothing (MDE >1)."
+            f"The report's test (the sign test) passes Holm's first step only with {floor} or more untied "
+            "tasks: no plan is for fewer; a pilot pair whose untied tasks all one way could not pass Holm "
+            "detects nothing (MDE now >1)."
         )
     if any(t["low"] != t["high"] for p in d["pairs"] for t in p["tasks_needed"]):
         lines.append(

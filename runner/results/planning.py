@@ -111,13 +111,14 @@ def plan_pair(
     alpha: float,
     pw: float,
     repeats: Sequence[int],
-    family_alpha: float | None = None,
+    reachable: bool = True,
 ) -> PairPlan:
     """One pair's plan from its pilot clusters (the same tasks, in order, both arms done), at the
-    Holm level ``alpha`` of the family level ``family_alpha`` (default ``alpha``)."""
+    Holm level ``alpha``; ``reachable``: whether the pilot's own sign test could pass Holm at all
+    (``power.best_holm``; when not, its "MDE now" reads >1)."""
     diffs = clusters.paired_differences(ca, cb)
     n = len(diffs)
-    pp = power.pair_power(diffs, alpha, pw, family_alpha=family_alpha)
+    pp = power.pair_power(diffs, alpha, pw, reachable=reachable)
     sizes = [len(c) for c in (*ca, *cb) if len(c)]
     k_pilot = sum(sizes) / len(sizes) if sizes else 0.0
     wa, wb = clusters.within_variance(ca), clusters.within_variance(cb)
@@ -192,6 +193,7 @@ def plan(
     from runner.results.report import cell_values, common_done
 
     family = []
+    untied = []  # per pair: its tasks that partial does not tie, the report's sign test's n
     cells = dict(cells)
     for a, b in combinations(arms, 2):
         both = common_done(cells, a, b, list(tasks))
@@ -200,11 +202,22 @@ def plan(
         keep = [i for i in range(len(both)) if ca[i] and cb[i]]
         if keep:
             family.append((a, b, [ca[i] for i in keep], [cb[i] for i in keep]))
+            pa = [cell_values(cells[(t, a)], "partial") for t in both]
+            pb = [cell_values(cells[(t, b)], "partial") for t in both]
+            scored = [(x, y) for x, y in zip(pa, pb, strict=True) if x and y]
+            diffs = clusters.paired_differences([x for x, _ in scored], [y for _, y in scored])
+            untied.append(sum(1 for d in diffs if abs(d) > stats.SCORE_TOL))
     k = len(arms) if compared is None else compared
     size = max(1, k * (k - 1) // 2)
     level = power.holm_alpha(size, alpha)
+    # whether each pilot pair's sign test (on partial, as the report's) could pass Holm at all, its
+    # untied tasks all one way; the family's other pairs (no common task, or not in the pilot) at p = 1
+    if len(family) <= size:
+        best = power.best_holm(untied + [0] * (size - len(family)))
+    else:  # --arms fewer than the pilot's: each pair as the first of a family of that size
+        best = [power.best_holm([u] + [0] * (size - 1))[0] for u in untied]
     pairs = tuple(
-        plan_pair(a, b, ca, cb, target=target, alpha=level, pw=pw, repeats=repeats, family_alpha=alpha)
-        for a, b, ca, cb in family
+        plan_pair(a, b, ca, cb, target=target, alpha=level, pw=pw, repeats=repeats, reachable=p <= alpha)
+        for (a, b, ca, cb), p in zip(family, best, strict=False)
     )
     return Plan(measure, target, pw, alpha, level, tuple(repeats), pairs, size)

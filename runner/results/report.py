@@ -8,7 +8,7 @@ csv or html. The dict is the JSON contract other tools read:
     reading, exclude_flagged, arm_summary[arm]{n, flagged, flagged_in_n, reward, partial,
     pass_rate, *_ci, build_failed, cost_usd, cost_per_solved, spend_usd, ...}, paired[{a, b, n,
     flagged_a, flagged_b, *_diff, *_diff_ci, *_mde, *_tasks_needed, wins, losses, ties,
-    sign_test_p, sign_test_p_holm}], power{...}, suspect[...], suspect_excluded,
+    sign_test_p, sign_test_p_holm, sign_best_holm_p}], power{...}, suspect[...], suspect_excluded,
     infrastructure[...], bootstrap{method, resamples, seed, confidence}, disclosures{arm: [...]},
     masked{arm: [{what, why, config_keys}]}, masked_config_keys, gateway_deaths{arm: n},
     modified_tasks, versions[{marathon, runs, message}], made_by, generated_by

@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.stats
+from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 
 from runner.results import power, stats
@@ -138,10 +139,14 @@ def _check_report(rep, cells) -> int:
     alpha = 0.05 / len(family)
     assert rep["power"]["alpha_holm"] == pytest.approx(alpha) and rep["power"]["family"] == len(family)
     floor = sign_floor_of(alpha)  # Holm's strictest step: no tasks needed below it
-    anything = sign_floor_of(0.05)  # its loosest: below it a pair detects nothing
-    assert (rep["power"]["sign_floor_holm"], rep["power"]["sign_floor"]) == (floor, anything)
+    assert rep["power"]["sign_floor_holm"] == floor
+    # whether a pair's sign test could pass Holm at all: its untied tasks all one way, every pair so
+    best = [scipy.stats.binomtest(p["wins"] + p["losses"], p["wins"] + p["losses"], 0.5).pvalue
+            if p["wins"] + p["losses"] else 1.0 for p in family]  # fmt: skip
+    adjusted = multipletests(best, method="holm")[1]
     checked = 0
-    for p in family:
+    for p, best_p in zip(family, adjusted, strict=True):
+        assert p["sign_best_holm_p"] == pytest.approx(best_p)
         for m in MEASURES:
             diffs = [
                 x - y
@@ -150,7 +155,7 @@ def _check_report(rep, cells) -> int:
                 and (y := _score(cells[(t, p["b"])], m)) is not None
             ]
             sd = float(np.std(diffs, ddof=1)) if len(diffs) > 1 else None
-            below = 0 < len(diffs) < anything
+            below = bool(diffs) and best_p > 0.05
             assert p[f"{m}_below_sign_floor"] == below
             if not sd:
                 assert p[f"{m}_mde"] is None
@@ -355,25 +360,28 @@ def test_the_sign_floor_is_where_scipys_exact_sign_test_first_reaches_the_level(
     assert power.sign_floor(alpha) == sign_floor_of(alpha)
 
 
-def test_fewer_tasks_than_the_sign_test_needs_detect_nothing_and_plan_no_fewer():
-    """Found by a probe: one common task read "+0.30 [+0.30, +0.30]" with no caution, and plan-size
-    said 5-6 tasks for 3 arms at 0.05, where the report's Holm-adjusted sign test cannot reach its
-    first step with fewer than 7 (six tasks one way: p 0.031 > 0.05 / 3). Below 6 no pair passes even
-    Holm's last step (0.05 itself); with 6 a pair can, when the others have more tasks (a review:
-    6 tasks one way beside two 13-task pairs passed Holm at 0.031), so 6 is no "detects nothing"."""
+def test_a_pair_whose_sign_test_could_not_pass_holm_detects_nothing_and_plans_no_fewer():
+    """Found by a probe and two reviews: one common task read "+0.30 [+0.30, +0.30]" with no caution;
+    plan-size said 5-6 tasks for 3 arms at 0.05, where the report's Holm-adjusted sign test cannot
+    pass its first step with fewer than 7 (six tasks one way: p 0.031 > 0.05 / 3); three arms of six
+    tasks each, every pair 6/0 (Holm p 0.094 at best), read an MDE of 0.13 and no caution; and a
+    6-task pair beside two 13-task pairs, which can pass (Holm p 0.031), was said to detect nothing.
+    The rule is Holm's own: every pair's untied tasks one way, the family adjusted."""
     level = 0.05 / 3
-    one = power.pair_power([0.3], level, family_alpha=0.05)
+    assert [round(p, 4) for p in power.best_holm([6, 6, 6])] == [0.0938] * 3  # none can pass
+    assert power.best_holm([13, 13, 6])[2] == pytest.approx(0.03125)  # beside two 13s it can
+    assert power.best_holm([13, 13, 0])[2] == 1.0  # all ties: nothing to count
+    one = power.pair_power([0.3], level, reachable=False)
     assert one.underpowered and one.below_floor and one.mde is None and one.tasks_needed == 7
-    five = power.pair_power([0.3] * 5, level, family_alpha=0.05)  # five tasks one way, no spread
-    assert five.underpowered and five.below_floor and five.tasks_needed == 7
-    six = power.pair_power([0.3] * 6, level, family_alpha=0.05)  # can pass Holm's last step
-    assert not six.below_floor and not six.underpowered and six.tasks_needed == 7
-    assert stats.holm([0.0313, stats.sign_test(13, 0), stats.sign_test(13, 0)])[0] < 0.05
-    big = power.pair_power([0.5, 0.6, 0.4, 0.5, 0.45], level, family_alpha=0.05)  # the t test wants fewer
-    assert big.tasks_needed == 7 and big.mde is None and power.fmt_mde(big.mde, big.below_floor) == ">1"
-    spread = power.pair_power([0.5, 0.6, 0.4, 0.5, 0.55, 0.45], level, family_alpha=0.05)
-    assert spread.mde is not None and spread.tasks_needed == 7  # an MDE at 0.05 / 3, tasks not below 7
-    row = {"a": "plain", "b": "goal", "n": 1, "partial_n": 1, "partial_diff": 0.3, **one.as_dict("partial")}
+    six = power.pair_power([0.5, 0.6, 0.4, 0.5, 0.55, 0.45], level, reachable=False)
+    assert six.underpowered and six.mde is None and six.tasks_needed == 7
+    assert power.fmt_mde(six.mde, six.below_floor) == ">1"
+    can = power.pair_power([0.5, 0.6, 0.4, 0.5, 0.55, 0.45], level, reachable=True)
+    assert can.mde is not None and not can.underpowered and can.tasks_needed == 7  # never below 7
+    same = power.pair_power([0.3] * 6, level, reachable=True)  # no spread: the sign test's own
+    assert same.mde is None and same.tasks_needed == 7 and not same.underpowered
+    row = {"a": "plain", "b": "goal", "n": 1, "partial_n": 1, "partial_diff": 0.3, "wins": 1, "losses": 0,
+           "sign_best_holm_p": 1.0, **one.as_dict("partial")}  # fmt: skip
     row.update(
         {
             f"{m}_{k}": None
@@ -382,4 +390,7 @@ def test_fewer_tasks_than_the_sign_test_needs_detect_nothing_and_plan_no_fewer()
         }
     )
     (line,) = power.underpowered_lines(power.block([row]))
-    assert "partial +0.30 from too few tasks (the sign test needs 6 to reach even 0.05)" in line, line
+    assert (
+        "undetectable, its 1 untied task(s) all one way would give Holm p 1, above 0.05: partial +0.30 ("
+        in line
+    ), line
