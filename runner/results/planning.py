@@ -214,8 +214,13 @@ def plan(
     # untied tasks all one way; the family's other pairs (no common task, or not in the pilot) at p = 1
     if len(family) <= size:
         best = power.best_holm(untied + [0] * (size - len(family)))
-    else:  # --arms fewer than the pilot's: each pair as the first of a family of that size
-        best = [power.best_holm([u] + [0] * (size - 1))[0] for u in untied]
+    else:  # --arms fewer than the pilot's: each pair with the pilot's pairs that help it most, at their best
+        best = [
+            power.best_holm(
+                [u, *sorted((v for j, v in enumerate(untied) if j != i), reverse=True)[: size - 1]]
+            )[0]
+            for i, u in enumerate(untied)
+        ]  # (each pair as the first of a family of p = 1 read a pair undetectable at --arms 3, not at 4)
     pairs = tuple(
         plan_pair(a, b, ca, cb, target=target, alpha=level, pw=pw, repeats=repeats, reachable=p <= alpha)
         for (a, b, ca, cb), p in zip(family, best, strict=False)

@@ -546,8 +546,8 @@ def underpowered_lines(block: Mapping, label=str) -> list[str]:
             best = below.get("sign_best_holm_p")
             p = f"Holm p {best:.3g}" if isinstance(best, float) else "no p"
             why = (
-                f"undetectable, its {below.get('untied', 0)} untied task(s) all one way would give {p}, "
-                f"above {block['alpha']:g}: "
+                f"undetectable, its {below.get('untied', 0)} untied task(s) all one way (every pair at its "
+                f"best) would give {p}, above {block['alpha']:g}: "
             )
         lines.append(
             f"{a} vs {b}" + (f" (n = {next(iter(ns))})" if one_n else "") + ": " + why + "; ".join(parts)

@@ -71,8 +71,8 @@ def test_suspect_task_is_marked_and_compare_shows_its_evidence_and_each_pairs_md
             assert "Holm-adjusted level 0.017 (0.05 over 3 pairs)" in title
             notes = str(screen.query_one("#compare-pairs-notes", Static).render())
             assert (
-                "plain vs goal (n = 10): undetectable, its 4 untied task(s) all one way would give Holm p 0.125, "
-                "above 0.05: partial −0.06 (231 tasks needed)"
+                "plain vs goal (n = 10): undetectable, its 4 untied task(s) all one way (every pair at its best) "
+                "would give Holm p 0.125, above 0.05: partial −0.06 (231 tasks needed)"
             ) in " ".join(notes.split()), notes
 
     run_async(go)

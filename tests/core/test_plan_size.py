@@ -216,3 +216,27 @@ def test_a_pilot_with_repeats_agrees_with_the_report_and_its_own_mde_at_its_k(rt
     assert q["tasks_needed"][0]["high"] <= q["n"] == 8
     if (k, measure) == (3, "partial"):
         assert (want, t["high"], mde_now, q["tasks_needed"][0]["high"]) == (9, 9, 0.19, 8)
+
+
+def test_fewer_arms_than_the_pilots_plan_with_the_pairs_that_help_most():
+    """Found by a review: with --arms below the pilot's count, each pair was adjusted as if the
+    family's others were at p = 1, so a pair with 6 untied tasks (the others 10/0) read "detects
+    nothing" at --arms 3 and an MDE at --arms 4, a stricter level. A 3-arm family of the pilot's own
+    pairs gives it Holm p max(3 x 2^-9, 2 x 2^-9, 1/32) = 0.031: reachable."""
+    from runner.results.attempts import DONE, Figures
+    from runner.results.cells import Cell
+
+    arms, tasks = ["a0", "a1", "a2", "a3"], [f"t{i:02d}" for i in range(10)]
+    base = {"a0": 0.9, "a1": 0.7, "a2": 0.5, "a3": 0.3}
+    cells = {}
+    for i, t in enumerate(tasks):
+        for a in arms:
+            v = (base["a2"] if a == "a3" and i < 4 else base[a]) + 0.01 * i  # a2 ties a3 on 4 tasks
+            cells[(t, a)] = Cell(t, a, status=DONE, figures=Figures(reward=0.0, partial=v, pass_rate=v))
+    below = {}
+    for n in (2, 3, 4):
+        (pair,) = [p for p in plan(cells, arms, tasks, compared=n).pairs if (p.a, p.b) == ("a2", "a3")]
+        below[n] = pair.below_floor
+    assert below == {2: False, 3: False, 4: False}
+    (pair,) = [p for p in plan(cells, arms, tasks, compared=5).pairs if (p.a, p.b) == ("a2", "a3")]
+    assert pair.below_floor  # over ten pairs (four at p = 1), its six untied tasks: Holm p 0.156 at best

@@ -391,6 +391,6 @@ def test_a_pair_whose_sign_test_could_not_pass_holm_detects_nothing_and_plans_no
     )
     (line,) = power.underpowered_lines(power.block([row]))
     assert (
-        "undetectable, its 1 untied task(s) all one way would give Holm p 1, above 0.05: partial +0.30 ("
+        "undetectable, its 1 untied task(s) all one way (every pair at its best) would give Holm p 1, above 0.05: partial +0.30 ("
         in line
     ), line
