@@ -53,7 +53,7 @@ class PairPlan:
     mde: float | None  # what the pilot itself detects
     target: float | None
     plans: tuple[RepeatPlan, ...] = field(default_factory=tuple)
-    below_floor: bool = False  # the pilot has fewer tasks than the sign test needs: it detects none
+    below_floor: bool = False  # the pilot's sign test could not pass Holm at all: it detects none
 
     def as_dict(self) -> dict[str, object]:
         return {

@@ -332,9 +332,9 @@ def holm_alpha(family: int, alpha: float = ALPHA) -> float:
 def sign_floor(alpha: float) -> int:
     """The fewest tasks with which the report's test, the two-sided exact sign test, can reach
     ``alpha`` at all: its smallest p, every task's difference one way, is 2 * 0.5 ** n (a tie counts
-    for neither side, so a run with ties needs more). Below it the run detects no difference of any
-    size, however small the t test's MDE (a probe's plan-size said 6 tasks for 3 arms at 0.05; 6
-    tasks one way give p 0.031, above 0.05 / 3)."""
+    for neither side, so a run with ties needs more). At Holm's strictest level alpha / m it is the
+    fewest tasks a plan may name: with every pair at fewer, no pair passes Holm's first step (a
+    probe's plan-size said 6 tasks for 3 arms at 0.05; 6 tasks one way give p 0.031 > 0.05 / 3)."""
     if not alpha > 0:
         raise ValueError(f"a level above 0: {alpha!r}")
     n = 1
@@ -422,8 +422,9 @@ MEASURES = ("partial", "reward", "pass_rate")
 
 def annotate(rows: list[dict], diffs: Mapping[tuple[str, str, str], Sequence[float]]) -> None:
     """Add each paired row's power figures per measure (``<measure>_sd``, ``_mde``,
-    ``_tasks_needed``, ``_tasks_needed_over``, ``_underpowered``) from its per-task differences
-    ``diffs[(a, b, measure)]``, at the Holm level over the rows that have a common task."""
+    ``_tasks_needed``, ``_tasks_needed_over``, ``_underpowered``, ``_below_sign_floor``) from its
+    per-task differences ``diffs[(a, b, measure)]``, at the Holm level over the rows that have a
+    common task, and the row's ``sign_best_holm_p`` (``best_holm``)."""
     family = [r for r in rows if r.get("n")]
     level = holm_alpha(len(family))
     # the report's test is the sign test on partial wins and losses: whether it could pass at all
