@@ -18,6 +18,14 @@ harbor's teardown (the fresh-clone chaos run of 2026-12-05 scored such an attemp
 The runner watches its own engine (``--env docker`` without ``--cluster``); in a cluster run each
 attempt's Ray job watches its host's engine and records what it saw (``runner.results.deaths``). A
 connection loss (engine restart) reconnects and replays from the last event the engine kept.
+
+An engine that goes away is itself the answer for a trial that failed as it went: a restart stops
+every container (its events may come after harbor closed the verifier phase, or never, when the
+stream closes first), and the runner may classify the trial before the engine is back. The fresh-clone
+chaos run of 2026-12-07 scored such an attempt against its arm ("Failed to remove verifier reward
+files (exit code 137)": the restart killed harbor's own command in the container). So the watch
+keeps when its established stream was lost (``engine_lost_near``); no agent can make the host's
+engine drop its API connections.
 """
 
 from __future__ import annotations
@@ -33,6 +41,12 @@ COMPOSE_SERVICE = "com.docker.compose.service"
 MAIN_SERVICE = "main"  # harbor's MAIN_SERVICE_NAME
 #: deaths kept at most (oldest dropped): one per trial container is plenty for any run's window
 MAX_KEPT = 20_000
+#: an errored trial that ended this close to the engine's loss (before it, or while the engine was
+#: away) failed with the engine: a restart stops containers for up to its shutdown timeout first
+LOSS_WINDOW_SEC = 30.0
+#: how long the classification of an errored trial waits for the watch to see the engine go (the
+#: trial can end a moment before the stream breaks) when harbor's own command was killed (exit 137)
+KILLED_WAIT_SEC = 15.0
 
 
 class DeathWatch:
@@ -47,6 +61,8 @@ class DeathWatch:
         self._stop = threading.Event()
         self._stream = None
         self._since = time.time()
+        self._up = False  # an established stream is open now
+        self._lost: list[float] = []  # when an established stream broke (the engine went away)
         self.connected = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="container-deaths", daemon=True)
 
@@ -69,6 +85,39 @@ class DeathWatch:
         harbor's (``runner.results.deaths.first_unstopped``)."""
         with self._lock:
             return first_unstopped(list(self._deaths.get(project, ())), end, under)
+
+    def engine_lost_near(self, end: float, killed: bool = False) -> str | None:
+        """Why a trial that ended at ``end`` with an error failed with the engine, or None: the
+        stream was lost within ``LOSS_WINDOW_SEC`` of its end, or the engine has been away since
+        before it. With ``killed`` (harbor's own command in the container died by SIGKILL) wait up
+        to ``KILLED_WAIT_SEC`` for the loss to show (the trial may end before the stream breaks)."""
+        deadline = time.monotonic() + (KILLED_WAIT_SEC if killed else 0.0)
+        while True:
+            with self._lock:
+                lost = [t for t in self._lost if end - LOSS_WINDOW_SEC <= t <= end + LOSS_WINDOW_SEC]
+                # away since before the trial ended, however long: it ran without an engine
+                if not lost and not self._up and self._lost and self._lost[-1] <= end:
+                    lost = self._lost[-1:]
+            if lost:
+                t = lost[-1]
+                when = time.strftime("%H:%M:%S", time.gmtime(t))
+                return (
+                    f"the engine went away at {when} UTC ({t - end:+.1f} s from the trial's end): its event "
+                    "stream broke (an engine restart or crash stops every container)"
+                )
+            if time.monotonic() >= deadline or self._stop.is_set():
+                return None
+            self._stop.wait(0.25)
+
+    def is_up(self) -> bool:
+        """An event stream is open on the engine now."""
+        with self._lock:
+            return self._up
+
+    def lost_times(self) -> list[float]:
+        """When an established event stream broke (the engine went away), oldest first."""
+        with self._lock:
+            return list(self._lost)
 
     def deaths_of(self, projects: set[str]) -> list[Death]:
         """Every death seen of these projects' main containers (what a cluster job records)."""
@@ -98,6 +147,8 @@ class DeathWatch:
                     },
                 )
                 self.connected.set()
+                with self._lock:
+                    self._up = True
                 for ev in self._stream:
                     self._record(ev)
                     if self._stop.is_set():
@@ -105,6 +156,10 @@ class DeathWatch:
             except Exception:  # noqa: BLE001 - the stream broke (engine restart): reconnect and replay
                 pass
             finally:
+                with self._lock:
+                    if self._up and not self._stop.is_set():
+                        self._lost.append(time.time())
+                    self._up = False
                 self._stream = None
                 with contextlib.suppress(Exception):
                     client.close()

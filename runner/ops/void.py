@@ -121,6 +121,15 @@ def trial_facts(
             )
             died = f"{death.describe()}, before {what} at {at:%H:%M:%S} UTC"
             evidence.append(died)
+        else:
+            lost_near = getattr(deaths, "engine_lost_near", None)  # the live watch; a record has none
+            if lost_near is not None:
+                # harbor's own command in the container SIGKILLed once the verifier phase began: wait
+                # a moment for the engine's loss to show (the trial can end before the stream breaks)
+                killed = under is not None and "exit code 137" in text
+                died = lost_near(ended.timestamp(), killed=killed) or ""
+                if died:
+                    evidence.append(died)
     facts = rules.TrialFacts(
         exception_type=etype,
         text=text,

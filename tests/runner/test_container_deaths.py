@@ -181,14 +181,15 @@ def test_an_engine_restart_under_the_verifier_voids_the_trial(docker_engine, tmp
     def iso(t: float) -> str:
         return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
 
-    def harbor_trial(root, verifier_finished: float):
+    def harbor_trial(root, verifier_finished: float, end: float | None = None,
+                     exc=("RewardFileNotFoundError", "No reward file")):  # fmt: skip
         t = root / trial
         t.mkdir(parents=True)
-        res = {"exception_info": {"exception_type": "RewardFileNotFoundError", "exception_message": "No reward file"},
+        res = {"exception_info": {"exception_type": exc[0], "exception_message": exc[1]},
                "agent_setup": {"started_at": "a", "finished_at": "b"},
                "agent_execution": {"started_at": "a", "finished_at": "b"},
                "verifier": {"started_at": "a", "finished_at": iso(verifier_finished)},
-               "finished_at": iso(time.time() + 60)}  # fmt: skip
+               "finished_at": iso(time.time() + 60 if end is None else end)}  # fmt: skip
         (t / "result.json").write_text(json.dumps(res, indent=4))  # as harbor writes it
         return t
 
@@ -205,10 +206,25 @@ def test_an_engine_restart_under_the_verifier_voids_the_trial(docker_engine, tmp
                 lambda: watch.deaths_of({project}), 60, "the restart's stop, once the watch is back"
             )
             assert died.stopped and died.at > before  # the engine's stop: the same events as harbor's
+            # (classified once the watch is back: while the engine is away, a trial that ends is its)
+            wait_for(lambda: watch.is_up() or None, 60, "the watch back on the restarted engine")
             v = classify_trial(harbor_trial(tmp_path / "under", died.at + 1), deaths=watch)
             assert (v.kind, v.rule) == ("infra", "container_died"), (v.kind, v.rule, v.evidence)
             assert (
                 classify_trial(harbor_trial(tmp_path / "after", died.at - 1), deaths=watch).kind == "errored"
             )
+            # the chaos run of 2026-12-07: the restart killed harbor's own command at the verifier's
+            # start, the stop came after harbor closed the verifier phase, and the runner classified
+            # the trial before the engine was back: it was scored against the arm. The stream's loss
+            # near the trial's end is the engine's account of it
+            lost = wait_for(lambda: watch.lost_times() or None, 30, "the stream's loss")[-1]
+            killed = ("RuntimeError", "Failed to remove verifier reward files (exit code 137): None")
+            # the stop after harbor closed the verifier phase: no death of the trial's by the stop rule
+            near = harbor_trial(tmp_path / "near", died.at - 1, end=max(died.at, lost) + 1, exc=killed)
+            v = classify_trial(near, deaths=watch)
+            assert (v.kind, v.rule) == ("infra", "container_died"), (v.kind, v.rule, v.evidence)
+            assert any("the engine went away" in e for e in v.evidence), v.evidence
+            long_before = harbor_trial(tmp_path / "long-before", lost - 200, end=lost - 100, exc=killed)
+            assert classify_trial(long_before, deaths=watch).kind == "errored"  # no engine loss near it
         finally:
             watch.stop()
