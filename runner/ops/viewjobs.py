@@ -493,7 +493,7 @@ class JobsFolder:
                         st = _lstat_at(fd, name)
                         if st is not None and stat.S_ISREG(st.st_mode) and st.st_size <= MAX_FILE_BYTES:
                             # the job's result.json (named as a trial's) is in every attempt's index entry, by its ctime
-                            if _put(fd, name, st, dst / name, job, name, link=name != TrialFiles.RESULT):
+                            if _put(fd, name, st, dst / name, job, name, link=not _judged_by(name)):
                                 keep.add(name)
                 finally:
                     os.close(fd)

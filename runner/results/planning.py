@@ -204,9 +204,11 @@ def plan(
             family.append((a, b, [ca[i] for i in keep], [cb[i] for i in keep]))
             pa = [cell_values(cells[(t, a)], "partial") for t in both]
             pb = [cell_values(cells[(t, b)], "partial") for t in both]
-            scored = [(x, y) for x, y in zip(pa, pb, strict=True) if x and y]
-            diffs = clusters.paired_differences([x for x, _ in scored], [y for _, y in scored])
-            untied.append(sum(1 for d in diffs if abs(d) > stats.SCORE_TOL))
+            scored = [
+                (clusters.task_mean(x), clusters.task_mean(y)) for x, y in zip(pa, pb, strict=True) if x and y
+            ]
+            wins, losses, _ties = stats.tally(scored)  # the report's own count (report.paired)
+            untied.append(wins + losses)
     k = len(arms) if compared is None else compared
     size = max(1, k * (k - 1) // 2)
     level = power.holm_alpha(size, alpha)
