@@ -529,10 +529,16 @@ def _write(conn: sqlite3.Connection, ops: list[tuple[str, Any]]) -> None:
 
 
 def _fs_clock(d: str) -> int:
-    """Now by the file system's clock (NFS servers' clocks differ from ours): touch a file, read its ctime."""
+    """Now by the file system's clock (NFS servers' clocks differ from ours): touch a file, read its ctime.
+
+    Opened without blocking and used only when it is a plain file: a FIFO put in its place would
+    otherwise hold a read-only command in ``open`` until something read it (OSError: not stored)."""
     path = os.path.join(d, "clock")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path}: not a plain file")
         os.utime(fd)
         return os.fstat(fd).st_ctime_ns
     finally:

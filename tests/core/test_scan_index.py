@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -161,6 +162,27 @@ def test_an_unreadable_index_is_ignored(aged):
         assert p.is_symlink()  # not followed, not replaced
     finally:
         p.unlink()
+
+
+def test_a_fifo_in_place_of_the_clock_probe_neither_hangs_a_scan_nor_changes_a_figure(aged, tmp_path):
+    """The index's clock probe (``.marathon/clock``) replaced by a FIFO: the scan opened it to
+    write and waited for a reader forever (`marathon status`, `report` and `plan-size` hung)."""
+    plain = figures(aged, index=False)
+    out = tmp_path / "out"
+    shutil.copytree(aged, out, symlinks=True, ignore=shutil.ignore_patterns(INDEX_DIR))
+    (out / INDEX_DIR).mkdir(mode=0o700)
+    os.mkfifo(out / INDEX_DIR / "clock")
+    script = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
+        "from runner.results.model import RunModel\n"
+        "from runner.results.report import build_report, render\n"
+        "rep = build_report(RunModel.load(sys.argv[1]), 'all'); rep.pop('generated_at', None)\n"
+        "sys.stdout.write(render(rep, 'json'))\n"
+    )
+    got = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == plain.replace(str(aged), str(out))
+    assert stat.S_ISFIFO(os.lstat(out / INDEX_DIR / "clock").st_mode)  # left as it was
 
 
 def _rewrite_behind_the_index(out: Path) -> None:
