@@ -179,7 +179,9 @@ def test_a_fifo_in_place_of_the_clock_probe_neither_hangs_a_scan_nor_changes_a_f
         "rep = build_report(RunModel.load(sys.argv[1]), 'all'); rep.pop('generated_at', None)\n"
         "sys.stdout.write(render(rep, 'json'))\n"
     )
-    got = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True, text=True, timeout=120)
+    got = subprocess.run(
+        [sys.executable, "-c", script, str(out)], capture_output=True, text=True, timeout=120
+    )
     assert got.returncode == 0, got.stderr
     assert got.stdout == plain.replace(str(aged), str(out))
     assert stat.S_ISFIFO(os.lstat(out / INDEX_DIR / "clock").st_mode)  # left as it was
