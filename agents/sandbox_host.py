@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import secrets as pysecrets
 import shlex
 import shutil
@@ -268,11 +269,36 @@ async def upload_credentials(t: SandboxTransport, secret: dict[str, str]) -> str
     return path
 
 
+#: a PEM certificate block: all of the CA file that goes into a sandbox
+_PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+-----END CERTIFICATE-----")
+
+
+def gateway_ca_certificates(ca: Path) -> bytes:
+    """What of the gateway's CA file goes into a sandbox: its certificate blocks only, never
+    anything else the file holds (a private key kept in the same file, which the preflight
+    refuses, must not reach an agent even when the preflight was not run)."""
+    try:
+        blocks = _PEM_CERT.findall(ca.read_bytes())
+    except OSError:
+        raise ArmFailure(
+            f"gateway_ca {ca}: no such file on the host (the CA of the gateway's certificate)"
+        ) from None
+    if not blocks:
+        raise ArmFailure(f"gateway_ca {ca}: no PEM certificate in it (the CA of the gateway's certificate)")
+    return b"\n".join(blocks) + b"\n"
+
+
 async def upload_gateway_ca(t: SandboxTransport, ca: Path) -> None:
-    """The CA of the gateway's TLS certificate, where the relay's TLS client reads it (the remote route)."""
-    if not ca.is_file():
-        raise ArmFailure(f"gateway_ca {ca}: no such file on the host (the CA of the gateway's certificate)")
-    await t.environment.upload_file(ca, SANDBOX_CA)
+    """The CA of the gateway's TLS certificate, where the relay's TLS client reads it (the remote
+    route): ``gateway_ca_certificates`` of the operator's file."""
+    data = gateway_ca_certificates(ca)
+    fd, local = tempfile.mkstemp(prefix="marathon-gateway-ca-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        await t.environment.upload_file(Path(local), SANDBOX_CA)
+    finally:
+        os.unlink(local)
     r = await t.exec(f"chmod 644 {SANDBOX_CA}", user="root")
     if r.return_code != 0:
         raise ArmFailure(f"could not place the gateway's CA in the sandbox: {(r.stderr or '')[-200:]}")

@@ -35,6 +35,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from runner.errors import Unavailable, UserError
+from runner.secrets import without_secrets
 
 PROXY_ARGS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
 NO_PROXY_ARGS = ("NO_PROXY", "no_proxy")
@@ -158,7 +159,10 @@ def build_command(
     if overlay is not None:
         argv += ["-f", str(overlay)]
     argv += ["build"]
-    env = dict(os.environ)
+    # no credential of the operator's shell or of a fleet host's worker (the model key among them):
+    # a task's compose file could pass any variable to its build (``args: {K: ${OPENAI_API_KEY}}``),
+    # and the image goes into every sandbox of the task (and, on a fleet, into the shared tree)
+    env = without_secrets(os.environ)
     env["CONTEXT_DIR"] = str(env_dir)
     for k in PROXY_ARGS + NO_PROXY_ARGS:
         env.pop(k, None)

@@ -278,7 +278,8 @@ def check_model(cfg: RunConfig) -> list[Problem]:
         return [Problem("model", f"the arms run in remote sandboxes (--env {cfg.env}), which the gateway's local socket cannot reach",
                         "pass --gateway-url https://HOST:PORT/v1 with --gateway-tls-listen, --gateway-tls-cert and "
                         "--gateway-tls-key (and --gateway-ca for a private CA): docs/gateway.md; or --no-gateway")]  # fmt: skip
-    if gateway_on(cfg) and cfg.gateway_tls_cert:  # what codex's TLS would refuse, before any attempt
+    # what codex's TLS would refuse, and a CA file that would carry its key into sandboxes, before any attempt
+    if gateway_on(cfg) and (cfg.gateway_tls_cert or cfg.gateway_ca):
         from runner.ops.gateway.certs import problems as cert_problems
 
         bad = cert_problems(cfg.gateway_tls_cert, cfg.gateway_url, cfg.gateway_ca)

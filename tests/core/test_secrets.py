@@ -383,3 +383,41 @@ def test_a_child_that_needs_no_credential_gets_none_of_the_shells():
         k: env[k] for k in ("PATH", "HOME", "DOCKER_HOST", "PYTHONPATH", "XDG_RUNTIME_DIR")
     }
     assert without_secrets(env, keep=["GITHUB_TOKEN"])["GITHUB_TOKEN"] == env["GITHUB_TOKEN"]
+
+
+def test_a_task_image_build_inherits_no_credential(monkeypatch):
+    """``marathon prebuild`` and a fleet host's image build ran ``docker compose build`` with the
+    whole environment: a task's compose file passing ``${OPENAI_API_KEY}`` as a build arg would
+    have put the key into the image, and so into every sandbox of the task."""
+    from runner.schedule.prebuild import build_command
+
+    key = "sk-" + _alnum(48)
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    monkeypatch.setenv("MY_BUILD_SECRET", "hunter2")
+    monkeypatch.setenv("DOCKER_HOST", "unix:///var/run/docker.sock")
+    task = next(p for p in sorted(DEMO_TASKS.iterdir()) if (p / "environment").is_dir())
+    argv, env = build_command(task, None, "http://10.0.0.1:3128", "localhost")
+    assert "OPENAI_API_KEY" not in env and "MY_BUILD_SECRET" not in env
+    assert key not in " ".join([*argv, *env.values()])
+    assert (
+        env["DOCKER_HOST"] == "unix:///var/run/docker.sock" and env["HTTPS_PROXY"] == "http://10.0.0.1:3128"
+    )
+
+
+def test_the_gateways_upstream_url_is_refused_without_being_echoed():
+    """A base URL that slipped past the command line's screen (a space in its user part, a hex
+    password, a key in its query) was echoed whole into the refusal: the screen and gateway.log."""
+    from runner.ops.gateway.server import Gateway, Upstream
+
+    pw = hashlib.sha256(b"pw").hexdigest()
+    for url in (
+        f"https://us er:{pw}@127.0.0.1:9/v1",
+        f"https://api.example/v1?key={pw}",
+        f"ftp://{pw}.example/v1",
+    ):
+        with pytest.raises(ValueError) as got:
+            Upstream.parse(url)
+        assert pw not in str(got.value) and str(got.value).startswith("model base URL must")
+    assert Upstream.parse("https://api.example/v1/").base == "https://api.example/v1"
+    key = "sk-" + _alnum(48)
+    assert key not in repr(Gateway(Path("/tmp/nowhere"), key, Upstream.parse("https://api.example/v1")))

@@ -101,3 +101,24 @@ def test_a_gateway_url_the_relays_cannot_reach_is_one_line_before_anything(tmp_p
         resolve(tmp_path / "out", flags, environ={})
     assert str(got.value).startswith("--gateway-url: ") and "\n" not in str(got.value), got.value
     assert resolve(tmp_path / "ok", {**flags, "gateway_url": "https://gw.example.org:8443/v1"}, environ={})
+
+
+def test_a_ca_file_holding_its_private_key_is_refused_and_never_reaches_a_sandbox_whole(tmp_path):
+    """``openssl req -x509 -keyout ca.pem -out ca.pem``: the key and the certificate in one file,
+    which the relay's TLS loads without complaint; it was copied into every sandbox as it was."""
+    from agents.sandbox_host import gateway_ca_certificates
+    from agents.session import ArmFailure
+
+    root = ca(tmp_path, "root")
+    cert = leaf(tmp_path, root, "IP:10.0.0.5")
+    both = tmp_path / "ca.pem"
+    both.write_bytes(root[1].read_bytes() + root[0].read_bytes())
+    (line,) = problems(str(cert), "https://10.0.0.5:8443/v1", str(both))
+    assert "holds a private key" in line and str(both) in line
+    assert problems(None, "https://10.0.0.5:8443/v1", str(both)) == [line]  # the CA alone is checked too
+    assert problems(None, None, str(root[0])) == []
+    sent = gateway_ca_certificates(both)
+    assert b"PRIVATE KEY" not in sent and sent.strip() == root[0].read_bytes().strip()
+    (tmp_path / "key-only.pem").write_bytes(root[1].read_bytes())
+    with pytest.raises(ArmFailure, match="no PEM certificate"):
+        gateway_ca_certificates(tmp_path / "key-only.pem")

@@ -30,14 +30,41 @@ def _load(path: str, what: str) -> tuple[object | None, str | None]:
         return None, f"{what} {path}: not a PEM certificate"
 
 
+def ca_key_problem(ca_path: str) -> str | None:
+    """The line for a ``--gateway-ca`` file that also holds a private key (``openssl req -x509
+    -keyout ca.pem -out ca.pem`` writes both into one file): the file is copied into every remote
+    sandbox, where an agent holding the CA's key could sign a certificate every relay trusts."""
+    from runner.secrets import key_prefixes
+
+    try:
+        text = Path(ca_path).read_bytes().decode("latin-1")
+    except OSError:
+        return None  # said by the load
+    if any(f.kind == "a private key" for f in key_prefixes(text)):
+        return (
+            f"--gateway-ca {ca_path} holds a private key besides the certificate: it is copied into every "
+            "sandbox; give a file with the CA certificate alone (openssl x509 -in FILE -out ca.crt)"
+        )
+    return None
+
+
 def problems(
-    cert_path: str, url: str | None, ca_path: str | None, now: dt.datetime | None = None
+    cert_path: str | None, url: str | None, ca_path: str | None, now: dt.datetime | None = None
 ) -> list[str]:
     """What codex would refuse in the gateway's certificate (each a line; none: it will connect):
     a CA certificate as the server's, a name of ``url`` it does not carry, a validity that is not
-    now, a ``ca`` that did not sign it."""
+    now, a ``ca`` that did not sign it; and a ``ca`` file that holds a private key
+    (``ca_key_problem``). ``cert_path`` None: the CA file alone is checked."""
     from cryptography import x509
 
+    key_line = ca_key_problem(ca_path) if ca_path else None
+    if key_line:
+        return [key_line]
+    if cert_path is None:
+        if ca_path:
+            got, err = _load(ca_path, "--gateway-ca")
+            return [err or ca_path] if got is None else []
+        return []
     cert, err = _load(cert_path, "--gateway-tls-cert")
     if cert is None:
         return [err or cert_path]

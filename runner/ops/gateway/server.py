@@ -224,10 +224,18 @@ class Upstream:
         if url.startswith("unix:"):
             return cls("http://localhost/v1", unix=url[len("unix:") :])
         parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc or "@" in parts.netloc:
+        # the URL itself is never echoed: a credential in it (``user:key@``, ``?key=``) would land
+        # on the screen and in gateway.log, past a screen that stops at a space or at hex
+        if "@" in parts.netloc:
             raise ValueError(
-                f"model base URL must be http(s)://host[:port]/path without credentials: {url!r}"
+                "model base URL must not carry credentials (user:password@host): give the key by name"
             )
+        if parts.query or parts.fragment or "?" in url or "#" in url:
+            raise ValueError(
+                "model base URL must have no query or fragment (?... / #...): http(s)://host[:port]/path"
+            )
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("model base URL must be http(s)://host[:port]/path or unix:/path.sock")
         return cls(url.rstrip("/"))
 
     def url_for(self, path: str, query: str) -> str:
@@ -239,7 +247,7 @@ class Upstream:
 @dataclass
 class Gateway:
     out: Path
-    key: str
+    key: str = field(repr=False)  # (a repr of the gateway, or of a route bound to it, shows no key)
     upstream: Upstream
     host: str | None = None
     tcp: tuple[str, int] | None = None
@@ -734,7 +742,11 @@ class Gateway:
                         self.tally.note({**row, "usage": scanner.usage, "outcome": L.OK})
                         noted = True
                         self._cut_attempt(a)
-                    await resp.write(chunk)
+                    if chunk:  # (an empty write would end the chunked framing)
+                        await resp.write(chunk)
+                rest = mask.flush()  # what could have begun the key and did not
+                if rest:
+                    await resp.write(rest)
                 scanner.close()  # a JSON answer is read whole here: its usage is known now
                 if not noted and scanner.usage is not None and self.tally is not None:
                     # counted before the answer's end reaches the client (a JSON answer's usage was

@@ -380,9 +380,12 @@ def _data(event: bytes) -> Any:
 class KeyMask:
     """The real key wherever an answer carries it back (an upstream or a proxy that echoes the
     request's headers in an error page), replaced by as many ``*`` before the bytes go on to the
-    agent. A key split across two reads is masked in the second part (the first is already out,
-    its share of the key with it) and counted all the same: ``hits`` says the answer carried it.
-    A key written in another form (encoded, cut) is not recognised."""
+    agent, and counted (``hits``). A key split across reads, however many, is masked whole: a read
+    that ends with the start of the key keeps those bytes back until the next read shows whether
+    the key goes on (``flush`` gives them at the answer's end). An SSE event ends with a newline,
+    which no key holds, so a stream's reads are passed on whole; only a read cut inside a word may
+    wait (at most the key's length less one byte) for the next. A key written in another form
+    (encoded, cut) is not recognised."""
 
     #: a key shorter than this is no secret worth masking (``x``, ``dummy``, ``ollama`` for a local
     #: server): masking it would change every ``x`` of every answer
@@ -392,7 +395,7 @@ class KeyMask:
         self.key = key.encode()
         self.on = len(self.key) >= self.MIN_KEY
         self.hits = 0
-        self._tail = b""
+        self._held = b""
 
     def text(self, value: str) -> str:
         """A text of the answer the gateway passes on or keeps (a header's name or value, the status
@@ -404,20 +407,23 @@ class KeyMask:
         return value
 
     def __call__(self, chunk: bytes) -> bytes:
+        """The bytes of this read that may go on now (possibly none: they could begin the key)."""
         if not self.on:
             return chunk
         k = self.key
-        n = len(k)
-        if k in chunk:
-            self.hits += chunk.count(k)
-            chunk = chunk.replace(k, b"*" * n)
-        if self._tail:
-            joined = self._tail + chunk[: n - 1]
-            at = joined.find(k)
-            if at >= 0:  # begun in the read before, ends in this one
-                self.hits += 1
-                end = at + n - len(self._tail)
-                chunk = b"*" * end + chunk[end:]
-        if n > 1:  # the last n - 1 bytes seen (a slice of the chunk itself, unless it is shorter)
-            self._tail = chunk[-(n - 1) :] if len(chunk) >= n - 1 else (self._tail + chunk)[-(n - 1) :]
-        return chunk
+        data = self._held + chunk if self._held else chunk
+        self._held = b""
+        if k in data:
+            self.hits += data.count(k)
+            data = data.replace(k, b"*" * len(k))
+        if data[-1:] and data[-1:] in k:  # (an event's last byte, a newline, is in no key)
+            for i in range(min(len(k) - 1, len(data)), 0, -1):
+                if k.startswith(data[-i:]):
+                    self._held, data = data[-i:], data[:-i]
+                    break
+        return data
+
+    def flush(self) -> bytes:
+        """At the answer's end: the bytes kept back, which turned out not to be the key."""
+        held, self._held = self._held, b""
+        return held

@@ -34,7 +34,7 @@ import psutil
 
 from modes.naming import compose_project
 from runner.ops.gateway.attempts import set_harbor
-from runner.ops.gateway.process import GatewaySettings
+from runner.ops.gateway.process import GatewaySettings, hold_key
 from runner.ops.gateway.process import ensure as ensure_gateway
 from runner.ops.held import start_held
 from runner.ops.procs import Registry
@@ -176,6 +176,8 @@ def run(out: Path, task: str, arm: str, stamp: str) -> int:
 
     say("job process started")
     cfg = resolve(out, {}, resume=True)
+    if gateway_on(cfg):  # as the runner does: only this host's gateway gets the key; docker load,
+        hold_key(key_var_of(cfg))  # tag and builds, the cleanup and harbor never inherit it
     spec = {s.name: s for s in cfg.arm_specs()}[arm]
     sdir = jobs_dir(cfg.out, task, arm, stamp)
     rec = this_host(*ray_node())
