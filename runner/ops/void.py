@@ -312,8 +312,15 @@ def plan_void(out: Path, trial_or_job: Path, reason: str, evidence: list[str] | 
     if not p.is_relative_to(out):
         raise ValueError(f"{p} is not inside the output tree {out}")
     rel = p.relative_to(out).parts
-    if len(rel) not in (4, 5):
-        raise ValueError(f"{p} is not a job or trial dir of {out}")
+    # <task>/<arm dir>/<stamp>/<job>[/<trial>], none hidden (the runner's own .runner, .marathon,
+    # .claims), and the job named for its arm dir as harbor names it: any other dir four or five
+    # deep (the runner's task copies, a source tree) was planned as an attempt, and moved
+    if (
+        len(rel) not in (4, 5)
+        or any(part.startswith(".") for part in rel)
+        or rel[3] not in {rel[1], arm_of_dir(rel[1])}
+    ):
+        raise ValueError(f"{p} is not a job or trial dir of {out} (<task>/<arm>/<stamp>/<arm>[/<trial>])")
     task, arm_dir, stamp = rel[0], rel[1], rel[2]
     trial = rel[4] if len(rel) == 5 else None
     job = out / task / arm_dir / stamp / rel[3]
@@ -369,6 +376,7 @@ def act_void(plan: VoidPlan, *, run_id: str | None = None, by: str | None = None
         "",
     ]
     written: list[Path] = []
+    _own_voided_root(Path(plan.out), src)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         for name, text in ((VOID_JSON, json.dumps(record, indent=1) + "\n"), (VOID_README, "\n".join(lines))):
@@ -391,6 +399,27 @@ def act_void(plan: VoidPlan, *, run_id: str | None = None, by: str | None = None
     if by is not None:
         _journal(plan, dest, by)
     return dest
+
+
+def _own_voided_root(out: Path, src: Path) -> None:
+    """The voided root and its ``marathon-voided`` parent, where they exist, must be real dirs of
+    this user's own: beside a tree in a shared dir (``/tmp``), another user could make them first
+    (or a symlink in their place) and receive every attempt voided there. Refused in one line,
+    nothing moved."""
+    root = voided_root(out)
+    euid = os.geteuid()
+    for d in (root.parent, root):
+        try:
+            st = os.lstat(d)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise VoidFailed(f"void {src}: nothing moved ({d}: {_why(exc)})") from None
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != euid:
+            raise VoidFailed(
+                f"void {src}: nothing moved ({d} is not a dir of this user's own: a symlink or another "
+                "user's; move it away)"
+            )
 
 
 def _why(exc: OSError) -> str:

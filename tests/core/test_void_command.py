@@ -143,6 +143,58 @@ def test_void_refuses_what_is_not_a_trial_of_the_tree(mini_tree, tmp_path):
     assert len(outside.stderr.splitlines()) == 1 and not voided_root(out).exists()
 
 
+def test_void_refuses_a_dir_four_or_five_deep_that_is_not_an_attempt(mini_tree, tmp_path):
+    """Found by a probe: any dir four or five levels under the tree was planned as an attempt (the
+    runner's own task copies under .runner, a source dir), and with --yes moved with a void's README."""
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    (out / ".runner" / "tasks" / "abc" / "calc-partial" / "environment").mkdir(parents=True)
+    (out / "x1" / "x2" / "x3" / "x4").mkdir(parents=True)
+    job = next((out / "calc-partial" / "oracle").glob("*/oracle"))
+    (job.parent / "notes").mkdir()
+    for p in (
+        out / ".runner" / "tasks" / "abc" / "calc-partial",
+        out / ".runner" / "tasks" / "abc" / "calc-partial" / "environment",
+        out / "x1" / "x2" / "x3" / "x4",
+        job.parent / "notes",  # a stamp's other dir: not the arm's job
+    ):
+        r = _marathon("void", str(p), str(out), "--yes")
+        assert r.returncode == 2 and "is not a job or trial dir" in r.stderr and r.stderr.count("\n") == 1, (
+            p,
+            r,
+        )
+        assert p.is_dir()
+    assert not voided_root(out).exists()
+
+
+def test_a_voided_root_of_another_user_or_a_symlink_receives_nothing(mini_tree, tmp_path):
+    """Found by a review: beside a tree in a shared dir another user could make marathon-voided (or
+    the tree's own voided root) first, as a symlink or a dir of theirs, and receive every void."""
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    (trial,) = [t for job in (out / "calc-partial" / "oracle").glob("*/oracle") for t in iter_trial_dirs(job)]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    vroot = voided_root(out)
+    vroot.parent.mkdir()
+    vroot.symlink_to(elsewhere)
+    r = _marathon("void", str(trial), str(out), "--yes")
+    assert r.returncode != 0 and "nothing moved" in r.stderr and "symlink" in r.stderr, r.stderr
+    assert trial.is_dir() and not any(elsewhere.iterdir())
+    assert not any(trial.glob("void.json")) and not any(trial.glob("README.md"))  # nothing written either
+    vroot.unlink()
+    import os
+
+    if os.geteuid() == 0:
+        os.chown(vroot.parent, 12345, 12345)
+        r = _marathon("void", str(trial), str(out), "--yes")
+        assert r.returncode != 0 and "another user's" in r.stderr and trial.is_dir(), r.stderr
+        os.chown(vroot.parent, 0, 0)
+    r = _marathon("void", str(trial), str(out), "--yes")
+    assert r.returncode == 0, r.stderr
+    assert not trial.exists()
+
+
 def test_void_refuses_an_attempt_whose_harbor_still_runs(mini_tree, tmp_path):
     """Found by a probe: harbor writes the trial's result.json a second or so before it exits; a
     void in between moved the attempt from under its runner, which then journalled a false reason.
