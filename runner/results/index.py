@@ -251,10 +251,14 @@ class ScanIndex:
             if self._fresh or self._dirs_fresh:  # (a warm scan writes nothing, not even the clock probe)
                 limit = self._t0 + (_fs_clock(self._dir) - time.time_ns()) - RACY_NS
                 for k, sdir, arm_dir, got in self._fresh:
-                    deps = _deps(sdir, arm_dir, got, limit)
+                    deps = _deps(sdir, arm_dir, got, limit) if _utf8(k) else None
                     if deps is not None:
                         new.append((k, _dumps([k, *deps, _encode(got)])))
-                dirs = [(rel, ident, names) for rel, ident, names, ctime in self._dirs_fresh if ctime < limit]
+                dirs = [
+                    (rel, ident, names)
+                    for rel, ident, names, ctime in self._dirs_fresh
+                    if ctime < limit and _utf8(rel, names)
+                ]
             ops: list[tuple[str, Any]] = []
             if new:
                 ops.append(("INSERT OR REPLACE INTO stamps VALUES (?, ?)", new))
@@ -269,7 +273,7 @@ class ScanIndex:
                     ops.append(("DELETE FROM dirs WHERE path = ?", gone_dirs))
             if ops:
                 _write(self._conn, ops)
-        except (OSError, sqlite3.DatabaseError):
+        except (OSError, sqlite3.DatabaseError, UnicodeError):
             pass  # another process holds it, or it broke under us: it is a cache, skip
         finally:
             if self._conn is not None:
@@ -526,6 +530,18 @@ def _write(conn: sqlite3.Connection, ops: list[tuple[str, Any]]) -> None:
         except sqlite3.Error:
             pass
         raise
+
+
+def _utf8(*texts: str) -> bool:
+    """Whether sqlite can store these names: a dir name that is not UTF-8 (``calc\\xff``) comes
+    back from the file system with a surrogate, which sqlite refuses (every `marathon status` of
+    the tree failed, until its index was deleted). Such attempts are read every time instead."""
+    try:
+        for t in texts:
+            t.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _fs_clock(d: str) -> int:

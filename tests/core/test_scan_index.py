@@ -187,6 +187,21 @@ def test_a_fifo_in_place_of_the_clock_probe_neither_hangs_a_scan_nor_changes_a_f
     assert stat.S_ISFIFO(os.lstat(out / INDEX_DIR / "clock").st_mode)  # left as it was
 
 
+def test_a_dir_name_that_is_not_utf8_is_read_every_time_and_breaks_no_scan(aged, tmp_path):
+    """A task dir renamed to a name with a byte that is not UTF-8: sqlite refused the name, and
+    every later `marathon status`, `report` and `plan-size` of the tree exited with an internal error."""
+    out = tmp_path / "out"
+    shutil.copytree(aged, out, symlinks=True, ignore=shutil.ignore_patterns(INDEX_DIR))
+    task = next(p for p in sorted(out.iterdir()) if not p.name.startswith("."))
+    os.rename(os.fsencode(task), os.fsencode(task) + b"\xff")
+    _age(out)
+    plain = figures(out, index=False)
+    assert figures(out) == plain and _index(out).is_file()  # the other attempts are stored
+    warm = RunModel.load(out)
+    assert warm.index_hits[0] > 0 and warm.index_hits[1] > 0  # and the renamed task's read again
+    assert figures(out) == plain
+
+
 def _rewrite_behind_the_index(out: Path) -> None:
     """Index the aged tree warm, then rewrite calc-partial x nop's metrics.json in place as an
     agent's leftover process could: the same size, its mtime set back."""
