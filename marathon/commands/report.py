@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import stat
 import sys
@@ -29,9 +30,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
     add_out(p)
     p.add_argument("--format", choices=FORMATS, default="md", help="output format (default md)")
-    p.add_argument(
-        "--out", dest="out_file", type=Path, metavar="FILE", help="write to FILE instead of stdout"
-    )
+    p.add_argument("--out", dest="out_file", metavar="FILE", help="write to FILE instead of stdout")
     p.add_argument("--run", action="store_true", help="only the current run (default: all time)")
     p.add_argument("--pretty", action="store_true", help="indent the JSON for a human (default: one line)")
     p.add_argument(
@@ -59,16 +58,25 @@ def run(args: argparse.Namespace) -> int:
     from runner.results.model import open_tree
     from runner.results.prices import parse_prices
     from runner.results.report import build_report, render
+    from runner.results.tree import voided_root
 
     out = tree_out(args, must_exist=False)
     model = open_tree(out)
     if args.out_file is not None:
-        # resolved, links and all: a link to (or into) the tree is the tree
-        target, root = os.path.realpath(args.out_file), os.path.realpath(model.out)
-        if target == root or target.startswith(root + os.sep):
-            raise UserError(f"--out {args.out_file}: inside the output tree; write the report elsewhere")
+        # resolved, links and all: a link to (or into) the tree is the tree; its voided root beside
+        # it holds each voided attempt's only record of why (README.md, void.json)
+        target = os.path.realpath(args.out_file)
+        for root, what in (
+            (model.out, "the output tree"),
+            (voided_root(Path(model.out)), "the tree's voided attempts"),
+        ):
+            root = os.path.realpath(root)
+            if target == root or target.startswith(root + os.sep):
+                raise UserError(f"--out {args.out_file}: inside {what}; write the report elsewhere")
         if os.path.isdir(target):
             raise UserError(f"--out {args.out_file}: is a directory; give a file name")
+        if args.out_file.endswith("/"):  # a shell's > says "Not a directory"; a file was replaced
+            raise UserError(f"--out {args.out_file}: not a directory (a file name has no trailing /)")
     try:
         parse_prices(args.prices)
     except ValueError as exc:  # a --price that does not parse: one line, before any reading
@@ -89,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         write_out(args.out_file, data)
     except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the CLI's one line for a full disk, exit 6
+            raise OSError(exc.errno, exc.strerror, args.out_file) from None
         raise UserError(f"--out {args.out_file}: cannot write it ({exc.strerror or exc})") from None
     print(safetext.clean(f"wrote {args.out_file} ({args.format}, {len(data)} bytes)", None), file=sys.stderr)
     return 0

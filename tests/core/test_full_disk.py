@@ -111,8 +111,9 @@ def test_a_report_over_a_full_disk_leaves_the_one_that_was_there(mini_tree, tmp_
     target.write_text("the report of yesterday\n")
     filler = _fill(disk)
     r = _marathon("report", str(mini_tree), "--format", "html", "--out", str(target))
-    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
-    assert "No space left on device" in r.stderr
+    # exit 6 as for any write on a full disk (it was 2, against the README), where and what is free
+    assert r.returncode == 6 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert f"no space left on the disk of {target} (ENOSPC, 0.0 GB free there now)" in r.stderr
     assert target.read_text() == "the report of yesterday\n"
     assert sorted(os.listdir(disk)) == ["filler", "r.html"]  # no temp file left either
     filler.unlink()
@@ -123,6 +124,12 @@ def test_a_report_over_a_full_disk_leaves_the_one_that_was_there(mini_tree, tmp_
     d.mkdir()
     r = _marathon("report", str(mini_tree), "--out", str(d))
     assert r.returncode == 2 and "is a directory" in r.stderr and d.is_dir() and not os.listdir(d)
+    # a name with a trailing / is a dir: the file r.html was replaced, "newdir/" made a file newdir
+    before = target.read_bytes()
+    for name in (f"{target}/", f"{disk / 'newdir'}/"):
+        r = _marathon("report", str(mini_tree), "--out", name)
+        assert r.returncode == 2 and "not a directory" in r.stderr, r.stderr
+    assert target.read_bytes() == before and not (disk / "newdir").exists()
 
 
 def _trial(out: Path, task: str = "calc-partial", arm: str = "oracle") -> Path:

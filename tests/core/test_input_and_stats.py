@@ -112,6 +112,15 @@ def test_report_refuses_to_write_into_the_tree(tmp_path, capsys):
         assert "inside the output tree" in capsys.readouterr().err
     assert cli.main(["report", str(tmp_path / "to-tree"), "--out", str(out / "r.md")]) == EXIT_USAGE
     assert sorted(p.name for p in out.rglob("*")) == [".runner"]
+    # nor into its voided attempts beside it: a void's README.md and void.json are its only record
+    from runner.results.tree import voided_root
+
+    readme = voided_root(out) / "t" / "a" / "s" / "README.md"
+    readme.parent.mkdir(parents=True)
+    readme.write_text("# Voided: why\n")
+    assert cli.main(["report", str(out), "--out", str(readme)]) == EXIT_USAGE
+    assert "inside the tree's voided attempts" in capsys.readouterr().err
+    assert readme.read_text() == "# Voided: why\n"
 
 
 def test_report_out_writes_to_a_device_or_fifo_and_never_replaces_it(tmp_path, capsys):
