@@ -128,6 +128,19 @@ def no_space_text(exc: OSError) -> str:
     )
 
 
+def _plain_terminal() -> None:
+    """A terminal or pipe that is not UTF-8 (``LC_ALL=C``, ``PYTHONIOENCODING=ascii``) shows what
+    it cannot encode (the tables' marks, an agent's names) as ``?``: every command that printed one
+    ended in an internal error."""
+    for stream in (sys.stdout, sys.stderr):
+        enc = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if stream is not None and enc not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="replace")
+            except (ValueError, OSError):  # (a stream that cannot be reconfigured is left as it is)
+                pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(_command_of(argv))
@@ -145,7 +158,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    _plain_terminal()
     try:
+        try:
+            os.getcwd()  # paths given relative to it are resolved against it, deep in any command
+        except FileNotFoundError:
+            raise UserError("the current directory no longer exists (removed): cd to one that does") from None
         from runner.secrets import screen_all
 
         screen_all(flag_values(args))  # before anything runs: a key in a flag is never used or shown

@@ -218,3 +218,26 @@ def test_a_value_that_only_ends_in_a_double_dash_is_still_a_value(capsys):
         with pytest.raises(SystemExit) as exc:
             main(["run", *spelling, "--help"])
         assert exc.value.code == 0, (spelling, capsys.readouterr().err)
+
+
+def test_a_terminal_that_is_not_utf8_gets_its_output_and_a_removed_cwd_one_line(mini_tree, tmp_path):
+    """Found by a probe: ``LC_ALL=C`` (``PYTHONIOENCODING=ascii``) ended `marathon status` in an
+    internal error at the table's first mark, and a command run from a removed directory in one at
+    the first relative path."""
+    r = _marathon(
+        "status", str(mini_tree), env={**os.environ, "PYTHONIOENCODING": "ascii", "PYTHONUTF8": "0"}
+    )
+    assert r.returncode == 0 and "internal error" not in r.stderr, r.stderr
+    assert "nop" in r.stdout and "?" in r.stdout  # what ascii cannot show, shown as ?
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    code = (
+        "import os, sys; os.chdir(sys.argv[1]); os.rmdir(sys.argv[1]); from marathon.cli import main; "
+        "sys.exit(main(['status', sys.argv[2]]))"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(gone), str(mini_tree)], capture_output=True, text=True,
+                       timeout=60)  # fmt: skip
+    assert (
+        r.returncode == 2
+        and r.stderr == "marathon: the current directory no longer exists (removed): cd to one that does\n"
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from modes import safetext
 from runner.errors import Unavailable
 
 if TYPE_CHECKING:
@@ -71,6 +72,10 @@ def connect(base_url: str | None = None, *, timeout: int = 60) -> docker.DockerC
         client.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         raise unavailable(exc, host) from None
+    except ValueError as exc:  # docker-py's URL parsing (``tcp://[``: "Invalid IPv6 URL")
+        raise Unavailable(
+            f"DOCKER_HOST {safetext.clean(host, None)} is not an engine address: {exc}"
+        ) from None
     return client
 
 

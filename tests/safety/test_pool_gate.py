@@ -210,6 +210,15 @@ def test_unreachable_docker_is_one_clear_line(tmp_path):
     ]
 
 
+def test_a_docker_host_that_is_no_address_is_one_clear_line():
+    """``DOCKER_HOST='tcp://['``: docker-py's ValueError was an internal error (exit 1)."""
+    r = marathon("net", env={"DOCKER_HOST": "tcp://["})
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "marathon: DOCKER_HOST tcp://[ is not an engine address: Invalid IPv6 URL"
+    ]
+
+
 @pytest.mark.parametrize("argv", [["demo", "--headless"], ["verify-envs"]])
 def test_unreachable_docker_is_not_a_missing_image(tmp_path, argv):
     """The demo and verify-envs build an image first: an engine that does not answer is its one line
