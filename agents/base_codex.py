@@ -70,7 +70,7 @@ from agents.staging import (
     load_staged,
 )
 from agents.transport import Transport, UnsupportedEnvironment
-from modes import safeio
+from modes import safeio, safetext
 from modes.budget import deadline_margin_sec
 from modes.config_digest import config_digests
 from modes.gateway import LOCAL, RELAY_BASE_URL, TOKEN_VAR, tls_address
@@ -516,7 +516,7 @@ class CodexAppServerAgent(BaseAgent):
                 continue
             out = json.dumps(payload.get("output")).lower()
             if "unsupported call" in out or "failed to spawn code-mode host" in out:
-                msg = f"tool output in {path.name}: {out[:200]}"
+                msg = f"tool output in {safetext.quote_agent(f'{path.name}: {out[:200]}')}"  # (the agent's words)
                 receipt.errors.append(msg)
                 if receipt.stop_reason not in ("error", "cancelled"):
                     receipt.stop_reason = "error"

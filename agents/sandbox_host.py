@@ -53,7 +53,7 @@ from agents.transport import (
     is_local_docker,
     tree_bytes,
 )
-from modes import safeio
+from modes import safeio, safetext
 from modes.budget import deadline_margin_sec
 from modes.config_digest import config_digests
 from modes.gateway import (
@@ -717,7 +717,8 @@ class SandboxDriverRun:
         message = (failure.get("message") or "the driver failed") if failure else None
         if self.watch.cut_ended(message) or message is None:
             return None  # done, or ended by the attempt's spend cap: scored like a deadline
-        return ArmFailure(message)
+        # (the driver runs where the agent is root: its words are the agent's, never a voiding reason)
+        return ArmFailure(f"the driver in the sandbox failed: {safetext.quote_agent(message)}")
 
     async def cancelled(self, run: RunContext) -> None:
         """The stop file, the driver's wind-down, then SIGTERM: bounded, and settled even while

@@ -164,3 +164,30 @@ def dumps(obj: object, *, pretty: bool = False, default=None, nonfinite_as_null:
             raise
         text = json.dumps(_finite(obj), **kw)
     return json_text(text)
+
+
+# ------------------------------------------------------------------ the agent's words in a harness message
+#
+# A failure message the harness writes may quote what the agent controls (a tool's output, the
+# in-sandbox driver's own error). Whether an attempt is voided must never be decided by such words
+# (``runner.results.rules``: an agent whose ``docker ps`` printed "Cannot connect to the Docker
+# daemon" was voided as an engine outage, and rerun). So the quote says where it ends, by its
+# length: the voiding rules read the message without it.
+
+_AGENT_QUOTE = re.compile(r"\[agent text, (\d{1,9}) chars\] ")
+
+
+def quote_agent(text: str) -> str:
+    """``text`` (the agent's) as it goes into a harness message, on one line, its length stated."""
+    t = str(text).replace("\r", "\\r").replace("\n", "\\n")
+    return f"[agent text, {len(t)} chars] {t}"
+
+
+def without_agent_quotes(text: str) -> str:
+    """A harness message without the agent's words ``quote_agent`` put in it."""
+    out, i = [], 0
+    while (m := _AGENT_QUOTE.search(text, i)) is not None:
+        out.append(text[i : m.start()])
+        i = m.end() + int(m.group(1))
+    out.append(text[i:])
+    return "".join(out)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from modes import safeio
+from modes import safeio, safetext
 from modes.naming import compose_project
 from modes.trial_files import TrialFiles
 from runner.errors import EXIT_FAILED, UserError
@@ -106,7 +106,7 @@ def trial_facts(
     except Exception:  # noqa: BLE001 - harbor missing or changed: fall back to the other signals
         cause = ""
     evidence.append(f"harbor failure cause: {cause or 'unknown'}")
-    text = (msg + "\n" + "\n".join(_tail(trial_dir / TrialFiles.EXCEPTION, 60))).lower()
+    text = _harness_words(msg, _tail(trial_dir / TrialFiles.EXCEPTION, 60)).lower()
     died = ""
     ended = parse_time(rec.finished_at)
     if deaths is not None and ended is not None and ended.tzinfo is not None:
@@ -399,6 +399,25 @@ def act_void(plan: VoidPlan, *, run_id: str | None = None, by: str | None = None
     if by is not None:
         _journal(plan, dest, by)
     return dest
+
+
+#: harbor's failed command of an installed agent (``NonZeroAgentExitCodeError`` and its kin):
+#: "Command failed (exit N): <command>" then the agent's own ``stdout:`` and ``stderr:``
+_HARBOR_AGENT_OUTPUT = "\nstdout: "
+
+
+def _harness_words(msg: str, tail: list[str]) -> str:
+    """What the voiding rules may read of a failure: the exception message and the tail of
+    exception.txt, without the agent's words in them (``rules``: a verdict must not be decided by
+    words the agent could have printed). Those are what marathon's arms quote
+    (``safetext.quote_agent``: a tool's output, the in-sandbox driver's error) and what harbor adds
+    to an installed agent's failed command (its stdout and stderr, which carry every tool output of
+    the session: a model that ran ``docker ps`` in its sandbox read "Cannot connect to the Docker
+    daemon", and its failure was voided as an engine outage and rerun). exception.txt repeats such a
+    message over many lines: then only the message's own first line is read."""
+    if _HARBOR_AGENT_OUTPUT in msg:
+        return safetext.without_agent_quotes(msg.split(_HARBOR_AGENT_OUTPUT, 1)[0])
+    return safetext.without_agent_quotes(msg + "\n" + "\n".join(tail))
 
 
 def _own_voided_root(out: Path, src: Path) -> None:

@@ -8,7 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from modes import safetext
 from modes.naming import compose_project
 from runner.ops.death_watch import DeathWatch
 from runner.ops.void import classify_trial
@@ -91,6 +94,38 @@ CASES = [
     ("agent_failure", "AgentTimeoutError", True, "timed out", None),
     ("agent_failure", "ApiRateLimitError", True, "429", None),
     ("agent_failure", "RuntimeError", True, "my container is not running the tests I wanted", None),
+    # the agent's own words in a harness message never void (a probe: an agent whose tool printed the
+    # daemon's words had its failure voided and rerun): harbor's installed agent's stdout and stderr
+    (
+        "agent_failure",
+        "NonZeroAgentExitCodeError",
+        True,
+        "Command failed (exit 1): codex exec ...\nstdout: $ docker ps\nCannot connect to the Docker daemon at "
+        "unix:///var/run/docker.sock. Is the docker daemon running?\nall predefined address pools have been "
+        "fully subnetted\nstderr: Error response from daemon: No such container: 0123456789abcdef",
+        None,
+    ),
+    # and what marathon's arms quote: a rollout's tool output, the in-sandbox driver's error
+    (
+        "agent_failure",
+        "ArmFailure",
+        True,
+        "tool output in "
+        + safetext.quote_agent(
+            'rollout-1.jsonl: "unsupported call: no such container: 0123456789abcdef; trial environment lost"'
+        ),
+        None,
+    ),
+    (
+        "agent_failure",
+        "ArmFailure",
+        True,
+        "the driver in the sandbox failed: "
+        + safetext.quote_agent(
+            "Cannot connect to the Docker daemon\nall predefined address pools have been fully subnetted"
+        ),
+        None,
+    ),
 ]
 
 
@@ -357,3 +392,17 @@ def test_a_cluster_jobs_record_of_its_engine_answers_as_the_watch_did(tmp_path):
     (bad / DEATHS_JSON).unlink()
     os.mkfifo(bad / DEATHS_JSON)
     assert read_deaths(bad) is None
+
+
+@given(
+    st.text(alphabet=st.characters(blacklist_characters="["), max_size=40),
+    st.text(max_size=300),
+    st.text(alphabet=st.characters(blacklist_characters="["), max_size=40),
+)
+@settings(max_examples=300, deadline=None)
+def test_the_agents_quoted_words_are_cut_exactly_whatever_they_hold(before, agent, after):
+    """A quote's end is its stated length: the agent's own fake markers, newlines and brackets
+    inside it never end it early nor eat the harness's words after it."""
+    text = before + safetext.quote_agent(agent) + after
+    assert safetext.without_agent_quotes(text) == before + after
+    assert "\n" not in safetext.quote_agent(agent)
