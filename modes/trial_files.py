@@ -30,8 +30,15 @@ class TrialFiles:
     APPSERVER_STDOUT: Final = "agent/appserver.stdout.jsonl"
 
 
-#: every trial file whose content or times feed a figure (the tamper rule reads reward.txt's
+#: every trial file whose content or times feed a figure (the tamper rule reads the reward files'
 #: times); the scan index validates exactly these
-SCORED_INPUTS: Final = (TrialFiles.RESULT, TrialFiles.METRICS, TrialFiles.REWARD_TXT, TrialFiles.RECEIPT)
-#: verifier files whose change after the verifier finished means someone else wrote them
-VERIFIER_WRITTEN: Final = (TrialFiles.METRICS, TrialFiles.REWARD_TXT)
+SCORED_INPUTS: Final = (
+    TrialFiles.RESULT,
+    TrialFiles.METRICS,
+    TrialFiles.REWARD_TXT,
+    TrialFiles.REWARD_JSON,
+    TrialFiles.RECEIPT,
+)
+#: verifier files whose change after the verifier finished means someone else wrote them (harbor
+#: removes both reward files before it verifies: either dates the verifier's start)
+VERIFIER_WRITTEN: Final = (TrialFiles.METRICS, TrialFiles.REWARD_TXT, TrialFiles.REWARD_JSON)

@@ -539,7 +539,7 @@ def tampered(
     """Why the trial's verifier files are not the verifier's own (``""`` when they are).
 
     A verifier file last written before the verifier started (``verifier_started``; ``_latest_start``
-    dates it by reward.txt) is not the verifier's either: harbor removes the reward files before it
+    dates it by the reward file) is not the verifier's either: harbor removes the reward files before it
     verifies, not a metrics.json, so one the agent planted during its run was read as the verifier's.
     A probe planted one in a task whose verifier writes none: that arm got its partial score, and the
     hole rule then failed every other arm's cell of the task for lacking one (2026-12-07).
@@ -570,7 +570,8 @@ def tampered(
         if trial_finished is not None and trial_finished.tzinfo is not None:
             fin_ns += res_mtime - int(trial_finished.timestamp() * 1e9)  # in the disk's clock
     seen = {rel: safeio.lstat_times(f"{trial_dir}/{rel}") for rel in VERIFIER_FILES}
-    start_ns = _latest_start(seen.get(TrialFiles.REWARD_TXT), verifier_started, verifier_finished)
+    reward = seen.get(TrialFiles.REWARD_TXT) or seen.get(TrialFiles.REWARD_JSON)  # (a task writes one)
+    start_ns = _latest_start(reward, verifier_started, verifier_finished)
     for rel, t in seen.items():
         if t is None:
             continue
@@ -593,10 +594,11 @@ def tampered(
 def _latest_start(
     reward_txt: tuple[int, int] | None, started: datetime | None, finished: datetime | None
 ) -> int | None:
-    """The latest the verifier can have started, in the output disk's clock (ns): its reward.txt,
-    which harbor removes before it verifies, was written during its run, so no later than the
-    file's mtime less the run's length (harbor's two stamps; a length needs no clock of the disk's).
-    None without a reward.txt or the stamps. Not the trial's end moved by the disk's offset: harbor
+    """The latest the verifier can have started, in the output disk's clock (ns): its reward.txt
+    (or reward.json, a task's other reward file), which harbor removes before it verifies, was
+    written during its run, so no later than the file's mtime less the run's length (harbor's two
+    stamps; a length needs no clock of the disk's). None without a reward file or the stamps (a
+    probe planted metrics.json in a reward.json task, read as the verifier's: 2026-12-07). Not the trial's end moved by the disk's offset: harbor
     may write result.json a while after its end, which would date the start too late."""
     if reward_txt is None or started is None or finished is None:
         return None

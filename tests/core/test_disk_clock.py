@@ -103,3 +103,36 @@ def test_a_multi_step_trials_earlier_verifier_files_are_not_judged_by_the_last_s
     (t / "result.json").write_text(json.dumps(res, indent=4))
     os.utime(t / "result.json", ns=(st.st_atime_ns, st.st_mtime_ns))
     assert records.read_trial(t).metrics.state == records.OK
+
+
+@pytest.mark.parametrize("offset", [0.0, -120.0])
+def test_a_file_planted_before_the_verifier_started_is_caught_in_a_reward_json_task(tmp_path, offset):
+    """Found by a probe: the start was dated by reward.txt alone, so in a task whose verifier writes
+    reward.json (harbor's other reward file, removed before it verifies too) a metrics.json the agent
+    planted scored its arm, and failed every other arm's cell of the task for lacking one."""
+    job, t = _job(tmp_path, offset, late=None, early=60.0)
+    txt = t / "verifier" / "reward.txt"
+    st = os.stat(txt)
+    (t / "verifier" / "reward.json").write_text(json.dumps({"reward": float(txt.read_text())}))
+    os.utime(t / "verifier" / "reward.json", ns=(st.st_atime_ns, st.st_mtime_ns))
+    txt.unlink()
+    res = t / "result.json"  # harbor writes it last (the verifier dir's change before it)
+    rst = os.stat(res)
+    res.write_bytes(res.read_bytes())
+    os.utime(res, ns=(rst.st_atime_ns, rst.st_mtime_ns))
+    assert _verdicts(job, t) == (records.TAMPERED, records.TAMPERED)
+    assert (
+        "metrics.json written at least 59.5 s before the verifier started"
+        in records.read_trial(t).metrics.error
+    )
+    _, t2 = _job(tmp_path / "clean", offset, late=None)  # the verifier's own reward.json: never tampered
+    txt2 = t2 / "verifier" / "reward.txt"
+    st2 = os.stat(txt2)
+    (t2 / "verifier" / "reward.json").write_text("{}")
+    os.utime(t2 / "verifier" / "reward.json", ns=(st2.st_atime_ns, st2.st_mtime_ns))
+    txt2.unlink()
+    res2 = t2 / "result.json"
+    rst2 = os.stat(res2)
+    res2.write_bytes(res2.read_bytes())
+    os.utime(res2, ns=(rst2.st_atime_ns, rst2.st_mtime_ns))
+    assert records.read_trial(t2).metrics.state == records.OK
