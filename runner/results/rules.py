@@ -95,11 +95,11 @@ def _rate(passed: Any, total: Any, pk: str, tk: str) -> float | None | Bad:
         return p
     if isinstance(t, Bad):
         return t
-    if p is None or not t:
+    if p is None or t is None:
         return None
-    if p > t:
+    if p > t:  # (of a stated total of 0 too: a probe's 5 of 0 read as a pass rate of 1.0)
         return Bad(pk, f"{p} passed of {t} ({tk})")
-    return p / t
+    return p / t if t else None
 
 
 def test_pass_rate(metrics: Mapping[str, Any] | None) -> float | None | Bad:
@@ -119,7 +119,7 @@ def test_pass_rate(metrics: Mapping[str, Any] | None) -> float | None | Bad:
     for v in (passed, failed, total):
         if isinstance(v, Bad):
             return v
-    if passed is not None and total:
+    if passed is not None and total is not None and (total or passed):
         return _rate(passed, total, "passed", "total")
     if passed is not None and failed is not None and passed + failed > 0:
         return passed / (passed + failed)

@@ -160,6 +160,24 @@ def test_a_metrics_phase_that_is_no_text_is_unreadable_never_a_score(core):
     assert "phase: not a string" in c.note, c.note
 
 
+@pytest.mark.parametrize(
+    "metrics, field",
+    [
+        ({"passed": 5, "failed": 0, "total": 0, "partial_score": 0.2}, "passed"),
+        ({"new_passed": 5, "new_total": 0, "partial_score": 0.2}, "new_passed"),
+    ],
+)
+def test_more_passed_than_a_stated_total_of_0_is_unreadable_never_a_pass_rate_of_1(core, metrics, field):
+    """Found by a probe: 5 passed of a stated total of 0 skipped the passed/total check and read
+    passed / (passed + failed) = 1.0, where 5 of 3 was refused."""
+    path = trial_dir(core, "calc-partial", "oracle") / "verifier" / "metrics.json"
+    path.write_text(json.dumps(metrics))
+    real_trees.restore_write_order(core)  # as the verifier wrote it: not a tamper
+    c = cell(core, "calc-partial", "oracle")
+    assert (c.status, c.flagged, c.pass_rate) == ("unreadable", True, None), (c.status, c.note)
+    assert f"{field}: 5 passed of 0" in c.note, c.note
+
+
 # ------------------------------------------------------------------------------------ holes
 
 
