@@ -557,13 +557,16 @@ class AttemptUsage:
             self.output += u[2]
             self.reasoning += u[3]
             pk = (model, tier, crossed_threshold(model, tier, u[0]))
+            # priced per call: cached within its input, reasoning within its output (a call whose
+            # usage said more cached than input re-priced the attempt's other calls as cached)
+            cached, reasoning = min(u[1], u[0]), min(u[3], u[2])
             if (got := self.by_price.get(pk)) is None:
-                self.by_price[pk] = list(u)
+                self.by_price[pk] = [u[0], cached, u[2], reasoning]
             else:
                 got[0] += u[0]
-                got[1] += u[1]
+                got[1] += cached
                 got[2] += u[2]
-                got[3] += u[3]
+                got[3] += reasoning
 
     @property
     def total(self) -> int:

@@ -71,6 +71,17 @@ def test_a_call_is_priced_by_hand_each_token_once():
     assert cost.usd == pytest.approx(299_000 * 10e-6 + 1000 * 1e-6 + 10 * 45e-6, rel=1e-12)
 
 
+def test_a_call_with_more_cached_than_input_never_reprices_the_attempts_other_calls():
+    """Found by a probe: cached was clamped to input over an attempt's sums, so one call saying
+    1,000,000 cached of 10 input priced the other calls' fresh input as cached (adding the call
+    lowered the attempt's cost). Each call is clamped on its own."""
+    base = Pricer().cost(_usage(CALLS[0]))
+    odd = ("gpt-5.5", None, 10, 1_000_000, 0, 0)
+    both = Pricer().cost(_usage(CALLS[0], odd))
+    assert both.usd == pytest.approx(base.usd + 10 * 0.5e-6, rel=1e-12)  # its 10 inputs, all cached
+    assert both.usd > base.usd
+
+
 def test_pricing_agrees_with_litellm_itself():
     """LiteLLM's own cost_per_token on the same usage, in a child process (this one never imports it)."""
     code = (
