@@ -109,7 +109,7 @@ def render(d: dict) -> str:
     ``modes.safetext.clean`` (no control, bidi or undecodable character reaches the terminal)."""
     from modes.safetext import clean
     from runner.results.prices import money_shown
-    from runner.results.report import fmt_mean
+    from runner.results.report import flagged_cost_line, fmt_mean
 
     head = f"marathon status {clean(d['out'], None)}"
     if d["scope"] == "run":
@@ -202,6 +202,8 @@ def render(d: dict) -> str:
             + ", ".join(arms[a] for a in harbor)
             + " (no call of theirs on the ledger); total: the rows' sum"
         )
+    if fc := flagged_cost_line({"arms": d["arms"], "arm_summary": d["per_arm"]}):
+        lines.append(clean(fc, None))
     if not d["arms"]:
         lines.append("no pairs yet")
     lines += repeats_lines(d)

@@ -705,7 +705,7 @@ def build_report(
             "means": "over done cells and flagged cells (a hole in what the agent can write: every score 0); "
             "build failures count as partial 0 and pass rate 0; n counts both, flagged_in_n the flagged",
             "cost_usd": "what the arm cost: its scoring attempts (done cells), equal to the sum of the cells' cost_usd "
-            "(harbor's figure: the agent's own logs priced by harbor)",
+            "(harbor's figure: the agent's own logs priced by harbor); a flagged cell's attempt is in spend_usd only",
             "ledger_cost_usd": "the same attempts priced from the gateway's ledger (prices.line); None when any of "
             "their tokens is unpriced (cost_unpriced says why); ledger_spend_usd: every attempt's",
             "spend_usd": "what the run cost: every attempt, errored and voided ones too",
@@ -937,6 +937,20 @@ def errored_lines(rep: dict[str, Any]) -> list[str]:
             means = ", ".join(f"{m.replace('_', ' ')} {_f(got[m], 2)}" for m in MEASURES)
             out.append(f"{a}: {s['errored_cells']} errored cell(s) out of its means; as failures: {means}")
     return [ERRORED_NOTE, *out] if out else []
+
+
+def flagged_cost_line(rep: dict[str, Any]) -> str:
+    """One line naming the arms whose cost leaves out flagged cells ("" when none): a flagged cell
+    counts as a failure in the means, but nothing it says is cost, so its attempt is in the spend
+    only. Said, since an agent that made its failed cell unreadable took that task's cost out of its
+    arm's cost without a word (a probe: nop's cost 4.0 -> 3.0, "(1 flagged)" beside n alone)."""
+    arms = [f"{a} {n}" for a in rep["arms"] if (n := rep["arm_summary"][a].get("flagged_in_n"))]
+    if not arms:
+        return ""
+    return (
+        "cost and cost/solved are the done cells' scoring attempts; the flagged cells' attempts "
+        f"(failures in the means) are in the spend only: {', '.join(arms)}"
+    )
 
 
 def suspect_lines(rep: dict[str, Any]) -> list[str]:
@@ -1236,6 +1250,8 @@ def render_md(rep: dict[str, Any]) -> str:
         "",
     ]
     lines += _md_table(*arm_table(rep))
+    if fc := flagged_cost_line(rep):
+        lines += ["", m(fc, None)]
     if err := errored_lines(rep):  # they name arms: escaped
         lines += ["", err[0], ""] + [f"- {m(t, None)}" for t in err[1:]]
     lines += [
@@ -1376,6 +1392,8 @@ def render_html(rep: dict[str, Any]) -> str:
         "<h2>Per arm (means over done cells and flagged ones as failures, 95 % bootstrap intervals)</h2>"
     )
     parts.append(_html_table(*arm_table(rep)))
+    if fc := flagged_cost_line(rep):
+        parts.append(f'<p class="note">{e(fc, None)}</p>')
     if err := errored_lines(rep):
         parts.append(f'<p class="note">{e(err[0])}</p><ul>')
         parts += [f"<li>{e(t, None)}</li>" for t in err[1:]]

@@ -7,6 +7,7 @@ rule in docs/results.md; the property-based fuzz over the same files is tests/co
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import shutil
@@ -176,6 +177,21 @@ def test_more_passed_than_a_stated_total_of_0_is_unreadable_never_a_pass_rate_of
     c = cell(core, "calc-partial", "oracle")
     assert (c.status, c.flagged, c.pass_rate) == ("unreadable", True, None), (c.status, c.note)
     assert f"{field}: 5 passed of 0" in c.note, c.note
+
+
+def test_a_flagged_cells_cost_leaving_its_arms_cost_is_said_in_status_and_the_report(core):
+    """Found by a probe: ``"turns": -1`` in a failed cell's own receipt flagged it, and its cost left
+    the arm's cost (4.0 -> 3.0) with nothing but "(1 flagged)" beside n to say so."""
+    r = trial_dir(core, "calc-partial", "partial") / "agent" / "goal_receipt.json"
+    r.write_text(json.dumps({**json.loads(r.read_text()), "turns": -1}))
+    real_trees.restore_write_order(core)
+    assert cell(core, "calc-partial", "partial").flagged
+    got = every_output(core)
+    line = "the flagged cells' attempts (failures in the means) are in the spend only: partial 1"
+    for name in ("status", "report.md"):
+        assert line in got[name], name
+    assert html.escape(line) in got["report.html"]
+    assert "spend_usd only" in strict_json(got["report.json"])["notes"]["cost_usd"]
 
 
 # ------------------------------------------------------------------------------------ holes
