@@ -107,11 +107,7 @@ class Registry:
             yield
 
     def _tree(self) -> int | None:
-        """The output tree's identity (its dir's inode): what the registry's processes belong to."""
-        try:
-            return os.stat(self.out).st_ino
-        except OSError:
-            return None
+        return tree_inode(self.out)
 
     def _read(self) -> list[RegEntry]:
         data = safeio.load_own_json(self.path)
@@ -231,6 +227,18 @@ class Registry:
             if len(live) != len(entries):
                 self._write(live)
         return [e for e in entries if e not in live]
+
+
+def tree_inode(out: Path) -> int | None:
+    """The output tree's identity (its dir's inode), which the registry, the runner lock and the
+    claims record: a copy of a tree (``cp -a`` of a live run) has another, so what those files of
+    the copy name (processes, a runner, harbor jobs) are the original's, never the copy's to signal
+    or adopt. The inode alone, not the device: a tree shared over NFS has one inode on every host,
+    a device number per mount."""
+    try:
+        return os.stat(out).st_ino
+    except OSError:
+        return None
 
 
 def protected_pids() -> set[int]:

@@ -26,7 +26,7 @@ from modes import safeio
 from runner.ops.procs import ProcIdentity, create_time_of, identity_from, identity_of, pid_of
 from runner.procid import record_live
 from runner.results.tree import CLAIMS_DIR, claim_path, repeat_of, with_repeat
-from runner.schedule.lock import Holder, create_exclusive, dir_mutex, holder_of, read_record
+from runner.schedule.lock import Holder, create_exclusive, dir_mutex, holder_of, read_record, stamped
 
 LIVE, ORPHAN, STALE = "live", "orphan", "stale"
 
@@ -143,7 +143,7 @@ def _path(out: Path, claim: Claim) -> Path:
 
 def _write(path: Path, claim: Claim) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(claim.to_json()) + "\n")
+    tmp.write_text(json.dumps(stamped(path, claim.to_json())) + "\n")
     os.replace(tmp, path)
 
 

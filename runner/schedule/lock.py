@@ -20,7 +20,7 @@ from pathlib import Path
 
 from modes import safeio
 from runner.errors import Busy
-from runner.ops.procs import ProcIdentity, create_time_of, identity_from, identity_of, pid_of
+from runner.ops.procs import ProcIdentity, create_time_of, identity_from, identity_of, pid_of, tree_inode
 from runner.procid import record_live
 from runner.results.events import utc_now
 from runner.results.tree import runner_dir
@@ -80,9 +80,25 @@ RECORD_CAP = 64 << 10
 def read_record(path: Path) -> dict | None:
     """A lock or claim file as a JSON object, read by the rules of the runner's own files
     (``modes.safeio.load_own_json``: a FIFO never blocks, a symlink is not followed); None when
-    missing, unreadable or not an object."""
+    missing, unreadable or not an object, or written for another tree (``procs.tree_inode``: a
+    copy's lock and claims name the original's runner and harbor jobs; a review's `health --fix`
+    of a copy adopted the original's live jobs, to end them when its runner stopped)."""
     d = safeio.load_own_json(path, RECORD_CAP)
-    return d if isinstance(d, dict) else None
+    if not isinstance(d, dict):
+        return None
+    if "tree" in d and d["tree"] != tree_inode(_tree_of(path)):
+        return None
+    return d
+
+
+def _tree_of(path: Path) -> Path:
+    """The tree a lock (``<out>/.runner/``) or claim (``<out>/.claims/``) file belongs to."""
+    return Path(path).parent.parent
+
+
+def stamped(path: Path, payload: dict) -> dict:
+    """A lock or claim record as written: ``payload`` and the tree it is for."""
+    return {**payload, "tree": tree_inode(_tree_of(path))}
 
 
 def holder_of(d: dict) -> Holder | None:
@@ -132,7 +148,7 @@ def create_exclusive(path: Path, payload: dict) -> bool:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
         try:
-            safeio.write_all(fd, (json.dumps(payload) + "\n").encode())
+            safeio.write_all(fd, (json.dumps(stamped(path, payload)) + "\n").encode())
         finally:
             os.close(fd)
         try:
@@ -177,7 +193,7 @@ class RunnerLock:
                 )
             self.took_over = current
             tmp = self.path.with_name(f".{LOCK_FILE}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(payload) + "\n")
+            tmp.write_text(json.dumps(stamped(self.path, payload)) + "\n")
             os.replace(tmp, self.path)
 
     def release(self) -> None:

@@ -166,6 +166,32 @@ def test_a_copy_of_a_live_tree_names_none_of_its_processes(tmp_path, live_other)
     assert [e.pid for e in Registry(copy).entries()] == [os.getpid()]
 
 
+def test_a_copy_of_a_tree_adopts_none_of_its_jobs_and_is_held_by_none_of_its_runners(
+    tmp_path, dead_other, live_other
+):
+    """Found by a review: a copy of a tree whose runner was killed while its harbor jobs ran showed
+    them as orphans of the copy; `health --fix` of the copy started a runner there that adopted
+    them (and ended them when it stopped). The lock and the claims belong to their tree, as the
+    registry does: a copy's name nothing of the original's."""
+    import shutil
+
+    from runner.schedule.lock import RunnerLock, lock_holder
+
+    out, copy = tmp_path / "out", tmp_path / "copy"
+    c = claims.try_claim(out, "t1", "goal", dead_other).claim
+    claims.set_job(out, c, claims.job_ref(live_other.pid, "stamp1"))
+    holder = RunnerLock(out, "run-1")
+    holder.holder = _holder_of(live_other)  # the original's runner, alive
+    holder.acquire()
+    shutil.copytree(out, copy, symlinks=True)
+    assert [x.state for x in claims.list_claims(out)] == [claims.ORPHAN]
+    assert claims.list_claims(copy) == [] and lock_holder(copy) is None
+    r = claims.try_claim(copy, "t1", "goal", me("mine"), adopt=True)
+    assert r.acquired and r.claim.job is None and r.replaced is None  # started afresh, nothing adopted
+    RunnerLock(copy, "run-2").acquire()  # the copy's own runner
+    assert lock_holder(out).pid == live_other.pid and claims.list_claims(out)[0].job.pid == live_other.pid
+
+
 def test_stale_lock_is_taken_over(tmp_path, dead_other):
     path = tmp_path / ".runner" / "lock"
     path.parent.mkdir(parents=True)
