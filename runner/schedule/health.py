@@ -28,6 +28,7 @@ from runner.ops.void import act_void, classify_job, plan_void
 from runner.results.ledger import outage_of
 from runner.results.records import OK, read_job
 from runner.results.tree import (
+    DRIVER_ENV,
     claim_path,
     driver_env_path,
     iter_job_dirs,
@@ -51,7 +52,7 @@ SLACK_SEC = 600  # build, setup and teardown on top of the agent and verifier bu
 
 @dataclass
 class Finding:
-    kind: str  # runner_dead, run_paused, stale_claim, orphan_job, past_budget, leak, errored_not_voided, disk_low, untrusted
+    kind: str  # config_unusable, runner_dead, run_paused, stale_claim, orphan_job, past_budget, leak, errored_not_voided, disk_low, untrusted
     what: str
     fixable: bool = False
     data: dict = field(default_factory=dict)
@@ -169,6 +170,7 @@ class Seen:
     finished_trials: set[str] = field(default_factory=set)
     unclaimed_running: set[str] = field(default_factory=set)  # unfinished, their repeat held by nobody
     untrusted: list[str] = field(default_factory=list)  # what may not decide a signal or removal, and why
+    config_error: str = ""  # why the tree's .driver_env cannot be resumed from ("" when it can, or has none)
 
     @property
     def alive(self) -> bool:
@@ -212,11 +214,12 @@ def look(out: Path) -> Seen:
     if not out.is_dir():
         raise NotAnOutputTree(f"{out} is not a directory (expected a marathon output tree)")
     cfg: RunConfig | None = None
+    config_error = ""
     if read_driver_env(out):
         try:
             cfg = resolve(out, {}, resume=True, environ={})
-        except UserError:
-            cfg = None
+        except UserError as exc:  # said (a probe's tree read "pairs: 0/0 ... OK: nothing to fix")
+            config_error = str(exc)
     state, pid = _runner_state(out)
     claims = claimsmod.list_claims(out)
     # what could decide a signal or a removal but is not the runner's user's alone: named, left alone
@@ -233,7 +236,7 @@ def look(out: Path) -> Seen:
         tasks = list_tasks(cfg.tasks_dir)
     arms = [s.name for s in cfg.arm_specs()] if cfg else []
     seen = Seen(out, cfg, state, pid, claims, on_cluster, live_units, tasks, arms, cfg.repeats if cfg else 1,
-                untrusted=untrusted)  # fmt: skip
+                untrusted=untrusted, config_error=config_error)  # fmt: skip
     for task, arm, _adir, stamp, job in iter_job_dirs(out):
         rec = read_job(job)
         seen_job = JobSeen(task, arm, stamp, job, rec, [])
@@ -371,7 +374,21 @@ def _check_trust(seen: Seen) -> list[Finding]:
 
 
 #: The checks, in the order their findings are reported.
+def _check_config(seen: Seen) -> list[Finding]:
+    """A .driver_env the runner could not resume from: its pairs are not counted, and no runner can
+    start from it until it is fixed (the line the runner itself would print)."""
+    if not seen.config_error:
+        return []
+    return [
+        Finding(
+            "config_unusable",
+            f"{DRIVER_ENV}: {seen.config_error} (pairs not counted; a resume would stop here)",
+        )
+    ]
+
+
 CHECKS: tuple[tuple[str, Callable[[Seen], list[Finding]]], ...] = (
+    ("config", _check_config),
     ("runner", _check_runner),
     ("gateway", _check_gateway),
     ("jobs", _check_jobs),

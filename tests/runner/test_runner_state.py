@@ -450,3 +450,23 @@ def test_a_claim_counts_as_running_only_while_its_runner_or_its_job_lives(tmp_pa
     assert stale is not None
     cells = RunModel.load(out).scoped("run")
     assert {k[0]: c.status for k, c in cells.items()} == {"t1": RUNNING, "t2": PENDING, "t3": RUNNING}
+
+
+def test_health_says_a_driver_env_the_runner_could_not_resume_from(tmp_path):
+    """Found by a probe: a .driver_env the config step refuses (MARATHON_CONCURRENCY=abc, an arm
+    that does not exist) read "pairs: 0/0 finished ... OK: nothing to fix"."""
+    from runner.results.tree import driver_env_path
+    from runner.schedule.health import check
+
+    tasks = tmp_path / "tasks"
+    (tasks / "t1").mkdir(parents=True)
+    (tasks / "t1" / "task.toml").write_text("[agent]\ntimeout_sec = 60.0\n")
+    out = tmp_path / "out"
+    write_driver_env(resolve(out, {"tasks_dir": str(tasks), "arms": ["nop"]}, environ={}))
+    rep, cfg = check(out)
+    assert cfg is not None and not [f for f in rep.findings if f.kind == "config_unusable"]
+    env = driver_env_path(out)
+    env.write_text(env.read_text().replace("MARATHON_ARMS=nop", "MARATHON_ARMS=nosuch"))
+    rep, cfg = check(out)
+    (bad,) = [f for f in rep.findings if f.kind == "config_unusable"]
+    assert cfg is None and not rep.ok and "nosuch" in bad.what and not bad.fixable
