@@ -74,18 +74,26 @@ def test_a_missing_output_tree_is_one_line_and_exit_2(name, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["status", "health"])
-def test_a_dir_that_is_not_an_output_tree_is_one_line_and_exit_2(name, tmp_path):
-    """A probe found ``health`` on a typo'd dir (files, no run) saying "OK: nothing to fix", exit 0."""
+@pytest.mark.parametrize("shape", ["files", "job-shaped dirs", "job-shaped with a symlinked result.json"])
+def test_a_dir_that_is_not_an_output_tree_is_one_line_and_exit_2(name, shape, tmp_path):
+    """A probe found ``health`` on a typo'd dir (files, no run) saying "OK: nothing to fix", exit 0;
+    another `marathon status /usr` printing arms gdb and llvm with pairs running: dirs in the shape
+    task/arm/stamp/arm, without a result.json of harbor's, are no tree."""
     d = tmp_path / "not-a-tree"
     (d / "sub").mkdir(parents=True)
     (d / "sub" / "x.txt").write_text("x")
+    if shape != "files":
+        (d / "lib" / "gdb" / "auto-load" / "gdb" / "python").mkdir(parents=True)
+    if shape.endswith("result.json"):
+        (d / "lib" / "gdb" / "auto-load" / "gdb" / "result.json").symlink_to("/etc/hostname")
+    before = sorted(p.name for p in d.rglob("*"))
     r = _marathon(name, str(d))
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert (
         r.stderr
         == f"marathon: {d}: not a marathon output tree (expected <task>/<arm>/<stamp>/<arm>/result.json or .runner/)\n"
     )
-    assert sorted(p.name for p in d.rglob("*")) == ["sub", "x.txt"]  # nothing written
+    assert sorted(p.name for p in d.rglob("*")) == before  # nothing written
 
 
 @pytest.mark.parametrize(

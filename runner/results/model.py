@@ -61,11 +61,16 @@ from runner.results.hosts import HostUse
 from runner.results.ledger import Ledger, LedgerReader
 from runner.results.matrix import CellMatrix
 from runner.results.prices import Money, finite_costs, pricer_of
+from runner.results.records import INVALID, OK, TAMPERED
 from runner.results.runs import Pieces, Run, RunLog
 from runner.results.scan import Excluded, TreeScan
 
 #: the version of a runner start made before starts recorded theirs
 NOT_RECORDED = "(not recorded)"
+
+
+#: a result.json read as harbor's (its values may still be refused): what makes a dir a tree
+_READ = frozenset({OK, INVALID, TAMPERED})
 
 
 class RunModel:
@@ -259,8 +264,16 @@ class RunModel:
 
     @property
     def is_output_tree(self) -> bool:
-        """Has marathon's markers (.runner, .claims, .driver_env) or at least one job dir."""
-        return bool(self.markers) or bool(self._scan.attempts) or bool(self._scan.excluded)
+        """Has marathon's markers (.runner, .claims, .driver_env) or at least one job dir with a
+        result.json of harbor's (the job's or a trial's). Dirs alone in the shape
+        ``task/arm/stamp/arm`` are not enough: `marathon status /usr` printed arms ``gdb`` and
+        ``llvm`` with pairs running (a probe's find), as did a dir of another user's alone."""
+        if self.markers:
+            return True
+        return any(
+            (a.job is not None and a.job.state in _READ) or any(t.state in _READ for t in a.trials.values())
+            for a in self._scan.attempts.values()
+        )
 
     @property
     def unreadable(self) -> list[str]:
