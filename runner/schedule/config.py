@@ -574,6 +574,16 @@ BOUNDS = (
     ("concurrency", "--concurrency", 1, 4096),
     ("max_passes", "--max-passes", 1, 1000),
     ("goal_timeout_sec", "--goal-timeout-sec", 1, 30 * 24 * 3600),
+    # (unset: None, not bounded) a probe's --min-free-gb 10^20 would have held every attempt forever
+    ("net_cap", "--net-cap", 0, 1_000_000),
+    ("net_margin", "--net-margin", 0, 1_000_000),
+    ("min_free_gb", "--min-free-gb", 0, 1_000_000),
+    ("breaker_k", "--breaker-k", 0, 1_000_000),
+    ("agent_timeout_mult", "--agent-timeout-mult", 0, 1000),
+    ("verifier_mult", "--verifier-mult", 0, 1000),
+    ("max_spend", "--max-spend", 0, 1_000_000_000),
+    ("max_spend_arm", "--max-spend-arm", 0, 1_000_000_000),
+    ("max_spend_attempt", "--max-spend-attempt", 0, 1_000_000_000),
 )
 
 
@@ -610,8 +620,8 @@ def resolve(
         raise UserError("no tasks dir: pass --tasks-dir DIR (or set MARATHON_TASKS_DIR)")
     values["tasks_dir"] = Path(values["tasks_dir"]).resolve()
     for attr, flag, lo, hi in BOUNDS:
-        if not lo <= values[attr] <= hi:
-            raise UserError(f"{flag} must be from {lo} to {hi} (got {values[attr]})")
+        if values[attr] is not None and not lo <= values[attr] <= hi:
+            raise UserError(f"{flag} must be from {lo} to {hi} (got {values[attr]:g})")
     if not values["arms"]:
         raise UserError("--arms names no arm")
     twice_tasks = sorted({t for t in values["tasks"] if values["tasks"].count(t) > 1})

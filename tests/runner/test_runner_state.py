@@ -255,6 +255,12 @@ def test_bad_arm_and_missing_resume_are_one_line_errors(tmp_path):
         ({"goal_timeout_sec": 0}, "--goal-timeout-sec must be from 1 to 2592000"),
         ({"concurrency": 10**20}, "--concurrency must be from 1 to 4096"),
         ({"max_passes": 0}, "--max-passes must be from 1 to 1000"),
+        # a probe's unbounded knobs (2026-12-07): --min-free-gb 10^20 would have held every attempt
+        ({"min_free_gb": 10**20}, "--min-free-gb must be from 0 to 1000000 (got 1e+20)"),
+        ({"net_margin": 10**20}, "--net-margin must be from 0 to 1000000"),
+        ({"breaker_k": 10**20}, "--breaker-k must be from 0 to 1000000"),
+        ({"agent_timeout_mult": 1e20}, "--agent-timeout-mult must be from 0 to 1000"),
+        ({"max_spend": 1e20}, "--max-spend must be from 0 to 1000000000"),
     ],
 )
 def test_a_run_flag_no_run_can_use_is_refused_before_anything_starts(tmp_path, flags, says):
