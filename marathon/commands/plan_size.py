@@ -7,7 +7,8 @@ from pathlib import Path
 
 HELP = "tasks and repeats needed to detect a target difference per pair, from a pilot run's tree"
 DESCRIPTION = (
-    "Read a pilot output tree (a small run, or a recorded one; never writes to it) and print, per "
+    "Read a pilot output tree (a small run, or a recorded one; never changes its results; keeps a cache "
+    "in OUT/.marathon) and print, per "
     "pair of arms, the pilot's n (tasks both arms completed), the spread of the per-task differences, "
     "the minimum detectable effect at the pilot's size, and the tasks needed to detect --diff (default: "
     "each pair's observed difference) with 80 % power at the Holm-adjusted level of the full "

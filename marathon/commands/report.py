@@ -14,7 +14,7 @@ from modes import safeio, safetext
 
 HELP = "the comparison report: matrix, per-arm summary, paired comparisons, bias alarm (md/json/csv/html)"
 DESCRIPTION = (
-    "Read an output tree (never writes to it) and render the task x arm matrix with reward, partial "
+    "Read an output tree (never changes its results; keeps a cache in OUT/.marathon) and render the task x arm matrix with reward, partial "
     "score and test pass rate side by side and build failures marked; the per-arm summary (means over "
     "done cells, build failures as 0, flagged cells as failures: the hole rule); paired comparisons on the tasks both arms completed, with n; "
     "the infrastructure-bias alarm (Fisher's exact test on errored+voided attempts); and the arms' "

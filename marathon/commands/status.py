@@ -8,7 +8,7 @@ from marathon.options import add_out, tree_out
 
 HELP = "per-arm progress of the current run (done/running/pending/errored/voided) and scores so far"
 DESCRIPTION = (
-    "Read an output tree (never writes to it) and print, per arm, the pairs done, running, pending, "
+    "Read an output tree (never changes its results; keeps a cache in OUT/.marathon) and print, per arm, the pairs done, running, pending, "
     "errored, voided, unreadable (a file refused: a FIFO, a symlink out of the trial dir, too "
     "large) and tampered (a verifier file changed after the verifier finished) in the current run "
     "(the last runner start in OUT/.runner/events.jsonl; --all for all time), the mean reward, "
