@@ -12,6 +12,7 @@ import argparse
 import math
 import os
 import stat
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -88,6 +89,8 @@ def show_then_act(
     # sanitizer (``modes.safetext``), its lines kept; the JSON through the one strict encoder
     if not args.json:
         print(safetext.clean(plan.render(), None, newlines=True), flush=True)
+    elif args.yes:  # shown before acting, as without --json; stdout keeps its one JSON document
+        print(safetext.clean(plan.render(), None, newlines=True), file=sys.stderr, flush=True)
     report = plan.act() if args.yes else None
     if args.json:
         print(safetext.dumps(as_json(plan, report), pretty=True))

@@ -36,6 +36,8 @@ def test_void_plans_then_moves_the_attempt_aside_and_the_pair_is_not_done(mini_t
 
     r = _marathon("void", str(trial), str(out), "--reason", "a test", "--yes", "--json")
     assert r.returncode == 0, r.stderr
+    # the plan shown before acting with --json too (on stderr; a review found it only after, in the JSON)
+    assert f"void {trial.parent.parent}" in r.stderr and "reason: a test" in r.stderr
     got = json.loads(r.stdout)
     dest = Path(got["report"]["dest"])
     assert got["report"]["ok"] and got["plan"]["reason"] == "a test"
