@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from marathon.options import add_out, tree_out
 from modes import safetext
@@ -33,7 +34,18 @@ def run(args: argparse.Namespace) -> int:
         # no marker of marathon's: a tree only if it holds results (a typo'd dir read "OK: nothing
         # to fix", a probe found), which its scan tells, as status's does
         open_tree(out)
-    rep = fix(out) if args.fix else check(out)[0]
+
+    def shown(plan) -> None:  # what --fix acts on, before it acts (stderr under --json)
+        fixing = [f for f in plan.findings if f.fixable]
+        lines = ["health --fix acts on:"] + [f"  {f.kind:<19} {f.what}" for f in fixing]
+        text = "\n".join(lines if fixing else ["health --fix: nothing to act on"])
+        print(
+            safetext.clean(text, None, newlines=True),
+            file=sys.stderr if args.json else sys.stdout,
+            flush=True,
+        )
+
+    rep = fix(out, shown) if args.fix else check(out)[0]
     print(safetext.dumps(rep.to_json(), pretty=True) if args.json else rep.render())
     if args.fix:
         unfixed = [f for f in rep.findings if not f.fixable]

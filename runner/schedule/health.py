@@ -431,8 +431,10 @@ def _leak_plan(out: Path, trials: set[str]):
     return plan_cleanup(out, trials=trials)
 
 
-def fix(out: Path) -> HealthReport:
-    """Fix what ``check`` found, printing each fix in the report; the runner is restarted last."""
+def fix(out: Path, shown: Callable[[HealthReport], None] | None = None) -> HealthReport:
+    """Fix what ``check`` found, printing each fix in the report; the runner is restarted last.
+    ``shown``: called with what ``check`` found, the plan, before anything is changed (the CLI
+    prints it: the exact plan before any destructive action; a review found it only after)."""
     rep, cfg = check(out)
     out = Path(rep.out)
     if cfg is not None and any(f.kind == "runner_dead" for f in rep.findings):
@@ -440,6 +442,8 @@ def fix(out: Path) -> HealthReport:
 
         # before any fix: a runner that cannot work is not restarted, and nothing is touched
         require(cfg, retry=retry_health(out))
+    if shown is not None:
+        shown(rep)
     for f in rep.findings:
         if f.kind == "stale_claim":
             held = f.data["claim"]

@@ -275,3 +275,26 @@ def test_a_watching_model_follows_the_voided_root_when_the_tree_gets_its_id(mini
     assert dest.is_relative_to(voided_root(out))
     m.update([job.parent, dest])
     assert m.cells[("calc-partial", "oracle")].n_voided == 1
+
+
+def test_health_fix_shows_what_it_acts_on_before_acting(mini_tree, tmp_path):
+    """Found by a review: `health --fix` removed claims, containers and attempts and restarted the
+    runner, printing only afterwards what it had done: the plan comes first now."""
+    from runner.schedule import claims
+    from runner.schedule.lock import holder_for
+
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    dead = subprocess.Popen(["true"])
+    holder = holder_for(dead.pid, "dead-run")
+    dead.wait()
+    assert claims.try_claim(out, "calc-partial", "nop", holder).acquired
+    r = _marathon("health", str(out), "--fix")
+    lines = r.stdout.splitlines()
+    plan_at = lines.index("health --fix acts on:")
+    assert lines[plan_at + 1].split()[0] == "stale_claim" and "calc-partial/nop" in lines[plan_at + 1]
+    fixed_at = next(i for i, ln in enumerate(lines) if ln.strip().startswith("FIXED: removed stale claim"))
+    assert plan_at < fixed_at, r.stdout
+    assert not (out / ".claims" / "calc-partial__nop.claim").exists()
+    r = _marathon("health", str(out), "--fix", "--json")  # the plan on stderr, stdout one JSON document
+    assert r.stderr.startswith("health --fix: nothing to act on") and json.loads(r.stdout)["out"] == str(out)
