@@ -83,6 +83,9 @@ def fingerprint() -> str:
             h.update(fh.read())
     with open(__file__, "rb") as fh:
         h.update(fh.read())
+    # the readers' size cap (MARATHON_MAX_JSON_BYTES): under another cap a file may read otherwise
+    # (a probe's cap of 1 byte read every cell unreadable cold, and done from a warm index)
+    h.update(f"json-cap={safeio.JSON_CAP}".encode())
     return h.hexdigest()
 
 

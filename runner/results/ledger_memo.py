@@ -39,6 +39,7 @@ def fingerprint() -> str:
         with open(mod.__file__, "rb") as fh:  # type: ignore[arg-type]
             h.update(fh.read())
     h.update(str(cost_map.identity().sha256).encode())
+    h.update(f"json-cap={safeio.JSON_CAP}".encode())  # (the readers' size cap: as the scan index's)
     return h.hexdigest()
 
 

@@ -202,6 +202,30 @@ def test_a_dir_name_that_is_not_utf8_is_read_every_time_and_breaks_no_scan(aged,
     assert figures(out) == plain
 
 
+def test_the_readers_size_cap_is_part_of_what_an_entry_depends_on(aged, tmp_path):
+    """MARATHON_MAX_JSON_BYTES=1 read every cell unreadable on a cold tree and done from a warm
+    index (a probe's find): the cap is in the index's fingerprint."""
+    script = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
+        "from runner.results.model import RunModel\n"
+        "m = RunModel.load(sys.argv[1], index=sys.argv[2] == '1')\n"
+        "print(sorted((k, c.status) for k, c in m.cells.items()))\n"
+    )
+
+    def statuses(index: bool, cap: str | None) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "MARATHON_MAX_JSON_BYTES"}
+        if cap:
+            env["MARATHON_MAX_JSON_BYTES"] = cap
+        got = subprocess.run([sys.executable, "-c", script, str(aged), "1" if index else "0"],
+                             capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+        assert got.returncode == 0, got.stderr
+        return got.stdout
+
+    statuses(True, None)  # warm under the default cap
+    assert statuses(True, "1") == statuses(False, "1") != statuses(False, None)
+    assert statuses(True, None) == statuses(False, None)
+
+
 def _rewrite_behind_the_index(out: Path) -> None:
     """Index the aged tree warm, then rewrite calc-partial x nop's metrics.json in place as an
     agent's leftover process could: the same size, its mtime set back."""
