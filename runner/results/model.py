@@ -278,8 +278,11 @@ class RunModel:
     @property
     def unreadable(self) -> list[str]:
         """Every file of an attempt that could not be read, sorted (the cells' order is the scan's:
-        the JSON of status and report listed them in another order each run)."""
-        return sorted(f for c in self.cells.values() for a in c.attempts for f in a.unreadable)
+        the JSON of status and report listed them in another order each run), after the run's
+        journal when it could not be read."""
+        files = sorted(f for c in self.cells.values() for a in c.attempts for f in a.unreadable)
+        # the run's journal too (its runs, scope and voids): a probe's FIFO there read "(all time)"
+        return [self._runs.refused, *files] if self._runs.refused else files
 
     def attempts(self) -> list[Attempt]:
         return sorted(self._scan.attempts.values(), key=lambda a: a.key)

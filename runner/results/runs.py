@@ -100,6 +100,12 @@ def span_sec(pieces: Pieces, now: float) -> float | None:
 class RunLog:
     """The runner starts of one tree and the attempts its events name; fed the journal's new lines."""
 
+    @property
+    def refused(self) -> str:
+        """Why the journal could not be read ("" when it could, or there is none): a FIFO, a dir or a
+        symlink at its name. Said beside the unreadable files, never a silent "all time"."""
+        return f"{self._events.path}: {self._events.refused}" if self._events.refused else ""
+
     def __init__(self, out: Path) -> None:
         self.runs: list[Run] = []
         self._events = EventReader(out)

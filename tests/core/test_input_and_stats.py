@@ -273,3 +273,24 @@ def test_an_interval_holds_the_mean_it_stands_beside_when_every_value_is_the_sam
     cells = tuple(SimpleNamespace(task=f"t{i}") for i in range(n))
     lo, hi = report._task_ci(cells, (v,) * n)
     assert lo <= m <= hi
+
+
+def test_a_journal_that_cannot_be_read_is_said_never_a_silent_all_time(mini_tree, tmp_path, capsys):
+    """Found by a probe: the run's events.jsonl replaced by a FIFO, a dir or a symlink loop read as a
+    tree without a journal ("(all time)", health "OK"); it is an unreadable file like any other."""
+    import shutil
+
+    for kind in ("fifo", "dir", "loop"):
+        out = tmp_path / kind
+        shutil.copytree(mini_tree, out, symlinks=True)
+        journal = out / ".runner" / "events.jsonl"
+        journal.parent.mkdir(exist_ok=True)
+        if kind == "fifo":
+            os.mkfifo(journal)
+        elif kind == "dir":
+            journal.mkdir()
+        else:
+            journal.symlink_to(journal)
+        assert cli.main(["status", str(out)]) == 0
+        said = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("unreadable:")]
+        assert said and said[0].startswith(f"unreadable: {journal}: "), (kind, said)
