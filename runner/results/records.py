@@ -30,7 +30,7 @@ from typing import Any
 from modes import safeio
 from modes.receipt import ReceiptFigures, read_figures
 from modes.trial_files import VERIFIER_WRITTEN, TrialFiles
-from modes.values import COUNT, USD, Bad, number, text
+from modes.values import COUNT, SECONDS_CAP, USD, Bad, number, text
 from runner.results import rules
 
 RESULT_JSON = TrialFiles.RESULT  # the job's result.json has the same name
@@ -147,9 +147,13 @@ def _span_sec(start: Any, end: Any) -> float | None:
 
 
 def _span(a: datetime | None, b: datetime | None) -> float | None:
+    """Seconds from ``a`` to ``b``; None when either is missing, they mix naive and aware times, the
+    end is before the start, or the span is past ``SECONDS_CAP`` (a probe's finish in the year 9999
+    read as 8,000 years of wall time, one before its start as 0 s)."""
     if a is None or b is None or (a.tzinfo is None) != (b.tzinfo is None):
         return None
-    return max(0.0, (b - a).total_seconds())
+    sec = (b - a).total_seconds()
+    return sec if 0.0 <= sec <= SECONDS_CAP else None
 
 
 # ---------------------------------------------------------------------------------------------- job

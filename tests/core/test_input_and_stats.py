@@ -294,3 +294,15 @@ def test_a_journal_that_cannot_be_read_is_said_never_a_silent_all_time(mini_tree
         assert cli.main(["status", str(out)]) == 0
         said = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("unreadable:")]
         assert said and said[0].startswith(f"unreadable: {journal}: "), (kind, said)
+
+
+def test_a_wall_time_is_a_span_that_can_be_or_none():
+    """Found by a probe: a finish before the start read as 0 s of wall time, one in the year 9999
+    as 8,000 years; neither is a duration."""
+    from runner.results.records import _span_sec
+
+    assert _span_sec("2026-12-01T08:00:00Z", "2026-12-01T08:01:30Z") == 90.0
+    assert _span_sec("2026-12-01T08:01:30Z", "2026-12-01T08:00:00Z") is None
+    assert _span_sec("2026-12-01T08:00:00Z", "9999-12-31T00:00:00Z") is None
+    assert _span_sec("0001-01-01T00:00:00Z", "2026-12-01T08:00:00Z") is None
+    assert _span_sec("2026-12-01T08:00:00", "2026-12-01T08:00:01Z") is None  # naive against aware
