@@ -461,6 +461,23 @@ def plan_stop(
                     continue
                 add_tree(p, "argv equals an expected argv", same_user=True)
 
+    # a group a target leads is signalled as one (``act_stop``): its other members are in the plan,
+    # shown, not reached unseen (a review: `marathon run OUT | tee log` put tee in the runner's group)
+    for t in [t for t in chosen.values() if t.pgid == t.pid]:
+        for m in _group_members(t.pid):
+            if m.pid in chosen or m.pid in prot:
+                continue
+            try:
+                mp = psutil.Process(m.pid)
+            except psutil.NoSuchProcess:
+                continue
+            if not _same_user(mp):
+                plan.skipped.append(
+                    StopSkip(m.pid, _argv(mp), f"in the process group of {t.pid}, another user's")
+                )
+                continue
+            add(mp, f"in the process group of {t.pid} ({t.why})", t.runner)
+
     # tree order (each registered process, then its descendants), the runner's tree first
     plan.targets = sorted(chosen.values(), key=lambda t: not t.runner)
     return plan
@@ -575,6 +592,7 @@ def _signal_all(
     member, else alone. Returns every process that was reached (for waiting)."""
     reached: dict[int, ProcIdentity] = {}
     done_groups: set[int] = set()
+    planned = {t.ident for t in targets if t.ident is not None}
     # group leaders first: their group signal reaches their members, which then need nothing alone
     for t in sorted(targets, key=lambda t: (not t.runner, t.pgid != t.pid)):
         if t.pid in prot:
@@ -589,7 +607,8 @@ def _signal_all(
         pgid = _pgid(t.pid)
         if by_group and pgid == t.pid and pgid not in done_groups:
             members = _group_members(pgid)
-            if not any(m.pid in prot for m in members):
+            # as one only when the group is what the plan showed: no protected member, none unplanned
+            if not any(m.pid in prot for m in members) and all(m in planned for m in members):
                 # re-check identity right before the signal (PID reuse)
                 if not alive(ident):
                     continue

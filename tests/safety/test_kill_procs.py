@@ -513,3 +513,48 @@ def test_marathon_stop_shows_the_consoles_plan_and_signals_the_runner_alone(spaw
     mate.kill()  # the test's own leftover, by the psutil handle
     none = marathon("stop", str(out))  # no live runner: nothing to do, said so
     assert none.returncode == 0 and "No runner of this tree is alive" in none.stdout
+
+
+def test_a_group_mate_outside_the_targets_tree_is_planned_and_a_newcomer_is_never_reached(spawn, tmp_path):
+    """Found by a review: a target leading its process group was signalled with killpg, which reached
+    members the plan never showed (`marathon run OUT | tee log`: tee). They are in the plan now, and
+    a group with a member the plan did not show is signalled process by process."""
+    out = tmp_path / "out"
+    leader = spawn(
+        ["bash", "-c", "trap '(sleep 601 &)' USR1; (sleep 600 &); sleep 599 & wait; wait"], group=True
+    )
+
+    def group() -> dict[int, str]:
+        return {p.pid: " ".join(p.cmdline()) for p in psutil.process_iter() if _pgid_of(p.pid) == leader.pid}
+
+    deadline = time.monotonic() + 10
+    while len(group()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (orphan,) = [pid for pid, cmd in group().items() if cmd == "sleep 600"]
+    assert orphan not in {c.pid for c in psutil.Process(leader.pid).children(recursive=True)}
+    Registry(out).register(leader.pid, "runner", leader.args)
+    plan = plan_stop(out)
+    by_pid = {t.pid: t for t in plan.targets}
+    assert set(by_pid) == set(group()) and by_pid[orphan].why.startswith(
+        f"in the process group of {leader.pid}"
+    )
+    assert f"in the process group of {leader.pid}" in plan.render()
+    os.kill(leader.pid, signal.SIGUSR1)  # a newcomer joins the group after the plan was shown
+    deadline = time.monotonic() + 10
+    while len(group()) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (late,) = [pid for pid, cmd in group().items() if cmd == "sleep 601"]
+    late_proc = psutil.Process(late)
+    planned = [psutil.Process(p) for p in by_pid]
+    report = act_stop(plan, grace_sec=5)
+    assert {s.how for s in report.signalled} == {"process"}  # never killpg: the group is not the plan's
+    assert not any(_alive(p) for p in planned)
+    assert _alive(late_proc)
+    late_proc.kill()  # the test's own leftover, by the psutil handle
+
+
+def _pgid_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
