@@ -607,8 +607,10 @@ def _signal_all(
         pgid = _pgid(t.pid)
         if by_group and pgid == t.pid and pgid not in done_groups:
             members = _group_members(pgid)
-            # as one only when the group is what the plan showed: no protected member, none unplanned
-            if not any(m.pid in prot for m in members) and all(m in planned for m in members):
+            # as one only when the group is what the plan showed: no protected member, and none but
+            # the planned processes and their descendants (the plan's "and its descendants": a
+            # harbor job starts docker commands all the time)
+            if not any(m.pid in prot for m in members) and _within(members, planned, targets):
                 # re-check identity right before the signal (PID reuse)
                 if not alive(ident):
                     continue
@@ -629,6 +631,22 @@ def _signal_all(
         report.signalled.append(Signalled(t.pid, sig.name, "process"))
         reached.setdefault(t.pid, ident)
     return list(reached.values())
+
+
+def _within(members: list[ProcIdentity], planned: set[ProcIdentity], targets: list[StopTarget]) -> bool:
+    """Every member is a planned process or, now, a descendant of one that is still itself."""
+    rest = [m for m in members if m not in planned]
+    if not rest:
+        return True
+    below: set[int] = set()
+    for t in targets:
+        ident = t.ident
+        if ident is not None and alive(ident):
+            try:
+                below |= {d.pid for d in _descendants(psutil.Process(t.pid))}
+            except psutil.NoSuchProcess:
+                continue
+    return all(m.pid in below and alive(m) for m in rest)
 
 
 def act_stop(plan: StopPlan, grace_sec: float = DEFAULT_GRACE_SEC, *, by_group: bool = True) -> StopReport:
