@@ -164,6 +164,7 @@ def plan_cleanup(
     client = client or connect()
     has_label = {"label": COMPOSE_PROJECT}  # key only; the value is compared exactly below
     foreign: set[str] = set()  # projects whose containers run another tree's trial (a copy's original)
+    mine = []
     for c in call_engine(client, list_containers, has_label):
         labels = c.get("Labels") or {}
         if is_ours(labels, projects):
@@ -176,7 +177,13 @@ def plan_cleanup(
                     f"container {name}: mounts {elsewhere}, the trial of another tree (this one a copy of it?)"
                 )
                 continue
-            plan.containers.append(DockerObj("container", c["Id"], name, project, c.get("State", "")))
+            mine.append((c, name, project))
+    for c, name, project in mine:
+        if project in foreign:  # the project's other containers (a task's db, harbor's sidecars) too:
+            # harbor mounts the trial on main alone, and a review's cleanup of a copy removed the rest
+            plan.left_alone.append(f"container {name}: of project {project}, which runs another tree's trial")
+            continue
+        plan.containers.append(DockerObj("container", c["Id"], name, project, c.get("State", "")))
     for n in call_engine(client, list_networks, has_label):
         labels = n.get("Labels") or {}
         if is_ours(labels, projects) and project_of(labels) not in foreign:
