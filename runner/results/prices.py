@@ -222,6 +222,8 @@ class Pricer:
     overrides: Sequence[Override] = ()
     default_model: str | None = None
     _cache: dict[PriceKey, Rates | str] = field(default_factory=dict)
+    #: the run's recorded ``--price`` items that no longer parse (left out, said in ``source``)
+    dropped: tuple[str, ...] = ()
 
     def rates(self, model: str | None, tier: str | None = None, threshold: str = "") -> Rates | str:
         """The rates of one ``PriceKey``, or why there are none."""
@@ -288,6 +290,7 @@ class Pricer:
             "map": {"litellm_version": ident.litellm_version, "sha256": ident.sha256},
             "overrides": [o.text() for o in self.overrides],
             "default_model": self.default_model,
+            "dropped": list(self.dropped),
         }
 
     def source_line(self) -> str:
@@ -295,6 +298,9 @@ class Pricer:
         if self.overrides:
             line += "; operator overrides (USD per million tokens in,cached,out): "
             line += ", ".join(o.text() for o in self.overrides)
+        if self.dropped:
+            line += "; the run's recorded --price items that no longer parse, left out: "
+            line += ", ".join(self.dropped)
         return line + "."
 
 
@@ -304,14 +310,14 @@ def pricer_of(
     """The pricer of a report or status: the run's recorded ``--price`` items, then the command's
     (which win for the same model). A recorded item that no longer parses is left out (the run
     checked it when it started); a given one that does not parse raises ``ValueError``."""
-    recorded = []
+    recorded, dropped = [], []
     for item in run_prices:
         try:
             recorded.append(parse_price(item))
         except ValueError:
-            continue
+            dropped.append(str(item)[:120])  # said with the prices, never silent (a probe's find)
     mine = parse_prices(given)
-    return Pricer(tuple(recorded) + mine, default_model)
+    return Pricer(tuple(recorded) + mine, default_model, dropped=tuple(dropped))
 
 
 class Money:

@@ -623,3 +623,11 @@ def test_a_later_runner_starts_prices_add_to_the_earlier_ones(handmade, tmp_path
                             "config": {"prices": ["hand/model=2,1,20"]}}) + "\n")  # fmt: skip
     rep = build_report(RunModel.load(out))
     assert rep["arm_summary"]["plain"]["ledger_cost_usd"] == pytest.approx(0.300)  # the later price wins
+    # a recorded item that no longer parses is left out, and said with the prices (it was silent)
+    with events.open("a") as f:
+        f.write(json.dumps({"event": "runner_start", "run_id": "r4", "ts": 1_796_000_010.0, "resumed": True,
+                            "config": {"prices": ["hand/model=-1,0,0"]}}) + "\n")  # fmt: skip
+    rep = build_report(RunModel.load(out))
+    assert rep["arm_summary"]["plain"]["ledger_cost_usd"] == pytest.approx(0.300)
+    assert rep["prices"]["dropped"] == ["hand/model=-1,0,0"]
+    assert "no longer parse, left out: hand/model=-1,0,0" in rep["prices"]["line"]
