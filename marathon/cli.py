@@ -139,6 +139,8 @@ def _plain_terminal() -> None:
                 stream.reconfigure(errors="replace")
             except (ValueError, OSError):  # (a stream that cannot be reconfigured is left as it is)
                 pass
+            if stream is sys.stdout:
+                safetext.ASCII_JSON = True  # JSON whole, its names \u-escaped, never "?"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

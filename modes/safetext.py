@@ -148,6 +148,12 @@ def _finite(v: object) -> object:
     return v
 
 
+#: JSON with every non-ASCII character as its ``\\u`` escape: set by the CLI when its output is
+#: not UTF-8 (``LC_ALL=C``, ``PYTHONIOENCODING=ascii``), where a character the terminal cannot show
+#: becomes ``?``; JSON keeps the name whole that way (a review found ``calc-?`` for ``calc-é``)
+ASCII_JSON = False
+
+
 def dumps(obj: object, *, pretty: bool = False, default=None, nonfinite_as_null: bool = False) -> str:
     """The one JSON encoder of everything marathon prints or writes: strict RFC 8259 (no ``NaN`` or
     ``Infinity``: ``allow_nan=False`` raises on one, a bug to see; ``nonfinite_as_null`` writes null
@@ -155,7 +161,7 @@ def dumps(obj: object, *, pretty: bool = False, default=None, nonfinite_as_null:
     bidi or undecodable character raw in the text). ``pretty``: indented; else one line."""
     import json
 
-    kw: dict = {"ensure_ascii": False, "allow_nan": False, "default": default}
+    kw: dict = {"ensure_ascii": ASCII_JSON, "allow_nan": False, "default": default}
     kw.update({"indent": 2} if pretty else {"separators": (",", ":")})
     try:
         text = json.dumps(obj, **kw)
@@ -177,9 +183,18 @@ def dumps(obj: object, *, pretty: bool = False, default=None, nonfinite_as_null:
 _AGENT_QUOTE = re.compile(r"\[agent text, (\d{1,9}) chars\] ")
 
 
+#: the most of the agent's words a harness message quotes: harbor's exception.txt, which the voiding
+#: rules read the last 64 KiB of, must hold a quote's start (a review's 70,000-character driver error
+#: lost its marker there and voided its attempt)
+QUOTE_CAP = 2000
+
+
 def quote_agent(text: str) -> str:
-    """``text`` (the agent's) as it goes into a harness message, on one line, its length stated."""
+    """``text`` (the agent's) as it goes into a harness message, on one line, at most ``QUOTE_CAP``
+    characters of it (its end kept: where a failure says what failed), its length stated."""
     t = str(text).replace("\r", "\\r").replace("\n", "\\n")
+    if len(t) > QUOTE_CAP:
+        t = "…" + t[-(QUOTE_CAP - 1) :]
     return f"[agent text, {len(t)} chars] {t}"
 
 

@@ -9,6 +9,7 @@ in-process (13 interpreter starts were most of this module's time).
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -237,6 +238,21 @@ def test_a_terminal_that_is_not_utf8_gets_its_output_and_a_removed_cwd_one_line(
     )
     assert r.returncode == 0 and "internal error" not in r.stderr, r.stderr
     assert "nop" in r.stdout and "?" in r.stdout  # what ascii cannot show, shown as ?
+    # and JSON keeps every name whole, \u-escaped (a review found calc-? for calc-é)
+    import shutil
+
+    tree = tmp_path / "tree"
+    shutil.copytree(mini_tree, tree, symlinks=True)
+    (tree / "calc-partial").rename(tree / "calc-é")
+    r = _marathon(
+        "report",
+        str(tree),
+        "--format",
+        "json",
+        env={**os.environ, "PYTHONIOENCODING": "ascii", "PYTHONUTF8": "0"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.isascii() and "calc-é" in json.loads(r.stdout)["tasks"]
     gone = tmp_path / "gone"
     gone.mkdir()
     code = (
@@ -249,3 +265,16 @@ def test_a_terminal_that_is_not_utf8_gets_its_output_and_a_removed_cwd_one_line(
         r.returncode == 2
         and r.stderr == "marathon: the current directory no longer exists (removed): cd to one that does\n"
     )
+
+
+def test_a_tree_whose_results_were_all_cut_short_is_still_a_tree(tmp_path):
+    """A review: results-only trees whose every result.json was cut short (a crash, a full disk) were
+    "not an output tree"; such a file is harbor's, unreadable, and said so."""
+    d = tmp_path / "out"
+    trial = d / "calc" / "plain" / "2026-12-01__08-00-00" / "plain" / "calc__abcdefg"
+    trial.mkdir(parents=True)
+    (trial.parent / "result.json").write_text('{"id": ')
+    (trial / "result.json").write_text('{"task_name": "calc", ')
+    r = _marathon("status", str(d))
+    assert r.returncode == 0, r.stderr
+    assert "unreadable:" in r.stdout

@@ -71,7 +71,10 @@ def _tail(path: Path, n: int = 15) -> list[str]:
         return []
     finally:
         os.close(fd)
-    return data.decode("utf-8", "replace").splitlines()[-n:]
+    lines = data.decode("utf-8", "replace").splitlines()
+    if size > _TAIL_BYTES and lines:
+        lines = lines[1:]  # read from the middle of a line: its start (a quote's marker) is not here
+    return lines[-n:]
 
 
 def trial_facts(
@@ -421,23 +424,28 @@ def _harness_words(msg: str, tail: list[str]) -> str:
 
 
 def _own_voided_root(out: Path, src: Path) -> None:
-    """The voided root and its ``marathon-voided`` parent, where they exist, must be real dirs of
-    this user's own: beside a tree in a shared dir (``/tmp``), another user could make them first
-    (or a symlink in their place) and receive every attempt voided there. Refused in one line,
-    nothing moved."""
+    """The voided root and its ``marathon-voided`` parent must be real dirs of this user's own that
+    no one else may write (made so here when missing): beside a tree in a shared dir (``/tmp``),
+    another user could make them first (or a symlink in their place), or plant a symlink in one
+    that others may write, and receive every attempt voided there. Refused in one line, nothing
+    moved."""
     root = voided_root(out)
     euid = os.geteuid()
     for d in (root.parent, root):
         try:
-            st = os.lstat(d)
-        except FileNotFoundError:
-            continue
+            os.mkdir(d, 0o755)  # (not group- or world-writable, whatever the umask)
+        except FileExistsError:
+            pass
         except OSError as exc:
             raise VoidFailed(f"void {src}: nothing moved ({d}: {_why(exc)})") from None
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != euid:
+        try:
+            st = os.lstat(d)
+        except OSError as exc:
+            raise VoidFailed(f"void {src}: nothing moved ({d}: {_why(exc)})") from None
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != euid or st.st_mode & 0o022:
             raise VoidFailed(
-                f"void {src}: nothing moved ({d} is not a dir of this user's own: a symlink or another "
-                "user's; move it away)"
+                f"void {src}: nothing moved ({d} is not a dir of this user's own that only it may write: "
+                "a symlink, another user's, or group- or world-writable; move it away)"
             )
 
 

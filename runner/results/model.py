@@ -17,7 +17,7 @@ Public API (stable; other areas build on it):
     model.claims: set[(task, arm)]          pairs with a claim file in <out>/.claims (any repeat)
     model.money(prices=()) -> Money         the ledger's cost of attempts and cells (runner.results.prices)
     model.repeats -> int                    K: attempts per pair the cells are read with (1 without repeats)
-    model.unreadable: list[str]             files unreadable at the last read (relative paths)
+    model.unreadable: list[str]             files unreadable at the last read ("path: why"; the journal first)
     model.is_output_tree / model.n_attempts facts for "not an output tree" / "empty tree" messages
     scan.pair_done(out, task, arm, repeat=1) the runner's skip test: the model's dirs and exclusions
     open_tree(out) -> RunModel              load for a command; one-line UserError on bad input
@@ -61,7 +61,7 @@ from runner.results.hosts import HostUse
 from runner.results.ledger import Ledger, LedgerReader
 from runner.results.matrix import CellMatrix
 from runner.results.prices import Money, finite_costs, pricer_of
-from runner.results.records import INVALID, OK, TAMPERED
+from runner.results.records import EMPTY, INVALID, OK, TAMPERED, UNREADABLE
 from runner.results.runs import Pieces, Run, RunLog
 from runner.results.scan import Excluded, TreeScan
 
@@ -69,8 +69,9 @@ from runner.results.scan import Excluded, TreeScan
 NOT_RECORDED = "(not recorded)"
 
 
-#: a result.json read as harbor's (its values may still be refused): what makes a dir a tree
-_READ = frozenset({OK, INVALID, TAMPERED})
+#: a result.json that is a plain file (read, or a write cut short: a crash, a full disk), its values
+#: perhaps refused: what makes a dir a tree (not one refused as a symlink or a FIFO)
+_READ = frozenset({OK, INVALID, TAMPERED, UNREADABLE, EMPTY})
 
 
 class RunModel:

@@ -140,6 +140,19 @@ def docker_config_proxies() -> dict | None:
         return None
 
 
+#: what reaches the engine, kept whatever they look like: ``DOCKER_HOST=ssh://user@host`` reads as a
+#: credential-bearing URL and ``SSH_AUTH_SOCK`` is named like one (a review: builds went to the local
+#: engine); none is a secret a build could bake into an image
+ENGINE_VARS = (
+    "DOCKER_HOST",
+    "DOCKER_CONTEXT",
+    "DOCKER_CONFIG",
+    "DOCKER_CERT_PATH",
+    "DOCKER_TLS_VERIFY",
+    "SSH_AUTH_SOCK",
+)
+
+
 def build_command(
     task_dir: Path, overlay: Path | None, proxy: str | None, no_proxy: str
 ) -> tuple[list[str], dict[str, str]]:
@@ -162,7 +175,7 @@ def build_command(
     # no credential of the operator's shell or of a fleet host's worker (the model key among them):
     # a task's compose file could pass any variable to its build (``args: {K: ${OPENAI_API_KEY}}``),
     # and the image goes into every sandbox of the task (and, on a fleet, into the shared tree)
-    env = without_secrets(os.environ)
+    env = without_secrets(os.environ, keep=ENGINE_VARS)
     env["CONTEXT_DIR"] = str(env_dir)
     for k in PROXY_ARGS + NO_PROXY_ARGS:
         env.pop(k, None)

@@ -402,6 +402,11 @@ def test_a_task_image_build_inherits_no_credential(monkeypatch):
     assert (
         env["DOCKER_HOST"] == "unix:///var/run/docker.sock" and env["HTTPS_PROXY"] == "http://10.0.0.1:3128"
     )
+    # an engine over ssh keeps its address and the agent socket it needs (a review: dropped as secrets)
+    monkeypatch.setenv("DOCKER_HOST", "ssh://alice@build-host")
+    monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/ssh-x/agent.1")
+    _argv, env = build_command(task, None, None, "localhost")
+    assert env["DOCKER_HOST"] == "ssh://alice@build-host" and env["SSH_AUTH_SOCK"] == "/tmp/ssh-x/agent.1"
 
 
 def test_the_gateways_upstream_url_is_refused_without_being_echoed():

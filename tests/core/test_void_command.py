@@ -192,6 +192,11 @@ def test_a_voided_root_of_another_user_or_a_symlink_receives_nothing(mini_tree, 
         r = _marathon("void", str(trial), str(out), "--yes")
         assert r.returncode != 0 and "another user's" in r.stderr and trial.is_dir(), r.stderr
         os.chown(vroot.parent, 0, 0)
+    # one that others may write: they could plant a symlink in it (a review's umask 002 case)
+    os.chmod(vroot.parent, 0o775)
+    r = _marathon("void", str(trial), str(out), "--yes")
+    assert r.returncode != 0 and "group- or world-writable" in r.stderr and trial.is_dir(), r.stderr
+    os.chmod(vroot.parent, 0o755)
     r = _marathon("void", str(trial), str(out), "--yes")
     assert r.returncode == 0, r.stderr
     assert not trial.exists()

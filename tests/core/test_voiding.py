@@ -406,3 +406,21 @@ def test_the_agents_quoted_words_are_cut_exactly_whatever_they_hold(before, agen
     text = before + safetext.quote_agent(agent) + after
     assert safetext.without_agent_quotes(text) == before + after
     assert "\n" not in safetext.quote_agent(agent)
+
+
+def test_a_quote_of_any_length_keeps_its_marker_in_what_the_rules_read(tmp_path):
+    """Found by a review: a 70,000-character driver error (the agent's) ending in the daemon's words
+    was cut, in exception.txt's last 64 KiB, before its quote's marker, and voided its attempt."""
+    words = "Cannot connect to the Docker daemon at unix:///var/run/docker.sock"
+    msg = "the driver in the sandbox failed: " + safetext.quote_agent("x" * 70_000 + words)
+    assert len(msg) < 3000 and safetext.without_agent_quotes(msg) == "the driver in the sandbox failed: "
+    trial = write_trial(tmp_path, "plain", "ArmFailure", True, msg)
+    frames = "".join(f'  File "/x/frame{i}.py", line {i}, in f\n    g()\n' for i in range(2000))
+    (trial / "exception.txt").write_text(f"Traceback (most recent call last):\n{frames}ArmFailure: {msg}\n")
+    assert classify_trial(trial).kind == "errored"
+    # a line of exception.txt cut at the start of the 64 KiB read is not read at all
+    line2 = "y" * (64 * 1024 - 100 - 1)  # the read starts 100 bytes before it: in the words' line
+    (trial / "exception.txt").write_text(
+        "[agent text, 9999 chars] " + "x" * 1000 + "] " + words + "\n" + line2 + "\n"
+    )
+    assert classify_trial(trial).kind == "errored"

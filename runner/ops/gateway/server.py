@@ -742,7 +742,7 @@ class Gateway:
                         self.tally.note({**row, "usage": scanner.usage, "outcome": L.OK})
                         noted = True
                         self._cut_attempt(a)
-                    if chunk:  # (an empty write would end the chunked framing)
+                    if chunk:  # (all of a read the mask kept back: nothing to write yet)
                         await resp.write(chunk)
                 rest = mask.flush()  # what could have begun the key and did not
                 if rest:
