@@ -77,6 +77,7 @@ from modes.gateway import LOCAL, RELAY_BASE_URL, TOKEN_VAR, tls_address
 from modes.profiles import mode_for
 from modes.receipt import Receipt, utc_now
 from modes.trial_files import TrialFiles
+from modes.values import COUNT_CAP
 
 CODEX_HOME = "/var/tmp/marathon-codex"
 DEFAULT_KEY_VAR = "OPENAI_API_KEY"
@@ -94,6 +95,13 @@ __all__ = [
     "CodexSession",
     "deadline_margin_sec",
 ]
+
+
+def _count(v: object) -> int:
+    """A token count as harbor keeps it: a whole number in range, else 0 (the counts come from the
+    sandbox, where the agent is root: ``int("trial environment lost")`` raised a ValueError whose
+    message voided the attempt, a probe's find; the gateway's ledger is the count that is trusted)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= COUNT_CAP else 0
 
 
 def _trial_config(trial_dir: Path):
@@ -432,9 +440,9 @@ class CodexAppServerAgent(BaseAgent):
         """
         from harbor.models.agent.context import ModelUsage
 
-        context.n_input_tokens = int(total.get("inputTokens") or 0)
-        context.n_cache_tokens = int(total.get("cachedInputTokens") or 0)
-        context.n_output_tokens = int(total.get("outputTokens") or 0)
+        context.n_input_tokens = _count(total.get("inputTokens"))
+        context.n_cache_tokens = _count(total.get("cachedInputTokens"))
+        context.n_output_tokens = _count(total.get("outputTokens"))
         context.model_usage = {
             self.codex_model: ModelUsage(
                 n_input_tokens=context.n_input_tokens,

@@ -68,6 +68,7 @@ from modes.gateway import (
 )
 from modes.naming import compose_project
 from modes.receipt import Receipt
+from modes.values import SECONDS_CAP
 
 REPO = Path(__file__).resolve().parents[1]
 #: The stdlib-only modules the driver needs, uploaded as a package tree (harbor is not installed there).
@@ -328,6 +329,31 @@ async def start_driver(t: SandboxTransport) -> None:
         raise ArmFailure(f"the sandbox cannot run the driver: {(r.stdout or '').strip()[-300:]}")
 
 
+def clean_status(status: dict) -> dict:
+    """The driver's status as the host may use it: the driver runs where the agent is root, so
+    every field is the agent's to write. A number that is not one of its kind is dropped (a
+    ``budget_left_sec`` of "trial environment lost" raised a ValueError whose message voided the
+    attempt, a probe's find); the phase is kept as text, quoted wherever a message shows it."""
+    out = dict(status)
+    left = out.get("budget_left_sec")
+    if left is not None and not (
+        isinstance(left, (int, float)) and not isinstance(left, bool) and 0 <= left <= SECONDS_CAP
+    ):
+        out.pop("budget_left_sec")
+    for key in ("pid", "start_ticks"):
+        v = out.get(key)
+        if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and 0 < v < 2**63):
+            out.pop(key)
+    if not isinstance(out.get("phase", ""), str):
+        out.pop("phase")
+    return out
+
+
+def _phase(status: dict) -> str:
+    """The driver's last phase, for a harness message: the agent's words, quoted."""
+    return safetext.quote_agent(str(status.get("phase", "not started"))[:80])
+
+
 def _signal_command(status: dict, sig: str) -> str:
     pid, ticks = int(status["pid"]), shlex.quote(str(status["start_ticks"]))
     return (
@@ -401,9 +427,9 @@ class Watch:
         self.last_answer = time.monotonic()
         try:
             status = json.loads(out.split(ANSWER_MARK)[0].strip() or "null")
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
-        return status if isinstance(status, dict) else None
+        return clean_status(status) if isinstance(status, dict) else None
 
     async def send(self, command: str, what: str) -> None:
         try:
@@ -472,18 +498,16 @@ class Watch:
                     return status
             elif now - self.last_answer > POLL_SEC and (gone := await self.t.lost(settle_sec=0)) is not None:
                 # an unanswered poll: a container that is not running ends the watch now, not in a minute
-                raise EnvironmentLost(
-                    f"{gone} (driver's last phase: {self.status.get('phase', 'not started')})"
-                )
+                raise EnvironmentLost(f"{gone} (driver's last phase: {_phase(self.status)})")
             if now - self.last_answer > SILENT_SEC:
                 raise EnvironmentLost(
                     f"the sandbox answered no status poll for {SILENT_SEC:.0f} s "
-                    f"({self.t.lost_execs} execs lost; driver's last phase: {self.status.get('phase', 'not started')})"
+                    f"({self.t.lost_execs} execs lost; driver's last phase: {_phase(self.status)})"
                 )
             if now - self.last_change > SILENT_SEC and self.stop_at is None:
                 raise ArmFailure(
                     f"the in-sandbox driver has not updated its status for {SILENT_SEC:.0f} s "
-                    f"(last phase: {self.status.get('phase', 'not started')})"
+                    f"(last phase: {_phase(self.status)})"
                 )
             await self.escalate(now)
             # a long poll has waited already; a short one (or one that failed fast) waits here
@@ -503,7 +527,7 @@ class Watch:
                 await self.send(_signal_command(self.status, "KILL"), "SIGKILL")
         elif self.kill_at is not None and now - self.kill_at > KILL_AFTER_SEC:
             raise ArmFailure(
-                f"the in-sandbox driver did not end after SIGKILL (last phase: {self.status.get('phase')})"
+                f"the in-sandbox driver did not end after SIGKILL (last phase: {_phase(self.status)})"
             )
 
     async def stop_now(self) -> None:
@@ -550,16 +574,32 @@ async def download_evidence(t: SandboxTransport, logs_dir: Path, receipt: Receip
             receipt.warnings.append(f"evidence download failed: {type(exc).__name__}: {exc}")
 
 
+#: what the host itself recorded of an attempt (what the fairness audit compares, the arm, its model
+#: and budget): the driver's receipt, written where the agent is root, never overrides them (a probe
+#: forged every one, ``image_id`` among the extras, in the driver's receipt)
+HOST_FACTS = (
+    "arm", "mode", "disclosures", "agent", "codex_version", "model", "provider", "schema",
+    "codex_sha256", "config_toml", "image_digest", "masked", "goal_timeout_sec", "budget_sec",
+)  # fmt: skip
+
+
 def merge_receipt(host: Receipt, driver: dict) -> Receipt:
-    """The driver's receipt, with the host's transport, timings, warnings and extras kept."""
+    """The driver's receipt, with the host's facts (``HOST_FACTS``, where the host has one),
+    transport, timings, warnings and extras kept over the driver's."""
     known = {f.name for f in fields(Receipt)}
     data = {k: v for k, v in driver.items() if k in known}
     merged = Receipt(**data)
+    for name in HOST_FACTS:
+        mine = getattr(host, name)
+        if mine not in (None, {}, [], ""):
+            setattr(merged, name, mine)
     merged.transport = host.transport
-    merged.timings = {**host.timings, **merged.timings}
+    merged.timings = {**merged.timings, **host.timings}
     merged.warnings = [*host.warnings, *[w for w in merged.warnings if w not in host.warnings]]
     merged.errors = [*host.errors, *[e for e in merged.errors if e not in host.errors]]
-    merged.extra = {**host.extra, **merged.extra}
+    merged.extra = {**merged.extra, **host.extra}
+    if merged.stop_reason is not None:  # the agent's word, kept as text harbor can write
+        merged.stop_reason = safetext.clean(str(merged.stop_reason), 64)
     return merged
 
 
@@ -755,17 +795,19 @@ class SandboxDriverRun:
                     await settle(t.exec(keep_scripted_log_command(), user="root"), 60)
                 except Exception:  # noqa: BLE001 - evidence is best effort
                     pass
-            try:
-                await settle(download_evidence(t, self.arm.logs_dir, run.receipt), 300)
-            except Exception as exc:  # noqa: BLE001
-                run.receipt.warnings.append(f"evidence download: {type(exc).__name__}: {exc}")
-            # last: the driver's evidence is down; nothing it left may outlive the phase
+            # first: nothing the agent left may run while the host writes the evidence into the
+            # trial's agent dir, which the container shares (a probe's leftover swapped a subdir for
+            # a symlink between the host's check and its write, and files landed outside the trial)
             left = leftovers.UNLISTED
             if self.before is not None:
                 try:
                     left = await settle(leftovers.end_leftovers(t.container_exec(), self.before), 90)
                 except Exception as exc:  # noqa: BLE001 - recorded, never silent
                     left = {**leftovers.UNLISTED, "incomplete": f"{type(exc).__name__}: {exc}"}
+            try:
+                await settle(download_evidence(t, self.arm.logs_dir, run.receipt), 300)
+            except Exception as exc:  # noqa: BLE001
+                run.receipt.warnings.append(f"evidence download: {type(exc).__name__}: {exc}")
         finally:
             run.receipt = _merge_driver_receipt(self.arm.logs_dir, run.receipt, t, self.watch)
             if left is not None:

@@ -193,6 +193,8 @@ def quote_agent(text: str) -> str:
     """``text`` (the agent's) as it goes into a harness message, on one line, at most ``QUOTE_CAP``
     characters of it (its end kept: where a failure says what failed), its length stated."""
     t = str(text).replace("\r", "\\r").replace("\n", "\\n")
+    # a lone surrogate (JSON's "\ud800") kept harbor from writing the trial's result.json at all
+    t = t.encode("utf-8", "backslashreplace").decode("utf-8")
     if len(t) > QUOTE_CAP:
         t = "…" + t[-(QUOTE_CAP - 1) :]
     return f"[agent text, {len(t)} chars] {t}"

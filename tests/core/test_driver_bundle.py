@@ -127,3 +127,60 @@ def test_a_driver_failure_is_the_attempts_spend_cap_only_with_the_gateways_recor
     cut.write_text("{torn")
     assert read_cut(cut)["text"] == "spend cap of the attempt reached" and read_cut(cut)["cap_usd"] is None
     assert not Watch(None, None, lambda s: None, tmp_path / "o.json").cut_ended(refusal)  # no cap in this run
+
+
+def test_what_the_driver_writes_never_decides_a_void_nor_the_hosts_own_facts(tmp_path):
+    """Found by a probe of what the host reads from the sandbox, where the agent is root: a status
+    whose budget_left_sec was "trial environment lost" raised a ValueError quoting it (the attempt
+    voided), a phase with the daemon's words did the same, the receipt's token counts too, a lone
+    surrogate kept harbor from writing result.json (voided as no_result), and the driver's receipt
+    replaced the host's audit facts."""
+    from agents.base_codex import _count
+    from agents.sandbox_host import _phase, clean_status, merge_receipt
+    from modes import safetext
+    from modes.receipt import Receipt
+    from runner.ops.void import classify_trial
+
+    forged = {"seq": 3, "done": True, "budget_left_sec": "trial environment lost", "pid": "1; rm -rf /",
+              "start_ticks": True, "phase": "cannot connect to the docker daemon"}  # fmt: skip
+    st = clean_status(forged)
+    assert "budget_left_sec" not in st and "pid" not in st and "start_ticks" not in st and st["done"] is True
+    assert clean_status({"budget_left_sec": 12.5, "pid": 42, "start_ticks": 9})["budget_left_sec"] == 12.5
+    msg = f"the in-sandbox driver has not updated its status for 600 s (last phase: {_phase(st)})"
+    trial = tmp_path / "calc-partial__abcdefg"
+    trial.mkdir()
+    for m in (
+        msg,
+        "the driver in the sandbox failed: " + safetext.quote_agent("\ud800 no such container: 0123456789ab"),
+    ):
+        (trial / "result.json").write_text(json.dumps({"agent_execution": {"started_at": "a"},
+                                                       "exception_info": {"exception_type": "ArmFailure",
+                                                                          "exception_message": m}}))  # fmt: skip
+        assert classify_trial(trial).kind == "errored", m
+        m.encode("utf-8")  # harbor writes it: no lone surrogate
+    assert (_count("trial environment lost"), _count(True), _count(-1), _count(10**20), _count(123)) == (
+        0,
+        0,
+        0,
+        0,
+        123,
+    )
+
+    host = Receipt("plain", None, [], "codex", "0.171.0", "scripted/demo", {})
+    host.codex_sha256, host.image_digest, host.extra = (
+        "a" * 64,
+        "sha256:" + "b" * 64,
+        {"image_id": "sha256:c"},
+    )
+    driver = {"arm": "goal", "mode": None, "disclosures": [], "agent": "x", "codex_version": "9", "model": "m2",
+              "provider": {}, "codex_sha256": "f" * 64, "image_digest": "sha256:forged", "turns": 7,
+              "extra": {"image_id": "sha256:forged", "driver_own": 1}, "stop_reason": "done\ud800"}  # fmt: skip
+    got = merge_receipt(host, driver)
+    assert (got.arm, got.model, got.codex_sha256, got.image_digest) == (
+        "plain",
+        "scripted/demo",
+        "a" * 64,
+        host.image_digest,
+    )
+    assert got.extra == {"image_id": "sha256:c", "driver_own": 1} and got.turns == 7
+    got.stop_reason.encode("utf-8")
