@@ -574,18 +574,16 @@ async def download_evidence(t: SandboxTransport, logs_dir: Path, receipt: Receip
             receipt.warnings.append(f"evidence download failed: {type(exc).__name__}: {exc}")
 
 
-#: what the host itself recorded of an attempt (what the fairness audit compares, the arm, its model
-#: and budget): the driver's receipt, written where the agent is root, never overrides them (a probe
-#: forged every one, ``image_id`` among the extras, in the driver's receipt)
-HOST_FACTS = (
-    "arm", "mode", "disclosures", "agent", "codex_version", "model", "provider", "schema",
-    "codex_sha256", "config_toml", "image_digest", "masked", "goal_timeout_sec", "budget_sec",
-)  # fmt: skip
+#: what the host itself recorded of an attempt (the arm, its model, and the binary and image digests
+#: the fairness audit compares: ``record_audit_facts``): the driver's receipt, written where the agent
+#: is root, never overrides them (a probe forged every one, ``image_id`` among the extras)
+HOST_FACTS = ("arm", "model", "codex_sha256", "image_digest")
+HOST_EXTRAS = ("image_id",)
 
 
 def merge_receipt(host: Receipt, driver: dict) -> Receipt:
-    """The driver's receipt, with the host's facts (``HOST_FACTS``, where the host has one),
-    transport, timings, warnings and extras kept over the driver's."""
+    """The driver's receipt, with the host's facts (``HOST_FACTS``, ``HOST_EXTRAS``: where the host
+    has one), transport, timings, warnings, errors and extras merged in."""
     known = {f.name for f in fields(Receipt)}
     data = {k: v for k, v in driver.items() if k in known}
     merged = Receipt(**data)
@@ -594,10 +592,11 @@ def merge_receipt(host: Receipt, driver: dict) -> Receipt:
         if mine not in (None, {}, [], ""):
             setattr(merged, name, mine)
     merged.transport = host.transport
-    merged.timings = {**merged.timings, **host.timings}
+    merged.timings = {**host.timings, **merged.timings}
     merged.warnings = [*host.warnings, *[w for w in merged.warnings if w not in host.warnings]]
     merged.errors = [*host.errors, *[e for e in merged.errors if e not in host.errors]]
-    merged.extra = {**merged.extra, **host.extra}
+    merged.extra = {**host.extra, **merged.extra}
+    merged.extra.update({k: host.extra[k] for k in HOST_EXTRAS if k in host.extra})
     if merged.stop_reason is not None:  # the agent's word, kept as text harbor can write
         merged.stop_reason = safetext.clean(str(merged.stop_reason), 64)
     return merged
@@ -795,19 +794,18 @@ class SandboxDriverRun:
                     await settle(t.exec(keep_scripted_log_command(), user="root"), 60)
                 except Exception:  # noqa: BLE001 - evidence is best effort
                     pass
-            # first: nothing the agent left may run while the host writes the evidence into the
-            # trial's agent dir, which the container shares (a probe's leftover swapped a subdir for
-            # a symlink between the host's check and its write, and files landed outside the trial)
+            try:
+                await settle(download_evidence(t, self.arm.logs_dir, run.receipt), 300)
+            except Exception as exc:  # noqa: BLE001
+                run.receipt.warnings.append(f"evidence download: {type(exc).__name__}: {exc}")
+            # last: the driver's evidence is down (a driver still winding down under a cancellation
+            # writes its receipt until here); nothing it left may outlive the phase
             left = leftovers.UNLISTED
             if self.before is not None:
                 try:
                     left = await settle(leftovers.end_leftovers(t.container_exec(), self.before), 90)
                 except Exception as exc:  # noqa: BLE001 - recorded, never silent
                     left = {**leftovers.UNLISTED, "incomplete": f"{type(exc).__name__}: {exc}"}
-            try:
-                await settle(download_evidence(t, self.arm.logs_dir, run.receipt), 300)
-            except Exception as exc:  # noqa: BLE001
-                run.receipt.warnings.append(f"evidence download: {type(exc).__name__}: {exc}")
         finally:
             run.receipt = _merge_driver_receipt(self.arm.logs_dir, run.receipt, t, self.watch)
             if left is not None:
