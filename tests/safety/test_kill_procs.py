@@ -525,12 +525,21 @@ def test_a_group_mate_outside_the_targets_tree_is_planned_and_a_newcomer_is_neve
     )
 
     def group() -> dict[int, str]:
-        return {p.pid: " ".join(p.cmdline()) for p in psutil.process_iter() if _pgid_of(p.pid) == leader.pid}
+        members = psutil.process_iter(["cmdline"])
+        return {p.pid: " ".join(p.info["cmdline"] or ()) for p in members if _pgid_of(p.pid) == leader.pid}
 
-    deadline = time.monotonic() + 10
-    while len(group()) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    (orphan,) = [pid for pid, cmd in group().items() if cmd == "sleep 600"]
+    def settled(*commands: str) -> dict[int, str]:
+        """The group once each command runs and no forked subshell is left between fork and exec
+        (a forked bash carries the leader's command line, so counting members alone races)."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            now = group()
+            if sorted(c for pid, c in now.items() if pid != leader.pid) == sorted(commands):
+                return now
+            time.sleep(0.05)
+        raise AssertionError(f"the group never settled on {commands}: {group()}")
+
+    (orphan,) = [pid for pid, cmd in settled("sleep 600", "sleep 599").items() if cmd == "sleep 600"]
     assert orphan not in {c.pid for c in psutil.Process(leader.pid).children(recursive=True)}
     Registry(out).register(leader.pid, "runner", leader.args)
     plan = plan_stop(out)
@@ -540,10 +549,8 @@ def test_a_group_mate_outside_the_targets_tree_is_planned_and_a_newcomer_is_neve
     )
     assert f"in the process group of {leader.pid}" in plan.render()
     os.kill(leader.pid, signal.SIGUSR1)  # a newcomer joins the group after the plan was shown
-    deadline = time.monotonic() + 10
-    while len(group()) < 4 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    (late,) = [pid for pid, cmd in group().items() if cmd == "sleep 601"]
+    late_group = settled("sleep 600", "sleep 599", "sleep 601")
+    (late,) = [pid for pid, cmd in late_group.items() if cmd == "sleep 601"]
     late_proc = psutil.Process(late)
     planned = [psutil.Process(p) for p in by_pid]
     report = act_stop(plan, grace_sec=5)
