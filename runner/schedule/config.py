@@ -363,6 +363,8 @@ class ArmSpec:
 
 
 _ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+#: names the status table and the console already give a row of their own (all arms together)
+RESERVED_ARM_NAMES = frozenset({"total"})
 
 
 def parse_arm(text: str) -> ArmSpec:
@@ -371,6 +373,8 @@ def parse_arm(text: str) -> ArmSpec:
     name, sep, agent = text.partition("=")
     if not _ARM_NAME.match(name):
         raise UserError(f"bad arm name {name!r}: use letters, digits, '.', '_' and '-'")
+    if name.lower() in RESERVED_ARM_NAMES:
+        raise UserError(f"bad arm name {name!r}: the row of all arms together has that name")
     if sep:
         if ":" not in agent and agent not in HARBOR_BUILTIN_STANDINS:
             raise UserError(

@@ -88,6 +88,14 @@ def test_a_repeat_is_named_in_its_stamp_and_claim_and_repeat_one_has_no_mark(tmp
         parse_arm("plain@r2")  # never an arm name: the mark cannot be read two ways
 
 
+def test_an_arm_cannot_take_the_name_of_the_row_of_all_arms():
+    """A review: ``--arms total=oracle`` gave `marathon status` two rows named total."""
+    for total in ("total=oracle", "Total=pkg.mod:Agent"):
+        with pytest.raises(UserError, match="the row of all arms together"):
+            parse_arm(total)
+    assert parse_arm("totals=oracle").name == "totals"
+
+
 def test_the_repeats_knob_is_checked_and_recorded(tmp_path):
     from runner.schedule.config import read_driver_env, resolve, write_driver_env
 
