@@ -545,7 +545,8 @@ class Watch:
 
 def import_evidence(src: Path, logs_dir: Path) -> list[str]:
     """Regular files of the downloaded /logs/agent into the trial's agent dir (hostile input:
-    links and special files are skipped, every dir on the way made a real dir inside it)."""
+    links and special files are skipped, every dir on the way made a real dir inside it, and a
+    file the host already wrote there, its status mirror among them, is never replaced)."""
     copied: list[str] = []
     for root, dirs, files in os.walk(src):
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
@@ -558,6 +559,8 @@ def import_evidence(src: Path, logs_dir: Path) -> list[str]:
             if rel == "." and name in ("goal_receipt.json", "trajectory.json"):
                 continue  # the arm writes these on the host; the agent's own are not taken
             safeio.ensure_dir(dest_dir, logs_dir)
+            if os.path.lexists(dest_dir / name):
+                continue  # the host's own (only the host writes this dir in this route)
             with open(p, "rb") as fh:
                 safeio.write_atomic(dest_dir / name, fh.read())
             copied.append(os.path.join(rel, name) if rel != "." else name)

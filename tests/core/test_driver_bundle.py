@@ -49,10 +49,13 @@ def test_downloaded_evidence_keeps_regular_files_only(tmp_path):
     os.symlink("/etc/passwd", src / "link.txt")
     os.mkfifo(src / "fifo")
     (src / "goal_receipt.json").write_text('{"forged": true}')  # the arm writes its own on the host
+    (src / "driver-status.json").write_text('{"forged": true}')
+    (dest / "driver-status.json").write_text('{"seq": 9}')  # the host's status mirror
     copied = import_evidence(src, dest)
     assert sorted(copied) == ["appserver.stdout.jsonl", "sessions/rollout-1.jsonl"]
     assert not (dest / "link.txt").exists() and not (dest / "fifo").exists()
     assert not (dest / "goal_receipt.json").exists()
+    assert (dest / "driver-status.json").read_text() == '{"seq": 9}'  # never replaced by the sandbox's
 
 
 def _status_answer(cmd: str, timeout: float) -> str:
