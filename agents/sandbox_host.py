@@ -545,25 +545,33 @@ class Watch:
 
 def import_evidence(src: Path, logs_dir: Path) -> list[str]:
     """Regular files of the downloaded /logs/agent into the trial's agent dir (hostile input:
-    links and special files are skipped, every dir on the way made a real dir inside it, and a
-    file the host already wrote there, its status mirror among them, is never replaced)."""
+    links and special files are skipped, every dir on the way made a real dir inside it and
+    written through its descriptor, ``safeio.open_dir_in``, so a process the agent left beside a
+    shared agent dir cannot swap one for a symlink under the write; a file the host already wrote
+    there, its status mirror among them, is never replaced)."""
     copied: list[str] = []
     for root, dirs, files in os.walk(src):
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
         rel = os.path.relpath(root, src)
-        dest_dir = logs_dir if rel == "." else logs_dir / rel
-        for name in files:
-            p = os.path.join(root, name)
-            if os.path.islink(p) or not os.path.isfile(p):
-                continue
-            if rel == "." and name in ("goal_receipt.json", "trajectory.json"):
-                continue  # the arm writes these on the host; the agent's own are not taken
-            safeio.ensure_dir(dest_dir, logs_dir)
-            if os.path.lexists(dest_dir / name):
-                continue  # the host's own (only the host writes this dir in this route)
-            with open(p, "rb") as fh:
-                safeio.write_atomic(dest_dir / name, fh.read())
-            copied.append(os.path.join(rel, name) if rel != "." else name)
+        keep = [
+            name
+            for name in files
+            if not os.path.islink(os.path.join(root, name))
+            and os.path.isfile(os.path.join(root, name))
+            and not (rel == "." and name in ("goal_receipt.json", "trajectory.json"))
+        ]  # (the arm writes those two on the host; the agent's own are not taken)
+        if not keep:
+            continue
+        dir_fd = safeio.open_dir_in(logs_dir, rel)
+        try:
+            for name in keep:
+                if safeio.exists_in(dir_fd, name):
+                    continue  # the host's own (only the host writes this dir in a remote sandbox)
+                with open(os.path.join(root, name), "rb") as fh:
+                    safeio.write_in(dir_fd, name, fh)
+                copied.append(os.path.join(rel, name) if rel != "." else name)
+        finally:
+            os.close(dir_fd)
     return copied
 
 

@@ -42,6 +42,35 @@ STREAM_LIMIT = 64 * 1024 * 1024
 MAX_EVIDENCE_BYTES = 1 << 30
 
 
+def extract_evidence(tf: tarfile.TarFile, host_dir: Path, root: Path) -> list[str]:
+    """The tar's regular files and dirs (``_evidence_filter``) into ``host_dir``, each written
+    through the descriptor of its real dir below ``root`` (``safeio.open_dir_in``): the agent dir
+    is the agent's ``/logs/agent`` too, so a process it left could swap a dir for a symlink between
+    a check by path and a write by path (tarfile's own extraction writes by path). Returns the
+    names written, relative to ``host_dir``."""
+    written: list[str] = []
+    base = os.path.relpath(host_dir, root)
+    for member in tf:
+        m = _evidence_filter(member, str(host_dir))
+        if m is None:
+            continue
+        rel = os.path.normpath(os.path.join(base, m.name))
+        if m.isdir():
+            os.close(safeio.open_dir_in(root, rel))
+            continue
+        src = tf.extractfile(m)
+        if src is None:
+            continue
+        parent, name = os.path.split(rel)
+        dir_fd = safeio.open_dir_in(root, parent)
+        try:
+            safeio.write_in(dir_fd, name, src, mode=(m.mode or 0o644) & 0o755)
+        finally:
+            os.close(dir_fd)
+        written.append(os.path.normpath(m.name))
+    return written
+
+
 def _evidence_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
     """Regular files and dirs only, each inside ``dest``: links and special files are skipped.
 
@@ -270,10 +299,10 @@ class DockerExecTransport(Transport):
 
         The tar streams to a temp file (never into memory) and stops at ``MAX_EVIDENCE_BYTES``.
         """
-        if root is not None:
-            safeio.ensure_dir(host_dir, root)
-        else:
+        if root is None:
             host_dir.mkdir(parents=True, exist_ok=True)
+            root = host_dir
+        safeio.ensure_dir(host_dir, root)
         parent, name = os.path.split(container_path.rstrip("/"))
         argv = ["docker", "exec", "-u", "0", self.container_id, "tar", "cf", "-", "-C", parent or "/", name]
         with tempfile.TemporaryFile() as fh:
@@ -300,7 +329,7 @@ class DockerExecTransport(Transport):
                 return False
             fh.seek(0)
             with tarfile.open(fileobj=fh) as tf:
-                tf.extractall(host_dir, filter=_evidence_filter)
+                extract_evidence(tf, host_dir, root)
         return True
 
     def copy_in(self, host_dir: Path, container_dir: str) -> None:

@@ -19,13 +19,15 @@ scanner, and a refused file is never a score.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import shutil
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from modes.values import depth_within
 
@@ -375,41 +377,115 @@ def move_aside(path: str) -> None:
     os.rename(path, f"{path}.planted-{os.urandom(4).hex()}")
 
 
-def write_atomic(path: str | os.PathLike, data: bytes | str, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data``: a planted FIFO or symlink there neither blocks nor redirects.
+def _move_aside_in(dir_fd: int, name: str) -> None:
+    os.rename(name, f"{name}.planted-{os.urandom(4).hex()}", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+#: how often a component planted again as soon as it was moved aside is moved aside once more
+_PLANT_TRIES = 8
+
+
+def _open_step(dir_fd: int, part: str) -> int:
+    for _ in range(_PLANT_TRIES):
+        try:
+            return os.open(part, _DIR_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, dir_fd=dir_fd)
+        except OSError as exc:  # ELOOP: a symlink; ENOTDIR: a file, a FIFO
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            _move_aside_in(dir_fd, part)
+    raise OSError(errno.ELOOP, f"{part!r}: planted again each time it was moved aside")
+
+
+def open_dir_in(root: str | os.PathLike, rel: str | os.PathLike = "") -> int:
+    """A descriptor of the real dir ``root/rel``, for ``write_in``: ``root`` (the host's own) opened
+    as given, every component below it opened relative to the one before with ``O_NOFOLLOW``, made
+    when missing, a symlink or file planted at it moved aside (kept).
+
+    What is then written through the descriptor lands in that dir even if a component is swapped
+    for a symlink after it was opened: an agent's process still running beside the shared agent
+    dir cannot redirect the host's write between a check and the write (a probe's race script did,
+    while paths were checked and then written by name). The caller closes the descriptor."""
+    parts = [x for x in os.path.normpath(os.fspath(rel)).split(os.sep) if x not in ("", ".")]
+    if os.path.isabs(os.fspath(rel)) or ".." in parts:
+        raise ValueError(f"{os.fspath(rel)!r} is not a path inside {os.fspath(root)}")
+    fd = os.open(os.fspath(root), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts:
+            nxt = _open_step(fd, part)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def exists_in(dir_fd: int, name: str) -> bool:
+    """Whether the open dir has an entry ``name`` (of any kind, a dangling symlink too)."""
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def write_in(dir_fd: int, name: str, data: bytes | str | BinaryIO, mode: int = 0o644) -> None:
+    """Replace the entry ``name`` of the open dir ``dir_fd`` with ``data`` (bytes, text, or a binary
+    file read to its end): a planted FIFO or symlink there neither blocks nor redirects.
 
     The temp file is created with ``O_CREAT | O_EXCL`` (which never follows a symlink) in the same
     dir and renamed over the name, so the entry is replaced, not opened. A planted dir at the name
     is moved aside (kept, renamed ``<name>.planted-<hex>``). ``mode``: the new file's permissions
-    (before the umask, as ``open`` applies it).
-    """
-    p = os.fspath(path)
+    (before the umask, as ``open`` applies it)."""
+    if not name or os.sep in name or name in (".", ".."):
+        raise ValueError(f"{name!r} is not a file name")
     if isinstance(data, str):
         data = data.encode("utf-8")
-    d, name = os.path.split(p)
     while True:
-        tmp = os.path.join(d, f".{name}.{os.urandom(6).hex()}.tmp")
+        tmp = f".{name}.{os.urandom(6).hex()}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+            fd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd
+            )
             break
         except FileExistsError:
             continue
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                fh.write(data)
+            else:
+                shutil.copyfileobj(data, fh)
         try:
-            os.replace(tmp, p)
-        except (IsADirectoryError, NotADirectoryError, OSError) as exc:
-            if not os.path.isdir(p) or os.path.islink(p):
-                raise exc
-            move_aside(p)
-            os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except OSError:
-            pass
+            try:
+                planted = os.lstat(name, dir_fd=dir_fd)
+            except OSError:
+                planted = None
+            if planted is None or not stat.S_ISDIR(planted.st_mode):
+                raise
+            _move_aside_in(dir_fd, name)
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
         raise
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` (``write_in`` in the dir the path names): a planted FIFO or
+    symlink there neither blocks nor redirects, a planted dir is moved aside (kept)."""
+    d, name = os.path.split(os.fspath(path))
+    dir_fd = os.open(d or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        write_in(dir_fd, name, data, mode)
+    finally:
+        os.close(dir_fd)
 
 
 def open_append(path: str | os.PathLike) -> int:
@@ -496,7 +572,8 @@ def held_lock(path: str | os.PathLike) -> Iterator[None]:
 
 
 def ensure_dir(path: str | os.PathLike, root: str | os.PathLike) -> None:
-    """Make ``path`` a real dir inside ``root``, every component below ``root`` a real dir.
+    """Make ``path`` a real dir inside ``root``, every component below ``root`` a real dir
+    (``open_dir_in``).
 
     A symlink or file planted at a component is moved aside, so what is copied there stays in
     the trial dir (a planted ``loopx -> ~/.ssh`` would otherwise receive the evidence).
@@ -506,19 +583,7 @@ def ensure_dir(path: str | os.PathLike, root: str | os.PathLike) -> None:
     if not _within(p, root_s):
         raise ValueError(f"{p} is outside {root_s}")
     os.makedirs(root_s, exist_ok=True)
-    cur = root_s
-    for part in os.path.relpath(p, root_s).split(os.sep):
-        if part in ("", "."):
-            continue
-        cur = os.path.join(cur, part)
-        try:
-            st = os.lstat(cur)
-        except FileNotFoundError:
-            os.mkdir(cur)
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            move_aside(cur)
-            os.mkdir(cur)
+    os.close(open_dir_in(root_s, os.path.relpath(p, root_s)))
 
 
 def set_aside_special(top: str | os.PathLike) -> list[str]:

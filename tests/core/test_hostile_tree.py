@@ -203,7 +203,7 @@ def test_evidence_copy_never_follows_links_out(tmp_path):
     import io
     import tarfile
 
-    from agents.transport import _evidence_filter
+    from agents.transport import extract_evidence
 
     agent = tmp_path / "trial" / "agent"
     agent.mkdir(parents=True)
@@ -231,10 +231,38 @@ def test_evidence_copy_never_follows_links_out(tmp_path):
     assert (agent / "loopx").is_dir() and not (agent / "loopx").is_symlink()
     buf.seek(0)
     with tarfile.open(fileobj=buf) as tf:
-        tf.extractall(agent / "loopx", filter=_evidence_filter)
+        assert extract_evidence(tf, agent / "loopx", agent) == ["state/ok.json"]
     got = sorted(str(p.relative_to(agent / "loopx")) for p in (agent / "loopx").rglob("*"))
     assert got == ["state", "state/ok.json"]
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_dir_swapped_for_a_symlink_after_it_was_opened_still_receives_the_write(tmp_path):
+    """A probe's race: a process the agent left beside the shared agent dir swapped a dir for a
+    symlink between the host's check and its write, and the host wrote outside the trial. The
+    host now writes through the descriptor of the dir it checked: the swap, made here at the
+    worst moment, changes nothing."""
+    agent = tmp_path / "trial" / "agent"
+    (agent / "sessions").mkdir(parents=True)
+    outside = tmp_path / "home"
+    outside.mkdir()
+    dir_fd = safeio.open_dir_in(agent, "sessions/2026")
+    try:
+        os.rename(agent / "sessions", agent / "moved")  # the agent's swap, after the open
+        os.symlink(outside, agent / "sessions")
+        safeio.write_in(dir_fd, "rollout.jsonl", b"{}\n")
+    finally:
+        os.close(dir_fd)
+    assert list(outside.iterdir()) == []
+    assert (agent / "moved" / "2026" / "rollout.jsonl").read_bytes() == b"{}\n"
+    # opened again, the planted link is moved aside (kept) and a real dir made in its place
+    safeio.ensure_dir(agent / "sessions" / "x", agent)
+    assert (agent / "sessions").is_dir() and not (agent / "sessions").is_symlink()
+    assert [p.name for p in agent.iterdir() if p.name.startswith("sessions.planted-")] and not any(
+        outside.iterdir()
+    )
+    with pytest.raises(ValueError):
+        safeio.open_dir_in(agent, "../home")
 
 
 def test_runner_readers_do_not_block_on_planted_files(hostile, tmp_path):
