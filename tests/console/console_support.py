@@ -107,8 +107,13 @@ def capture(tree: Path, size: tuple[int, int], keys=(), probe: Callable | None =
     async def go():
         app = make_app(tree, watch=False, docker=False, offer_start=False, clock=lambda: 0.0)
         async with app.run_test(size=size) as pilot:
-            await wait_for(
-                pilot, lambda: bool(app.main.cells) and app.main.last_change_at is not None, 30, "first grid"
+            await wait_for(  # the grid, and the runner's panel (it comes by a worker of its own)
+                pilot,
+                lambda: (
+                    bool(app.main.cells) and app.main.last_change_at is not None and app.main.info is not None
+                ),
+                30,
+                "first grid and runner panel",
             )
             await settled(pilot, app)
             for k in keys:

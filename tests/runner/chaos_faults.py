@@ -281,8 +281,10 @@ class Injector:
         stamp = self.stamp_of_trial(trial)
         if stamp:
             self.hit_attempts.add((task, arm, stamp))
-        f.data["killed_at"] = time.time()
         r = self.pd.docker("kill", cid, check=False)
+        # once the kill is done (the CLI may take seconds under load, and the verifier may write
+        # the trial's reward in them: written before the container died)
+        f.data["killed_at"] = time.time()
         f.data["kill_rc"] = r.returncode
         f.data["container"] = cid
         return f

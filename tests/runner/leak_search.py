@@ -209,6 +209,11 @@ class ContainerProcScan:
         return hits
 
 
+def _cmdline(pid: str) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        return fh.read().replace(b"\0", b" ").decode(errors="replace")
+
+
 class HostEnvironScan:
     """``/proc/*/environ`` of every process on this host (root reads all): which processes hold the
     secret, with their command lines, for the test to judge (the gateway and the runner that starts
@@ -223,13 +228,18 @@ class HostEnvironScan:
             if not pid.isdigit() or int(pid) in self.holders:
                 continue
             try:
+                # the command line on both sides of the environ: a child the runner forked holds
+                # its parent's environment until it execs, and one that execs between the reads
+                # would be named by a command line whose environment was never read (skipped:
+                # the next sample reads it whole)
+                before = _cmdline(pid)
                 with open(f"/proc/{pid}/environ", "rb") as fh:
                     env = fh.read()
                 if not hits_in(env, self.found):
                     continue
-                with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                    cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
+                cmd = _cmdline(pid)
             except OSError:
                 continue
-            self.holders[int(pid)] = cmd
+            if cmd == before:
+                self.holders[int(pid)] = cmd
         return []

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import numpy as np
@@ -142,8 +141,8 @@ def _run(out: Path, gate: Path) -> None:
             for j in js
         }
         assert len(ids) == 1 and all(i.startswith("sha256:") for i in ids), (t, ids)
-    time.sleep(0.5)
-    assert not (out / ".runner" / "lock").exists()
+    # (its exit event comes before its last clean-up: the lock is released at the very end)
+    wait_for(lambda: not (out / ".runner" / "lock").exists(), 60, "the runner to release its lock")
 
     # the report: each cell the mean of its two repeats, intervals by the cluster bootstrap
     rep = run_marathon("report", str(out), "--format", "json")

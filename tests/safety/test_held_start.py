@@ -52,11 +52,16 @@ def test_a_starter_killed_before_the_release_never_runs_the_program(tmp_path):
 
 
 def test_a_released_program_keeps_the_recorded_identity(tmp_path):
-    marker = tmp_path / "ran"
+    marker, go = tmp_path / "ran", tmp_path / "go"
+    # the program runs until the test says go: checked while it surely runs, never after it exited
+    program = f"while [ ! -e {go} ]; do sleep 0.05; done; echo ran > {marker}"
     held = start_held(
-        ["sh", "-c", f"sleep 0.3; echo ran > {marker}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        cwd="/", env=dict(os.environ),
-    )  # fmt: skip
+        ["sh", "-c", program],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd="/",
+        env=dict(os.environ),
+    )
     recorded = identity_of(held.pid)
     time.sleep(0.2)
     assert not marker.exists() and held.proc.poll() is None  # held: waiting for the word
@@ -66,6 +71,7 @@ def test_a_released_program_keeps_the_recorded_identity(tmp_path):
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert alive(recorded)  # exec kept PID and start ticks: the record names the program
+    go.touch()
     assert held.proc.wait(timeout=30) == 0
     assert marker.read_text() == "ran\n"
 

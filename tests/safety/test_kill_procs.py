@@ -73,6 +73,25 @@ def spawn():
     s.teardown()
 
 
+def _sleeping_children(pid: int, count: int = 1, within: float = 30.0) -> list[psutil.Process]:
+    """The ``count`` children of ``pid`` once each runs ``sleep`` (exec done: a child between fork
+    and exec is a copy of bash), all of them; a timeout raises, saying what there was."""
+    deadline = time.monotonic() + within
+    while True:
+        kids = psutil.Process(pid).children(recursive=True)
+        names = []
+        for k in kids:
+            try:
+                names.append(k.name())
+            except psutil.Error:
+                names.append(None)
+        if names.count("sleep") == count and len(kids) == count:
+            return kids
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the children of {pid} never became {count} sleeps: {names}")
+        time.sleep(0.05)
+
+
 def _alive(p: psutil.Process) -> bool:
     try:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
@@ -180,8 +199,7 @@ def test_never_signals_a_group_holding_the_caller(spawn, tmp_path):
 def test_term_ignored_escalates_to_kill(spawn, tmp_path):
     out = tmp_path / "out"
     top = spawn(["bash", "-c", "trap '' TERM; sleep 600 & wait"], group=True)
-    time.sleep(0.3)
-    members = [psutil.Process(top.pid), *psutil.Process(top.pid).children(recursive=True)]
+    members = [psutil.Process(top.pid), *_sleeping_children(top.pid)]
     Registry(out).register(top.pid, "harbor", top.args)
     plan = plan_stop(out)
     assert {t.pid for t in plan.targets} == {p.pid for p in members}
@@ -451,8 +469,7 @@ def test_by_group_false_signals_only_the_planned_process(spawn, tmp_path):
     """The console's "stop the runner only": the runner's group mates are not signalled."""
     out = tmp_path / "out"
     runner = spawn(["bash", "-c", "sleep 600 & wait"], group=True)
-    time.sleep(0.3)
-    (mate,) = psutil.Process(runner.pid).children()
+    (mate,) = _sleeping_children(runner.pid)
     Registry(out).register(runner.pid, "runner", runner.args)
     plan = plan_stop(out)
     plan.targets = [t for t in plan.targets if t.pid == runner.pid]
@@ -468,10 +485,7 @@ def _registered_runner_with_a_mate(spawn, out: Path) -> tuple[subprocess.Popen, 
     with one more member that a graceful stop must not touch."""
     out.mkdir()
     runner = spawn(["bash", "-c", "trap 'exit 0' TERM; sleep 600 & wait"], group=True)
-    deadline = time.monotonic() + 10
-    while not psutil.Process(runner.pid).children() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    (mate,) = psutil.Process(runner.pid).children()
+    (mate,) = _sleeping_children(runner.pid)
     Registry(out).register(runner.pid, "runner", runner.args)
     return runner, mate
 
