@@ -25,7 +25,10 @@ from console import view
 from console.feeds import ArmSummary, CellSpend
 from runner.results.cells import Cell
 
-SUMMARY = "__summary__"
+#: the grid's own row and column keys: a "/" is never in a task or arm name (a dataset's task named
+#: ``__summary__`` collided with the old key and the console exited on its first paint)
+SUMMARY = "/summary"
+LABEL = "/label"
 #: a cell's width in characters, at least and at most (below the minimum the grid scrolls sideways)
 MIN_CELL = 8
 MAX_CELL = 32
@@ -145,7 +148,7 @@ class Grid(DataTable):
             room -= sum_w + 2
         cw = max(MIN_CELL, min(MAX_CELL, room // max(1, len(cols)) - 2))
         self.cell_width = cw
-        self.add_column("arm" if arm_major else "task", key="__label__", width=label_w)
+        self.add_column("arm" if arm_major else "task", key=LABEL, width=label_w)
         # the per-arm summary stays in sight: first row (task-major) or second column (arm-major), fixed
         if arm_major:
             self.add_column("mean", key=SUMMARY, width=sum_w)
@@ -213,7 +216,7 @@ class Grid(DataTable):
         if (keys := self._cursor_keys()) is None:
             return None
         r, c = keys
-        if r in (None, SUMMARY) or c in (None, SUMMARY, "__label__"):
+        if r in (None, SUMMARY) or c in (None, SUMMARY, LABEL):
             return None
         return self._pair(r, c)
 
@@ -222,7 +225,7 @@ class Grid(DataTable):
         if (keys := self._cursor_keys()) is None:
             return None
         task = keys[1] if self.arm_major else keys[0]
-        return None if task in (None, SUMMARY, "__label__") else task
+        return None if task in (None, SUMMARY, LABEL) else task
 
     def _cursor_keys(self) -> tuple[str | None, str | None] | None:
         """The row and column keys under the cursor; None on an empty grid."""

@@ -155,3 +155,17 @@ def test_a_cut_task_name_ends_in_an_ellipsis():
     assert _label("words-passrate", 12, False).plain == "words-passr…"
     assert _label("calc", 12, False).plain == "calc"
     assert _label("words-passrate", 12, True).plain == "⚠words-pass…"
+
+
+@pytest.mark.parametrize("name,keys", [("__summary__", ()), ("__label__", ("t",))])
+def test_a_task_named_like_the_grids_own_rows_paints_in_both_orientations(tmp_path, name, keys):
+    """A probe: a dataset task named ``__summary__`` (or ``__label__``, transposed) was the grid's
+    own row key, and the console exited on its first paint, on every restart."""
+    raw = tmp_path / "raw"
+    real_trees.copy_recorded("mini", raw)
+    (raw / "calc-partial").rename(raw / name)
+    real_trees.restore_write_order(raw)
+    tree = normalise(raw, tmp_path / "tree")
+    screen, tasks = support_capture(tree, (160, 40), keys, probe=lambda app: sorted(app.main.cells))
+    assert name in screen and "mean" in screen
+    assert name in {t for t, _ in tasks}
