@@ -55,6 +55,29 @@ def is_deadline(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and str(exc) == DEADLINE_MESSAGE
 
 
+#: what reading the goal store may cost: codex's own store answers in milliseconds
+GOAL_STORE_SEC = 2.0
+
+
+def read_goal_status(goals_sqlite: Path, thread_id: str) -> str | None:
+    """The thread's goal status in codex's goal store, read-only. The store comes out of the
+    container, where the agent is root: ``thread_goals`` must be a table (a view the agent wrote
+    could compute forever), no schema-defined function is trusted, and the query is interrupted
+    after ``GOAL_STORE_SEC`` (``sqlite3.OperationalError``, as any unreadable store)."""
+    con = sqlite3.connect(f"{goals_sqlite.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        deadline = time.monotonic() + GOAL_STORE_SEC
+        con.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
+        con.execute("PRAGMA trusted_schema = OFF")
+        kind = con.execute("SELECT type FROM sqlite_schema WHERE name = 'thread_goals'").fetchone()
+        if kind is None or kind[0] != "table":
+            raise sqlite3.DatabaseError(f"thread_goals is {kind[0] if kind else 'missing'}, not a table")
+        row = con.execute("SELECT status FROM thread_goals WHERE thread_id = ?", (thread_id,)).fetchone()
+    finally:
+        con.close()
+    return row[0] if row is not None and type(row[0]) is str else None
+
+
 class ArmFailure(RuntimeError):
     """A loud failure of the harness or the codex install; never an empty 'successful' run."""
 
@@ -142,19 +165,13 @@ class CodexSession:
         if self.thread_id is None:
             return
         try:
-            con = sqlite3.connect(f"{goals_sqlite.resolve().as_uri()}?mode=ro", uri=True)
-            try:
-                row = con.execute(
-                    "SELECT status FROM thread_goals WHERE thread_id = ?", (self.thread_id,)
-                ).fetchone()
-            finally:
-                con.close()
+            stored = read_goal_status(goals_sqlite, self.thread_id)
         except sqlite3.Error as exc:
             self.receipt.warnings.append(f"goal store {goals_sqlite.name} unreadable: {exc}")
             return
-        if row is None or not isinstance(row[0], str):
+        if stored is None:
             return
-        status = SQLITE_STATUS.get(row[0], row[0])
+        status = SQLITE_STATUS.get(stored, stored)
         if status != self.goal_status:
             self._see_goal({**(self.goal or {}), "status": status}, None, "goals_sqlite")
 

@@ -328,3 +328,42 @@ def test_console_shows_each_cell_unreadable_or_tampered_and_the_drill_down_refus
     assert "unreadable: goal_receipt.json: symlink out of the trial dir" in text
     assert "unreadable: trajectory.json: not a regular file (a FIFO)" in text
     assert "OUTSIDE-SECRET" not in text
+
+
+def test_a_crafted_goal_store_is_refused_or_cut_short(tmp_path, monkeypatch):
+    """The docker-exec route opens codex's goal store on the host, and the agent is root where it
+    is written: a ``thread_goals`` view that counts forever held the arm's collection (a review).
+    A view is refused, and a query that runs past ``GOAL_STORE_SEC`` is interrupted."""
+    import sqlite3
+
+    from agents import session
+
+    good = tmp_path / "goals_1.sqlite"
+    with sqlite3.connect(good) as con:
+        con.execute("CREATE TABLE thread_goals (thread_id TEXT PRIMARY KEY, status) WITHOUT ROWID")
+        con.execute("INSERT INTO thread_goals VALUES ('t1', 'complete'), ('t2', 7)")
+    assert [session.read_goal_status(good, t) for t in ("t1", "t2", "t3")] == ["complete", None, None]
+
+    view = tmp_path / "goals_2.sqlite"
+    with sqlite3.connect(view) as con:
+        con.execute(
+            "CREATE VIEW thread_goals AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
+            "SELECT 't1' AS thread_id, 'x' || i AS status FROM n WHERE i < 0"
+        )
+    with pytest.raises(sqlite3.DatabaseError, match="thread_goals is view, not a table"):
+        session.read_goal_status(view, "t1")
+    (tmp_path / "goals_3.sqlite").touch()
+    with pytest.raises(sqlite3.DatabaseError, match="thread_goals is missing"):
+        session.read_goal_status(tmp_path / "goals_3.sqlite", "t1")
+
+    slow = tmp_path / "goals_4.sqlite"  # a table the query must scan whole, past the limit
+    with sqlite3.connect(slow) as con:
+        con.execute("CREATE TABLE thread_goals (thread_id TEXT, status TEXT)")
+        con.execute(
+            "INSERT INTO thread_goals WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+            "WHERE i < 20000) SELECT 'x' || i, 'active' FROM n"
+        )
+    assert session.read_goal_status(slow, "x20000") == "active"
+    monkeypatch.setattr(session, "GOAL_STORE_SEC", 0.0)
+    with pytest.raises(sqlite3.OperationalError, match="interrupted"):
+        session.read_goal_status(slow, "x20000")
