@@ -84,11 +84,22 @@ def _md_sub(m: re.Match[str]) -> str:
     return "".join("\\" + ch for ch in m.group())
 
 
+#: what starts a block at a line's start (a heading, a list item, a quote, a setext underline): a
+#: name at the start of a list item (``- <task>``) made a heading of itself (a probe)
+_MD_BLOCK_START = re.compile(r"^([ \t]*)(#|[+\-=]|\d{1,9}(?=[.)]))")
+
+
 def md(s: object, cap: int | None = CAP) -> str:
     """For Markdown text (tables too): ``clean``, then every character that can start Markdown
     markup backslash-escaped (CommonMark's escapes: ``<img …>`` reads as text, ``|`` never ends a
-    table cell); underscores inside a word (``calc_partial``) cannot emphasize and stay as they are."""
-    return _MD_SPECIAL.sub(_md_sub, clean(s, cap))
+    table cell, a leading ``#``, ``-``, ``+`` or ``1.`` starts no block);
+    underscores inside a word (``calc_partial``) cannot emphasize and stay as they are."""
+    out = _MD_SPECIAL.sub(_md_sub, clean(s, cap))
+    m = _MD_BLOCK_START.match(out)
+    if m is not None:
+        marker = m.group(2)
+        out = m.group(1) + (f"{marker}\\" if marker[0].isdigit() else f"\\{marker}") + out[m.end() :]
+    return out
 
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")

@@ -37,13 +37,9 @@ def run(args: argparse.Namespace) -> int:
 
     def shown(plan) -> None:  # what --fix acts on, before it acts (stderr under --json)
         fixing = [f for f in plan.findings if f.fixable]
-        lines = ["health --fix acts on:"] + [f"  {f.kind:<19} {f.what}" for f in fixing]
+        lines = ["health --fix acts on:"] + [f.line() for f in fixing]
         text = "\n".join(lines if fixing else ["health --fix: nothing to act on"])
-        print(
-            safetext.clean(text, None, newlines=True),
-            file=sys.stderr if args.json else sys.stdout,
-            flush=True,
-        )
+        print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
 
     rep = fix(out, shown) if args.fix else check(out)[0]
     print(safetext.dumps(rep.to_json(), pretty=True) if args.json else rep.render())

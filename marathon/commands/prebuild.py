@@ -118,9 +118,11 @@ def run_hosts(args) -> int:
         if args.json:
             continue
         if not a.ok:
-            print(f"host {a.label}: NOT built ({a.error or 'down'})")
+            print(f"host {safetext.clean(a.label)}: NOT built ({safetext.clean(a.error or 'down', None)})")
             continue
-        print(f"host {a.label}: {a.result['via']}, build network {args.build_network}")
+        print(
+            f"host {safetext.clean(a.label)}: {safetext.clean(a.result['via'])}, build network {args.build_network}"
+        )
         for r in a.result["results"]:
             print(render_result(r))
     return 0 if ok else 1
@@ -129,10 +131,14 @@ def run_hosts(args) -> int:
 def render_result(r: dict) -> str:
     """One task's build (``BuildResult.to_json``), as a line (its image by digest below it) and its
     error below."""
+    c = safetext.clean  # a task's name and its build's output are the dataset's words: never raw
     state = "ok " if r["ok"] else "FAILED"
-    line = f"  {state} {r['task']:<28} {r['image']:<44} {r['seconds']:>6}s  {r['cached']}/{r['steps']} steps cached"
+    line = (
+        f"  {state} {c(r['task']):<28} {c(r['image']):<44} {c(r['seconds']):>6}s"
+        f"  {c(r['cached'])}/{c(r['steps'])} steps cached"
+    )
     if r.get("image_id"):
-        line += f"\n       {r['tag']}  id {r['image_id']}  content {r['content_sha256']}"
+        line += f"\n       {c(r['tag'])}  id {c(r['image_id'])}  content {c(r['content_sha256'])}"
     if r["error"]:
-        line += "\n       " + r["error"].replace("\n", "\n       ")
+        line += "\n       " + c(r["error"], None, newlines=True).replace("\n", "\n       ")
     return line

@@ -95,13 +95,13 @@ def run_hosts(args: argparse.Namespace, arms: list[str], pre: list[Check]) -> in
             if args.json:
                 print(safetext.dumps({"host": a.label, **asdict(c)}), flush=True)
             else:
-                print(f"{a.label:<24} {c.line()}", flush=True)
+                print(f"{safetext.clean(a.label):<24} {c.line()}", flush=True)
         if not a.ok:
             why = a.error or "down"
             print(
                 safetext.dumps({"host": a.label, "error": why})
                 if args.json
-                else f"{a.label:<24} NOT checked ({why})"
+                else f"{safetext.clean(a.label):<24} NOT checked ({safetext.clean(why, None)})"
             )
         ok = ok and a.ok and bool(checks) and all(c.status == "ok" for c in checks)
     return EXIT_OK if ok else EXIT_FAILED

@@ -255,8 +255,9 @@ class VoidPlan:
     listed = True
 
     def render(self) -> str:
+        c = safetext.clean  # each on its one line: a name with a newline faked lines of this plan
         return (
-            f"void {self.source}\n  -> {self.dest}\n  reason: {self.reason}\n\n"
+            f"void {c(self.source, None)}\n  -> {c(self.dest, None)}\n  reason: {c(self.reason, None)}\n\n"
             "The trial is moved (never deleted) with a README; the runner reruns the pair in its next pass."
         )
 
@@ -296,7 +297,7 @@ class VoidReport:
 
     def render(self) -> str:
         return (
-            f"moved to {self.dest}\nthe runner reruns the pair in its next pass "
+            f"moved to {safetext.clean(self.dest, None)}\nthe runner reruns the pair in its next pass "
             "(start it if it is not running: R in the console, `marathon run OUT --resume`)"
         )
 
@@ -361,21 +362,22 @@ def act_void(plan: VoidPlan, *, run_id: str | None = None, by: str | None = None
     outside the runner (which journals its own) is journalled as whose (``_journal``)."""
     src, dest = Path(plan.source), Path(plan.dest)
     record = asdict(plan) | {"voided_at": utc_now(), "run_id": run_id}
+    md = safetext.md  # the names and the evidence quote the tree: never markup, never raw bytes
+    attempt = " / ".join(md(x) for x in (plan.task, plan.arm, plan.stamp, plan.trial) if x)
     lines = [
-        f"# Voided: {plan.reason}",
+        f"# Voided: {safetext.clean(plan.reason, None)}",  # read back as the reason (scan._void_reason)
         "",
-        f"- attempt: {plan.task} / {plan.arm} / {plan.stamp}" + (f" / {plan.trial}" if plan.trial else ""),
-        f"- voided at: {record['voided_at']}" + (f" (run {run_id})" if run_id else ""),
-        f"- moved from: `{plan.source}`",
+        f"- attempt: {attempt}",
+        f"- voided at: {record['voided_at']}" + (f" (run {md(run_id)})" if run_id else ""),
+        f"- moved from: {md(plan.source, None)}",
         "",
         "This attempt failed for a reason outside the agent (infrastructure), so it is not a result",
         "of the arm. It was moved here, not deleted; the pair is run again.",
         "",
         "## Evidence",
         "",
-        "```",
-        *plan.evidence,
-        "```",
+        # an indented block: no line inside can close it (a fence could be, by a line of ```)
+        *("    " + safetext.clean(line, None) for e in plan.evidence for line in str(e).split("\n")),
         "",
     ]
     written: list[Path] = []

@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from modes import safetext
 from runner.errors import Unavailable, UserError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,7 +36,9 @@ class Check:
     detail: str
 
     def line(self) -> str:
-        return f"{self.arm:<10} {self.check:<17} {self.status:<4}  {self.detail}"
+        """One line (its detail may quote an image's workdir or an exception: escaped)."""
+        c = safetext.clean
+        return f"{c(self.arm):<10} {c(self.check):<17} {c(self.status):<4}  {c(self.detail, None)}"
 
 
 def _build_image(task: Path) -> str:

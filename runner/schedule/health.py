@@ -57,6 +57,10 @@ class Finding:
     fixable: bool = False
     data: dict = field(default_factory=dict)
 
+    def line(self) -> str:
+        """The finding as a report line (its words name tree paths: escaped, one line)."""
+        return f"  {self.kind:<19} {safetext.clean(self.what, None)}"
+
 
 @dataclass
 class HealthReport:
@@ -82,7 +86,7 @@ class HealthReport:
     def render(self) -> str:
         pid = f" (PID {self.runner_pid})" if self.runner_pid else ""
         lines = [
-            f"health of {self.out}",
+            f"health of {safetext.clean(self.out, None)}",
             f"  runner: {self.runner}{pid}",
             # the runner's count (what it will not run again): a flagged pair is finished here and
             # flagged in `status`, which said "18/20 done" where this said "19/20 done" (a probe)
@@ -96,10 +100,8 @@ class HealthReport:
             lines.append(f"  viewer: {safetext.clean(self.viewer, None)}")
         if not self.findings:
             lines.append("  OK: nothing to fix")
-        for f in self.findings:
-            lines.append(f"  {f.kind:<19} {safetext.clean(f.what, None)}")
-        for fx in self.fixes:
-            lines.append(f"  FIXED: {fx}")
+        lines += [f.line() for f in self.findings]
+        lines += [f"  FIXED: {safetext.clean(fx, None)}" for fx in self.fixes]
         return "\n".join(lines)
 
 

@@ -755,3 +755,52 @@ def test_text_hidden_in_default_ignorable_characters_is_shown_as_escapes():
     dumped = safetext.dumps({"arm": "nop\U000e0020", "t": hidden})
     assert dumped.isascii() and "\\udb40\\udc20" in dumped
     assert strict_json(dumped) == {"arm": "nop\U000e0020", "t": hidden}
+
+
+def test_markdown_never_starts_a_block_or_math_from_a_name():
+    """A probe: a task named ``# ALL ARMS PASSED`` became a heading inside the report's list items."""
+    from markdown_it import MarkdownIt
+
+    render_md = MarkdownIt("commonmark").render
+    for name in ("# ALL ARMS PASSED", "- fake item", "+ x", "1. first", "12) x", "=== x", "> quote"):
+        html = render_md(f"- {safetext.md(name)}\n")
+        assert "<h1>" not in html and html.count("<li>") == 1 and "<ol" not in html, (name, html)
+        assert "<blockquote>" not in html, (name, html)
+    assert safetext.md("calc-partial") == "calc-partial" and safetext.md("a-1. b") == "a-1. b"
+
+
+def test_prebuild_health_and_void_texts_escape_every_tree_string(tmp_path):
+    """A probe: ``marathon prebuild`` printed a task's name and its build's output raw (an OSC 52
+    wrote the operator's clipboard, a CSI cleared the screen for a fake "built OK"), ``health
+    --fix`` its FIXED lines, and a void's plan faked lines from a name holding a newline; a void's
+    README closed its evidence fence on a line of backticks."""
+    from marathon.commands.prebuild import render_result
+    from runner.ops.void import VoidPlan, act_void
+    from runner.schedule.health import Finding, HealthReport
+
+    esc = "t\x1b]52;c;cm0gLXJmIH4K\x07\x1b[2J"
+    built = render_result(
+        {"ok": False, "task": esc, "image": esc, "seconds": 1.0, "cached": 0, "steps": 3, "tag": esc,
+         "image_id": "sha256:1", "content_sha256": esc, "error": f"step 2\n{esc}\nAll 4 tasks built OK"}
+    )  # fmt: skip
+    no_control_bytes(built, "prebuild")
+    assert built.count("\n") == 4  # the line, the image's, the error's three: none added
+    rep = HealthReport("out", "not running", None, 1, 0, 0, [Finding("leak", esc, True)], [f"moved {esc}"])
+    no_control_bytes(rep.render(), "health")
+    assert "FIXED: moved t\\x1b" in rep.render() and Finding("leak", esc).line().startswith("  leak ")
+
+    out = tmp_path / "out"
+    src = out / "t1" / "plain" / "2026-01-01__00-00-00"
+    src.mkdir(parents=True)
+    fake = "t1\n  reason: duplicate, kept in place"
+    plan = VoidPlan(str(out), str(src), str(tmp_path / "out.voided" / fake), "t1", "plain", src.name, None,
+                    "environment start failed", ["harbor: EnvironmentStartTimeoutError", "```", f"# Evidence: fine {esc}"])  # fmt: skip
+    shown = plan.render()
+    assert shown.count("\n") == 4 and "reason: duplicate" not in shown.split("\n")[2], shown
+    plan = VoidPlan(str(out), str(src), str(tmp_path / "out.voided" / "t1" / "plain" / src.name), "t1",
+                    "plain", src.name, None, "environment start failed", plan.evidence)  # fmt: skip
+    readme = (act_void(plan) / "README.md").read_text()
+    no_control_bytes(readme, "README")
+    evidence = readme.split("## Evidence\n\n", 1)[1]
+    assert all(line.startswith("    ") for line in evidence.splitlines() if line), evidence
+    assert readme.startswith("# Voided: environment start failed\n")

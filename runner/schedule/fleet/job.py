@@ -86,7 +86,13 @@ def say(msg: str) -> None:
     """One line of the job's log (Ray keeps it: ``ray job logs ID``), with a UTC time to the ms."""
     from datetime import UTC, datetime
 
-    print(f"{datetime.now(UTC).isoformat(timespec='milliseconds')} {msg}", flush=True)
+    from modes import safetext
+
+    # (it names tasks and quotes errors: Ray's log is read on a terminal)
+    print(
+        f"{datetime.now(UTC).isoformat(timespec='milliseconds')} {safetext.clean(msg, None, newlines=True)}",
+        flush=True,
+    )
 
 
 #: how often the job looks at its raylet: a lost node's harbor ends within this, long before the
