@@ -164,8 +164,13 @@ def load_harbor_viewer() -> HarborViewer:
     return HarborViewer(ver, create_app, static)
 
 
+#: harbor's development setting: origins its app grants cross-origin reads with credentials
+DEV_ORIGINS_VAR = "HARBOR_VIEWER_DEV_ORIGINS"
+
+
 def build_app(hv: HarborViewer, folder: Path) -> Any:
     """harbor's app over ``folder``; ``Unavailable`` when it lacks a route its pages need."""
+    os.environ.pop(DEV_ORIGINS_VAR, None)  # harbor would let pages of those origins read the run
     try:
         app = hv.create_app(folder, mode="jobs", static_dir=hv.static_dir)
     except TypeError as exc:
@@ -317,7 +322,13 @@ class Guard:
         async def guarded_send(message: dict) -> None:
             if message["type"] == "http.response.start":
                 drop = {k for k, _ in extra}
-                headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() not in drop]
+                # and no cross-origin grant: harbor's app allows origins named in its environment
+                # (HARBOR_VIEWER_DEV_ORIGINS, with credentials: a page there could read the run)
+                headers = [
+                    (k, v)
+                    for k, v in message.get("headers", ())
+                    if k.lower() not in drop and not k.lower().startswith(b"access-control-")
+                ]
                 message = {**message, "headers": headers + extra}
             await send(message)
 
@@ -492,6 +503,17 @@ class _Stop:
             signal.signal(s, h)
 
 
+def _registry_usable(out: Path) -> None:
+    """The viewer registers itself so `kill`, `view --stop` and `health` see it: a registry they
+    would refuse (writable by others) or one that cannot be written (``.runner`` a file) is said
+    now, in one line, never after the jobs folder is built with a viewer left that nothing can stop."""
+    why = Registry(out).untrusted()
+    if why:
+        raise UserError(
+            f"registry {safetext.clean(why, None)}: a viewer registered there could not be stopped"
+        )
+
+
 def serve(
     out: Path,
     *,
@@ -506,6 +528,7 @@ def serve(
     ``show_token``: print the address with its token (a detached viewer's log gets it without;
     its starter reads ``access.json``). ``poll``: follow the tree by polling (NFS)."""
     out = Path(out).resolve()
+    _registry_usable(out)
     stop = _Stop()
     try:
         hv = load_harbor_viewer()
@@ -546,7 +569,18 @@ def _serve_locked(
     registry = Registry(out)
     registered = False
     try:
-        rep = live.sync_all()
+        # registered first: `kill` sees the viewer while it builds its folder (which a big or hostile
+        # tree can make last a minute), and a stop meanwhile ends it before it serves
+        try:
+            registry.register(os.getpid(), ROLE_VIEWER, list(sys.argv))
+        except OSError as exc:
+            raise UserError(
+                f"cannot register the viewer in {registry.path} ({exc.strerror or exc})"
+            ) from None
+        registered = True
+        rep = live.sync_all(stop.event)
+        if stop.event.is_set():
+            return
         app = Guard(build_app(hv, live.root), secrets.token_urlsafe(32), hv.index_script_hashes())
         with _bind(port) as sock:
             me = identity_of(os.getpid())
@@ -555,8 +589,6 @@ def _serve_locked(
                 str(out), me.pid, me.start_ticks, boot_id(), sock.getsockname()[1], app.token, time.time(),
                 all_attempts, hv.version,
             )  # fmt: skip
-            registry.register(os.getpid(), ROLE_VIEWER, list(sys.argv))
-            registered = True
             _write_private(access_path(out), safetext.dumps(asdict(acc)))
             left = f", {len(rep.left_out) + rep.left_out_more:,} file(s) left out (see MARATHON-VIEW.txt in their trials)"
             say(f"{rep.entries} job(s) in {live.root}{left if rep.left_out else ''}")
@@ -651,7 +683,9 @@ def start_detached(
                 tail = []
             raise UserError(f"the viewer exited at once: {' | '.join(tail) or 'no output'}")
         time.sleep(0.1)
-    raise UserError(f"the viewer (PID {word}) did not serve within {wait_sec:.0f} s; see {log}")
+    # never a viewer left behind that the operator was told did not start: ended by its identity
+    ended = terminate(ident, f"viewer of {out}", 10.0) if ident is not None and alive(ident) else "it is gone"
+    raise UserError(f"the viewer (PID {word}) did not serve within {wait_sec:.0f} s ({ended}); see {log}")
 
 
 def start_or_show(out: Path, **how: Any) -> tuple[Access, bool]:
@@ -670,10 +704,19 @@ def stop(out: Path, wait_sec: float = 10.0) -> str:
     if why:
         return f"left alone: registry {safetext.clean(why, None)}: nothing is signalled from it"
     acc = running(out)
-    if acc is None:
+    ident = identity_from(asdict(acc)) if acc is not None else None
+    if acc is None and not os.path.lexists(access_path(out)):
+        # one still building its folder: registered, not yet serving (its access file comes after)
+        ident = next(
+            (
+                e.ident
+                for e in Registry(out).entries()
+                if e.role == ROLE_VIEWER and e.node is None and alive(e.ident)
+            ),
+            None,
+        )
+    if ident is None:
         return f"no viewer of {out} is running"
-    ident = identity_from(asdict(acc))
-    assert ident is not None
     return terminate(ident, f"viewer of {out}", wait_sec)
 
 

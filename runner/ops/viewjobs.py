@@ -464,14 +464,19 @@ class JobsFolder:
         self._tmp_dir = self.root.with_name(f".{self.root.name}-tmp")  # same filesystem, beside it
         self._tmp = self._tmp_dir / "next"
 
-    def sync(self, entries: Iterable[Entry], only: set[str] | None = None) -> SyncReport:
+    def sync(
+        self, entries: Iterable[Entry], only: set[str] | None = None, stop: threading.Event | None = None
+    ) -> SyncReport:
         """Make the folder hold exactly ``entries``; ``only``: (re)mirror just these names (the
-        others are kept as they are). Entries no longer listed are removed."""
+        others are kept as they are). Entries no longer listed are removed. ``stop``: once set,
+        no further entry is mirrored (a viewer stopped while it builds its folder)."""
         entries = list(entries)
         rep = SyncReport(entries=len(entries))
         self.root.mkdir(parents=True, exist_ok=True)
         self._tmp_dir.mkdir(exist_ok=True)
         for e in entries:
+            if stop is not None and stop.is_set():
+                return rep
             if only is None or e.name in only or not (self.root / e.name).is_dir():
                 self._sync_entry(e, rep)
         rep.removed += _prune(self.root, {e.name for e in entries})
@@ -525,9 +530,9 @@ class LiveJobsFolder:
     def root(self) -> Path:
         return self.folder.root
 
-    def sync_all(self) -> SyncReport:
+    def sync_all(self, stop: threading.Event | None = None) -> SyncReport:
         plan = plan_entries(self.model, self.all_attempts)
-        self.last = self.folder.sync(plan)
+        self.last = self.folder.sync(plan, stop=stop)
         self.entries = {e.name: e for e in plan}
         return self.last
 

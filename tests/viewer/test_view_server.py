@@ -10,7 +10,7 @@ import signal
 
 import psutil
 import pytest
-from viewer_support import Viewer, descendants, marathon, port_open, request
+from viewer_support import REPO, Viewer, descendants, marathon, port_open, request
 
 from runner.ops import viewer as viewer_ops
 from runner.ops.procs import Registry, alive, identity_of
@@ -302,3 +302,80 @@ def test_an_access_file_or_registry_others_can_write_decides_no_signal(tmp_path,
     finally:
         child.kill()  # our own child, by its handle
         child.wait()
+
+
+def test_a_viewer_building_its_folder_is_registered_and_a_stop_ends_it_before_it_serves(mini_tree, tmp_path):
+    """A probe: the viewer registered itself only once its jobs folder was built (which a hostile
+    tree stretched to 38 s), so `kill` and `view --stop` found nothing meanwhile and it served
+    after the kill. It registers first now, and a stop during the build ends it unserved."""
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out, symlinks=True)
+    for result in sorted(out.glob("*/*/*/*__*/result.json")):  # files an agent may write, many
+        agent = result.parent / "agent"
+        agent.mkdir(exist_ok=True)
+        for i in range(3000):
+            (agent / f"f{i}").touch()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "marathon.cli", "view", str(out)], cwd=REPO, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1"),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not [e for e in Registry(out).entries() if e.role == ROLE_VIEWER]:
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                proc.stdout.read() if proc.stdout else ""
+            )
+            time.sleep(0.01)
+        said = viewer_ops.stop(out, wait_sec=60)  # what `view --stop` does, found by the registry
+        assert said == f"stopped the viewer of {out.resolve()} (PID {proc.pid})", said
+        printed, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and "open:" not in printed and "viewer stopped" in printed, printed
+    assert [e for e in Registry(out).entries() if e.role == ROLE_VIEWER] == []
+    assert not (out / ".marathon" / "view" / "jobs").exists()
+
+
+def test_a_registry_the_viewer_cannot_use_is_one_line_before_any_build(mini_tree, tmp_path):
+    """A probe: a registry writable by others let `view --detach` start a viewer nothing could stop
+    (it was refused as the registry of a running viewer), and ``.runner`` as a file was an
+    internal error after the whole build."""
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out, symlinks=True)
+    (out / ".runner").mkdir(exist_ok=True)
+    os.chmod(out / ".runner", 0o777)
+    r = marathon("view", str(out), "--detach")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "could not be stopped" in r.stderr, r.stderr
+    assert not (out / ".marathon" / "view" / "jobs").exists()
+    shutil.rmtree(out / ".runner")
+    (out / ".runner").write_text("")
+    r = marathon("view", str(out))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "(Not a directory)" in r.stderr, r.stderr
+
+
+def test_no_cross_origin_read_is_granted_whatever_the_environment_says(mini_tree, tmp_path, monkeypatch):
+    """A probe: harbor's app grants the origins of ``HARBOR_VIEWER_DEV_ORIGINS`` cross-origin reads
+    with credentials, so a page there (same site as ``localhost``) could read the whole run. The
+    viewer drops the setting, and the guard any ``access-control-*`` header."""
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out, symlinks=True)
+    origin = "http://localhost:5173"
+    monkeypatch.setenv(viewer_ops.DEV_ORIGINS_VAR, origin)
+    v = Viewer(out)
+    try:
+        for method, extra in (("GET", {}), ("OPTIONS", {"Access-Control-Request-Method": "GET"})):
+            r = request(v.port, method, "/api/jobs", {"Origin": origin, **extra, **v.auth()})
+            assert not [k for k in r.headers if k.startswith("access-control-")], (
+                method,
+                r.status,
+                r.headers,
+            )
+    finally:
+        v.stop()
