@@ -69,6 +69,10 @@ MAX_TRIAL_BYTES = 128 << 20
 SMALL_FILE = 64 << 10
 #: the trial's dirs whose files the agent writes freely: mirrored last
 LAST = ("agent", "artifacts")
+#: the verifier's files a trial is judged by: shown whatever the trial's other files took
+ALWAYS_SHOWN = frozenset(
+    {TrialFiles.METRICS, TrialFiles.REWARD_TXT, TrialFiles.REWARD_JSON, TrialFiles.TEST_STDOUT}
+)
 #: a file whose disk blocks hold less than this share of its size is mostly holes: left out (100 MiB
 #: of NULs cost an agent 20 KB of disk and the viewer 6 times its size as \u0000 escapes)
 MIN_DENSITY = 0.5
@@ -398,9 +402,11 @@ def _mirror_dir(dir_fd: int, dst: Path, rel: str, depth: int, subdirs: bool, wal
             if st.st_size > (1 << 20) and st.st_blocks * 512 < st.st_size * MIN_DENSITY:
                 walk.leave_out(sub, f"{st.st_size / (1 << 20):.0f} MiB, mostly holes (a sparse file)")
                 continue
-            # a small file of harbor's or the verifier's is always shown; in the agent's own dirs every
-            # file counts (one 64 KiB output hard-linked 20,000 times took the viewer to 3.8 GB)
-            exempt = st.st_size < SMALL_FILE and sub.split("/", 1)[0] not in LAST
+            # a small file of harbor's (the trial dir's own) or one the verifier is known by is always
+            # shown; every other file counts, the verifier dir's others too, which the agent can write
+            # (one 64 KiB output hard-linked 20,000 times took the viewer to 3.8 GB; 20,000 files
+            # under 64 KiB in verifier/ were 1.25 GiB copied, a probe)
+            exempt = st.st_size < SMALL_FILE and ("/" not in sub or sub in ALWAYS_SHOWN)
             if not exempt and walk.bytes + st.st_size > MAX_TRIAL_BYTES:
                 walk.leave_out(sub, f"over the viewer's {MAX_TRIAL_BYTES >> 20} MiB for one trial")
                 continue

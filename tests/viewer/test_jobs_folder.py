@@ -439,3 +439,22 @@ def test_a_judged_file_rewritten_with_its_size_and_mtime_kept_is_copied_again(mi
     assert (
         tmp_path / "jobs" / entry.name / trial.name / src.relative_to(trial)
     ).read_bytes() == src.read_bytes()
+
+
+def test_small_files_in_the_verifier_dir_count_against_the_trials_bytes(mini, tmp_path, monkeypatch):
+    """A probe: every file under SMALL_FILE outside agent/ and artifacts/ was exempt from the
+    trial's byte cap, and the agent can write /logs/verifier: 20,000 of them copied 1.25 GiB per
+    trial. Only the files a trial is judged by are exempt now; they are shown whatever else."""
+    entry, trial = _one_entry(mini)
+    for i in range(40):
+        (trial / "verifier" / f"flood-{i:02d}.txt").write_bytes(b"v" * 500)
+    monkeypatch.setattr(viewjobs, "SMALL_FILE", 1024)
+    monkeypatch.setattr(viewjobs, "MAX_TRIAL_BYTES", 10_000)
+    JobsFolder(tmp_path / "jobs").sync([entry])
+    mirrored = tmp_path / "jobs" / entry.name / trial.name
+    floods = sorted((mirrored / "verifier").glob("flood-*.txt"))
+    assert 0 < len(floods) < 40, len(floods)
+    judged = [f for f in viewjobs.ALWAYS_SHOWN if (trial / f).is_file()]
+    assert judged and all((mirrored / f).is_file() for f in judged)
+    assert (mirrored / "result.json").is_file()
+    assert "over the viewer's 0 MiB for one trial" in (mirrored / NOTE_FILE).read_text()
