@@ -584,6 +584,24 @@ class LiveJobsFolder:
 
         last_full = time.monotonic()
         last_said = -SAY_EVERY_SEC
+        mirror_said = -SAY_EVERY_SEC
+
+        def mirrored(fn: Callable[..., object], *args: object) -> bool:
+            """``fn`` (refresh, update) done; an OSError of the mirror's own (a full disk) said
+            once a minute and False (the caller rescans again soon), never taken for the watch's."""
+            nonlocal mirror_said
+            try:
+                fn(*args)
+                return True
+            except OSError as err:
+                now = time.monotonic()
+                if now - mirror_said >= SAY_EVERY_SEC:
+                    say(
+                        f"marathon view: the jobs folder could not be updated ({safetext.clean(err)}); trying again"
+                    )
+                    mirror_said = now
+                return False
+
         while not stop.is_set():
             roots = self._roots()
             first = True
@@ -604,10 +622,10 @@ class LiveJobsFolder:
                     if first or time.monotonic() - last_full >= rescan_sec:
                         # first: the watch is set up now; what changed before it is read by a rescan
                         first = False
-                        self.refresh()
-                        last_full = time.monotonic()
-                    elif changes:
-                        self.update([p for _, p in changes])
+                        ok = mirrored(self.refresh)
+                        last_full = time.monotonic() if ok else -rescan_sec  # failed: again next time
+                    elif changes and not mirrored(self.update, [p for _, p in changes]):
+                        last_full = -rescan_sec  # what it missed is read by the next rescan
                     if self._roots() != roots:
                         break  # the voided root appeared: watch it too (and rescan once watching)
             except RuntimeError as exc:
@@ -620,15 +638,16 @@ class LiveJobsFolder:
                     say(f"marathon view: a change could not be read ({type(exc).__name__}); rescanning")
                     last_said = now
                 if now - last_full >= ERROR_RESCAN_SEC:
-                    try:
-                        self.refresh()
-                    except OSError as err:  # the mirror's disk: said, and tried again next time
-                        say(f"marathon view: the rescan failed ({safetext.clean(err)})")
+                    mirrored(self.refresh)  # (the mirror's disk: said, and tried again next time)
                     last_full = time.monotonic()
                 stop.wait(ERROR_WAIT_SEC)
             except OSError as exc:  # e.g. the inotify watch limit: poll instead, and say so
-                if poll:
-                    raise
+                if poll:  # polling failed too: said, never a thread ending in a traceback
+                    say(
+                        f"marathon view: following the tree stopped ({safetext.clean(exc)}); "
+                        "the jobs folder shows the run as it was, restart the viewer to follow it again"
+                    )
+                    return
                 print(
                     f"marathon view: watching the tree failed ({safetext.clean(exc)}); polling it every 2 s instead",
                     flush=True,

@@ -458,3 +458,42 @@ def test_small_files_in_the_verifier_dir_count_against_the_trials_bytes(mini, tm
     assert judged and all((mirrored / f).is_file() for f in judged)
     assert (mirrored / "result.json").is_file()
     assert "over the viewer's 0 MiB for one trial" in (mirrored / NOTE_FILE).read_text()
+
+
+def test_a_full_disk_under_the_folder_is_said_and_the_folder_catches_up_once_there_is_room(mini, mount_tmpfs):
+    """A probe: a re-mirror that failed (the mirror's disk full) was taken for a failure of the
+    watch, and the next one ended the following thread in a traceback: the viewer served a folder
+    that no longer followed the run. It is said now, and tried again until it succeeds. The disk is
+    a real one that fills (a tmpfs), then grows."""
+    import subprocess
+
+    from runner.results.tree import view_dir
+
+    disk = mount_tmpfs(view_dir(mini), "16k")
+    live = LiveJobsFolder(mini)
+    said: list[str] = []
+    stop = threading.Event()
+    keeper = threading.Thread(target=live.follow, args=(stop,), kwargs={"say": said.append}, daemon=True)
+    t0 = time.monotonic()
+    keeper.start()
+    try:
+        deadline = t0 + 60
+        while not any("could not be updated" in s for s in said):
+            assert keeper.is_alive() and time.monotonic() < deadline, said
+            time.sleep(0.1)
+        assert "No space left on device" in said[0] and keeper.is_alive()
+        r = subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        names = {entry_name(t, a, 1) for t, a, *_ in iter_job_dirs(mini)}
+        while not all((live.root / n / "result.json").is_file() for n in names):
+            assert keeper.is_alive() and time.monotonic() < deadline, (said, sorted(os.listdir(live.root)))
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        keeper.join(30)
+    assert not keeper.is_alive()
+    # said once a minute at most, not at every retry (one every 2 s)
+    assert (
+        sum("could not be updated" in s for s in said)
+        <= 1 + (time.monotonic() - t0) // viewjobs.SAY_EVERY_SEC
+    )
