@@ -550,6 +550,7 @@ def import_evidence(src: Path, logs_dir: Path) -> list[str]:
     shared agent dir cannot swap one for a symlink under the write; a file the host already wrote
     there, its status mirror among them, is never replaced)."""
     copied: list[str] = []
+    os.makedirs(logs_dir, exist_ok=True)
     for root, dirs, files in os.walk(src):
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
         rel = os.path.relpath(root, src)
