@@ -65,7 +65,8 @@ class Provider:
                 body = body if isinstance(body, dict) else {}
                 provider.seen.append(
                     {"auth": self.headers.get("Authorization"), "request_id": self.headers.get("x-client-request-id"),
-                     "accept_encoding": self.headers.get("Accept-Encoding"), "model": body.get("model")}
+                     "accept_encoding": self.headers.get("Accept-Encoding"), "model": body.get("model"),
+                     "path": self.path, "headers": {k.lower() for k in self.headers}, "raw": raw}
                 )  # fmt: skip
                 model = body.get("model")
                 provider.ports.append(self.client_address[1])
@@ -120,6 +121,13 @@ class Provider:
                     data = json.dumps({"id": "resp_json", "object": "response", "usage": USAGE}).encode()
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
+                    for name in (
+                        "OpenAI-Organization",
+                        "OpenAI-Project",
+                        "X-RateLimit-Remaining-Tokens",
+                        "Set-Cookie",
+                    ):
+                        self.send_header(name, "the operator's")  # what the agent must not see
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data)

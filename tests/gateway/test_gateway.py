@@ -1383,3 +1383,57 @@ def test_a_stopped_gateway_cuts_its_calls_in_flight_and_records_them(gateway, pr
     assert b"response.completed" not in got
     (row,) = [json.loads(x) for x in ledger_path(out).read_bytes().splitlines() if b'"request_id"' in x]
     assert (row["outcome"], row["cut"]) == (L.CUT, STOPPED)
+
+
+def test_the_provider_gets_the_body_the_ledger_read_and_no_header_or_query_of_the_agents(gateway, provider):
+    """A probe as the agent (2026-12-08): a key given twice (``model`` twice, or once escaped) was
+    recorded as its last value while a provider keeping the first would run the other; its own
+    organization, project, cookie and forwarding headers, and a query string, went upstream with
+    the operator's key; two Content-Encoding headers were decoded by one and forwarded with the
+    other; the provider's account headers (its rate-limit counts, shared by every arm) came back."""
+    out, _s, _st = gateway
+    a = issue(out)
+    sock = attempts.socket_path(out, a.record.id)
+    for body in (
+        b'{"model": "gpt-5-pro", "input": [], "model": "quick"}',
+        b'{"model": "gpt-5-pro", "mod\\u0065l": "quick", "input": []}',
+        b'{"model": "quick", "reasoning": {"effort": "high", "effort": "low"}, "input": []}',
+        b'{"model": "quick", "background": true, "background": false, "input": []}',
+    ):
+        status, answer = _send(sock, a.token, "/v1/responses", body)
+        assert (status, code_of(answer)) == (415, L.UNREADABLE) and b"given twice" in answer, (body, answer)
+    status, answer = _send(sock, a.token, "/v1/responses?api-version=2099&model=x", b'{"model": "quick"}')
+    assert (status, code_of(answer)) == (404, L.NOT_FOUND) and b"no query string" in answer, answer
+    import gzip
+
+    status, answer = _send(
+        sock, a.token, "/v1/responses", gzip.compress(b'{"model": "quick", "input": []}'),
+        {"Content-Encoding": "gzip", "content-encoding": "identity"},
+    )  # fmt: skip
+    assert (status, code_of(answer)) == (415, L.UNREADABLE), answer
+    assert provider.seen == []  # none of them went upstream
+
+    agents_own = {
+        "OpenAI-Organization": "org-evil", "OpenAI-Project": "proj_evil", "Cookie": "s=1",
+        "X-Forwarded-For": "1.2.3.4", "Forwarded": "for=1.2.3.4", "api-key": "k", "X-Mine": "1",
+        "X-Codex-Turn-Metadata": "{}", "Connection": "keep-alive, X-Mine",
+    }  # fmt: skip
+    c = UnixConn(sock)
+    try:
+        c.request("POST", "/v1/responses", b'{"model": "json", "input": [], "n": 12345678901234567890123}',
+                  {"Authorization": f"Bearer {a.token}", "Content-Type": "application/json", **agents_own})  # fmt: skip
+        r = c.getresponse()
+        got = {k.lower() for k, _ in r.getheaders()}
+        assert r.status == 200 and r.read()
+    finally:
+        c.close()
+    (seen,) = provider.seen
+    assert seen["path"] == "/v1/responses" and seen["model"] == "json"
+    sent = {k.lower() for k in agents_own} - {"connection"}
+    assert sent & seen["headers"] == {"x-codex-turn-metadata"}, seen["headers"]  # codex's own header passes
+    assert not got & {
+        "openai-organization",
+        "openai-project",
+        "x-ratelimit-remaining-tokens",
+        "set-cookie",
+    }, got

@@ -69,25 +69,45 @@ ENDED_GRACE_SEC = 600.0
 MAX_BODY = 64 * 1024 * 1024
 #: why a call in flight was cut when the gateway stopped (its ``cut`` on the ledger)
 STOPPED = "gateway_stopped"
-#: request headers never forwarded (hop-by-hop, or ours to set)
+#: request headers never forwarded: hop-by-hop, ours to set, and what would bill, route or identify
+#: the call otherwise with the operator's key (a probe as the agent sent its own organization,
+#: project, cookies and forwarding headers through), as does any header the request's
+#: ``Connection`` names
 DROP_REQUEST = frozenset(
     {
         "host", "connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "te",
         "trailer", "transfer-encoding", "upgrade", "content-length", "authorization",
-        "accept-encoding", REQUEST_ID_HEADER,
+        "accept-encoding", REQUEST_ID_HEADER, "proxy-connection", "expect", "http2-settings",
+        "openai-organization", "openai-project", "api-key", "chatgpt-account-id", "cookie",
+        "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port",
+        "x-real-ip",
     }
 )  # fmt: skip
+#: response headers never passed back: hop-by-hop, and what the provider says of the operator's
+#: account (its organization and project, the key's rate-limit counts every arm shares, a cookie)
 DROP_RESPONSE = frozenset(
     {
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "content-length",
-        "content-encoding",
-        "upgrade",
-        "trailer",
+        "connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "upgrade",
+        "trailer", "set-cookie", "openai-organization", "openai-project",
     }
-)
+)  # fmt: skip
+DROP_RESPONSE_PREFIXES = ("x-ratelimit-",)
+
+
+def forwarded_request_headers(headers: Any) -> dict[str, str]:
+    """The agent's request headers the provider gets (``DROP_REQUEST`` and what ``Connection``
+    names left out)."""
+    named = {h.strip().lower() for v in headers.getall("Connection", ()) for h in v.split(",")}
+    return {k: v for k, v in headers.items() if k.lower() not in DROP_REQUEST and k.lower() not in named}
+
+
+def passed_response_headers(headers: Any, mask: Any) -> dict[str, str]:
+    """The provider's response headers the agent gets (masked of the key)."""
+    return {
+        mask.text(k): mask.text(v)
+        for k, v in headers.items()
+        if k.lower() not in DROP_RESPONSE and not k.lower().startswith(DROP_RESPONSE_PREFIXES)
+    }
 
 
 def _json_error(status: int, code: str, message: str, kind: str = "invalid_request_error") -> web.Response:
@@ -238,10 +258,11 @@ class Upstream:
             raise ValueError("model base URL must be http(s)://host[:port]/path or unix:/path.sock")
         return cls(url.rstrip("/"))
 
-    def url_for(self, path: str, query: str) -> str:
-        """``/v1/responses`` under our base -> the same path under the upstream's base."""
+    def url_for(self, path: str) -> str:
+        """``/v1/responses`` under our base -> the same path under the upstream's base (never a
+        query: a call with one is refused)."""
         rest = path[len("/v1") :] if path == "/v1" or path.startswith("/v1/") else path
-        return self.base + rest + (f"?{query}" if query else "")
+        return self.base + rest
 
 
 @dataclass
@@ -626,8 +647,8 @@ class Gateway:
                 await self.sync()  # since the last poll is known after one more look at the records
                 reason, a = self.authorize(None, token, now)
         row = self._row(a, request, now)
-        if reason is None and not forwardable(request.method, request.path):
-            reason = L.NOT_FOUND
+        if reason is None and (not forwardable(request.method, request.path) or request.query_string):
+            reason = L.NOT_FOUND  # (a query string too: the codex arms send none, and the ledger none)
         if reason is None and unix is None and self.tcp_site is not None and a is not None:
             if not self.tcp_site.claim(request.transport, a.record.id):  # its share of the route
                 reason = L.CONNECTIONS
@@ -640,7 +661,8 @@ class Gateway:
                 return _refusal(
                     request, 404, reason,
                     f"the marathon gateway forwards POST /v1/responses (and /v1/responses/compact) only, "
-                    f"not {request.method} {request.path}",
+                    f"with no query string, not {request.method} {request.path}"
+                    + ("?…" if request.query_string else ""),
                 )  # fmt: skip
             return _refusal(request, STATUS.get(reason, 401), reason, REFUSAL_TEXT[reason])
         assert a is not None
@@ -657,7 +679,11 @@ class Gateway:
         turn: contextlib.AsyncExitStack,
     ) -> web.StreamResponse:
         body = await request.read()
-        params, stream = await self.parser.params(body, request.headers.get("Content-Encoding"), a.parsing)
+        encodings = request.headers.getall("Content-Encoding", [])
+        if len(encodings) > 1:  # decoded by one and forwarded with another (a probe): refused
+            params, stream = {"unparsed": "more than one Content-Encoding header"}, False
+        else:
+            params, stream = await self.parser.params(body, encodings[0] if encodings else None, a.parsing)
         if self.caps.any:
             # under a spend cap the attempt's calls go upstream one at a time (``turn``, held until
             # the call ends): each is judged below once the one before has ended and been counted,
@@ -698,7 +724,7 @@ class Gateway:
         a.n += 1
         rid = request_id(a.record.id, a.n)
         row.update(request_id=rid, params=params, stream=stream, model_time_sec=round(now - a.first_at, 3))
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in DROP_REQUEST}
+        headers = forwarded_request_headers(request.headers)
         headers.update(
             {"Authorization": f"Bearer {self.key}", REQUEST_ID_HEADER: rid, "Accept-Encoding": "identity"}
         )
@@ -711,7 +737,7 @@ class Gateway:
         try:
             try:
                 up_cm = self.client.request(
-                    request.method, self.upstream.url_for(request.path, request.query_string),
+                    request.method, self.upstream.url_for(request.path),
                     headers=headers, data=body, allow_redirects=False,
                 )  # fmt: skip
                 up = await up_cm.__aenter__()
@@ -727,7 +753,7 @@ class Gateway:
                 scanner = UsageScanner(up.headers.get("Content-Type"))
                 resp = web.StreamResponse(
                     status=up.status, reason=mask.text(up.reason) if up.reason else up.reason,
-                    headers={mask.text(k): mask.text(v) for k, v in up.headers.items() if k.lower() not in DROP_RESPONSE},
+                    headers=passed_response_headers(up.headers, mask),
                 )  # fmt: skip
                 row["status"] = up.status
                 await resp.prepare(request)

@@ -130,6 +130,33 @@ def _other_fields(
     return other  # ({} when none: recorded, unlike a ledger line of a gateway before it, which lacks it)
 
 
+class _KeyTwice(ValueError):
+    pass
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise _KeyTwice(f"the key {param(twice)!r} given twice in one object")
+    return d
+
+
+def _numeral(text: str) -> int | str:
+    """An integer as JSON wrote it; a numeral past 20 digits kept as its text (Python reads one of
+    4,299 digits in quadratic time: a body of them held the gateway's loop 100 ms a call, a probe)."""
+    return int(text) if len(text) <= 20 else f"integer of {len(text)} digits"
+
+
+def loads_strict(body: bytes) -> Any:
+    """A request body as the provider must read it: a key given twice in one object is refused
+    (``ValueError``). Why: ``json.loads`` keeps the last of two ``model`` keys (an escaped
+    ``mod\\u0065l`` too), a parser that keeps the first would act on the other, and the ledger, the
+    caps' prices and the wire audit would record a model the provider never ran (a probe)."""
+    return json.loads(body, object_pairs_hook=_object, parse_int=_numeral)
+
+
 def request_params(raw: bytes, encoding: str | None = None) -> tuple[dict[str, Any], bool]:
     """(the request's behaviour parameters, whether it asks for a stream). Unknown when the body is
     not a JSON object: ``{"unparsed": reason}``. Every value bounded by ``param``."""
@@ -137,7 +164,9 @@ def request_params(raw: bytes, encoding: str | None = None) -> tuple[dict[str, A
     if body is None:
         return {"unparsed": f"body encoding {encoding!r} (or over {MAX_DECODED >> 20} MiB decoded)"}, False
     try:
-        d = json.loads(body or b"{}")
+        d = loads_strict(body or b"{}")
+    except _KeyTwice as exc:
+        return {"unparsed": str(exc)}, False
     except (ValueError, RecursionError):
         return {"unparsed": "not JSON"}, False
     if not isinstance(d, dict):
