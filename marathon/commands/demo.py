@@ -142,8 +142,10 @@ def run(args: argparse.Namespace) -> int:
     interactive = not args.headless and sys.stdin.isatty() and sys.stdout.isatty()
     if interactive:
         from runner.schedule.preflight import RETRY_DEMO, require
+        from runner.schedule.start import refuse_if_running
 
         require(cfg, retry=RETRY_DEMO)  # before anything is written
+        refuse_if_running(cfg.out)
         write_driver_env(cfg)
         # The runner ends up in its own session, adopted by init, never a child of the process that
         # then runs the console.

@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     from runner.schedule.config import resolve, with_changes, write_driver_env
     from runner.schedule.display import Progress
     from runner.schedule.driver import Driver
-    from runner.schedule.start import start_detached
+    from runner.schedule.start import refuse_if_running, start_detached
 
     out = tree_out(args, must_exist=False)
     flags = flags_of(args)
@@ -150,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--registry-path and --repo only go with --dataset NAME@VERSION")
     cfg = resolve(out, flags, resume=args.resume)
     if args.detach:
+        refuse_if_running(cfg.out)  # before anything of the live runner's is rewritten
         d = Driver(cfg, resumed=args.resume)
         tasks = d.preflight()
         modified = d.check_dataset(tasks)

@@ -147,14 +147,21 @@ def act_start(plan: StartPlan, *, wait_sec: float = START_WAIT_SEC) -> int:
     return start_detached(Path(plan.out), wait_sec=wait_sec)
 
 
+def refuse_if_running(out: Path) -> None:
+    """``Busy`` when a runner holds the tree's lock. Asked before a start writes the run's
+    ``.driver_env``: written first, a refused ``run --detach`` had rewritten the live runner's
+    settings, which its next restart (``--resume``, ``health --fix``) took up (a probe)."""
+    held = lock_holder(Path(out).resolve())
+    if held is not None:
+        raise Busy(f"{Path(out).resolve()} already has a runner: {held.describe()}")
+
+
 def start_detached(out: Path, *, wait_sec: float = START_WAIT_SEC) -> int:
     """Start the runner of ``out`` from its ``.driver_env`` (see the module docstring); returns its
     PID once it holds the lock (or after ``wait_sec``). Raises Busy when a runner holds the lock and
     UserError when the runner exits at once (with the end of its log)."""
     out = Path(out).resolve()
-    held = lock_holder(out)
-    if held is not None:
-        raise Busy(f"{out} already has a runner: {held.describe()}")
+    refuse_if_running(out)
     log = log_path(out)
     log.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ) | {"PYTHONPATH": project_pythonpath(os.environ)}

@@ -476,3 +476,28 @@ def test_health_says_a_driver_env_the_runner_could_not_resume_from(tmp_path):
     rep, cfg = check(out)
     (bad,) = [f for f in rep.findings if f.kind == "config_unusable"]
     assert cfg is None and not rep.ok and "nosuch" in bad.what and not bad.fixable
+
+
+def test_a_detached_start_on_a_tree_with_a_live_runner_rewrites_nothing(tmp_path, live_other):
+    """A probe: ``run OUT --detach`` wrote its ``.driver_env`` before it found the live runner and
+    exited 4, so that runner's next restart (``--resume``, ``health --fix``) took up the refused
+    settings. Refused first now: the file is as the live runner wrote it."""
+    from dataclasses import asdict
+
+    from runner_support import DEMO_TASKS, run_marathon
+
+    from runner.schedule.lock import create_exclusive, lock_path
+
+    out = tmp_path / "out"
+    write_driver_env(
+        resolve(out, {"tasks_dir": str(DEMO_TASKS), "arms": ["oracle", "nop"], "concurrency": 2})
+    )
+    before = (out / ".driver_env").read_bytes()
+    assert create_exclusive(lock_path(out), asdict(_holder_of(live_other)))
+    for extra in ([], ["--resume"]):
+        r = run_marathon(
+            "run", str(out), "--detach", "--tasks-dir", str(DEMO_TASKS), "--tasks", "calc-partial",
+            "--arms", "oracle", "--concurrency", "3", *extra, timeout=60,
+        )  # fmt: skip
+        assert r.returncode == 4 and f"PID {live_other.pid}" in r.stderr, (extra, r.stderr)
+        assert (out / ".driver_env").read_bytes() == before
