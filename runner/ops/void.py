@@ -339,6 +339,9 @@ def plan_void(out: Path, trial_or_job: Path, reason: str, evidence: list[str] | 
         src, dest = out / task / arm_dir / stamp, voided_root(out) / task / arm_dir / stamp
     else:
         src, dest = p, voided_trial_dir(out, task, arm_dir, stamp, rel[3], trial)
+    if any((d / VOID_JSON).exists() for d in (out / task / arm_dir / stamp, src)):
+        # a voided attempt (its tree given as OUT): voided again, its record was overwritten (a probe)
+        raise ValueError(f"{src} is voided already (its {VOID_JSON} says why)")
     if dest.exists():
         dest = dest.with_name(dest.name + f"-{os.getpid()}")
     return VoidPlan(str(out), str(src), str(dest), task, arm_dir, stamp, trial, reason, list(evidence or []))

@@ -75,6 +75,17 @@ def _void(out: Path, *, trial: str, reason: str = "") -> Plan:
     from runner.schedule.claims import running_job
 
     plan = plan_void(out, Path(trial), reason or "voided by the operator")
+    if plan.trial is None:  # a job dir: its trials as the trial dir's rule (a probe voided a running one)
+        from modes.trial_files import TrialFiles
+        from runner.results.tree import iter_trial_dirs
+
+        job = Path(out).resolve() / plan.task / plan.arm / plan.stamp / Path(trial).name
+        running = [t.name for t in iter_trial_dirs(job) if not (t / TrialFiles.RESULT).exists()]
+        if running or not (job / TrialFiles.RESULT).exists():
+            raise ValueError(
+                f"{job} is still running (no result.json{' in ' + ', '.join(running) if running else ''}): "
+                "stop it before voiding"
+            )
     held = running_job(Path(out), plan.task, arm_of_dir(plan.arm), plan.stamp)
     if held is not None and held.job is not None:
         # found by a probe: voided in the second between harbor's result.json and its exit, the

@@ -303,3 +303,26 @@ def test_health_fix_shows_what_it_acts_on_before_acting(mini_tree, tmp_path):
     assert not (out / ".claims" / "calc-partial__nop.claim").exists()
     r = _marathon("health", str(out), "--fix", "--json")  # the plan on stderr, stdout one JSON document
     assert r.stderr.startswith("health --fix: nothing to act on") and json.loads(r.stdout)["out"] == str(out)
+
+
+def test_void_refuses_a_running_job_and_an_attempt_voided_already(mini_tree, tmp_path):
+    """A probe: a job dir was voided while its trial had no result.json (the trial dir was
+    refused), and an attempt in the voided root, given with that root as the tree, was voided
+    again: its void.json (the reason, the evidence, the run) overwritten."""
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    (job,) = (out / "two-stage" / "nop").glob("*/nop")
+    (trial,) = iter_trial_dirs(job)
+    (trial / "result.json").rename(trial / "result.json.later")
+    r = _marathon("void", str(job), str(out), "--yes")
+    assert r.returncode == 2 and "still running (no result.json in " in r.stderr and job.is_dir(), r.stderr
+    (trial / "result.json.later").rename(trial / "result.json")
+
+    (done,) = (out / "calc-partial" / "oracle").glob("*/oracle")
+    assert _marathon("void", str(done), str(out), "--reason", "first", "--yes").returncode == 0
+    (again,) = (voided_root(out) / "calc-partial" / "oracle").glob("*/oracle")
+    record = (again.parent / "void.json").read_text()
+    for target in (again, next(iter_trial_dirs(again))):
+        r = _marathon("void", str(target), str(voided_root(out)), "--reason", "second", "--yes")
+        assert r.returncode == 2 and "voided already" in r.stderr, r.stderr
+    assert (again.parent / "void.json").read_text() == record
