@@ -104,6 +104,8 @@ def test_a_dir_that_is_not_an_output_tree_is_one_line_and_exit_2(name, shape, tm
         (("--task", "nosuch"), "--task 'nosuch': no such task in"),
         (("--task", "../.."), "--task '../..': no such task in"),
         (("--task", "calc-partial", "--arm", "nosuch"), "no such arm in"),
+        (("--trial", "nosuch"), "--trial 'nosuch': no such trial in"),
+        (("--trial", "../x"), "--trial '../x': no such trial in"),
     ],
 )
 def test_cleanup_of_a_task_or_arm_the_tree_lacks_is_one_line_and_exit_2(mini_tree, scope, said):
@@ -278,3 +280,20 @@ def test_a_tree_whose_results_were_all_cut_short_is_still_a_tree(tmp_path):
     r = _marathon("status", str(d))
     assert r.returncode == 0, r.stderr
     assert "unreadable:" in r.stdout
+
+
+def test_a_stage_version_is_a_version_never_a_path(tmp_path):
+    """A probe: ``stage codex --version /../../x`` named the cache's lock file, and made (or
+    truncated) ``/x.lock``; ``../../x`` was an internal error."""
+    target = tmp_path / "pwned"
+    for version in (f"/../../../../../..{target}", "../../x", "0.171.0/../../x", ""):
+        r = _marathon("stage", "codex", "--version", version)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "expected a version" in r.stderr, r.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_prebuild_refuses_a_tasks_dir_that_is_not_a_directory(tmp_path):
+    """A probe: a missing tasks dir printed "prebuilding" and exited 0, a file printed ``[]``."""
+    for tasks in (tmp_path / "missing", "/etc/passwd"):
+        r = _marathon("prebuild", "--tasks-dir", str(tasks), "--json")
+        assert r.returncode == 2 and r.stdout == "" and "no such directory" in r.stderr, (r.stdout, r.stderr)

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from runner.schedule.actions import CLEANUP, plan_action
 
     out = tree_out(args)
-    _check_scope(out, args.task, args.arm)
+    _check_scope(out, args.task, args.arm, args.trial)
     plan = plan_action(CLEANUP, out, cluster=args.cluster, task=args.task, arm=args.arm, trial=args.trial)
     note = engine_note(out)
     if note and not args.json:
@@ -58,11 +58,20 @@ def engine_note(out: Path) -> str | None:
     )
 
 
-def _check_scope(out: Path, task: str | None, arm: str | None) -> None:
-    """``--task`` and ``--arm`` name a task and an arm of the tree (harbor makes a trial's dirs
-    before its containers), or a one-line error: a typo printed an empty plan and exited 0 (a probe)."""
+def _check_scope(out: Path, task: str | None, arm: str | None, trial: str | None = None) -> None:
+    """``--task``, ``--arm`` and ``--trial`` name a task, an arm and a trial of the tree (or of its
+    voided root: harbor makes a trial's dirs before its containers), or a one-line error: a typo
+    printed an empty plan and exited 0 (a probe)."""
     from runner.errors import UserError
     from runner.results import tree
+
+    if trial is not None:
+        trials = {
+            t.name for root in (out, tree.voided_root(out)) for *_, job in tree.iter_job_dirs(root)
+            for t in tree.iter_trial_dirs(job)
+        }  # fmt: skip
+        if trial not in trials:
+            raise UserError(f"--trial {trial!r}: no such trial in {out} or its voided attempts")
 
     tasks = tree.list_dirs(out)
     if task is not None and task not in tasks:

@@ -59,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("no tasks dir: pass --tasks-dir DIR (or set MARATHON_TASKS_DIR)")
     if args.cluster:
         return run_hosts(args)
+    if not Path(args.tasks_dir).is_dir():  # (it printed "prebuilding" and exited 0: a probe)
+        raise UserError(f"--tasks-dir {safetext.clean(args.tasks_dir)}: no such directory")
     proxy, source = build_proxy(args.proxy, args.proxy_env, os.environ)
     no_proxy = args.no_proxy or os.environ.get("NO_PROXY") or os.environ.get("no_proxy") or DEFAULT_NO_PROXY
     if args.no_proxy:

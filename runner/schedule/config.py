@@ -628,6 +628,8 @@ def resolve(
             raise UserError(f"{flag} must be from {lo} to {hi} (got {values[attr]:g})")
     if not values["arms"]:
         raise UserError("--arms names no arm")
+    if not values["env"]:  # ``--env ''`` (or MARATHON_ENV=): an internal error later (a probe)
+        raise UserError("--env names no harbor environment: docker, or a module:Class")
     twice_tasks = sorted({t for t in values["tasks"] if values["tasks"].count(t) > 1})
     if twice_tasks:
         raise UserError(f"task given twice in --tasks: {', '.join(twice_tasks)}")

@@ -7,9 +7,14 @@ each host's trials mount that host's own cache.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
-from runner.errors import Unavailable
+from runner.errors import Unavailable, UserError
+
+#: a part's version as its registry writes one (``0.171.0``, ``1.2.3-alpha.1``): it names the
+#: part's dir and lock file in the cache, so ``../../x`` made and truncated files outside it (a probe)
+VERSION = re.compile(r"[0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9}(?:[-+][0-9A-Za-z][0-9A-Za-z.-]{0,63})?")
 
 
 def _stage_codex(version: str | None, force: bool) -> dict:
@@ -45,4 +50,6 @@ STAGERS: dict[str, tuple[str, Callable[[str | None, bool], dict]]] = {
 def stage(what: str, version: str | None = None, force: bool = False) -> dict:
     """Stage (or find already staged) ``what`` on this host; plain data to print. ``Unavailable``
     when it cannot be staged."""
+    if version is not None and VERSION.fullmatch(version) is None:
+        raise UserError(f"--version {version!r}: expected a version such as 0.171.0")
     return STAGERS[what][1](version, force)

@@ -261,6 +261,7 @@ def test_bad_arm_and_missing_resume_are_one_line_errors(tmp_path):
         ({"breaker_k": 10**20}, "--breaker-k must be from 0 to 1000000"),
         ({"agent_timeout_mult": 1e20}, "--agent-timeout-mult must be from 0 to 1000"),
         ({"max_spend": 1e20}, "--max-spend must be from 0 to 1000000000"),
+        ({"env": ""}, "--env names no harbor environment"),  # an internal error later (a probe)
     ],
 )
 def test_a_run_flag_no_run_can_use_is_refused_before_anything_starts(tmp_path, flags, says):
