@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import shutil
@@ -386,6 +387,15 @@ def act_void(plan: VoidPlan, *, run_id: str | None = None, by: str | None = None
     written: list[Path] = []
     _own_voided_root(Path(plan.out), src)
     try:
+        # one void of an attempt at a time (an flock on its dir): two at once wrote one's reason and
+        # the other's record into it, and the one that "moved nothing" had moved its record (a probe)
+        held = os.open(src, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise VoidFailed(f"void {src}: nothing moved ({_why(exc)})") from None
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not src.is_dir() or (src / VOID_JSON).exists():
+            raise VoidFailed(f"void {src}: nothing moved (voided meanwhile)")
         dest.parent.mkdir(parents=True, exist_ok=True)
         for name, text in ((VOID_JSON, json.dumps(record, indent=1) + "\n"), (VOID_README, "\n".join(lines))):
             safeio.write_atomic(src / name, text)
@@ -396,6 +406,8 @@ def act_void(plan: VoidPlan, *, run_id: str | None = None, by: str | None = None
             with contextlib.suppress(OSError):
                 p.unlink()
         raise VoidFailed(f"void {src}: nothing moved ({_why(exc)})") from None
+    finally:
+        os.close(held)  # (the lock goes with it)
     if copied:
         try:
             shutil.rmtree(src)

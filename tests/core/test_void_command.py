@@ -326,3 +326,36 @@ def test_void_refuses_a_running_job_and_an_attempt_voided_already(mini_tree, tmp
         r = _marathon("void", str(target), str(voided_root(out)), "--reason", "second", "--yes")
         assert r.returncode == 2 and "voided already" in r.stderr, r.stderr
     assert (again.parent / "void.json").read_text() == record
+
+
+def test_a_void_waits_for_another_of_the_same_attempt_and_then_moves_nothing(mini_tree, tmp_path):
+    """A probe: two voids of one attempt at once (reasons A and B): one moved it, the other said
+    "nothing moved", and the moved attempt's README said A where its void.json said B. A void holds
+    the attempt's dir (an flock) while it writes and moves it: here the test holds it as the first
+    void would, moves the attempt as that void does, and lets go; the second moves nothing."""
+    import fcntl
+    import os
+    import time
+
+    out = tmp_path / "out"
+    shutil.copytree(mini_tree, out)
+    (job,) = (out / "calc-partial" / "oracle").glob("*/oracle")
+    stamp_dir = job.parent
+    held = os.open(stamp_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        second = subprocess.Popen(
+            [sys.executable, "-m", "marathon.cli", "void", str(job), str(out), "--reason", "B", "--yes"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        time.sleep(3)  # (it waits at the lock, or has not planned yet: either way it moves nothing)
+        first = voided_root(out) / "calc-partial" / "oracle" / stamp_dir.name
+        first.parent.mkdir(parents=True)
+        (stamp_dir / "void.json").write_text('{"reason": "A"}')
+        stamp_dir.rename(first)  # the first void's move
+    finally:
+        os.close(held)
+    _, err = second.communicate(timeout=120)
+    assert second.returncode in (1, 2) and ("voided meanwhile" in err or "not a job or trial dir" in err), err
+    assert json.loads((first / "void.json").read_text()) == {"reason": "A"}
+    assert not (first / VOID_README).exists() and [p.name for p in first.parent.iterdir()] == [first.name]
