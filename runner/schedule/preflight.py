@@ -146,7 +146,36 @@ def check_tasks(cfg: RunConfig) -> tuple[list[Problem], list[str]]:
             )
     except OSError:
         pass
+    problems += _out_problems(cfg.out)
     return problems, tasks
+
+
+def _out_problems(out: Path) -> list[Problem]:
+    """The output dir as the runner will write it: a file there, or a dir (or its nearest existing
+    parent) on a read-only filesystem or that this user cannot write, was an internal error after
+    the preflight (a probe)."""
+    if out.exists() and not out.is_dir():
+        return [
+            Problem("output", f"{out} is a file, not a directory", "give a directory for the output tree")
+        ]
+    near = out
+    while not near.exists() and near.parent != near:
+        near = near.parent
+    if not near.is_dir():
+        return []
+    try:
+        read_only = bool(os.statvfs(near).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    if read_only:
+        return [
+            Problem("output", f"{near} is on a read-only filesystem", "give an output dir on a writable one")
+        ]
+    if not os.access(near, os.W_OK | os.X_OK):
+        return [
+            Problem("output", f"{near} cannot be written by this user", "give an output dir you can write")
+        ]
+    return []
 
 
 def modified_tasks(cfg: RunConfig, tasks: list[str]) -> list[str]:

@@ -502,3 +502,20 @@ def test_a_detached_start_on_a_tree_with_a_live_runner_rewrites_nothing(tmp_path
         )  # fmt: skip
         assert r.returncode == 4 and f"PID {live_other.pid}" in r.stderr, (extra, r.stderr)
         assert (out / ".driver_env").read_bytes() == before
+
+
+def test_an_output_dir_that_is_a_file_or_read_only_is_a_preflight_problem(tmp_path, mount_tmpfs):
+    """A probe: ``run FILE`` and ``run OUT`` on a read-only filesystem ended in an internal error
+    (FileExistsError, EROFS) after the preflight passed them."""
+    import subprocess
+
+    from runner_support import DEMO_TASKS, run_marathon
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    ro = mount_tmpfs(tmp_path / "ro", "1m")
+    subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
+    for out, says in ((afile, "is a file, not a directory"), (ro / "out", "is on a read-only filesystem")):
+        r = run_marathon("run", str(out), "--tasks-dir", str(DEMO_TASKS), "--arms", "nop", timeout=60)
+        assert r.returncode == 2 and says in r.stderr and "internal error" not in r.stderr, r.stderr
+    assert afile.read_text() == "" and list(ro.iterdir()) == []
