@@ -42,18 +42,24 @@ STREAM_LIMIT = 64 * 1024 * 1024
 MAX_EVIDENCE_BYTES = 1 << 30
 
 
-def extract_evidence(tf: tarfile.TarFile, host_dir: Path, root: Path) -> list[str]:
+def extract_evidence(tf: tarfile.TarFile, host_dir: Path, root: Path, top: str | None = None) -> list[str]:
     """The tar's regular files and dirs (``_evidence_filter``) into ``host_dir``, each written
     through the descriptor of its real dir below ``root`` (``safeio.open_dir_in``): the agent dir
     is the agent's ``/logs/agent`` too, so a process it left could swap a dir for a symlink between
-    a check by path and a write by path (tarfile's own extraction writes by path). Returns the
+    a check by path and a write by path (tarfile's own extraction writes by path). ``top``: only
+    the members under this name (what was asked for; the tar comes from the container, where the
+    agent may have replaced ``tar``). At most ``MAX_EVIDENCE_BYTES`` written in all. Returns the
     names written, relative to ``host_dir``."""
     written: list[str] = []
     base = os.path.relpath(host_dir, root)
+    total = 0
     for member in tf:
         m = _evidence_filter(member, str(host_dir))
-        if m is None:
-            continue
+        if m is None or (top is not None and os.path.normpath(m.name).split(os.sep, 1)[0] != top):
+            continue  # (outside what was asked for: the agent dir's other files are the host's)
+        total += m.size
+        if total > MAX_EVIDENCE_BYTES:
+            raise RuntimeError(f"more than {MAX_EVIDENCE_BYTES} bytes once extracted: the rest not copied")
         rel = os.path.normpath(os.path.join(base, m.name))
         if m.isdir():
             os.close(safeio.open_dir_in(root, rel))
@@ -77,7 +83,12 @@ def _evidence_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | No
     tarfile's ``data`` filter also checks the real path of every member against ``dest``, so a
     dir planted as a symlink on the host side never receives a file.
     """
-    if not (member.isreg() or member.isdir()):
+    if (
+        not (member.isreg() or member.isdir())
+        or member.sparse is not None
+        or member.type == tarfile.GNUTYPE_SPARSE
+    ):
+        # (a sparse member: a few KB of tar that declares a TiB, written out as zeros: a review)
         return None
     try:
         return tarfile.data_filter(member, dest)
@@ -329,7 +340,7 @@ class DockerExecTransport(Transport):
                 return False
             fh.seek(0)
             with tarfile.open(fileobj=fh) as tf:
-                extract_evidence(tf, host_dir, root)
+                extract_evidence(tf, host_dir, root, top=name)
         return True
 
     def copy_in(self, host_dir: Path, container_dir: str) -> None:

@@ -367,3 +367,35 @@ def test_a_crafted_goal_store_is_refused_or_cut_short(tmp_path, monkeypatch):
     monkeypatch.setattr(session, "GOAL_STORE_SEC", 0.0)
     with pytest.raises(sqlite3.OperationalError, match="interrupted"):
         session.read_goal_status(slow, "x20000")
+
+
+def test_an_evidence_tar_writes_no_sparse_member_and_nothing_outside_what_was_asked(tmp_path):
+    """A review: the agent is root where ``tar cf -`` runs, so the tar is its word. A sparse
+    member (10 KB of tar declaring 20 MiB; a TiB the same way) was written out as zeros, and a
+    member outside the dir asked for replaced the host's own files in the agent dir."""
+    import io
+    import tarfile
+
+    from agents.transport import extract_evidence
+
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    (agent / "codex-config.toml").write_text("the host's")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        big = tarfile.TarInfo("sessions/big.jsonl")
+        big.size = 1
+        big.pax_headers = {"GNU.sparse.map": f"{(20 << 20) - 1},1", "GNU.sparse.size": str(20 << 20)}
+        tf.addfile(big, io.BytesIO(b"x"))
+        for name, data in (("sessions/ok.jsonl", b"{}\n"), ("codex-config.toml", b"the agent's")):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data))
+    buf.seek(0)
+    with tarfile.open(fileobj=buf) as tf:
+        assert extract_evidence(tf, agent, agent, top="sessions") == ["sessions/ok.jsonl"]
+    assert (agent / "sessions" / "ok.jsonl").read_bytes() == b"{}\n" and not (
+        agent / "sessions" / "big.jsonl"
+    ).exists()
+    assert sum(p.stat().st_size for p in agent.rglob("*") if p.is_file()) < 1024
+    assert (agent / "codex-config.toml").read_text() == "the host's"
