@@ -69,7 +69,7 @@ def read_goal_status(goals_sqlite: Path, thread_id: str) -> str | None:
         deadline = time.monotonic() + GOAL_STORE_SEC
         con.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
         con.execute("PRAGMA trusted_schema = OFF")
-        kind = con.execute("SELECT type FROM sqlite_schema WHERE name = 'thread_goals'").fetchone()
+        kind = con.execute("SELECT type FROM sqlite_master WHERE name = 'thread_goals'").fetchone()
         if kind is None or kind[0] != "table":
             raise sqlite3.DatabaseError(f"thread_goals is {kind[0] if kind else 'missing'}, not a table")
         row = con.execute("SELECT status FROM thread_goals WHERE thread_id = ?", (thread_id,)).fetchone()

@@ -683,9 +683,12 @@ def start_detached(
                 tail = []
             raise UserError(f"the viewer exited at once: {' | '.join(tail) or 'no output'}")
         time.sleep(0.1)
-    # never a viewer left behind that the operator was told did not start: ended by its identity
-    ended = terminate(ident, f"viewer of {out}", 10.0) if ident is not None and alive(ident) else "it is gone"
-    raise UserError(f"the viewer (PID {word}) did not serve within {wait_sec:.0f} s ({ended}); see {log}")
+    # still building its folder (a big tree, a slow disk): left to finish, it is registered, so
+    # `view --stop`, `kill` and `health` see it (ended here, a big tree's viewer could never start)
+    raise UserError(
+        f"the viewer (PID {word}) does not serve yet after {wait_sec:.0f} s: it is still building its "
+        f"jobs folder; `marathon view {out}` shows it once it serves, `--stop` ends it; see {log}"
+    )
 
 
 def start_or_show(out: Path, **how: Any) -> tuple[Access, bool]:

@@ -623,9 +623,12 @@ class LiveJobsFolder:
                         # first: the watch is set up now; what changed before it is read by a rescan
                         first = False
                         ok = mirrored(self.refresh)
-                        last_full = time.monotonic() if ok else -rescan_sec  # failed: again next time
+                        # failed: again in ERROR_RESCAN_SEC (a full rescan every 2 s would keep
+                        # the cores busy for as long as the disk is full)
+                        last_full = time.monotonic() - (0 if ok else rescan_sec - ERROR_RESCAN_SEC)
                     elif changes and not mirrored(self.update, [p for _, p in changes]):
-                        last_full = -rescan_sec  # what it missed is read by the next rescan
+                        # what it missed is read by a rescan in ERROR_RESCAN_SEC
+                        last_full = min(last_full, time.monotonic() - rescan_sec + ERROR_RESCAN_SEC)
                     if self._roots() != roots:
                         break  # the voided root appeared: watch it too (and rescan once watching)
             except RuntimeError as exc:

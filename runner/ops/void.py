@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from runner.results.deaths import Deaths
 
 VOID_JSON = "void.json"
+#: the way out for an attempt refused as running that in fact died (harbor killed before its
+#: result.json): the runner voids such an attempt when it resumes
+DIED_HINT = " (one that died without it is voided when the run resumes: `marathon health --fix`)"
 
 
 @dataclass(frozen=True)
@@ -331,7 +334,7 @@ def plan_void(out: Path, trial_or_job: Path, reason: str, evidence: list[str] | 
     job = out / task / arm_dir / stamp / rel[3]
     if trial is not None:
         if not (p / TrialFiles.RESULT).exists():
-            raise ValueError(f"{p} is still running (no result.json): stop it before voiding")
+            raise ValueError(f"{p} is still running (no result.json): stop it before voiding{DIED_HINT}")
         siblings = [t.name for t in iter_trial_dirs(job)]
         whole = siblings == [trial]
     else:

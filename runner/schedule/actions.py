@@ -70,7 +70,7 @@ def _cleanup_hosts(
 
 
 def _void(out: Path, *, trial: str, reason: str = "") -> Plan:
-    from runner.ops.void import plan_void
+    from runner.ops.void import DIED_HINT, plan_void
     from runner.results.tree import arm_of_dir
     from runner.schedule.claims import running_job
 
@@ -84,7 +84,7 @@ def _void(out: Path, *, trial: str, reason: str = "") -> Plan:
         if running or not (job / TrialFiles.RESULT).exists():
             raise ValueError(
                 f"{job} is still running (no result.json{' in ' + ', '.join(running) if running else ''}): "
-                "stop it before voiding"
+                f"stop it before voiding{DIED_HINT}"
             )
     held = running_job(Path(out), plan.task, arm_of_dir(plan.arm), plan.stamp)
     if held is not None and held.job is not None:

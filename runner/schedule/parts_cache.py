@@ -12,9 +12,10 @@ from collections.abc import Callable
 
 from runner.errors import Unavailable, UserError
 
-#: a part's version as its registry writes one (``0.171.0``, ``1.2.3-alpha.1``): it names the
-#: part's dir and lock file in the cache, so ``../../x`` made and truncated files outside it (a probe)
-VERSION = re.compile(r"[0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9}(?:[-+][0-9A-Za-z][0-9A-Za-z.-]{0,63})?")
+#: a part's version as npm or PyPI writes one (``0.171.0``, ``1.2.3-alpha.1``, ``2.2.0rc1``,
+#: ``2.2``): it names the part's dir and lock file in the cache, so ``../../x`` made and truncated
+#: files outside it (a probe). A digit first, no ``/``, no ``..``
+VERSION = re.compile(r"(?!.*\.\.)[0-9][0-9A-Za-z.+-]{0,63}")
 
 
 def _stage_codex(version: str | None, force: bool) -> dict:
