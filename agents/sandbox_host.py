@@ -818,10 +818,40 @@ class SandboxDriverRun:
                     left = await settle(leftovers.end_leftovers(t.container_exec(), self.before), 90)
                 except Exception as exc:  # noqa: BLE001 - recorded, never silent
                     left = {**leftovers.UNLISTED, "incomplete": f"{type(exc).__name__}: {exc}"}
+            await _drop_host_names(run.environment, t, self.arm.logs_dir, run.receipt)
         finally:
             run.receipt = _merge_driver_receipt(self.arm.logs_dir, run.receipt, t, self.watch)
             if left is not None:
                 leftovers.record(run.receipt, left)
+
+
+#: the agent dir's files the host writes (the arm's receipt and trajectory after this phase, its
+#: status mirror and config before): never the sandbox's copies
+HOST_NAMES = ("goal_receipt.json", "trajectory.json", STATUS_MIRROR, "codex-config.toml")
+
+
+async def _drop_host_names(environment, t: SandboxTransport, logs_dir: Path, receipt: Receipt) -> None:
+    """Remove the host's names from the sandbox's ``/logs/agent`` once the agent's processes are
+    gone: harbor downloads that dir into the trial's agent dir after the arm, by path, for an
+    environment that does not mount it, and a ``goal_receipt.json`` the agent wrote there would have
+    replaced the arm's own (a review). Nothing to do where the dir is the host's own (mounted)."""
+    from pathlib import PurePosixPath
+
+    marker = Path(logs_dir) / f".marathon-host-{pysecrets.token_hex(8)}"
+    try:
+        if environment.is_path_mounted(PurePosixPath(SANDBOX_LOGS), Path(logs_dir)):
+            return
+        # shared all the same (a bind mount harbor was not told of): the host's own files, kept
+        safeio.write_atomic(marker, b"")
+        names = " ".join(shlex.quote(f"{SANDBOX_LOGS}/{n}") for n in HOST_NAMES)
+        seen = shlex.quote(f"{SANDBOX_LOGS}/{marker.name}")
+        await settle(t.exec(f"test -e {seen} || rm -rf -- {names}", user="root", timeout=60), 90)
+    except Exception as exc:  # noqa: BLE001 - recorded: the receipt may then be the sandbox's
+        receipt.warnings.append(
+            f"could not remove the host's names from {SANDBOX_LOGS}: {type(exc).__name__}"
+        )
+    finally:
+        marker.unlink(missing_ok=True)
 
 
 def _merge_driver_receipt(
